@@ -1,0 +1,65 @@
+"""llama.cpp (through llama-cpp-python) as the reference engine.
+
+Shared by the benchmark and the greedy-agreement recorder. Works around the
+AMX segfault noted in shared/NOTES.md by turning extra buffer types off.
+"""
+import ctypes
+import time
+
+import llama_cpp
+import numpy as np
+
+_orig_defaults = llama_cpp.llama_cpp.llama_model_default_params
+
+
+def _patched_defaults():
+    p = _orig_defaults()
+    if hasattr(p, "use_extra_bufts"):
+        p.use_extra_bufts = False
+    return p
+
+
+llama_cpp.llama_cpp.llama_model_default_params = _patched_defaults
+llama_cpp.llama_model_default_params = _patched_defaults
+
+
+def load(model, threads, n_ctx=4096, f32_cache=False):
+    kw = dict(model_path=model, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, n_batch=512, verbose=False, logits_all=False)
+    if f32_cache:
+        kw.update(type_k=0, type_v=0)
+    return llama_cpp.Llama(**kw)
+
+
+def last_logits(llm):
+    return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm._n_vocab,))
+
+
+def greedy(llm, prompt_ids, n, stop_ids=()):
+    llm.reset()
+    llm.eval(prompt_ids)
+    out = []
+    for _ in range(n):
+        tok = int(np.argmax(last_logits(llm)))
+        out.append(tok)
+        if tok in stop_ids:
+            break
+        llm.eval([tok])
+    return out
+
+
+def bench(llm, prompt_ids, gen_tokens, repeats=3):
+    """Best-of-N prefill and decode tokens/s, timed the same way as hearth-cli bench."""
+    best_p, best_d = float("inf"), float("inf")
+    for _ in range(repeats):
+        llm.reset()
+        llm._ctx.kv_cache_clear() if hasattr(llm._ctx, "kv_cache_clear") else None
+        t = time.perf_counter()
+        llm.eval(prompt_ids)
+        tok = int(np.argmax(last_logits(llm)))
+        best_p = min(best_p, time.perf_counter() - t)
+        t = time.perf_counter()
+        for _ in range(gen_tokens):
+            llm.eval([tok])
+            tok = int(np.argmax(last_logits(llm)))
+        best_d = min(best_d, time.perf_counter() - t)
+    return len(prompt_ids) / best_p, gen_tokens / best_d

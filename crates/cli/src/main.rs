@@ -1,0 +1,310 @@
+//! hearth-cli: the engine from a terminal. Scripts depend on these subcommands
+//! and flags; keep them stable.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::{Args, Parser, Subcommand};
+use hearth_engine::{paths, ChatMessage, Engine, EngineError, SamplingParams};
+use serde_json::json;
+
+#[derive(Parser)]
+#[command(name = "hearth-cli", about = "Hearth's engine from the command line")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Answers one prompt through the chat template, streaming the text.
+    Generate(GenerateArgs),
+    /// Prints the token ids of a text as a JSON array.
+    Tokenize {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long)]
+        text: String,
+        /// Parse special-token text such as <|im_start|> as the special token.
+        #[arg(long)]
+        special: bool,
+    },
+    /// An interactive multi-turn chat over one session.
+    Chat {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        sampling: SamplingArgs,
+        #[arg(long)]
+        system: Option<String>,
+    },
+    /// Measures prefill and decode speed.
+    Bench {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long, default_value_t = 128)]
+        prompt_tokens: usize,
+        #[arg(long, default_value_t = 64)]
+        gen_tokens: usize,
+        /// Repeat and keep the best run.
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args)]
+struct ModelArgs {
+    /// A GGUF file; defaults to the default model fetched by scripts/fetch-model.sh.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Worker threads for the CPU kernels (default: physical cores).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+#[derive(Args)]
+struct SamplingArgs {
+    #[arg(long)]
+    temperature: Option<f32>,
+    #[arg(long)]
+    top_k: Option<usize>,
+    #[arg(long)]
+    top_p: Option<f32>,
+    #[arg(long)]
+    min_p: Option<f32>,
+    #[arg(long)]
+    repeat_penalty: Option<f32>,
+    #[arg(long)]
+    seed: Option<u64>,
+    #[arg(long, default_value_t = 512)]
+    max_tokens: usize,
+    /// Stop when the text contains this string (repeatable).
+    #[arg(long = "stop")]
+    stop: Vec<String>,
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    #[arg(long)]
+    prompt: String,
+    #[arg(long)]
+    system: Option<String>,
+    /// Print one JSON object at the end instead of streaming text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(cli) {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<(), EngineError> {
+    match cli.command {
+        Command::Generate(args) => generate(args),
+        Command::Tokenize { model, text, special } => {
+            let engine = open(&model)?;
+            let ids = engine.tokenizer().encode(&text, false, special)?;
+            println!("{}", serde_json::to_string(&ids).expect("ids serialise"));
+            Ok(())
+        }
+        Command::Chat { model, sampling, system } => chat(&model, &sampling, system),
+        Command::Bench { model, prompt_tokens, gen_tokens, repeats, json } => bench(&model, prompt_tokens, gen_tokens, repeats, json),
+    }
+}
+
+fn open(args: &ModelArgs) -> Result<Engine, EngineError> {
+    if let Some(n) = args.threads {
+        if n == 0 {
+            return Err(EngineError::InvalidSetting { field: "threads", reason: "must be at least 1".into() });
+        }
+        // candle reads this once, on first use, for its matmul workers.
+        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+        let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
+    }
+    let path = args.model.clone().unwrap_or_else(paths::default_model_path);
+    Engine::open(&path)
+}
+
+fn sampling_params(a: &SamplingArgs) -> SamplingParams {
+    let mut p = SamplingParams::default();
+    if let Some(t) = a.temperature {
+        p.temperature = t;
+    }
+    if let Some(k) = a.top_k {
+        p.top_k = Some(k);
+    }
+    if let Some(v) = a.top_p {
+        p.top_p = v;
+    }
+    if let Some(v) = a.min_p {
+        p.min_p = v;
+    }
+    if let Some(v) = a.repeat_penalty {
+        p.repeat_penalty = v;
+    }
+    p.seed = a.seed.unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64));
+    p
+}
+
+fn generate(args: GenerateArgs) -> Result<(), EngineError> {
+    let engine = open(&args.model)?;
+    let mut messages = Vec::new();
+    if let Some(s) = args.system {
+        messages.push(ChatMessage::system(s));
+    }
+    messages.push(ChatMessage::user(args.prompt));
+    let prompt = engine.encode_chat(&messages)?;
+    let mut config = engine.generation_config(sampling_params(&args.sampling), args.sampling.max_tokens);
+    config.stop_strings = args.sampling.stop.clone();
+    let mut session = engine.new_session(None);
+    let mut turn = session.start_turn(engine.model(), engine.tokenizer(), &prompt, config, 1)?;
+    let mut stdout = std::io::stdout().lock();
+    while let Some(events) = turn.step()? {
+        if !args.json {
+            for e in events {
+                let _ = stdout.write_all(e.text.as_bytes());
+            }
+            let _ = stdout.flush();
+        }
+    }
+    let out = turn.finish(0)?;
+    let seq = &out.sequences[0];
+    let s = &out.stats;
+    if args.json {
+        let prefill_ms = s.time_to_first_token.as_secs_f64() * 1e3;
+        let decode_ms = s.decode_time.as_secs_f64() * 1e3;
+        let decoded = seq.tokens.len().saturating_sub(1);
+        let v = json!({
+            "prompt_tokens": s.prompt_tokens,
+            "prompt_token_ids": prompt,
+            "generated_token_ids": seq.tokens,
+            "text": seq.text,
+            "finish_reason": seq.finish.as_str(),
+            "prefill_ms": prefill_ms,
+            "decode_ms": decode_ms,
+            "prefill_tokens_per_s": per_second(s.processed_tokens, prefill_ms),
+            "decode_tokens_per_s": per_second(decoded, decode_ms),
+        });
+        println!("{v}");
+    } else {
+        println!();
+        eprintln!("[finish: {}]", seq.finish.as_str());
+    }
+    Ok(())
+}
+
+fn per_second(n: usize, ms: f64) -> f64 {
+    if ms > 0.0 {
+        n as f64 / (ms / 1e3)
+    } else {
+        0.0
+    }
+}
+
+fn chat(model: &ModelArgs, sampling: &SamplingArgs, system: Option<String>) -> Result<(), EngineError> {
+    let engine = open(model)?;
+    let mut messages: Vec<ChatMessage> = system.into_iter().map(ChatMessage::system).collect();
+    let mut session = engine.new_session(None);
+    let stdin = std::io::stdin();
+    eprint!("> ");
+    for line in stdin.lock().lines() {
+        let Ok(line) = line else { break };
+        if line.trim().is_empty() {
+            eprint!("> ");
+            continue;
+        }
+        messages.push(ChatMessage::user(line));
+        let prompt = engine.encode_chat(&messages)?;
+        let mut config = engine.generation_config(sampling_params(sampling), sampling.max_tokens);
+        config.stop_strings = sampling.stop.clone();
+        let mut turn = session.start_turn(engine.model(), engine.tokenizer(), &prompt, config, 1)?;
+        let mut stdout = std::io::stdout().lock();
+        while let Some(events) = turn.step()? {
+            for e in events {
+                let _ = stdout.write_all(e.text.as_bytes());
+            }
+            let _ = stdout.flush();
+        }
+        let out = turn.finish(0)?;
+        let s = &out.stats;
+        println!();
+        eprintln!(
+            "[prompt {} tokens, processed {} this turn, ttft {:.0} ms, {:.1} tok/s, {}]",
+            s.prompt_tokens,
+            s.processed_tokens,
+            s.time_to_first_token.as_secs_f64() * 1e3,
+            per_second(s.generated_tokens.saturating_sub(1), s.decode_time.as_secs_f64() * 1e3),
+            out.sequences[0].finish.as_str()
+        );
+        messages.push(ChatMessage::assistant(out.sequences[0].text.clone()));
+        eprint!("> ");
+    }
+    Ok(())
+}
+
+fn bench(model: &ModelArgs, prompt_tokens: usize, gen_tokens: usize, repeats: usize, json_out: bool) -> Result<(), EngineError> {
+    let engine = open(model)?;
+    let m = engine.model();
+    // A fixed, ordinary English text, repeated to the requested length.
+    let seed_text = "The quick brown fox jumps over the lazy dog while the river runs past the old mill and the farmers gather the harvest before the rain. ";
+    let ids = engine.tokenizer().encode(&seed_text.repeat(prompt_tokens / 20 + 2), false, false)?;
+    let prompt: Vec<u32> = ids[..prompt_tokens.max(1)].to_vec();
+    let mut best_prefill = f64::MAX;
+    let mut best_decode = f64::MAX;
+    for _ in 0..repeats.max(1) {
+        let mut cache = m.new_cache(prompt.len() + gen_tokens + 1);
+        let t = Instant::now();
+        let mut logits = None;
+        for chunk in prompt.chunks(hearth_engine::model::PREFILL_CHUNK) {
+            logits = Some(m.forward(&[chunk.to_vec()], &mut cache)?);
+        }
+        let mut next = hearth_engine::sampling::argmax(&logits.expect("non-empty prompt").to_vec2::<f32>()?[0]);
+        best_prefill = best_prefill.min(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        for _ in 0..gen_tokens {
+            let l = m.forward(&[vec![next]], &mut cache)?;
+            next = hearth_engine::sampling::argmax(&l.to_vec2::<f32>()?[0]);
+        }
+        best_decode = best_decode.min(t.elapsed().as_secs_f64());
+    }
+    let prefill_tps = prompt.len() as f64 / best_prefill;
+    let decode_tps = gen_tokens as f64 / best_decode;
+    let threads = std::env::var("RAYON_NUM_THREADS").ok().and_then(|s| s.parse::<usize>().ok()).unwrap_or_else(rayon::current_num_threads);
+    if json_out {
+        println!(
+            "{}",
+            json!({
+                "engine": "hearth",
+                "model": engine.path().display().to_string(),
+                "threads": threads,
+                "prompt_tokens": prompt.len(),
+                "gen_tokens": gen_tokens,
+                "prefill_tokens_per_s": prefill_tps,
+                "decode_tokens_per_s": decode_tps,
+                "peak_rss_bytes": peak_rss_bytes(),
+            })
+        );
+    } else {
+        println!("prefill: {prefill_tps:.1} tok/s ({} tokens), decode: {decode_tps:.1} tok/s ({gen_tokens} tokens), {threads} threads", prompt.len());
+    }
+    Ok(())
+}
+
+/// High-water mark of resident memory, where the OS reports it.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}

@@ -1,0 +1,112 @@
+//! A model file opened for chat: weights, tokenizer, chat template and end tokens.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::Device;
+
+use crate::error::Result;
+use crate::gguf::GgufFile;
+use crate::model::Model;
+use crate::sampler_loop::GenerationConfig;
+use crate::sampling::SamplingParams;
+use crate::session::Session;
+use crate::template::{ChatMessage, ChatTemplate};
+use crate::tokenizer::Tokenizer;
+
+/// Spellings of end-of-turn markers across families. One counts as an end
+/// token only if the model has it as a control token and its template uses it.
+const END_OF_TURN_MARKERS: &[&str] = &["<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<|endoftext|>"];
+
+/// Everything needed to chat with one GGUF model. Immutable once opened, so
+/// many sessions share it.
+pub struct Engine {
+    path: PathBuf,
+    model: Model,
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+    end_tokens: Vec<u32>,
+}
+
+impl Engine {
+    /// Opens a model on the CPU.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_on(path, &Device::Cpu)
+    }
+
+    pub fn open_on(path: impl AsRef<Path>, device: &Device) -> Result<Self> {
+        let mut file = GgufFile::open(path.as_ref())?;
+        let tokenizer = Tokenizer::from_gguf(&file)?;
+        let model = Model::load(&mut file, device)?;
+        if tokenizer.vocab_size() > model.vocab_size() {
+            return Err(file.corrupt(format!(
+                "the tokenizer has {} tokens but the embeddings only {}",
+                tokenizer.vocab_size(),
+                model.vocab_size()
+            )));
+        }
+        let text_of = |id: Option<u32>| id.and_then(|i| tokenizer.token_text(i)).unwrap_or("").to_string();
+        let template = match file.string_opt("tokenizer.chat_template") {
+            Some(src) => ChatTemplate::new(src, &text_of(tokenizer.bos()), &text_of(tokenizer.eos()))?,
+            None => ChatTemplate::chatml(),
+        };
+        let mut end_tokens: Vec<u32> = tokenizer.eos().into_iter().chain(tokenizer.eot()).collect();
+        for marker in END_OF_TURN_MARKERS {
+            if let Some(id) = tokenizer.token_id(marker) {
+                if tokenizer.is_control(id) && template.source().contains(marker) && !end_tokens.contains(&id) {
+                    end_tokens.push(id);
+                }
+            }
+        }
+        Ok(Self { path: path.as_ref().to_path_buf(), model, tokenizer, template, end_tokens })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    pub fn template(&self) -> &ChatTemplate {
+        &self.template
+    }
+
+    /// Tokens that end the assistant's turn.
+    pub fn end_tokens(&self) -> &[u32] {
+        &self.end_tokens
+    }
+
+    /// The prompt ids for a conversation, ending where the reply begins.
+    pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
+        let text = self.template.render(messages, true)?;
+        let mut ids = self.tokenizer.encode(&text, true, true)?;
+        // Templates that spell out the BOS token would otherwise get two.
+        if let Some(bos) = self.tokenizer.bos() {
+            if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
+                ids.remove(0);
+            }
+        }
+        Ok(ids)
+    }
+
+    /// A new conversation holding up to `context` tokens (`None`: the model's own).
+    pub fn new_session(&self, context: Option<usize>) -> Session {
+        Session::new(&self.model, context.unwrap_or(self.model.config().context_length))
+    }
+
+    /// A generation config with this model's end tokens.
+    pub fn generation_config(&self, sampling: SamplingParams, max_new_tokens: usize) -> GenerationConfig {
+        GenerationConfig {
+            max_new_tokens,
+            end_tokens: self.end_tokens.clone(),
+            forbidden_tokens: Vec::new(),
+            stop_strings: Vec::new(),
+            sampling,
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! One KV cache type for every model family.
+//!
+//! Keys and values live in buffers of shape `[batch, kv_heads, capacity, head_dim]`
+//! that are written in place, so a decode step never copies the history. The
+//! buffers grow geometrically up to `max_len` (the context length) instead of
+//! being allocated at full size up front: a user keeps dozens of conversations,
+//! and a full 8k-token buffer for each would cost hundreds of MB apiece.
+//!
+//! Clones are cheap and copy-on-write: they share buffers until one of them is
+//! written, which then copies only the used prefix first.
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::error::{EngineError, Result};
+use crate::model::ModelConfig;
+
+/// Smallest allocation, in positions, so short chats do not regrow every turn.
+const MIN_CAPACITY: usize = 256;
+const MAGIC: &[u8; 8] = b"HEARTHKV";
+const FORMAT_VERSION: u32 = 1;
+
+/// Positional KV storage for all layers of one model.
+#[derive(Clone)]
+pub struct KvCache {
+    layers: Arc<Vec<LayerKv>>,
+    len: usize,
+    capacity: usize,
+    max_len: usize,
+    batch: usize,
+    n_layers: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    device: Device,
+}
+
+struct LayerKv {
+    k: Tensor,
+    v: Tensor,
+}
+
+impl KvCache {
+    /// An empty cache for `config`, holding at most `max_len` positions.
+    pub fn new(config: &ModelConfig, max_len: usize, device: &Device) -> Self {
+        Self {
+            layers: Arc::new(Vec::new()),
+            len: 0,
+            capacity: 0,
+            max_len,
+            batch: 1,
+            n_layers: config.n_layers,
+            n_kv_heads: config.n_kv_heads,
+            head_dim: config.head_dim,
+            device: device.clone(),
+        }
+    }
+
+    /// Positions filled so far (the same for every sequence of the batch).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.len >= self.max_len
+    }
+
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Bytes held by the buffers (what this cache costs in memory).
+    pub fn allocated_bytes(&self) -> usize {
+        2 * self.n_layers * self.batch * self.n_kv_heads * self.capacity * self.head_dim * 4
+    }
+
+    /// Forgets every position from `len` on. Later writes overwrite them.
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Makes room for `n_new` positions and ensures the buffers are not shared,
+    /// so that the writes that follow cannot reach another clone.
+    pub(crate) fn reserve(&mut self, n_new: usize, batch: usize) -> Result<()> {
+        let needed = self.len + n_new;
+        if needed > self.max_len {
+            return Err(EngineError::PromptTooLong { tokens: needed, context: self.max_len });
+        }
+        if self.layers.is_empty() {
+            self.batch = batch;
+        } else if batch != self.batch {
+            return Err(candle_core::Error::Msg(format!("batch {batch} does not match the cache's {}", self.batch)).into());
+        }
+        let shared = Arc::strong_count(&self.layers) > 1;
+        if needed > self.capacity || shared || self.layers.is_empty() {
+            let mut capacity = self.capacity.max(MIN_CAPACITY.min(self.max_len));
+            while capacity < needed {
+                capacity = (capacity * 2).min(self.max_len);
+            }
+            self.reallocate(capacity)?;
+        }
+        Ok(())
+    }
+
+    fn reallocate(&mut self, capacity: usize) -> Result<()> {
+        let shape = (self.batch, self.n_kv_heads, capacity, self.head_dim);
+        let mut layers = Vec::with_capacity(self.n_layers);
+        for i in 0..self.n_layers {
+            let k = Tensor::zeros(shape, DType::F32, &self.device)?;
+            let v = Tensor::zeros(shape, DType::F32, &self.device)?;
+            if self.len > 0 {
+                let old = &self.layers[i];
+                k.slice_set(&old.k.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
+                v.slice_set(&old.v.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
+            }
+            layers.push(LayerKv { k, v });
+        }
+        self.layers = Arc::new(layers);
+        self.capacity = capacity;
+        Ok(())
+    }
+
+    /// Writes new keys and values `[batch, kv_heads, n, head_dim]` at `len`.
+    /// Call `reserve` first and `advance` after the last layer.
+    pub(crate) fn write(&self, layer: usize, k: &Tensor, v: &Tensor) -> Result<()> {
+        let l = &self.layers[layer];
+        l.k.slice_set(k, 2, self.len)?;
+        l.v.slice_set(v, 2, self.len)?;
+        Ok(())
+    }
+
+    /// Keys and values for positions `start..end` of `layer`, as views.
+    pub(crate) fn view(&self, layer: usize, start: usize, end: usize) -> Result<(Tensor, Tensor)> {
+        let l = &self.layers[layer];
+        Ok((l.k.narrow(2, start, end - start)?, l.v.narrow(2, start, end - start)?))
+    }
+
+    pub(crate) fn advance(&mut self, n: usize) {
+        self.len += n;
+    }
+
+    /// Repeats a batch-1 cache into `batch` rows, for sampling variants of one prompt.
+    pub fn expand_batch(&self, batch: usize) -> Result<Self> {
+        if self.batch != 1 {
+            return Err(candle_core::Error::Msg("only a batch-1 cache can be expanded".into()).into());
+        }
+        let mut out = self.clone();
+        out.batch = batch;
+        if self.layers.is_empty() {
+            return Ok(out);
+        }
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| {
+                let rep = |t: &Tensor| -> candle_core::Result<Tensor> {
+                    let (_, h, c, d) = t.dims4()?;
+                    t.broadcast_as((batch, h, c, d))?.contiguous()
+                };
+                Ok(LayerKv { k: rep(&l.k)?, v: rep(&l.v)? })
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        out.layers = Arc::new(layers);
+        Ok(out)
+    }
+
+    /// Keeps only sequence `row` of the batch, truncated to `len` positions.
+    pub fn select_row(&self, row: usize, len: usize) -> Result<Self> {
+        let mut out = self.clone();
+        out.batch = 1;
+        out.len = len.min(self.len);
+        if self.layers.is_empty() {
+            return Ok(out);
+        }
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| Ok(LayerKv { k: l.k.narrow(0, row, 1)?.contiguous()?, v: l.v.narrow(0, row, 1)?.contiguous()? }))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        out.layers = Arc::new(layers);
+        Ok(out)
+    }
+
+    /// Serialises the filled positions (not the spare capacity).
+    pub fn write_to(&self, w: &mut impl Write) -> Result<()> {
+        let io = |e: std::io::Error| EngineError::CorruptCache(format!("write failed: {e}"));
+        w.write_all(MAGIC).map_err(io)?;
+        for n in [FORMAT_VERSION as u64, self.n_layers as u64, self.batch as u64, self.n_kv_heads as u64, self.head_dim as u64, self.len as u64] {
+            w.write_all(&n.to_le_bytes()).map_err(io)?;
+        }
+        for i in 0..self.layers.len().min(self.n_layers) {
+            if self.len == 0 {
+                break;
+            }
+            let (k, v) = self.view(i, 0, self.len)?;
+            for t in [k, v] {
+                let data: Vec<f32> = t.contiguous()?.flatten_all()?.to_vec1()?;
+                let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+                w.write_all(&bytes).map_err(io)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads what `write_to` wrote, checking that it fits `config` and `max_len`.
+    pub fn read_from(r: &mut impl Read, config: &ModelConfig, max_len: usize, device: &Device) -> Result<Self> {
+        let bad = |m: String| EngineError::CorruptCache(m);
+        let mut magic = [0u8; 8];
+        r.read_exact(&mut magic).map_err(|e| bad(format!("header: {e}")))?;
+        if &magic != MAGIC {
+            return Err(bad("not a Hearth KV cache".into()));
+        }
+        let mut header = [0u64; 6];
+        for h in header.iter_mut() {
+            let mut b = [0u8; 8];
+            r.read_exact(&mut b).map_err(|e| bad(format!("header: {e}")))?;
+            *h = u64::from_le_bytes(b);
+        }
+        let [version, n_layers, batch, n_kv_heads, head_dim, len] = header.map(|x| x as usize);
+        if version != FORMAT_VERSION as usize {
+            return Err(bad(format!("format version {version}, expected {FORMAT_VERSION}")));
+        }
+        if (n_layers, n_kv_heads, head_dim) != (config.n_layers, config.n_kv_heads, config.head_dim) || batch == 0 || batch > 64 {
+            return Err(bad("cache shape does not match the model".into()));
+        }
+        if len > max_len {
+            return Err(bad(format!("cache holds {len} positions, more than the context of {max_len}")));
+        }
+        let mut cache = KvCache::new(config, max_len, device);
+        if len == 0 {
+            return Ok(cache);
+        }
+        cache.batch = batch;
+        cache.reserve(len, batch)?;
+        let n = batch * n_kv_heads * len * head_dim;
+        let mut buf = vec![0u8; n * 4];
+        for i in 0..n_layers {
+            let mut kv = Vec::with_capacity(2);
+            for _ in 0..2 {
+                r.read_exact(&mut buf).map_err(|e| bad(format!("layer {i}: {e}")))?;
+                let data: Vec<f32> = buf.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                kv.push(Tensor::from_vec(data, (batch, n_kv_heads, len, head_dim), device)?);
+            }
+            cache.write(i, &kv[0], &kv[1])?;
+        }
+        cache.advance(len);
+        Ok(cache)
+    }
+}

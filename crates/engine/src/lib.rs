@@ -1,0 +1,31 @@
+//! hearth-engine: local LLM inference for Hearth, headless.
+//!
+//! Open a GGUF file with [`Engine::open`], keep one [`Session`] per
+//! conversation, and run turns through the [`SamplerLoop`] (via
+//! [`Session::start_turn`]). Nothing here knows about Tauri, IPC or storage.
+
+pub mod detok;
+pub mod engine;
+pub mod error;
+pub mod gguf;
+pub mod kv_cache;
+pub mod model;
+pub mod paths;
+pub mod sampler_loop;
+pub mod sampling;
+pub mod session;
+pub mod template;
+pub mod tokenizer;
+
+pub use candle_core::Device;
+pub use detok::StreamDecoder;
+pub use engine::Engine;
+pub use error::{EngineError, Result};
+pub use gguf::GgufFile;
+pub use kv_cache::KvCache;
+pub use model::{Architecture, Model, ModelConfig};
+pub use sampler_loop::{FinishReason, GenerationConfig, SamplerLoop, SamplingState, SequenceOutput, TokenEvent};
+pub use sampling::{Rng, SamplingParams};
+pub use session::{Session, Turn, TurnOutput, TurnStats};
+pub use template::{ChatMessage, ChatTemplate, Role};
+pub use tokenizer::Tokenizer;

@@ -1,0 +1,362 @@
+//! The sampling loop, after Gemma's `_sampler_loop.py`.
+//!
+//! State is explicit (`SamplingState`) and one `step` does what the seed's
+//! `_sample_step` does: forward the last token of every sequence, forbid
+//! tokens, sample, store, and mark sequences done on an end token. The loop
+//! stops at `max_new_tokens`, when every sequence is done, or when the cache is
+//! full. `SamplerLoop::stream` and `SamplerLoop::run` drive the same `step`, so
+//! for one seed they produce the same tokens.
+//!
+//! **Invariant:** the cache holds every token fed so far and never the last
+//! sampled one; the next step feeds it. This is what lets the next chat turn
+//! start from the cache without re-reading anything.
+
+use crate::detok::StreamDecoder;
+use crate::error::Result;
+use crate::kv_cache::KvCache;
+use crate::model::Model;
+use crate::sampling::{sample, Rng, SamplingParams};
+use crate::tokenizer::Tokenizer;
+
+/// Why a sequence stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FinishReason {
+    /// It emitted an end-of-turn token.
+    EndToken,
+    /// It reached `max_new_tokens`.
+    MaxTokens,
+    /// The KV cache (the context) has no room for another position.
+    CacheFull,
+    /// Its text contained one of the stop strings.
+    StopString,
+    /// The caller stopped the loop.
+    Cancelled,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::EndToken => "end_token",
+            Self::MaxTokens => "max_tokens",
+            Self::CacheFull => "cache_full",
+            Self::StopString => "stop_string",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// What a generation may do, fixed for its whole run.
+#[derive(Debug, Clone)]
+pub struct GenerationConfig {
+    pub max_new_tokens: usize,
+    pub end_tokens: Vec<u32>,
+    pub forbidden_tokens: Vec<u32>,
+    pub stop_strings: Vec<String>,
+    pub sampling: SamplingParams,
+}
+
+/// The loop's whole state between two steps.
+#[derive(Clone)]
+pub struct SamplingState {
+    /// Steps taken, in `0..=max_new_tokens`.
+    pub step: usize,
+    /// Per sequence: it has finished and its output is final.
+    pub done: Vec<bool>,
+    pub finish: Vec<Option<FinishReason>>,
+    /// Per sequence: the input of the next step.
+    pub last_token: Vec<u32>,
+    /// Per sequence: the position of `last_token`; it stops advancing once the
+    /// sequence is done.
+    pub last_token_pos: Vec<usize>,
+    /// `batch × max_new_tokens` buffer of sampled tokens; `PAD` after a
+    /// sequence's end (the seed's masking of tokens after the end token).
+    pub predicted_tokens: Vec<Vec<u32>>,
+    pub cache: KvCache,
+    pub rng: Rng,
+    /// Cache length when the loop began: the prompt and earlier turns.
+    pub init_cache_length: usize,
+    /// Tokens before the loop that the penalties may see.
+    penalty_context: Vec<u32>,
+    text: Vec<TextState>,
+}
+
+/// Marks buffer slots a sequence never filled.
+pub const PAD: u32 = u32::MAX;
+
+#[derive(Clone, Default)]
+struct TextState {
+    decoder: StreamDecoder,
+    text: String,
+    emitted: usize,
+}
+
+/// One token one sequence produced in a step, with the text it completed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenEvent {
+    pub sequence: usize,
+    pub token: u32,
+    /// New text safe to show; may be empty while a character or a possible
+    /// stop string is incomplete.
+    pub text: String,
+    /// Set when this token finished the sequence.
+    pub finish: Option<FinishReason>,
+}
+
+/// The final output of one sequence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SequenceOutput {
+    /// Sampled tokens, the end token included, nothing after it.
+    pub tokens: Vec<u32>,
+    /// The text, without end tokens or a matched stop string.
+    pub text: String,
+    pub finish: FinishReason,
+}
+
+/// A configured loop over one model; cheap to build per request.
+pub struct SamplerLoop<'a> {
+    model: &'a Model,
+    tokenizer: &'a Tokenizer,
+    config: GenerationConfig,
+}
+
+impl<'a> SamplerLoop<'a> {
+    pub fn new(model: &'a Model, tokenizer: &'a Tokenizer, config: GenerationConfig) -> Result<Self> {
+        config.sampling.validate()?;
+        if config.stop_strings.iter().any(String::is_empty) {
+            return Err(crate::EngineError::setting("stop_strings", "a stop string is empty"));
+        }
+        Ok(Self { model, tokenizer, config })
+    }
+
+    pub fn config(&self) -> &GenerationConfig {
+        &self.config
+    }
+
+    /// The state for `batch` sequences that continue from `cache` with
+    /// `last_token` (the prompt's last token, not yet in the cache).
+    /// `penalty_context` is the recent history the penalties may look at.
+    pub fn init_state(&self, cache: KvCache, last_token: u32, penalty_context: &[u32], batch: usize) -> Result<SamplingState> {
+        let batch = batch.max(1);
+        let cache = if batch > 1 && cache.batch() == 1 { cache.expand_batch(batch)? } else { cache };
+        let pos = cache.len();
+        let window = self.config.sampling.penalty_window;
+        Ok(SamplingState {
+            step: 0,
+            done: vec![false; batch],
+            finish: vec![None; batch],
+            last_token: vec![last_token; batch],
+            last_token_pos: vec![pos; batch],
+            predicted_tokens: vec![vec![PAD; self.config.max_new_tokens]; batch],
+            init_cache_length: pos,
+            cache,
+            rng: Rng::new(self.config.sampling.seed),
+            penalty_context: penalty_context[penalty_context.len().saturating_sub(window)..].to_vec(),
+            text: vec![TextState::default(); batch],
+        })
+    }
+
+    /// Whether the loop must stop before another step, and why for the
+    /// sequences still running. Marks them finished.
+    fn check_stop(&self, state: &mut SamplingState) -> bool {
+        if state.done.iter().all(|&d| d) {
+            return true;
+        }
+        let reason = if state.step >= self.config.max_new_tokens {
+            FinishReason::MaxTokens
+        } else if state.cache.is_full() {
+            FinishReason::CacheFull
+        } else {
+            return false;
+        };
+        for i in 0..state.done.len() {
+            if !state.done[i] {
+                state.done[i] = true;
+                state.finish[i] = Some(reason);
+            }
+        }
+        true
+    }
+
+    /// One step for every running sequence. `None` once the loop has stopped;
+    /// after that every sequence has a finish reason. The events include the
+    /// text still held back from sequences the stop check just finished.
+    pub fn step(&self, state: &mut SamplingState) -> Result<Option<Vec<TokenEvent>>> {
+        if self.check_stop(state) {
+            return Ok(None);
+        }
+        let inputs: Vec<Vec<u32>> = state.last_token.iter().map(|&t| vec![t]).collect();
+        let logits = self.model.forward(&inputs, &mut state.cache)?;
+        let mut logits: Vec<Vec<f32>> = logits.to_vec2()?;
+        let mut events = Vec::new();
+        for (b, row) in logits.iter_mut().enumerate() {
+            if state.done[b] {
+                continue;
+            }
+            for &t in &self.config.forbidden_tokens {
+                if let Some(l) = row.get_mut(t as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+            let recent = recent_tokens(&state.penalty_context, &state.predicted_tokens[b][..state.step], self.config.sampling.penalty_window);
+            let token = sample(row, &recent, &self.config.sampling, &mut state.rng);
+            state.predicted_tokens[b][state.step] = token;
+            state.last_token[b] = token;
+            state.last_token_pos[b] += 1;
+            let mut finish = None;
+            let mut text = String::new();
+            if self.config.end_tokens.contains(&token) {
+                finish = Some(FinishReason::EndToken);
+                text = flush(&mut state.text[b]);
+            } else {
+                let ts = &mut state.text[b];
+                let piece = ts.decoder.push(self.tokenizer.token_bytes(token));
+                ts.text.push_str(&piece);
+                match find_stop(&ts.text, ts.emitted, &self.config.stop_strings) {
+                    Some(at) => {
+                        ts.text.truncate(at);
+                        text = ts.text[ts.emitted.min(at)..].to_string();
+                        ts.emitted = at;
+                        finish = Some(FinishReason::StopString);
+                    }
+                    None => {
+                        let safe = ts.text.len() - held_back(&ts.text, &self.config.stop_strings);
+                        if safe > ts.emitted {
+                            text = ts.text[ts.emitted..safe].to_string();
+                            ts.emitted = safe;
+                        }
+                    }
+                }
+            }
+            if let Some(f) = finish {
+                state.done[b] = true;
+                state.finish[b] = Some(f);
+            }
+            events.push(TokenEvent { sequence: b, token, text, finish });
+        }
+        state.step += 1;
+        if self.check_stop(state) {
+            for ev in events.iter_mut() {
+                if ev.finish.is_none() {
+                    ev.finish = state.finish[ev.sequence];
+                    ev.text.push_str(&flush(&mut state.text[ev.sequence]));
+                }
+            }
+        }
+        Ok(Some(events))
+    }
+
+    /// Stops the loop from outside (the user pressed Stop). Running sequences
+    /// finish as `Cancelled`; returns the text they still held back.
+    pub fn cancel(&self, state: &mut SamplingState) -> Vec<TokenEvent> {
+        let mut events = Vec::new();
+        for b in 0..state.done.len() {
+            if !state.done[b] {
+                state.done[b] = true;
+                state.finish[b] = Some(FinishReason::Cancelled);
+                let text = flush(&mut state.text[b]);
+                events.push(TokenEvent { sequence: b, token: PAD, text, finish: Some(FinishReason::Cancelled) });
+            }
+        }
+        events
+    }
+
+    /// Step by step, as an iterator; drop it (and call `cancel`) to stop early.
+    pub fn stream<'s>(&'s self, state: &'s mut SamplingState) -> impl Iterator<Item = Result<Vec<TokenEvent>>> + 's {
+        std::iter::from_fn(move || self.step(state).transpose())
+    }
+
+    /// The fused loop: runs to the end and returns every sequence's output.
+    pub fn run(&self, state: &mut SamplingState) -> Result<Vec<SequenceOutput>> {
+        while self.step(state)?.is_some() {}
+        Ok(self.outputs(state))
+    }
+
+    /// Each sequence's tokens and text so far.
+    pub fn outputs(&self, state: &SamplingState) -> Vec<SequenceOutput> {
+        (0..state.done.len())
+            .map(|b| SequenceOutput {
+                tokens: sequence_tokens(state, b).to_vec(),
+                text: state.text[b].text.clone(),
+                finish: state.finish[b].unwrap_or(FinishReason::Cancelled),
+            })
+            .collect()
+    }
+}
+
+/// Sequence `b`'s sampled tokens, up to and including its end token.
+pub fn sequence_tokens(state: &SamplingState, b: usize) -> &[u32] {
+    let row = &state.predicted_tokens[b];
+    let n = row.iter().position(|&t| t == PAD).unwrap_or(row.len());
+    &row[..n]
+}
+
+fn recent_tokens(context: &[u32], generated: &[u32], window: usize) -> Vec<u32> {
+    let generated: Vec<u32> = generated.iter().copied().filter(|&t| t != PAD).collect();
+    let from_gen = generated.len().min(window);
+    let from_ctx = (window - from_gen).min(context.len());
+    let mut v = context[context.len() - from_ctx..].to_vec();
+    v.extend_from_slice(&generated[generated.len() - from_gen..]);
+    v
+}
+
+fn flush(ts: &mut TextState) -> String {
+    let tail = ts.decoder.finish();
+    ts.text.push_str(&tail);
+    let out = ts.text[ts.emitted..].to_string();
+    ts.emitted = ts.text.len();
+    out
+}
+
+/// Byte offset of the earliest stop string that ends after `emitted`.
+fn find_stop(text: &str, emitted: usize, stops: &[String]) -> Option<usize> {
+    stops
+        .iter()
+        .filter_map(|s| {
+            let from = floor_char_boundary(text, emitted.saturating_sub(s.len()));
+            text[from..].find(s.as_str()).map(|i| from + i)
+        })
+        .min()
+}
+
+/// Length of the longest suffix of `text` that could begin a stop string.
+fn held_back(text: &str, stops: &[String]) -> usize {
+    let mut hold = 0;
+    for s in stops {
+        for (i, _) in s.char_indices().skip(1) {
+            if text.ends_with(&s[..i]) {
+                hold = hold.max(i);
+            }
+        }
+    }
+    hold
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_back_possible_stop_prefixes() {
+        let stops = vec!["###".to_string(), "User:".to_string()];
+        assert_eq!(held_back("hello #", &stops), 1);
+        assert_eq!(held_back("hello ##", &stops), 2);
+        assert_eq!(held_back("hello Us", &stops), 2);
+        assert_eq!(held_back("hello", &stops), 0);
+        assert_eq!(find_stop("a ### b", 0, &stops), Some(2));
+        assert_eq!(find_stop("a User: b", 3, &stops), Some(2));
+    }
+
+    #[test]
+    fn penalty_window_mixes_context_and_output() {
+        assert_eq!(recent_tokens(&[1, 2, 3], &[4, 5], 3), vec![3, 4, 5]);
+        assert_eq!(recent_tokens(&[1, 2, 3], &[4, 5, PAD], 10), vec![1, 2, 3, 4, 5]);
+        assert_eq!(recent_tokens(&[1], &[4, 5, 6], 2), vec![5, 6]);
+    }
+}

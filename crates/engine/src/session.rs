@@ -1,0 +1,230 @@
+//! A conversation's multi-turn state: its KV cache and the exact tokens in it.
+//!
+//! Each turn feeds only what is new since the cache: the longest common token
+//! prefix with the new prompt is kept, the rest of the cache is truncated
+//! (the history was edited or regenerated), and only the remainder is prefilled.
+
+use std::time::{Duration, Instant};
+
+use crate::error::{EngineError, Result};
+use crate::kv_cache::KvCache;
+use crate::model::{Model, PREFILL_CHUNK};
+use crate::sampler_loop::{sequence_tokens, GenerationConfig, SamplerLoop, SamplingState, SequenceOutput, TokenEvent};
+use crate::tokenizer::Tokenizer;
+
+/// One conversation's cache. Clone it to fork a branch: clones share the
+/// cache's memory until one of them writes (never the weights, which the
+/// `Model` holds).
+#[derive(Clone)]
+pub struct Session {
+    cache: KvCache,
+    /// The tokens whose keys and values the cache holds, in order.
+    tokens: Vec<u32>,
+}
+
+impl Session {
+    pub fn new(model: &Model, max_len: usize) -> Self {
+        Self { cache: model.new_cache(max_len), tokens: Vec::new() }
+    }
+
+    /// A session around a cache restored from disk, covering `tokens`.
+    pub fn from_parts(cache: KvCache, tokens: Vec<u32>) -> Result<Self> {
+        if cache.len() != tokens.len() || cache.batch() != 1 {
+            return Err(EngineError::CorruptCache(format!("cache holds {} positions but {} tokens were given", cache.len(), tokens.len())));
+        }
+        Ok(Self { cache, tokens })
+    }
+
+    pub fn cache(&self) -> &KvCache {
+        &self.cache
+    }
+
+    /// Tokens the cache covers.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    pub fn context_length(&self) -> usize {
+        self.cache.max_len()
+    }
+
+    /// Forgets everything from token `len` on.
+    pub fn truncate(&mut self, len: usize) {
+        self.tokens.truncate(len);
+        self.cache.truncate(len);
+    }
+
+    /// Brings the cache to cover `prompt` minus its last token, reusing the
+    /// longest common prefix. Returns how many tokens were prefilled.
+    pub fn prefill(&mut self, model: &Model, prompt: &[u32]) -> Result<usize> {
+        if prompt.is_empty() {
+            return Err(EngineError::setting("prompt", "the prompt is empty"));
+        }
+        if prompt.len() > self.cache.max_len() {
+            return Err(EngineError::PromptTooLong { tokens: prompt.len(), context: self.cache.max_len() });
+        }
+        let target = &prompt[..prompt.len() - 1];
+        let common = self.tokens.iter().zip(target).take_while(|(a, b)| a == b).count();
+        self.truncate(common);
+        for chunk in target[common..].chunks(PREFILL_CHUNK) {
+            if let Err(e) = model.forward(&[chunk.to_vec()], &mut self.cache) {
+                // Keep the invariant even on failure: cache and tokens agree.
+                self.cache.truncate(self.tokens.len());
+                return Err(e);
+            }
+            self.tokens.extend_from_slice(chunk);
+        }
+        Ok(target.len() - common)
+    }
+
+    /// Starts a turn: prefills what is new in `prompt`, then hands back a
+    /// `Turn` to step. `batch > 1` samples that many variants of the reply.
+    pub fn start_turn<'a>(
+        &'a mut self,
+        model: &'a Model,
+        tokenizer: &'a Tokenizer,
+        prompt: &[u32],
+        config: GenerationConfig,
+        batch: usize,
+    ) -> Result<Turn<'a>> {
+        let sampler = SamplerLoop::new(model, tokenizer, config)?;
+        let started = Instant::now();
+        let prefilled = self.prefill(model, prompt)?;
+        let max_len = self.cache.max_len();
+        let cache = std::mem::replace(&mut self.cache, model.new_cache(max_len));
+        let last = *prompt.last().expect("prefill checked the prompt is non-empty");
+        let state = match sampler.init_state(cache.clone(), last, prompt, batch) {
+            Ok(s) => s,
+            Err(e) => {
+                self.cache = cache;
+                return Err(e);
+            }
+        };
+        Ok(Turn {
+            session: self,
+            sampler,
+            state: Some(state),
+            last_prompt_token: last,
+            stats: TurnStats { prompt_tokens: prompt.len(), processed_tokens: prefilled + 1, ..TurnStats::default() },
+            started,
+            first_token_at: None,
+        })
+    }
+}
+
+/// Timings and counts for one turn.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TurnStats {
+    /// Tokens in the whole prompt (history included).
+    pub prompt_tokens: usize,
+    /// Prompt tokens this turn had to run through the model; the rest came
+    /// from the cache.
+    pub processed_tokens: usize,
+    /// Sampled tokens, summed over the batch.
+    pub generated_tokens: usize,
+    /// From the start of the turn to the first sampled token.
+    pub time_to_first_token: Duration,
+    /// From the first sampled token to the last.
+    pub decode_time: Duration,
+}
+
+/// One assistant turn in progress. Finishing (or dropping) it writes the kept
+/// sequence back into the session, so even a cancelled turn leaves a cache
+/// that matches its tokens.
+pub struct Turn<'a> {
+    session: &'a mut Session,
+    sampler: SamplerLoop<'a>,
+    state: Option<SamplingState>,
+    last_prompt_token: u32,
+    stats: TurnStats,
+    started: Instant,
+    first_token_at: Option<Instant>,
+}
+
+/// The result of a finished turn.
+#[derive(Debug, Clone)]
+pub struct TurnOutput {
+    pub sequences: Vec<SequenceOutput>,
+    pub stats: TurnStats,
+}
+
+impl Turn<'_> {
+    pub fn stats(&self) -> &TurnStats {
+        &self.stats
+    }
+
+    pub fn state(&self) -> &SamplingState {
+        self.state.as_ref().expect("state is present until the turn ends")
+    }
+
+    /// One step of the sampling loop; `None` once every sequence has finished.
+    pub fn step(&mut self) -> Result<Option<Vec<TokenEvent>>> {
+        let state = self.state.as_mut().expect("state is present until the turn ends");
+        let out = self.sampler.step(state)?;
+        if let Some(events) = &out {
+            let now = Instant::now();
+            let first = *self.first_token_at.get_or_insert_with(|| {
+                self.stats.time_to_first_token = now - self.started;
+                now
+            });
+            self.stats.decode_time = now - first;
+            self.stats.generated_tokens += events.iter().filter(|e| e.token != crate::sampler_loop::PAD).count();
+        }
+        Ok(out)
+    }
+
+    /// Stops the turn between two steps; returns any text held back.
+    pub fn cancel(&mut self) -> Vec<TokenEvent> {
+        let state = self.state.as_mut().expect("state is present until the turn ends");
+        self.sampler.cancel(state)
+    }
+
+    /// Runs to the end and keeps sequence 0.
+    pub fn run(mut self) -> Result<TurnOutput> {
+        while self.step()?.is_some() {}
+        self.finish(0)
+    }
+
+    /// Ends the turn, keeping sequence `keep` as the conversation's continuation.
+    pub fn finish(mut self, keep: usize) -> Result<TurnOutput> {
+        let sequences = self.sampler.outputs(self.state());
+        self.commit(keep)?;
+        Ok(TurnOutput { sequences, stats: self.stats.clone() })
+    }
+
+    fn commit(&mut self, keep: usize) -> Result<()> {
+        let Some(state) = self.state.take() else { return Ok(()) };
+        let generated = sequence_tokens(&state, keep.min(state.done.len() - 1)).to_vec();
+        // Fed so far: the prompt's last token, then each sampled token but the last.
+        let fed = generated.len().min(state.step);
+        let len = state.init_cache_length + fed;
+        let cache = if state.cache.batch() == 1 {
+            let mut c = state.cache;
+            c.truncate(len);
+            c
+        } else {
+            state.cache.select_row(keep, len)?
+        };
+        self.session.cache = cache;
+        if fed > 0 {
+            self.session.tokens.push(self.last_prompt_token);
+            self.session.tokens.extend_from_slice(&generated[..fed - 1]);
+        }
+        debug_assert_eq!(self.session.tokens.len(), self.session.cache.len());
+        Ok(())
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        if self.state.is_some() {
+            if let Some(state) = self.state.as_mut() {
+                self.sampler.cancel(state);
+            }
+            if self.commit(0).is_err() {
+                // The cache cannot be trusted; fall back to an empty one.
+                self.session.truncate(0);
+            }
+        }
+    }
+}

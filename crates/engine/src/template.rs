@@ -1,0 +1,105 @@
+//! Chat templates: the file's `tokenizer.chat_template`, rendered with minijinja
+//! the way Hugging Face's Python renders it (trim_blocks, lstrip_blocks,
+//! Python string methods).
+
+use minijinja::syntax::SyntaxConfig;
+use minijinja::{context, Environment, Error as JinjaError, ErrorKind};
+use serde::Serialize;
+
+use crate::error::{EngineError, Result};
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+/// One message of a conversation, as the template sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Self { role, content: content.into() }
+    }
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new(Role::System, content)
+    }
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new(Role::User, content)
+    }
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new(Role::Assistant, content)
+    }
+}
+
+const NAME: &str = "chat";
+
+/// A compiled chat template with the special-token strings it may refer to.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    source: String,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl ChatTemplate {
+    pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self> {
+        let mut env = Environment::new();
+        env.set_syntax(
+            SyntaxConfig::builder()
+                .trim_blocks(true)
+                .lstrip_blocks(true)
+                .build()
+                .map_err(|e| EngineError::Template(e.to_string()))?,
+        );
+        minijinja_contrib::add_to_environment(&mut env);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |msg: String| -> std::result::Result<String, JinjaError> {
+            Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
+        });
+        env.add_template_owned(NAME, source.to_string()).map_err(|e| EngineError::Template(describe(&e)))?;
+        Ok(Self { env, source: source.to_string(), bos_token: bos_token.into(), eos_token: eos_token.into() })
+    }
+
+    /// ChatML, for files that carry no template of their own.
+    pub fn chatml() -> Self {
+        Self::new(CHATML, "", "").expect("the built-in template compiles")
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The prompt text for `messages`; with `add_generation_prompt` it ends
+    /// where the assistant's reply should begin.
+    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        let tmpl = self.env.get_template(NAME).map_err(|e| EngineError::Template(describe(&e)))?;
+        tmpl.render(context! {
+            messages => minijinja::value::Value::from(minijinja::value::Serde(messages)),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos_token.as_str(),
+            eos_token => self.eos_token.as_str(),
+        })
+        .map_err(|e| EngineError::Template(describe(&e)))
+    }
+}
+
+fn describe(e: &JinjaError) -> String {
+    let mut s = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}
+
+const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";

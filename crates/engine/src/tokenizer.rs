@@ -1,0 +1,281 @@
+//! The model's tokenizer, built from the GGUF's own `tokenizer.ggml.*` metadata.
+//!
+//! Encoding goes through the `tokenizers` crate. Decoding goes through a table
+//! of the raw bytes each token stands for, which is what lets the streaming
+//! decoder cut text only at UTF-8 boundaries.
+
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::Value;
+use tokenizers::decoders::byte_fallback::ByteFallback;
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+use tokenizers::decoders::strip::Strip as DecoderStrip;
+use tokenizers::models::bpe::BPE;
+use tokenizers::models::unigram::Unigram;
+use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence as PreSequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{AddedToken, DecoderWrapper, NormalizerWrapper, PreTokenizerWrapper, SplitDelimiterBehavior};
+
+use crate::error::{EngineError, Result};
+use crate::gguf::GgufFile;
+
+/// GGUF token types (llama.cpp's `llama_token_type`).
+const TYPE_CONTROL: i32 = 3;
+const TYPE_USER_DEFINED: i32 = 4;
+const TYPE_BYTE: i32 = 6;
+
+/// Encodes text to ids and ids back to bytes, exactly as the model was trained.
+pub struct Tokenizer {
+    /// Treats special-token text as special (chat templates).
+    special: tokenizers::Tokenizer,
+    /// Treats special-token text as plain text (user-typed content).
+    plain: tokenizers::Tokenizer,
+    token_bytes: Vec<Vec<u8>>,
+    tokens: Vec<String>,
+    is_control: Vec<bool>,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    eot: Option<u32>,
+    add_bos: bool,
+}
+
+impl Tokenizer {
+    /// Builds the tokenizer from the file's metadata. A `tokenizer.json` next to
+    /// the model, if present, replaces the encoder; decoding still uses the
+    /// GGUF vocabulary, which the model's ids index.
+    pub fn from_gguf(file: &GgufFile) -> Result<Self> {
+        let path = file.path().to_path_buf();
+        let err = |reason: String| EngineError::Tokenizer { path: path.clone(), reason };
+        let model_kind = file.string("tokenizer.ggml.model").map_err(|e| err(e.to_string()))?.to_string();
+        let tokens: Vec<String> = file
+            .array("tokenizer.ggml.tokens")
+            .map_err(|e| err(e.to_string()))?
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => Ok(s.clone()),
+                _ => Err(err("tokenizer.ggml.tokens holds a non-string".into())),
+            })
+            .collect::<Result<_>>()?;
+        if tokens.is_empty() {
+            return Err(err("the vocabulary is empty".into()));
+        }
+        let types: Vec<i32> = match file.array("tokenizer.ggml.token_type") {
+            Ok(a) => a.iter().map(|v| v.to_i32().unwrap_or(1)).collect(),
+            Err(_) => vec![1; tokens.len()],
+        };
+        if types.len() != tokens.len() {
+            return Err(err("token types and tokens differ in length".into()));
+        }
+        let id = |key: &str| -> Result<Option<u32>> {
+            let v = file.u32_opt(key).map_err(|e| err(e.to_string()))?;
+            match v {
+                Some(i) if i as usize >= tokens.len() => Err(err(format!("{key} = {i} is outside the vocabulary"))),
+                v => Ok(v),
+            }
+        };
+        let bos = id("tokenizer.ggml.bos_token_id")?;
+        let eos = id("tokenizer.ggml.eos_token_id")?;
+        let eot = id("tokenizer.ggml.eot_token_id")?;
+        let unk = id("tokenizer.ggml.unknown_token_id")?;
+        let add_bos = file.bool_opt("tokenizer.ggml.add_bos_token").unwrap_or(model_kind == "llama");
+
+        let (mut special, token_bytes) = match model_kind.as_str() {
+            "gpt2" => {
+                let pre = file.string_opt("tokenizer.ggml.pre").unwrap_or("default");
+                (build_bpe(file, &tokens, pre).map_err(err)?, byte_level_table(&tokens, &types))
+            }
+            "llama" => {
+                let add_space_prefix = file.bool_opt("tokenizer.ggml.add_space_prefix").unwrap_or(true);
+                (build_spm(file, &tokens, unk, add_space_prefix).map_err(err)?, spm_table(&tokens, &types))
+            }
+            other => return Err(err(format!("tokenizer model {other:?} is not supported (gpt2 and llama are)"))),
+        };
+        let added: Vec<AddedToken> = tokens
+            .iter()
+            .zip(&types)
+            .filter(|(_, &t)| t == TYPE_CONTROL || t == TYPE_USER_DEFINED)
+            .map(|(s, _)| AddedToken::from(s.clone(), true))
+            .collect();
+        special.add_special_tokens(added).map_err(|e| err(format!("special tokens: {e}")))?;
+
+        let json = Path::new(file.path()).with_file_name("tokenizer.json");
+        if json.is_file() {
+            special = tokenizers::Tokenizer::from_file(&json).map_err(|e| err(format!("{}: {e}", json.display())))?;
+        }
+        let mut plain = special.clone();
+        plain.set_encode_special_tokens(true);
+        let is_control = types.iter().map(|&t| t == TYPE_CONTROL).collect();
+        Ok(Self { special, plain, token_bytes, tokens, is_control, bos, eos, eot, add_bos })
+    }
+
+    /// Token ids for `text`. With `parse_special`, text such as `<|im_end|>`
+    /// becomes its control token; without it, it is spelled out like any text.
+    /// A BOS token is prepended when `add_bos` is asked for and the model wants one.
+    pub fn encode(&self, text: &str, add_bos: bool, parse_special: bool) -> Result<Vec<u32>> {
+        let tok = if parse_special { &self.special } else { &self.plain };
+        let enc = tok.encode(text, false).map_err(|e| EngineError::Tokenizer { path: "<encode>".into(), reason: e.to_string() })?;
+        let mut ids = Vec::with_capacity(enc.len() + 1);
+        if add_bos && self.add_bos {
+            ids.extend(self.bos);
+        }
+        ids.extend_from_slice(enc.get_ids());
+        Ok(ids)
+    }
+
+    /// Text for `ids`; control tokens contribute nothing, invalid UTF-8 becomes U+FFFD.
+    pub fn decode(&self, ids: &[u32]) -> String {
+        let bytes: Vec<u8> = ids.iter().flat_map(|&i| self.token_bytes(i).iter().copied()).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// The raw bytes token `id` stands for in generated text.
+    pub fn token_bytes(&self, id: u32) -> &[u8] {
+        self.token_bytes.get(id as usize).map_or(&[], Vec::as_slice)
+    }
+
+    /// The token's spelling in the vocabulary, control tokens included.
+    pub fn token_text(&self, id: u32) -> Option<&str> {
+        self.tokens.get(id as usize).map(String::as_str)
+    }
+
+    pub fn token_id(&self, text: &str) -> Option<u32> {
+        self.tokens.iter().position(|t| t == text).map(|i| i as u32)
+    }
+
+    pub fn is_control(&self, id: u32) -> bool {
+        self.is_control.get(id as usize).copied().unwrap_or(false)
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn bos(&self) -> Option<u32> {
+        self.bos
+    }
+
+    pub fn eos(&self) -> Option<u32> {
+        self.eos
+    }
+
+    pub fn eot(&self) -> Option<u32> {
+        self.eot
+    }
+
+    pub fn add_bos(&self) -> bool {
+        self.add_bos
+    }
+}
+
+/// Pre-tokenizer regexes from llama.cpp's `llama-vocab.cpp`, keyed by `tokenizer.ggml.pre`.
+const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+fn build_bpe(file: &GgufFile, tokens: &[String], pre: &str) -> std::result::Result<tokenizers::Tokenizer, String> {
+    let merges: Vec<(String, String)> = file
+        .array("tokenizer.ggml.merges")
+        .map_err(|e| e.to_string())?
+        .iter()
+        .map(|v| match v {
+            Value::String(s) => s.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())).ok_or_else(|| format!("bad merge {s:?}")),
+            _ => Err("tokenizer.ggml.merges holds a non-string".to_string()),
+        })
+        .collect::<std::result::Result<_, _>>()?;
+    let vocab: ahash::AHashMap<String, u32> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .ignore_merges(false)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let byte_level = ByteLevel::new(false, true, false);
+    let split = |re: &str| -> std::result::Result<PreTokenizerWrapper, String> {
+        Ok(Split::new(SplitPattern::Regex(re.into()), SplitDelimiterBehavior::Isolated, false).map_err(|e| e.to_string())?.into())
+    };
+    let pre_tokenizer: PreTokenizerWrapper = match pre {
+        "smollm" => PreSequence::new(vec![Digits::new(true).into(), ByteLevel::new(false, true, true).into()]).into(),
+        "gpt-2" | "gpt2" => ByteLevel::new(false, true, true).into(),
+        "llama3" | "llama-bpe" | "llama-v3" => PreSequence::new(vec![split(LLAMA3_REGEX)?, byte_level.into()]).into(),
+        "qwen2" | "deepseek-r1-qwen" => PreSequence::new(vec![split(QWEN2_REGEX)?, byte_level.into()]).into(),
+        other => return Err(format!("pre-tokenizer {other:?} is not supported; refusing to guess (supported: smollm, gpt-2, llama-bpe, qwen2)")),
+    };
+    let mut tok = tokenizers::Tokenizer::new(bpe);
+    tok.with_pre_tokenizer(Some(pre_tokenizer));
+    tok.with_decoder(Some(DecoderWrapper::from(tokenizers::decoders::byte_level::ByteLevel::default())));
+    Ok(tok)
+}
+
+fn build_spm(file: &GgufFile, tokens: &[String], unk: Option<u32>, add_space_prefix: bool) -> std::result::Result<tokenizers::Tokenizer, String> {
+    let scores: Vec<f64> = match file.array("tokenizer.ggml.scores") {
+        Ok(a) => a.iter().map(|v| v.to_f32().map(|x| x as f64).map_err(|e| e.to_string())).collect::<std::result::Result<_, _>>()?,
+        Err(_) => return Err("a SentencePiece vocabulary needs tokenizer.ggml.scores".into()),
+    };
+    if scores.len() != tokens.len() {
+        return Err("scores and tokens differ in length".into());
+    }
+    let vocab: Vec<(String, f64)> = tokens.iter().cloned().zip(scores).collect();
+    let unigram = Unigram::from(vocab, Some(unk.unwrap_or(0) as usize), true).map_err(|e| e.to_string())?;
+    let mut tok = tokenizers::Tokenizer::new(unigram);
+    let mut normalizers: Vec<NormalizerWrapper> = Vec::new();
+    if add_space_prefix {
+        normalizers.push(Prepend::new("▁".into()).into());
+    }
+    normalizers.push(Replace::new(" ", "▁").map_err(|e| e.to_string())?.into());
+    tok.with_normalizer(Some(NormalizerSequence::new(normalizers))).map_err(|e| e.to_string())?;
+    let mut decoders: Vec<DecoderWrapper> = vec![
+        tokenizers::decoders::DecoderWrapper::Replace(tokenizers::normalizers::Replace::new("▁", " ").map_err(|e| e.to_string())?),
+        ByteFallback::new().into(),
+        Fuse::new().into(),
+    ];
+    if add_space_prefix {
+        decoders.push(DecoderStrip::new(' ', 1, 0).into());
+    }
+    tok.with_decoder(Some(DecoderSequence::new(decoders)));
+    Ok(tok)
+}
+
+/// GPT-2's reversible map from bytes to printable characters, inverted.
+fn byte_level_table(tokens: &[String], types: &[i32]) -> Vec<Vec<u8>> {
+    let mut char_to_byte = std::collections::HashMap::new();
+    let mut n = 0u32;
+    for b in 0u32..256 {
+        let printable = (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+        let c = if printable {
+            b
+        } else {
+            n += 1;
+            255 + n
+        };
+        char_to_byte.insert(char::from_u32(c).expect("valid code point"), b as u8);
+    }
+    tokens
+        .iter()
+        .zip(types)
+        .map(|(t, &ty)| match ty {
+            TYPE_CONTROL => Vec::new(),
+            // User-defined tokens are stored as plain text, not byte-mapped.
+            TYPE_USER_DEFINED => t.as_bytes().to_vec(),
+            _ => t.chars().map(|c| char_to_byte.get(&c).copied().map_or_else(|| c.to_string().into_bytes(), |b| vec![b])).flatten().collect(),
+        })
+        .collect()
+}
+
+fn spm_table(tokens: &[String], types: &[i32]) -> Vec<Vec<u8>> {
+    tokens
+        .iter()
+        .zip(types)
+        .map(|(t, &ty)| match ty {
+            TYPE_CONTROL => Vec::new(),
+            TYPE_BYTE => parse_byte_token(t).map_or_else(|| t.as_bytes().to_vec(), |b| vec![b]),
+            _ => t.replace('▁', " ").into_bytes(),
+        })
+        .collect()
+}
+
+fn parse_byte_token(t: &str) -> Option<u8> {
+    let hex = t.strip_prefix("<0x")?.strip_suffix('>')?;
+    u8::from_str_radix(hex, 16).ok()
+}

@@ -1,0 +1,113 @@
+//! Bad input gets a typed error that names the file and the reason, never a panic.
+
+mod common;
+
+use common::{tiny, Family, TinySpec};
+use hearth_engine::{Engine, EngineError, SamplingParams};
+
+fn open_err(bytes: &[u8]) -> EngineError {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.gguf");
+    std::fs::write(&p, bytes).unwrap();
+    let err = Engine::open(&p).err().expect("opening must fail");
+    assert!(err.to_string().contains("bad.gguf"), "error does not name the file: {err}");
+    err
+}
+
+#[test]
+fn missing_file() {
+    let err = Engine::open("/nonexistent/model.gguf").err().unwrap();
+    assert!(matches!(err, EngineError::Io { .. }), "{err}");
+    assert!(err.to_string().contains("/nonexistent/model.gguf"));
+}
+
+#[test]
+fn random_bytes() {
+    let bytes: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    assert!(matches!(open_err(&bytes), EngineError::CorruptModel { .. } | EngineError::TruncatedModel { .. }));
+    assert!(matches!(open_err(b""), EngineError::CorruptModel { .. } | EngineError::TruncatedModel { .. }));
+}
+
+#[test]
+fn truncated_files_at_many_points() {
+    let (_d, path) = tiny(&TinySpec::new(Family::Llama));
+    let full = std::fs::read(&path).unwrap();
+    for cut in [4, 16, 100, full.len() / 3, full.len() / 2, full.len() - 1] {
+        let err = open_err(&full[..cut]);
+        assert!(matches!(err, EngineError::TruncatedModel { .. } | EngineError::CorruptModel { .. }), "cut at {cut}: {err}");
+    }
+    // The tensor data is where a partial download ends: that must say truncated.
+    assert!(matches!(open_err(&full[..full.len() - 1]), EngineError::TruncatedModel { .. }));
+}
+
+#[test]
+fn truncated_real_model_says_truncated() {
+    let p = common::default_model();
+    let full = std::fs::read(&p).unwrap();
+    let err = open_err(&full[..full.len() / 2]);
+    assert!(matches!(err, EngineError::TruncatedModel { .. }), "{err}");
+}
+
+#[test]
+fn unknown_architecture() {
+    let (_d, path) = tiny(&TinySpec::new(Family::Llama));
+    let mut bytes = std::fs::read(&path).unwrap();
+    // Same length, so the file stays well-formed: "llama" -> "llaxa".
+    let at = bytes.windows(5).position(|w| w == b"llama").unwrap();
+    bytes[at + 3] = b'x';
+    match open_err(&bytes) {
+        EngineError::UnsupportedArchitecture { architecture, .. } => assert_eq!(architecture, "llaxa"),
+        e => panic!("wrong error: {e}"),
+    }
+}
+
+#[test]
+fn unknown_pre_tokenizer_is_refused_not_guessed() {
+    let (_d, path) = tiny(&TinySpec::new(Family::Llama));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes.windows(6).position(|w| w == b"smollm").unwrap();
+    bytes[at..at + 6].copy_from_slice(b"smolxx");
+    let err = open_err(&bytes);
+    assert!(matches!(err, EngineError::Tokenizer { .. }), "{err}");
+    assert!(err.to_string().contains("smolxx"));
+}
+
+#[test]
+fn out_of_range_settings_name_the_field() {
+    let cases: Vec<(SamplingParams, &str)> = vec![
+        (SamplingParams { temperature: -0.1, ..Default::default() }, "temperature"),
+        (SamplingParams { temperature: f32::NAN, ..Default::default() }, "temperature"),
+        (SamplingParams { top_p: 0.0, ..Default::default() }, "top_p"),
+        (SamplingParams { top_p: 1.5, ..Default::default() }, "top_p"),
+        (SamplingParams { top_k: Some(0), ..Default::default() }, "top_k"),
+        (SamplingParams { min_p: -0.5, ..Default::default() }, "min_p"),
+        (SamplingParams { repeat_penalty: 0.0, ..Default::default() }, "repeat_penalty"),
+        (SamplingParams { presence_penalty: 3.0, ..Default::default() }, "presence_penalty"),
+        (SamplingParams { frequency_penalty: -3.0, ..Default::default() }, "frequency_penalty"),
+    ];
+    for (p, field) in cases {
+        match p.validate() {
+            Err(EngineError::InvalidSetting { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{field}: expected an error, got {other:?}"),
+        }
+    }
+    assert!(SamplingParams::default().validate().is_ok());
+    assert!(SamplingParams::greedy().validate().is_ok());
+
+    // The loop refuses them too, before touching the model.
+    let (_d, path) = tiny(&TinySpec::new(Family::Llama));
+    let engine = Engine::open(&path).unwrap();
+    let cfg = engine.generation_config(SamplingParams { top_p: 2.0, ..Default::default() }, 4);
+    let mut session = engine.new_session(None);
+    assert!(session.start_turn(engine.model(), engine.tokenizer(), &[5, 6], cfg, 1).is_err());
+    assert!(session.tokens().is_empty());
+}
+
+#[test]
+fn out_of_vocabulary_ids_are_an_error() {
+    let (_d, path) = tiny(&TinySpec::new(Family::Qwen2));
+    let engine = Engine::open(&path).unwrap();
+    let mut cache = engine.model().new_cache(64);
+    assert!(engine.model().forward(&[vec![1, 100_000]], &mut cache).is_err());
+    assert_eq!(cache.len(), 0);
+}

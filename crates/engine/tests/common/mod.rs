@@ -1,0 +1,252 @@
+//! Shared test fixtures: the real default model, and tiny random-weight GGUF
+//! files written at test time for every supported family.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use hearth_engine::Engine;
+
+/// The real SmolLM2 file. Fails loudly rather than skipping: these tests are
+/// the proof that the real loading path works.
+pub fn default_model() -> PathBuf {
+    let p = hearth_engine::paths::default_model_path();
+    assert!(p.is_file(), "default model missing at {}; run scripts/fetch-model.sh first", p.display());
+    p
+}
+
+pub fn open_default() -> Engine {
+    Engine::open(default_model()).expect("the default model opens")
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Family {
+    Llama,
+    Qwen2,
+    Qwen3,
+    Gemma3,
+}
+
+pub struct TinySpec {
+    pub family: Family,
+    pub n_layers: usize,
+    pub n_embd: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn: usize,
+    pub context: usize,
+    pub sliding_window: usize,
+    pub sliding_pattern: usize,
+    pub seed: u64,
+    pub dtype: GgmlDType,
+}
+
+impl TinySpec {
+    pub fn new(family: Family) -> Self {
+        Self {
+            family,
+            n_layers: 2,
+            n_embd: 64,
+            n_heads: 4,
+            n_kv_heads: 2,
+            head_dim: 16,
+            ffn: 128,
+            context: 256,
+            sliding_window: 8,
+            sliding_pattern: 2,
+            seed: 7,
+            dtype: GgmlDType::Q8_0,
+        }
+    }
+}
+
+/// Tiny vocab: the control tokens, then the 256 GPT-2 byte characters (or
+/// SentencePiece byte tokens for Gemma), then filler up to VOCAB.
+pub const VOCAB: usize = 320;
+
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> f32 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+fn random(rng: &mut Lcg, dims: &[usize], scale: f32) -> Tensor {
+    let n: usize = dims.iter().product();
+    let v: Vec<f32> = (0..n).map(|_| rng.next() * scale).collect();
+    Tensor::from_vec(v, dims, &Device::Cpu).unwrap()
+}
+
+fn gpt2_byte_chars() -> Vec<String> {
+    let mut out = Vec::new();
+    let mut n = 0u32;
+    for b in 0u32..256 {
+        let printable = (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+        let c = if printable {
+            b
+        } else {
+            n += 1;
+            255 + n
+        };
+        out.push(char::from_u32(c).unwrap().to_string());
+    }
+    out
+}
+
+/// Writes a random-weight model of `spec` to `path`.
+pub fn write_tiny(path: &Path, spec: &TinySpec) {
+    let arch = match spec.family {
+        Family::Llama => "llama",
+        Family::Qwen2 => "qwen2",
+        Family::Qwen3 => "qwen3",
+        Family::Gemma3 => "gemma3",
+    };
+    let mut rng = Lcg(spec.seed);
+    let mut tensors: Vec<(String, QTensor)> = Vec::new();
+    let q = |t: &Tensor, dtype: GgmlDType| QTensor::quantize(t, dtype).unwrap();
+    let mut put = |name: String, t: Tensor, dtype: GgmlDType| tensors.push((name, q(&t, dtype)));
+    let e = spec.n_embd;
+    let qd = spec.n_heads * spec.head_dim;
+    let kvd = spec.n_kv_heads * spec.head_dim;
+    let ones_ish = |rng: &mut Lcg, n: usize| (random(rng, &[n], 0.1) + 1.0).unwrap();
+    put("token_embd.weight".into(), random(&mut rng, &[VOCAB, e], 1.0), spec.dtype);
+    put("output_norm.weight".into(), ones_ish(&mut rng, e), GgmlDType::F32);
+    if spec.family != Family::Gemma3 {
+        put("output.weight".into(), random(&mut rng, &[VOCAB, e], 0.2), spec.dtype);
+    }
+    for i in 0..spec.n_layers {
+        let p = format!("blk.{i}");
+        put(format!("{p}.attn_norm.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
+        put(format!("{p}.attn_q.weight"), random(&mut rng, &[qd, e], 0.2), spec.dtype);
+        put(format!("{p}.attn_k.weight"), random(&mut rng, &[kvd, e], 0.2), spec.dtype);
+        put(format!("{p}.attn_v.weight"), random(&mut rng, &[kvd, e], 0.2), spec.dtype);
+        put(format!("{p}.attn_output.weight"), random(&mut rng, &[e, qd], 0.2), spec.dtype);
+        put(format!("{p}.ffn_norm.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
+        put(format!("{p}.ffn_gate.weight"), random(&mut rng, &[spec.ffn, e], 0.2), spec.dtype);
+        put(format!("{p}.ffn_up.weight"), random(&mut rng, &[spec.ffn, e], 0.2), spec.dtype);
+        put(format!("{p}.ffn_down.weight"), random(&mut rng, &[e, spec.ffn], 0.2), spec.dtype);
+        if spec.family == Family::Qwen2 {
+            put(format!("{p}.attn_q.bias"), random(&mut rng, &[qd], 0.1), GgmlDType::F32);
+            put(format!("{p}.attn_k.bias"), random(&mut rng, &[kvd], 0.1), GgmlDType::F32);
+            put(format!("{p}.attn_v.bias"), random(&mut rng, &[kvd], 0.1), GgmlDType::F32);
+        }
+        if matches!(spec.family, Family::Qwen3 | Family::Gemma3) {
+            put(format!("{p}.attn_q_norm.weight"), ones_ish(&mut rng, spec.head_dim), GgmlDType::F32);
+            put(format!("{p}.attn_k_norm.weight"), ones_ish(&mut rng, spec.head_dim), GgmlDType::F32);
+        }
+        if spec.family == Family::Gemma3 {
+            put(format!("{p}.post_attention_norm.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
+            put(format!("{p}.post_ffw_norm.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
+        }
+    }
+
+    let k = |s: &str| format!("{arch}.{s}");
+    let mut md: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), Value::String(arch.into())),
+        (k("block_count"), Value::U32(spec.n_layers as u32)),
+        (k("embedding_length"), Value::U32(e as u32)),
+        (k("feed_forward_length"), Value::U32(spec.ffn as u32)),
+        (k("attention.head_count"), Value::U32(spec.n_heads as u32)),
+        (k("attention.head_count_kv"), Value::U32(spec.n_kv_heads as u32)),
+        (k("attention.key_length"), Value::U32(spec.head_dim as u32)),
+        (k("attention.value_length"), Value::U32(spec.head_dim as u32)),
+        (k("rope.dimension_count"), Value::U32(spec.head_dim as u32)),
+        (k("context_length"), Value::U32(spec.context as u32)),
+        (k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
+        (k("rope.freq_base"), Value::F32(10000.0)),
+    ];
+    if spec.family == Family::Gemma3 {
+        md.push((k("attention.sliding_window"), Value::U32(spec.sliding_window as u32)));
+        md.push((k("attention.sliding_window_type"), Value::U32(spec.sliding_pattern as u32)));
+        md.push((k("rope.local_freq_base"), Value::F32(10000.0)));
+    }
+    md.extend(tokenizer_metadata(spec.family));
+    let md_refs: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let mut f = std::fs::File::create(path).unwrap();
+    gguf_file::write(&mut f, &md_refs, &t_refs).unwrap();
+}
+
+fn strings(v: Vec<String>) -> Value {
+    Value::Array(v.into_iter().map(Value::String).collect())
+}
+
+fn tokenizer_metadata(family: Family) -> Vec<(String, Value)> {
+    let s = |k: &str, v: &str| (k.to_string(), Value::String(v.to_string()));
+    let u = |k: &str, v: u32| (k.to_string(), Value::U32(v));
+    if family == Family::Gemma3 {
+        let mut tokens: Vec<String> = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"].map(String::from).to_vec();
+        let mut types = vec![3, 3, 3, 2, 3, 3];
+        for b in 0..256 {
+            tokens.push(format!("<0x{b:02X}>"));
+            types.push(6);
+        }
+        for w in ["▁", "▁the", "▁a", "he", "llo", "▁hello", "user", "model", "\n"] {
+            tokens.push(w.to_string());
+            types.push(1);
+        }
+        while tokens.len() < VOCAB {
+            tokens.push(format!("▁w{}", tokens.len()));
+            types.push(1);
+        }
+        let scores: Vec<Value> = (0..VOCAB).map(|i| Value::F32(-(i as f32))).collect();
+        vec![
+            s("tokenizer.ggml.model", "llama"),
+            ("tokenizer.ggml.tokens".into(), strings(tokens)),
+            ("tokenizer.ggml.token_type".into(), Value::Array(types.into_iter().map(Value::I32).collect())),
+            ("tokenizer.ggml.scores".into(), Value::Array(scores)),
+            u("tokenizer.ggml.bos_token_id", 2),
+            u("tokenizer.ggml.eos_token_id", 1),
+            u("tokenizer.ggml.unknown_token_id", 3),
+            ("tokenizer.ggml.add_bos_token".into(), Value::Bool(true)),
+            ("tokenizer.ggml.add_space_prefix".into(), Value::Bool(false)),
+            s("tokenizer.chat_template", "{{ bos_token }}{% for message in messages %}{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"),
+        ]
+    } else {
+        let mut tokens: Vec<String> = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"].map(String::from).to_vec();
+        let mut types = vec![3, 3, 3];
+        for c in gpt2_byte_chars() {
+            tokens.push(c);
+            types.push(1);
+        }
+        let merges = vec!["Ġ t", "h e", "Ġt he", "l l", "he ll", "hell o"];
+        for m in &merges {
+            tokens.push(m.replace(' ', ""));
+            types.push(1);
+        }
+        while tokens.len() < VOCAB {
+            tokens.push(format!("<filler{}>", tokens.len()));
+            types.push(4);
+        }
+        let pre = if family == Family::Llama { "smollm" } else { "qwen2" };
+        vec![
+            s("tokenizer.ggml.model", "gpt2"),
+            s("tokenizer.ggml.pre", pre),
+            ("tokenizer.ggml.tokens".into(), strings(tokens)),
+            ("tokenizer.ggml.token_type".into(), Value::Array(types.into_iter().map(Value::I32).collect())),
+            ("tokenizer.ggml.merges".into(), strings(merges.into_iter().map(String::from).collect())),
+            u("tokenizer.ggml.bos_token_id", 1),
+            u("tokenizer.ggml.eos_token_id", 2),
+            u("tokenizer.ggml.unknown_token_id", 0),
+            ("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)),
+            s("tokenizer.chat_template", "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"),
+        ]
+    }
+}
+
+/// Writes a tiny model into a fresh temp dir and returns both (keep the dir alive).
+pub fn tiny(spec: &TinySpec) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(format!("tiny-{:?}.gguf", spec.family).to_lowercase());
+    write_tiny(&path, spec);
+    (dir, path)
+}
+
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}

@@ -1,0 +1,251 @@
+//! The real default model (SmolLM2-135M-Instruct Q4_1): loading, template,
+//! greedy answers, stopping on <|im_end|>, multi-turn cache reuse, batches,
+//! and the sampler loop's two modes.
+
+mod common;
+
+use candle_core::{Device, Tensor};
+use common::{default_model, max_abs_diff, open_default};
+use hearth_engine::{ChatMessage, FinishReason, SamplingParams};
+
+#[test]
+fn loads_with_the_expected_shape_and_end_tokens() {
+    let engine = open_default();
+    let c = engine.model().config();
+    assert_eq!((c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim), (30, 576, 9, 3, 64));
+    assert_eq!(c.context_length, 8192);
+    assert_eq!(engine.model().vocab_size(), 49152);
+    assert_eq!(engine.end_tokens(), &[2], "<|im_end|> is eos");
+}
+
+#[test]
+fn renders_the_files_chatml_template() {
+    let engine = open_default();
+    let text = engine.template().render(&[ChatMessage::user("Hi")], true).unwrap();
+    assert_eq!(
+        text,
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    );
+    let ids = engine.encode_chat(&[ChatMessage::user("Hi")]).unwrap();
+    assert_eq!(ids[0], 1, "<|im_start|> is one special token");
+    assert_eq!(*ids.last().unwrap(), 198, "ends with the newline after 'assistant'");
+}
+
+fn greedy(engine: &hearth_engine::Engine, prompt: &str, max: usize) -> hearth_engine::SequenceOutput {
+    let ids = engine.encode_chat(&[ChatMessage::user(prompt)]).unwrap();
+    let mut session = engine.new_session(None);
+    let turn = session.start_turn(engine.model(), engine.tokenizer(), &ids, engine.generation_config(SamplingParams::greedy(), max), 1).unwrap();
+    turn.run().unwrap().sequences.remove(0)
+}
+
+#[test]
+fn answers_two_plus_two_and_stops_on_im_end() {
+    let engine = open_default();
+    let out = greedy(&engine, "What is 2 + 2?", 64);
+    assert_eq!(out.text, "The answer is 4.");
+    assert_eq!(out.finish, FinishReason::EndToken);
+    assert_eq!(*out.tokens.last().unwrap(), 2);
+}
+
+#[test]
+fn first_step_logits_match_candle_quantized_llama() {
+    let engine = open_default();
+    let ids = engine.encode_chat(&[ChatMessage::user("What is the capital of France?")]).unwrap();
+    let mut cache = engine.model().new_cache(8192);
+    let ours: Vec<f32> = engine.model().forward(&[ids.clone()], &mut cache).unwrap().to_vec2::<f32>().unwrap().remove(0);
+    let mut f = std::fs::File::open(default_model()).unwrap();
+    let ct = candle_core::quantized::gguf_file::Content::read(&mut f).unwrap();
+    let mut reference = candle_transformers::models::quantized_llama::ModelWeights::from_gguf(ct, &mut f, &Device::Cpu).unwrap();
+    let x = Tensor::new(ids.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    let theirs: Vec<f32> = reference.forward(&x, 0).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    let d = max_abs_diff(&ours, &theirs);
+    assert!(d < 1e-2, "logits differ by {d}");
+    assert_eq!(hearth_engine::sampling::argmax(&ours), hearth_engine::sampling::argmax(&theirs));
+}
+
+#[test]
+fn second_turn_through_the_cache_equals_a_cold_prefill() {
+    let engine = open_default();
+    let (m, tok) = (engine.model(), engine.tokenizer());
+    let cfg = || engine.generation_config(SamplingParams::greedy(), 24);
+    let mut messages = vec![ChatMessage::user("Name a colour.")];
+    let mut session = engine.new_session(None);
+    let first = session.start_turn(m, tok, &engine.encode_chat(&messages).unwrap(), cfg(), 1).unwrap().run().unwrap();
+    messages.push(ChatMessage::assistant(first.sequences[0].text.clone()));
+    messages.push(ChatMessage::user("And another one?"));
+    let prompt2 = engine.encode_chat(&messages).unwrap();
+
+    let warm = session.start_turn(m, tok, &prompt2, cfg(), 1).unwrap().run().unwrap();
+    let mut cold_session = engine.new_session(None);
+    let cold = cold_session.start_turn(m, tok, &prompt2, cfg(), 1).unwrap().run().unwrap();
+    assert_eq!(warm.sequences[0].tokens, cold.sequences[0].tokens);
+    assert_eq!(cold.stats.processed_tokens, prompt2.len());
+    assert!(
+        warm.stats.processed_tokens < prompt2.len() / 2,
+        "turn 2 processed {} of {} tokens; the cache was not reused",
+        warm.stats.processed_tokens,
+        prompt2.len()
+    );
+    assert_eq!(session.tokens().len(), session.cache().len());
+}
+
+#[test]
+fn edited_history_truncates_the_cache_to_the_common_prefix() {
+    let engine = open_default();
+    let (m, tok) = (engine.model(), engine.tokenizer());
+    let cfg = || engine.generation_config(SamplingParams::greedy(), 8);
+    let mut session = engine.new_session(None);
+    let a = engine.encode_chat(&[ChatMessage::user("Tell me about cats.")]).unwrap();
+    session.start_turn(m, tok, &a, cfg(), 1).unwrap().run().unwrap();
+    let b = engine.encode_chat(&[ChatMessage::user("Tell me about dogs.")]).unwrap();
+    let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let warm = session.start_turn(m, tok, &b, cfg(), 1).unwrap().run().unwrap();
+    assert_eq!(warm.stats.processed_tokens, b.len() - common);
+    let cold = engine.new_session(None).start_turn(m, tok, &b, cfg(), 1).unwrap().run().unwrap();
+    assert_eq!(warm.sequences[0].tokens, cold.sequences[0].tokens);
+}
+
+#[test]
+fn streaming_and_run_to_end_give_the_same_tokens_for_a_seed() {
+    let engine = open_default();
+    let (m, tok) = (engine.model(), engine.tokenizer());
+    let ids = engine.encode_chat(&[ChatMessage::user("Write a short poem about the sea.")]).unwrap();
+    let sampling = SamplingParams { temperature: 0.9, seed: 42, ..SamplingParams::default() };
+    let run = engine.new_session(None).start_turn(m, tok, &ids, engine.generation_config(sampling.clone(), 32), 1).unwrap().run().unwrap();
+    let mut session = engine.new_session(None);
+    let mut turn = session.start_turn(m, tok, &ids, engine.generation_config(sampling.clone(), 32), 1).unwrap();
+    let mut streamed = Vec::new();
+    let mut text = String::new();
+    while let Some(events) = turn.step().unwrap() {
+        for e in events {
+            streamed.push(e.token);
+            text.push_str(&e.text);
+        }
+    }
+    assert_eq!(streamed, run.sequences[0].tokens);
+    assert_eq!(text, run.sequences[0].text);
+    assert_eq!(text, tok.decode(&streamed), "streamed text is the decode of the tokens");
+    let other = engine
+        .new_session(None)
+        .start_turn(m, tok, &ids, engine.generation_config(SamplingParams { seed: 43, ..sampling }, 32), 1)
+        .unwrap()
+        .run()
+        .unwrap();
+    assert_ne!(other.sequences[0].tokens, run.sequences[0].tokens, "another seed, another reply");
+}
+
+#[test]
+fn a_batch_of_variants_shares_the_prompt_and_matches_single_runs() {
+    let engine = open_default();
+    let (m, tok) = (engine.model(), engine.tokenizer());
+    let ids = engine.encode_chat(&[ChatMessage::user("What is 2 + 2?")]).unwrap();
+    let single = greedy(&engine, "What is 2 + 2?", 16);
+    let mut session = engine.new_session(None);
+    let batch = session.start_turn(m, tok, &ids, engine.generation_config(SamplingParams::greedy(), 16), 3).unwrap().finish_after_run();
+    for seq in &batch.sequences {
+        assert_eq!(seq.tokens, single.tokens);
+        assert_eq!(seq.finish, FinishReason::EndToken);
+    }
+    // The kept variant continues like a batch-1 session.
+    assert_eq!(session.tokens().len(), session.cache().len());
+    assert_eq!(session.cache().batch(), 1);
+
+    // Sampled variants differ from each other.
+    let sampling = SamplingParams { temperature: 1.2, seed: 5, ..SamplingParams::default() };
+    let mut session = engine.new_session(None);
+    let out = session.start_turn(m, tok, &ids, engine.generation_config(sampling, 12), 3).unwrap().finish_after_run();
+    assert!(out.sequences.iter().any(|s| s.tokens != out.sequences[0].tokens), "three samples were identical");
+}
+
+trait RunAll {
+    fn finish_after_run(self) -> hearth_engine::TurnOutput;
+}
+impl RunAll for hearth_engine::Turn<'_> {
+    fn finish_after_run(mut self) -> hearth_engine::TurnOutput {
+        while self.step().unwrap().is_some() {}
+        self.finish(1).unwrap()
+    }
+}
+
+#[test]
+fn forbidden_tokens_are_never_sampled_and_stop_strings_stop() {
+    let engine = open_default();
+    let (m, tok) = (engine.model(), engine.tokenizer());
+    let ids = engine.encode_chat(&[ChatMessage::user("What is 2 + 2?")]).unwrap();
+    let baseline = greedy(&engine, "What is 2 + 2?", 16);
+    let mut cfg = engine.generation_config(SamplingParams::greedy(), 16);
+    cfg.forbidden_tokens = vec![baseline.tokens[0]];
+    let out = engine.new_session(None).start_turn(m, tok, &ids, cfg, 1).unwrap().run().unwrap();
+    assert_ne!(out.sequences[0].tokens[0], baseline.tokens[0]);
+
+    let mut cfg = engine.generation_config(SamplingParams::greedy(), 16);
+    cfg.stop_strings = vec!["is".into()];
+    let out = engine.new_session(None).start_turn(m, tok, &ids, cfg, 1).unwrap().run().unwrap();
+    assert_eq!(out.sequences[0].finish, FinishReason::StopString);
+    assert_eq!(out.sequences[0].text, "The answer ");
+}
+
+#[test]
+fn max_tokens_and_cancel_finish_cleanly_and_keep_the_session_consistent() {
+    let engine = open_default();
+    let (m, tok) = (engine.model(), engine.tokenizer());
+    let ids = engine.encode_chat(&[ChatMessage::user("Count from one to fifty.")]).unwrap();
+    let out = engine.new_session(None).start_turn(m, tok, &ids, engine.generation_config(SamplingParams::greedy(), 5), 1).unwrap().run().unwrap();
+    assert_eq!(out.sequences[0].finish, FinishReason::MaxTokens);
+    assert_eq!(out.sequences[0].tokens.len(), 5);
+
+    let mut session = engine.new_session(None);
+    let mut turn = session.start_turn(m, tok, &ids, engine.generation_config(SamplingParams::greedy(), 100), 1).unwrap();
+    turn.step().unwrap();
+    turn.step().unwrap();
+    turn.cancel();
+    assert!(turn.step().unwrap().is_none(), "no steps after cancel");
+    let out = turn.finish(0).unwrap();
+    assert_eq!(out.sequences[0].finish, FinishReason::Cancelled);
+    assert_eq!(out.sequences[0].tokens.len(), 2);
+    assert_eq!(session.tokens().len(), session.cache().len());
+    assert_eq!(session.tokens().len(), ids.len() + 1);
+}
+
+#[test]
+fn a_full_cache_stops_with_cache_full() {
+    let engine = open_default();
+    let (m, tok) = (engine.model(), engine.tokenizer());
+    let ids = engine.encode_chat(&[ChatMessage::user("Count from one to fifty.")]).unwrap();
+    let mut session = engine.new_session(Some(ids.len() + 3));
+    let out = session.start_turn(m, tok, &ids, engine.generation_config(SamplingParams::greedy(), 100), 1).unwrap().run().unwrap();
+    assert_eq!(out.sequences[0].finish, FinishReason::CacheFull);
+    assert_eq!(out.sequences[0].tokens.len(), 4);
+}
+
+#[test]
+fn a_prompt_longer_than_the_context_is_refused() {
+    let engine = open_default();
+    let ids = engine.encode_chat(&[ChatMessage::user("word ".repeat(100))]).unwrap();
+    let mut session = engine.new_session(Some(50));
+    let err = session.start_turn(engine.model(), engine.tokenizer(), &ids, engine.generation_config(SamplingParams::greedy(), 4), 1).err().unwrap();
+    assert!(matches!(err, hearth_engine::EngineError::PromptTooLong { context: 50, .. }), "{err}");
+    // The session is untouched and still usable.
+    let short = engine.encode_chat(&[ChatMessage::user("Hi")]).unwrap();
+    session.start_turn(engine.model(), engine.tokenizer(), &short, engine.generation_config(SamplingParams::greedy(), 2), 1).unwrap().run().unwrap();
+}
+
+#[test]
+fn streamed_text_never_splits_a_character() {
+    let engine = open_default();
+    let tok = engine.tokenizer();
+    let text = "Émoji: 🦀🔥 and 漢字, ok 👩‍👩‍👧";
+    let ids = tok.encode(text, false, false).unwrap();
+    let mut dec = hearth_engine::StreamDecoder::new();
+    let mut out = String::new();
+    let mut split_somewhere = false;
+    for &id in &ids {
+        let piece = dec.push(tok.token_bytes(id));
+        split_somewhere |= piece.is_empty();
+        out.push_str(&piece);
+    }
+    out.push_str(&dec.finish());
+    assert_eq!(out, text);
+    assert_eq!(tok.decode(&ids), text);
+    assert!(split_somewhere, "this text should have a character spread over tokens");
+}
