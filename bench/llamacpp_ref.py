@@ -34,12 +34,17 @@ def last_logits(llm):
     return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm._n_vocab,))
 
 
-def greedy(llm, prompt_ids, n, stop_ids=()):
+def greedy(llm, prompt_ids, n, stop_ids=(), gaps=None):
+    """Greedy ids; if `gaps` is a list, it gets each step's top-1 minus top-2 logit."""
     llm.reset()
     llm.eval(prompt_ids)
     out = []
     for _ in range(n):
-        tok = int(np.argmax(last_logits(llm)))
+        logits = last_logits(llm)
+        tok = int(np.argmax(logits))
+        if gaps is not None:
+            top2 = np.partition(logits, -2)[-2:]
+            gaps.append(float(top2[1] - top2[0]))
         out.append(tok)
         if tok in stop_ids:
             break

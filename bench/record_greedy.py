@@ -32,11 +32,12 @@ llm = llamacpp_ref.load(MODEL, threads=2, f32_cache=True)
 rows, agree = [], 0
 for p in PROMPTS:
     h = json.loads(subprocess.check_output([CLI, "generate", "--model", MODEL, "--prompt", p, "--temperature", "0", "--max-tokens", str(N), "--json", "--threads", "2"]))
-    ref = llamacpp_ref.greedy(llm, h["prompt_token_ids"], N, stop_ids=(2,))
+    gaps = []
+    ref = llamacpp_ref.greedy(llm, h["prompt_token_ids"], N, stop_ids=(2,), gaps=gaps)
     ok = ref == h["generated_token_ids"]
     agree += ok
     print(("agree " if ok else "DIFFER") + f" {p!r}: llama.cpp {ref[:12]}..., hearth {h['generated_token_ids'][:12]}...")
-    rows.append({"prompt": p, "prompt_ids": h["prompt_token_ids"], "llama_cpp_greedy": ref})
+    rows.append({"prompt": p, "prompt_ids": h["prompt_token_ids"], "llama_cpp_greedy": ref, "llama_cpp_top2_gap": [round(g, 4) for g in gaps]})
 with open(OUT, "w") as f:
     json.dump({"model": os.path.basename(MODEL), "kv_cache": "f32", "max_tokens": N, "cases": rows}, f, indent=1)
 print(f"{agree}/{len(PROMPTS)} prompts agree; wrote {OUT}")

@@ -6,7 +6,7 @@ use candle_core::Device;
 
 use crate::error::Result;
 use crate::gguf::GgufFile;
-use crate::model::Model;
+use crate::model::{Kernels, Model};
 use crate::sampler_loop::GenerationConfig;
 use crate::sampling::SamplingParams;
 use crate::session::Session;
@@ -34,9 +34,13 @@ impl Engine {
     }
 
     pub fn open_on(path: impl AsRef<Path>, device: &Device) -> Result<Self> {
+        Self::open_with(path, device, Kernels::Hearth)
+    }
+
+    pub fn open_with(path: impl AsRef<Path>, device: &Device, kernels: Kernels) -> Result<Self> {
         let mut file = GgufFile::open(path.as_ref())?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
-        let model = Model::load(&mut file, device)?;
+        let model = Model::load_with(&mut file, device, kernels)?;
         if tokenizer.vocab_size() > model.vocab_size() {
             return Err(file.corrupt(format!(
                 "the tokenizer has {} tokens but the embeddings only {}",

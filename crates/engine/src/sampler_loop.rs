@@ -7,6 +7,9 @@
 //! full. `SamplerLoop::stream` and `SamplerLoop::run` drive the same `step`, so
 //! for one seed they produce the same tokens.
 //!
+//! The prompt is prefilled whole, as llama.cpp does, and its last logits seed
+//! step 0; every later step forwards the token sampled before it.
+//!
 //! **Invariant:** the cache holds every token fed so far and never the last
 //! sampled one; the next step feeds it. This is what lets the next chat turn
 //! start from the cache without re-reading anything.
@@ -75,6 +78,8 @@ pub struct SamplingState {
     pub rng: Rng,
     /// Cache length when the loop began: the prompt and earlier turns.
     pub init_cache_length: usize,
+    /// The prefill's logits for the prompt's last position, used by step 0.
+    pending_logits: Option<Vec<f32>>,
     /// Tokens before the loop that the penalties may see.
     penalty_context: Vec<u32>,
     text: Vec<TextState>,
@@ -132,10 +137,11 @@ impl<'a> SamplerLoop<'a> {
         &self.config
     }
 
-    /// The state for `batch` sequences that continue from `cache` with
-    /// `last_token` (the prompt's last token, not yet in the cache).
-    /// `penalty_context` is the recent history the penalties may look at.
-    pub fn init_state(&self, cache: KvCache, last_token: u32, penalty_context: &[u32], batch: usize) -> Result<SamplingState> {
+    /// The state for `batch` sequences that continue from `cache`, which holds
+    /// the whole prompt (ending in `last_token`); `prompt_logits` are the
+    /// model's logits after it. `penalty_context` is the recent history the
+    /// penalties may look at.
+    pub fn init_state(&self, cache: KvCache, last_token: u32, prompt_logits: Vec<f32>, penalty_context: &[u32], batch: usize) -> Result<SamplingState> {
         let batch = batch.max(1);
         let cache = if batch > 1 && cache.batch() == 1 { cache.expand_batch(batch)? } else { cache };
         let pos = cache.len();
@@ -148,6 +154,7 @@ impl<'a> SamplerLoop<'a> {
             last_token_pos: vec![pos; batch],
             predicted_tokens: vec![vec![PAD; self.config.max_new_tokens]; batch],
             init_cache_length: pos,
+            pending_logits: Some(prompt_logits),
             cache,
             rng: Rng::new(self.config.sampling.seed),
             penalty_context: penalty_context[penalty_context.len().saturating_sub(window)..].to_vec(),
@@ -163,7 +170,7 @@ impl<'a> SamplerLoop<'a> {
         }
         let reason = if state.step >= self.config.max_new_tokens {
             FinishReason::MaxTokens
-        } else if state.cache.is_full() {
+        } else if state.pending_logits.is_none() && state.cache.is_full() {
             FinishReason::CacheFull
         } else {
             return false;
@@ -184,9 +191,13 @@ impl<'a> SamplerLoop<'a> {
         if self.check_stop(state) {
             return Ok(None);
         }
-        let inputs: Vec<Vec<u32>> = state.last_token.iter().map(|&t| vec![t]).collect();
-        let logits = self.model.forward(&inputs, &mut state.cache)?;
-        let mut logits: Vec<Vec<f32>> = logits.to_vec2()?;
+        let mut logits: Vec<Vec<f32>> = match state.pending_logits.take() {
+            Some(first) => vec![first; state.done.len()],
+            None => {
+                let inputs: Vec<Vec<u32>> = state.last_token.iter().map(|&t| vec![t]).collect();
+                self.model.forward(&inputs, &mut state.cache)?.to_vec2()?
+            }
+        };
         let mut events = Vec::new();
         for (b, row) in logits.iter_mut().enumerate() {
             if state.done[b] {

@@ -54,27 +54,32 @@ impl Session {
         self.cache.truncate(len);
     }
 
-    /// Brings the cache to cover `prompt` minus its last token, reusing the
-    /// longest common prefix. Returns how many tokens were prefilled.
-    pub fn prefill(&mut self, model: &Model, prompt: &[u32]) -> Result<usize> {
+    /// Brings the cache to cover `prompt`, reusing the longest common prefix,
+    /// and returns how many tokens were run and the logits after the last one.
+    pub fn prefill(&mut self, model: &Model, prompt: &[u32]) -> Result<(usize, Vec<f32>)> {
         if prompt.is_empty() {
             return Err(EngineError::setting("prompt", "the prompt is empty"));
         }
         if prompt.len() > self.cache.max_len() {
             return Err(EngineError::PromptTooLong { tokens: prompt.len(), context: self.cache.max_len() });
         }
-        let target = &prompt[..prompt.len() - 1];
-        let common = self.tokens.iter().zip(target).take_while(|(a, b)| a == b).count();
+        // At least the last token is run again: its logits are not cached.
+        let common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1);
         self.truncate(common);
-        for chunk in target[common..].chunks(PREFILL_CHUNK) {
-            if let Err(e) = model.forward(&[chunk.to_vec()], &mut self.cache) {
-                // Keep the invariant even on failure: cache and tokens agree.
-                self.cache.truncate(self.tokens.len());
-                return Err(e);
+        let mut logits = None;
+        for chunk in prompt[common..].chunks(PREFILL_CHUNK) {
+            match model.forward(&[chunk.to_vec()], &mut self.cache) {
+                Ok(l) => logits = Some(l),
+                Err(e) => {
+                    // Keep the invariant even on failure: cache and tokens agree.
+                    self.cache.truncate(self.tokens.len());
+                    return Err(e);
+                }
             }
             self.tokens.extend_from_slice(chunk);
         }
-        Ok(target.len() - common)
+        let logits = logits.expect("at least one token is run").to_vec2::<f32>()?.remove(0);
+        Ok((prompt.len() - common, logits))
     }
 
     /// Starts a turn: prefills what is new in `prompt`, then hands back a
@@ -89,11 +94,11 @@ impl Session {
     ) -> Result<Turn<'a>> {
         let sampler = SamplerLoop::new(model, tokenizer, config)?;
         let started = Instant::now();
-        let prefilled = self.prefill(model, prompt)?;
+        let (prefilled, logits) = self.prefill(model, prompt)?;
         let max_len = self.cache.max_len();
         let cache = std::mem::replace(&mut self.cache, model.new_cache(max_len));
         let last = *prompt.last().expect("prefill checked the prompt is non-empty");
-        let state = match sampler.init_state(cache.clone(), last, prompt, batch) {
+        let state = match sampler.init_state(cache.clone(), last, logits, prompt, batch) {
             Ok(s) => s,
             Err(e) => {
                 self.cache = cache;
@@ -104,8 +109,7 @@ impl Session {
             session: self,
             sampler,
             state: Some(state),
-            last_prompt_token: last,
-            stats: TurnStats { prompt_tokens: prompt.len(), processed_tokens: prefilled + 1, ..TurnStats::default() },
+            stats: TurnStats { prompt_tokens: prompt.len(), processed_tokens: prefilled, ..TurnStats::default() },
             started,
             first_token_at: None,
         })
@@ -135,7 +139,6 @@ pub struct Turn<'a> {
     session: &'a mut Session,
     sampler: SamplerLoop<'a>,
     state: Option<SamplingState>,
-    last_prompt_token: u32,
     stats: TurnStats,
     started: Instant,
     first_token_at: Option<Instant>,
@@ -195,8 +198,8 @@ impl Turn<'_> {
     fn commit(&mut self, keep: usize) -> Result<()> {
         let Some(state) = self.state.take() else { return Ok(()) };
         let generated = sequence_tokens(&state, keep.min(state.done.len() - 1)).to_vec();
-        // Fed so far: the prompt's last token, then each sampled token but the last.
-        let fed = generated.len().min(state.step);
+        // Fed after the prompt: each sampled token but the last.
+        let fed = generated.len().saturating_sub(1);
         let len = state.init_cache_length + fed;
         let cache = if state.cache.batch() == 1 {
             let mut c = state.cache;
@@ -206,10 +209,7 @@ impl Turn<'_> {
             state.cache.select_row(keep, len)?
         };
         self.session.cache = cache;
-        if fed > 0 {
-            self.session.tokens.push(self.last_prompt_token);
-            self.session.tokens.extend_from_slice(&generated[..fed - 1]);
-        }
+        self.session.tokens.extend_from_slice(&generated[..fed]);
         debug_assert_eq!(self.session.tokens.len(), self.session.cache.len());
         Ok(())
     }

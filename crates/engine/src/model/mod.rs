@@ -10,15 +10,27 @@ pub use config::{Architecture, ModelConfig, SUPPORTED_ARCHITECTURES};
 
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
+
 use candle_transformers::quantized_nn::RmsNorm;
 
 use crate::error::Result;
 use crate::gguf::GgufFile;
 use crate::kv_cache::KvCache;
+use crate::quant_matmul::QuantMatrix;
 
 /// Longest chunk fed in one forward pass while prefilling; bounds the
 /// attention score matrix to `heads × chunk × context` floats.
 pub const PREFILL_CHUNK: usize = 512;
+
+/// Which matmul kernels run the quantized weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Kernels {
+    /// Hearth's own, rounding like llama.cpp, where the format has one.
+    #[default]
+    Hearth,
+    /// candle's `QMatMul` everywhere: the reference for structure tests.
+    Candle,
+}
 
 /// A loaded model's weights and shape.
 pub struct Model {
@@ -27,7 +39,7 @@ pub struct Model {
     embed_scale: Option<f64>,
     layers: Vec<Block>,
     norm: RmsNorm,
-    output: QMatMul,
+    output: Matrix,
     inv_freq_global: Vec<f32>,
     inv_freq_local: Vec<f32>,
     vocab_size: usize,
@@ -39,20 +51,56 @@ struct Block {
     wq: Linear,
     wk: Linear,
     wv: Linear,
-    wo: QMatMul,
+    wo: Matrix,
     q_norm: Option<RmsNorm>,
     k_norm: Option<RmsNorm>,
     post_attn_norm: Option<RmsNorm>,
     ffn_norm: RmsNorm,
-    gate: QMatMul,
-    up: QMatMul,
-    down: QMatMul,
+    gate: Matrix,
+    up: Matrix,
+    down: Matrix,
     post_ffn_norm: Option<RmsNorm>,
     sliding: bool,
 }
 
+/// A weight matrix: Hearth's own kernels where it has them (they round like
+/// llama.cpp), candle's `QMatMul` for every other format and device.
+enum Matrix {
+    Own(QuantMatrix),
+    Candle(QMatMul),
+}
+
+impl Matrix {
+    fn new(t: QTensor, device: &Device, kernels: Kernels) -> Result<Self> {
+        if device.is_cpu() && kernels == Kernels::Hearth {
+            if let Some(m) = QuantMatrix::from_qtensor(&t) {
+                return Ok(Self::Own(m));
+            }
+        }
+        Ok(Self::Candle(QMatMul::from_qtensor(t)?))
+    }
+
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Self::Candle(m) => m.forward(x),
+            Self::Own(m) => {
+                let mut dims = x.dims().to_vec();
+                let k = dims.pop().unwrap_or(0);
+                if k != m.cols() {
+                    candle_core::bail!("matmul: input has {k} columns, the weight {}", m.cols());
+                }
+                let xs: Vec<f32> = x.flatten_all()?.to_vec1()?;
+                let mut out = vec![0f32; xs.len() / k * m.rows()];
+                m.matmul(&xs, &mut out);
+                dims.push(m.rows());
+                Tensor::from_vec(out, dims, x.device())
+            }
+        }
+    }
+}
+
 struct Linear {
-    weight: QMatMul,
+    weight: Matrix,
     bias: Option<Tensor>,
 }
 
@@ -69,6 +117,10 @@ impl Linear {
 impl Model {
     /// Loads weights for the architecture named in the file.
     pub fn load(file: &mut GgufFile, device: &Device) -> Result<Self> {
+        Self::load_with(file, device, Kernels::Hearth)
+    }
+
+    pub fn load_with(file: &mut GgufFile, device: &Device, kernels: Kernels) -> Result<Self> {
         let config = ModelConfig::from_gguf(file)?;
         file.rewind()?;
         let arch = config.architecture;
@@ -81,10 +133,10 @@ impl Model {
                 None => Ok(None),
             }
         };
-        let matmul = |file: &mut GgufFile, name: &str, rows: usize, cols: usize| -> Result<QMatMul> {
+        let matmul = |file: &mut GgufFile, name: &str, rows: usize, cols: usize| -> Result<Matrix> {
             let t = file.tensor(name, device)?;
             check_shape(file, name, &t, &[rows, cols])?;
-            Ok(QMatMul::from_qtensor(t)?)
+            Matrix::new(t, device, kernels)
         };
 
         let embd_q = file.tensor("token_embd.weight", device)?;
@@ -96,9 +148,9 @@ impl Model {
         let output = match file.tensor_opt("output.weight", device)? {
             Some(t) => {
                 check_shape(file, "output.weight", &t, &[vocab_size, config.n_embd])?;
-                QMatMul::from_qtensor(t)?
+                Matrix::new(t, device, kernels)?
             }
-            None => QMatMul::from_qtensor(embd_q)?,
+            None => Matrix::new(embd_q, device, kernels)?,
         };
         let q_dim = config.n_heads * config.head_dim;
         let kv_dim = config.n_kv_heads * config.head_dim;
@@ -370,4 +422,5 @@ fn causal_mask(seq_len: usize, pos0: usize, kv_start: usize, window: Option<usiz
     }
     Ok(Some(Tensor::from_vec(m, (seq_len, kv_len), device)?.to_dtype(DType::F32)?))
 }
+
 
