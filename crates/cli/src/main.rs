@@ -289,6 +289,7 @@ fn bench(model: &ModelArgs, prompt_tokens: usize, gen_tokens: usize, repeats: us
                 "model": engine.path().display().to_string(),
                 "threads": threads,
                 "prompt_tokens": prompt.len(),
+                "prompt_token_ids": prompt,
                 "gen_tokens": gen_tokens,
                 "prefill_tokens_per_s": prefill_tps,
                 "decode_tokens_per_s": decode_tps,

@@ -1,0 +1,44 @@
+"""Hearth against llama.cpp on the same GGUF, prompt ids and thread count, in one run.
+
+    bench/setup-llamacpp.sh                      # once per machine
+    ~/.cache/hearth/llama-venv/bin/python bench/vs_llamacpp.py [--threads 1 2] [--prompt-tokens 128] [--gen-tokens 64]
+
+Prints prefill and decode tokens/s for both and the ratio hearth / llama.cpp.
+Engines alternate so that machine noise hits both alike; each figure is the
+best of its repeats.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+import llamacpp_ref  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ap = argparse.ArgumentParser()
+ap.add_argument("--model", default=os.path.expanduser("~/.cache/hearth/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+ap.add_argument("--threads", type=int, nargs="+", default=[2, 1])
+ap.add_argument("--prompt-tokens", type=int, default=128)
+ap.add_argument("--gen-tokens", type=int, default=64)
+ap.add_argument("--repeats", type=int, default=3)
+ap.add_argument("--cli", default=os.environ.get("HEARTH_CLI", os.path.join(ROOT, "target/release/hearth-cli")))
+args = ap.parse_args()
+
+rows = []
+for threads in args.threads:
+    h = json.loads(subprocess.check_output([
+        args.cli, "bench", "--model", args.model, "--threads", str(threads), "--prompt-tokens", str(args.prompt_tokens),
+        "--gen-tokens", str(args.gen_tokens), "--repeats", str(args.repeats), "--json"]))
+    llm = llamacpp_ref.load(args.model, threads, n_ctx=args.prompt_tokens + args.gen_tokens + 16)
+    lp, ld = llamacpp_ref.bench(llm, h["prompt_token_ids"], args.gen_tokens, args.repeats)
+    del llm
+    rows.append((threads, h["prefill_tokens_per_s"], lp, h["decode_tokens_per_s"], ld, h.get("peak_rss_bytes")))
+
+print(f"model {os.path.basename(args.model)}, prompt {args.prompt_tokens} tokens, {args.gen_tokens} generated, best of {args.repeats}")
+print("| threads | prefill hearth | prefill llama.cpp | ratio | decode hearth | decode llama.cpp | ratio | hearth peak RSS |")
+print("|---|---|---|---|---|---|---|---|")
+for t, hp, lp, hd, ld, rss in rows:
+    rss_s = f"{rss / 2**20:.0f} MiB" if rss else "n/a"
+    print(f"| {t} | {hp:.1f} tok/s | {lp:.1f} tok/s | {hp / lp:.2f}x | {hd:.1f} tok/s | {ld:.1f} tok/s | {hd / ld:.2f}x | {rss_s} |")

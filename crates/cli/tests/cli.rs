@@ -1,0 +1,59 @@
+//! The CLI's stable surface: subcommands, flags and JSON fields that scripts use.
+
+use std::process::Command;
+
+fn cli(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth-cli")).args(args).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn generate_json_answers_two_plus_two_and_stops_on_the_end_token() {
+    let (ok, out, err) = cli(&["generate", "--prompt", "What is 2 + 2?", "--temperature", "0", "--json", "--threads", "2"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["text"], "The answer is 4.");
+    assert_eq!(v["finish_reason"], "end_token");
+    for key in ["prompt_tokens", "generated_token_ids", "prefill_ms", "decode_ms", "prefill_tokens_per_s", "decode_tokens_per_s"] {
+        assert!(!v[key].is_null(), "missing {key}");
+    }
+    assert_eq!(v["generated_token_ids"].as_array().unwrap().last().unwrap(), 2);
+}
+
+#[test]
+fn generate_streams_plain_text() {
+    let (ok, out, err) = cli(&["generate", "--prompt", "What is 2 + 2?", "--temperature", "0", "--max-tokens", "16"]);
+    assert!(ok, "{err}");
+    assert_eq!(out.trim_end(), "The answer is 4.");
+}
+
+#[test]
+fn tokenize_prints_ids_with_and_without_special_parsing() {
+    let (ok, out, _) = cli(&["tokenize", "--text", "<|im_start|>user", "--special"]);
+    assert!(ok);
+    assert_eq!(out.trim(), "[1,4093]");
+    let (_, plain, _) = cli(&["tokenize", "--text", "<|im_start|>user"]);
+    assert_ne!(plain.trim(), "[1,4093]");
+}
+
+#[test]
+fn bench_json_reports_speeds_and_peak_rss() {
+    let (ok, out, err) = cli(&["bench", "--prompt-tokens", "16", "--gen-tokens", "4", "--repeats", "1", "--json", "--threads", "1"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(v["prefill_tokens_per_s"].as_f64().unwrap() > 0.0);
+    assert!(v["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
+    assert!(v["peak_rss_bytes"].as_u64().unwrap() > 50 << 20);
+    assert_eq!(v["prompt_token_ids"].as_array().unwrap().len(), 16);
+}
+
+#[test]
+fn bad_input_is_a_clear_error_not_a_panic() {
+    let (ok, _, err) = cli(&["generate", "--model", "/nonexistent.gguf", "--prompt", "hi"]);
+    assert!(!ok);
+    assert!(err.starts_with("error: cannot read model file /nonexistent.gguf"), "{err}");
+    let (ok, _, err) = cli(&["generate", "--prompt", "hi", "--top-p", "1.5"]);
+    assert!(!ok);
+    assert!(err.contains("top_p"), "{err}");
+    assert!(!err.contains("panicked"));
+}
