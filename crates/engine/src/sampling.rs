@@ -228,3 +228,55 @@ fn softmax(cands: &[(u32, f32)], temperature: f32) -> Vec<f64> {
     let sum: f64 = exps.iter().sum();
     exps.into_iter().map(|e| e / sum).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn draws(logits: &[f32], p: &SamplingParams, n: usize) -> Vec<u32> {
+        let mut rng = Rng::new(p.seed);
+        (0..n).map(|_| sample(&mut logits.to_vec(), &[], p, &mut rng)).collect()
+    }
+
+    #[test]
+    fn greedy_takes_the_first_maximum() {
+        assert_eq!(sample(&mut [1.0, 3.0, 3.0, 2.0], &[], &SamplingParams::greedy(), &mut Rng::new(0)), 1);
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_draws() {
+        let logits: Vec<f32> = (0..50).map(|i| (i as f32 * 0.37).sin()).collect();
+        let p = SamplingParams { temperature: 1.0, top_k: None, top_p: 1.0, min_p: 0.0, seed: 9, ..Default::default() };
+        assert_eq!(draws(&logits, &p, 100), draws(&logits, &p, 100));
+        assert_ne!(draws(&logits, &p, 100), draws(&logits, &SamplingParams { seed: 10, ..p.clone() }, 100));
+    }
+
+    #[test]
+    fn top_k_top_p_and_min_p_narrow_the_candidates() {
+        let logits = [5.0, 4.0, 3.0, 0.0, -1.0];
+        let base = SamplingParams { temperature: 5.0, top_k: None, top_p: 1.0, min_p: 0.0, seed: 1, ..Default::default() };
+        let all = draws(&logits, &base, 400);
+        assert!(all.contains(&4), "a hot temperature reaches every token");
+        let k2 = draws(&logits, &SamplingParams { top_k: Some(2), ..base.clone() }, 400);
+        assert!(k2.iter().all(|&t| t < 2) && k2.contains(&1));
+        // top-p is applied before temperature: at T=1 the top token alone holds ~0.66.
+        let p = draws(&logits, &SamplingParams { top_p: 0.5, ..base.clone() }, 100);
+        assert!(p.iter().all(|&t| t == 0));
+        // min-p 0.3 keeps tokens within ln(0.3) ≈ -1.2 of the best logit.
+        let m = draws(&logits, &SamplingParams { min_p: 0.3, ..base.clone() }, 400);
+        assert!(m.iter().all(|&t| t < 2) && m.contains(&1));
+    }
+
+    #[test]
+    fn penalties_push_down_recent_tokens() {
+        let p = SamplingParams { repeat_penalty: 2.0, ..SamplingParams::greedy() };
+        assert_eq!(sample(&mut [3.0, 2.0], &[0], &p, &mut Rng::new(0)), 1, "3/2 < 2");
+        let p = SamplingParams { presence_penalty: 1.5, ..SamplingParams::greedy() };
+        assert_eq!(sample(&mut [3.0, 2.0], &[0], &p, &mut Rng::new(0)), 1);
+        let p = SamplingParams { frequency_penalty: 0.4, ..SamplingParams::greedy() };
+        assert_eq!(sample(&mut [3.0, 2.0], &[0, 0], &p, &mut Rng::new(0)), 0, "0.8 is not enough");
+        assert_eq!(sample(&mut [3.0, 2.0], &[0, 0, 0], &p, &mut Rng::new(0)), 1);
+        let p = SamplingParams { repeat_penalty: 2.0, penalty_window: 1, ..SamplingParams::greedy() };
+        assert_eq!(sample(&mut [3.0, 2.0], &[0, 1], &p, &mut Rng::new(0)), 0, "token 0 is outside the window");
+    }
+}
