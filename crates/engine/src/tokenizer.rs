@@ -237,11 +237,12 @@ fn build_spm(file: &GgufFile, tokens: &[String], unk: Option<u32>, add_space_pre
     Ok(tok)
 }
 
-/// GPT-2's reversible map from bytes to printable characters, inverted.
-fn byte_level_table(tokens: &[String], types: &[i32]) -> Vec<Vec<u8>> {
-    let mut char_to_byte = std::collections::HashMap::new();
+/// GPT-2's reversible map from bytes to printable characters: byte-level
+/// vocabularies spell every token in these characters.
+pub fn byte_level_alphabet() -> [char; 256] {
     let mut n = 0u32;
-    for b in 0u32..256 {
+    std::array::from_fn(|b| {
+        let b = b as u32;
         let printable = (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
         let c = if printable {
             b
@@ -249,8 +250,14 @@ fn byte_level_table(tokens: &[String], types: &[i32]) -> Vec<Vec<u8>> {
             n += 1;
             255 + n
         };
-        char_to_byte.insert(char::from_u32(c).expect("valid code point"), b as u8);
-    }
+        char::from_u32(c).expect("valid code point")
+    })
+}
+
+/// Raw bytes per token of a byte-level vocabulary.
+fn byte_level_table(tokens: &[String], types: &[i32]) -> Vec<Vec<u8>> {
+    let char_to_byte: std::collections::HashMap<char, u8> =
+        byte_level_alphabet().iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
     tokens
         .iter()
         .zip(types)

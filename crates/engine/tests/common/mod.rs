@@ -81,22 +81,6 @@ fn random(rng: &mut Lcg, dims: &[usize], scale: f32) -> Tensor {
     Tensor::from_vec(v, dims, &Device::Cpu).unwrap()
 }
 
-fn gpt2_byte_chars() -> Vec<String> {
-    let mut out = Vec::new();
-    let mut n = 0u32;
-    for b in 0u32..256 {
-        let printable = (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
-        let c = if printable {
-            b
-        } else {
-            n += 1;
-            255 + n
-        };
-        out.push(char::from_u32(c).unwrap().to_string());
-    }
-    out
-}
-
 /// Writes a random-weight model of `spec` to `path`.
 pub fn write_tiny(path: &Path, spec: &TinySpec) {
     let arch = match spec.family {
@@ -209,8 +193,8 @@ fn tokenizer_metadata(family: Family) -> Vec<(String, Value)> {
     } else {
         let mut tokens: Vec<String> = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"].map(String::from).to_vec();
         let mut types = vec![3, 3, 3];
-        for c in gpt2_byte_chars() {
-            tokens.push(c);
+        for c in hearth_engine::tokenizer::byte_level_alphabet() {
+            tokens.push(c.to_string());
             types.push(1);
         }
         let merges = vec!["Ġ t", "h e", "Ġt he", "l l", "he ll", "hell o"];
