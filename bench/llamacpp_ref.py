@@ -56,8 +56,8 @@ def bench(llm, prompt_ids, gen_tokens, repeats=3):
     """Best-of-N prefill and decode tokens/s, timed the same way as hearth-cli bench."""
     best_p, best_d = float("inf"), float("inf")
     for _ in range(repeats):
+        # reset() rewinds to position 0; eval() then drops the cache past it.
         llm.reset()
-        llm._ctx.kv_cache_clear() if hasattr(llm._ctx, "kv_cache_clear") else None
         t = time.perf_counter()
         llm.eval(prompt_ids)
         tok = int(np.argmax(last_logits(llm)))

@@ -217,14 +217,11 @@ impl Turn<'_> {
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        if self.state.is_some() {
-            if let Some(state) = self.state.as_mut() {
-                self.sampler.cancel(state);
-            }
-            if self.commit(0).is_err() {
-                // The cache cannot be trusted; fall back to an empty one.
-                self.session.truncate(0);
-            }
+        let Some(state) = self.state.as_mut() else { return };
+        self.sampler.cancel(state);
+        if self.commit(0).is_err() {
+            // The cache cannot be trusted; fall back to an empty one.
+            self.session.truncate(0);
         }
     }
 }
