@@ -1,0 +1,22 @@
+//! Hearth's storage: conversations as message trees, their settings, presets
+//! and the models seen, in one SQLite database in WAL mode.
+//!
+//! Every write is its own short transaction, so a crash (even SIGKILL in the
+//! middle of a reply) loses at most the tokens since the last flush. Opening
+//! the database marks replies that were still streaming as interrupted.
+
+mod conversations;
+mod error;
+mod messages;
+mod migrations;
+mod models;
+mod settings;
+mod store;
+
+pub use conversations::{Conversation, SearchHit};
+pub use error::{Result, StoreError};
+pub use messages::{Message, MessageStatus, ReplyStats, Role, ThreadMessage};
+pub use migrations::SCHEMA_VERSION;
+pub use models::RecentModel;
+pub use settings::{ConversationSettings, FieldError, OverflowPolicy, Preset};
+pub use store::Store;

@@ -1,0 +1,63 @@
+//! Schema migrations, applied in order; `PRAGMA user_version` records how
+//! many have run. Never edit a released migration: append a new one.
+
+use rusqlite::Connection;
+
+use crate::error::{Result, StoreError};
+
+pub(crate) const MIGRATIONS: &[&str] = &[
+    // 1: the first schema.
+    r#"
+    CREATE TABLE conversations (
+        id INTEGER PRIMARY KEY,
+        title TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        deleted_at INTEGER,
+        active_leaf INTEGER,
+        settings TEXT NOT NULL
+    );
+    CREATE TABLE messages (
+        id INTEGER PRIMARY KEY,
+        conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE,
+        role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+        content TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('complete', 'streaming', 'interrupted', 'error')),
+        stats TEXT,
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX messages_by_conversation ON messages(conversation_id, parent_id);
+    CREATE TABLE presets (
+        name TEXT PRIMARY KEY,
+        settings TEXT NOT NULL
+    );
+    CREATE TABLE models (
+        path TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        size_bytes INTEGER NOT NULL,
+        last_opened_at INTEGER NOT NULL
+    );
+    CREATE TABLE app_settings (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    "#,
+];
+
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Brings the database up to `target` migrations (normally all of them).
+pub(crate) fn migrate(conn: &mut Connection, target: i64) -> Result<()> {
+    let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::TooNew { found, known: SCHEMA_VERSION });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(found as usize).take((target - found).max(0) as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        tx.commit()?;
+    }
+    Ok(())
+}

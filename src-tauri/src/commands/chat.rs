@@ -1,0 +1,160 @@
+//! Sending, regenerating, editing, continuing and stopping replies. Each
+//! command records the messages first, then hands the reply to the worker,
+//! whose events stream back over `on_event`.
+
+use hearth_engine::ChatMessage;
+use hearth_store::{Message, MessageStatus, Role, Store};
+use serde::Serialize;
+use tauri::ipc::Channel;
+use tauri::State;
+use ts_rs::TS;
+
+use crate::error::{AppError, AppResult, ErrorKind};
+use crate::events::GenerationEvent;
+use crate::state::AppState;
+use crate::worker::ReplyJob;
+
+/// The messages a command added: the user's (or edited) message and, when
+/// one is being written, the reply.
+#[derive(Debug, Clone, Serialize, TS)]
+#[serde(rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
+pub struct Sent {
+    pub message: Message,
+    pub reply: Option<Message>,
+}
+
+/// The conversation as the model sees it: the system prompt, then the path
+/// from the root to `upto`.
+fn prompt_messages(store: &Store, conversation_id: i64, upto: Option<i64>) -> AppResult<(Vec<ChatMessage>, hearth_store::ConversationSettings)> {
+    let settings = store.conversation_settings(conversation_id)?;
+    let mut messages = Vec::new();
+    if !settings.system_prompt.trim().is_empty() {
+        messages.push(ChatMessage::system(settings.system_prompt.clone()));
+    }
+    if let Some(id) = upto {
+        for m in store.path_to(id)? {
+            let role = match m.role {
+                Role::System => hearth_engine::Role::System,
+                Role::User => hearth_engine::Role::User,
+                Role::Assistant => hearth_engine::Role::Assistant,
+            };
+            messages.push(ChatMessage::new(role, m.content));
+        }
+    }
+    Ok((messages, settings))
+}
+
+fn sink(channel: Channel<GenerationEvent>) -> crate::worker::EventSink {
+    Box::new(move |event| {
+        // The window may have gone; the reply is still saved.
+        let _ = channel.send(event);
+    })
+}
+
+/// Adds an empty reply under `parent` and queues it.
+fn start_reply(state: &AppState, store: &Store, conversation_id: i64, parent: i64, on_event: Channel<GenerationEvent>) -> AppResult<Message> {
+    if state.worker.busy_conversations().contains(&conversation_id) {
+        return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
+    }
+    let (messages, settings) = prompt_messages(store, conversation_id, Some(parent))?;
+    let reply = store.add_message(conversation_id, Some(parent), Role::Assistant, "", MessageStatus::Streaming)?;
+    let job = ReplyJob { conversation_id, reply_id: reply.id, messages, prefix: String::new(), settings, events: sink(on_event) };
+    if let Err(e) = state.worker.enqueue(job) {
+        store.update_reply(reply.id, "", MessageStatus::Error, None)?;
+        return Err(e);
+    }
+    Ok(reply)
+}
+
+fn last_message(store: &Store, conversation_id: i64) -> AppResult<Option<i64>> {
+    Ok(store.thread(conversation_id)?.last().map(|t| t.message.id))
+}
+
+fn non_empty(text: &str) -> AppResult<()> {
+    if text.trim().is_empty() {
+        return Err(AppError::new(ErrorKind::InvalidSettings, "the message is empty"));
+    }
+    Ok(())
+}
+
+/// Sends a user message at the end of the shown branch and starts the reply.
+#[tauri::command]
+pub async fn chat_send(state: State<'_, AppState>, conversation_id: i64, text: String, on_event: Channel<GenerationEvent>) -> AppResult<Sent> {
+    non_empty(&text)?;
+    if state.worker.busy_conversations().contains(&conversation_id) {
+        return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
+    }
+    let store = state.store()?;
+    let parent = last_message(&store, conversation_id)?;
+    let message = store.add_message(conversation_id, parent, Role::User, &text, MessageStatus::Complete)?;
+    let reply = start_reply(&state, &store, conversation_id, message.id, on_event)?;
+    Ok(Sent { message, reply: Some(reply) })
+}
+
+/// Writes another version of a reply, beside the old one.
+#[tauri::command]
+pub async fn chat_regenerate(state: State<'_, AppState>, conversation_id: i64, reply_id: i64, on_event: Channel<GenerationEvent>) -> AppResult<Message> {
+    let store = state.store()?;
+    let old = store.message(reply_id)?;
+    if old.conversation_id != conversation_id || old.role != Role::Assistant {
+        return Err(AppError::new(ErrorKind::NotFound, format!("reply {reply_id} is not in this conversation")));
+    }
+    let parent = old.parent_id.ok_or_else(|| AppError::new(ErrorKind::NotFound, "a reply without a message to answer"))?;
+    start_reply(&state, &store, conversation_id, parent, on_event)
+}
+
+/// Edits a message as a new version beside it. An edited user message gets
+/// a new reply; an edited reply is kept as written.
+#[tauri::command]
+pub async fn chat_edit(state: State<'_, AppState>, conversation_id: i64, message_id: i64, text: String, on_event: Channel<GenerationEvent>) -> AppResult<Sent> {
+    non_empty(&text)?;
+    let store = state.store()?;
+    let old = store.message(message_id)?;
+    if old.conversation_id != conversation_id {
+        return Err(AppError::new(ErrorKind::NotFound, format!("message {message_id} is not in this conversation")));
+    }
+    if old.role == Role::User && state.worker.busy_conversations().contains(&conversation_id) {
+        return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
+    }
+    let message = store.add_message(conversation_id, old.parent_id, old.role, &text, MessageStatus::Complete)?;
+    let reply = match old.role {
+        Role::User => Some(start_reply(&state, &store, conversation_id, message.id, on_event)?),
+        _ => None,
+    };
+    Ok(Sent { message, reply })
+}
+
+/// Goes on writing a reply that was stopped, in place.
+#[tauri::command]
+pub async fn chat_continue(state: State<'_, AppState>, conversation_id: i64, reply_id: i64, on_event: Channel<GenerationEvent>) -> AppResult<Message> {
+    let store = state.store()?;
+    let reply = store.message(reply_id)?;
+    if reply.conversation_id != conversation_id || reply.role != Role::Assistant {
+        return Err(AppError::new(ErrorKind::NotFound, format!("reply {reply_id} is not in this conversation")));
+    }
+    if reply.status == MessageStatus::Streaming {
+        return Err(AppError::new(ErrorKind::Busy, "this reply is still being written"));
+    }
+    let parent = reply.parent_id.ok_or_else(|| AppError::new(ErrorKind::NotFound, "a reply without a message to answer"))?;
+    let (messages, settings) = prompt_messages(&store, conversation_id, Some(parent))?;
+    store.update_reply(reply.id, &reply.content, MessageStatus::Streaming, None)?;
+    let job = ReplyJob { conversation_id, reply_id, messages, prefix: reply.content.clone(), settings, events: sink(on_event) };
+    if let Err(e) = state.worker.enqueue(job) {
+        store.update_reply(reply.id, &reply.content, reply.status, None)?;
+        return Err(e);
+    }
+    Ok(store.message(reply_id)?)
+}
+
+/// Stops the conversation's reply within one step. False if none was running.
+#[tauri::command]
+pub async fn chat_stop(state: State<'_, AppState>, conversation_id: i64) -> AppResult<bool> {
+    Ok(state.worker.stop(conversation_id))
+}
+
+/// Conversations with a reply queued or being written.
+#[tauri::command]
+pub async fn chat_busy(state: State<'_, AppState>) -> AppResult<Vec<i64>> {
+    Ok(state.worker.busy_conversations())
+}

@@ -1,0 +1,38 @@
+//! IPC commands, one module per feature. Each returns `AppResult`, so a
+//! failure reaches the UI as `{kind, message}`.
+
+pub mod chat;
+pub mod conversations;
+pub mod models;
+pub mod settings;
+
+/// The handler that routes every command.
+pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + Send + Sync + 'static {
+    tauri::generate_handler![
+        conversations::conversations_list,
+        conversations::conversations_search,
+        conversations::conversations_create,
+        conversations::conversations_rename,
+        conversations::conversations_delete,
+        conversations::conversations_restore,
+        conversations::conversations_thread,
+        conversations::conversations_select_version,
+        chat::chat_send,
+        chat::chat_regenerate,
+        chat::chat_edit,
+        chat::chat_continue,
+        chat::chat_stop,
+        chat::chat_busy,
+        settings::settings_get,
+        settings::settings_set,
+        settings::settings_validate,
+        settings::settings_defaults_get,
+        settings::settings_defaults_set,
+        settings::presets_list,
+        settings::presets_save,
+        settings::presets_delete,
+        models::models_status,
+        models::models_open,
+        models::models_recent,
+    ]
+}

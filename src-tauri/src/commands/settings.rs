@@ -1,0 +1,63 @@
+use hearth_store::{ConversationSettings, FieldError, Preset};
+use tauri::State;
+
+use crate::error::{AppError, AppResult, ErrorKind};
+use crate::state::AppState;
+
+fn check(settings: &ConversationSettings) -> AppResult<()> {
+    let errors = settings.validate();
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let words: Vec<String> = errors.iter().map(|e| format!("{} {}", e.field, e.message)).collect();
+    Err(AppError::new(ErrorKind::InvalidSettings, words.join("; ")))
+}
+
+#[tauri::command]
+pub async fn settings_get(state: State<'_, AppState>, conversation_id: i64) -> AppResult<ConversationSettings> {
+    Ok(state.store()?.conversation_settings(conversation_id)?)
+}
+
+/// Saves a conversation's settings; a reply already running keeps its own.
+#[tauri::command]
+pub async fn settings_set(state: State<'_, AppState>, conversation_id: i64, settings: ConversationSettings) -> AppResult<()> {
+    check(&settings)?;
+    Ok(state.store()?.set_conversation_settings(conversation_id, &settings)?)
+}
+
+/// Every invalid field with its message; empty when all are valid.
+#[tauri::command]
+pub async fn settings_validate(settings: ConversationSettings) -> AppResult<Vec<FieldError>> {
+    Ok(settings.validate())
+}
+
+#[tauri::command]
+pub async fn settings_defaults_get(state: State<'_, AppState>) -> AppResult<ConversationSettings> {
+    Ok(state.store()?.default_settings()?)
+}
+
+#[tauri::command]
+pub async fn settings_defaults_set(state: State<'_, AppState>, settings: ConversationSettings) -> AppResult<()> {
+    check(&settings)?;
+    Ok(state.store()?.set_default_settings(&settings)?)
+}
+
+#[tauri::command]
+pub async fn presets_list(state: State<'_, AppState>) -> AppResult<Vec<Preset>> {
+    Ok(state.store()?.presets()?)
+}
+
+#[tauri::command]
+pub async fn presets_save(state: State<'_, AppState>, preset: Preset) -> AppResult<Vec<Preset>> {
+    check(&preset.settings)?;
+    let store = state.store()?;
+    store.save_preset(&preset)?;
+    Ok(store.presets()?)
+}
+
+#[tauri::command]
+pub async fn presets_delete(state: State<'_, AppState>, name: String) -> AppResult<Vec<Preset>> {
+    let store = state.store()?;
+    store.delete_preset(&name)?;
+    Ok(store.presets()?)
+}

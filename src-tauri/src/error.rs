@@ -1,0 +1,77 @@
+//! The one error type every command returns. It reaches the UI as
+//! `{kind, message}`: `kind` for the code to branch on, `message` in words
+//! for the person.
+
+use hearth_engine::EngineError;
+use hearth_store::StoreError;
+use serde::Serialize;
+use ts_rs::TS;
+
+#[derive(Debug, Clone, PartialEq, Serialize, TS, thiserror::Error)]
+#[error("{message}")]
+#[ts(export, export_to = "bindings/")]
+pub struct AppError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, TS)]
+#[serde(rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
+pub enum ErrorKind {
+    /// No model is loaded yet.
+    NoModel,
+    /// The model file cannot be read, is damaged or truncated.
+    BadModel,
+    /// The file is a valid GGUF of an architecture Hearth does not run.
+    UnsupportedModel,
+    InvalidSettings,
+    PromptTooLong,
+    /// This conversation is already generating.
+    Busy,
+    NotFound,
+    DiskFull,
+    Storage,
+    Internal,
+}
+
+impl AppError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into() }
+    }
+}
+
+pub type AppResult<T> = Result<T, AppError>;
+
+impl From<EngineError> for AppError {
+    fn from(e: EngineError) -> Self {
+        let kind = match &e {
+            EngineError::Io { .. } | EngineError::CorruptModel { .. } | EngineError::TruncatedModel { .. } | EngineError::Tokenizer { .. } => {
+                ErrorKind::BadModel
+            }
+            EngineError::UnsupportedArchitecture { .. } => ErrorKind::UnsupportedModel,
+            EngineError::InvalidSetting { .. } => ErrorKind::InvalidSettings,
+            EngineError::PromptTooLong { .. } => ErrorKind::PromptTooLong,
+            EngineError::Template(_) | EngineError::CorruptCache(_) | EngineError::Compute(_) => ErrorKind::Internal,
+        };
+        Self::new(kind, e.to_string())
+    }
+}
+
+impl From<StoreError> for AppError {
+    fn from(e: StoreError) -> Self {
+        let kind = match &e {
+            StoreError::NotFound { .. } => ErrorKind::NotFound,
+            StoreError::DiskFull(_) => ErrorKind::DiskFull,
+            StoreError::Invalid(_) => ErrorKind::InvalidSettings,
+            _ => ErrorKind::Storage,
+        };
+        Self::new(kind, e.to_string())
+    }
+}
+
+impl<T> From<std::sync::PoisonError<T>> for AppError {
+    fn from(_: std::sync::PoisonError<T>) -> Self {
+        Self::new(ErrorKind::Internal, "an earlier request crashed while holding the database; restart Hearth")
+    }
+}

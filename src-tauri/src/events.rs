@@ -1,0 +1,47 @@
+//! What the worker tells the UI: per-reply generation events, sent over a
+//! `tauri::ipc::Channel`, and the model's status, broadcast as an app event.
+
+use hearth_store::ReplyStats;
+use serde::Serialize;
+use ts_rs::TS;
+
+use crate::error::AppError;
+
+/// One reply's progress, in order: `queued`* `started` `token`* then
+/// `finished` or `error`.
+#[derive(Debug, Clone, PartialEq, Serialize, TS)]
+#[serde(tag = "event", content = "data", rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
+pub enum GenerationEvent {
+    /// Waiting behind other conversations; 1 means next.
+    #[serde(rename_all = "camelCase")]
+    Queued { position: u32 },
+    #[serde(rename_all = "camelCase")]
+    Started { reply_id: i64 },
+    /// A piece of text and the token that completed it (text may be empty
+    /// while a multi-byte character or a possible stop string is held back;
+    /// `id` is null for held-back text released by a stop).
+    #[serde(rename_all = "camelCase")]
+    Token { text: String, id: Option<u32> },
+    #[serde(rename_all = "camelCase")]
+    Finished { reason: String, stats: ReplyStats },
+    #[serde(rename_all = "camelCase")]
+    Error { error: AppError },
+}
+
+/// The app's model, as the UI shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, TS)]
+#[serde(tag = "state", rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
+pub enum ModelStatus {
+    /// Nothing loaded and nothing to load: the first-run screen.
+    None,
+    #[serde(rename_all = "camelCase")]
+    Loading { path: String },
+    #[serde(rename_all = "camelCase")]
+    Ready { path: String, name: String, architecture: String, context_length: u32 },
+    #[serde(rename_all = "camelCase")]
+    Failed { path: String, error: AppError },
+}
+
+pub const MODEL_STATUS_EVENT: &str = "model-status";

@@ -1,0 +1,424 @@
+//! The generation worker: one thread that owns the model and every
+//! conversation's `Session`, and runs one reply at a time.
+//!
+//! The model never runs on the UI thread or on the async runtime: commands
+//! only enqueue. Replies from different conversations wait in one FIFO queue
+//! (each conversation has at most one reply queued or running, so FIFO is
+//! fair), and each waiting reply is told its position. The reply is written
+//! to SQLite as it streams, from this thread, so a crash loses at most the
+//! last quarter second.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hearth_engine::sampler_loop::PAD;
+use hearth_engine::{ChatMessage, Engine, FinishReason, SamplingParams, Session};
+use hearth_store::{ConversationSettings, MessageStatus, ReplyStats, Store};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{AppError, AppResult, ErrorKind};
+use crate::events::{GenerationEvent, ModelStatus};
+
+/// Where a reply's events go (a `Channel` in the app, a closure in tests).
+pub type EventSink = Box<dyn Fn(GenerationEvent) + Send>;
+/// Where model status changes go.
+pub type StatusSink = Box<dyn Fn(&ModelStatus) + Send>;
+
+/// A reply to write.
+pub struct ReplyJob {
+    pub conversation_id: i64,
+    pub reply_id: i64,
+    /// The conversation up to the reply, system prompt first.
+    pub messages: Vec<ChatMessage>,
+    /// Text the reply already has (when continuing a stopped reply).
+    pub prefix: String,
+    pub settings: ConversationSettings,
+    pub events: EventSink,
+}
+
+/// Flush a streaming reply to disk at least this often...
+const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
+/// ...or after this many tokens, whichever comes first.
+const FLUSH_TOKENS: usize = 32;
+/// Conversations whose caches stay in memory; the least recently used goes first.
+const RESIDENT_SESSIONS: usize = 8;
+
+struct Queued {
+    job: ReplyJob,
+    cancel: CancellationToken,
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Queued>,
+    active: Option<(i64, CancellationToken)>,
+    load: Option<PathBuf>,
+    /// A model is being loaded now.
+    loading: bool,
+    shutdown: bool,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    status: Mutex<ModelStatus>,
+}
+
+/// The handle commands hold.
+pub struct Worker {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Worker {
+    /// Starts the worker thread with its own database connection.
+    pub fn start(store: Store, on_status: StatusSink) -> Self {
+        let shared = Arc::new(Shared { queue: Mutex::default(), wake: Condvar::new(), status: Mutex::new(ModelStatus::None) });
+        let thread_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("hearth-worker".into())
+            .spawn(move || WorkerThread { shared: thread_shared, store, on_status, engine: None, sessions: HashMap::new(), tick: 0 }.run())
+            .expect("the worker thread starts");
+        Self { shared, thread: Some(thread) }
+    }
+
+    pub fn model_status(&self) -> ModelStatus {
+        self.shared.status.lock().map(|s| s.clone()).unwrap_or(ModelStatus::None)
+    }
+
+    /// Loads a model after the reply in progress, replacing the current one.
+    pub fn load_model(&self, path: PathBuf) {
+        let mut q = self.shared.queue.lock().expect("worker queue");
+        q.load = Some(path);
+        self.shared.wake.notify_all();
+    }
+
+    /// Queues a reply; refuses a second one for the same conversation.
+    pub fn enqueue(&self, job: ReplyJob) -> AppResult<()> {
+        let mut q = self.shared.queue.lock()?;
+        let busy = q.active.as_ref().is_some_and(|(c, _)| *c == job.conversation_id)
+            || q.jobs.iter().any(|j| j.job.conversation_id == job.conversation_id);
+        if busy {
+            return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
+        }
+        if q.active.is_some() || q.load.is_some() || q.loading || !q.jobs.is_empty() {
+            (job.events)(GenerationEvent::Queued { position: q.jobs.len() as u32 + 1 });
+        }
+        q.jobs.push_back(Queued { job, cancel: CancellationToken::new() });
+        self.shared.wake.notify_all();
+        Ok(())
+    }
+
+    /// Stops the conversation's reply: the running one within one step, a
+    /// queued one at once. Returns whether there was one.
+    pub fn stop(&self, conversation_id: i64) -> bool {
+        let mut q = match self.shared.queue.lock() {
+            Ok(q) => q,
+            Err(_) => return false,
+        };
+        if let Some((c, cancel)) = &q.active {
+            if *c == conversation_id {
+                cancel.cancel();
+                return true;
+            }
+        }
+        if let Some(i) = q.jobs.iter().position(|j| j.job.conversation_id == conversation_id) {
+            let queued = q.jobs.remove(i).expect("index is in range");
+            queued.cancel.cancel();
+            // Still handed to the thread, which records the empty reply as stopped.
+            q.jobs.push_front(queued);
+            self.shared.wake.notify_all();
+            return true;
+        }
+        false
+    }
+
+    /// Conversations with a reply queued or running.
+    pub fn busy_conversations(&self) -> Vec<i64> {
+        let Ok(q) = self.shared.queue.lock() else { return Vec::new() };
+        q.active.iter().map(|(c, _)| *c).chain(q.jobs.iter().map(|j| j.job.conversation_id)).collect()
+    }
+
+    /// Blocks until nothing is queued or running. For tests and shutdown.
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            {
+                let q = self.shared.queue.lock().expect("worker queue");
+                if q.active.is_none() && q.jobs.is_empty() && q.load.is_none() && !q.loading {
+                    return true;
+                }
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Ok(mut q) = self.shared.queue.lock() {
+            q.shutdown = true;
+            if let Some((_, c)) = &q.active {
+                c.cancel();
+            }
+            self.shared.wake.notify_all();
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+enum Work {
+    Load(PathBuf),
+    Reply(Queued),
+}
+
+struct WorkerThread {
+    shared: Arc<Shared>,
+    store: Store,
+    on_status: StatusSink,
+    engine: Option<Engine>,
+    /// Each conversation's cache, with when it was last used.
+    sessions: HashMap<i64, (Session, u64)>,
+    tick: u64,
+}
+
+impl WorkerThread {
+    fn run(mut self) {
+        while let Some(work) = self.next() {
+            match work {
+                Work::Load(path) => {
+                    self.load(path);
+                    self.shared.queue.lock().expect("worker queue").loading = false;
+                }
+                Work::Reply(queued) => {
+                    let conversation = queued.job.conversation_id;
+                    self.reply(queued);
+                    let mut q = self.shared.queue.lock().expect("worker queue");
+                    if q.active.as_ref().is_some_and(|(c, _)| *c == conversation) {
+                        q.active = None;
+                    }
+                }
+            }
+        }
+    }
+
+    fn next(&self) -> Option<Work> {
+        let mut q = self.shared.queue.lock().ok()?;
+        loop {
+            if q.shutdown {
+                return None;
+            }
+            if let Some(path) = q.load.take() {
+                q.loading = true;
+                return Some(Work::Load(path));
+            }
+            if let Some(queued) = q.jobs.pop_front() {
+                q.active = Some((queued.job.conversation_id, queued.cancel.clone()));
+                for (i, waiting) in q.jobs.iter().enumerate() {
+                    (waiting.job.events)(GenerationEvent::Queued { position: i as u32 + 1 });
+                }
+                return Some(Work::Reply(queued));
+            }
+            q = self.shared.wake.wait(q).ok()?;
+        }
+    }
+
+    fn set_status(&self, status: ModelStatus) {
+        (self.on_status)(&status);
+        if let Ok(mut s) = self.shared.status.lock() {
+            *s = status;
+        }
+    }
+
+    fn load(&mut self, path: PathBuf) {
+        let shown = path.display().to_string();
+        self.set_status(ModelStatus::Loading { path: shown.clone() });
+        // Free the old model first: two in memory at once may not fit.
+        self.engine = None;
+        self.sessions.clear();
+        match Engine::open(&path) {
+            Ok(engine) => {
+                let config = engine.model().config();
+                let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| shown.clone());
+                let status = ModelStatus::Ready {
+                    path: shown.clone(),
+                    name: name.clone(),
+                    architecture: config.architecture.gguf_name().to_string(),
+                    context_length: config.context_length as u32,
+                };
+                let size = std::fs::metadata(&path).map(|m| m.len() as i64).unwrap_or(0);
+                if let Err(e) = self.store.record_model(&shown, &name, size).and_then(|_| self.store.set_app_setting(LAST_MODEL_KEY, &shown)) {
+                    tracing::warn!("cannot record the model as recent: {e}");
+                }
+                self.engine = Some(engine);
+                self.set_status(status);
+            }
+            Err(e) => self.set_status(ModelStatus::Failed { path: shown, error: e.into() }),
+        }
+    }
+
+    fn reply(&mut self, queued: Queued) {
+        let Queued { job, cancel } = queued;
+        let events = &job.events;
+        let result = if cancel.is_cancelled() {
+            Ok(Finished::stopped_before_start(&job.prefix))
+        } else {
+            self.generate(&job, &cancel)
+        };
+        match result {
+            Ok(done) => {
+                let status = if done.reason == FinishReason::Cancelled { MessageStatus::Interrupted } else { MessageStatus::Complete };
+                let saved = self.store.update_reply(job.reply_id, &done.text, status, Some(&done.stats));
+                match saved {
+                    Ok(()) => events(GenerationEvent::Finished { reason: done.reason.as_str().to_string(), stats: done.stats }),
+                    Err(e) => events(GenerationEvent::Error { error: e.into() }),
+                }
+            }
+            Err((error, text)) => {
+                let stats = ReplyStats { finish_reason: "error".into(), error: Some(error.message.clone()), ..Default::default() };
+                let status = if text.is_empty() { MessageStatus::Error } else { MessageStatus::Interrupted };
+                if let Err(e) = self.store.update_reply(job.reply_id, &text, status, Some(&stats)) {
+                    tracing::error!("cannot record a failed reply: {e}");
+                }
+                events(GenerationEvent::Error { error });
+            }
+        }
+    }
+
+    /// Runs one reply; on failure returns the error and the text written so far.
+    fn generate(&mut self, job: &ReplyJob, cancel: &CancellationToken) -> Result<Finished, (AppError, String)> {
+        let fail = |e: AppError| (e, job.prefix.clone());
+        let engine = self.engine.as_ref().ok_or_else(|| fail(AppError::new(ErrorKind::NoModel, "no model is loaded; open a GGUF model first")))?;
+        (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
+        let s = &job.settings;
+        let model_context = engine.model().config().context_length;
+        let context = if s.context_length == 0 { model_context } else { (s.context_length as usize).min(model_context) };
+
+        let mut prompt = engine.encode_chat(&job.messages).map_err(|e| fail(e.into()))?;
+        if !job.prefix.is_empty() {
+            prompt.extend(engine.tokenizer().encode(&job.prefix, false, false).map_err(|e| fail(e.into()))?);
+        }
+        if prompt.len() >= context {
+            return Err(fail(AppError::new(
+                ErrorKind::PromptTooLong,
+                format!("the conversation is {} tokens long but the context holds {context}; start a new conversation or raise the context length", prompt.len()),
+            )));
+        }
+
+        self.tick += 1;
+        let tick = self.tick;
+        let mut entry = self.sessions.remove(&job.conversation_id).filter(|(s, _)| s.context_length() == context).map(|(s, _)| s);
+        let session = entry.get_or_insert_with(|| engine.new_session(Some(context)));
+        let seed = s.seed.unwrap_or_else(random_seed);
+        let sampling = SamplingParams {
+            temperature: s.temperature,
+            top_k: (s.top_k > 0).then_some(s.top_k as usize),
+            top_p: s.top_p,
+            min_p: s.min_p,
+            repeat_penalty: s.repeat_penalty,
+            penalty_window: s.penalty_window as usize,
+            seed: seed as u64,
+            ..SamplingParams::default()
+        };
+        let mut config = engine.generation_config(sampling, s.max_new_tokens as usize);
+        config.stop_strings = s.stop_strings.clone();
+
+        let mut text = job.prefix.clone();
+        let outcome = (|| -> Result<Finished, AppError> {
+            let mut turn = session.start_turn(engine.model(), engine.tokenizer(), &prompt, config, 1)?;
+            let mut unsaved = 0usize;
+            let mut last_flush = Instant::now();
+            loop {
+                let step = if cancel.is_cancelled() { Some(turn.cancel()) } else { turn.step()? };
+                let Some(step) = step else { break };
+                for e in step.into_iter().filter(|e| e.sequence == 0) {
+                    // A stop flushes held-back text with no token of its own.
+                    let id = (e.token != PAD).then_some(e.token);
+                    if id.is_none() && e.text.is_empty() {
+                        continue;
+                    }
+                    text.push_str(&e.text);
+                    unsaved += 1;
+                    (job.events)(GenerationEvent::Token { text: e.text, id });
+                }
+                if cancel.is_cancelled() && turn.state().done[0] {
+                    break;
+                }
+                if unsaved >= FLUSH_TOKENS || last_flush.elapsed() >= FLUSH_INTERVAL {
+                    self.store.update_reply(job.reply_id, &text, MessageStatus::Streaming, None)?;
+                    unsaved = 0;
+                    last_flush = Instant::now();
+                }
+            }
+            let out = turn.finish(0)?;
+            let seq = &out.sequences[0];
+            let st = &out.stats;
+            let decode_s = st.decode_time.as_secs_f64();
+            Ok(Finished {
+                text: format!("{}{}", job.prefix, seq.text),
+                reason: seq.finish,
+                stats: ReplyStats {
+                    prompt_tokens: st.prompt_tokens as u32,
+                    processed_tokens: st.processed_tokens as u32,
+                    generated_tokens: st.generated_tokens as u32,
+                    ttft_ms: st.time_to_first_token.as_secs_f64() * 1e3,
+                    tokens_per_s: if decode_s > 0.0 { st.generated_tokens.saturating_sub(1) as f64 / decode_s } else { 0.0 },
+                    finish_reason: seq.finish.as_str().to_string(),
+                    seed: Some(seed),
+                    temperature: Some(s.temperature),
+                    error: None,
+                },
+            })
+        })();
+        if let Some(session) = entry {
+            self.sessions.insert(job.conversation_id, (session, tick));
+            self.evict();
+        }
+        outcome.map_err(|e| (e, text))
+    }
+
+    fn evict(&mut self) {
+        while self.sessions.len() > RESIDENT_SESSIONS {
+            let oldest = self.sessions.iter().min_by_key(|(_, (_, t))| *t).map(|(c, _)| *c);
+            match oldest {
+                Some(c) => self.sessions.remove(&c),
+                None => break,
+            };
+        }
+    }
+}
+
+struct Finished {
+    text: String,
+    reason: FinishReason,
+    stats: ReplyStats,
+}
+
+impl Finished {
+    fn stopped_before_start(prefix: &str) -> Self {
+        Self {
+            text: prefix.to_string(),
+            reason: FinishReason::Cancelled,
+            stats: ReplyStats { finish_reason: FinishReason::Cancelled.as_str().into(), ..Default::default() },
+        }
+    }
+}
+
+/// The app-setting key that remembers the last model opened.
+pub const LAST_MODEL_KEY: &str = "last_model";
+
+fn random_seed() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    // RandomState is seeded from the OS; mixing in the time makes each call differ.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.finish() as u32
+}

@@ -1,0 +1,105 @@
+//! Commands through Tauri's IPC on the mock runtime: argument names, the
+//! `{kind, message}` error shape, and the settings checks.
+
+use serde_json::{json, Value};
+use tauri::ipc::{CallbackFn, InvokeBody};
+use tauri::test::{get_ipc_response, mock_builder, mock_context, noop_assets, INVOKE_KEY};
+use tauri::webview::InvokeRequest;
+use tauri::WebviewWindowBuilder;
+
+fn app() -> (tempfile::TempDir, tauri::App<tauri::test::MockRuntime>, tauri::WebviewWindow<tauri::test::MockRuntime>) {
+    let dir = tempfile::tempdir().unwrap();
+    // One test function owns the process's environment: no other test here reads it.
+    std::env::set_var("HEARTH_DATA_DIR", dir.path());
+    std::env::set_var("HEARTH_MODEL", dir.path().join("no-model-here.gguf"));
+    let app = hearth_app::builder(mock_builder()).build(mock_context(noop_assets())).expect("the app builds");
+    hearth_app::manage_state(app.handle()).expect("the database opens");
+    let webview = WebviewWindowBuilder::new(&app, "main", Default::default()).build().unwrap();
+    (dir, app, webview)
+}
+
+fn call(webview: &tauri::WebviewWindow<tauri::test::MockRuntime>, cmd: &str, args: Value) -> Result<Value, Value> {
+    get_ipc_response(
+        webview,
+        InvokeRequest {
+            cmd: cmd.into(),
+            callback: CallbackFn(0),
+            error: CallbackFn(1),
+            url: "tauri://localhost".parse().unwrap(),
+            body: InvokeBody::Json(args),
+            headers: Default::default(),
+            invoke_key: INVOKE_KEY.to_string(),
+        },
+    )
+    .map(|b| b.deserialize::<Value>().unwrap())
+}
+
+#[test]
+fn commands_over_ipc() {
+    let (dir, _app, w) = app();
+    assert!(dir.path().join("hearth.db").exists(), "the database lives in HEARTH_DATA_DIR");
+
+    // Conversations.
+    let c = call(&w, "conversations_create", json!({})).unwrap();
+    let id = c["id"].as_i64().unwrap();
+    assert_eq!(c["title"], "");
+    let renamed = call(&w, "conversations_rename", json!({"id": id, "title": "Plans"})).unwrap();
+    assert_eq!(renamed["title"], "Plans");
+    assert_eq!(call(&w, "conversations_list", json!({})).unwrap().as_array().unwrap().len(), 1);
+    assert_eq!(call(&w, "conversations_thread", json!({"id": id})).unwrap(), json!([]));
+    assert_eq!(call(&w, "conversations_search", json!({"query": "plan"})).unwrap()[0]["conversation"]["id"], id);
+
+    // Errors are {kind, message}.
+    let err = call(&w, "conversations_thread", json!({"id": 999})).unwrap_err();
+    assert_eq!(err["kind"], "notFound");
+    assert!(err["message"].as_str().unwrap().contains("999"));
+    let err = call(&w, "conversations_rename", json!({"id": id, "title": "  "})).unwrap_err();
+    assert_eq!(err["kind"], "invalidSettings");
+
+    // Settings: defaults, validation by field, refusal of bad values.
+    let mut settings = call(&w, "settings_get", json!({"conversationId": id})).unwrap();
+    assert_eq!(settings["temperature"].as_f64().unwrap() as f32, 0.7);
+    settings["temperature"] = json!(7.5);
+    settings["topP"] = json!(0);
+    let errors = call(&w, "settings_validate", json!({"settings": settings})).unwrap();
+    let fields: Vec<&str> = errors.as_array().unwrap().iter().map(|e| e["field"].as_str().unwrap()).collect();
+    assert_eq!(fields, ["temperature", "topP"]);
+    let err = call(&w, "settings_set", json!({"conversationId": id, "settings": settings})).unwrap_err();
+    assert_eq!(err["kind"], "invalidSettings");
+    assert!(err["message"].as_str().unwrap().contains("temperature"));
+    settings["temperature"] = json!(0.0);
+    settings["topP"] = json!(1.0);
+    settings["seed"] = json!(42);
+    call(&w, "settings_set", json!({"conversationId": id, "settings": settings})).unwrap();
+    assert_eq!(call(&w, "settings_get", json!({"conversationId": id})).unwrap()["seed"], 42);
+
+    // Presets.
+    let presets = call(&w, "presets_save", json!({"preset": {"name": "Exact", "settings": settings}})).unwrap();
+    assert_eq!(presets[0]["name"], "Exact");
+    assert_eq!(call(&w, "presets_delete", json!({"name": "Exact"})).unwrap(), json!([]));
+
+    // Models: a missing file is refused in words; the status says why nothing loaded.
+    let err = call(&w, "models_open", json!({"path": dir.path().join("nope.gguf")})).unwrap_err();
+    assert_eq!(err["kind"], "badModel");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let status = loop {
+        let s = call(&w, "models_status", json!({})).unwrap();
+        if s["state"] != "loading" || std::time::Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(status["state"], "failed", "{status}");
+    assert_eq!(status["error"]["kind"], "badModel");
+
+    // Delete and undo.
+    call(&w, "conversations_delete", json!({"id": id})).unwrap();
+    assert_eq!(call(&w, "conversations_list", json!({})).unwrap(), json!([]));
+    call(&w, "conversations_restore", json!({"id": id})).unwrap();
+    assert_eq!(call(&w, "conversations_list", json!({})).unwrap().as_array().unwrap().len(), 1);
+
+    // Sending needs a channel argument; an empty message is refused before anything is stored.
+    let err = call(&w, "chat_send", json!({"conversationId": id, "text": "   ", "onEvent": "__CHANNEL__:1"})).unwrap_err();
+    assert_eq!(err["kind"], "invalidSettings");
+    assert_eq!(call(&w, "conversations_thread", json!({"id": id})).unwrap(), json!([]));
+}

@@ -1,0 +1,194 @@
+//! The generation worker on the real default model: streaming, saving as it
+//! streams, stopping within a step, queueing, and cache reuse across turns.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use hearth_app::events::{GenerationEvent, ModelStatus};
+use hearth_app::worker::{ReplyJob, Worker};
+use hearth_engine::ChatMessage;
+use hearth_store::{ConversationSettings, MessageStatus, Role, Store};
+
+fn start() -> (tempfile::TempDir, Store, Worker) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("hearth.db")).unwrap();
+    let worker = Worker::start(store.reopen().unwrap(), Box::new(|_| {}));
+    worker.load_model(hearth_engine::paths::default_model_path());
+    assert!(worker.wait_idle(Duration::from_secs(120)));
+    assert!(matches!(worker.model_status(), ModelStatus::Ready { .. }), "{:?}", worker.model_status());
+    (dir, store, worker)
+}
+
+fn greedy(max_new_tokens: u32) -> ConversationSettings {
+    ConversationSettings { temperature: 0.0, max_new_tokens, ..Default::default() }
+}
+
+/// Adds the user message and an empty reply; returns the reply id.
+fn reply_row(store: &Store, conversation: i64, text: &str) -> i64 {
+    let parent = store.thread(conversation).unwrap().last().map(|t| t.message.id);
+    let u = store.add_message(conversation, parent, Role::User, text, MessageStatus::Complete).unwrap();
+    store.add_message(conversation, Some(u.id), Role::Assistant, "", MessageStatus::Streaming).unwrap().id
+}
+
+fn job(conversation: i64, reply: i64, messages: Vec<ChatMessage>, settings: ConversationSettings) -> (ReplyJob, mpsc::Receiver<GenerationEvent>) {
+    let (tx, rx) = mpsc::channel();
+    let job = ReplyJob {
+        conversation_id: conversation,
+        reply_id: reply,
+        messages,
+        prefix: String::new(),
+        settings,
+        events: Box::new(move |e| {
+            let _ = tx.send(e);
+        }),
+    };
+    (job, rx)
+}
+
+fn collect(rx: &mpsc::Receiver<GenerationEvent>) -> Vec<GenerationEvent> {
+    let mut events = Vec::new();
+    while let Ok(e) = rx.recv_timeout(Duration::from_secs(120)) {
+        let end = matches!(e, GenerationEvent::Finished { .. } | GenerationEvent::Error { .. });
+        events.push(e);
+        if end {
+            break;
+        }
+    }
+    events
+}
+
+fn finished(events: &[GenerationEvent]) -> (String, hearth_store::ReplyStats) {
+    match events.last() {
+        Some(GenerationEvent::Finished { reason, stats }) => (reason.clone(), stats.clone()),
+        other => panic!("expected finished, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_reply_streams_is_saved_and_the_next_turn_reuses_the_cache() {
+    let (_dir, store, worker) = start();
+    let c = store.create_conversation().unwrap();
+    let reply = reply_row(&store, c.id, "What is 2 + 2?");
+    let (j, rx) = job(c.id, reply, vec![ChatMessage::user("What is 2 + 2?")], greedy(32));
+    worker.enqueue(j).unwrap();
+    let events = collect(&rx);
+    assert!(matches!(events[0], GenerationEvent::Started { reply_id } if reply_id == reply));
+    let streamed: String = events.iter().filter_map(|e| if let GenerationEvent::Token { text, .. } = e { Some(text.as_str()) } else { None }).collect();
+    let (reason, stats) = finished(&events);
+    assert_eq!(reason, "end_token");
+    // The engine's own golden answer for this prompt (see the engine's tests).
+    assert_eq!(streamed, "The answer is 4.");
+    let saved = store.message(reply).unwrap();
+    assert_eq!(saved.content, streamed);
+    assert_eq!(saved.status, MessageStatus::Complete);
+    assert_eq!(stats.processed_tokens, stats.prompt_tokens, "the first turn runs the whole prompt");
+
+    let reply2 = reply_row(&store, c.id, "And 3 + 3?");
+    let history = vec![ChatMessage::user("What is 2 + 2?"), ChatMessage::assistant(streamed), ChatMessage::user("And 3 + 3?")];
+    let (j, rx) = job(c.id, reply2, history, greedy(16));
+    worker.enqueue(j).unwrap();
+    let (_, stats2) = finished(&collect(&rx));
+    assert!(stats2.prompt_tokens > stats.prompt_tokens);
+    assert!(
+        stats2.processed_tokens < stats2.prompt_tokens - stats.prompt_tokens + 4,
+        "turn 2 should run only its new tokens: {stats2:?}"
+    );
+}
+
+#[test]
+fn stop_ends_a_reply_within_a_step_and_keeps_its_text() {
+    let (_dir, store, worker) = start();
+    let c = store.create_conversation().unwrap();
+    let reply = reply_row(&store, c.id, "Write a long story about a dragon.");
+    let settings = ConversationSettings { temperature: 0.8, seed: Some(1), max_new_tokens: 2000, ..Default::default() };
+    let (j, rx) = job(c.id, reply, vec![ChatMessage::user("Write a long story about a dragon.")], settings);
+    worker.enqueue(j).unwrap();
+    let mut tokens = 0;
+    while tokens < 5 {
+        if let GenerationEvent::Token { .. } = rx.recv_timeout(Duration::from_secs(60)).unwrap() {
+            tokens += 1;
+        }
+    }
+    assert!(worker.stop(c.id));
+    let rest = collect(&rx);
+    let after_stop = rest.iter().filter(|e| matches!(e, GenerationEvent::Token { id: Some(_), .. })).count();
+    assert!(after_stop <= 2, "{after_stop} tokens came after the stop");
+    let (reason, _) = finished(&rest);
+    assert_eq!(reason, "cancelled");
+    let saved = store.message(reply).unwrap();
+    assert_eq!(saved.status, MessageStatus::Interrupted);
+    assert!(!saved.content.is_empty());
+    assert!(worker.wait_idle(Duration::from_secs(5)));
+}
+
+#[test]
+fn conversations_queue_and_one_conversation_runs_one_reply() {
+    let (_dir, store, worker) = start();
+    let a = store.create_conversation().unwrap();
+    let b = store.create_conversation().unwrap();
+    let ra = reply_row(&store, a.id, "Count from one to twenty.");
+    let rb = reply_row(&store, b.id, "Name three colours.");
+    let (ja, rxa) = job(a.id, ra, vec![ChatMessage::user("Count from one to twenty.")], greedy(48));
+    let (jb, rxb) = job(b.id, rb, vec![ChatMessage::user("Name three colours.")], greedy(8));
+    worker.enqueue(ja).unwrap();
+    worker.enqueue(jb).unwrap();
+    let (again, _rx) = job(a.id, ra, vec![ChatMessage::user("again")], greedy(8));
+    let err = worker.enqueue(again).unwrap_err();
+    assert_eq!(err.kind, hearth_app::error::ErrorKind::Busy);
+    let eb = collect(&rxb);
+    // b waits behind a: told its place (1 = next) before it starts.
+    let started = eb.iter().position(|e| matches!(e, GenerationEvent::Started { .. })).unwrap();
+    let positions: Vec<u32> = eb[..started].iter().filter_map(|e| if let GenerationEvent::Queued { position } = e { Some(*position) } else { None }).collect();
+    assert_eq!(positions.last(), Some(&1), "{eb:?}");
+    finished(&eb);
+    finished(&collect(&rxa));
+}
+
+#[test]
+fn a_prompt_longer_than_the_context_is_a_clear_error() {
+    let (_dir, store, worker) = start();
+    let c = store.create_conversation().unwrap();
+    let reply = reply_row(&store, c.id, "long");
+    let settings = ConversationSettings { context_length: 16, ..greedy(8) };
+    let (j, rx) = job(c.id, reply, vec![ChatMessage::user("this prompt is certainly longer than sixteen tokens once the template wraps it")], settings);
+    worker.enqueue(j).unwrap();
+    let events = collect(&rx);
+    match events.last() {
+        Some(GenerationEvent::Error { error }) => {
+            assert_eq!(error.kind, hearth_app::error::ErrorKind::PromptTooLong);
+            assert!(error.message.contains("context holds 16"), "{}", error.message);
+        }
+        other => panic!("expected an error, got {other:?}"),
+    }
+    let saved = store.message(reply).unwrap();
+    assert_eq!(saved.status, MessageStatus::Error);
+    assert!(saved.stats.unwrap().error.unwrap().contains("context"));
+}
+
+#[test]
+fn a_bad_model_file_is_reported_in_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("hearth.db")).unwrap();
+    let bad = dir.path().join("bad.gguf");
+    std::fs::write(&bad, b"GGUF but not really").unwrap();
+    let (tx, rx) = mpsc::channel();
+    let worker = Worker::start(store.reopen().unwrap(), Box::new(move |s| {
+        let _ = tx.send(s.clone());
+    }));
+    worker.load_model(bad);
+    assert!(matches!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), ModelStatus::Loading { .. }));
+    match rx.recv_timeout(Duration::from_secs(10)).unwrap() {
+        ModelStatus::Failed { error, .. } => {
+            assert_eq!(error.kind, hearth_app::error::ErrorKind::BadModel);
+            assert!(error.message.contains("bad.gguf"), "{}", error.message);
+        }
+        other => panic!("expected failure, got {other:?}"),
+    }
+    // Replies without a model fail cleanly too.
+    let c = store.create_conversation().unwrap();
+    let reply = reply_row(&store, c.id, "hi");
+    let (j, rx) = job(c.id, reply, vec![ChatMessage::user("hi")], greedy(4));
+    worker.enqueue(j).unwrap();
+    let events = collect(&rx);
+    assert!(matches!(events.last(), Some(GenerationEvent::Error { error }) if error.kind == hearth_app::error::ErrorKind::NoModel));
+}

@@ -1,0 +1,190 @@
+// End to end: the real app binary, the real default model, the real webview,
+// driven through tauri-driver under Xvfb. The steps build on each other and
+// run in order.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import {
+  Harness, Keys, activeConversationId, lastReply, messages, newChat, openChat, send, setSetting, waitForReply,
+} from './harness.mjs';
+
+const h = new Harness();
+let d;
+const chats = {};
+
+const num = async (el, name) => Number(await el.attr(name));
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+describe('Hearth end to end', () => {
+  before(async () => {
+    await h.startDriver();
+    d = await h.openApp();
+  });
+
+  after(async () => {
+    await h.stop();
+  });
+
+  it('streams replies in two conversations', async () => {
+    chats.a = await newChat(d);
+    await setSetting(d, 'temperature', 0);
+    await send(d, 'What is 2 + 2?');
+    const stats = await waitForReply(d);
+    assert.equal(await stats.attr('data-finish'), 'end_token');
+    assert.equal(await (await (await lastReply(d)).$('[data-testid=message-body]')).text(), 'The answer is 4.');
+    const title = await (await d.find(`[data-testid=conversation][data-id="${chats.a}"] [data-testid=conversation-title]`)).prop('textContent');
+    assert.equal(title, 'What is 2 + 2?');
+
+    chats.b = await newChat(d);
+    assert.notEqual(chats.a, chats.b);
+    await setSetting(d, 'maxNewTokens', 1500);
+    await send(d, 'Write a very long story about a dragon who learns to bake bread.');
+    // Tokens arrive while the reply is still streaming.
+    const seen = [];
+    await d.waitFor(async () => {
+      const r = await lastReply(d);
+      if ((await r.attr('data-status')) !== 'streaming') return false;
+      const text = await (await r.$('[data-testid=message-body]')).text();
+      if (text.length > 0 && !seen.includes(text.length)) seen.push(text.length);
+      return seen.length >= 3;
+    }, 'several streamed updates', 60000, 30);
+    assert.ok(seen[2] > seen[0], `text grew while streaming: ${seen}`);
+  });
+
+  it('stops a reply mid-stream with Esc', async () => {
+    const box = await d.find('[data-testid=composer]');
+    await box.type(Keys.ESCAPE);
+    const stats = await waitForReply(d, 20000);
+    assert.equal(await stats.attr('data-finish'), 'cancelled');
+    assert.match(await stats.text(), /stopped by you/);
+    const r = await lastReply(d);
+    assert.equal(await r.attr('data-status'), 'interrupted');
+    assert.ok(await r.$('[data-testid=continue]'), 'a stopped reply offers Continue');
+  });
+
+  it('switching back, the next turn processes only the new tokens', async () => {
+    await openChat(d, chats.a);
+    const first = await waitForReply(d);
+    const firstPrompt = await num(first, 'data-prompt-tokens');
+    await send(d, 'And what is 3 + 3?');
+    await d.waitFor(async () => (await messages(d)).length === 4, 'the second turn');
+    const stats = await waitForReply(d);
+    const prompt = await num(stats, 'data-prompt-tokens');
+    const processed = await num(stats, 'data-processed-tokens');
+    assert.ok(prompt > firstPrompt, `${prompt} > ${firstPrompt}`);
+    // The first turn's prompt and reply came from the cache.
+    assert.ok(processed < prompt - firstPrompt, `processed ${processed} of ${prompt} (first turn ${firstPrompt})`);
+    assert.match(await stats.text(), new RegExp(`processed ${processed} this turn`));
+  });
+
+  it('uses the temperature and seed from the settings panel', async () => {
+    chats.c = await newChat(d);
+    await setSetting(d, 'temperature', '1.3');
+    await setSetting(d, 'seed', 4242);
+    await setSetting(d, 'maxNewTokens', 12);
+    await send(d, 'Say something surprising.');
+    const stats = await waitForReply(d);
+    assert.equal(await stats.attr('data-seed'), '4242');
+    assert.equal(Number(await stats.attr('data-temperature')), 1.3);
+    const firstText = await (await (await lastReply(d)).$('[data-testid=message-body]')).text();
+    // The same seed and settings give the same reply.
+    await (await (await lastReply(d)).$('[data-testid=regenerate]')).click();
+    await d.waitFor(async () => (await (await lastReply(d)).attr('data-status')) === 'streaming' || (await (await lastReply(d)).$('[data-testid=versions]')), 'regeneration');
+    await waitForReply(d);
+    const again = await (await (await lastReply(d)).$('[data-testid=message-body]')).text();
+    assert.equal(again, firstText);
+    // An out-of-range value is named inline and not saved.
+    await setSetting(d, 'temperature', 9);
+    const err = await d.find('[data-testid=error-temperature]');
+    assert.match(await err.text(), /between 0 and 5/);
+    await setSetting(d, 'temperature', '1.3');
+    assert.equal(await d.$('[data-testid=error-temperature]'), null);
+  });
+
+  it('editing a message makes a branch with a version switcher', async () => {
+    await openChat(d, chats.a);
+    const firstUser = (await d.$$('[data-testid=message][data-role=user]'))[0];
+    const original = await (await firstUser.$('[data-testid=message-body]')).text();
+    await (await firstUser.$('[data-testid=edit-message]')).click();
+    const input = await d.find('[data-testid=edit-input]');
+    await input.clear();
+    await input.type('What is 5 + 5?');
+    await (await d.find('[data-testid=edit-save]')).click();
+    await waitForReply(d);
+    const msgs = await messages(d);
+    assert.equal(msgs.length, 2, 'the branch starts at the edited message');
+    const label = await d.find('[data-testid=message][data-role=user] [data-testid=version-label]');
+    assert.equal(await label.text(), '2/2');
+    assert.equal(await (await (await d.find('[data-testid=message][data-role=user] [data-testid=message-body]')).text()), 'What is 5 + 5?');
+    await (await d.find('[data-testid=message][data-role=user] [data-testid=version-prev]')).click();
+    await d.waitFor(async () => (await (await d.find('[data-testid=version-label]')).text()) === '1/2', 'version 1');
+    assert.equal(await (await d.find('[data-testid=message][data-role=user] [data-testid=message-body]')).text(), original);
+    assert.equal((await messages(d)).length, 4, 'version 1 keeps its whole thread');
+  });
+
+  it('shows HTML written into a reply as text and runs nothing', async () => {
+    await openChat(d, chats.c);
+    const evil = 'Here: <img src=x onerror="window.__pwned=1"> <script>window.__pwned=2</script> **bold**';
+    const reply = await lastReply(d);
+    await (await reply.$('[data-testid=edit-message]')).click();
+    const input = await d.find('[data-testid=edit-input]');
+    await input.clear();
+    await input.type(evil);
+    await (await d.find('[data-testid=edit-save]')).click();
+    await d.waitFor(async () => (await (await (await lastReply(d)).$('[data-testid=message-body]')).text()).includes('<img'), 'the edited reply');
+    const body = await (await lastReply(d)).$('[data-testid=message-body]');
+    const text = await body.text();
+    assert.ok(text.includes('<img src=x onerror="window.__pwned=1">'), text);
+    assert.ok(text.includes('<script>window.__pwned=2</script>'), text);
+    assert.equal(await body.$('img'), null);
+    assert.equal(await body.$('script'), null);
+    assert.ok(await body.$('strong'), 'Markdown still renders');
+    // A user message with HTML is text as well.
+    await send(d, '<img src=y onerror="window.__pwned=3">hello');
+    await waitForReply(d);
+    assert.equal(await d.$('[data-testid=messages] img'), null);
+    await sleep(300);
+    assert.equal(await d.execute('return window.__pwned === undefined ? "clean" : String(window.__pwned)'), 'clean');
+  });
+
+  it('keeps everything across a restart', async () => {
+    const titles = async () => Promise.all((await d.$$('[data-testid=conversation-title]')).map((e) => e.prop('textContent')));
+    const before = await titles();
+    await h.closeApp();
+    d = await h.openApp();
+    await d.waitFor(async () => (await titles()).length === before.length, 'the chat list');
+    assert.deepEqual(await titles(), before);
+    await openChat(d, chats.a);
+    assert.equal((await messages(d)).length, 4);
+    await openChat(d, chats.b);
+    assert.equal(await (await lastReply(d)).attr('data-status'), 'interrupted');
+  });
+
+  it('a reply cut off by SIGKILL comes back as interrupted, with everything before it', async () => {
+    const id = await newChat(d);
+    await setSetting(d, 'maxNewTokens', 1500);
+    await send(d, 'Tell me a long story about a lighthouse keeper.');
+    let streamed = '';
+    await d.waitFor(async () => {
+      streamed = await (await (await lastReply(d)).$('[data-testid=message-body]')).text();
+      return streamed.length > 200;
+    }, 'a good part of the reply', 60000, 50);
+    // The reply is flushed at least every 250 ms.
+    await sleep(700);
+    h.killApp();
+    await h.closeApp();
+    d = await h.openApp();
+    await openChat(d, id);
+    const msgs = await messages(d);
+    assert.equal(msgs.length, 2);
+    assert.equal(await (await msgs[0].$('[data-testid=message-body]')).text(), 'Tell me a long story about a lighthouse keeper.');
+    const reply = msgs[1];
+    assert.equal(await reply.attr('data-status'), 'interrupted');
+    const saved = await (await reply.$('[data-testid=message-body]')).text();
+    assert.ok(saved.length >= 150, `saved ${saved.length} chars of the streamed ${streamed.length}`);
+    assert.match(await (await reply.$('[data-testid=reply-stats]')).text(), /interrupted/);
+    // Earlier conversations are untouched.
+    await openChat(d, chats.a);
+    assert.equal((await messages(d)).length, 4);
+    assert.ok(await activeConversationId(d));
+  });
+});

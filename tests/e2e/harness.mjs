@@ -1,0 +1,128 @@
+// Starts tauri-driver and the real Hearth binary under it, with its own data
+// folder, and gives the tests a WebDriver session on the app window.
+import { spawn, execFileSync } from 'node:child_process';
+import { mkdtempSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { WebDriver, Keys } from './webdriver.mjs';
+
+const root = resolve(import.meta.dirname, '../..');
+const targetDir = process.env.CARGO_TARGET_DIR ?? join(root, 'target');
+export const appBinary = process.env.HEARTH_APP ?? join(targetDir, 'debug', 'hearth');
+const port = Number(process.env.TAURI_DRIVER_PORT ?? 4444);
+const base = `http://127.0.0.1:${port}`;
+
+export class Harness {
+  constructor() {
+    this.dataDir = mkdtempSync(join(tmpdir(), 'hearth-e2e-'));
+    this.driverProcess = null;
+    this.driver = null;
+  }
+
+  async startDriver() {
+    if (!existsSync(appBinary)) throw new Error(`build the app first: ${appBinary} is missing`);
+    if (!process.env.DISPLAY) throw new Error('DISPLAY is not set: run under Xvfb (tests/e2e/run.sh does)');
+    const driverBin = process.env.TAURI_DRIVER ?? 'tauri-driver';
+    this.driverProcess = spawn(driverBin, ['--port', String(port)], {
+      env: { ...process.env, HEARTH_DATA_DIR: this.dataDir },
+      stdio: ['ignore', 'inherit', 'inherit'],
+    });
+    const deadline = Date.now() + 15000;
+    for (;;) {
+      try {
+        const res = await fetch(`${base}/status`);
+        if (res.ok) break;
+      } catch {
+        // not up yet
+      }
+      if (Date.now() > deadline) throw new Error('tauri-driver did not start');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  /** Opens the app (again, after a restart) and waits until the model is ready. */
+  async openApp() {
+    this.driver = await WebDriver.start(base, { 'tauri:options': { application: appBinary } });
+    await this.driver.waitFor(
+      async () => (await (await this.driver.find('[data-testid=model-status]')).attr('data-state')) === 'ready',
+      'the model to load',
+      120000,
+    );
+    return this.driver;
+  }
+
+  async closeApp() {
+    await this.driver?.quit();
+    this.driver = null;
+  }
+
+  /** SIGKILLs the app process: no shutdown code runs. */
+  killApp() {
+    execFileSync('pkill', ['-KILL', '-f', `^${appBinary}`]);
+  }
+
+  async stop() {
+    await this.closeApp();
+    if (this.driverProcess) {
+      // SIGTERM, not SIGKILL: tauri-driver then stops WebKitWebDriver too.
+      this.driverProcess.kill('SIGTERM');
+      await new Promise((r) => this.driverProcess.once('exit', r));
+    }
+  }
+}
+
+// Small helpers over the app's test ids.
+export async function activeConversationId(d) {
+  const el = await d.find('[data-testid=conversation].active');
+  return Number(await el.attr('data-id'));
+}
+
+export async function newChat(d) {
+  const before = await d.$$('[data-testid=conversation]');
+  await (await d.find('[data-testid=new-chat]')).click();
+  await d.waitFor(async () => (await d.$$('[data-testid=conversation]')).length === before.length + 1, 'a new chat');
+  return activeConversationId(d);
+}
+
+export async function openChat(d, id) {
+  await (await d.find(`[data-testid=conversation][data-id="${id}"] button.open`)).click();
+  await d.waitFor(async () => (await activeConversationId(d)) === id, `chat ${id} to open`);
+}
+
+export async function send(d, text) {
+  const box = await d.find('[data-testid=composer]');
+  await box.type(text);
+  await box.type(Keys.ENTER);
+}
+
+export async function messages(d) {
+  return d.$$('[data-testid=message]');
+}
+
+export async function lastReply(d) {
+  const replies = await d.$$('[data-testid=message][data-role=assistant]');
+  return replies[replies.length - 1] ?? null;
+}
+
+/** Waits for the open chat's last reply to finish, and returns its stats element. */
+export async function waitForReply(d, timeoutMs = 120000) {
+  return d.waitFor(
+    async () => {
+      const r = await lastReply(d);
+      if (!r || (await r.attr('data-status')) === 'streaming') return null;
+      return r.$('[data-testid=reply-stats]');
+    },
+    'the reply to finish',
+    timeoutMs,
+  );
+}
+
+export async function setSetting(d, key, value) {
+  const input = await d.find(`[data-testid=setting-${key}]`);
+  await input.clear();
+  if (value !== '') await input.type(String(value));
+  // Let validation and saving finish.
+  await new Promise((r) => setTimeout(r, 400));
+}
+
+export { Keys };

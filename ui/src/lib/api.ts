@@ -1,0 +1,71 @@
+// Typed calls to the shell's commands. Every failure is an AppError
+// ({kind, message}); generation events stream over a Channel.
+import { Channel, invoke } from '@tauri-apps/api/core';
+import type { AppError } from './bindings/AppError';
+import type { Conversation } from './bindings/Conversation';
+import type { ConversationSettings } from './bindings/ConversationSettings';
+import type { FieldError } from './bindings/FieldError';
+import type { GenerationEvent } from './bindings/GenerationEvent';
+import type { Message } from './bindings/Message';
+import type { ModelStatus } from './bindings/ModelStatus';
+import type { Preset } from './bindings/Preset';
+import type { RecentModel } from './bindings/RecentModel';
+import type { SearchHit } from './bindings/SearchHit';
+import type { Sent } from './bindings/Sent';
+import type { ThreadMessage } from './bindings/ThreadMessage';
+
+export type OnEvent = (event: GenerationEvent) => void;
+
+/** Whatever a command threw, as an AppError. */
+export function asAppError(e: unknown): AppError {
+  if (e && typeof e === 'object' && 'kind' in e && 'message' in e) return e as AppError;
+  return { kind: 'internal', message: String(e) };
+}
+
+function channel(onEvent: OnEvent): Channel<GenerationEvent> {
+  const ch = new Channel<GenerationEvent>();
+  ch.onmessage = onEvent;
+  return ch;
+}
+
+export const api = {
+  conversations: {
+    list: () => invoke<Conversation[]>('conversations_list'),
+    search: (query: string) => invoke<SearchHit[]>('conversations_search', { query }),
+    create: () => invoke<Conversation>('conversations_create'),
+    rename: (id: number, title: string) => invoke<Conversation>('conversations_rename', { id, title }),
+    delete: (id: number) => invoke<void>('conversations_delete', { id }),
+    restore: (id: number) => invoke<Conversation>('conversations_restore', { id }),
+    thread: (id: number) => invoke<ThreadMessage[]>('conversations_thread', { id }),
+    selectVersion: (id: number, messageId: number) =>
+      invoke<ThreadMessage[]>('conversations_select_version', { id, messageId }),
+  },
+  chat: {
+    send: (conversationId: number, text: string, onEvent: OnEvent) =>
+      invoke<Sent>('chat_send', { conversationId, text, onEvent: channel(onEvent) }),
+    regenerate: (conversationId: number, replyId: number, onEvent: OnEvent) =>
+      invoke<Message>('chat_regenerate', { conversationId, replyId, onEvent: channel(onEvent) }),
+    edit: (conversationId: number, messageId: number, text: string, onEvent: OnEvent) =>
+      invoke<Sent>('chat_edit', { conversationId, messageId, text, onEvent: channel(onEvent) }),
+    continue: (conversationId: number, replyId: number, onEvent: OnEvent) =>
+      invoke<Message>('chat_continue', { conversationId, replyId, onEvent: channel(onEvent) }),
+    stop: (conversationId: number) => invoke<boolean>('chat_stop', { conversationId }),
+    busy: () => invoke<number[]>('chat_busy'),
+  },
+  settings: {
+    get: (conversationId: number) => invoke<ConversationSettings>('settings_get', { conversationId }),
+    set: (conversationId: number, settings: ConversationSettings) =>
+      invoke<void>('settings_set', { conversationId, settings }),
+    validate: (settings: ConversationSettings) => invoke<FieldError[]>('settings_validate', { settings }),
+    defaults: () => invoke<ConversationSettings>('settings_defaults_get'),
+    setDefaults: (settings: ConversationSettings) => invoke<void>('settings_defaults_set', { settings }),
+    presets: () => invoke<Preset[]>('presets_list'),
+    savePreset: (preset: Preset) => invoke<Preset[]>('presets_save', { preset }),
+    deletePreset: (name: string) => invoke<Preset[]>('presets_delete', { name }),
+  },
+  models: {
+    status: () => invoke<ModelStatus>('models_status'),
+    open: (path: string) => invoke<void>('models_open', { path }),
+    recent: () => invoke<RecentModel[]>('models_recent'),
+  },
+};

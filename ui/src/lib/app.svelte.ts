@@ -1,0 +1,298 @@
+// The UI's state: conversations, the shown thread, replies streaming in any
+// conversation, the model, and the open conversation's settings. Components
+// read it and call its methods; only this file talks to the shell.
+import { api, asAppError, type OnEvent } from './api';
+import type { Conversation } from './bindings/Conversation';
+import type { ConversationSettings } from './bindings/ConversationSettings';
+import type { GenerationEvent } from './bindings/GenerationEvent';
+import type { ModelStatus } from './bindings/ModelStatus';
+import type { Preset } from './bindings/Preset';
+import type { RecentModel } from './bindings/RecentModel';
+import type { SearchHit } from './bindings/SearchHit';
+import type { ThreadMessage } from './bindings/ThreadMessage';
+
+/** A reply being written, in any conversation. */
+export interface Stream {
+  replyId: number;
+  text: string;
+  /** Position in the queue while waiting; 0 once started. */
+  queuePosition: number;
+  started: boolean;
+  tokens: number;
+}
+
+export class AppState {
+  conversations = $state<Conversation[]>([]);
+  searchQuery = $state('');
+  searchHits = $state<SearchHit[] | null>(null);
+  activeId = $state<number | null>(null);
+  thread = $state<ThreadMessage[]>([]);
+  streams = $state<Record<number, Stream>>({});
+  model = $state<ModelStatus>({ state: 'none' });
+  recentModels = $state<RecentModel[]>([]);
+  settings = $state<ConversationSettings | null>(null);
+  fieldErrors = $state<Record<string, string>>({});
+  presets = $state<Preset[]>([]);
+  /** The last deleted conversation, while its undo is offered. */
+  deleted = $state<Conversation | null>(null);
+  error = $state<string | null>(null);
+
+  get active(): Conversation | undefined {
+    return this.conversations.find((c) => c.id === this.activeId);
+  }
+
+  get activeStream(): Stream | undefined {
+    return this.activeId === null ? undefined : this.streams[this.activeId];
+  }
+
+  async init() {
+    await this.guard(async () => {
+      this.model = await api.models.status();
+      this.recentModels = await api.models.recent();
+      this.presets = await api.settings.presets();
+      this.conversations = await api.conversations.list();
+      if (this.conversations.length > 0) await this.open(this.conversations[0].id);
+    });
+  }
+
+  setModel(status: ModelStatus) {
+    this.model = status;
+    if (status.state === 'ready') void api.models.recent().then((r) => (this.recentModels = r));
+  }
+
+  async guard<T>(f: () => Promise<T>): Promise<T | undefined> {
+    try {
+      this.error = null;
+      return await f();
+    } catch (e) {
+      this.error = asAppError(e).message;
+      return undefined;
+    }
+  }
+
+  async refreshList() {
+    this.conversations = await api.conversations.list();
+    if (this.searchQuery.trim()) this.searchHits = await api.conversations.search(this.searchQuery);
+  }
+
+  async search(query: string) {
+    this.searchQuery = query;
+    await this.guard(async () => {
+      this.searchHits = query.trim() ? await api.conversations.search(query) : null;
+    });
+  }
+
+  async create() {
+    await this.guard(async () => {
+      const c = await api.conversations.create();
+      this.conversations = [c, ...this.conversations];
+      await this.open(c.id);
+    });
+  }
+
+  async open(id: number) {
+    await this.guard(async () => {
+      this.activeId = id;
+      const [thread, settings] = await Promise.all([api.conversations.thread(id), api.settings.get(id)]);
+      if (this.activeId !== id) return;
+      this.thread = thread;
+      this.settings = settings;
+      this.fieldErrors = {};
+    });
+  }
+
+  async rename(id: number, title: string) {
+    await this.guard(async () => {
+      const c = await api.conversations.rename(id, title);
+      this.conversations = this.conversations.map((x) => (x.id === id ? c : x));
+    });
+  }
+
+  async remove(id: number) {
+    await this.guard(async () => {
+      const c = this.conversations.find((x) => x.id === id) ?? null;
+      await api.conversations.delete(id);
+      delete this.streams[id];
+      this.deleted = c;
+      this.conversations = this.conversations.filter((x) => x.id !== id);
+      if (this.searchHits) this.searchHits = this.searchHits.filter((h) => h.conversation.id !== id);
+      if (this.activeId === id) {
+        this.activeId = null;
+        this.thread = [];
+        this.settings = null;
+        if (this.conversations.length > 0) await this.open(this.conversations[0].id);
+      }
+    });
+  }
+
+  async undoRemove() {
+    const c = this.deleted;
+    if (!c) return;
+    this.deleted = null;
+    await this.guard(async () => {
+      await api.conversations.restore(c.id);
+      await this.refreshList();
+      await this.open(c.id);
+    });
+  }
+
+  /** Routes one conversation's generation events into its stream. */
+  private listener(conversationId: number): OnEvent {
+    return (event: GenerationEvent) => {
+      const s = this.streams[conversationId];
+      switch (event.event) {
+        case 'queued':
+          if (s) s.queuePosition = event.data.position;
+          break;
+        case 'started':
+          if (s) {
+            s.started = true;
+            s.queuePosition = 0;
+          }
+          break;
+        case 'token':
+          if (s) {
+            s.text += event.data.text;
+            s.tokens += 1;
+          }
+          break;
+        case 'finished':
+        case 'error':
+          if (event.event === 'error') this.error = event.data.error.message;
+          delete this.streams[conversationId];
+          void this.afterReply(conversationId);
+          break;
+      }
+    };
+  }
+
+  private async afterReply(conversationId: number) {
+    await this.guard(async () => {
+      if (this.activeId === conversationId) this.thread = await api.conversations.thread(conversationId);
+      await this.refreshList();
+    });
+  }
+
+  private beginStream(conversationId: number, replyId: number, text = '') {
+    this.streams[conversationId] = { replyId, text, queuePosition: 0, started: false, tokens: 0 };
+  }
+
+  async send(text: string): Promise<boolean> {
+    let id = this.activeId;
+    if (id === null) {
+      await this.create();
+      id = this.activeId;
+      if (id === null) return false;
+    }
+    const conversationId = id;
+    const ok = await this.guard(async () => {
+      // Events may arrive before the command returns: open the stream first.
+      this.beginStream(conversationId, -1);
+      try {
+        const sent = await api.chat.send(conversationId, text, this.listener(conversationId));
+        if (this.streams[conversationId]) this.streams[conversationId].replyId = sent.reply!.id;
+      } catch (e) {
+        delete this.streams[conversationId];
+        throw e;
+      }
+      if (this.activeId === conversationId) this.thread = await api.conversations.thread(conversationId);
+      await this.refreshList();
+      return true;
+    });
+    return ok === true;
+  }
+
+  async regenerate(replyId: number) {
+    const conversationId = this.activeId!;
+    await this.guard(async () => {
+      this.beginStream(conversationId, -1);
+      try {
+        const reply = await api.chat.regenerate(conversationId, replyId, this.listener(conversationId));
+        if (this.streams[conversationId]) this.streams[conversationId].replyId = reply.id;
+      } catch (e) {
+        delete this.streams[conversationId];
+        throw e;
+      }
+      this.thread = await api.conversations.thread(conversationId);
+    });
+  }
+
+  async edit(messageId: number, text: string, isUser: boolean) {
+    const conversationId = this.activeId!;
+    await this.guard(async () => {
+      if (isUser) this.beginStream(conversationId, -1);
+      try {
+        const sent = await api.chat.edit(conversationId, messageId, text, this.listener(conversationId));
+        if (sent.reply && this.streams[conversationId]) this.streams[conversationId].replyId = sent.reply.id;
+      } catch (e) {
+        delete this.streams[conversationId];
+        throw e;
+      }
+      this.thread = await api.conversations.thread(conversationId);
+    });
+  }
+
+  async continueReply(replyId: number) {
+    const conversationId = this.activeId!;
+    const existing = this.thread.find((t) => t.message.id === replyId)?.message.content ?? '';
+    await this.guard(async () => {
+      this.beginStream(conversationId, replyId, existing);
+      try {
+        await api.chat.continue(conversationId, replyId, this.listener(conversationId));
+      } catch (e) {
+        delete this.streams[conversationId];
+        throw e;
+      }
+      this.thread = await api.conversations.thread(conversationId);
+    });
+  }
+
+  async stop() {
+    if (this.activeId === null) return;
+    const id = this.activeId;
+    await this.guard(() => api.chat.stop(id));
+  }
+
+  async selectVersion(messageId: number) {
+    const id = this.activeId!;
+    await this.guard(async () => {
+      this.thread = await api.conversations.selectVersion(id, messageId);
+    });
+  }
+
+  /** Validates and, when every field is valid, saves the settings. */
+  async updateSettings(next: ConversationSettings) {
+    this.settings = next;
+    const id = this.activeId;
+    await this.guard(async () => {
+      const errors = await api.settings.validate(next);
+      this.fieldErrors = Object.fromEntries(errors.map((e) => [e.field, e.message]));
+      if (errors.length === 0 && id !== null) await api.settings.set(id, next);
+    });
+  }
+
+  async savePreset(name: string) {
+    if (!this.settings) return;
+    const settings = this.settings;
+    await this.guard(async () => {
+      this.presets = await api.settings.savePreset({ name, settings });
+    });
+  }
+
+  async deletePreset(name: string) {
+    await this.guard(async () => {
+      this.presets = await api.settings.deletePreset(name);
+    });
+  }
+
+  async applyPreset(name: string) {
+    const p = this.presets.find((x) => x.name === name);
+    if (p) await this.updateSettings({ ...p.settings, stopStrings: [...p.settings.stopStrings] });
+  }
+
+  async openModel(path: string) {
+    await this.guard(() => api.models.open(path));
+  }
+}
+
+export const app = new AppState();

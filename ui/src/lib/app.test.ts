@@ -1,0 +1,132 @@
+import { clearMocks, mockIPC } from '@tauri-apps/api/mocks';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { AppState } from './app.svelte';
+import type { Conversation } from './bindings/Conversation';
+import type { ConversationSettings } from './bindings/ConversationSettings';
+import type { GenerationEvent } from './bindings/GenerationEvent';
+import type { ThreadMessage } from './bindings/ThreadMessage';
+
+const defaults: ConversationSettings = {
+  systemPrompt: '', temperature: 0.7, topK: 40, topP: 0.95, minP: 0.05, repeatPenalty: 1, penaltyWindow: 64,
+  maxNewTokens: 512, seed: null, stopStrings: [], contextLength: 0, overflow: 'stopAtLimit',
+};
+
+/** A fake shell: conversations in memory; chat_send streams through the channel. */
+function fakeShell(opts: { events?: GenerationEvent[]; failSend?: boolean } = {}) {
+  const conversations: Conversation[] = [];
+  const threads = new Map<number, ThreadMessage[]>();
+  const calls: string[] = [];
+  let next = 1;
+  mockIPC((cmd, args) => {
+    calls.push(cmd);
+    const a = args as Record<string, unknown>;
+    switch (cmd) {
+      case 'models_status':
+        return { state: 'ready', path: '/m.gguf', name: 'm', architecture: 'llama', contextLength: 8192 };
+      case 'models_recent':
+      case 'presets_list':
+      case 'chat_busy':
+        return [];
+      case 'conversations_list':
+        return [...conversations];
+      case 'conversations_create': {
+        const c = { id: next++, title: '', createdAt: 0, updatedAt: 0 };
+        conversations.unshift(c);
+        threads.set(c.id, []);
+        return c;
+      }
+      case 'conversations_delete': {
+        const i = conversations.findIndex((c) => c.id === a.id);
+        conversations.splice(i, 1);
+        return null;
+      }
+      case 'conversations_thread':
+        return threads.get(a.id as number) ?? [];
+      case 'settings_get':
+        return defaults;
+      case 'settings_validate': {
+        const s = a.settings as ConversationSettings;
+        return s.temperature > 5 ? [{ field: 'temperature', message: 'must be between 0 and 5' }] : [];
+      }
+      case 'settings_set':
+        return null;
+      case 'chat_send': {
+        if (opts.failSend) throw { kind: 'noModel', message: 'no model is loaded' };
+        const conv = a.conversationId as number;
+        const user = { id: next++, conversationId: conv, parentId: null, role: 'user', content: a.text, status: 'complete', stats: null, createdAt: 0 };
+        const reply = { id: next++, conversationId: conv, parentId: user.id, role: 'assistant', content: '', status: 'streaming', stats: null, createdAt: 0 };
+        threads.set(conv, [{ message: user, versionIds: [user.id] }, { message: reply, versionIds: [reply.id] }] as ThreadMessage[]);
+        const channel = a.onEvent as { id: number };
+        // Deliver events the way the shell does: {index, message} on the channel's callback.
+        const internals = (window as unknown as { __TAURI_INTERNALS__: { runCallback: (id: number, m: unknown) => void } }).__TAURI_INTERNALS__;
+        (opts.events ?? []).forEach((message, index) => internals.runCallback(channel.id, { index, message }));
+        return { message: user, reply };
+      }
+      default:
+        throw { kind: 'internal', message: `unexpected ${cmd}` };
+    }
+  });
+  return { calls, conversations };
+}
+
+describe('AppState', () => {
+  beforeEach(() => clearMocks());
+  afterEach(() => clearMocks());
+
+  it('creates a conversation and opens it', async () => {
+    fakeShell();
+    const app = new AppState();
+    await app.init();
+    await app.create();
+    expect(app.conversations).toHaveLength(1);
+    expect(app.activeId).toBe(app.conversations[0].id);
+    expect(app.settings).toEqual(defaults);
+  });
+
+  it('streams tokens into the open conversation', async () => {
+    fakeShell({ events: [{ event: 'started', data: { replyId: 0 } }, { event: 'token', data: { text: 'Hel', id: 5 } }, { event: 'token', data: { text: 'lo', id: 6 } }] });
+    const app = new AppState();
+    await app.init();
+    await app.create();
+    expect(await app.send('hi')).toBe(true);
+    const stream = app.activeStream!;
+    expect(stream.text).toBe('Hello');
+    expect(stream.tokens).toBe(2);
+    expect(stream.replyId).toBe(app.thread[1].message.id);
+  });
+
+  it('keeps the draft and shows the error in words when sending fails', async () => {
+    fakeShell({ failSend: true });
+    const app = new AppState();
+    await app.init();
+    await app.create();
+    expect(await app.send('hi')).toBe(false);
+    expect(app.error).toBe('no model is loaded');
+    expect(app.activeStream).toBeUndefined();
+  });
+
+  it('shows field errors and does not save invalid settings', async () => {
+    const shell = fakeShell();
+    const app = new AppState();
+    await app.init();
+    await app.create();
+    await app.updateSettings({ ...defaults, temperature: 9 });
+    expect(app.fieldErrors).toEqual({ temperature: 'must be between 0 and 5' });
+    expect(shell.calls).not.toContain('settings_set');
+    await app.updateSettings({ ...defaults, temperature: 0.3 });
+    expect(app.fieldErrors).toEqual({});
+    expect(shell.calls).toContain('settings_set');
+  });
+
+  it('offers undo after a delete', async () => {
+    fakeShell();
+    const app = new AppState();
+    await app.init();
+    await app.create();
+    const id = app.activeId!;
+    await app.remove(id);
+    expect(app.conversations).toHaveLength(0);
+    expect(app.deleted?.id).toBe(id);
+    expect(app.activeId).toBeNull();
+  });
+});

@@ -1,0 +1,24 @@
+import { describe, expect, it } from 'vitest';
+import { finishInWords, statsInWords, titleOf } from './format';
+
+describe('format', () => {
+  it('says why a reply ended', () => {
+    expect(finishInWords('cache_full')).toBe('stopped: context full');
+    expect(finishInWords('end_token')).toBe('finished');
+    expect(finishInWords('cancelled')).toBe('stopped by you');
+    expect(finishInWords('error', 'disk full')).toBe('failed: disk full');
+  });
+
+  it('shows cache reuse in the stats', () => {
+    const words = statsInWords({
+      promptTokens: 62, processedTokens: 18, generatedTokens: 10, ttftMs: 41.6, tokensPerS: 80.04,
+      finishReason: 'end_token', seed: 7, temperature: 0.7, error: null,
+    });
+    expect(words).toEqual(['prompt 62 tok', 'processed 18 this turn', 'first token 42 ms', '80.0 tok/s', 'seed 7', 'temp 0.7', 'finished']);
+  });
+
+  it('names untitled chats', () => {
+    expect(titleOf('')).toBe('New chat');
+    expect(titleOf('Rust')).toBe('Rust');
+  });
+});

@@ -1,0 +1,43 @@
+// Words for what the engine reports.
+import type { ReplyStats } from './bindings/ReplyStats';
+
+export function finishInWords(reason: string, error?: string | null): string {
+  switch (reason) {
+    case 'end_token':
+      return 'finished';
+    case 'max_tokens':
+      return 'stopped: reply length limit';
+    case 'cache_full':
+      return 'stopped: context full';
+    case 'stop_string':
+      return 'stopped: stop string';
+    case 'cancelled':
+      return 'stopped by you';
+    case 'interrupted':
+      return 'interrupted: Hearth closed while writing';
+    case 'error':
+      return error ? `failed: ${error}` : 'failed';
+    default:
+      return reason;
+  }
+}
+
+export function statsInWords(s: ReplyStats): string[] {
+  const parts: string[] = [];
+  if (s.promptTokens > 0) {
+    parts.push(`prompt ${s.promptTokens} tok`);
+    parts.push(`processed ${s.processedTokens} this turn`);
+  }
+  if (s.generatedTokens > 0) {
+    parts.push(`first token ${Math.round(s.ttftMs)} ms`);
+    parts.push(`${s.tokensPerS.toFixed(1)} tok/s`);
+  }
+  if (s.seed !== null && s.seed !== undefined) parts.push(`seed ${s.seed}`);
+  if (s.temperature !== null && s.temperature !== undefined) parts.push(`temp ${+s.temperature.toFixed(3)}`);
+  parts.push(finishInWords(s.finishReason, s.error));
+  return parts;
+}
+
+export function titleOf(title: string): string {
+  return title.trim() === '' ? 'New chat' : title;
+}
