@@ -32,6 +32,8 @@ pub enum ErrorKind {
     NotFound,
     DiskFull,
     Storage,
+    /// Fetching a model failed (network, checksum, archive).
+    Download,
     Internal,
 }
 
@@ -65,6 +67,16 @@ impl From<StoreError> for AppError {
             StoreError::DiskFull(_) => ErrorKind::DiskFull,
             StoreError::Invalid(_) => ErrorKind::InvalidSettings,
             _ => ErrorKind::Storage,
+        };
+        Self::new(kind, e.to_string())
+    }
+}
+
+impl From<hearth_download::DownloadError> for AppError {
+    fn from(e: hearth_download::DownloadError) -> Self {
+        let kind = match &e {
+            hearth_download::DownloadError::Io { source, .. } if source.raw_os_error() == Some(28) => ErrorKind::DiskFull,
+            _ => ErrorKind::Download,
         };
         Self::new(kind, e.to_string())
     }

@@ -45,3 +45,18 @@ pub enum ModelStatus {
 }
 
 pub const MODEL_STATUS_EVENT: &str = "model-status";
+
+/// The default model's download, as it goes.
+#[derive(Debug, Clone, PartialEq, Serialize, TS)]
+#[serde(tag = "event", content = "data", rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
+pub enum DownloadEvent {
+    #[serde(rename_all = "camelCase")]
+    Progress { downloaded: u64, total: Option<u64> },
+    /// Downloaded and checked; unpacking the model from its archive.
+    Extracting,
+    #[serde(rename_all = "camelCase")]
+    Done { path: String },
+    #[serde(rename_all = "camelCase")]
+    Failed { error: AppError },
+}

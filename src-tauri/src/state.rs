@@ -1,7 +1,8 @@
 //! What every command can reach: the database and the worker.
 
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use hearth_store::Store;
 
@@ -11,6 +12,8 @@ use crate::worker::{StatusSink, Worker, LAST_MODEL_KEY};
 pub struct AppState {
     store: Mutex<Store>,
     pub worker: Worker,
+    /// Set to cancel the default model's download in progress, if any.
+    pub download: Mutex<Option<Arc<AtomicBool>>>,
 }
 
 impl AppState {
@@ -25,7 +28,7 @@ impl AppState {
         if let Some(path) = initial_model(&store) {
             worker.load_model(path);
         }
-        Ok(Self { store: Mutex::new(store), worker })
+        Ok(Self { store: Mutex::new(store), worker, download: Mutex::new(None) })
     }
 
     pub fn store(&self) -> AppResult<MutexGuard<'_, Store>> {

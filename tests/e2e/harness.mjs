@@ -9,12 +9,13 @@ import { WebDriver, Keys } from './webdriver.mjs';
 const root = resolve(import.meta.dirname, '../..');
 const targetDir = process.env.CARGO_TARGET_DIR ?? join(root, 'target');
 export const appBinary = process.env.HEARTH_APP ?? join(targetDir, 'debug', 'hearth');
-const port = Number(process.env.TAURI_DRIVER_PORT ?? 4444);
-const base = `http://127.0.0.1:${port}`;
-
 export class Harness {
-  constructor() {
+  /** `env` is added to the app's environment; each harness needs its own `port`. */
+  constructor({ env = {}, port = Number(process.env.TAURI_DRIVER_PORT ?? 4444) } = {}) {
     this.dataDir = mkdtempSync(join(tmpdir(), 'hearth-e2e-'));
+    this.env = env;
+    this.base = `http://127.0.0.1:${port}`;
+    this.port = port;
     this.driverProcess = null;
     this.driver = null;
   }
@@ -23,14 +24,15 @@ export class Harness {
     if (!existsSync(appBinary)) throw new Error(`build the app first: ${appBinary} is missing`);
     if (!process.env.DISPLAY) throw new Error('DISPLAY is not set: run under Xvfb (tests/e2e/run.sh does)');
     const driverBin = process.env.TAURI_DRIVER ?? 'tauri-driver';
-    this.driverProcess = spawn(driverBin, ['--port', String(port)], {
-      env: { ...process.env, HEARTH_DATA_DIR: this.dataDir },
+    // tauri-driver also needs a port for WebKitWebDriver: take the next one.
+    this.driverProcess = spawn(driverBin, ['--port', String(this.port), '--native-port', String(this.port + 1)], {
+      env: { ...process.env, HEARTH_DATA_DIR: this.dataDir, ...this.env },
       stdio: ['ignore', 'inherit', 'inherit'],
     });
     const deadline = Date.now() + 15000;
     for (;;) {
       try {
-        const res = await fetch(`${base}/status`);
+        const res = await fetch(`${this.base}/status`);
         if (res.ok) break;
       } catch {
         // not up yet
@@ -41,8 +43,9 @@ export class Harness {
   }
 
   /** Opens the app (again, after a restart) and waits until the model is ready. */
-  async openApp() {
-    this.driver = await WebDriver.start(base, { 'tauri:options': { application: appBinary } });
+  async openApp({ waitForModel = true } = {}) {
+    this.driver = await WebDriver.start(this.base, { 'tauri:options': { application: appBinary } });
+    if (!waitForModel) return this.driver;
     await this.driver.waitFor(
       async () => (await (await this.driver.find('[data-testid=model-status]')).attr('data-state')) === 'ready',
       'the model to load',

@@ -34,5 +34,7 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         models::models_status,
         models::models_open,
         models::models_recent,
+        models::models_download_default,
+        models::models_download_cancel,
     ]
 }

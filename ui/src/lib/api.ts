@@ -4,6 +4,7 @@ import { Channel, invoke } from '@tauri-apps/api/core';
 import type { AppError } from './bindings/AppError';
 import type { Conversation } from './bindings/Conversation';
 import type { ConversationSettings } from './bindings/ConversationSettings';
+import type { DownloadEvent } from './bindings/DownloadEvent';
 import type { FieldError } from './bindings/FieldError';
 import type { GenerationEvent } from './bindings/GenerationEvent';
 import type { Message } from './bindings/Message';
@@ -67,5 +68,11 @@ export const api = {
     status: () => invoke<ModelStatus>('models_status'),
     open: (path: string) => invoke<void>('models_open', { path }),
     recent: () => invoke<RecentModel[]>('models_recent'),
+    downloadDefault: (onEvent: (e: DownloadEvent) => void) => {
+      const ch = new Channel<DownloadEvent>();
+      ch.onmessage = onEvent;
+      return invoke<void>('models_download_default', { onEvent: ch });
+    },
+    cancelDownload: () => invoke<boolean>('models_download_cancel'),
   },
 };

@@ -33,6 +33,8 @@ export class AppState {
   settings = $state<ConversationSettings | null>(null);
   fieldErrors = $state<Record<string, string>>({});
   presets = $state<Preset[]>([]);
+  /** The default model's download, while one runs or after it failed. */
+  download = $state<{ downloaded: number; total: number | null; extracting: boolean; error: string | null } | null>(null);
   /** The last deleted conversation, while its undo is offered. */
   deleted = $state<Conversation | null>(null);
   error = $state<string | null>(null);
@@ -288,6 +290,37 @@ export class AppState {
   async applyPreset(name: string) {
     const p = this.presets.find((x) => x.name === name);
     if (p) await this.updateSettings({ ...p.settings, stopStrings: [...p.settings.stopStrings] });
+  }
+
+  async downloadDefaultModel() {
+    this.download = { downloaded: 0, total: null, extracting: false, error: null };
+    const d = this.download;
+    await this.guard(() =>
+      api.models.downloadDefault((e) => {
+        if (!this.download) return;
+        switch (e.event) {
+          case 'progress':
+            this.download.downloaded = e.data.downloaded;
+            this.download.total = e.data.total;
+            break;
+          case 'extracting':
+            this.download.extracting = true;
+            break;
+          case 'done':
+            this.download = null;
+            break;
+          case 'failed':
+            this.download.error = e.data.error.message;
+            break;
+        }
+      }),
+    ).then(() => {
+      if (this.error && this.download === d) this.download = null;
+    });
+  }
+
+  async cancelDownload() {
+    await this.guard(() => api.models.cancelDownload());
   }
 
   async openModel(path: string) {
