@@ -2,6 +2,8 @@
 // driven through tauri-driver under Xvfb. The steps build on each other and
 // run in order.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import {
   Harness, Keys, activeConversationId, lastReply, messages, newChat, openChat, send, setSetting, waitForReply,
@@ -58,7 +60,19 @@ describe('Hearth end to end', () => {
     assert.match(await stats.text(), /stopped by you/);
     const r = await lastReply(d);
     assert.equal(await r.attr('data-status'), 'interrupted');
-    assert.ok(await r.$('[data-testid=continue]'), 'a stopped reply offers Continue');
+    const stoppedText = await (await r.$('[data-testid=message-body]')).text();
+    await (await r.$('[data-testid=continue]')).click();
+    // The same reply grows again, then is stopped again.
+    await d.waitFor(async () => {
+      const body = await (await lastReply(d)).$('[data-testid=message-body]');
+      return (await body.text()).length > stoppedText.length + 20;
+    }, 'the reply to continue', 60000, 50);
+    assert.equal((await messages(d)).length, 2, 'continuing writes into the same reply');
+    await (await d.find('[data-testid=stop]')).click();
+    const again = await waitForReply(d, 20000);
+    assert.equal(await again.attr('data-finish'), 'cancelled');
+    const continued = await (await (await lastReply(d)).$('[data-testid=message-body]')).text();
+    assert.ok(continued.startsWith(stoppedText.slice(0, 40)), 'the earlier text is kept');
   });
 
   it('switching back, the next turn processes only the new tokens', async () => {
@@ -146,6 +160,64 @@ describe('Hearth end to end', () => {
     assert.equal(await d.execute('return window.__pwned === undefined ? "clean" : String(window.__pwned)'), 'clean');
   });
 
+  it('searches, renames, deletes and undoes', async () => {
+    const search = await d.find('[data-testid=search]');
+    await search.type('dragon');
+    await d.waitFor(async () => (await d.$$('[data-testid=conversation]')).length === 1, 'one match');
+    assert.equal(Number(await (await d.find('[data-testid=conversation]')).attr('data-id')), chats.b);
+    await search.clear();
+    await search.type('zzzz-no-such-text');
+    await d.waitFor(async () => (await d.$$('[data-testid=conversation]')).length === 0, 'no match');
+    await search.clear();
+    await search.type(' ');
+    await search.type(Keys.BACKSPACE);
+    await d.waitFor(async () => (await d.$$('[data-testid=conversation]')).length === 3, 'all chats again');
+
+    const row = await d.find(`[data-testid=conversation][data-id="${chats.c}"]`);
+    await (await row.$('button[title=Rename]')).click();
+    const input = await d.find('[data-testid=rename-input]');
+    // Whether the old title is selected or the caret is at its end, this replaces it.
+    await input.type(Keys.BACKSPACE.repeat(80) + 'Surprises' + Keys.ENTER);
+    let shown;
+    await d.waitFor(async () => (shown = await (await d.find(`[data-testid=conversation][data-id="${chats.c}"] [data-testid=conversation-title]`)).prop('textContent')) === 'Surprises', `the new title (shown: ${shown})`);
+
+    await (await (await d.find(`[data-testid=conversation][data-id="${chats.c}"]`)).$('[data-testid=delete-conversation]')).click();
+    await d.waitFor(async () => (await d.$$(`[data-testid=conversation][data-id="${chats.c}"]`)).length === 0, 'the chat to go');
+    await (await d.find('[data-testid=undo-delete]')).click();
+    await d.find(`[data-testid=conversation][data-id="${chats.c}"]`);
+    await openChat(d, chats.c);
+    assert.ok((await messages(d)).length >= 2, 'undo brings the messages back');
+  });
+
+  it('opens and scrolls a 1,000-message thread', async () => {
+    await h.closeApp();
+    const id = Number(execFileSync('python3', [join(import.meta.dirname, 'seed_long_thread.py'), join(h.dataDir, 'hearth.db'), '1000']).toString());
+    d = await h.openApp();
+    const started = Date.now();
+    await openChat(d, id);
+    await d.waitFor(async () => (await d.$$('[data-testid=message]')).length > 0, 'the thread', 30000);
+    const openMs = Date.now() - started;
+    const last = await d.$$('[data-testid=message]');
+    assert.match(await (await last[last.length - 1].$('[data-testid=message-body]')).text(), /Answer 499\./);
+    // Scroll to the top, page after page, timing each jump until it paints.
+    const frames = [];
+    for (let i = 0; i < 40; i++) {
+      frames.push(await d.execute(
+        `const m = document.querySelector('[data-testid=messages]'); const t = performance.now();
+         m.scrollTop = 0; m.dispatchEvent(new Event('scroll'));
+         return new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(() => r(performance.now() - t))));`,
+      ));
+      if (await d.$('[data-testid=show-earlier]') === null) break;
+    }
+    const first = (await d.$$('[data-testid=message]'))[0];
+    assert.equal(await (await first.$('[data-testid=message-body]')).text(), 'Question 0: how do I sort a list in Python?');
+    assert.equal((await d.$$('[data-testid=message]')).length, 1000);
+    const worst = Math.max(...frames);
+    console.log(`# long thread: opened in ${openMs} ms; ${frames.length} jumps to the top, slowest ${worst.toFixed(0)} ms, median ${frames.sort((a, b) => a - b)[frames.length >> 1].toFixed(0)} ms`);
+    assert.ok(openMs < 5000, `opening took ${openMs} ms`);
+    assert.ok(worst < 1500, `a jump took ${worst} ms`);
+  });
+
   it('keeps everything across a restart', async () => {
     const titles = async () => Promise.all((await d.$$('[data-testid=conversation-title]')).map((e) => e.prop('textContent')));
     const before = await titles();
@@ -153,6 +225,7 @@ describe('Hearth end to end', () => {
     d = await h.openApp();
     await d.waitFor(async () => (await titles()).length === before.length, 'the chat list');
     assert.deepEqual(await titles(), before);
+    assert.ok(before.includes('Surprises'));
     await openChat(d, chats.a);
     assert.equal((await messages(d)).length, 4);
     await openChat(d, chats.b);

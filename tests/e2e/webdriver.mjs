@@ -2,7 +2,7 @@
 // through tauri-driver and WebKitWebDriver without a client library.
 const ELEMENT = 'element-6066-11e4-a52e-4f735466cecf';
 
-export const Keys = { ENTER: '\uE007', ESCAPE: '\uE00C', SHIFT: '\uE008', BACKSPACE: '\uE003', CONTROL: '\uE009' };
+export const Keys = { NULL: '\uE000', ENTER: '\uE007', ESCAPE: '\uE00C', SHIFT: '\uE008', BACKSPACE: '\uE003', CONTROL: '\uE009' };
 
 export class WebDriver {
   constructor(base, sessionId) {

@@ -47,9 +47,15 @@ export class AppState {
     return this.activeId === null ? undefined : this.streams[this.activeId];
   }
 
+  /** Counts model-status events, so a status query answered late cannot undo a newer event. */
+  private statusEvents = 0;
+
+  /** Call after subscribing to model-status events. */
   async init() {
     await this.guard(async () => {
-      this.model = await api.models.status();
+      const seen = this.statusEvents;
+      const status = await api.models.status();
+      if (this.statusEvents === seen) this.model = status;
       this.recentModels = await api.models.recent();
       this.presets = await api.settings.presets();
       this.conversations = await api.conversations.list();
@@ -58,6 +64,7 @@ export class AppState {
   }
 
   setModel(status: ModelStatus) {
+    this.statusEvents += 1;
     this.model = status;
     if (status.state === 'ready') void api.models.recent().then((r) => (this.recentModels = r));
   }
