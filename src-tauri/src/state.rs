@@ -24,7 +24,9 @@ impl AppState {
         // Conversations deleted in an earlier run are past their undo.
         let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
         store.purge_deleted(started)?;
-        let worker = Worker::start(store.reopen()?, on_status);
+        let caches = data_dir.join("caches");
+        forget_orphan_caches(&store, &caches);
+        let worker = Worker::start(store.reopen()?, Some(caches), on_status);
         if let Some(path) = initial_model(&store) {
             worker.load_model(path);
         }
@@ -33,6 +35,22 @@ impl AppState {
 
     pub fn store(&self) -> AppResult<MutexGuard<'_, Store>> {
         Ok(self.store.lock()?)
+    }
+}
+
+/// Deletes saved caches whose conversation is gone.
+fn forget_orphan_caches(store: &Store, dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let id = path.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse::<i64>().ok());
+        let orphan = match id {
+            Some(id) => matches!(store.conversation(id), Err(hearth_store::StoreError::NotFound { .. })),
+            None => path.extension().is_some_and(|e| e == "tmp"),
+        };
+        if orphan {
+            let _ = std::fs::remove_file(&path);
+        }
     }
 }
 

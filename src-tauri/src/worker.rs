@@ -74,13 +74,16 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Starts the worker thread with its own database connection.
-    pub fn start(store: Store, on_status: StatusSink) -> Self {
+    /// Starts the worker thread with its own database connection. Caches
+    /// are saved in `caches_dir` after every turn, when it is given.
+    pub fn start(store: Store, caches_dir: Option<PathBuf>, on_status: StatusSink) -> Self {
         let shared = Arc::new(Shared { queue: Mutex::default(), wake: Condvar::new(), status: Mutex::new(ModelStatus::None) });
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("hearth-worker".into())
-            .spawn(move || WorkerThread { shared: thread_shared, store, on_status, engine: None, sessions: HashMap::new(), tick: 0 }.run())
+            .spawn(move || {
+                WorkerThread { shared: thread_shared, store, on_status, engine: None, sessions: HashMap::new(), tick: 0, caches_dir, saved: HashMap::new() }.run()
+            })
             .expect("the worker thread starts");
         Self { shared, thread: Some(thread) }
     }
@@ -188,6 +191,9 @@ struct WorkerThread {
     /// Each conversation's cache, with when it was last used.
     sessions: HashMap<i64, (Session, u64)>,
     tick: u64,
+    caches_dir: Option<PathBuf>,
+    /// The tokens each conversation's cache file holds, as written by this process.
+    saved: HashMap<i64, Vec<u32>>,
 }
 
 impl WorkerThread {
@@ -244,6 +250,7 @@ impl WorkerThread {
         // Free the old model first: two in memory at once may not fit.
         self.engine = None;
         self.sessions.clear();
+        self.saved.clear();
         match Engine::open(&path) {
             Ok(engine) => {
                 let config = engine.model().config();
@@ -316,6 +323,10 @@ impl WorkerThread {
         self.tick += 1;
         let tick = self.tick;
         let mut entry = self.sessions.remove(&job.conversation_id).filter(|(s, _)| s.context_length() == context).map(|(s, _)| s);
+        if entry.is_none() {
+            entry = self.restore(job.conversation_id, context);
+        }
+        let engine = self.engine.as_ref().expect("checked above");
         let session = entry.get_or_insert_with(|| engine.new_session(Some(context)));
         let seed = s.seed.unwrap_or_else(random_seed);
         let sampling = SamplingParams {
@@ -379,10 +390,74 @@ impl WorkerThread {
             })
         })();
         if let Some(session) = entry {
+            if outcome.is_ok() {
+                self.save(job.conversation_id, &session, context);
+            }
             self.sessions.insert(job.conversation_id, (session, tick));
             self.evict();
         }
         outcome.map_err(|e| (e, text))
+    }
+
+    fn cache_path(&self, conversation_id: i64) -> Option<PathBuf> {
+        self.caches_dir.as_ref().map(|d| d.join(format!("{conversation_id}.session")))
+    }
+
+    /// The conversation's saved cache, if there is one made with this model
+    /// and context length; anything else is deleted (the history is then
+    /// prefilled again, which gives the same output).
+    fn restore(&mut self, conversation_id: i64, context: usize) -> Option<Session> {
+        let path = self.cache_path(conversation_id)?;
+        if !path.exists() {
+            return None;
+        }
+        let engine = self.engine.as_ref()?;
+        let restored = engine.cache_identity(context).and_then(|id| hearth_engine::session_file::read(&path, &id, engine.model()));
+        match restored {
+            Ok(r) => {
+                if r.complete {
+                    self.saved.insert(conversation_id, r.session.tokens().to_vec());
+                } else {
+                    // Keep what verified; the next save rewrites the file whole.
+                    tracing::warn!("cache for conversation {conversation_id} was damaged; kept {} verified tokens", r.session.tokens().len());
+                    self.saved.remove(&conversation_id);
+                }
+                Some(r.session)
+            }
+            Err(e) => {
+                tracing::info!("discarding cache for conversation {conversation_id}: {e}");
+                let _ = std::fs::remove_file(&path);
+                self.saved.remove(&conversation_id);
+                None
+            }
+        }
+    }
+
+    /// Appends what the turn added to the conversation's cache file, or
+    /// rewrites it when the conversation branched to an earlier point.
+    fn save(&mut self, conversation_id: i64, session: &Session, context: usize) {
+        let (Some(path), Some(engine)) = (self.cache_path(conversation_id), self.engine.as_ref()) else { return };
+        let tokens = session.tokens();
+        let result = match self.saved.get(&conversation_id) {
+            Some(prev) if tokens.starts_with(prev) && path.exists() => hearth_engine::session_file::append(&path, session, prev.len()),
+            _ => {
+                if let Some(dir) = path.parent() {
+                    let _ = std::fs::create_dir_all(dir);
+                }
+                engine.cache_identity(context).and_then(|id| hearth_engine::session_file::write(&path, &id, session))
+            }
+        };
+        match result {
+            Ok(()) => {
+                self.saved.insert(conversation_id, tokens.to_vec());
+            }
+            Err(e) => {
+                // A full disk costs only the cache, never the conversation.
+                tracing::warn!("cannot save the cache of conversation {conversation_id}: {e}");
+                let _ = std::fs::remove_file(&path);
+                self.saved.remove(&conversation_id);
+            }
+        }
     }
 
     fn evict(&mut self) {

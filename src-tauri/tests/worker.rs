@@ -12,7 +12,7 @@ use hearth_store::{ConversationSettings, MessageStatus, Role, Store};
 fn start() -> (tempfile::TempDir, Store, Worker) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("hearth.db")).unwrap();
-    let worker = Worker::start(store.reopen().unwrap(), Box::new(|_| {}));
+    let worker = Worker::start(store.reopen().unwrap(), Some(dir.path().join("caches")), Box::new(|_| {}));
     worker.load_model(hearth_engine::paths::default_model_path());
     assert!(worker.wait_idle(Duration::from_secs(120)));
     assert!(matches!(worker.model_status(), ModelStatus::Ready { .. }), "{:?}", worker.model_status());
@@ -172,7 +172,7 @@ fn a_bad_model_file_is_reported_in_words() {
     let bad = dir.path().join("bad.gguf");
     std::fs::write(&bad, b"GGUF but not really").unwrap();
     let (tx, rx) = mpsc::channel();
-    let worker = Worker::start(store.reopen().unwrap(), Box::new(move |s| {
+    let worker = Worker::start(store.reopen().unwrap(), None, Box::new(move |s| {
         let _ = tx.send(s.clone());
     }));
     worker.load_model(bad);
@@ -191,4 +191,42 @@ fn a_bad_model_file_is_reported_in_words() {
     worker.enqueue(j).unwrap();
     let events = collect(&rx);
     assert!(matches!(events.last(), Some(GenerationEvent::Error { error }) if error.kind == hearth_app::error::ErrorKind::NoModel));
+}
+
+#[test]
+fn a_new_worker_continues_from_the_saved_cache() {
+    let (dir, store, worker) = start();
+    let c = store.create_conversation().unwrap();
+    let reply = reply_row(&store, c.id, "What is 2 + 2?");
+    let (j, rx) = job(c.id, reply, vec![ChatMessage::user("What is 2 + 2?")], greedy(32));
+    worker.enqueue(j).unwrap();
+    let (_, first) = finished(&collect(&rx));
+    assert!(worker.wait_idle(Duration::from_secs(10)));
+    drop(worker);
+    assert!(dir.path().join("caches").join(format!("{}.session", c.id)).is_file());
+
+    // As after a restart: a new worker, nothing in memory.
+    let worker = Worker::start(store.reopen().unwrap(), Some(dir.path().join("caches")), Box::new(|_| {}));
+    worker.load_model(hearth_engine::paths::default_model_path());
+    let reply2 = reply_row(&store, c.id, "And 3 + 3?");
+    let history = vec![ChatMessage::user("What is 2 + 2?"), ChatMessage::assistant(store.message(reply).unwrap().content), ChatMessage::user("And 3 + 3?")];
+    let (j, rx) = job(c.id, reply2, history.clone(), greedy(16));
+    worker.enqueue(j).unwrap();
+    let events = collect(&rx);
+    let (_, second) = finished(&events);
+    assert!(second.processed_tokens < second.prompt_tokens - first.prompt_tokens + 4, "restored: {second:?}");
+    let warm: String = events.iter().filter_map(|e| if let GenerationEvent::Token { text, .. } = e { Some(text.as_str()) } else { None }).collect();
+
+    // The same turn from a cold cache gives the same reply.
+    std::fs::remove_dir_all(dir.path().join("caches")).unwrap();
+    let worker = Worker::start(store.reopen().unwrap(), None, Box::new(|_| {}));
+    worker.load_model(hearth_engine::paths::default_model_path());
+    let reply3 = reply_row(&store, c.id, "And 3 + 3?");
+    let (j, rx) = job(c.id, reply3, history, greedy(16));
+    worker.enqueue(j).unwrap();
+    let events = collect(&rx);
+    let (_, cold) = finished(&events);
+    assert_eq!(cold.processed_tokens, cold.prompt_tokens);
+    let cold_text: String = events.iter().filter_map(|e| if let GenerationEvent::Token { text, .. } = e { Some(text.as_str()) } else { None }).collect();
+    assert_eq!(warm, cold_text);
 }

@@ -218,8 +218,12 @@ describe('Hearth end to end', () => {
     assert.ok(worst < 1500, `a jump took ${worst} ms`);
   });
 
-  it('keeps everything across a restart', async () => {
+  it('keeps everything across a restart, and the cache: the next turn runs only its new tokens', async () => {
     const titles = async () => Promise.all((await d.$$('[data-testid=conversation-title]')).map((e) => e.prop('textContent')));
+    chats.d = await newChat(d);
+    await setSetting(d, 'temperature', 0);
+    await send(d, 'What is 2 + 2?');
+    const firstPrompt = await num(await waitForReply(d), 'data-prompt-tokens');
     const before = await titles();
     await h.closeApp();
     d = await h.openApp();
@@ -230,6 +234,15 @@ describe('Hearth end to end', () => {
     assert.equal((await messages(d)).length, 4);
     await openChat(d, chats.b);
     assert.equal(await (await lastReply(d)).attr('data-status'), 'interrupted');
+
+    // The cache saved before the restart is read back from disk.
+    await openChat(d, chats.d);
+    await send(d, 'And what is 3 + 3?');
+    await d.waitFor(async () => (await messages(d)).length === 4, 'the turn after the restart');
+    const stats = await waitForReply(d);
+    const prompt = await num(stats, 'data-prompt-tokens');
+    const processed = await num(stats, 'data-processed-tokens');
+    assert.ok(processed < prompt - firstPrompt, `after a restart: processed ${processed} of ${prompt} (first turn ${firstPrompt})`);
   });
 
   it('a reply cut off by SIGKILL comes back as interrupted, with everything before it', async () => {

@@ -4,12 +4,13 @@ use std::path::{Path, PathBuf};
 
 use candle_core::Device;
 
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 use crate::gguf::GgufFile;
 use crate::model::{Kernels, Model};
 use crate::sampler_loop::GenerationConfig;
 use crate::sampling::SamplingParams;
 use crate::session::Session;
+use crate::session_file::CacheIdentity;
 use crate::template::{ChatMessage, ChatTemplate};
 use crate::tokenizer::Tokenizer;
 
@@ -25,6 +26,17 @@ pub struct Engine {
     tokenizer: Tokenizer,
     template: ChatTemplate,
     end_tokens: Vec<u32>,
+    header_sha256: String,
+}
+
+/// SHA-256 of a file's first MiB: enough to tell two model files apart
+/// (header, metadata and tokenizer come first) without reading gigabytes.
+fn header_sha256(path: &Path) -> std::io::Result<String> {
+    use sha2::Digest;
+    use std::io::Read;
+    let mut head = Vec::with_capacity(1 << 20);
+    std::fs::File::open(path)?.take(1 << 20).read_to_end(&mut head)?;
+    Ok(sha2::Sha256::digest(&head).iter().map(|b| format!("{b:02x}")).collect())
 }
 
 impl Engine {
@@ -61,7 +73,8 @@ impl Engine {
                 }
             }
         }
-        Ok(Self { path: path.as_ref().to_path_buf(), model, tokenizer, template, end_tokens })
+        let header_sha256 = header_sha256(path.as_ref()).map_err(|source| EngineError::Io { path: path.as_ref().to_path_buf(), source })?;
+        Ok(Self { path: path.as_ref().to_path_buf(), model, tokenizer, template, end_tokens, header_sha256 })
     }
 
     pub fn path(&self) -> &Path {
@@ -96,6 +109,24 @@ impl Engine {
             }
         }
         Ok(ids)
+    }
+
+    /// What a cache computed now, for a context of `context_length`, depends
+    /// on: this file (size, time, header), the architecture, the dtype, the
+    /// engine. A saved cache is used only when its identity equals this.
+    pub fn cache_identity(&self, context_length: usize) -> Result<CacheIdentity> {
+        let meta = std::fs::metadata(&self.path).map_err(|source| EngineError::Io { path: self.path.clone(), source })?;
+        let mtime = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_nanos() as u64).unwrap_or(0);
+        Ok(CacheIdentity {
+            model_size: meta.len(),
+            model_mtime_ns: mtime,
+            model_header_sha256: self.header_sha256.clone(),
+            architecture: self.model.config().architecture.gguf_name().to_string(),
+            dtype: "f32".into(),
+            context_length,
+            engine_version: env!("CARGO_PKG_VERSION").into(),
+            format_version: 1,
+        })
     }
 
     /// A new conversation holding up to `context` tokens (`None`: the model's own).

@@ -57,6 +57,10 @@ impl KvCache {
         }
     }
 
+    pub(crate) fn n_layers(&self) -> usize {
+        self.n_layers
+    }
+
     /// Positions filled so far (the same for every sequence of the batch).
     pub fn len(&self) -> usize {
         self.len

@@ -15,6 +15,7 @@ pub mod quant_matmul;
 pub mod sampler_loop;
 pub mod sampling;
 pub mod session;
+pub mod session_file;
 pub mod template;
 pub mod tokenizer;
 
@@ -28,5 +29,6 @@ pub use model::{Architecture, Kernels, Model, ModelConfig};
 pub use sampler_loop::{FinishReason, GenerationConfig, SamplerLoop, SamplingState, SequenceOutput, TokenEvent};
 pub use sampling::{Rng, SamplingParams};
 pub use session::{Session, Turn, TurnOutput, TurnStats};
+pub use session_file::{CacheIdentity, Restored};
 pub use template::{ChatMessage, ChatTemplate, Role};
 pub use tokenizer::Tokenizer;

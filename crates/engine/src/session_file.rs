@@ -1,0 +1,239 @@
+//! A conversation's cache on disk, so continuing it after a restart runs only
+//! the new tokens.
+//!
+//! The file is an append-only log: a header naming exactly what the cache
+//! was computed with (`CacheIdentity`), then chunks of positions, each with
+//! its token ids, every layer's keys and values in f32 (as in memory, so a
+//! restored cache is bit-identical to the one saved), and a SHA-256 of the
+//! chunk. A turn appends one chunk; a branch to an earlier point rewrites the
+//! file (temp file, fsync, rename). Reading stops at the first chunk that is
+//! torn or fails its checksum and keeps the verified chunks before it.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use candle_core::Tensor;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::{EngineError, Result};
+use crate::model::Model;
+use crate::session::Session;
+
+const MAGIC: &[u8; 8] = b"HEARTHSF";
+const CHUNK: &[u8; 4] = b"CHNK";
+const FORMAT_VERSION: u32 = 1;
+
+/// What a saved cache was computed with. A cache is used only when all of it
+/// matches the model and settings it would be used with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheIdentity {
+    pub model_size: u64,
+    /// Modification time, nanoseconds since the Unix epoch.
+    pub model_mtime_ns: u64,
+    /// SHA-256 of the model file's first MiB (header, metadata, tokenizer).
+    pub model_header_sha256: String,
+    pub architecture: String,
+    pub dtype: String,
+    pub context_length: usize,
+    pub engine_version: String,
+    pub format_version: u32,
+}
+
+/// What `read` recovered.
+pub struct Restored {
+    pub session: Session,
+    /// False when a torn or corrupt chunk ended the read early; the session
+    /// then covers only the verified chunks before it, and the file should be
+    /// rewritten.
+    pub complete: bool,
+}
+
+fn corrupt(path: &Path, what: impl std::fmt::Display) -> EngineError {
+    EngineError::CorruptCache(format!("{}: {what}", path.display()))
+}
+
+/// Writes all of `session` to `path`, replacing it atomically.
+pub fn write(path: &Path, identity: &CacheIdentity, session: &Session) -> Result<()> {
+    let tmp = tmp_path(path);
+    let io = |e: std::io::Error| corrupt(&tmp, format!("cannot write: {e}"));
+    let result = (|| {
+        let mut w = BufWriter::new(File::create(&tmp).map_err(io)?);
+        let json = serde_json::to_vec(identity).map_err(|e| corrupt(path, e))?;
+        let mut header = Vec::with_capacity(16 + json.len());
+        header.extend_from_slice(MAGIC);
+        header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        header.extend_from_slice(&(json.len() as u32).to_le_bytes());
+        header.extend_from_slice(&json);
+        let digest = Sha256::digest(&header);
+        w.write_all(&header).map_err(io)?;
+        w.write_all(&digest).map_err(io)?;
+        write_chunk(&mut w, session, 0)?;
+        let file = w.into_inner().map_err(|e| io(e.into_error()))?;
+        file.sync_all().map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(|e| corrupt(path, format!("cannot replace: {e}")))?;
+        if let Some(dir) = path.parent() {
+            // Make the rename itself durable.
+            let _ = File::open(dir).and_then(|d| d.sync_all());
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Appends positions `from..` of `session` to a file that holds exactly
+/// its first `from` tokens (the caller tracks that).
+pub fn append(path: &Path, session: &Session, from: usize) -> Result<()> {
+    if from >= session.tokens().len() {
+        return Ok(());
+    }
+    let io = |e: std::io::Error| corrupt(path, format!("cannot append: {e}"));
+    let file = OpenOptions::new().append(true).open(path).map_err(io)?;
+    let mut w = BufWriter::new(file);
+    write_chunk(&mut w, session, from)?;
+    let file = w.into_inner().map_err(|e| io(e.into_error()))?;
+    file.sync_all().map_err(io)?;
+    Ok(())
+}
+
+fn write_chunk(w: &mut impl Write, session: &Session, from: usize) -> Result<()> {
+    let tokens = &session.tokens()[from..];
+    if tokens.is_empty() {
+        return Ok(());
+    }
+    let cache = session.cache();
+    if cache.batch() != 1 {
+        return Err(EngineError::CorruptCache("only a batch-1 cache can be saved".into()));
+    }
+    let mut hasher = Sha256::new();
+    let mut put = |w: &mut dyn Write, bytes: &[u8]| -> Result<()> {
+        hasher.update(bytes);
+        w.write_all(bytes).map_err(|e| EngineError::CorruptCache(format!("cannot write: {e}")))
+    };
+    put(w, CHUNK)?;
+    put(w, &(tokens.len() as u32).to_le_bytes())?;
+    let ids: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+    put(w, &ids)?;
+    for layer in 0..cache.n_layers() {
+        let (k, v) = cache.view(layer, from, from + tokens.len())?;
+        for t in [k, v] {
+            let data: Vec<f32> = t.contiguous()?.flatten_all()?.to_vec1()?;
+            let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+            put(w, &bytes)?;
+        }
+    }
+    let digest = hasher.finalize();
+    w.write_all(&digest).map_err(|e| EngineError::CorruptCache(format!("cannot write: {e}")))
+}
+
+/// Reads a saved session for `model` if it was saved under `identity`.
+/// A different identity, a bad header or an unreadable file is an error:
+/// the caller discards the file and prefills from scratch.
+pub fn read(path: &Path, identity: &CacheIdentity, model: &Model) -> Result<Restored> {
+    let file = File::open(path).map_err(|e| corrupt(path, format!("cannot open: {e}")))?;
+    let mut r = BufReader::new(file);
+    let mut fixed = [0u8; 16];
+    r.read_exact(&mut fixed).map_err(|e| corrupt(path, format!("header: {e}")))?;
+    if &fixed[..8] != MAGIC {
+        return Err(corrupt(path, "not a Hearth session cache"));
+    }
+    let version = u32::from_le_bytes(fixed[8..12].try_into().expect("4 bytes"));
+    let json_len = u32::from_le_bytes(fixed[12..16].try_into().expect("4 bytes")) as usize;
+    if version != FORMAT_VERSION || json_len > 1 << 20 {
+        return Err(corrupt(path, format!("format version {version}")));
+    }
+    let mut json = vec![0u8; json_len];
+    r.read_exact(&mut json).map_err(|e| corrupt(path, format!("header: {e}")))?;
+    let mut digest = [0u8; 32];
+    r.read_exact(&mut digest).map_err(|e| corrupt(path, format!("header: {e}")))?;
+    let mut hasher = Sha256::new();
+    hasher.update(fixed);
+    hasher.update(&json);
+    if hasher.finalize().as_slice() != digest {
+        return Err(corrupt(path, "header checksum mismatch"));
+    }
+    let saved: CacheIdentity = serde_json::from_slice(&json).map_err(|e| corrupt(path, e))?;
+    if &saved != identity {
+        return Err(corrupt(path, "saved for another model, context length or engine version"));
+    }
+
+    let config = model.config();
+    let mut cache = model.new_cache(identity.context_length);
+    let mut tokens: Vec<u32> = Vec::new();
+    let per_position = config.n_kv_heads * config.head_dim;
+    let complete = loop {
+        match read_chunk(&mut r, config.n_layers, per_position, identity.context_length - tokens.len()) {
+            Ok(None) => break true,
+            Ok(Some((ids, layers))) => {
+                let n = ids.len();
+                cache.reserve(n, 1)?;
+                for (layer, (k, v)) in layers.into_iter().enumerate() {
+                    let k = Tensor::from_vec(k, (1, config.n_kv_heads, n, config.head_dim), model.device())?;
+                    let v = Tensor::from_vec(v, (1, config.n_kv_heads, n, config.head_dim), model.device())?;
+                    cache.write(layer, &k, &v)?;
+                }
+                cache.advance(n);
+                tokens.extend(ids);
+            }
+            Err(_) => break false,
+        }
+    };
+    Ok(Restored { session: Session::from_parts(cache, tokens)?, complete })
+}
+
+type ChunkData = (Vec<u32>, Vec<(Vec<f32>, Vec<f32>)>);
+
+/// One verified chunk, `None` at a clean end of file, or an error for a torn
+/// or corrupt one.
+fn read_chunk(r: &mut impl Read, n_layers: usize, per_position: usize, room: usize) -> std::result::Result<Option<ChunkData>, String> {
+    let mut tag = [0u8; 4];
+    match r.read(&mut tag[..1]) {
+        Ok(0) => return Ok(None),
+        Ok(_) => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    r.read_exact(&mut tag[1..]).map_err(|e| e.to_string())?;
+    if &tag != CHUNK {
+        return Err("bad chunk tag".into());
+    }
+    let mut hasher = Sha256::new();
+    hasher.update(tag);
+    let mut n = [0u8; 4];
+    r.read_exact(&mut n).map_err(|e| e.to_string())?;
+    hasher.update(n);
+    let n = u32::from_le_bytes(n) as usize;
+    if n == 0 || n > room {
+        return Err(format!("chunk of {n} positions does not fit"));
+    }
+    let mut ids = vec![0u8; n * 4];
+    r.read_exact(&mut ids).map_err(|e| e.to_string())?;
+    hasher.update(&ids);
+    let mut buf = vec![0u8; n * per_position * 4];
+    let mut layers = Vec::with_capacity(n_layers);
+    for _ in 0..n_layers {
+        let mut kv = [Vec::new(), Vec::new()];
+        for t in kv.iter_mut() {
+            r.read_exact(&mut buf).map_err(|e| e.to_string())?;
+            hasher.update(&buf);
+            *t = buf.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        }
+        let [k, v] = kv;
+        layers.push((k, v));
+    }
+    let mut digest = [0u8; 32];
+    r.read_exact(&mut digest).map_err(|e| e.to_string())?;
+    if hasher.finalize().as_slice() != digest {
+        return Err("chunk checksum mismatch".into());
+    }
+    Ok(Some((ids.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(), layers)))
+}
+
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".tmp");
+    path.with_file_name(name)
+}

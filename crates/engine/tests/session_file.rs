@@ -1,0 +1,122 @@
+//! Saved conversation caches: restored output equals a cold prefill token
+//! for token, and anything wrong with the file means a clean re-prefill.
+
+mod common;
+
+use common::{tiny, Family, TinySpec, VOCAB};
+use hearth_engine::{session_file, Engine, SamplingParams, Session};
+
+fn ids(n: usize, salt: u32) -> Vec<u32> {
+    (0..n as u32).map(|i| 3 + (i * 37 + salt * 11) % (VOCAB as u32 - 3)).collect()
+}
+
+/// One greedy turn; returns the generated tokens and how many prompt tokens were run.
+fn turn(engine: &Engine, session: &mut Session, prompt: &[u32]) -> (Vec<u32>, usize) {
+    let mut config = engine.generation_config(SamplingParams::greedy(), 12);
+    config.end_tokens.clear();
+    let out = session.start_turn(engine.model(), engine.tokenizer(), prompt, config, 1).unwrap().run().unwrap();
+    (out.sequences[0].tokens.clone(), out.stats.processed_tokens)
+}
+
+/// Turn 1 from scratch, then the conversation and turn 2's new tokens.
+fn conversation(engine: &Engine, context: usize) -> (Session, Vec<u32>) {
+    let mut session = engine.new_session(Some(context));
+    let first = ids(40, 1);
+    let (reply, _) = turn(engine, &mut session, &first);
+    let mut second: Vec<u32> = first.iter().chain(&reply).copied().collect();
+    second.extend(ids(9, 2));
+    (session, second)
+}
+
+fn cold(engine: &Engine, context: usize, prompt: &[u32]) -> Vec<u32> {
+    turn(engine, &mut engine.new_session(Some(context)), prompt).0
+}
+
+#[test]
+fn restored_caches_continue_exactly_like_a_cold_prefill() {
+    // Gemma 3's sliding-window layers included: the conversation is longer than its window.
+    for family in [Family::Llama, Family::Gemma3] {
+        let (dir, path) = tiny(&TinySpec::new(family));
+        let engine = Engine::open(&path).unwrap();
+        let context = 256;
+        let identity = engine.cache_identity(context).unwrap();
+        let (session, second) = conversation(&engine, context);
+        let file = dir.path().join("c.session");
+        session_file::write(&file, &identity, &session).unwrap();
+
+        let restored = session_file::read(&file, &identity, engine.model()).unwrap();
+        assert!(restored.complete);
+        assert_eq!(restored.session.tokens(), session.tokens());
+        let mut restored = restored.session;
+        let (warm, processed) = turn(&engine, &mut restored, &second);
+        assert_eq!(warm, cold(&engine, context, &second), "{family:?}");
+        assert_eq!(processed, second.len() - session.tokens().len(), "{family:?}: only the new tokens are run");
+
+        // Turn 2 appended to the same file, then restored again.
+        session_file::append(&file, &restored, session.tokens().len()).unwrap();
+        let again = session_file::read(&file, &identity, engine.model()).unwrap();
+        assert!(again.complete);
+        assert_eq!(again.session.tokens(), restored.tokens());
+        let mut third: Vec<u32> = second.iter().chain(&warm).copied().collect();
+        third.extend(ids(5, 3));
+        let mut s = again.session;
+        assert_eq!(turn(&engine, &mut s, &third).0, cold(&engine, context, &third), "{family:?} after append");
+    }
+}
+
+#[test]
+fn damaged_or_mismatched_files_never_change_the_output() {
+    let (dir, path) = tiny(&TinySpec::new(Family::Llama));
+    let engine = Engine::open(&path).unwrap();
+    let context = 256;
+    let identity = engine.cache_identity(context).unwrap();
+    let (session, second) = conversation(&engine, context);
+    let expected = cold(&engine, context, &second);
+    let file = dir.path().join("c.session");
+    session_file::write(&file, &identity, &session).unwrap();
+    let bytes = std::fs::read(&file).unwrap();
+
+    // Whatever survives reading is used; the output must still equal the cold one.
+    let check = |name: &str, damaged: &[u8]| {
+        std::fs::write(&file, damaged).unwrap();
+        match session_file::read(&file, &identity, engine.model()) {
+            Err(_) => {}
+            Ok(r) => {
+                assert!(!r.complete, "{name}: damage must be noticed");
+                let mut s = r.session;
+                assert_eq!(turn(&engine, &mut s, &second).0, expected, "{name}");
+            }
+        }
+    };
+    let mut flipped = bytes.clone();
+    let at = bytes.len() - 1000;
+    flipped[at] ^= 0x01;
+    check("a flipped byte in the keys and values", &flipped);
+    let mut flipped = bytes.clone();
+    flipped[20] ^= 0x01;
+    check("a flipped byte in the header", &flipped);
+    check("a truncated file", &bytes[..bytes.len() / 2]);
+    check("an empty file", &[]);
+
+    // A second turn appended, then torn in the middle: the first chunk is kept.
+    std::fs::write(&file, &bytes).unwrap();
+    let mut longer = session.clone();
+    turn(&engine, &mut longer, &second);
+    session_file::append(&file, &longer, session.tokens().len()).unwrap();
+    let full = std::fs::read(&file).unwrap();
+    std::fs::write(&file, &full[..bytes.len() + (full.len() - bytes.len()) / 2]).unwrap();
+    let r = session_file::read(&file, &identity, engine.model()).unwrap();
+    assert!(!r.complete);
+    assert_eq!(r.session.tokens(), session.tokens(), "the verified first chunk survives a torn append");
+
+    // Another model or another context length: refused outright.
+    std::fs::write(&file, &bytes).unwrap();
+    let other_spec = TinySpec { seed: 99, ..TinySpec::new(Family::Llama) };
+    let (_d2, other_path) = tiny(&other_spec);
+    let other = Engine::open(&other_path).unwrap();
+    assert!(session_file::read(&file, &other.cache_identity(context).unwrap(), other.model()).is_err());
+    assert!(session_file::read(&file, &engine.cache_identity(128).unwrap(), engine.model()).is_err());
+    let gemma_dir = tiny(&TinySpec::new(Family::Gemma3));
+    let gemma = Engine::open(&gemma_dir.1).unwrap();
+    assert!(session_file::read(&file, &gemma.cache_identity(context).unwrap(), gemma.model()).is_err());
+}
