@@ -53,10 +53,33 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Measures a conversation cache: time to first token of the next turn
+    /// cold (full prefill), warm (cache in memory) and restored (a fresh
+    /// process reading the saved cache), bytes on disk, and save time.
+    BenchCache {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Tokens of chat history before the next turn.
+        #[arg(long, default_value_t = 2000)]
+        history_tokens: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The restored half of bench-cache, run in a fresh process.
+    #[command(hide = true)]
+    BenchCacheRestored {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long)]
+        cache: std::path::PathBuf,
+        /// A JSON file with the next turn's prompt ids and the context length.
+        #[arg(long)]
+        prompt: std::path::PathBuf,
+    },
 }
 
 #[derive(Args)]
-struct ModelArgs {
+pub(crate) struct ModelArgs {
     /// A GGUF file; defaults to the default model fetched by scripts/fetch-model.sh.
     #[arg(long)]
     model: Option<PathBuf>,
@@ -101,6 +124,8 @@ struct GenerateArgs {
     json: bool,
 }
 
+mod bench_cache;
+
 fn main() {
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
@@ -120,10 +145,12 @@ fn run(cli: Cli) -> Result<(), EngineError> {
         }
         Command::Chat { model, sampling, system } => chat(&model, &sampling, system),
         Command::Bench { model, prompt_tokens, gen_tokens, repeats, json } => bench(&model, prompt_tokens, gen_tokens, repeats, json),
+        Command::BenchCache { model, history_tokens, json } => bench_cache::run(&model, history_tokens, json),
+        Command::BenchCacheRestored { model, cache, prompt } => bench_cache::restored(&model, &cache, &prompt),
     }
 }
 
-fn open(args: &ModelArgs) -> Result<Engine, EngineError> {
+pub(crate) fn open(args: &ModelArgs) -> Result<Engine, EngineError> {
     if let Some(n) = args.threads {
         if n == 0 {
             return Err(EngineError::InvalidSetting { field: "threads", reason: "must be at least 1".into() });

@@ -57,3 +57,19 @@ fn bad_input_is_a_clear_error_not_a_panic() {
     assert!(err.contains("top_p"), "{err}");
     assert!(!err.contains("panicked"));
 }
+
+#[test]
+fn bench_cache_reports_cold_warm_and_restored_turns() {
+    let (ok, out, err) = cli(&["bench-cache", "--history-tokens", "120", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    for key in ["cold_ttft_ms", "warm_ttft_ms", "restored_ttft_ms", "bytes_per_1k_tokens", "save_ms"] {
+        assert!(v[key].as_f64().unwrap() > 0.0, "{key}: {v}");
+    }
+    let prompt = v["prompt_tokens"].as_u64().unwrap();
+    assert_eq!(v["cold_processed_tokens"].as_u64().unwrap(), prompt);
+    // Warm and restored run only the new turn.
+    let new = prompt - v["history_tokens"].as_u64().unwrap();
+    assert!(v["warm_processed_tokens"].as_u64().unwrap() <= new + 1, "{v}");
+    assert_eq!(v["restored_processed_tokens"], v["warm_processed_tokens"], "{v}");
+}

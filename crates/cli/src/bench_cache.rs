@@ -1,0 +1,136 @@
+//! `bench-cache`: what a saved conversation cache buys on the next turn.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use hearth_engine::{session_file, ChatMessage, Engine, EngineError, SamplingParams, Session};
+use serde_json::json;
+
+use crate::{open, ModelArgs};
+
+const FILLER_USER: &str = "Tell me more about the history of the old mill by the river, and the farmers who brought their grain there.";
+const FILLER_ASSISTANT: &str = "The mill was built of stone in the valley, where the river runs fast. Farmers came each autumn with carts of wheat and barley, and the miller ground it into flour while they traded news, sold eggs and argued about the weather and the price of bread.";
+const NEXT: &str = "Summarise all of that in one sentence.";
+
+/// A chat history of about `tokens` tokens, and the next turn's full prompt.
+fn conversation(engine: &Engine, tokens: usize) -> Result<(Vec<u32>, Vec<u32>), EngineError> {
+    let mut messages = Vec::new();
+    loop {
+        messages.push(ChatMessage::user(FILLER_USER));
+        messages.push(ChatMessage::assistant(FILLER_ASSISTANT));
+        let history = engine.tokenizer().encode(&engine.template().render(&messages, false)?, true, true)?;
+        if history.len() >= tokens {
+            messages.push(ChatMessage::user(NEXT));
+            return Ok((history, engine.encode_chat(&messages)?));
+        }
+    }
+}
+
+fn greedy_config(engine: &Engine) -> hearth_engine::GenerationConfig {
+    engine.generation_config(SamplingParams::greedy(), 1)
+}
+
+/// Milliseconds from asking for the next turn to its first token.
+fn ttft(engine: &Engine, session: &mut Session, prompt: &[u32]) -> Result<(f64, usize), EngineError> {
+    let t = Instant::now();
+    let mut turn = session.start_turn(engine.model(), engine.tokenizer(), prompt, greedy_config(engine), 1)?;
+    turn.step()?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    let processed = turn.stats().processed_tokens;
+    drop(turn);
+    Ok((ms, processed))
+}
+
+pub fn run(model: &ModelArgs, history_tokens: usize, json_out: bool) -> Result<(), EngineError> {
+    let engine = open(model)?;
+    let (history, prompt) = conversation(&engine, history_tokens)?;
+    let context = engine.model().config().context_length.min(prompt.len() + 64).max(prompt.len() + 1);
+    let identity = engine.cache_identity(context)?;
+
+    let (cold_ms, cold_processed) = ttft(&engine, &mut engine.new_session(Some(context)), &prompt)?;
+
+    // The history as the previous turn left it.
+    let mut base = engine.new_session(Some(context));
+    base.prefill(engine.model(), &history)?;
+    let dir = std::env::temp_dir().join(format!("hearth-bench-cache-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|source| EngineError::Io { path: dir.clone(), source })?;
+    let file = dir.join("bench.session");
+    let mut save_ms = f64::MAX;
+    for _ in 0..3 {
+        let t = Instant::now();
+        session_file::write(&file, &identity, &base)?;
+        save_ms = save_ms.min(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let bytes = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+
+    let mut warm_ms = f64::MAX;
+    let mut warm_processed = 0;
+    for _ in 0..3 {
+        let mut s = base.clone();
+        let (ms, p) = ttft(&engine, &mut s, &prompt)?;
+        warm_ms = warm_ms.min(ms);
+        warm_processed = p;
+    }
+
+    // A fresh process: nothing in memory but the model it loads first.
+    let prompt_file = dir.join("prompt.json");
+    std::fs::write(&prompt_file, json!({"ids": prompt, "context": context}).to_string()).map_err(|source| EngineError::Io { path: prompt_file.clone(), source })?;
+    let mut cmd = Command::new(std::env::current_exe().map_err(|source| EngineError::Io { path: "hearth-cli".into(), source })?);
+    cmd.arg("bench-cache-restored").arg("--cache").arg(&file).arg("--prompt").arg(&prompt_file).arg("--model").arg(engine.path());
+    if let Some(t) = model.threads {
+        cmd.arg("--threads").arg(t.to_string());
+    }
+    let mut restored_ms = f64::MAX;
+    let mut restored_processed = 0;
+    for _ in 0..3 {
+        let out = cmd.output().map_err(|source| EngineError::Io { path: "hearth-cli".into(), source })?;
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .map_err(|_| EngineError::CorruptCache(format!("restored run failed: {}", String::from_utf8_lossy(&out.stderr))))?;
+        restored_ms = restored_ms.min(v["ttft_ms"].as_f64().unwrap_or(f64::MAX));
+        restored_processed = v["processed_tokens"].as_u64().unwrap_or(0) as usize;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let result = json!({
+        "model": engine.path().display().to_string(),
+        "threads": std::env::var("RAYON_NUM_THREADS").ok().and_then(|s| s.parse::<usize>().ok()).unwrap_or_else(rayon::current_num_threads),
+        "history_tokens": history.len(),
+        "prompt_tokens": prompt.len(),
+        "cold_ttft_ms": cold_ms,
+        "cold_processed_tokens": cold_processed,
+        "warm_ttft_ms": warm_ms,
+        "warm_processed_tokens": warm_processed,
+        "restored_ttft_ms": restored_ms,
+        "restored_processed_tokens": restored_processed,
+        "save_ms": save_ms,
+        "bytes_on_disk": bytes,
+        "bytes_per_1k_tokens": bytes as f64 * 1000.0 / history.len() as f64,
+        "warm_speedup": cold_ms / warm_ms,
+        "restored_speedup": cold_ms / restored_ms,
+        "restored_over_warm": restored_ms / warm_ms,
+    });
+    if json_out {
+        println!("{result}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&result).expect("JSON"));
+    }
+    Ok(())
+}
+
+/// Reads the saved cache and answers the next turn's first token.
+pub fn restored(model: &ModelArgs, cache: &Path, prompt: &Path) -> Result<(), EngineError> {
+    let engine = open(model)?;
+    let spec: serde_json::Value = serde_json::from_slice(&std::fs::read(prompt).map_err(|source| EngineError::Io { path: prompt.to_path_buf(), source })?)
+        .map_err(|e| EngineError::CorruptCache(e.to_string()))?;
+    let ids: Vec<u32> = serde_json::from_value(spec["ids"].clone()).map_err(|e| EngineError::CorruptCache(e.to_string()))?;
+    let context = spec["context"].as_u64().unwrap_or(0) as usize;
+    let identity = engine.cache_identity(context)?;
+    let t = Instant::now();
+    let mut session = session_file::read(cache, &identity, engine.model())?.session;
+    let mut turn = session.start_turn(engine.model(), engine.tokenizer(), &ids, greedy_config(&engine), 1)?;
+    turn.step()?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    println!("{}", json!({"ttft_ms": ms, "processed_tokens": turn.stats().processed_tokens}));
+    Ok(())
+}
