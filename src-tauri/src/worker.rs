@@ -8,7 +8,7 @@
 //! to SQLite as it streams, from this thread, so a crash loses at most the
 //! last quarter second.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -56,6 +56,8 @@ struct Queue {
     jobs: VecDeque<Queued>,
     active: Option<(i64, CancellationToken)>,
     load: Option<PathBuf>,
+    /// Forget every conversation's cache, in memory and on disk.
+    clear_caches: bool,
     /// A model is being loaded now.
     loading: bool,
     shutdown: bool,
@@ -65,27 +67,73 @@ struct Shared {
     queue: Mutex<Queue>,
     wake: Condvar,
     status: Mutex<ModelStatus>,
+    /// Conversations whose cache is in memory now.
+    resident: Mutex<HashSet<i64>>,
+}
+
+/// Where a conversation's KV cache is: the next turn is instant (warm),
+/// reads it from disk (saved), or prefills the whole history (cold).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, ts_rs::TS)]
+#[serde(rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
+pub enum CacheState {
+    Warm,
+    Saved,
+    Cold,
 }
 
 /// The handle commands hold.
 pub struct Worker {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    caches_dir: Option<PathBuf>,
 }
 
 impl Worker {
     /// Starts the worker thread with its own database connection. Caches
     /// are saved in `caches_dir` after every turn, when it is given.
     pub fn start(store: Store, caches_dir: Option<PathBuf>, on_status: StatusSink) -> Self {
-        let shared = Arc::new(Shared { queue: Mutex::default(), wake: Condvar::new(), status: Mutex::new(ModelStatus::None) });
+        let shared = Arc::new(Shared {
+            queue: Mutex::default(),
+            wake: Condvar::new(),
+            status: Mutex::new(ModelStatus::None),
+            resident: Mutex::default(),
+        });
         let thread_shared = shared.clone();
+        let handle_caches = caches_dir.clone();
         let thread = std::thread::Builder::new()
             .name("hearth-worker".into())
             .spawn(move || {
-                WorkerThread { shared: thread_shared, store, on_status, engine: None, sessions: HashMap::new(), tick: 0, caches_dir, saved: HashMap::new() }.run()
+                WorkerThread { shared: thread_shared, store, on_status, engine: None, sessions: HashMap::new(), tick: 0, caches_dir, saved: HashMap::new(), pending_save: None }.run()
             })
             .expect("the worker thread starts");
-        Self { shared, thread: Some(thread) }
+        Self { shared, thread: Some(thread), caches_dir: handle_caches }
+    }
+
+    /// Each conversation's cache state.
+    pub fn cache_states(&self, conversations: &[i64]) -> Vec<(i64, CacheState)> {
+        let resident = self.shared.resident.lock().map(|r| r.clone()).unwrap_or_default();
+        conversations
+            .iter()
+            .map(|&c| {
+                let state = if resident.contains(&c) {
+                    CacheState::Warm
+                } else if self.caches_dir.as_ref().is_some_and(|d| d.join(format!("{c}.session")).is_file()) {
+                    CacheState::Saved
+                } else {
+                    CacheState::Cold
+                };
+                (c, state)
+            })
+            .collect()
+    }
+
+    /// Drops every conversation's cache, in memory and on disk, after the
+    /// reply in progress.
+    pub fn clear_caches(&self) {
+        let mut q = self.shared.queue.lock().expect("worker queue");
+        q.clear_caches = true;
+        self.shared.wake.notify_all();
     }
 
     pub fn model_status(&self) -> ModelStatus {
@@ -151,7 +199,7 @@ impl Worker {
         loop {
             {
                 let q = self.shared.queue.lock().expect("worker queue");
-                if q.active.is_none() && q.jobs.is_empty() && q.load.is_none() && !q.loading {
+                if q.active.is_none() && q.jobs.is_empty() && q.load.is_none() && !q.loading && !q.clear_caches {
                     return true;
                 }
             }
@@ -180,6 +228,7 @@ impl Drop for Worker {
 
 enum Work {
     Load(PathBuf),
+    ClearCaches,
     Reply(Queued),
 }
 
@@ -194,6 +243,8 @@ struct WorkerThread {
     caches_dir: Option<PathBuf>,
     /// The tokens each conversation's cache file holds, as written by this process.
     saved: HashMap<i64, Vec<u32>>,
+    /// A conversation whose cache to save once its reply has been reported.
+    pending_save: Option<(i64, usize)>,
 }
 
 impl WorkerThread {
@@ -204,12 +255,22 @@ impl WorkerThread {
                     self.load(path);
                     self.shared.queue.lock().expect("worker queue").loading = false;
                 }
+                Work::ClearCaches => {
+                    self.sessions.clear();
+                    self.saved.clear();
+                    if let Some(dir) = &self.caches_dir {
+                        let _ = std::fs::remove_dir_all(dir);
+                    }
+                    self.publish_resident();
+                    self.shared.queue.lock().expect("worker queue").clear_caches = false;
+                }
                 Work::Reply(queued) => {
-                    let conversation = queued.job.conversation_id;
                     self.reply(queued);
-                    let mut q = self.shared.queue.lock().expect("worker queue");
-                    if q.active.as_ref().is_some_and(|(c, _)| *c == conversation) {
-                        q.active = None;
+                    if let Some((conversation, context)) = self.pending_save.take() {
+                        if let Some((session, _)) = self.sessions.remove(&conversation) {
+                            self.save(conversation, &session, context);
+                            self.sessions.insert(conversation, (session, self.tick));
+                        }
                     }
                 }
             }
@@ -225,6 +286,9 @@ impl WorkerThread {
             if let Some(path) = q.load.take() {
                 q.loading = true;
                 return Some(Work::Load(path));
+            }
+            if q.clear_caches {
+                return Some(Work::ClearCaches);
             }
             if let Some(queued) = q.jobs.pop_front() {
                 q.active = Some((queued.job.conversation_id, queued.cancel.clone()));
@@ -251,6 +315,7 @@ impl WorkerThread {
         self.engine = None;
         self.sessions.clear();
         self.saved.clear();
+        self.publish_resident();
         match Engine::open(&path) {
             Ok(engine) => {
                 let config = engine.model().config();
@@ -280,6 +345,13 @@ impl WorkerThread {
         } else {
             self.generate(&job, &cancel)
         };
+        // The conversation is free again before anyone hears the reply ended,
+        // so an immediate next message is not refused as busy.
+        if let Ok(mut q) = self.shared.queue.lock() {
+            if q.active.as_ref().is_some_and(|(c, _)| *c == job.conversation_id) {
+                q.active = None;
+            }
+        }
         match result {
             Ok(done) => {
                 let status = if done.reason == FinishReason::Cancelled { MessageStatus::Interrupted } else { MessageStatus::Complete };
@@ -391,12 +463,19 @@ impl WorkerThread {
         })();
         if let Some(session) = entry {
             if outcome.is_ok() {
-                self.save(job.conversation_id, &session, context);
+                self.pending_save = Some((job.conversation_id, context));
             }
             self.sessions.insert(job.conversation_id, (session, tick));
             self.evict();
         }
+        self.publish_resident();
         outcome.map_err(|e| (e, text))
+    }
+
+    fn publish_resident(&self) {
+        if let Ok(mut r) = self.shared.resident.lock() {
+            *r = self.sessions.keys().copied().collect();
+        }
     }
 
     fn cache_path(&self, conversation_id: i64) -> Option<PathBuf> {

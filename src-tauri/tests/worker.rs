@@ -5,7 +5,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use hearth_app::events::{GenerationEvent, ModelStatus};
-use hearth_app::worker::{ReplyJob, Worker};
+use hearth_app::worker::{CacheState, ReplyJob, Worker};
 use hearth_engine::ChatMessage;
 use hearth_store::{ConversationSettings, MessageStatus, Role, Store};
 
@@ -208,6 +208,7 @@ fn a_new_worker_continues_from_the_saved_cache() {
     // As after a restart: a new worker, nothing in memory.
     let worker = Worker::start(store.reopen().unwrap(), Some(dir.path().join("caches")), Box::new(|_| {}));
     worker.load_model(hearth_engine::paths::default_model_path());
+    assert_eq!(worker.cache_states(&[c.id]), [(c.id, CacheState::Saved)]);
     let reply2 = reply_row(&store, c.id, "And 3 + 3?");
     let history = vec![ChatMessage::user("What is 2 + 2?"), ChatMessage::assistant(store.message(reply).unwrap().content), ChatMessage::user("And 3 + 3?")];
     let (j, rx) = job(c.id, reply2, history.clone(), greedy(16));
@@ -215,10 +216,14 @@ fn a_new_worker_continues_from_the_saved_cache() {
     let events = collect(&rx);
     let (_, second) = finished(&events);
     assert!(second.processed_tokens < second.prompt_tokens - first.prompt_tokens + 4, "restored: {second:?}");
+    assert_eq!(worker.cache_states(&[c.id, 999]), [(c.id, CacheState::Warm), (999, CacheState::Cold)]);
+    worker.clear_caches();
+    assert!(worker.wait_idle(Duration::from_secs(10)));
+    assert_eq!(worker.cache_states(&[c.id]), [(c.id, CacheState::Cold)]);
     let warm: String = events.iter().filter_map(|e| if let GenerationEvent::Token { text, .. } = e { Some(text.as_str()) } else { None }).collect();
 
     // The same turn from a cold cache gives the same reply.
-    std::fs::remove_dir_all(dir.path().join("caches")).unwrap();
+    let _ = std::fs::remove_dir_all(dir.path().join("caches"));
     let worker = Worker::start(store.reopen().unwrap(), None, Box::new(|_| {}));
     worker.load_model(hearth_engine::paths::default_model_path());
     let reply3 = reply_row(&store, c.id, "And 3 + 3?");

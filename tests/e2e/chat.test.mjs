@@ -236,6 +236,8 @@ describe('Hearth end to end', () => {
     assert.equal(await (await lastReply(d)).attr('data-status'), 'interrupted');
 
     // The cache saved before the restart is read back from disk.
+    const badge = async () => (await d.find(`[data-testid=conversation][data-id="${chats.d}"] [data-testid=cache-state]`)).attr('data-state');
+    assert.equal(await badge(), 'saved');
     await openChat(d, chats.d);
     await send(d, 'And what is 3 + 3?');
     await d.waitFor(async () => (await messages(d)).length === 4, 'the turn after the restart');
@@ -243,6 +245,7 @@ describe('Hearth end to end', () => {
     const prompt = await num(stats, 'data-prompt-tokens');
     const processed = await num(stats, 'data-processed-tokens');
     assert.ok(processed < prompt - firstPrompt, `after a restart: processed ${processed} of ${prompt} (first turn ${firstPrompt})`);
+    await d.waitFor(async () => (await badge()) === 'warm', 'the cache to show as in memory');
   });
 
   it('a reply cut off by SIGKILL comes back as interrupted, with everything before it', async () => {

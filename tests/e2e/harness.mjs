@@ -66,10 +66,13 @@ export class Harness {
 
   async stop() {
     await this.closeApp();
-    if (this.driverProcess) {
+    const p = this.driverProcess;
+    if (p && p.exitCode === null && p.signalCode === null) {
       // SIGTERM, not SIGKILL: tauri-driver then stops WebKitWebDriver too.
-      this.driverProcess.kill('SIGTERM');
-      await new Promise((r) => this.driverProcess.once('exit', r));
+      const exited = new Promise((r) => p.once('exit', r));
+      p.kill('SIGTERM');
+      const timer = new Promise((r) => setTimeout(r, 5000, 'timeout'));
+      if ((await Promise.race([exited, timer])) === 'timeout') p.kill('SIGKILL');
     }
   }
 }

@@ -12,4 +12,5 @@ if [ -z "${DISPLAY:-}" ]; then
   export DISPLAY="$display"
   sleep 1
 fi
-node --test --test-concurrency=1 tests/e2e/
+# --test-force-exit: a stray handle (a driver that will not die) must not hang CI.
+node --test --test-concurrency=1 --test-force-exit tests/e2e/

@@ -3,6 +3,23 @@ use tauri::State;
 
 use crate::error::AppResult;
 use crate::state::AppState;
+use crate::worker::CacheState;
+
+/// A conversation's cache state, for the sidebar.
+#[derive(Debug, Clone, serde::Serialize, ts_rs::TS)]
+#[serde(rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
+pub struct ConversationCache {
+    pub conversation_id: i64,
+    pub state: CacheState,
+}
+
+/// Where each conversation's KV cache is: memory, disk, or nowhere.
+#[tauri::command]
+pub async fn conversations_cache_states(state: State<'_, AppState>) -> AppResult<Vec<ConversationCache>> {
+    let ids: Vec<i64> = state.store()?.conversations()?.iter().map(|c| c.id).collect();
+    Ok(state.worker.cache_states(&ids).into_iter().map(|(conversation_id, state)| ConversationCache { conversation_id, state }).collect())
+}
 
 #[tauri::command]
 pub async fn conversations_list(state: State<'_, AppState>) -> AppResult<Vec<Conversation>> {

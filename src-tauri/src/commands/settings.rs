@@ -61,3 +61,11 @@ pub async fn presets_delete(state: State<'_, AppState>, name: String) -> AppResu
     store.delete_preset(&name)?;
     Ok(store.presets()?)
 }
+
+/// Forgets every conversation's saved KV cache (memory and disk). The next
+/// turn of each conversation prefills its history again.
+#[tauri::command]
+pub async fn caches_clear(state: State<'_, AppState>) -> AppResult<()> {
+    state.worker.clear_caches();
+    Ok(())
+}

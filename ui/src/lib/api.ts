@@ -3,6 +3,7 @@
 import { Channel, invoke } from '@tauri-apps/api/core';
 import type { AppError } from './bindings/AppError';
 import type { Conversation } from './bindings/Conversation';
+import type { ConversationCache } from './bindings/ConversationCache';
 import type { ConversationSettings } from './bindings/ConversationSettings';
 import type { DownloadEvent } from './bindings/DownloadEvent';
 import type { FieldError } from './bindings/FieldError';
@@ -38,6 +39,7 @@ export const api = {
     delete: (id: number) => invoke<void>('conversations_delete', { id }),
     restore: (id: number) => invoke<Conversation>('conversations_restore', { id }),
     thread: (id: number) => invoke<ThreadMessage[]>('conversations_thread', { id }),
+    cacheStates: () => invoke<ConversationCache[]>('conversations_cache_states'),
     selectVersion: (id: number, messageId: number) =>
       invoke<ThreadMessage[]>('conversations_select_version', { id, messageId }),
   },
@@ -63,6 +65,7 @@ export const api = {
     presets: () => invoke<Preset[]>('presets_list'),
     savePreset: (preset: Preset) => invoke<Preset[]>('presets_save', { preset }),
     deletePreset: (name: string) => invoke<Preset[]>('presets_delete', { name }),
+    clearCaches: () => invoke<void>('caches_clear'),
   },
   models: {
     status: () => invoke<ModelStatus>('models_status'),

@@ -2,6 +2,7 @@
 // conversation, the model, and the open conversation's settings. Components
 // read it and call its methods; only this file talks to the shell.
 import { api, asAppError, type OnEvent } from './api';
+import type { CacheState } from './bindings/CacheState';
 import type { Conversation } from './bindings/Conversation';
 import type { ConversationSettings } from './bindings/ConversationSettings';
 import type { GenerationEvent } from './bindings/GenerationEvent';
@@ -23,6 +24,8 @@ export interface Stream {
 
 export class AppState {
   conversations = $state<Conversation[]>([]);
+  /** Where each conversation's KV cache is: memory, disk, or nowhere. */
+  cacheStates = $state<Record<number, CacheState>>({});
   searchQuery = $state('');
   searchHits = $state<SearchHit[] | null>(null);
   activeId = $state<number | null>(null);
@@ -59,6 +62,7 @@ export class AppState {
       this.recentModels = await api.models.recent();
       this.presets = await api.settings.presets();
       this.conversations = await api.conversations.list();
+      void this.refreshCaches();
       if (this.conversations.length > 0) await this.open(this.conversations[0].id);
     });
   }
@@ -81,7 +85,25 @@ export class AppState {
 
   async refreshList() {
     this.conversations = await api.conversations.list();
+    void this.refreshCaches();
     if (this.searchQuery.trim()) this.searchHits = await api.conversations.search(this.searchQuery);
+  }
+
+  async refreshCaches() {
+    try {
+      const states = await api.conversations.cacheStates();
+      this.cacheStates = Object.fromEntries(states.map((c) => [c.conversationId, c.state]));
+    } catch {
+      // Informational only.
+    }
+  }
+
+  async clearCaches() {
+    await this.guard(async () => {
+      await api.settings.clearCaches();
+      // The worker clears after any reply in progress.
+      setTimeout(() => void this.refreshCaches(), 300);
+    });
   }
 
   async search(query: string) {

@@ -29,6 +29,8 @@ function fakeShell(opts: { events?: GenerationEvent[]; failSend?: boolean } = {}
         return [];
       case 'conversations_list':
         return [...conversations];
+      case 'conversations_cache_states':
+        return conversations.map((c) => ({ conversationId: c.id, state: c.id === 1 ? 'warm' : 'cold' }));
       case 'conversations_create': {
         const c = { id: next++, title: '', createdAt: 0, updatedAt: 0 };
         conversations.unshift(c);
@@ -81,6 +83,8 @@ describe('AppState', () => {
     expect(app.conversations).toHaveLength(1);
     expect(app.activeId).toBe(app.conversations[0].id);
     expect(app.settings).toEqual(defaults);
+    await app.refreshCaches();
+    expect(app.cacheStates).toEqual({ 1: 'warm' });
   });
 
   it('streams tokens into the open conversation', async () => {
