@@ -109,6 +109,8 @@ pub fn run(model: &ModelArgs, history_tokens: usize, json_out: bool) -> Result<(
         "warm_speedup": cold_ms / warm_ms,
         "restored_speedup": cold_ms / restored_ms,
         "restored_over_warm": restored_ms / warm_ms,
+        "history_token_ids": history,
+        "prompt_token_ids": prompt,
     });
     if json_out {
         println!("{result}");
