@@ -7,7 +7,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use hearth_store::Store;
 
 use crate::error::{AppError, AppResult, ErrorKind};
-use crate::worker::{StatusSink, Worker, LAST_MODEL_KEY};
+use crate::worker::{CacheBudgets, StatusSink, Worker, LAST_MODEL_KEY};
+
+/// The app-setting key that keeps the cache budgets.
+pub const BUDGETS_KEY: &str = "cache_budgets";
 
 pub struct AppState {
     store: Mutex<Store>,
@@ -27,6 +30,9 @@ impl AppState {
         let caches = data_dir.join("caches");
         forget_orphan_caches(&store, &caches);
         let worker = Worker::start(store.reopen()?, Some(caches), on_status);
+        if let Some(b) = store.app_setting(BUDGETS_KEY)?.and_then(|j| serde_json::from_str::<CacheBudgets>(&j).ok()) {
+            worker.set_budgets(b);
+        }
         if let Some(path) = initial_model(&store) {
             worker.load_model(path);
         }

@@ -9,7 +9,7 @@
 //! last quarter second.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -43,8 +43,35 @@ pub struct ReplyJob {
 const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 /// ...or after this many tokens, whichever comes first.
 const FLUSH_TOKENS: usize = 32;
-/// Conversations whose caches stay in memory; the least recently used goes first.
-const RESIDENT_SESSIONS: usize = 8;
+/// How much memory and disk conversation caches may take. Past either, the
+/// least recently used caches go first (from memory they go only to disk,
+/// where every finished turn is already saved).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
+#[serde(rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
+pub struct CacheBudgets {
+    pub memory_mb: u32,
+    /// 0 saves nothing to disk.
+    pub disk_mb: u32,
+}
+
+impl Default for CacheBudgets {
+    fn default() -> Self {
+        Self { memory_mb: 2048, disk_mb: 8192 }
+    }
+}
+
+impl CacheBudgets {
+    pub fn validate(&self) -> AppResult<()> {
+        if !(64..=1 << 20).contains(&self.memory_mb) {
+            return Err(AppError::new(ErrorKind::InvalidSettings, "the memory budget must be between 64 MB and 1 TB"));
+        }
+        if self.disk_mb > 1 << 24 {
+            return Err(AppError::new(ErrorKind::InvalidSettings, "the disk budget must be at most 16 TB"));
+        }
+        Ok(())
+    }
+}
 
 struct Queued {
     job: ReplyJob,
@@ -69,6 +96,7 @@ struct Shared {
     status: Mutex<ModelStatus>,
     /// Conversations whose cache is in memory now.
     resident: Mutex<HashSet<i64>>,
+    budgets: Mutex<CacheBudgets>,
 }
 
 /// Where a conversation's KV cache is: the next turn is instant (warm),
@@ -98,6 +126,7 @@ impl Worker {
             wake: Condvar::new(),
             status: Mutex::new(ModelStatus::None),
             resident: Mutex::default(),
+            budgets: Mutex::default(),
         });
         let thread_shared = shared.clone();
         let handle_caches = caches_dir.clone();
@@ -126,6 +155,17 @@ impl Worker {
                 (c, state)
             })
             .collect()
+    }
+
+    pub fn budgets(&self) -> CacheBudgets {
+        self.shared.budgets.lock().map(|b| *b).unwrap_or_default()
+    }
+
+    /// Takes effect from the next reply.
+    pub fn set_budgets(&self, budgets: CacheBudgets) {
+        if let Ok(mut b) = self.shared.budgets.lock() {
+            *b = budgets;
+        }
     }
 
     /// Drops every conversation's cache, in memory and on disk, after the
@@ -516,6 +556,11 @@ impl WorkerThread {
     /// rewrites it when the conversation branched to an earlier point.
     fn save(&mut self, conversation_id: i64, session: &Session, context: usize) {
         let (Some(path), Some(engine)) = (self.cache_path(conversation_id), self.engine.as_ref()) else { return };
+        if self.budgets().disk_mb == 0 {
+            let _ = std::fs::remove_file(&path);
+            self.saved.remove(&conversation_id);
+            return;
+        }
         let tokens = session.tokens();
         let result = match self.saved.get(&conversation_id) {
             Some(prev) if tokens.starts_with(prev) && path.exists() => hearth_engine::session_file::append(&path, session, prev.len()),
@@ -529,6 +574,7 @@ impl WorkerThread {
         match result {
             Ok(()) => {
                 self.saved.insert(conversation_id, tokens.to_vec());
+                self.enforce_disk_budget(&path);
             }
             Err(e) => {
                 // A full disk costs only the cache, never the conversation.
@@ -539,13 +585,55 @@ impl WorkerThread {
         }
     }
 
+    fn budgets(&self) -> CacheBudgets {
+        self.shared.budgets.lock().map(|b| *b).unwrap_or_default()
+    }
+
+    /// Drops least recently used caches from memory until the rest fit the
+    /// budget; the most recent one always stays.
     fn evict(&mut self) {
-        while self.sessions.len() > RESIDENT_SESSIONS {
+        let budget = self.budgets().memory_mb as usize * (1 << 20);
+        loop {
+            let used: usize = self.sessions.values().map(|(s, _)| s.cache().allocated_bytes()).sum();
+            if used <= budget || self.sessions.len() <= 1 {
+                break;
+            }
             let oldest = self.sessions.iter().min_by_key(|(_, (_, t))| *t).map(|(c, _)| *c);
             match oldest {
                 Some(c) => self.sessions.remove(&c),
                 None => break,
             };
+        }
+    }
+
+    /// Deletes the least recently written cache files until the rest fit the
+    /// disk budget, never `keep`.
+    fn enforce_disk_budget(&mut self, keep: &Path) {
+        let Some(dir) = &self.caches_dir else { return };
+        let budget = self.budgets().disk_mb as u64 * (1 << 20);
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
+            .flatten()
+            .filter_map(|e| {
+                let m = e.metadata().ok()?;
+                Some((m.modified().ok()?, m.len(), e.path()))
+            })
+            .collect();
+        let mut total: u64 = files.iter().map(|f| f.1).sum();
+        files.sort();
+        for (_, len, path) in files {
+            if total <= budget {
+                break;
+            }
+            if path == keep {
+                continue;
+            }
+            let _ = std::fs::remove_file(&path);
+            let id = path.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse::<i64>().ok());
+            if let Some(id) = id {
+                self.saved.remove(&id);
+            }
+            total -= len;
         }
     }
 }

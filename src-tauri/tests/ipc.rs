@@ -92,6 +92,14 @@ fn commands_over_ipc() {
     assert_eq!(status["state"], "failed", "{status}");
     assert_eq!(status["error"]["kind"], "badModel");
 
+    // Cache budgets: checked, kept, and read back.
+    let err = call(&w, "caches_budgets_set", json!({"budgets": {"memoryMb": 1, "diskMb": 10}})).unwrap_err();
+    assert_eq!(err["kind"], "invalidSettings");
+    call(&w, "caches_budgets_set", json!({"budgets": {"memoryMb": 512, "diskMb": 0}})).unwrap();
+    assert_eq!(call(&w, "caches_budgets_get", json!({})).unwrap(), json!({"memoryMb": 512, "diskMb": 0}));
+    let states = call(&w, "conversations_cache_states", json!({})).unwrap();
+    assert_eq!(states, json!([{"conversationId": id, "state": "cold"}]));
+
     // Delete and undo.
     call(&w, "conversations_delete", json!({"id": id})).unwrap();
     assert_eq!(call(&w, "conversations_list", json!({})).unwrap(), json!([]));

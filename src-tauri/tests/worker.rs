@@ -235,3 +235,28 @@ fn a_new_worker_continues_from_the_saved_cache() {
     let cold_text: String = events.iter().filter_map(|e| if let GenerationEvent::Token { text, .. } = e { Some(text.as_str()) } else { None }).collect();
     assert_eq!(warm, cold_text);
 }
+
+#[test]
+fn caches_past_their_budgets_leave_memory_then_disk() {
+    let (dir, store, worker) = start();
+    // A short chat's cache holds 256 positions of this model: 11.25 MiB.
+    worker.set_budgets(hearth_app::worker::CacheBudgets { memory_mb: 64, disk_mb: 1 });
+    let mut ids = Vec::new();
+    for text in ["What is 2 + 2?", "Name a colour.", "Name a fruit.", "Name an animal.", "Name a city.", "Name a river."] {
+        let c = store.create_conversation().unwrap();
+        let reply = reply_row(&store, c.id, text);
+        let (j, rx) = job(c.id, reply, vec![ChatMessage::user(text)], greedy(4));
+        worker.enqueue(j).unwrap();
+        finished(&collect(&rx));
+        ids.push(c.id);
+    }
+    assert!(worker.wait_idle(Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_millis(200));
+    let states = worker.cache_states(&ids);
+    // 11 MiB each: five fit in 64 MiB, the oldest left memory.
+    assert_eq!(states[0].1, CacheState::Cold, "{states:?}");
+    assert_eq!(states.last().unwrap().1, CacheState::Warm, "{states:?}");
+    // 1 MB of disk holds only the newest file (each is ~2 MB, kept because it is the newest).
+    let files: Vec<_> = std::fs::read_dir(dir.path().join("caches")).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(files, [std::ffi::OsString::from(format!("{}.session", ids.last().unwrap()))]);
+}

@@ -33,6 +33,8 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         settings::presets_save,
         settings::presets_delete,
         settings::caches_clear,
+        settings::caches_budgets_get,
+        settings::caches_budgets_set,
         models::models_status,
         models::models_open,
         models::models_recent,

@@ -69,3 +69,18 @@ pub async fn caches_clear(state: State<'_, AppState>) -> AppResult<()> {
     state.worker.clear_caches();
     Ok(())
 }
+
+#[tauri::command]
+pub async fn caches_budgets_get(state: State<'_, AppState>) -> AppResult<crate::worker::CacheBudgets> {
+    Ok(state.worker.budgets())
+}
+
+/// Sets how much memory and disk conversation caches may use.
+#[tauri::command]
+pub async fn caches_budgets_set(state: State<'_, AppState>, budgets: crate::worker::CacheBudgets) -> AppResult<()> {
+    budgets.validate()?;
+    let json = serde_json::to_string(&budgets).map_err(|e| AppError::new(ErrorKind::Internal, e.to_string()))?;
+    state.store()?.set_app_setting(crate::state::BUDGETS_KEY, &json)?;
+    state.worker.set_budgets(budgets);
+    Ok(())
+}

@@ -2,6 +2,7 @@
 // ({kind, message}); generation events stream over a Channel.
 import { Channel, invoke } from '@tauri-apps/api/core';
 import type { AppError } from './bindings/AppError';
+import type { CacheBudgets } from './bindings/CacheBudgets';
 import type { Conversation } from './bindings/Conversation';
 import type { ConversationCache } from './bindings/ConversationCache';
 import type { ConversationSettings } from './bindings/ConversationSettings';
@@ -66,6 +67,8 @@ export const api = {
     savePreset: (preset: Preset) => invoke<Preset[]>('presets_save', { preset }),
     deletePreset: (name: string) => invoke<Preset[]>('presets_delete', { name }),
     clearCaches: () => invoke<void>('caches_clear'),
+    budgets: () => invoke<CacheBudgets>('caches_budgets_get'),
+    setBudgets: (budgets: CacheBudgets) => invoke<void>('caches_budgets_set', { budgets }),
   },
   models: {
     status: () => invoke<ModelStatus>('models_status'),
