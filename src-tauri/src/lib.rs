@@ -3,6 +3,7 @@
 //! thread; commands only read the database and enqueue.
 
 pub mod commands;
+pub mod context;
 pub mod error;
 pub mod events;
 pub mod state;

@@ -97,6 +97,8 @@ struct Shared {
     /// Conversations whose cache is in memory now.
     resident: Mutex<HashSet<i64>>,
     budgets: Mutex<CacheBudgets>,
+    /// The loaded model, shared for counting tokens off the worker thread.
+    engine: Mutex<Option<Arc<Engine>>>,
 }
 
 /// Where a conversation's KV cache is: the next turn is instant (warm),
@@ -127,6 +129,7 @@ impl Worker {
             status: Mutex::new(ModelStatus::None),
             resident: Mutex::default(),
             budgets: Mutex::default(),
+            engine: Mutex::default(),
         });
         let thread_shared = shared.clone();
         let handle_caches = caches_dir.clone();
@@ -159,6 +162,11 @@ impl Worker {
 
     pub fn budgets(&self) -> CacheBudgets {
         self.shared.budgets.lock().map(|b| *b).unwrap_or_default()
+    }
+
+    /// The loaded model, for tokenizing (never for running: that is the worker's).
+    pub fn engine(&self) -> Option<Arc<Engine>> {
+        self.shared.engine.lock().ok().and_then(|e| e.clone())
     }
 
     /// Takes effect from the next reply.
@@ -276,7 +284,7 @@ struct WorkerThread {
     shared: Arc<Shared>,
     store: Store,
     on_status: StatusSink,
-    engine: Option<Engine>,
+    engine: Option<Arc<Engine>>,
     /// Each conversation's cache, with when it was last used.
     sessions: HashMap<i64, (Session, u64)>,
     tick: u64,
@@ -304,15 +312,7 @@ impl WorkerThread {
                     self.publish_resident();
                     self.shared.queue.lock().expect("worker queue").clear_caches = false;
                 }
-                Work::Reply(queued) => {
-                    self.reply(queued);
-                    if let Some((conversation, context)) = self.pending_save.take() {
-                        if let Some((session, _)) = self.sessions.remove(&conversation) {
-                            self.save(conversation, &session, context);
-                            self.sessions.insert(conversation, (session, self.tick));
-                        }
-                    }
-                }
+                Work::Reply(queued) => self.reply(queued),
             }
         }
     }
@@ -353,6 +353,9 @@ impl WorkerThread {
         self.set_status(ModelStatus::Loading { path: shown.clone() });
         // Free the old model first: two in memory at once may not fit.
         self.engine = None;
+        if let Ok(mut e) = self.shared.engine.lock() {
+            *e = None;
+        }
         self.sessions.clear();
         self.saved.clear();
         self.publish_resident();
@@ -369,6 +372,10 @@ impl WorkerThread {
                 let size = std::fs::metadata(&path).map(|m| m.len() as i64).unwrap_or(0);
                 if let Err(e) = self.store.record_model(&shown, &name, size).and_then(|_| self.store.set_app_setting(LAST_MODEL_KEY, &shown)) {
                     tracing::warn!("cannot record the model as recent: {e}");
+                }
+                let engine = Arc::new(engine);
+                if let Ok(mut e) = self.shared.engine.lock() {
+                    *e = Some(engine.clone());
                 }
                 self.engine = Some(engine);
                 self.set_status(status);
@@ -396,6 +403,9 @@ impl WorkerThread {
             Ok(done) => {
                 let status = if done.reason == FinishReason::Cancelled { MessageStatus::Interrupted } else { MessageStatus::Complete };
                 let saved = self.store.update_reply(job.reply_id, &done.text, status, Some(&done.stats));
+                // Saved before the reply is reported done, so an app closed
+                // right after still finds its cache.
+                self.save_pending();
                 match saved {
                     Ok(()) => events(GenerationEvent::Finished { reason: done.reason.as_str().to_string(), stats: done.stats }),
                     Err(e) => events(GenerationEvent::Error { error: e.into() }),
@@ -421,7 +431,10 @@ impl WorkerThread {
         let model_context = engine.model().config().context_length;
         let context = if s.context_length == 0 { model_context } else { (s.context_length as usize).min(model_context) };
 
-        let mut prompt = engine.encode_chat(&job.messages).map_err(|e| fail(e.into()))?;
+        let reserve = (s.max_new_tokens as usize).min(context / 4);
+        let fitted = crate::context::fit(&job.messages, s.overflow, context, reserve, |m| engine.encode_chat(m).map(|ids| ids.len()))
+            .map_err(|e| fail(e.into()))?;
+        let mut prompt = engine.encode_chat(&fitted.messages).map_err(|e| fail(e.into()))?;
         if !job.prefix.is_empty() {
             prompt.extend(engine.tokenizer().encode(&job.prefix, false, false).map_err(|e| fail(e.into()))?);
         }
@@ -498,6 +511,7 @@ impl WorkerThread {
                     seed: Some(seed),
                     temperature: Some(s.temperature),
                     error: None,
+                    dropped_messages: fitted.dropped as u32,
                 },
             })
         })();
@@ -510,6 +524,15 @@ impl WorkerThread {
         }
         self.publish_resident();
         outcome.map_err(|e| (e, text))
+    }
+
+    fn save_pending(&mut self) {
+        if let Some((conversation, context)) = self.pending_save.take() {
+            if let Some((session, tick)) = self.sessions.remove(&conversation) {
+                self.save(conversation, &session, context);
+                self.sessions.insert(conversation, (session, tick));
+            }
+        }
     }
 
     fn publish_resident(&self) {

@@ -50,6 +50,8 @@ pub struct ReplyStats {
     pub temperature: Option<f32>,
     /// Why the reply failed, in words, when it did.
     pub error: Option<String>,
+    /// Earlier messages the overflow policy left out of this turn's prompt.
+    pub dropped_messages: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]

@@ -158,3 +158,45 @@ pub async fn chat_stop(state: State<'_, AppState>, conversation_id: i64) -> AppR
 pub async fn chat_busy(state: State<'_, AppState>) -> AppResult<Vec<i64>> {
     Ok(state.worker.busy_conversations())
 }
+
+/// How full the context would be if `draft` were sent now.
+#[derive(Debug, Clone, Serialize, TS)]
+#[serde(rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
+pub struct ContextUsage {
+    /// Prompt tokens of what would be sent (system prompt, kept history, draft).
+    pub prompt_tokens: u32,
+    pub draft_tokens: u32,
+    /// Tokens kept free for the reply.
+    pub reserved_tokens: u32,
+    pub context: u32,
+    /// Earlier messages the overflow policy would leave out.
+    pub dropped_messages: u32,
+    /// True when the prompt does not fit even after the policy.
+    pub overflows: bool,
+}
+
+/// Counts, with the model's own tokenizer, what sending `draft` would use.
+#[tauri::command]
+pub async fn chat_context_usage(state: State<'_, AppState>, conversation_id: i64, draft: String) -> AppResult<ContextUsage> {
+    let engine = state.worker.engine().ok_or_else(|| AppError::new(ErrorKind::NoModel, "no model is loaded"))?;
+    let (mut messages, settings) = {
+        let store = state.store()?;
+        let last = last_message(&store, conversation_id)?;
+        prompt_messages(&store, conversation_id, last)?
+    };
+    let draft_tokens = if draft.is_empty() { 0 } else { engine.tokenizer().encode(&draft, false, false)?.len() };
+    messages.push(ChatMessage::user(draft));
+    let model_context = engine.model().config().context_length;
+    let context = if settings.context_length == 0 { model_context } else { (settings.context_length as usize).min(model_context) };
+    let reserve = (settings.max_new_tokens as usize).min(context / 4);
+    let fitted = crate::context::fit(&messages, settings.overflow, context, reserve, |m| engine.encode_chat(m).map(|ids| ids.len()))?;
+    Ok(ContextUsage {
+        prompt_tokens: fitted.tokens as u32,
+        draft_tokens: draft_tokens as u32,
+        reserved_tokens: reserve as u32,
+        context: context as u32,
+        dropped_messages: fitted.dropped as u32,
+        overflows: fitted.tokens >= context,
+    })
+}

@@ -24,6 +24,7 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         chat::chat_continue,
         chat::chat_stop,
         chat::chat_busy,
+        chat::chat_context_usage,
         settings::settings_get,
         settings::settings_set,
         settings::settings_validate,

@@ -5,6 +5,7 @@ import type { AppError } from './bindings/AppError';
 import type { CacheBudgets } from './bindings/CacheBudgets';
 import type { Conversation } from './bindings/Conversation';
 import type { ConversationCache } from './bindings/ConversationCache';
+import type { ContextUsage } from './bindings/ContextUsage';
 import type { ConversationSettings } from './bindings/ConversationSettings';
 import type { DownloadEvent } from './bindings/DownloadEvent';
 import type { FieldError } from './bindings/FieldError';
@@ -55,6 +56,8 @@ export const api = {
       invoke<Message>('chat_continue', { conversationId, replyId, onEvent: channel(onEvent) }),
     stop: (conversationId: number) => invoke<boolean>('chat_stop', { conversationId }),
     busy: () => invoke<number[]>('chat_busy'),
+    contextUsage: (conversationId: number, draft: string) =>
+      invoke<ContextUsage>('chat_context_usage', { conversationId, draft }),
   },
   settings: {
     get: (conversationId: number) => invoke<ConversationSettings>('settings_get', { conversationId }),

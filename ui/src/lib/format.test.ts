@@ -12,7 +12,7 @@ describe('format', () => {
   it('shows cache reuse in the stats', () => {
     const words = statsInWords({
       promptTokens: 62, processedTokens: 18, generatedTokens: 10, ttftMs: 41.6, tokensPerS: 80.04,
-      finishReason: 'end_token', seed: 7, temperature: 0.7, error: null,
+      finishReason: 'end_token', seed: 7, temperature: 0.7, error: null, droppedMessages: 0,
     });
     expect(words).toEqual(['prompt 62 tok', 'processed 18 this turn', 'first token 42 ms', '80.0 tok/s', 'seed 7', 'temp 0.7', 'finished']);
   });

@@ -34,6 +34,7 @@ export function statsInWords(s: ReplyStats): string[] {
   }
   if (s.seed !== null && s.seed !== undefined) parts.push(`seed ${s.seed}`);
   if (s.temperature !== null && s.temperature !== undefined) parts.push(`temp ${+s.temperature.toFixed(3)}`);
+  if (s.droppedMessages) parts.push(`left out ${s.droppedMessages} earlier messages`);
   parts.push(finishInWords(s.finishReason, s.error));
   return parts;
 }

@@ -19,4 +19,8 @@ finishReason: string, seed: number | null, temperature: number | null,
 /**
  * Why the reply failed, in words, when it did.
  */
-error: string | null, };
+error: string | null, 
+/**
+ * Earlier messages the overflow policy left out of this turn's prompt.
+ */
+droppedMessages: number, };
