@@ -120,3 +120,27 @@ fn damaged_or_mismatched_files_never_change_the_output() {
     let gemma = Engine::open(&gemma_dir.1).unwrap();
     assert!(session_file::read(&file, &gemma.cache_identity(context).unwrap(), gemma.model()).is_err());
 }
+
+#[test]
+fn a_branch_reuses_its_prefix_and_matches_a_cold_prefill() {
+    // Edit the last message: the cache is truncated to where the two versions
+    // part, and only the edited tail is run. Gemma 3's sliding layers need no
+    // checkpoint, since the cache keeps every position and windows are masks.
+    for family in [Family::Llama, Family::Gemma3] {
+        let (_dir, path) = tiny(&TinySpec::new(family));
+        let engine = Engine::open(&path).unwrap();
+        let (mut session, second) = conversation(&engine, 256);
+        turn(&engine, &mut session, &second);
+        let mut edited = second.clone();
+        let cut = edited.len() - 6;
+        edited.truncate(cut);
+        edited.extend(ids(7, 9));
+        let (tokens, processed) = turn(&engine, &mut session, &edited);
+        assert_eq!(processed, edited.len() - cut, "{family:?}: only the edited tail runs");
+        assert_eq!(tokens, cold(&engine, 256, &edited), "{family:?}");
+        // Regenerating the same prompt runs just its last token again.
+        let (again, processed) = turn(&engine, &mut session, &edited);
+        assert_eq!(processed, 1);
+        assert_eq!(again, tokens);
+    }
+}
