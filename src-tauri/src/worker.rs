@@ -56,9 +56,19 @@ pub struct CacheBudgets {
 }
 
 impl Default for CacheBudgets {
+    /// An eighth of the machine's memory (512 MB to 8 GB; 2 GB where it
+    /// cannot be read), and 8 GB of disk.
     fn default() -> Self {
-        Self { memory_mb: 2048, disk_mb: 8192 }
+        let memory_mb = total_memory_mb().map_or(2048, |m| (m / 8).clamp(512, 8192));
+        Self { memory_mb, disk_mb: 8192 }
     }
+}
+
+/// Physical memory in MB, where the platform tells it cheaply.
+fn total_memory_mb() -> Option<u32> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    u32::try_from(kb / 1024).ok()
 }
 
 impl CacheBudgets {
@@ -136,7 +146,7 @@ impl Worker {
         let thread = std::thread::Builder::new()
             .name("hearth-worker".into())
             .spawn(move || {
-                WorkerThread { shared: thread_shared, store, on_status, engine: None, sessions: HashMap::new(), tick: 0, caches_dir, saved: HashMap::new(), pending_save: None }.run()
+                WorkerThread { shared: thread_shared, store, on_status, engine: None, sessions: HashMap::new(), tick: 0, caches_dir, saved: HashMap::new(), alternates: HashMap::new(), pending_save: None }.run()
             })
             .expect("the worker thread starts");
         Self { shared, thread: Some(thread), caches_dir: handle_caches }
@@ -291,6 +301,9 @@ struct WorkerThread {
     caches_dir: Option<PathBuf>,
     /// The tokens each conversation's cache file holds, as written by this process.
     saved: HashMap<i64, Vec<u32>>,
+    /// Caches of other versions of each conversation (before an edit or a
+    /// switch truncated the main one), so switching back is instant.
+    alternates: HashMap<i64, Vec<Session>>,
     /// A conversation whose cache to save once its reply has been reported.
     pending_save: Option<(i64, usize)>,
 }
@@ -305,6 +318,7 @@ impl WorkerThread {
                 }
                 Work::ClearCaches => {
                     self.sessions.clear();
+                    self.alternates.clear();
                     self.saved.clear();
                     if let Some(dir) = &self.caches_dir {
                         let _ = std::fs::remove_dir_all(dir);
@@ -357,6 +371,7 @@ impl WorkerThread {
             *e = None;
         }
         self.sessions.clear();
+        self.alternates.clear();
         self.saved.clear();
         self.publish_resident();
         match Engine::open(&path) {
@@ -451,6 +466,7 @@ impl WorkerThread {
         if entry.is_none() {
             entry = self.restore(job.conversation_id, context);
         }
+        self.pick_branch(job.conversation_id, &mut entry, &prompt, context);
         let engine = self.engine.as_ref().expect("checked above");
         let session = entry.get_or_insert_with(|| engine.new_session(Some(context)));
         let seed = s.seed.unwrap_or_else(random_seed);
@@ -524,6 +540,36 @@ impl WorkerThread {
         }
         self.publish_resident();
         outcome.map_err(|e| (e, text))
+    }
+
+    /// Makes `current` the cache (among the conversation's main one and its
+    /// alternates) sharing the longest prefix with `prompt`, and keeps a
+    /// copy-on-write clone of a cache this turn would truncate.
+    fn pick_branch(&mut self, conversation_id: i64, current: &mut Option<Session>, prompt: &[u32], context: usize) {
+        let common = |s: &Session| s.tokens().iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        let alts = self.alternates.entry(conversation_id).or_default();
+        alts.retain(|s| s.context_length() == context);
+        let best_current = current.as_ref().map_or(0, |s| common(s));
+        let best_alt = alts.iter().enumerate().map(|(i, s)| (i, common(s))).max_by_key(|(_, n)| *n);
+        if let Some((i, n)) = best_alt {
+            if n > best_current {
+                let alt = alts.remove(i);
+                if let Some(old) = current.replace(alt) {
+                    alts.push(old);
+                }
+            }
+        }
+        if let Some(cur) = current.as_ref() {
+            let n = common(cur);
+            // Only a real fork is worth keeping: more than the last token differs.
+            if n > 0 && n + 1 < cur.tokens().len() {
+                alts.push(cur.clone());
+            }
+        }
+        const KEEP: usize = 3;
+        if alts.len() > KEEP {
+            alts.drain(..alts.len() - KEEP);
+        }
     }
 
     fn save_pending(&mut self) {
@@ -616,6 +662,25 @@ impl WorkerThread {
     /// budget; the most recent one always stays.
     fn evict(&mut self) {
         let budget = self.budgets().memory_mb as usize * (1 << 20);
+        let sum = |w: &WorkerThread| -> usize {
+            w.sessions.values().map(|(s, _)| s.cache().allocated_bytes()).sum::<usize>()
+                + w.alternates.values().flatten().map(|s| s.cache().allocated_bytes()).sum::<usize>()
+        };
+        // Other versions go first, oldest conversation first.
+        while sum(self) > budget {
+            let oldest = self
+                .alternates
+                .iter()
+                .filter(|(_, v)| !v.is_empty())
+                .min_by_key(|(c, _)| self.sessions.get(c).map_or(0, |(_, t)| *t))
+                .map(|(c, _)| *c);
+            match oldest.and_then(|c| self.alternates.get_mut(&c)) {
+                Some(v) => {
+                    v.remove(0);
+                }
+                None => break,
+            }
+        }
         loop {
             let used: usize = self.sessions.values().map(|(s, _)| s.cache().allocated_bytes()).sum();
             if used <= budget || self.sessions.len() <= 1 {
@@ -623,7 +688,10 @@ impl WorkerThread {
             }
             let oldest = self.sessions.iter().min_by_key(|(_, (_, t))| *t).map(|(c, _)| *c);
             match oldest {
-                Some(c) => self.sessions.remove(&c),
+                Some(c) => {
+                    self.sessions.remove(&c);
+                    self.alternates.remove(&c);
+                }
                 None => break,
             };
         }

@@ -260,3 +260,31 @@ fn caches_past_their_budgets_leave_memory_then_disk() {
     let files: Vec<_> = std::fs::read_dir(dir.path().join("caches")).unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(files, [std::ffi::OsString::from(format!("{}.session", ids.last().unwrap()))]);
 }
+
+#[test]
+fn switching_back_to_another_version_reuses_its_cache() {
+    let (_dir, store, worker) = start();
+    let c = store.create_conversation().unwrap();
+    let run = |messages: Vec<ChatMessage>| {
+        let last = messages.last().unwrap().content.clone();
+        let reply = reply_row(&store, c.id, &last);
+        let (j, rx) = job(c.id, reply, messages, greedy(12));
+        worker.enqueue(j).unwrap();
+        let events = collect(&rx);
+        let text: String = events.iter().filter_map(|e| if let GenerationEvent::Token { text, .. } = e { Some(text.as_str()) } else { None }).collect();
+        (text, finished(&events).1)
+    };
+    let u1 = ChatMessage::user("What is 2 + 2?");
+    let (r1, _) = run(vec![u1.clone()]);
+    let v1 = vec![u1.clone(), ChatMessage::assistant(r1.clone()), ChatMessage::user("And 3 + 3?")];
+    let (r2, s2) = run(v1.clone());
+    // Edit the second question: a new version from the first reply on.
+    let (_, s3) = run(vec![u1.clone(), ChatMessage::assistant(r1.clone()), ChatMessage::user("And 10 + 10?")]);
+    assert!(s3.processed_tokens < s3.prompt_tokens / 2, "{s3:?}");
+    // Back on version 1, the next turn starts from version 1's cache.
+    let mut back = v1;
+    back.push(ChatMessage::assistant(r2));
+    back.push(ChatMessage::user("And 4 + 4?"));
+    let (_, s4) = run(back);
+    assert!(s4.processed_tokens <= s4.prompt_tokens - s2.prompt_tokens, "version 1's turn is not run again: {s4:?} after {s2:?}");
+}
