@@ -24,4 +24,6 @@ try {
   console.log(out);
 } finally {
   await h.stop();
+  // Sockets of the driver's HTTP client may linger; the work is done.
+  process.exit(0);
 }
