@@ -57,6 +57,11 @@ fn collect(rx: &mpsc::Receiver<GenerationEvent>) -> Vec<GenerationEvent> {
     events
 }
 
+/// The text the token events carried.
+fn streamed(events: &[GenerationEvent]) -> String {
+    events.iter().filter_map(|e| if let GenerationEvent::Token { text, .. } = e { Some(text.as_str()) } else { None }).collect()
+}
+
 fn finished(events: &[GenerationEvent]) -> (String, hearth_store::ReplyStats) {
     match events.last() {
         Some(GenerationEvent::Finished { reason, stats }) => (reason.clone(), stats.clone()),
@@ -73,7 +78,7 @@ fn a_reply_streams_is_saved_and_the_next_turn_reuses_the_cache() {
     worker.enqueue(j).unwrap();
     let events = collect(&rx);
     assert!(matches!(events[0], GenerationEvent::Started { reply_id } if reply_id == reply));
-    let streamed: String = events.iter().filter_map(|e| if let GenerationEvent::Token { text, .. } = e { Some(text.as_str()) } else { None }).collect();
+    let streamed: String = streamed(&events);
     let (reason, stats) = finished(&events);
     assert_eq!(reason, "end_token");
     // The engine's own golden answer for this prompt (see the engine's tests).
@@ -220,7 +225,7 @@ fn a_new_worker_continues_from_the_saved_cache() {
     worker.clear_caches();
     assert!(worker.wait_idle(Duration::from_secs(10)));
     assert_eq!(worker.cache_states(&[c.id]), [(c.id, CacheState::Cold)]);
-    let warm: String = events.iter().filter_map(|e| if let GenerationEvent::Token { text, .. } = e { Some(text.as_str()) } else { None }).collect();
+    let warm: String = streamed(&events);
 
     // The same turn from a cold cache gives the same reply.
     let _ = std::fs::remove_dir_all(dir.path().join("caches"));
@@ -232,7 +237,7 @@ fn a_new_worker_continues_from_the_saved_cache() {
     let events = collect(&rx);
     let (_, cold) = finished(&events);
     assert_eq!(cold.processed_tokens, cold.prompt_tokens);
-    let cold_text: String = events.iter().filter_map(|e| if let GenerationEvent::Token { text, .. } = e { Some(text.as_str()) } else { None }).collect();
+    let cold_text: String = streamed(&events);
     assert_eq!(warm, cold_text);
 }
 
@@ -271,7 +276,7 @@ fn switching_back_to_another_version_reuses_its_cache() {
         let (j, rx) = job(c.id, reply, messages, greedy(12));
         worker.enqueue(j).unwrap();
         let events = collect(&rx);
-        let text: String = events.iter().filter_map(|e| if let GenerationEvent::Token { text, .. } = e { Some(text.as_str()) } else { None }).collect();
+        let text: String = streamed(&events);
         (text, finished(&events).1)
     };
     let u1 = ChatMessage::user("What is 2 + 2?");

@@ -1,7 +1,7 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use crate::http::{part_path, sha256_file};
+use crate::http::{keep_if_sha256, part_path};
 use crate::{io, DownloadError, Result};
 
 /// Copies `member` out of the zip at `archive` to `dest`, keeping it only if
@@ -18,11 +18,5 @@ pub fn extract_member(archive: &Path, member: &str, dest: &Path, sha256: &str) -
     })?;
     out.sync_all().map_err(io(&part))?;
     drop(out);
-    let actual = sha256_file(&part)?;
-    if !actual.eq_ignore_ascii_case(sha256) {
-        let _ = std::fs::remove_file(&part);
-        return Err(DownloadError::Checksum { path: dest.to_path_buf(), expected: sha256.to_string(), actual });
-    }
-    std::fs::rename(&part, dest).map_err(io(dest))?;
-    Ok(dest.to_path_buf())
+    keep_if_sha256(&part, dest, sha256)
 }

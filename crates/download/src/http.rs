@@ -88,12 +88,17 @@ pub fn download(url: &str, dest: &Path, sha256: &str, cancel: &AtomicBool, mut o
             return Err(DownloadError::Incomplete { url: url.to_string(), got: have, expected });
         }
     }
-    let actual = sha256_file(&part)?;
+    keep_if_sha256(&part, dest, sha256)
+}
+
+/// Renames `part` to `dest` if its SHA-256 is `sha256`; deletes it otherwise.
+pub(crate) fn keep_if_sha256(part: &Path, dest: &Path, sha256: &str) -> Result<PathBuf> {
+    let actual = sha256_file(part)?;
     if !actual.eq_ignore_ascii_case(sha256) {
-        let _ = std::fs::remove_file(&part);
+        let _ = std::fs::remove_file(part);
         return Err(DownloadError::Checksum { path: dest.to_path_buf(), expected: sha256.to_string(), actual });
     }
-    std::fs::rename(&part, dest).map_err(io(dest))?;
+    std::fs::rename(part, dest).map_err(io(dest))?;
     Ok(dest.to_path_buf())
 }
 

@@ -54,9 +54,7 @@ fn sink(channel: Channel<GenerationEvent>) -> crate::worker::EventSink {
 
 /// Adds an empty reply under `parent` and queues it.
 fn start_reply(state: &AppState, store: &Store, conversation_id: i64, parent: i64, on_event: Channel<GenerationEvent>) -> AppResult<Message> {
-    if state.worker.busy_conversations().contains(&conversation_id) {
-        return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
-    }
+    check_idle(state, conversation_id)?;
     let (messages, settings) = prompt_messages(store, conversation_id, Some(parent))?;
     let reply = store.add_message(conversation_id, Some(parent), Role::Assistant, "", MessageStatus::Streaming)?;
     let job = ReplyJob { conversation_id, reply_id: reply.id, messages, prefix: String::new(), settings, events: sink(on_event) };
@@ -65,6 +63,24 @@ fn start_reply(state: &AppState, store: &Store, conversation_id: i64, parent: i6
         return Err(e);
     }
     Ok(reply)
+}
+
+/// Refuses a second reply while one is queued or running in the conversation.
+fn check_idle(state: &AppState, conversation_id: i64) -> AppResult<()> {
+    if state.worker.busy_conversations().contains(&conversation_id) {
+        return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
+    }
+    Ok(())
+}
+
+/// The reply `reply_id` of this conversation, and the message it answers.
+fn reply_of(store: &Store, conversation_id: i64, reply_id: i64) -> AppResult<(Message, i64)> {
+    let reply = store.message(reply_id)?;
+    if reply.conversation_id != conversation_id || reply.role != Role::Assistant {
+        return Err(AppError::new(ErrorKind::NotFound, format!("reply {reply_id} is not in this conversation")));
+    }
+    let parent = reply.parent_id.ok_or_else(|| AppError::new(ErrorKind::NotFound, "a reply without a message to answer"))?;
+    Ok((reply, parent))
 }
 
 fn last_message(store: &Store, conversation_id: i64) -> AppResult<Option<i64>> {
@@ -82,9 +98,7 @@ fn non_empty(text: &str) -> AppResult<()> {
 #[tauri::command]
 pub async fn chat_send(state: State<'_, AppState>, conversation_id: i64, text: String, on_event: Channel<GenerationEvent>) -> AppResult<Sent> {
     non_empty(&text)?;
-    if state.worker.busy_conversations().contains(&conversation_id) {
-        return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
-    }
+    check_idle(&state, conversation_id)?;
     let store = state.store()?;
     let parent = last_message(&store, conversation_id)?;
     let message = store.add_message(conversation_id, parent, Role::User, &text, MessageStatus::Complete)?;
@@ -96,11 +110,7 @@ pub async fn chat_send(state: State<'_, AppState>, conversation_id: i64, text: S
 #[tauri::command]
 pub async fn chat_regenerate(state: State<'_, AppState>, conversation_id: i64, reply_id: i64, on_event: Channel<GenerationEvent>) -> AppResult<Message> {
     let store = state.store()?;
-    let old = store.message(reply_id)?;
-    if old.conversation_id != conversation_id || old.role != Role::Assistant {
-        return Err(AppError::new(ErrorKind::NotFound, format!("reply {reply_id} is not in this conversation")));
-    }
-    let parent = old.parent_id.ok_or_else(|| AppError::new(ErrorKind::NotFound, "a reply without a message to answer"))?;
+    let (_, parent) = reply_of(&store, conversation_id, reply_id)?;
     start_reply(&state, &store, conversation_id, parent, on_event)
 }
 
@@ -114,8 +124,8 @@ pub async fn chat_edit(state: State<'_, AppState>, conversation_id: i64, message
     if old.conversation_id != conversation_id {
         return Err(AppError::new(ErrorKind::NotFound, format!("message {message_id} is not in this conversation")));
     }
-    if old.role == Role::User && state.worker.busy_conversations().contains(&conversation_id) {
-        return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
+    if old.role == Role::User {
+        check_idle(&state, conversation_id)?;
     }
     let message = store.add_message(conversation_id, old.parent_id, old.role, &text, MessageStatus::Complete)?;
     let reply = match old.role {
@@ -129,14 +139,10 @@ pub async fn chat_edit(state: State<'_, AppState>, conversation_id: i64, message
 #[tauri::command]
 pub async fn chat_continue(state: State<'_, AppState>, conversation_id: i64, reply_id: i64, on_event: Channel<GenerationEvent>) -> AppResult<Message> {
     let store = state.store()?;
-    let reply = store.message(reply_id)?;
-    if reply.conversation_id != conversation_id || reply.role != Role::Assistant {
-        return Err(AppError::new(ErrorKind::NotFound, format!("reply {reply_id} is not in this conversation")));
-    }
+    let (reply, parent) = reply_of(&store, conversation_id, reply_id)?;
     if reply.status == MessageStatus::Streaming {
         return Err(AppError::new(ErrorKind::Busy, "this reply is still being written"));
     }
-    let parent = reply.parent_id.ok_or_else(|| AppError::new(ErrorKind::NotFound, "a reply without a message to answer"))?;
     let (messages, settings) = prompt_messages(&store, conversation_id, Some(parent))?;
     store.update_reply(reply.id, &reply.content, MessageStatus::Streaming, None)?;
     let job = ReplyJob { conversation_id, reply_id, messages, prefix: reply.content.clone(), settings, events: sink(on_event) };
