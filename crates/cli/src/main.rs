@@ -155,7 +155,8 @@ pub(crate) fn open(args: &ModelArgs) -> Result<Engine, EngineError> {
         if n == 0 {
             return Err(EngineError::InvalidSetting { field: "threads", reason: "must be at least 1".into() });
         }
-        // candle reads this once, on first use, for its matmul workers.
+        hearth_engine::worker_pool::set_threads(n);
+        // candle reads this once, on first use, for the formats Hearth has no kernel for.
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
         let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
     }
@@ -307,7 +308,7 @@ fn bench(model: &ModelArgs, prompt_tokens: usize, gen_tokens: usize, repeats: us
     }
     let prefill_tps = prompt.len() as f64 / best_prefill;
     let decode_tps = gen_tokens as f64 / best_decode;
-    let threads = std::env::var("RAYON_NUM_THREADS").ok().and_then(|s| s.parse::<usize>().ok()).unwrap_or_else(rayon::current_num_threads);
+    let threads = hearth_engine::worker_pool::WorkerPool::global().threads();
     if json_out {
         println!(
             "{}",

@@ -8,6 +8,9 @@
 //!
 //! Clones are cheap and copy-on-write: they share buffers until one of them is
 //! written, which then copies only the used prefix first.
+//!
+//! On the CPU the buffers are plain `Vec<f32>`s that the forward pass reads
+//! and writes directly; on other devices they are candle tensors.
 
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -36,9 +39,16 @@ pub struct KvCache {
     device: Device,
 }
 
-struct LayerKv {
-    k: Tensor,
-    v: Tensor,
+enum LayerKv {
+    Host { k: Vec<f32>, v: Vec<f32> },
+    Device { k: Tensor, v: Tensor },
+}
+
+/// One layer's host buffers, `[batch, kv_heads, capacity, head_dim]`.
+pub(crate) struct HostKv<'a> {
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub capacity: usize,
 }
 
 impl KvCache {
@@ -116,36 +126,95 @@ impl KvCache {
     }
 
     fn reallocate(&mut self, capacity: usize) -> Result<()> {
-        let shape = (self.batch, self.n_kv_heads, capacity, self.head_dim);
         let mut layers = Vec::with_capacity(self.n_layers);
+        let (len, old_cap, d) = (self.len, self.capacity, self.head_dim);
         for i in 0..self.n_layers {
-            let k = Tensor::zeros(shape, DType::F32, &self.device)?;
-            let v = Tensor::zeros(shape, DType::F32, &self.device)?;
-            if self.len > 0 {
-                let old = &self.layers[i];
-                k.slice_set(&old.k.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
-                v.slice_set(&old.v.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
-            }
-            layers.push(LayerKv { k, v });
+            let old = self.layers.get(i);
+            let layer = if self.device.is_cpu() {
+                let mut k = vec![0f32; self.batch * self.n_kv_heads * capacity * d];
+                let mut v = k.clone();
+                if let Some(LayerKv::Host { k: ok, v: ov }) = old {
+                    for run in 0..self.batch * self.n_kv_heads {
+                        let (src, dst) = (run * old_cap * d, run * capacity * d);
+                        k[dst..dst + len * d].copy_from_slice(&ok[src..src + len * d]);
+                        v[dst..dst + len * d].copy_from_slice(&ov[src..src + len * d]);
+                    }
+                }
+                LayerKv::Host { k, v }
+            } else {
+                let shape = (self.batch, self.n_kv_heads, capacity, self.head_dim);
+                let k = Tensor::zeros(shape, DType::F32, &self.device)?;
+                let v = Tensor::zeros(shape, DType::F32, &self.device)?;
+                if let (Some(LayerKv::Device { k: ok, v: ov }), true) = (old, len > 0) {
+                    k.slice_set(&ok.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+                    v.slice_set(&ov.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+                }
+                LayerKv::Device { k, v }
+            };
+            layers.push(layer);
         }
         self.layers = Arc::new(layers);
         self.capacity = capacity;
         Ok(())
     }
 
+    /// Layer `layer`'s host buffers (CPU caches only).
+    pub(crate) fn host(&self, layer: usize) -> HostKv<'_> {
+        match &self.layers[layer] {
+            LayerKv::Host { k, v } => HostKv { k, v, capacity: self.capacity },
+            LayerKv::Device { .. } => unreachable!("host access to a device cache"),
+        }
+    }
+
+    /// Mutable host buffers of `layer`; call `reserve` first (it unshares them).
+    pub(crate) fn host_mut(&mut self, layer: usize) -> (&mut [f32], &mut [f32], usize) {
+        let capacity = self.capacity;
+        match Arc::get_mut(&mut self.layers).map(|l| &mut l[layer]) {
+            Some(LayerKv::Host { k, v }) => (k, v, capacity),
+            _ => unreachable!("host_mut needs a reserved CPU cache"),
+        }
+    }
+
     /// Writes new keys and values `[batch, kv_heads, n, head_dim]` at `len`.
     /// Call `reserve` first and `advance` after the last layer.
-    pub(crate) fn write(&self, layer: usize, k: &Tensor, v: &Tensor) -> Result<()> {
-        let l = &self.layers[layer];
-        l.k.slice_set(k, 2, self.len)?;
-        l.v.slice_set(v, 2, self.len)?;
+    pub(crate) fn write(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<()> {
+        let pos = self.len;
+        if self.device.is_cpu() {
+            let (b, h, n, d) = k.dims4()?;
+            let (kd, vd) = (k.flatten_all()?.to_vec1::<f32>()?, v.flatten_all()?.to_vec1::<f32>()?);
+            let (hk, hv, cap) = self.host_mut(layer);
+            for run in 0..b * h {
+                let (src, dst) = (run * n * d, (run * cap + pos) * d);
+                hk[dst..dst + n * d].copy_from_slice(&kd[src..src + n * d]);
+                hv[dst..dst + n * d].copy_from_slice(&vd[src..src + n * d]);
+            }
+            return Ok(());
+        }
+        match &self.layers[layer] {
+            LayerKv::Device { k: ck, v: cv } => {
+                ck.slice_set(k, 2, pos)?;
+                cv.slice_set(v, 2, pos)?;
+            }
+            LayerKv::Host { .. } => unreachable!(),
+        }
         Ok(())
     }
 
-    /// Keys and values for positions `start..end` of `layer`, as views.
+    /// Keys and values for positions `start..end` of `layer`, as tensors
+    /// (views on a device; copies on the CPU).
     pub(crate) fn view(&self, layer: usize, start: usize, end: usize) -> Result<(Tensor, Tensor)> {
-        let l = &self.layers[layer];
-        Ok((l.k.narrow(2, start, end - start)?, l.v.narrow(2, start, end - start)?))
+        match &self.layers[layer] {
+            LayerKv::Device { k, v } => Ok((k.narrow(2, start, end - start)?, v.narrow(2, start, end - start)?)),
+            LayerKv::Host { k, v } => {
+                let (d, n, cap) = (self.head_dim, end - start, self.capacity);
+                let runs = self.batch * self.n_kv_heads;
+                let copy = |src: &[f32]| -> Vec<f32> {
+                    (0..runs).flat_map(|run| src[(run * cap + start) * d..(run * cap + end) * d].iter().copied()).collect()
+                };
+                let shape = (self.batch, self.n_kv_heads, n, d);
+                Ok((Tensor::from_vec(copy(k), shape, &self.device)?, Tensor::from_vec(copy(v), shape, &self.device)?))
+            }
+        }
     }
 
     pub(crate) fn advance(&mut self, n: usize) {
@@ -165,12 +234,15 @@ impl KvCache {
         let layers = self
             .layers
             .iter()
-            .map(|l| {
-                let rep = |t: &Tensor| -> candle_core::Result<Tensor> {
-                    let (_, h, c, d) = t.dims4()?;
-                    t.broadcast_as((batch, h, c, d))?.contiguous()
-                };
-                Ok(LayerKv { k: rep(&l.k)?, v: rep(&l.v)? })
+            .map(|l| match l {
+                LayerKv::Host { k, v } => Ok(LayerKv::Host { k: k.repeat(batch), v: v.repeat(batch) }),
+                LayerKv::Device { k, v } => {
+                    let rep = |t: &Tensor| -> candle_core::Result<Tensor> {
+                        let (_, h, c, d) = t.dims4()?;
+                        t.broadcast_as((batch, h, c, d))?.contiguous()
+                    };
+                    Ok(LayerKv::Device { k: rep(k)?, v: rep(v)? })
+                }
             })
             .collect::<candle_core::Result<Vec<_>>>()?;
         out.layers = Arc::new(layers);
@@ -188,7 +260,13 @@ impl KvCache {
         let layers = self
             .layers
             .iter()
-            .map(|l| Ok(LayerKv { k: l.k.narrow(0, row, 1)?.contiguous()?, v: l.v.narrow(0, row, 1)?.contiguous()? }))
+            .map(|l| match l {
+                LayerKv::Host { k, v } => {
+                    let per_row = k.len() / self.batch;
+                    Ok(LayerKv::Host { k: k[row * per_row..(row + 1) * per_row].to_vec(), v: v[row * per_row..(row + 1) * per_row].to_vec() })
+                }
+                LayerKv::Device { k, v } => Ok(LayerKv::Device { k: k.narrow(0, row, 1)?.contiguous()?, v: v.narrow(0, row, 1)?.contiguous()? }),
+            })
             .collect::<candle_core::Result<Vec<_>>>()?;
         out.layers = Arc::new(layers);
         Ok(out)

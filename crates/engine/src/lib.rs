@@ -18,6 +18,8 @@ pub mod session;
 pub mod session_file;
 pub mod template;
 pub mod tokenizer;
+pub mod vec_ops;
+pub mod worker_pool;
 
 pub use candle_core::Device;
 pub use detok::StreamDecoder;

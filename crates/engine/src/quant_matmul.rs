@@ -10,12 +10,15 @@
 //! AVX2+FMA kernels are chosen at run time; the portable path computes the
 //! very same floating-point operations, so results do not depend on the CPU.
 
+use std::ops::Range;
+
 use candle_core::quantized::{GgmlDType, QTensor};
 use half::f16;
-use rayon::prelude::*;
 
-/// Output columns handed to one worker at a time.
-const COLUMNS_PER_TASK: usize = 64;
+use crate::worker_pool::{DisjointSlice, WorkerPool};
+
+/// Activation rows a prefill task runs against each pair of weight rows.
+const ROW_TILE: usize = 4;
 
 /// A weight matrix `[n, k]` in one of the supported block formats, with its
 /// f16 scales widened once at load time.
@@ -33,11 +36,15 @@ enum Blocks {
 
 /// One 32-value block of activations rounded to 8 bits.
 #[derive(Clone, Copy)]
-struct Q8Block {
+pub(crate) struct Q8Block {
     d: f32,
     /// `d ×` the sum of `qs`, as Q8_1 stores it (Q4_1 needs it).
     s: f32,
     qs: [i8; 32],
+}
+
+impl Q8Block {
+    pub(crate) const ZERO: Self = Self { d: 0.0, s: 0.0, qs: [0; 32] };
 }
 
 impl QuantMatrix {
@@ -82,18 +89,39 @@ impl QuantMatrix {
         self.k
     }
 
-    /// `out[m × n] = x[m × k] · selfᵀ`.
+    /// `out[m × n] = x[m × k] · selfᵀ`, on the global worker pool.
     pub fn matmul(&self, x: &[f32], out: &mut [f32]) {
-        let (n, k) = (self.n, self.k);
-        let m = x.len() / k;
-        assert_eq!(x.len(), m * k);
-        assert_eq!(out.len(), m * n);
-        let kb = k / 32;
-        let with_sum = matches!(self.blocks, Blocks::Q4_1 { .. });
-        let acts: Vec<Q8Block> = x.chunks_exact(32).map(|c| quantize_block(c, with_sum)).collect();
+        let m = x.len() / self.k;
+        assert_eq!(x.len(), m * self.k);
+        assert_eq!(out.len(), m * self.n);
+        let acts = quantize(x);
+        let pool = WorkerPool::global();
+        let chunk = self.columns_per_task(pool.active_threads());
+        let out = DisjointSlice::new(out);
+        pool.run(self.n.div_ceil(chunk), &|t| {
+            let cols = t * chunk..((t + 1) * chunk).min(self.n);
+            // SAFETY: tasks write disjoint column ranges.
+            unsafe { self.matmul_cols(&acts, m, cols, &out, self.n) };
+        });
+    }
+
+    /// Output columns per task: about eight tasks per thread, so that one
+    /// slow thread delays a region by a small share only.
+    pub(crate) fn columns_per_task(&self, threads: usize) -> usize {
+        (self.n / (8 * threads.max(1))).next_multiple_of(8).clamp(8, 256)
+    }
+
+    /// Writes `out[row × ld + col]` for every activation row and every
+    /// column in `cols` (a weight row each).
+    ///
+    /// # Safety
+    /// No other thread may write those elements of `out` meanwhile.
+    pub(crate) unsafe fn matmul_cols(&self, acts: &[Q8Block], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize) {
+        let kb = self.k / 32;
+        debug_assert_eq!(acts.len(), rows * kb);
         let avx2 = has_avx2_fma();
-        let dot = |col: usize, row: usize| -> f32 {
-            let y = &acts[row * kb..(row + 1) * kb];
+        let act = |r: usize| &acts[r * kb..(r + 1) * kb];
+        let single = |col: usize, y: &[Q8Block]| -> f32 {
             let r = col * kb..(col + 1) * kb;
             match &self.blocks {
                 Blocks::Q4_0 { d, qs } => dot_q4_0(&d[r.clone()], &qs[r], y, avx2),
@@ -101,34 +129,65 @@ impl QuantMatrix {
                 Blocks::Q8_0 { d, qs } => dot_q8_0(&d[r.clone()], &qs[r], y, avx2),
             }
         };
-        if m == 1 {
-            out.par_chunks_mut(COLUMNS_PER_TASK).enumerate().for_each(|(t, chunk)| {
-                for (i, o) in chunk.iter_mut().enumerate() {
-                    *o = dot(t * COLUMNS_PER_TASK + i, 0);
-                }
-            });
-        } else {
-            // Column-major work so each worker reuses its weight rows across all
-            // activation rows while they are in cache.
-            let mut out_t = vec![0f32; n * m];
-            out_t.par_chunks_mut(COLUMNS_PER_TASK * m).enumerate().for_each(|(t, chunk)| {
-                for (i, col_out) in chunk.chunks_exact_mut(m).enumerate() {
-                    let col = t * COLUMNS_PER_TASK + i;
-                    for (row, o) in col_out.iter_mut().enumerate() {
-                        *o = dot(col, row);
+        let mut row = 0;
+        // Tiles of two weight rows × four activation rows reuse each unpacked
+        // weight block four times; every product is still computed exactly
+        // as `single` computes it.
+        #[cfg(target_arch = "x86_64")]
+        if avx2 {
+            if let Blocks::Q4_1 { d, m, qs } = &self.blocks {
+                while row + ROW_TILE <= rows {
+                    let ys: [&[Q8Block]; ROW_TILE] = std::array::from_fn(|i| act(row + i));
+                    let mut col = cols.start;
+                    while col + 2 <= cols.end {
+                        let (r0, r1) = (col * kb..(col + 1) * kb, (col + 1) * kb..(col + 2) * kb);
+                        let t = x86::tile_q4_1(
+                            [(&d[r0.clone()], &m[r0.clone()], &qs[r0]), (&d[r1.clone()], &m[r1.clone()], &qs[r1])],
+                            ys,
+                        );
+                        for (w, tw) in t.iter().enumerate() {
+                            for (a, v) in tw.iter().enumerate() {
+                                out.write((row + a) * ld + col + w, *v);
+                            }
+                        }
+                        col += 2;
                     }
+                    if col < cols.end {
+                        for (a, y) in ys.iter().enumerate() {
+                            out.write((row + a) * ld + col, single(col, y));
+                        }
+                    }
+                    row += ROW_TILE;
                 }
-            });
-            for row in 0..m {
-                for col in 0..n {
-                    out[row * n + col] = out_t[col * m + row];
-                }
+            }
+        }
+        for r in row..rows {
+            let y = act(r);
+            for col in cols.clone() {
+                out.write(r * ld + col, single(col, y));
+            }
+        }
+    }
+
+    /// Weight row `row` as f32 (how an embedding row is looked up).
+    pub(crate) fn dequantize_row(&self, row: usize, out: &mut [f32]) {
+        let kb = self.k / 32;
+        for (b, o) in (row * kb..(row + 1) * kb).zip(out.chunks_exact_mut(32)) {
+            match &self.blocks {
+                Blocks::Q4_0 { d, qs } => o.iter_mut().zip(nibbles(&qs[b], 8)).for_each(|(o, q)| *o = d[b] * q as f32),
+                Blocks::Q4_1 { d, m, qs } => o.iter_mut().zip(nibbles(&qs[b], 0)).for_each(|(o, q)| *o = d[b] * q as f32 + m[b]),
+                Blocks::Q8_0 { d, qs } => o.iter_mut().zip(qs[b]).for_each(|(o, q)| *o = d[b] * q as f32),
             }
         }
     }
 }
 
-fn has_avx2_fma() -> bool {
+/// Rounds activations (a multiple of 32 values) to 8-bit blocks.
+pub(crate) fn quantize(x: &[f32]) -> Vec<Q8Block> {
+    x.chunks_exact(32).map(quantize_block).collect()
+}
+
+pub(crate) fn has_avx2_fma() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         static DETECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -140,7 +199,7 @@ fn has_avx2_fma() -> bool {
     }
 }
 
-fn quantize_block(x: &[f32], with_sum: bool) -> Q8Block {
+fn quantize_block(x: &[f32]) -> Q8Block {
     let max = x.iter().fold(0f32, |a, v| a.max(v.abs()));
     let d = max / 127.0;
     let id = if max != 0.0 { 127.0 / max } else { 0.0 };
@@ -151,7 +210,7 @@ fn quantize_block(x: &[f32], with_sum: bool) -> Q8Block {
         sum += r;
         *q = r as i8;
     }
-    let s = if with_sum { f16::from_f32(d * sum as f32).to_f32() } else { 0.0 };
+    let s = f16::from_f32(d * sum as f32).to_f32();
     Q8Block { d: f16::from_f32(d).to_f32(), s, qs }
 }
 
@@ -268,6 +327,27 @@ mod x86 {
         hsum(acc) + summs
     }
 
+    type Q4_1Row<'a> = (&'a [f32], &'a [f32], &'a [[u8; 16]]);
+
+    /// `dot_q4_1` for two weight rows × `R` activation rows at once.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn tile_q4_1<const R: usize>(w: [Q4_1Row; 2], y: [&[Q8Block]; R]) -> [[f32; R]; 2] {
+        let mut acc = [[_mm256_setzero_ps(); R]; 2];
+        let mut summs = [[0f32; R]; 2];
+        for i in 0..w[0].0.len() {
+            let x = [nibbles(&w[0].2[i]), nibbles(&w[1].2[i])];
+            for a in 0..R {
+                let b = &y[a][i];
+                let qy = _mm256_loadu_si256(b.qs.as_ptr() as *const __m256i);
+                for r in 0..2 {
+                    summs[r][a] += w[r].1[i] * b.s;
+                    acc[r][a] = _mm256_fmadd_ps(_mm256_set1_ps(w[r].0[i] * b.d), us8_dot(x[r], qy), acc[r][a]);
+                }
+            }
+        }
+        std::array::from_fn(|r| std::array::from_fn(|a| hsum(acc[r][a]) + summs[r][a]))
+    }
+
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dot_q4_0(d: &[f32], qs: &[[u8; 16]], y: &[Q8Block]) -> f32 {
         let mut acc = _mm256_setzero_ps();
@@ -309,7 +389,7 @@ mod tests {
     #[test]
     fn portable_and_simd_paths_agree_bit_for_bit_and_track_f32() {
         for dtype in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0] {
-            let (n, k, m) = (70, 256, 3);
+            let (n, k, m) = (71, 256, 11);
             let w = Tensor::from_vec(random(n * k, 1), (n, k), &Device::Cpu).unwrap();
             let q = QTensor::quantize(&w, dtype).unwrap();
             let mat = QuantMatrix::from_qtensor(&q).unwrap();
@@ -317,7 +397,7 @@ mod tests {
             let mut out = vec![0f32; m * n];
             mat.matmul(&x, &mut out);
             let kb = k / 32;
-            let acts: Vec<Q8Block> = x.chunks_exact(32).map(|c| quantize_block(c, dtype == GgmlDType::Q4_1)).collect();
+            let acts = quantize(&x);
             for row in 0..m {
                 for col in 0..n {
                     let y = &acts[row * kb..(row + 1) * kb];

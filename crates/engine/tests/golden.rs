@@ -111,5 +111,7 @@ fn greedy_tokens_agree_with_llama_cpp_until_a_near_tie() {
         );
         full += (got == want) as usize;
     }
-    assert!(full >= 3, "only {full} prompts agree on every token");
+    // Since the CPU pass follows llama.cpp's f32 orders too, every recorded
+    // prompt agrees on every token (3 of 8 did with candle's f32 ops).
+    assert_eq!(full, golden["cases"].as_array().unwrap().len(), "prompts agreeing on every token");
 }

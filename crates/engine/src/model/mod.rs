@@ -5,13 +5,14 @@
 //! `KvCache` passed to `forward`, so one loaded model serves many sessions.
 
 mod config;
+mod host;
 
 pub use config::{Architecture, ModelConfig, SUPPORTED_ARCHITECTURES};
 
+use std::sync::Arc;
+
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
-
-use candle_transformers::quantized_nn::RmsNorm;
 
 use crate::error::Result;
 use crate::gguf::GgufFile;
@@ -33,48 +34,80 @@ pub enum Kernels {
 }
 
 /// A loaded model's weights and shape.
+///
+/// On the CPU, [`Model::forward`] runs Hearth's own forward pass over plain
+/// buffers (`host.rs`); on other devices it builds the same computation from
+/// candle tensor ops (`forward_graph`), which on the CPU serves as the
+/// reference the host pass is tested against.
 pub struct Model {
     config: ModelConfig,
-    embeddings: Tensor,
+    embeddings: Embeddings,
     embed_scale: Option<f64>,
     layers: Vec<Block>,
-    norm: RmsNorm,
+    norm: Norm,
     output: Matrix,
-    inv_freq_global: Vec<f32>,
-    inv_freq_local: Vec<f32>,
+    rope_global: RopeFreqs,
+    rope_local: RopeFreqs,
     vocab_size: usize,
     device: Device,
 }
 
 struct Block {
-    attn_norm: RmsNorm,
+    attn_norm: Norm,
     wq: Linear,
     wk: Linear,
     wv: Linear,
     wo: Matrix,
-    q_norm: Option<RmsNorm>,
-    k_norm: Option<RmsNorm>,
-    post_attn_norm: Option<RmsNorm>,
-    ffn_norm: RmsNorm,
+    q_norm: Option<Norm>,
+    k_norm: Option<Norm>,
+    post_attn_norm: Option<Norm>,
+    ffn_norm: Norm,
     gate: Matrix,
     up: Matrix,
     down: Matrix,
-    post_ffn_norm: Option<RmsNorm>,
+    post_ffn_norm: Option<Norm>,
     sliding: bool,
 }
 
 /// A weight matrix: Hearth's own kernels where it has them (they round like
 /// llama.cpp), candle's `QMatMul` for every other format and device.
 enum Matrix {
-    Own(QuantMatrix),
+    Own(Arc<QuantMatrix>),
     Candle(QMatMul),
+}
+
+/// Token embeddings: quantized rows looked up on demand (the usual case on
+/// the CPU, often shared with the tied output matrix), or dequantized.
+enum Embeddings {
+    Quant(Arc<QuantMatrix>),
+    Host(Vec<f32>),
+    Device(Tensor),
+}
+
+/// RMS norm weights, as a tensor for the graph and as floats for the host pass.
+struct Norm {
+    tensor: Tensor,
+    host: Vec<f32>,
+    eps: f32,
+}
+
+impl Norm {
+    fn new(t: QTensor, eps: f64, device: &Device) -> Result<Self> {
+        let tensor = t.dequantize(device)?;
+        let host = tensor.flatten_all()?.to_vec1()?;
+        Ok(Self { tensor, host, eps: eps as f32 })
+    }
+
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        candle_nn::ops::rms_norm(x, &self.tensor, self.eps)
+    }
 }
 
 impl Matrix {
     fn new(t: QTensor, device: &Device, kernels: Kernels) -> Result<Self> {
         if device.is_cpu() && kernels == Kernels::Hearth {
             if let Some(m) = QuantMatrix::from_qtensor(&t) {
-                return Ok(Self::Own(m));
+                return Ok(Self::Own(Arc::new(m)));
             }
         }
         Ok(Self::Candle(QMatMul::from_qtensor(t)?))
@@ -101,14 +134,14 @@ impl Matrix {
 
 struct Linear {
     weight: Matrix,
-    bias: Option<Tensor>,
+    bias: Option<(Tensor, Vec<f32>)>,
 }
 
 impl Linear {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let y = self.weight.forward(x)?;
         match &self.bias {
-            Some(b) => y.broadcast_add(b),
+            Some((b, _)) => y.broadcast_add(b),
             None => Ok(y),
         }
     }
@@ -124,12 +157,10 @@ impl Model {
         let config = ModelConfig::from_gguf(file)?;
         file.rewind()?;
         let arch = config.architecture;
-        let norm = |file: &mut GgufFile, name: &str| -> Result<RmsNorm> {
-            Ok(RmsNorm::from_qtensor(file.tensor(name, device)?, config.rms_eps)?)
-        };
-        let norm_opt = |file: &mut GgufFile, name: &str| -> Result<Option<RmsNorm>> {
+        let norm = |file: &mut GgufFile, name: &str| -> Result<Norm> { Norm::new(file.tensor(name, device)?, config.rms_eps, device) };
+        let norm_opt = |file: &mut GgufFile, name: &str| -> Result<Option<Norm>> {
             match file.tensor_opt(name, device)? {
-                Some(t) => Ok(Some(RmsNorm::from_qtensor(t, config.rms_eps)?)),
+                Some(t) => Ok(Some(Norm::new(t, config.rms_eps, device)?)),
                 None => Ok(None),
             }
         };
@@ -144,22 +175,34 @@ impl Model {
         if embd_cols != config.n_embd {
             return Err(file.corrupt(format!("token_embd.weight has {embd_cols} columns, expected {}", config.n_embd)));
         }
-        let embeddings = embd_q.dequantize(device)?;
+        let own_embeddings = if device.is_cpu() { QuantMatrix::from_qtensor(&embd_q).map(Arc::new) } else { None };
+        let embeddings = match (&own_embeddings, device.is_cpu()) {
+            (Some(m), _) => Embeddings::Quant(m.clone()),
+            (None, true) => Embeddings::Host(embd_q.dequantize(device)?.flatten_all()?.to_vec1()?),
+            (None, false) => Embeddings::Device(embd_q.dequantize(device)?),
+        };
         let output = match file.tensor_opt("output.weight", device)? {
             Some(t) => {
                 check_shape(file, "output.weight", &t, &[vocab_size, config.n_embd])?;
                 Matrix::new(t, device, kernels)?
             }
-            None => Matrix::new(embd_q, device, kernels)?,
+            None => match (own_embeddings, kernels) {
+                (Some(m), Kernels::Hearth) => Matrix::Own(m),
+                _ => Matrix::new(embd_q, device, kernels)?,
+            },
         };
         let q_dim = config.n_heads * config.head_dim;
         let kv_dim = config.n_kv_heads * config.head_dim;
         let mut layers = Vec::with_capacity(config.n_layers);
         for i in 0..config.n_layers {
             let p = format!("blk.{i}");
-            let bias = |file: &mut GgufFile, name: &str| -> Result<Option<Tensor>> {
+            let bias = |file: &mut GgufFile, name: &str| -> Result<Option<(Tensor, Vec<f32>)>> {
                 Ok(match file.tensor_opt(&format!("{p}.{name}.bias"), device)? {
-                    Some(t) => Some(t.dequantize(device)?),
+                    Some(t) => {
+                        let t = t.dequantize(device)?;
+                        let host = t.flatten_all()?.to_vec1()?;
+                        Some((t, host))
+                    }
                     None => None,
                 })
             };
@@ -198,17 +241,11 @@ impl Model {
             Some(t) => Some(t.dequantize(device)?.flatten_all()?.to_vec1()?),
             None => None,
         };
-        let mut inv_freq_global = inv_freq(config.head_dim, config.rope_base);
-        if let Some(f) = &freq_factors {
-            if f.len() != inv_freq_global.len() {
-                return Err(file.corrupt("rope_freqs.weight has the wrong length"));
-            }
-            inv_freq_global.iter_mut().zip(f).for_each(|(x, f)| *x /= f);
+        if freq_factors.as_ref().is_some_and(|f| f.len() != config.head_dim / 2) {
+            return Err(file.corrupt("rope_freqs.weight has the wrong length"));
         }
-        if config.rope_linear_scale != 1.0 {
-            inv_freq_global.iter_mut().for_each(|x| *x /= config.rope_linear_scale);
-        }
-        let inv_freq_local = inv_freq(config.head_dim, config.rope_base_local);
+        let rope_global = RopeFreqs::new(config.head_dim, config.rope_base, freq_factors, 1.0 / config.rope_linear_scale);
+        let rope_local = RopeFreqs::new(config.head_dim, config.rope_base_local, None, 1.0);
         let embed_scale = (arch == Architecture::Gemma3).then(|| (config.n_embd as f64).sqrt());
         Ok(Self {
             config,
@@ -217,8 +254,8 @@ impl Model {
             layers,
             norm,
             output,
-            inv_freq_global,
-            inv_freq_local,
+            rope_global,
+            rope_local,
             vocab_size,
             device: device.clone(),
         })
@@ -246,22 +283,42 @@ impl Model {
     /// cache's next positions, appends their keys and values, and returns the
     /// logits of the last position of each sequence as `[batch, vocab]`.
     pub fn forward(&self, tokens: &[Vec<u32>], cache: &mut KvCache) -> Result<Tensor> {
-        let batch = tokens.len();
+        self.check_tokens(tokens)?;
+        if self.device.is_cpu() {
+            self.forward_host(tokens, cache)
+        } else {
+            self.forward_graph(tokens, cache)
+        }
+    }
+
+    fn check_tokens(&self, tokens: &[Vec<u32>]) -> Result<()> {
         let seq_len = tokens.first().map_or(0, Vec::len);
-        assert!(batch > 0 && seq_len > 0 && tokens.iter().all(|t| t.len() == seq_len), "forward needs a non-empty rectangular batch");
+        assert!(seq_len > 0 && tokens.iter().all(|t| t.len() == seq_len), "forward needs a non-empty rectangular batch");
         if let Some(bad) = tokens.iter().flatten().find(|&&t| t as usize >= self.vocab_size) {
             return Err(candle_core::Error::Msg(format!("token id {bad} is outside the vocabulary of {}", self.vocab_size)).into());
         }
+        Ok(())
+    }
+
+    /// [`Model::forward`] built from candle tensor ops: what runs on a GPU.
+    /// On the CPU it is the reference that tests hold the host pass to.
+    pub fn forward_graph(&self, tokens: &[Vec<u32>], cache: &mut KvCache) -> Result<Tensor> {
+        self.check_tokens(tokens)?;
+        let batch = tokens.len();
+        let seq_len = tokens[0].len();
         cache.reserve(seq_len, batch)?;
         let pos0 = cache.len();
         let flat: Vec<u32> = tokens.iter().flatten().copied().collect();
-        let ids = Tensor::from_vec(flat, batch * seq_len, &self.device)?;
-        let mut x = self.embeddings.index_select(&ids, 0)?.reshape((batch, seq_len, self.config.n_embd))?;
+        let mut x = match &self.embeddings {
+            Embeddings::Device(t) => t.index_select(&Tensor::from_vec(flat, batch * seq_len, &self.device)?, 0)?,
+            _ => Tensor::from_vec(self.embed(&flat), (batch * seq_len, self.config.n_embd), &self.device)?,
+        }
+        .reshape((batch, seq_len, self.config.n_embd))?;
         if let Some(s) = self.embed_scale {
             x = (x * s)?;
         }
-        let rope_global = Rope::new(&self.inv_freq_global, pos0, seq_len, &self.device)?;
-        let rope_local = Rope::new(&self.inv_freq_local, pos0, seq_len, &self.device)?;
+        let rope_global = Rope::new(&self.rope_global, pos0, seq_len, &self.device)?;
+        let rope_local = Rope::new(&self.rope_local, pos0, seq_len, &self.device)?;
         let mask_global = causal_mask(seq_len, pos0, 0, None, &self.device)?;
         let mask_local = match self.config.sliding_window {
             Some(w) => causal_mask(seq_len, pos0, window_start(pos0, w), Some(w), &self.device)?,
@@ -291,7 +348,7 @@ impl Model {
         rope: &Rope,
         mask: Option<&Tensor>,
         kv_start: usize,
-        cache: &KvCache,
+        cache: &mut KvCache,
     ) -> Result<Tensor> {
         let c = &self.config;
         let (batch, seq_len, _) = x.dims3()?;
@@ -356,14 +413,46 @@ fn check_shape(file: &GgufFile, name: &str, t: &QTensor, expected: &[usize]) -> 
     Ok(())
 }
 
-fn inv_freq(head_dim: usize, base: f32) -> Vec<f32> {
-    (0..head_dim / 2).map(|i| 1.0 / base.powf(2.0 * i as f32 / head_dim as f32)).collect()
-}
-
 /// First cache position a sliding layer can see from the first new token;
 /// older positions are skipped outright rather than masked.
 fn window_start(pos0: usize, window: usize) -> usize {
     (pos0 + 1).saturating_sub(window)
+}
+
+/// A RoPE frequency schedule.
+struct RopeFreqs {
+    half: usize,
+    /// `base^(-2 / head_dim)`: the angle shrinks by this from pair to pair.
+    theta_scale: f32,
+    factors: Option<Vec<f32>>,
+    /// Linear position scaling (1 = none).
+    freq_scale: f32,
+}
+
+impl RopeFreqs {
+    fn new(head_dim: usize, base: f32, factors: Option<Vec<f32>>, freq_scale: f32) -> Self {
+        Self { half: head_dim / 2, theta_scale: base.powf(-2.0 / head_dim as f32), factors, freq_scale }
+    }
+
+    /// cos/sin tables `[seq_len, head_dim / 2]` for positions
+    /// `pos0..pos0 + seq_len`. The angle is built by repeated multiplication
+    /// in f32, as llama.cpp's `rope_cache_init` builds it, so the tables
+    /// match its to the bit.
+    fn tables(&self, pos0: usize, seq_len: usize) -> (Vec<f32>, Vec<f32>) {
+        let mut cos = Vec::with_capacity(seq_len * self.half);
+        let mut sin = Vec::with_capacity(seq_len * self.half);
+        for p in pos0..pos0 + seq_len {
+            let mut theta = p as f32;
+            for i in 0..self.half {
+                let ff = self.factors.as_ref().map_or(1.0, |f| f[i]);
+                let angle = self.freq_scale * (theta / ff);
+                cos.push(angle.cos());
+                sin.push(angle.sin());
+                theta *= self.theta_scale;
+            }
+        }
+        (cos, sin)
+    }
 }
 
 /// cos/sin tables for just the positions of this forward pass.
@@ -373,17 +462,9 @@ struct Rope {
 }
 
 impl Rope {
-    fn new(inv_freq: &[f32], pos0: usize, seq_len: usize, device: &Device) -> candle_core::Result<Self> {
-        let half = inv_freq.len();
-        let mut cos = Vec::with_capacity(seq_len * half);
-        let mut sin = Vec::with_capacity(seq_len * half);
-        for p in pos0..pos0 + seq_len {
-            for &f in inv_freq {
-                let angle = p as f32 * f;
-                cos.push(angle.cos());
-                sin.push(angle.sin());
-            }
-        }
+    fn new(freqs: &RopeFreqs, pos0: usize, seq_len: usize, device: &Device) -> candle_core::Result<Self> {
+        let half = freqs.half;
+        let (cos, sin) = freqs.tables(pos0, seq_len);
         Ok(Self {
             cos: Tensor::from_vec(cos, (seq_len, half), device)?,
             sin: Tensor::from_vec(sin, (seq_len, half), device)?,

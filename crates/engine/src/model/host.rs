@@ -1,0 +1,357 @@
+//! The forward pass on the CPU, over plain buffers.
+//!
+//! A decode step of a small model is mostly fixed costs when it is built from
+//! tensor ops: an allocation and a dispatch per op, a thread-pool fork-join
+//! per matmul, masks and views per layer. Here each layer is five parallel
+//! regions on the [`WorkerPool`] (Q/K/V together, attention by head, the
+//! output projection, gate and up together, down), the small element-wise
+//! work runs between them on the calling thread, keys and values are written
+//! straight into the cache's buffers, and causality and sliding windows are
+//! loop bounds rather than masks. The arithmetic is the graph path's, so the
+//! two agree to float rounding (tested in `tests/tiny_models.rs`).
+
+use std::ops::Range;
+
+use candle_core::{Device, Tensor};
+
+use super::{window_start, Architecture, Block, Embeddings, Matrix, Model, Norm};
+use crate::error::Result;
+use crate::kv_cache::KvCache;
+use crate::quant_matmul::{self, Q8Block};
+use crate::vec_ops;
+use crate::worker_pool::{DisjointSlice, WorkerPool};
+
+/// Rows of activations per quantization or element-wise task.
+const ROWS_PER_TASK: usize = 16;
+
+impl Model {
+    pub(super) fn forward_host(&self, tokens: &[Vec<u32>], cache: &mut KvCache) -> Result<Tensor> {
+        let c = &self.config;
+        let pool = WorkerPool::global();
+        let (batch, seq) = (tokens.len(), tokens[0].len());
+        let rows = batch * seq;
+        cache.reserve(seq, batch)?;
+        let pos0 = cache.len();
+        let (e, hd) = (c.n_embd, c.head_dim);
+        let (qd, kd) = (c.n_heads * hd, c.n_kv_heads * hd);
+        let flat: Vec<u32> = tokens.iter().flatten().copied().collect();
+        let mut x = self.embed(&flat);
+        if let Some(s) = self.embed_scale {
+            vec_ops::scale(&mut x, s as f32);
+        }
+        let rope_global = self.rope_global.tables(pos0, seq);
+        let rope_local = self.rope_local.tables(pos0, seq);
+        let ffn = self.layers.first().map_or(0, |b| b.gate.rows());
+        let mut buf = Buffers {
+            h: vec![0f32; rows * e],
+            q: vec![0f32; rows * qd],
+            k: vec![0f32; rows * kd],
+            v: vec![0f32; rows * kd],
+            attn: vec![0f32; rows * qd],
+            o: vec![0f32; rows * e],
+            gate: vec![0f32; rows * ffn],
+            up: vec![0f32; rows * ffn],
+        };
+        for (layer, block) in self.layers.iter().enumerate() {
+            let rope = if block.sliding { &rope_local } else { &rope_global };
+            self.block_host(pool, block, layer, &mut x, &mut buf, rope, (batch, seq, pos0), cache)?;
+        }
+        cache.advance(seq);
+
+        let mut last = vec![0f32; batch * e];
+        for b in 0..batch {
+            let r = b * seq + seq - 1;
+            vec_ops::rms_norm(&mut last[b * e..(b + 1) * e], &x[r * e..(r + 1) * e], &self.norm.host, self.norm.eps);
+        }
+        let mut logits = vec![0f32; batch * self.vocab_size];
+        matmuls(pool, &last, batch, &mut [(&self.output, &mut logits)])?;
+        pool.end_pass();
+        Ok(Tensor::from_vec(logits, (batch, self.vocab_size), &Device::Cpu)?)
+    }
+
+    /// Embedding rows for `ids`, as f32.
+    pub(super) fn embed(&self, ids: &[u32]) -> Vec<f32> {
+        let e = self.config.n_embd;
+        let mut x = vec![0f32; ids.len() * e];
+        for (row, &id) in x.chunks_exact_mut(e).zip(ids) {
+            let id = id as usize;
+            match &self.embeddings {
+                Embeddings::Quant(m) => m.dequantize_row(id, row),
+                Embeddings::Host(t) => row.copy_from_slice(&t[id * e..(id + 1) * e]),
+                Embeddings::Device(_) => unreachable!("device embeddings are looked up by the graph"),
+            }
+        }
+        x
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn block_host(
+        &self,
+        pool: &WorkerPool,
+        b: &Block,
+        layer: usize,
+        x: &mut [f32],
+        buf: &mut Buffers,
+        rope: &(Vec<f32>, Vec<f32>),
+        (batch, seq, pos0): (usize, usize, usize),
+        cache: &mut KvCache,
+    ) -> Result<()> {
+        let c = &self.config;
+        let rows = batch * seq;
+        let (e, hd) = (c.n_embd, c.head_dim);
+        let (qd, kd) = (c.n_heads * hd, c.n_kv_heads * hd);
+
+        norm_rows(pool, &b.attn_norm, x, &mut buf.h, e);
+        matmuls(pool, &buf.h, rows, &mut [(&b.wq.weight, &mut buf.q), (&b.wk.weight, &mut buf.k), (&b.wv.weight, &mut buf.v)])?;
+        for (lin, out, width) in [(&b.wq, &mut buf.q, qd), (&b.wk, &mut buf.k, kd), (&b.wv, &mut buf.v, kd)] {
+            if let Some((_, bias)) = &lin.bias {
+                out.chunks_exact_mut(width).for_each(|row| vec_ops::add(row, bias));
+            }
+        }
+        if let Some(n) = &b.q_norm {
+            norm_in_place(n, &mut buf.q, hd);
+        }
+        if let Some(n) = &b.k_norm {
+            norm_in_place(n, &mut buf.k, hd);
+        }
+        let interleaved = c.architecture.interleaved_rope();
+        apply_rope(&mut buf.q, rope, seq, qd, hd, interleaved);
+        apply_rope(&mut buf.k, rope, seq, kd, hd, interleaved);
+
+        // New keys and values go straight into the cache's buffers.
+        {
+            let (ck, cv, cap) = cache.host_mut(layer);
+            for r in 0..rows {
+                let (bi, i) = (r / seq, r % seq);
+                for h in 0..c.n_kv_heads {
+                    let dst = ((bi * c.n_kv_heads + h) * cap + pos0 + i) * hd;
+                    let src = r * kd + h * hd;
+                    ck[dst..dst + hd].copy_from_slice(&buf.k[src..src + hd]);
+                    cv[dst..dst + hd].copy_from_slice(&buf.v[src..src + hd]);
+                }
+            }
+        }
+        let window = b.sliding.then_some(c.sliding_window).flatten();
+        self.attention(pool, cache, layer, &buf.q, &mut buf.attn, (batch, seq, pos0), window);
+
+        matmuls(pool, &buf.attn, rows, &mut [(&b.wo, &mut buf.o)])?;
+        if let Some(n) = &b.post_attn_norm {
+            norm_in_place(n, &mut buf.o, e);
+        }
+        vec_ops::add(x, &buf.o);
+
+        norm_rows(pool, &b.ffn_norm, x, &mut buf.h, e);
+        matmuls(pool, &buf.h, rows, &mut [(&b.gate, &mut buf.gate), (&b.up, &mut buf.up)])?;
+        let gelu = c.architecture == Architecture::Gemma3;
+        let ffn = b.gate.rows();
+        for_row_chunks(pool, rows, &mut buf.gate, ffn, |range, gate| {
+            let up = &buf.up[range.start * ffn..range.end * ffn];
+            if gelu {
+                vec_ops::gelu_mul(gate, up);
+            } else {
+                vec_ops::silu_mul(gate, up);
+            }
+        });
+        matmuls(pool, &buf.gate, rows, &mut [(&b.down, &mut buf.o)])?;
+        if let Some(n) = &b.post_ffn_norm {
+            norm_in_place(n, &mut buf.o, e);
+        }
+        vec_ops::add(x, &buf.o);
+        Ok(())
+    }
+
+    /// Scaled dot-product attention of the new queries against the cache,
+    /// one task per (sequence, query head), in llama.cpp's orders: scores
+    /// with `ggml_vec_dot_f32`, softmax with `ggml_v_expf` summed eight at a
+    /// time, and the weighted values summed per lane of position — over
+    /// 32-position steps in a decode step (`ggml_vec_dot_f32`), over eight
+    /// lanes when prefilling (tinyBLAS).
+    #[allow(clippy::too_many_arguments)]
+    fn attention(&self, pool: &WorkerPool, cache: &KvCache, layer: usize, q: &[f32], out: &mut [f32], (batch, seq, pos0): (usize, usize, usize), window: Option<usize>) {
+        let c = &self.config;
+        let (hd, nh, nkv) = (c.head_dim, c.n_heads, c.n_kv_heads);
+        let n_rep = nh / nkv;
+        let qd = nh * hd;
+        let scale = 1.0f32 / (hd as f32).sqrt();
+        let lanes = if seq == 1 { 32 } else { 8 };
+        let kv = cache.host(layer);
+        let out = DisjointSlice::new(out);
+        pool.run(batch * nh, &|t| {
+            let (bi, qh) = (t / nh, t % nh);
+            let base = (bi * nkv + qh / n_rep) * kv.capacity * hd;
+            let (keys, values) = (&kv.k[base..], &kv.v[base..]);
+            let mut scores = vec![0f32; pos0 + seq];
+            let mut acc = vec![0f32; lanes * hd];
+            for i in 0..seq {
+                let p = pos0 + i;
+                // Causal: positions up to p; a sliding layer sees the last `w`.
+                let lo = window.map_or(0, |w| window_start(p, w));
+                let r = bi * seq + i;
+                let qv = &q[r * qd + qh * hd..r * qd + (qh + 1) * hd];
+                let scores = &mut scores[..p + 1 - lo];
+                let mut max = f32::NEG_INFINITY;
+                for (j, s) in scores.iter_mut().enumerate() {
+                    let pos = lo + j;
+                    *s = vec_ops::dot(&keys[pos * hd..(pos + 1) * hd], qv) * scale;
+                    max = max.max(*s);
+                }
+                let inv = (1.0 / vec_ops::exp_sum(scores, max)) as f32;
+                acc.fill(0.0);
+                for (j, s) in scores.iter().enumerate() {
+                    let pos = lo + j;
+                    let lane = pos % lanes;
+                    vec_ops::axpy(&mut acc[lane * hd..(lane + 1) * hd], s * inv, &values[pos * hd..(pos + 1) * hd]);
+                }
+                // SAFETY: each task writes only its own (row, head) slice.
+                let o = unsafe { out.slice(r * qd + qh * hd..r * qd + (qh + 1) * hd) };
+                let a = |lane: usize, d: usize| acc[lane * hd + d];
+                for (d, o) in o.iter_mut().enumerate() {
+                    *o = if lanes == 32 {
+                        let v: [f32; 8] = std::array::from_fn(|l| (a(l, d) + a(16 + l, d)) + (a(8 + l, d) + a(24 + l, d)));
+                        let t: [f32; 4] = std::array::from_fn(|l| v[l] + v[l + 4]);
+                        (t[0] + t[1]) + (t[2] + t[3])
+                    } else {
+                        let r: [f32; 4] = std::array::from_fn(|l| a(l + 4, d) + a(l, d));
+                        (r[0] + r[2]) + (r[1] + r[3])
+                    };
+                }
+            }
+        });
+    }
+}
+
+struct Buffers {
+    h: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    attn: Vec<f32>,
+    o: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+}
+
+impl Matrix {
+    fn rows(&self) -> usize {
+        match self {
+            Matrix::Own(m) => m.rows(),
+            Matrix::Candle(m) => match m {
+                candle_core::quantized::QMatMul::QTensor(t) => t.shape().dims()[0],
+                candle_core::quantized::QMatMul::Tensor(t) | candle_core::quantized::QMatMul::TensorF16(t) => t.dims()[0],
+            },
+        }
+    }
+}
+
+/// `out_i = x · W_iᵀ` for several matrices that share the input `x`
+/// (`rows × k`): one quantization of `x`, one parallel region for all.
+fn matmuls(pool: &WorkerPool, x: &[f32], rows: usize, jobs: &mut [(&Matrix, &mut Vec<f32>)]) -> Result<()> {
+    let mut own = Vec::new();
+    for (m, out) in jobs.iter_mut() {
+        match m {
+            Matrix::Own(q) => own.push((q.as_ref(), DisjointSlice::new(out.as_mut_slice()))),
+            Matrix::Candle(q) => {
+                // Formats without a Hearth kernel: candle's, with a copy each way.
+                let k = x.len() / rows;
+                let t = candle_core::Module::forward(q, &Tensor::from_slice(x, (rows, k), &Device::Cpu)?)?;
+                out.copy_from_slice(&t.flatten_all()?.to_vec1::<f32>()?);
+            }
+        }
+    }
+    if own.is_empty() {
+        return Ok(());
+    }
+    let acts = quantize_rows(pool, x, rows);
+    let threads = pool.active_threads();
+    let mut plan: Vec<(usize, Range<usize>)> = Vec::new();
+    for (j, (m, _)) in own.iter().enumerate() {
+        let chunk = m.columns_per_task(threads);
+        plan.extend((0..m.rows()).step_by(chunk).map(|s| (j, s..(s + chunk).min(m.rows()))));
+    }
+    pool.run(plan.len(), &|t| {
+        let (j, cols) = plan[t].clone();
+        let (m, out) = &own[j];
+        // SAFETY: the plan's column ranges are disjoint within each output.
+        unsafe { m.matmul_cols(&acts, rows, cols, out, m.rows()) };
+    });
+    Ok(())
+}
+
+fn quantize_rows(pool: &WorkerPool, x: &[f32], rows: usize) -> Vec<Q8Block> {
+    if rows < 2 * ROWS_PER_TASK {
+        return quant_matmul::quantize(x);
+    }
+    let per_row = x.len() / rows / 32;
+    let mut acts = vec![Q8Block::ZERO; rows * per_row];
+    let out = DisjointSlice::new(&mut acts);
+    pool.run(rows.div_ceil(ROWS_PER_TASK), &|t| {
+        let r = t * ROWS_PER_TASK..((t + 1) * ROWS_PER_TASK).min(rows);
+        let src = &x[r.start * per_row * 32..r.end * per_row * 32];
+        // SAFETY: tasks own disjoint row ranges.
+        let dst = unsafe { out.slice(r.start * per_row..r.end * per_row) };
+        dst.copy_from_slice(&quant_matmul::quantize(src));
+    });
+    acts
+}
+
+/// Runs `f(rows, slice)` over chunks of `width`-wide rows of `data`, in
+/// parallel when there are enough rows to be worth it.
+fn for_row_chunks(pool: &WorkerPool, rows: usize, data: &mut [f32], width: usize, f: impl Fn(Range<usize>, &mut [f32]) + Sync) {
+    if rows < 2 * ROWS_PER_TASK {
+        f(0..rows, &mut data[..rows * width]);
+        return;
+    }
+    let out = DisjointSlice::new(data);
+    pool.run(rows.div_ceil(ROWS_PER_TASK), &|t| {
+        let r = t * ROWS_PER_TASK..((t + 1) * ROWS_PER_TASK).min(rows);
+        // SAFETY: tasks own disjoint row ranges.
+        f(r.clone(), unsafe { out.slice(r.start * width..r.end * width) });
+    });
+}
+
+fn norm_rows(pool: &WorkerPool, n: &Norm, x: &[f32], out: &mut [f32], width: usize) {
+    let rows = x.len() / width;
+    for_row_chunks(pool, rows, out, width, |range, out| {
+        let src = &x[range.start * width..range.end * width];
+        for (o, x) in out.chunks_exact_mut(width).zip(src.chunks_exact(width)) {
+            vec_ops::rms_norm(o, x, &n.host, n.eps);
+        }
+    });
+}
+
+/// RMS-normalises every `width`-wide piece of `x` in place (per-head norms
+/// too, with `width` the head size).
+fn norm_in_place(n: &Norm, x: &mut [f32], width: usize) {
+    let mut tmp = vec![0f32; width];
+    for piece in x.chunks_exact_mut(width) {
+        vec_ops::rms_norm(&mut tmp, piece, &n.host, n.eps);
+        piece.copy_from_slice(&tmp);
+    }
+}
+
+/// Rotates every head of `x` (`[rows, heads × hd]`, row r at position
+/// `pos0 + r % seq`), pairing adjacent values (GGUF's permuted llama
+/// weights) or the two halves of each head (NeoX). The multiply-adds are
+/// fused the way GCC fuses llama.cpp's `rotate_pairs`.
+fn apply_rope(x: &mut [f32], (cos, sin): &(Vec<f32>, Vec<f32>), seq: usize, width: usize, hd: usize, interleaved: bool) {
+    let half = hd / 2;
+    for (r, row) in x.chunks_exact_mut(width).enumerate() {
+        let t = r % seq;
+        let (c, s) = (&cos[t * half..(t + 1) * half], &sin[t * half..(t + 1) * half]);
+        for head in row.chunks_exact_mut(hd) {
+            if interleaved {
+                for i in 0..half {
+                    let (x0, x1) = (head[2 * i], head[2 * i + 1]);
+                    head[2 * i] = x0.mul_add(c[i], -(x1 * s[i]));
+                    head[2 * i + 1] = x0.mul_add(s[i], x1 * c[i]);
+                }
+            } else {
+                for i in 0..half {
+                    let (x0, x1) = (head[i], head[i + half]);
+                    head[i] = x0.mul_add(c[i], -(x1 * s[i]));
+                    head[i + half] = x0.mul_add(s[i], x1 * c[i]);
+                }
+            }
+        }
+    }
+}

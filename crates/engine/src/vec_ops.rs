@@ -1,0 +1,264 @@
+//! f32 vector operations for the CPU forward pass.
+//!
+//! Each is written once, over eight-lane arrays with fused multiply-adds,
+//! and compiled twice: for AVX2+FMA (chosen at run time) and portably. Both
+//! builds perform the same floating-point operations in the same order, so
+//! the results do not depend on the CPU, while an installed app still gets
+//! vector code without being built for the machine it runs on.
+//!
+//! The orders are llama.cpp's x86 ones (its `ggml_vec_dot_f32`, tinyBLAS's
+//! f32 tiles, `ggml_v_expf`, its RMS norm): a 135M-parameter model rounds
+//! activations to 8 bits before every matmul, so a last-bit difference in a
+//! norm or a softmax flips roundings and, a few layers on, the greedy token.
+
+macro_rules! multiversion {
+    ($(#[$m:meta])* pub fn $name:ident($($a:ident: $t:ty),*) $(-> $r:ty)? => $imp:ident) => {
+        $(#[$m])*
+        pub fn $name($($a: $t),*) $(-> $r)? {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2($($a: $t),*) $(-> $r)? {
+                    $imp($($a),*)
+                }
+                if crate::quant_matmul::has_avx2_fma() {
+                    // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+                    return unsafe { avx2($($a),*) };
+                }
+            }
+            $imp($($a),*)
+        }
+    };
+}
+
+multiversion! {
+    /// `Σ a[i]·b[i]` in `ggml_vec_dot_f32`'s order: four eight-lane
+    /// accumulators over 32-value steps, then the rest one by one.
+    pub fn dot(a: &[f32], b: &[f32]) -> f32 => dot_impl
+}
+multiversion! {
+    /// `Σ a[i]·b[i]` in tinyBLAS's order (one eight-lane accumulator); the
+    /// length must be a multiple of 8.
+    pub fn dot8(a: &[f32], b: &[f32]) -> f32 => dot8_impl
+}
+multiversion! {
+    /// `x[i] = exp(x[i] - max)` with `ggml_v_expf`, returning the sum as
+    /// `ggml_vec_soft_max_f32` forms it (eight at a time, in f64).
+    pub fn exp_sum(x: &mut [f32], max: f32) -> f64 => exp_sum_impl
+}
+multiversion! {
+    /// `gate = SiLU(gate) · up`, as `ggml_vec_swiglu_f32`.
+    pub fn silu_mul(gate: &mut [f32], up: &[f32]) => silu_mul_impl
+}
+multiversion! {
+    /// `y += alpha · x`.
+    pub fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) => axpy_impl
+}
+multiversion! {
+    /// `x *= alpha`.
+    pub fn scale(x: &mut [f32], alpha: f32) => scale_impl
+}
+multiversion! {
+    /// `y += x`.
+    pub fn add(y: &mut [f32], x: &[f32]) => add_impl
+}
+multiversion! {
+    /// `out = x / rms(x) · w`, the mean square summed in f64 as llama.cpp does.
+    pub fn rms_norm(out: &mut [f32], x: &[f32], w: &[f32], eps: f32) => rms_norm_impl
+}
+
+/// llama.cpp's `hsum_float_8` order.
+#[inline(always)]
+fn hsum8(a: [f32; 8]) -> f32 {
+    let r = [a[4] + a[0], a[5] + a[1], a[6] + a[2], a[7] + a[3]];
+    (r[0] + r[2]) + (r[1] + r[3])
+}
+
+#[inline(always)]
+fn dot_impl(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [[0f32; 8]; 4];
+    let wide = n / 32 * 32;
+    for (ca, cb) in a[..wide].chunks_exact(32).zip(b[..wide].chunks_exact(32)) {
+        for (j, acc) in acc.iter_mut().enumerate() {
+            for l in 0..8 {
+                acc[l] = ca[j * 8 + l].mul_add(cb[j * 8 + l], acc[l]);
+            }
+        }
+    }
+    // GGML_F32x8_REDUCE: 0+=2, 1+=3, 0+=1, then (lo+hi) and two hadds.
+    let v: [f32; 8] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
+    let t: [f32; 4] = std::array::from_fn(|l| v[l] + v[l + 4]);
+    let mut s = (t[0] + t[1]) + (t[2] + t[3]);
+    for i in wide..n {
+        s = a[i].mul_add(b[i], s);
+    }
+    s
+}
+
+#[inline(always)]
+fn dot8_impl(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (ca, cb) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+        for l in 0..8 {
+            acc[l] = ca[l].mul_add(cb[l], acc[l]);
+        }
+    }
+    hsum8(acc)
+}
+
+/// `ggml_v_expf` for one lane (its AVX2 form, lane by lane).
+#[inline(always)]
+pub(crate) fn expf_lane(x: f32) -> f32 {
+    let f = f32::from_bits;
+    let r = f(0x4b40_0000);
+    let z = x.mul_add(f(0x3fb8_aa3b), r);
+    let n = z - r;
+    let b = (-n).mul_add(f(0x35bf_be8e), (-n).mul_add(f(0x3f31_7200), x));
+    let e = z.to_bits() << 23;
+    let k = f(e.wrapping_add(1f32.to_bits()));
+    let u = b * b;
+    let j = f(0x3c07_2010).mul_add(b, f(0x3d2b_9f17)).mul_add(u, f(0x3e2a_af33).mul_add(b, f(0x3eff_fedb))).mul_add(u, f(0x3f7f_fff6) * b);
+    if n.abs() <= 126.0 || n.is_nan() {
+        return j.mul_add(k, k);
+    }
+    let g: u32 = if n <= 0.0 { 0x8200_0000 } else { 0 };
+    let s1 = f(g.wrapping_add(0x7f00_0000));
+    if n.abs() > 192.0 {
+        return s1 * s1;
+    }
+    let s2 = f(e.wrapping_sub(g));
+    s2.mul_add(j, s2) * s1
+}
+
+#[inline(always)]
+fn exp_sum_impl(x: &mut [f32], max: f32) -> f64 {
+    let mut sum = 0f64;
+    let mut chunks = x.chunks_exact_mut(8);
+    for c in &mut chunks {
+        let v: [f32; 8] = std::array::from_fn(|l| expf_lane(c[l] - max));
+        c.copy_from_slice(&v);
+        sum += hsum8(v) as f64;
+    }
+    // llama.cpp pads rows to 32 with masked (zero) entries, so a tail is
+    // still one SIMD block whose missing lanes add nothing.
+    let rest = chunks.into_remainder();
+    if !rest.is_empty() {
+        let mut v = [0f32; 8];
+        for (o, x) in v.iter_mut().zip(rest.iter_mut()) {
+            *x = expf_lane(*x - max);
+            *o = *x;
+        }
+        sum += hsum8(v) as f64;
+    }
+    sum
+}
+
+#[inline(always)]
+fn silu_mul_impl(gate: &mut [f32], up: &[f32]) {
+    let n = gate.len().min(up.len()) / 8 * 8;
+    for (g, u) in gate[..n].iter_mut().zip(&up[..n]) {
+        *g = *g / (1.0 + expf_lane(0.0 - *g)) * u;
+    }
+    for (g, u) in gate[n..].iter_mut().zip(&up[n..]) {
+        *g = *g / (1.0 + (-*g).exp()) * u;
+    }
+}
+
+#[inline(always)]
+fn axpy_impl(y: &mut [f32], alpha: f32, x: &[f32]) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y = alpha.mul_add(*x, *y);
+    }
+}
+
+#[inline(always)]
+fn scale_impl(x: &mut [f32], alpha: f32) {
+    for x in x.iter_mut() {
+        *x *= alpha;
+    }
+}
+
+#[inline(always)]
+fn add_impl(y: &mut [f32], x: &[f32]) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y += *x;
+    }
+}
+
+#[inline(always)]
+fn rms_norm_impl(out: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
+    // llama.cpp: squares in f32, summed in order in f64.
+    let mut sum = 0f64;
+    for v in x {
+        sum += (v * v) as f64;
+    }
+    let mean = (sum / x.len() as f64) as f32;
+    let s = 1.0 / (mean + eps).sqrt();
+    for ((o, x), w) in out.iter_mut().zip(x).zip(w) {
+        *o = (x * s) * w;
+    }
+}
+
+/// GELU (tanh approximation, as Gemma uses) of gate, times up, in place.
+pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    for (g, u) in gate.iter_mut().zip(up) {
+        let x = *g;
+        *g = 0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh()) * u;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(n: usize, seed: u32) -> Vec<f32> {
+        (0..n).map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) as f32 / (1 << 24) as f32) - 0.5).collect()
+    }
+
+    #[test]
+    fn vector_and_portable_builds_agree_bit_for_bit() {
+        for n in [1, 7, 8, 31, 64, 65, 100, 576] {
+            let (a, b) = (data(n, 1), data(n, 2));
+            let want = dot_impl(&a, &b);
+            assert_eq!(dot(&a, &b).to_bits(), want.to_bits(), "dot {n}");
+            let exact: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
+            assert!((want as f64 - exact).abs() < 1e-4, "dot {n}: {want} vs {exact}");
+            let (mut o1, mut o2) = (vec![0f32; n], vec![0f32; n]);
+            rms_norm(&mut o1, &a, &b, 1e-5);
+            rms_norm_impl(&mut o2, &a, &b, 1e-5);
+            assert_eq!(o1, o2);
+            let (mut y1, mut y2) = (b.clone(), b.clone());
+            axpy(&mut y1, 0.3, &a);
+            axpy_impl(&mut y2, 0.3, &a);
+            assert_eq!(y1, y2);
+        }
+    }
+
+    #[test]
+    fn llama_cpp_expf_is_close_to_exp_and_handles_the_extremes() {
+        for i in -1700..1700 {
+            let x = i as f32 * 0.05;
+            let (got, want) = (expf_lane(x), (x as f64).exp());
+            assert!(((got as f64 - want) / want).abs() < 2e-6 || want < 1e-37, "{x}: {got} vs {want}");
+        }
+        assert_eq!(expf_lane(f32::NEG_INFINITY), 0.0);
+        assert_eq!(expf_lane(-1000.0), 0.0);
+        assert_eq!(expf_lane(0.0), 1.0);
+        let mut v: Vec<f32> = (0..21).map(|i| -(i as f32) * 0.3).collect();
+        let sum = exp_sum(&mut v, 0.0);
+        assert!((sum - v.iter().map(|x| *x as f64).sum::<f64>()).abs() < 1e-6);
+    }
+
+    #[test]
+    fn rms_norm_normalises() {
+        let x = data(576, 3);
+        let w = vec![1f32; 576];
+        let mut out = vec![0f32; 576];
+        rms_norm(&mut out, &x, &w, 0.0);
+        let ms: f64 = out.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / 576.0;
+        assert!((ms - 1.0).abs() < 1e-5, "{ms}");
+    }
+}
