@@ -7,8 +7,16 @@
 //! the rounding matters more than it seems: the model's top two tokens are
 //! often closer than candle's Q4_1 rounding error (see ARCHITECTURE.md).
 //!
-//! AVX2+FMA kernels are chosen at run time; the portable path computes the
-//! very same floating-point operations, so results do not depend on the CPU.
+//! Weights stay in GGUF's own block layout (f16 scales beside their quants),
+//! so a decode step reads no more bytes than the file holds. The kernels work
+//! on tiles — several weight rows against one activation row when decoding,
+//! so their independent FMA chains overlap; two weight rows against four
+//! activation rows when prefilling, so each unpacked block is used four
+//! times — and every product in a tile is computed exactly as a lone dot
+//! product would be, in the same order.
+//!
+//! AVX2+FMA+F16C kernels are chosen at run time; the portable path computes
+//! the very same floating-point operations, so results do not depend on the CPU.
 
 use std::ops::Range;
 
@@ -17,11 +25,9 @@ use half::f16;
 
 use crate::worker_pool::{DisjointSlice, WorkerPool};
 
-/// Activation rows a prefill task runs against each pair of weight rows.
-const ROW_TILE: usize = 4;
+const DECODE_W: usize = 1;
 
-/// A weight matrix `[n, k]` in one of the supported block formats, with its
-/// f16 scales widened once at load time.
+/// A weight matrix `[n, k]` in one of the supported block formats.
 pub struct QuantMatrix {
     n: usize,
     k: usize,
@@ -29,9 +35,32 @@ pub struct QuantMatrix {
 }
 
 enum Blocks {
-    Q4_0 { d: Vec<f32>, qs: Vec<[u8; 16]> },
-    Q4_1 { d: Vec<f32>, m: Vec<f32>, qs: Vec<[u8; 16]> },
-    Q8_0 { d: Vec<f32>, qs: Vec<[i8; 32]> },
+    Q4_0(Vec<BlockQ4_0>),
+    Q4_1(Vec<BlockQ4_1>),
+    Q8_0(Vec<BlockQ8_0>),
+}
+
+/// GGUF's block layouts, byte for byte (scales are f16 bits).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct BlockQ4_0 {
+    d: u16,
+    qs: [u8; 16],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct BlockQ4_1 {
+    d: u16,
+    m: u16,
+    qs: [u8; 16],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct BlockQ8_0 {
+    d: u16,
+    qs: [i8; 32],
 }
 
 /// One 32-value block of activations rounded to 8 bits.
@@ -47,6 +76,14 @@ impl Q8Block {
     pub(crate) const ZERO: Self = Self { d: 0.0, s: 0.0, qs: [0; 32] };
 }
 
+fn half(bits: u16) -> f32 {
+    f16::from_bits(bits).to_f32()
+}
+
+fn blocks_from<B: Copy>(data: &[u8], size: usize, parse: impl Fn(&[u8]) -> B) -> Vec<B> {
+    data.chunks_exact(size).map(parse).collect()
+}
+
 impl QuantMatrix {
     /// `None` when the format has no kernel here; the caller falls back to candle.
     pub fn from_qtensor(t: &QTensor) -> Option<Self> {
@@ -55,28 +92,17 @@ impl QuantMatrix {
             return None;
         }
         let data = t.data().ok()?;
-        let f = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
+        let u16_at = |b: &[u8], i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
         let blocks = match t.dtype() {
-            GgmlDType::Q4_0 => {
-                let raw: Vec<&[u8]> = data.chunks_exact(18).collect();
-                Blocks::Q4_0 { d: raw.iter().map(|b| f(b)).collect(), qs: raw.iter().map(|b| b[2..18].try_into().unwrap()).collect() }
-            }
-            GgmlDType::Q4_1 => {
-                let raw: Vec<&[u8]> = data.chunks_exact(20).collect();
-                Blocks::Q4_1 {
-                    d: raw.iter().map(|b| f(b)).collect(),
-                    m: raw.iter().map(|b| f(&b[2..])).collect(),
-                    qs: raw.iter().map(|b| b[4..20].try_into().unwrap()).collect(),
-                }
-            }
-            GgmlDType::Q8_0 => {
-                let raw: Vec<&[u8]> = data.chunks_exact(34).collect();
-                Blocks::Q8_0 { d: raw.iter().map(|b| f(b)).collect(), qs: raw.iter().map(|b| std::array::from_fn(|i| b[2 + i] as i8)).collect() }
-            }
+            GgmlDType::Q4_0 => Blocks::Q4_0(blocks_from(&data, 18, |b| BlockQ4_0 { d: u16_at(b, 0), qs: b[2..18].try_into().unwrap() })),
+            GgmlDType::Q4_1 => Blocks::Q4_1(blocks_from(&data, 20, |b| BlockQ4_1 { d: u16_at(b, 0), m: u16_at(b, 2), qs: b[4..20].try_into().unwrap() })),
+            GgmlDType::Q8_0 => Blocks::Q8_0(blocks_from(&data, 34, |b| BlockQ8_0 { d: u16_at(b, 0), qs: std::array::from_fn(|i| b[2 + i] as i8) })),
             _ => return None,
         };
         let count = match &blocks {
-            Blocks::Q4_0 { d, .. } | Blocks::Q4_1 { d, .. } | Blocks::Q8_0 { d, .. } => d.len(),
+            Blocks::Q4_0(b) => b.len(),
+            Blocks::Q4_1(b) => b.len(),
+            Blocks::Q8_0(b) => b.len(),
         };
         (count == n * k / 32).then_some(Self { n, k, blocks })
     }
@@ -119,53 +145,27 @@ impl QuantMatrix {
     pub(crate) unsafe fn matmul_cols(&self, acts: &[Q8Block], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize) {
         let kb = self.k / 32;
         debug_assert_eq!(acts.len(), rows * kb);
-        let avx2 = has_avx2_fma();
-        let act = |r: usize| &acts[r * kb..(r + 1) * kb];
-        let single = |col: usize, y: &[Q8Block]| -> f32 {
-            let r = col * kb..(col + 1) * kb;
-            match &self.blocks {
-                Blocks::Q4_0 { d, qs } => dot_q4_0(&d[r.clone()], &qs[r], y, avx2),
-                Blocks::Q4_1 { d, m, qs } => dot_q4_1(&d[r.clone()], &m[r.clone()], &qs[r], y, avx2),
-                Blocks::Q8_0 { d, qs } => dot_q8_0(&d[r.clone()], &qs[r], y, avx2),
-            }
-        };
+        let simd = has_avx2_fma();
         let mut row = 0;
-        // Tiles of two weight rows × four activation rows reuse each unpacked
-        // weight block four times; every product is still computed exactly
-        // as `single` computes it.
-        #[cfg(target_arch = "x86_64")]
-        if avx2 {
-            if let Blocks::Q4_1 { d, m, qs } = &self.blocks {
-                while row + ROW_TILE <= rows {
-                    let ys: [&[Q8Block]; ROW_TILE] = std::array::from_fn(|i| act(row + i));
-                    let mut col = cols.start;
-                    while col + 2 <= cols.end {
-                        let (r0, r1) = (col * kb..(col + 1) * kb, (col + 1) * kb..(col + 2) * kb);
-                        let t = x86::tile_q4_1(
-                            [(&d[r0.clone()], &m[r0.clone()], &qs[r0]), (&d[r1.clone()], &m[r1.clone()], &qs[r1])],
-                            ys,
-                        );
-                        for (w, tw) in t.iter().enumerate() {
-                            for (a, v) in tw.iter().enumerate() {
-                                out.write((row + a) * ld + col + w, *v);
-                            }
-                        }
-                        col += 2;
-                    }
-                    if col < cols.end {
-                        for (a, y) in ys.iter().enumerate() {
-                            out.write((row + a) * ld + col, single(col, y));
-                        }
-                    }
-                    row += ROW_TILE;
+        let mut tile = vec![[0f32; 4]; cols.len()];
+        while row < rows {
+            // Four activation rows per tile when prefilling, one when decoding.
+            let r = if rows - row >= 4 { 4 } else { 1 };
+            let y: [&[Q8Block]; 4] = std::array::from_fn(|a| {
+                let a = row + a.min(r - 1);
+                &acts[a * kb..(a + 1) * kb]
+            });
+            match &self.blocks {
+                Blocks::Q4_0(b) => column_range::<BlockQ4_0>(b, kb, cols.clone(), r, y, simd, &mut tile),
+                Blocks::Q4_1(b) => column_range::<BlockQ4_1>(b, kb, cols.clone(), r, y, simd, &mut tile),
+                Blocks::Q8_0(b) => column_range::<BlockQ8_0>(b, kb, cols.clone(), r, y, simd, &mut tile),
+            }
+            for (i, t) in tile.iter().enumerate() {
+                for (a, v) in t.iter().enumerate().take(r) {
+                    out.write((row + a) * ld + cols.start + i, *v);
                 }
             }
-        }
-        for r in row..rows {
-            let y = act(r);
-            for col in cols.clone() {
-                out.write(r * ld + col, single(col, y));
-            }
+            row += r;
         }
     }
 
@@ -174,24 +174,76 @@ impl QuantMatrix {
         let kb = self.k / 32;
         for (b, o) in (row * kb..(row + 1) * kb).zip(out.chunks_exact_mut(32)) {
             match &self.blocks {
-                Blocks::Q4_0 { d, qs } => o.iter_mut().zip(nibbles(&qs[b], 8)).for_each(|(o, q)| *o = d[b] * q as f32),
-                Blocks::Q4_1 { d, m, qs } => o.iter_mut().zip(nibbles(&qs[b], 0)).for_each(|(o, q)| *o = d[b] * q as f32 + m[b]),
-                Blocks::Q8_0 { d, qs } => o.iter_mut().zip(qs[b]).for_each(|(o, q)| *o = d[b] * q as f32),
+                Blocks::Q4_0(x) => o.iter_mut().zip(nibbles(&x[b].qs, 8)).for_each(|(o, q)| *o = half(x[b].d) * q as f32),
+                Blocks::Q4_1(x) => o.iter_mut().zip(nibbles(&x[b].qs, 0)).for_each(|(o, q)| *o = half(x[b].d) * q as f32 + half(x[b].m)),
+                Blocks::Q8_0(x) => o.iter_mut().zip(x[b].qs).for_each(|(o, q)| *o = half(x[b].d) * q as f32),
             }
         }
     }
 }
 
-/// Rounds activations (a multiple of 32 values) to 8-bit blocks.
-pub(crate) fn quantize(x: &[f32]) -> Vec<Q8Block> {
-    x.chunks_exact(32).map(quantize_block).collect()
+/// A weight block format with a dot product against 8-bit activations.
+pub(crate) trait WeightBlock: Copy {
+    /// The portable dot product of one weight row with one activation row.
+    fn dot(x: &[Self], y: &[Q8Block]) -> f32;
+    #[cfg(target_arch = "x86_64")]
+    /// `W` weight rows × `R` activation rows with AVX2.
+    unsafe fn tile<const W: usize, const R: usize>(x: [&[Self]; W], y: [&[Q8Block]; R]) -> [[f32; R]; W];
+
+    /// Every column of `cols` against `R` activation rows, `W` at a time.
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn columns<const W: usize, const R: usize>(blocks: &[Self], kb: usize, cols: Range<usize>, y: [&[Q8Block]; R], out: &mut [[f32; 4]]) {
+        let row = |c: usize| &blocks[c * kb..(c + 1) * kb];
+        let mut col = cols.start;
+        let mut xs = [row(col); W];
+        while col + W <= cols.end {
+            for (i, x) in xs.iter_mut().enumerate() {
+                *x = row(col + i);
+            }
+            let t = Self::tile::<W, R>(xs, y);
+            for i in 0..W {
+                out[col - cols.start + i][..R].copy_from_slice(&t[i]);
+            }
+            col += W;
+        }
+        while col < cols.end {
+            let t = Self::tile::<1, R>([row(col)], y);
+            out[col - cols.start][..R].copy_from_slice(&t[0]);
+            col += 1;
+        }
+    }
+}
+
+/// `out[i][a]` = weight row `cols.start + i` · activation row `a < r`.
+fn column_range<B: WeightBlock>(blocks: &[B], kb: usize, cols: Range<usize>, r: usize, y: [&[Q8Block]; 4], simd: bool, out: &mut [[f32; 4]]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        // SAFETY: the CPU has AVX2, FMA and F16C (checked at run time).
+        unsafe {
+            if r == 4 {
+                B::columns::<2, 4>(blocks, kb, cols, y, out);
+            } else {
+                B::columns::<DECODE_W, 1>(blocks, kb, cols, [y[0]], out);
+            }
+        }
+        return;
+    }
+    let _ = simd;
+    for (i, o) in out.iter_mut().enumerate() {
+        let col = cols.start + i;
+        for (a, v) in o.iter_mut().enumerate().take(r) {
+            *v = B::dot(&blocks[col * kb..(col + 1) * kb], y[a]);
+        }
+    }
 }
 
 pub(crate) fn has_avx2_fma() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         static DETECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *DETECTED.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+        *DETECTED.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c"))
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -199,6 +251,26 @@ pub(crate) fn has_avx2_fma() -> bool {
     }
 }
 
+/// Rounds activations (a multiple of 32 values) to 8-bit blocks.
+pub(crate) fn quantize(x: &[f32]) -> Vec<Q8Block> {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2(x: &[f32]) -> Vec<Q8Block> {
+            let mut out = Vec::with_capacity(x.len() / 32);
+            for c in x.chunks_exact(32) {
+                out.push(quantize_block(c));
+            }
+            out
+        }
+        // SAFETY: the CPU has AVX2 (checked at run time); the same code,
+        // with rounding done by an instruction instead of a libm call.
+        return unsafe { avx2(x) };
+    }
+    x.chunks_exact(32).map(quantize_block).collect()
+}
+
+#[inline(always)]
 fn quantize_block(x: &[f32]) -> Q8Block {
     let max = x.iter().fold(0f32, |a, v| a.max(v.abs()));
     let d = max / 127.0;
@@ -235,49 +307,88 @@ fn accumulate(acc: &mut [f32; 8], d: f32, l: [f32; 8]) {
     }
 }
 
-fn dot_q4_1(d: &[f32], m: &[f32], qs: &[[u8; 16]], y: &[Q8Block], avx2: bool) -> f32 {
+impl WeightBlock for BlockQ4_1 {
+    fn dot(x: &[Self], y: &[Q8Block]) -> f32 {
+        let mut acc = [0f32; 8];
+        let mut summs = 0f32;
+        for (x, y) in x.iter().zip(y) {
+            summs += half(x.m) * y.s;
+            accumulate(&mut acc, half(x.d) * y.d, lanes(&nibbles(&x.qs, 0), &y.qs));
+        }
+        hsum8(acc) + summs
+    }
+
     #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
-        return unsafe { x86::dot_q4_1(d, m, qs, y) };
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tile<const W: usize, const R: usize>(x: [&[Self]; W], y: [&[Q8Block]; R]) -> [[f32; R]; W] {
+        use std::arch::x86_64::*;
+        // Plain loops, not closures: a closure would not inherit this
+        // function's target features, and its intrinsics would become calls.
+        let mut acc = [[_mm256_setzero_ps(); R]; W];
+        let mut summs = [[0f32; R]; W];
+        let mut q = [_mm256_setzero_si256(); W];
+        let mut d = [0f32; W];
+        let mut m = [0f32; W];
+        for i in 0..x[0].len() {
+            for r in 0..W {
+                let b = &x[r][i];
+                q[r] = x86::nibbles(&b.qs);
+                d[r] = x86::half(b.d);
+                m[r] = x86::half(b.m);
+            }
+            for a in 0..R {
+                let b = &y[a][i];
+                let qy = _mm256_loadu_si256(b.qs.as_ptr() as *const __m256i);
+                for r in 0..W {
+                    summs[r][a] += m[r] * b.s;
+                    acc[r][a] = _mm256_fmadd_ps(_mm256_set1_ps(d[r] * b.d), x86::us8_dot(q[r], qy), acc[r][a]);
+                }
+            }
+        }
+        let mut out = [[0f32; R]; W];
+        for r in 0..W {
+            for a in 0..R {
+                out[r][a] = x86::hsum(acc[r][a]) + summs[r][a];
+            }
+        }
+        out
     }
-    let _ = avx2;
-    let mut acc = [0f32; 8];
-    let mut summs = 0f32;
-    for i in 0..d.len() {
-        summs += m[i] * y[i].s;
-        accumulate(&mut acc, d[i] * y[i].d, lanes(&nibbles(&qs[i], 0), &y[i].qs));
-    }
-    hsum8(acc) + summs
 }
 
-fn dot_q4_0(d: &[f32], qs: &[[u8; 16]], y: &[Q8Block], avx2: bool) -> f32 {
+impl WeightBlock for BlockQ4_0 {
+    fn dot(x: &[Self], y: &[Q8Block]) -> f32 {
+        let mut acc = [0f32; 8];
+        for (x, y) in x.iter().zip(y) {
+            accumulate(&mut acc, half(x.d) * y.d, lanes(&nibbles(&x.qs, 8), &y.qs));
+        }
+        hsum8(acc)
+    }
+
     #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
-        return unsafe { x86::dot_q4_0(d, qs, y) };
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tile<const W: usize, const R: usize>(x: [&[Self]; W], y: [&[Q8Block]; R]) -> [[f32; R]; W] {
+        x86::signed_tile::<Self, W, R, { x86::Q4_0 }>(x, y)
     }
-    let _ = avx2;
-    let mut acc = [0f32; 8];
-    for i in 0..d.len() {
-        accumulate(&mut acc, d[i] * y[i].d, lanes(&nibbles(&qs[i], 8), &y[i].qs));
-    }
-    hsum8(acc)
 }
 
-fn dot_q8_0(d: &[f32], qs: &[[i8; 32]], y: &[Q8Block], avx2: bool) -> f32 {
+impl WeightBlock for BlockQ8_0 {
+    fn dot(x: &[Self], y: &[Q8Block]) -> f32 {
+        let mut acc = [0f32; 8];
+        for (x, y) in x.iter().zip(y) {
+            let q: [i32; 32] = std::array::from_fn(|b| x.qs[b] as i32);
+            accumulate(&mut acc, half(x.d) * y.d, lanes(&q, &y.qs));
+        }
+        hsum8(acc)
+    }
+
     #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
-        return unsafe { x86::dot_q8_0(d, qs, y) };
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tile<const W: usize, const R: usize>(x: [&[Self]; W], y: [&[Q8Block]; R]) -> [[f32; R]; W] {
+        x86::signed_tile::<Self, W, R, { x86::Q8_0 }>(x, y)
     }
-    let _ = avx2;
-    let mut acc = [0f32; 8];
-    for i in 0..d.len() {
-        let x: [i32; 32] = std::array::from_fn(|b| qs[i][b] as i32);
-        accumulate(&mut acc, d[i] * y[i].d, lanes(&x, &y[i].qs));
-    }
-    hsum8(acc)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -288,16 +399,23 @@ mod x86 {
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn hsum(x: __m256) -> f32 {
+    pub unsafe fn hsum(x: __m256) -> f32 {
         let mut r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
         r = _mm_add_ps(r, _mm_movehl_ps(r, r));
         r = _mm_add_ss(r, _mm_movehdup_ps(r));
         _mm_cvtss_f32(r)
     }
 
+    /// An f16 scale, widened by the F16C unit.
+    #[inline]
+    #[target_feature(enable = "f16c")]
+    pub unsafe fn half(bits: u16) -> f32 {
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+    }
+
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn nibbles(qs: &[u8; 16]) -> __m256i {
+    pub unsafe fn nibbles(qs: &[u8; 16]) -> __m256i {
         let tmp = _mm_loadu_si128(qs.as_ptr() as *const __m128i);
         _mm256_and_si256(_mm256_set1_epi8(0xF), _mm256_set_m128i(_mm_srli_epi16(tmp, 4), tmp))
     }
@@ -305,69 +423,55 @@ mod x86 {
     /// Unsigned × signed bytes, summed in fours, as floats.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn us8_dot(ax: __m256i, sy: __m256i) -> __m256 {
+    pub unsafe fn us8_dot(ax: __m256i, sy: __m256i) -> __m256 {
         _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy)))
     }
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn i8_dot(x: __m256i, y: __m256i) -> __m256 {
+    pub unsafe fn i8_dot(x: __m256i, y: __m256i) -> __m256 {
         us8_dot(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
     }
 
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_q4_1(d: &[f32], m: &[f32], qs: &[[u8; 16]], y: &[Q8Block]) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        let mut summs = 0f32;
-        for i in 0..d.len() {
-            summs += m[i] * y[i].s;
-            let qy = _mm256_loadu_si256(y[i].qs.as_ptr() as *const __m256i);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d[i] * y[i].d), us8_dot(nibbles(&qs[i]), qy), acc);
-        }
-        hsum(acc) + summs
-    }
+    pub const Q4_0: u8 = 0;
+    pub const Q8_0: u8 = 1;
 
-    type Q4_1Row<'a> = (&'a [f32], &'a [f32], &'a [[u8; 16]]);
-
-    /// `dot_q4_1` for two weight rows × `R` activation rows at once.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn tile_q4_1<const R: usize>(w: [Q4_1Row; 2], y: [&[Q8Block]; R]) -> [[f32; R]; 2] {
-        let mut acc = [[_mm256_setzero_ps(); R]; 2];
-        let mut summs = [[0f32; R]; 2];
-        for i in 0..w[0].0.len() {
-            let x = [nibbles(&w[0].2[i]), nibbles(&w[1].2[i])];
+    /// The tile for formats whose quants are signed bytes once unpacked
+    /// (`FORMAT` says which; the blocks are reinterpreted accordingly).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn signed_tile<B, const W: usize, const R: usize, const FORMAT: u8>(x: [&[B]; W], y: [&[Q8Block]; R]) -> [[f32; R]; W] {
+        let mut acc = [[_mm256_setzero_ps(); R]; W];
+        let mut q = [_mm256_setzero_si256(); W];
+        let mut d = [0f32; W];
+        for i in 0..x[0].len() {
+            for r in 0..W {
+                let p = &x[r][i] as *const B;
+                if FORMAT == Q4_0 {
+                    let b = &*(p as *const super::BlockQ4_0);
+                    q[r] = _mm256_sub_epi8(nibbles(&b.qs), _mm256_set1_epi8(8));
+                    d[r] = half(b.d);
+                } else {
+                    let b = &*(p as *const super::BlockQ8_0);
+                    q[r] = _mm256_loadu_si256(b.qs.as_ptr() as *const __m256i);
+                    d[r] = half(b.d);
+                }
+            }
             for a in 0..R {
                 let b = &y[a][i];
                 let qy = _mm256_loadu_si256(b.qs.as_ptr() as *const __m256i);
-                for r in 0..2 {
-                    summs[r][a] += w[r].1[i] * b.s;
-                    acc[r][a] = _mm256_fmadd_ps(_mm256_set1_ps(w[r].0[i] * b.d), us8_dot(x[r], qy), acc[r][a]);
+                for r in 0..W {
+                    acc[r][a] = _mm256_fmadd_ps(_mm256_set1_ps(d[r] * b.d), i8_dot(q[r], qy), acc[r][a]);
                 }
             }
         }
-        std::array::from_fn(|r| std::array::from_fn(|a| hsum(acc[r][a]) + summs[r][a]))
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_q4_0(d: &[f32], qs: &[[u8; 16]], y: &[Q8Block]) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        for i in 0..d.len() {
-            let qx = _mm256_sub_epi8(nibbles(&qs[i]), _mm256_set1_epi8(8));
-            let qy = _mm256_loadu_si256(y[i].qs.as_ptr() as *const __m256i);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d[i] * y[i].d), i8_dot(qx, qy), acc);
+        let mut out = [[0f32; R]; W];
+        for r in 0..W {
+            for a in 0..R {
+                out[r][a] = hsum(acc[r][a]);
+            }
         }
-        hsum(acc)
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_q8_0(d: &[f32], qs: &[[i8; 32]], y: &[Q8Block]) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        for i in 0..d.len() {
-            let qx = _mm256_loadu_si256(qs[i].as_ptr() as *const __m256i);
-            let qy = _mm256_loadu_si256(y[i].qs.as_ptr() as *const __m256i);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d[i] * y[i].d), i8_dot(qx, qy), acc);
-        }
-        hsum(acc)
+        out
     }
 }
 
@@ -403,9 +507,9 @@ mod tests {
                     let y = &acts[row * kb..(row + 1) * kb];
                     let r = col * kb..(col + 1) * kb;
                     let portable = match &mat.blocks {
-                        Blocks::Q4_0 { d, qs } => dot_q4_0(&d[r.clone()], &qs[r], y, false),
-                        Blocks::Q4_1 { d, m, qs } => dot_q4_1(&d[r.clone()], &m[r.clone()], &qs[r], y, false),
-                        Blocks::Q8_0 { d, qs } => dot_q8_0(&d[r.clone()], &qs[r], y, false),
+                        Blocks::Q4_0(b) => BlockQ4_0::dot(&b[r], y),
+                        Blocks::Q4_1(b) => BlockQ4_1::dot(&b[r], y),
+                        Blocks::Q8_0(b) => BlockQ8_0::dot(&b[r], y),
                     };
                     assert_eq!(portable.to_bits(), out[row * n + col].to_bits(), "{dtype:?} row {row} col {col}");
                 }
