@@ -26,6 +26,8 @@ use half::f16;
 use crate::worker_pool::{DisjointSlice, WorkerPool};
 
 const DECODE_W: usize = 1;
+/// How many weight rows ahead a decode step prefetches.
+const PREFETCH_COLUMNS: usize = 1;
 
 /// A weight matrix `[n, k]` in one of the supported block formats.
 pub struct QuantMatrix {
@@ -198,7 +200,21 @@ pub(crate) trait WeightBlock: Copy {
         let row = |c: usize| &blocks[c * kb..(c + 1) * kb];
         let mut col = cols.start;
         let mut xs = [row(col); W];
+        // Decoding streams the weights once from memory: ask for the next
+        // column's blocks while this one is computed.
+        let ahead = |c: usize| {
+            if R == 1 && c + PREFETCH_COLUMNS < cols.end {
+                let p = blocks.as_ptr().add((c + PREFETCH_COLUMNS) * kb) as *const i8;
+                let bytes = kb * std::mem::size_of::<Self>();
+                let mut off = 0;
+                while off < bytes {
+                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.add(off));
+                    off += 64;
+                }
+            }
+        };
         while col + W <= cols.end {
+            ahead(col);
             for (i, x) in xs.iter_mut().enumerate() {
                 *x = row(col + i);
             }

@@ -67,6 +67,46 @@ multiversion! {
     pub fn rms_norm(out: &mut [f32], x: &[f32], w: &[f32], eps: f32) => rms_norm_impl
 }
 
+multiversion! {
+    /// One query row of attention over `keys`/`values` (`[positions, hd]`,
+    /// starting at position `lo`): scores in `ggml_vec_dot_f32`'s order,
+    /// a `ggml_v_expf` softmax, and the weighted values summed into `lanes`
+    /// accumulators by position (32: `ggml_vec_dot_f32` when decoding; 8:
+    /// tinyBLAS when prefilling). `scores` and `acc` are scratch space.
+    pub fn attend(out: &mut [f32], q: &[f32], keys: &[f32], values: &[f32], lo: usize, scale: f32, lanes: usize, scores: &mut [f32], acc: &mut [f32]) => attend_impl
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn attend_impl(out: &mut [f32], q: &[f32], keys: &[f32], values: &[f32], lo: usize, scale: f32, lanes: usize, scores: &mut [f32], acc: &mut [f32]) {
+    let hd = q.len();
+    let n = keys.len() / hd;
+    let scores = &mut scores[..n];
+    let mut max = f32::NEG_INFINITY;
+    for (s, k) in scores.iter_mut().zip(keys.chunks_exact(hd)) {
+        *s = dot_impl(k, q) * scale;
+        max = max.max(*s);
+    }
+    let inv = (1.0 / exp_sum_impl(scores, max)) as f32;
+    let acc = &mut acc[..lanes * hd];
+    acc.fill(0.0);
+    for (j, (s, v)) in scores.iter().zip(values.chunks_exact(hd)).enumerate() {
+        let lane = (lo + j) % lanes;
+        axpy_impl(&mut acc[lane * hd..(lane + 1) * hd], s * inv, v);
+    }
+    let a = |lane: usize, d: usize| acc[lane * hd + d];
+    for (d, o) in out.iter_mut().enumerate() {
+        *o = if lanes == 32 {
+            let v: [f32; 8] = std::array::from_fn(|l| (a(l, d) + a(16 + l, d)) + (a(8 + l, d) + a(24 + l, d)));
+            let t: [f32; 4] = std::array::from_fn(|l| v[l] + v[l + 4]);
+            (t[0] + t[1]) + (t[2] + t[3])
+        } else {
+            let r: [f32; 4] = std::array::from_fn(|l| a(l + 4, d) + a(l, d));
+            (r[0] + r[2]) + (r[1] + r[3])
+        };
+    }
+}
+
 /// llama.cpp's `hsum_float_8` order.
 #[inline(always)]
 fn hsum8(a: [f32; 8]) -> f32 {

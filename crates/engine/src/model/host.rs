@@ -188,33 +188,10 @@ impl Model {
                 let lo = window.map_or(0, |w| window_start(p, w));
                 let r = bi * seq + i;
                 let qv = &q[r * qd + qh * hd..r * qd + (qh + 1) * hd];
-                let scores = &mut scores[..p + 1 - lo];
-                let mut max = f32::NEG_INFINITY;
-                for (j, s) in scores.iter_mut().enumerate() {
-                    let pos = lo + j;
-                    *s = vec_ops::dot(&keys[pos * hd..(pos + 1) * hd], qv) * scale;
-                    max = max.max(*s);
-                }
-                let inv = (1.0 / vec_ops::exp_sum(scores, max)) as f32;
-                acc.fill(0.0);
-                for (j, s) in scores.iter().enumerate() {
-                    let pos = lo + j;
-                    let lane = pos % lanes;
-                    vec_ops::axpy(&mut acc[lane * hd..(lane + 1) * hd], s * inv, &values[pos * hd..(pos + 1) * hd]);
-                }
                 // SAFETY: each task writes only its own (row, head) slice.
                 let o = unsafe { out.slice(r * qd + qh * hd..r * qd + (qh + 1) * hd) };
-                let a = |lane: usize, d: usize| acc[lane * hd + d];
-                for (d, o) in o.iter_mut().enumerate() {
-                    *o = if lanes == 32 {
-                        let v: [f32; 8] = std::array::from_fn(|l| (a(l, d) + a(16 + l, d)) + (a(8 + l, d) + a(24 + l, d)));
-                        let t: [f32; 4] = std::array::from_fn(|l| v[l] + v[l + 4]);
-                        (t[0] + t[1]) + (t[2] + t[3])
-                    } else {
-                        let r: [f32; 4] = std::array::from_fn(|l| a(l + 4, d) + a(l, d));
-                        (r[0] + r[2]) + (r[1] + r[3])
-                    };
-                }
+                let (k, v) = (&keys[lo * hd..(p + 1) * hd], &values[lo * hd..(p + 1) * hd]);
+                vec_ops::attend(o, qv, k, v, lo, scale, lanes, &mut scores, &mut acc);
             }
         });
     }
