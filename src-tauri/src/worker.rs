@@ -22,6 +22,9 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{AppError, AppResult, ErrorKind};
 use crate::events::{GenerationEvent, ModelStatus};
 
+/// App setting: which device runs the model (`auto`, `cpu`, `cuda`, `cuda:N`, `metal`).
+pub const DEVICE_KEY: &str = "device";
+
 /// Where a reply's events go (a `Channel` in the app, a closure in tests).
 pub type EventSink = Box<dyn Fn(GenerationEvent) + Send>;
 /// Where model status changes go.
@@ -374,7 +377,10 @@ impl WorkerThread {
         self.alternates.clear();
         self.saved.clear();
         self.publish_resident();
-        match Engine::open(&path) {
+        // HEARTH_DEVICE, else the app setting `device`, else auto.
+        let choice = std::env::var("HEARTH_DEVICE").ok().or_else(|| self.store.app_setting(DEVICE_KEY).ok().flatten()).unwrap_or_default();
+        let opened = choice.parse::<hearth_engine::DeviceChoice>().and_then(|c| c.open()).and_then(|device| Engine::open_on(&path, &device));
+        match opened {
             Ok(engine) => {
                 let config = engine.model().config();
                 let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| shown.clone());

@@ -83,9 +83,12 @@ pub(crate) struct ModelArgs {
     /// A GGUF file; defaults to the default model fetched by scripts/fetch-model.sh.
     #[arg(long)]
     model: Option<PathBuf>,
-    /// Worker threads for the CPU kernels (default: physical cores).
+    /// Worker threads for the CPU kernels (default: logical CPUs).
     #[arg(long)]
     threads: Option<usize>,
+    /// auto (a GPU when this build and the machine have one), cpu, cuda, cuda:N or metal.
+    #[arg(long, default_value = "auto")]
+    device: String,
 }
 
 #[derive(Args)]
@@ -161,7 +164,8 @@ pub(crate) fn open(args: &ModelArgs) -> Result<Engine, EngineError> {
         let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
     }
     let path = args.model.clone().unwrap_or_else(paths::default_model_path);
-    Engine::open(&path)
+    let device = args.device.parse::<hearth_engine::DeviceChoice>()?.open()?;
+    Engine::open_on(&path, &device)
 }
 
 fn sampling_params(a: &SamplingArgs) -> SamplingParams {
@@ -316,6 +320,7 @@ fn bench(model: &ModelArgs, prompt_tokens: usize, gen_tokens: usize, repeats: us
                 "engine": "hearth",
                 "model": engine.path().display().to_string(),
                 "threads": threads,
+                "device": hearth_engine::device::describe(engine.model().device()),
                 "prompt_tokens": prompt.len(),
                 "prompt_token_ids": prompt,
                 "gen_tokens": gen_tokens,

@@ -5,6 +5,7 @@
 //! [`Session::start_turn`]). Nothing here knows about Tauri, IPC or storage.
 
 pub mod detok;
+pub mod device;
 pub mod engine;
 pub mod error;
 pub mod gguf;
@@ -23,6 +24,7 @@ pub mod worker_pool;
 
 pub use candle_core::Device;
 pub use detok::StreamDecoder;
+pub use device::DeviceChoice;
 pub use engine::Engine;
 pub use error::{EngineError, Result};
 pub use gguf::GgufFile;

@@ -191,11 +191,19 @@ impl<'a> SamplerLoop<'a> {
         if self.check_stop(state) {
             return Ok(None);
         }
+        let mut chosen_on_device = None;
         let mut logits: Vec<Vec<f32>> = match state.pending_logits.take() {
             Some(first) => vec![first; state.done.len()],
             None => {
                 let inputs: Vec<Vec<u32>> = state.last_token.iter().map(|&t| vec![t]).collect();
-                self.model.forward(&inputs, &mut state.cache)?.to_vec2()?
+                let logits = self.model.forward(&inputs, &mut state.cache)?;
+                let s = &self.config.sampling;
+                if !logits.device().is_cpu() && s.is_greedy() && s.penalties_inactive() {
+                    chosen_on_device = Some(crate::sampling::greedy_on_device(&logits, &self.config.forbidden_tokens)?);
+                    vec![Vec::new(); inputs.len()]
+                } else {
+                    logits.to_vec2()?
+                }
             }
         };
         let mut events = Vec::new();
@@ -203,13 +211,18 @@ impl<'a> SamplerLoop<'a> {
             if state.done[b] {
                 continue;
             }
-            for &t in &self.config.forbidden_tokens {
-                if let Some(l) = row.get_mut(t as usize) {
-                    *l = f32::NEG_INFINITY;
+            let token = match &chosen_on_device {
+                Some(ids) => ids[b],
+                None => {
+                    for &t in &self.config.forbidden_tokens {
+                        if let Some(l) = row.get_mut(t as usize) {
+                            *l = f32::NEG_INFINITY;
+                        }
+                    }
+                    let recent = recent_tokens(&state.penalty_context, &state.predicted_tokens[b][..state.step], self.config.sampling.penalty_window);
+                    sample(row, &recent, &self.config.sampling, &mut state.rng)
                 }
-            }
-            let recent = recent_tokens(&state.penalty_context, &state.predicted_tokens[b][..state.step], self.config.sampling.penalty_window);
-            let token = sample(row, &recent, &self.config.sampling, &mut state.rng);
+            };
             state.predicted_tokens[b][state.step] = token;
             state.last_token[b] = token;
             state.last_token_pos[b] += 1;

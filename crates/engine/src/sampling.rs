@@ -93,6 +93,11 @@ impl SamplingParams {
     pub fn is_greedy(&self) -> bool {
         self.temperature == 0.0
     }
+
+    /// No repetition, presence or frequency penalty changes the logits.
+    pub fn penalties_inactive(&self) -> bool {
+        self.repeat_penalty == 1.0 && self.presence_penalty == 0.0 && self.frequency_penalty == 0.0
+    }
 }
 
 /// A small, fast PRNG whose stream is fixed by this code, so a seed gives the
@@ -134,6 +139,23 @@ impl Rng {
     pub fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
+}
+
+/// Greedy choice per row of `logits` (`[batch, vocab]`) on the logits' own
+/// device, with `forbidden` tokens excluded: on a GPU only the chosen ids
+/// cross back to the host, not the whole vocabulary's logits.
+pub fn greedy_on_device(logits: &candle_core::Tensor, forbidden: &[u32]) -> candle_core::Result<Vec<u32>> {
+    let (_, vocab) = logits.dims2()?;
+    let logits = if forbidden.is_empty() {
+        logits.clone()
+    } else {
+        let mut mask = vec![0f32; vocab];
+        for &t in forbidden.iter().filter(|&&t| (t as usize) < vocab) {
+            mask[t as usize] = f32::NEG_INFINITY;
+        }
+        logits.broadcast_add(&candle_core::Tensor::from_vec(mask, vocab, logits.device())?)?
+    };
+    logits.argmax(candle_core::D::Minus1)?.to_vec1::<u32>()
 }
 
 /// Picks the next token from `logits` (modified in place) given the recent
@@ -192,7 +214,7 @@ pub fn sample(logits: &mut [f32], recent: &[u32], params: &SamplingParams, rng: 
 }
 
 fn apply_penalties(logits: &mut [f32], recent: &[u32], p: &SamplingParams) {
-    if p.repeat_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0 {
+    if p.penalties_inactive() {
         return;
     }
     let window = &recent[recent.len().saturating_sub(p.penalty_window)..];
@@ -227,6 +249,24 @@ fn softmax(cands: &[(u32, f32)], temperature: f32) -> Vec<f64> {
     let exps: Vec<f64> = cands.iter().map(|c| ((c.1 as f64 - max) / t).exp()).collect();
     let sum: f64 = exps.iter().sum();
     exps.into_iter().map(|e| e / sum).collect()
+}
+
+#[cfg(test)]
+mod device_tests {
+    use super::*;
+
+    #[test]
+    fn greedy_on_device_matches_the_host_sampler() {
+        let rows: Vec<Vec<f32>> = (0..3).map(|r| (0..500).map(|i| ((i * 7919 + r * 31) % 997) as f32 / 10.0).collect()).collect();
+        let t = candle_core::Tensor::new(rows.clone(), &candle_core::Device::Cpu).unwrap();
+        let forbidden = [argmax(&rows[0]), argmax(&rows[2])];
+        let on_device = greedy_on_device(&t, &forbidden).unwrap();
+        for (row, got) in rows.iter().zip(on_device) {
+            let mut row = row.clone();
+            forbidden.iter().for_each(|&f| row[f as usize] = f32::NEG_INFINITY);
+            assert_eq!(got, argmax(&row));
+        }
+    }
 }
 
 #[cfg(test)]
