@@ -321,6 +321,7 @@ fn bench(model: &ModelArgs, prompt_tokens: usize, gen_tokens: usize, repeats: us
                 "model": engine.path().display().to_string(),
                 "threads": threads,
                 "device": hearth_engine::device::describe(engine.model().device()),
+                "weight_bytes_per_token": engine.model().weight_bytes_per_token(),
                 "prompt_tokens": prompt.len(),
                 "prompt_token_ids": prompt,
                 "gen_tokens": gen_tokens,

@@ -48,6 +48,7 @@ pub struct Model {
     output: Matrix,
     rope_global: RopeFreqs,
     rope_local: RopeFreqs,
+    weight_bytes_per_token: usize,
     vocab_size: usize,
     device: Device,
 }
@@ -164,8 +165,11 @@ impl Model {
                 None => Ok(None),
             }
         };
+        // Bytes of weights one decode step reads: every matrix once.
+        let weight_bytes = std::cell::Cell::new(0usize);
         let matmul = |file: &mut GgufFile, name: &str, rows: usize, cols: usize| -> Result<Matrix> {
             let t = file.tensor(name, device)?;
+            weight_bytes.set(weight_bytes.get() + t.storage_size_in_bytes());
             check_shape(file, name, &t, &[rows, cols])?;
             Matrix::new(t, device, kernels)
         };
@@ -181,7 +185,10 @@ impl Model {
             (None, true) => Embeddings::Host(embd_q.dequantize(device)?.flatten_all()?.to_vec1()?),
             (None, false) => Embeddings::Device(embd_q.dequantize(device)?),
         };
-        let output = match file.tensor_opt("output.weight", device)? {
+        // The output matrix is read whole each step (the embeddings only a row).
+        let output_t = file.tensor_opt("output.weight", device)?;
+        weight_bytes.set(weight_bytes.get() + output_t.as_ref().map_or(embd_q.storage_size_in_bytes(), |t| t.storage_size_in_bytes()));
+        let output = match output_t {
             Some(t) => {
                 check_shape(file, "output.weight", &t, &[vocab_size, config.n_embd])?;
                 Matrix::new(t, device, kernels)?
@@ -248,6 +255,7 @@ impl Model {
         let rope_local = RopeFreqs::new(config.head_dim, config.rope_base_local, None, 1.0);
         let embed_scale = (arch == Architecture::Gemma3).then(|| (config.n_embd as f64).sqrt());
         Ok(Self {
+            weight_bytes_per_token: weight_bytes.get(),
             config,
             embeddings,
             embed_scale,
@@ -263,6 +271,12 @@ impl Model {
 
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// Bytes of weights a decode step reads (every matrix once): with the
+    /// device's memory bandwidth, the bound on decode speed.
+    pub fn weight_bytes_per_token(&self) -> usize {
+        self.weight_bytes_per_token
     }
 
     pub fn vocab_size(&self) -> usize {
