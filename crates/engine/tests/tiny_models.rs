@@ -176,3 +176,30 @@ fn cache_serialisation_round_trips_and_rejects_damage() {
         assert!(KvCache::read_from(&mut bytes.as_slice(), m.config(), 10, &Device::Cpu).is_err(), "longer than the context");
     }
 }
+
+#[test]
+fn the_cpu_pass_matches_the_tensor_graph_for_every_family_batch_and_chunk() {
+    // The host pass (plain buffers, worker pool, loop-bound masks) against
+    // the candle-op graph that GPUs run: long enough prompts for the
+    // parallel row paths and Gemma's window, a batch of two, then steps.
+    for family in ALL {
+        let (_dir, path) = tiny(&TinySpec::new(family));
+        let engine = Engine::open(&path).unwrap();
+        let m = engine.model();
+        let batch = vec![tokens(45), tokens(46)[1..].to_vec()];
+        let (mut host, mut graph) = (m.new_cache(4096), m.new_cache(4096));
+        let a = m.forward(&batch, &mut host).unwrap().to_vec2::<f32>().unwrap();
+        let b = m.forward_graph(&batch, &mut graph).unwrap().to_vec2::<f32>().unwrap();
+        for (x, y) in a.iter().zip(&b) {
+            assert!(max_abs_diff(x, y) < 2e-2, "{family:?}: prefill differs by {}", max_abs_diff(x, y));
+        }
+        for step in 0..3u32 {
+            let next = vec![vec![10 + step], vec![20 + step]];
+            let a = m.forward(&next, &mut host).unwrap().to_vec2::<f32>().unwrap();
+            let b = m.forward_graph(&next, &mut graph).unwrap().to_vec2::<f32>().unwrap();
+            for (x, y) in a.iter().zip(&b) {
+                assert!(max_abs_diff(x, y) < 2e-2, "{family:?}: step {step} differs by {}", max_abs_diff(x, y));
+            }
+        }
+    }
+}

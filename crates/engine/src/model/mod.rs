@@ -348,7 +348,7 @@ impl Model {
             x = self.block_forward(block, i, &x, rope, mask, start, cache)?;
         }
         cache.advance(seq_len);
-        let x = self.norm.forward(&x.narrow(1, seq_len - 1, 1)?)?;
+        let x = self.norm.forward(&x.narrow(1, seq_len - 1, 1)?.contiguous()?)?;
         let logits = self.output.forward(&x)?;
         Ok(logits.reshape((batch, self.vocab_size))?)
     }
