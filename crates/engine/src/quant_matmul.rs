@@ -27,7 +27,7 @@ use crate::worker_pool::{DisjointSlice, WorkerPool};
 
 const DECODE_W: usize = 1;
 /// How many weight rows ahead a decode step prefetches.
-const PREFETCH_COLUMNS: usize = 1;
+const PREFETCH_COLUMNS: usize = 8;
 
 /// A weight matrix `[n, k]` in one of the supported block formats.
 pub struct QuantMatrix {
@@ -200,10 +200,12 @@ pub(crate) trait WeightBlock: Copy {
         let row = |c: usize| &blocks[c * kb..(c + 1) * kb];
         let mut col = cols.start;
         let mut xs = [row(col); W];
-        // Decoding streams the weights once from memory: ask for the next
-        // column's blocks while this one is computed.
+        // Decoding streams the weights once from memory: ask for a row a
+        // few rows ahead (about one memory latency of work) while this one
+        // is computed, past the end of this task's rows too.
+        let n_rows = blocks.len() / kb;
         let ahead = |c: usize| {
-            if R == 1 && c + PREFETCH_COLUMNS < cols.end {
+            if R == 1 && c + PREFETCH_COLUMNS < n_rows {
                 let p = blocks.as_ptr().add((c + PREFETCH_COLUMNS) * kb) as *const i8;
                 let bytes = kb * std::mem::size_of::<Self>();
                 let mut off = 0;
