@@ -5,6 +5,8 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
+mod random_model;
+
 use clap::{Args, Parser, Subcommand};
 use hearth_engine::{paths, ChatMessage, Engine, EngineError, SamplingParams};
 use serde_json::json;
@@ -64,6 +66,28 @@ enum Command {
         history_tokens: usize,
         #[arg(long)]
         json: bool,
+    },
+    /// Writes a llama-family GGUF with random weights and the tokenizer of
+    /// another model (default: the default model), for measuring speed at
+    /// other sizes. The defaults make about 1.1B parameters.
+    WriteRandomModel {
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long)]
+        tokenizer_from: Option<PathBuf>,
+        #[arg(long, default_value_t = 22)]
+        layers: usize,
+        #[arg(long, default_value_t = 2048)]
+        embd: usize,
+        #[arg(long, default_value_t = 5632)]
+        ffn: usize,
+        #[arg(long, default_value_t = 32)]
+        heads: usize,
+        #[arg(long, default_value_t = 4)]
+        kv_heads: usize,
+        /// q4_0, q4_1, q8_0, q4_k or q6_k.
+        #[arg(long, default_value = "q4_k")]
+        dtype: String,
     },
     /// The restored half of bench-cache, run in a fresh process.
     #[command(hide = true)]
@@ -150,6 +174,10 @@ fn run(cli: Cli) -> Result<(), EngineError> {
         Command::Bench { model, prompt_tokens, gen_tokens, repeats, json } => bench(&model, prompt_tokens, gen_tokens, repeats, json),
         Command::BenchCache { model, history_tokens, json } => bench_cache::run(&model, history_tokens, json),
         Command::BenchCacheRestored { model, cache, prompt } => bench_cache::restored(&model, &cache, &prompt),
+        Command::WriteRandomModel { out, tokenizer_from, layers, embd, ffn, heads, kv_heads, dtype } => {
+            let shape = random_model::Shape { layers, embd, ffn, heads, kv_heads };
+            random_model::write(&out, &tokenizer_from.unwrap_or_else(paths::default_model_path), &shape, &dtype)
+        }
     }
 }
 

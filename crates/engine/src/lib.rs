@@ -12,6 +12,7 @@ pub mod gguf;
 pub mod kv_cache;
 pub mod model;
 pub mod paths;
+pub mod quant_k;
 pub mod quant_matmul;
 pub mod sampler_loop;
 pub mod sampling;

@@ -1,4 +1,5 @@
-//! Quantized matrix × activations for GGML's Q4_0, Q4_1 and Q8_0 weights.
+//! Quantized matrix × activations for GGML's Q4_0, Q4_1, Q8_0 and Q4_K
+//! weights (the K-quant kernel itself is in `quant_k.rs`).
 //!
 //! Activations are rounded to 8 bits per 32-value block exactly as llama.cpp's
 //! x86 build does (scale 127/max, round half to even, the Q8_1 block sum from
@@ -23,6 +24,7 @@ use std::ops::Range;
 use candle_core::quantized::{GgmlDType, QTensor};
 use half::f16;
 
+use crate::quant_k::{self, BlockQ4K, Q8KBlock, QK_K};
 use crate::worker_pool::{DisjointSlice, WorkerPool};
 
 const DECODE_W: usize = 1;
@@ -40,6 +42,35 @@ enum Blocks {
     Q4_0(Vec<BlockQ4_0>),
     Q4_1(Vec<BlockQ4_1>),
     Q8_0(Vec<BlockQ8_0>),
+    Q4K(Vec<BlockQ4K>),
+}
+
+/// Activation rows rounded for the formats that will read them: 32-value
+/// Q8 blocks for Q4_0/Q4_1/Q8_0, 256-value Q8_K blocks for the K-quants.
+#[derive(Default)]
+pub(crate) struct Activations {
+    pub(crate) q8: Vec<Q8Block>,
+    pub(crate) q8k: Vec<Q8KBlock>,
+}
+
+impl Activations {
+    /// Rounds `x` for every matrix in `matrices`.
+    pub(crate) fn for_matrices<'a>(x: &[f32], matrices: impl IntoIterator<Item = &'a QuantMatrix>) -> Self {
+        let (mut q8, mut q8k) = (false, false);
+        for m in matrices {
+            match m.blocks {
+                Blocks::Q4K(_) => q8k = true,
+                _ => q8 = true,
+            }
+        }
+        Self { q8: if q8 { quantize(x) } else { Vec::new() }, q8k: if q8k { quant_k::quantize(x) } else { Vec::new() } }
+    }
+
+    /// Appends `other`, rounded from the rows after this one's.
+    pub(crate) fn extend(&mut self, other: Self) {
+        self.q8.extend(other.q8);
+        self.q8k.extend(other.q8k);
+    }
 }
 
 /// GGUF's block layouts, byte for byte (scales are f16 bits).
@@ -74,10 +105,6 @@ pub(crate) struct Q8Block {
     qs: [i8; 32],
 }
 
-impl Q8Block {
-    pub(crate) const ZERO: Self = Self { d: 0.0, s: 0.0, qs: [0; 32] };
-}
-
 fn half(bits: u16) -> f32 {
     f16::from_bits(bits).to_f32()
 }
@@ -90,7 +117,7 @@ impl QuantMatrix {
     /// `None` when the format has no kernel here; the caller falls back to candle.
     pub fn from_qtensor(t: &QTensor) -> Option<Self> {
         let (n, k) = t.shape().dims2().ok()?;
-        if k % 32 != 0 {
+        if k % 32 != 0 || (t.dtype() == GgmlDType::Q4K && k % QK_K != 0) {
             return None;
         }
         let data = t.data().ok()?;
@@ -99,14 +126,16 @@ impl QuantMatrix {
             GgmlDType::Q4_0 => Blocks::Q4_0(blocks_from(&data, 18, |b| BlockQ4_0 { d: u16_at(b, 0), qs: b[2..18].try_into().unwrap() })),
             GgmlDType::Q4_1 => Blocks::Q4_1(blocks_from(&data, 20, |b| BlockQ4_1 { d: u16_at(b, 0), m: u16_at(b, 2), qs: b[4..20].try_into().unwrap() })),
             GgmlDType::Q8_0 => Blocks::Q8_0(blocks_from(&data, 34, |b| BlockQ8_0 { d: u16_at(b, 0), qs: std::array::from_fn(|i| b[2 + i] as i8) })),
+            GgmlDType::Q4K => Blocks::Q4K(blocks_from(&data, BlockQ4K::BYTES, BlockQ4K::parse)),
             _ => return None,
         };
-        let count = match &blocks {
-            Blocks::Q4_0(b) => b.len(),
-            Blocks::Q4_1(b) => b.len(),
-            Blocks::Q8_0(b) => b.len(),
+        let (count, per_block) = match &blocks {
+            Blocks::Q4_0(b) => (b.len(), 32),
+            Blocks::Q4_1(b) => (b.len(), 32),
+            Blocks::Q8_0(b) => (b.len(), 32),
+            Blocks::Q4K(b) => (b.len(), QK_K),
         };
-        (count == n * k / 32).then_some(Self { n, k, blocks })
+        (count == n * k / per_block).then_some(Self { n, k, blocks })
     }
 
     pub fn rows(&self) -> usize {
@@ -122,7 +151,7 @@ impl QuantMatrix {
         let m = x.len() / self.k;
         assert_eq!(x.len(), m * self.k);
         assert_eq!(out.len(), m * self.n);
-        let acts = quantize(x);
+        let acts = Activations::for_matrices(x, [self]);
         let pool = WorkerPool::global();
         let chunk = self.columns_per_task(pool.active_threads());
         let out = DisjointSlice::new(out);
@@ -144,10 +173,21 @@ impl QuantMatrix {
     ///
     /// # Safety
     /// No other thread may write those elements of `out` meanwhile.
-    pub(crate) unsafe fn matmul_cols(&self, acts: &[Q8Block], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize) {
+    pub(crate) unsafe fn matmul_cols(&self, acts: &Activations, rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize) {
+        let simd = has_avx2_fma();
+        if let Blocks::Q4K(b) = &self.blocks {
+            let kb = self.k / QK_K;
+            for r in 0..rows {
+                let y = &acts.q8k[r * kb..(r + 1) * kb];
+                for col in cols.clone() {
+                    out.write(r * ld + col, quant_k::dot(&b[col * kb..(col + 1) * kb], y, simd));
+                }
+            }
+            return;
+        }
+        let acts = &acts.q8;
         let kb = self.k / 32;
         debug_assert_eq!(acts.len(), rows * kb);
-        let simd = has_avx2_fma();
         let mut row = 0;
         let mut tile = vec![[0f32; 4]; cols.len()];
         while row < rows {
@@ -161,6 +201,7 @@ impl QuantMatrix {
                 Blocks::Q4_0(b) => column_range::<BlockQ4_0>(b, kb, cols.clone(), r, y, simd, &mut tile),
                 Blocks::Q4_1(b) => column_range::<BlockQ4_1>(b, kb, cols.clone(), r, y, simd, &mut tile),
                 Blocks::Q8_0(b) => column_range::<BlockQ8_0>(b, kb, cols.clone(), r, y, simd, &mut tile),
+                Blocks::Q4K(_) => unreachable!("K-quants are handled above"),
             }
             for (i, t) in tile.iter().enumerate() {
                 for (a, v) in t.iter().enumerate().take(r) {
@@ -173,12 +214,18 @@ impl QuantMatrix {
 
     /// Weight row `row` as f32 (how an embedding row is looked up).
     pub(crate) fn dequantize_row(&self, row: usize, out: &mut [f32]) {
+        if let Blocks::Q4K(b) = &self.blocks {
+            let kb = self.k / QK_K;
+            b[row * kb..(row + 1) * kb].iter().zip(out.chunks_exact_mut(QK_K)).for_each(|(b, o)| b.dequantize(o));
+            return;
+        }
         let kb = self.k / 32;
         for (b, o) in (row * kb..(row + 1) * kb).zip(out.chunks_exact_mut(32)) {
             match &self.blocks {
                 Blocks::Q4_0(x) => o.iter_mut().zip(nibbles(&x[b].qs, 8)).for_each(|(o, q)| *o = half(x[b].d) * q as f32),
                 Blocks::Q4_1(x) => o.iter_mut().zip(nibbles(&x[b].qs, 0)).for_each(|(o, q)| *o = half(x[b].d) * q as f32 + half(x[b].m)),
                 Blocks::Q8_0(x) => o.iter_mut().zip(x[b].qs).for_each(|(o, q)| *o = half(x[b].d) * q as f32),
+                Blocks::Q4K(_) => unreachable!("handled above"),
             }
         }
     }
@@ -528,6 +575,7 @@ mod tests {
                         Blocks::Q4_0(b) => BlockQ4_0::dot(&b[r], y),
                         Blocks::Q4_1(b) => BlockQ4_1::dot(&b[r], y),
                         Blocks::Q8_0(b) => BlockQ8_0::dot(&b[r], y),
+                        Blocks::Q4K(_) => unreachable!("not in this test"),
                     };
                     assert_eq!(portable.to_bits(), out[row * n + col].to_bits(), "{dtype:?} row {row} col {col}");
                 }

@@ -203,3 +203,20 @@ fn the_cpu_pass_matches_the_tensor_graph_for_every_family_batch_and_chunk() {
         }
     }
 }
+
+#[test]
+fn q4_k_weights_run_on_hearths_kernel_and_agree_with_candles() {
+    let spec = TinySpec { n_embd: 256, head_dim: 64, ffn: 512, dtype: candle_core::quantized::GgmlDType::Q4K, ..TinySpec::new(Family::Llama) };
+    let (_dir, path) = tiny(&spec);
+    let own = Engine::open(&path).unwrap();
+    let candle = Engine::open_with(&path, &Device::Cpu, hearth_engine::Kernels::Candle).unwrap();
+    let t = tokens(40);
+    let (a, b) = (fresh(own.model(), &t), fresh(candle.model(), &t));
+    // candle rounds Q8_K activations with scale -128/max, llama.cpp (and
+    // Hearth) with -127/max: close, not equal. A wrong row or block layout
+    // would be off by the logits' own size.
+    let d = max_abs_diff(&a, &b);
+    let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(scale > 0.5, "logits are all near zero");
+    assert!(d < 0.05 * scale, "Q4_K: Hearth's kernel differs from candle's by {d} (logits up to {scale})");
+}

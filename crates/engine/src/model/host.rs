@@ -17,7 +17,7 @@ use candle_core::{Device, Tensor};
 use super::{window_start, Architecture, Block, Embeddings, Matrix, Model, Norm};
 use crate::error::Result;
 use crate::kv_cache::KvCache;
-use crate::quant_matmul::{self, Q8Block};
+use crate::quant_matmul::{Activations, QuantMatrix};
 use crate::vec_ops;
 use crate::worker_pool::{DisjointSlice, WorkerPool};
 
@@ -238,7 +238,8 @@ fn matmuls(pool: &WorkerPool, x: &[f32], rows: usize, jobs: &mut [(&Matrix, &mut
     if own.is_empty() {
         return Ok(());
     }
-    let acts = quantize_rows(pool, x, rows);
+    let matrices: Vec<&QuantMatrix> = own.iter().map(|(m, _)| *m).collect();
+    let acts = quantize_rows(pool, x, rows, &matrices);
     let threads = pool.active_threads();
     let mut plan: Vec<(usize, Range<usize>)> = Vec::new();
     for (j, (m, _)) in own.iter().enumerate() {
@@ -254,21 +255,24 @@ fn matmuls(pool: &WorkerPool, x: &[f32], rows: usize, jobs: &mut [(&Matrix, &mut
     Ok(())
 }
 
-fn quantize_rows(pool: &WorkerPool, x: &[f32], rows: usize) -> Vec<Q8Block> {
+/// Rounds the activation rows for `matrices`, a task per chunk of rows when
+/// there are many (prefill).
+fn quantize_rows(pool: &WorkerPool, x: &[f32], rows: usize, matrices: &[&QuantMatrix]) -> Activations {
     if rows < 2 * ROWS_PER_TASK {
-        return quant_matmul::quantize(x);
+        return Activations::for_matrices(x, matrices.iter().copied());
     }
-    let per_row = x.len() / rows / 32;
-    let mut acts = vec![Q8Block::ZERO; rows * per_row];
-    let out = DisjointSlice::new(&mut acts);
-    pool.run(rows.div_ceil(ROWS_PER_TASK), &|t| {
+    let width = x.len() / rows;
+    let chunks: Vec<std::sync::Mutex<Activations>> = (0..rows.div_ceil(ROWS_PER_TASK)).map(|_| Default::default()).collect();
+    pool.run(chunks.len(), &|t| {
         let r = t * ROWS_PER_TASK..((t + 1) * ROWS_PER_TASK).min(rows);
-        let src = &x[r.start * per_row * 32..r.end * per_row * 32];
-        // SAFETY: tasks own disjoint row ranges.
-        let dst = unsafe { out.slice(r.start * per_row..r.end * per_row) };
-        dst.copy_from_slice(&quant_matmul::quantize(src));
+        let acts = Activations::for_matrices(&x[r.start * width..r.end * width], matrices.iter().copied());
+        *chunks[t].lock().unwrap_or_else(|e| e.into_inner()) = acts;
     });
-    acts
+    let mut all = Activations::default();
+    for c in chunks {
+        all.extend(c.into_inner().unwrap_or_else(|e| e.into_inner()));
+    }
+    all
 }
 
 /// Runs `f(rows, slice)` over chunks of `width`-wide rows of `data`, in
