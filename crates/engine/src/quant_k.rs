@@ -147,43 +147,80 @@ pub(crate) fn dot(x: &[BlockQ4K], y: &[Q8KBlock], simd: bool) -> f32 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_avx2(x: &[BlockQ4K], y: &[Q8KBlock]) -> f32 {
+    dot_rows_avx2::<1>(x, [y])[0]
+}
+
+/// One weight row against `R` activation rows: each block's nibbles and
+/// scales are unpacked once for all of them (prefill); every product is
+/// computed as `dot` computes it.
+pub(crate) fn dot_rows<const R: usize>(x: &[BlockQ4K], y: [&[Q8KBlock]; R], simd: bool) -> [f32; R] {
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        // SAFETY: the CPU has AVX2, FMA and F16C (checked by the caller at run time).
+        return unsafe { dot_rows_avx2::<R>(x, y) };
+    }
+    let _ = simd;
+    std::array::from_fn(|a| dot(x, y[a], false))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_rows_avx2<const R: usize>(x: &[BlockQ4K], y: [&[Q8KBlock]; R]) -> [f32; R] {
     use std::arch::x86_64::*;
     let m4 = _mm256_set1_epi8(0xF);
-    let mut acc = _mm256_setzero_ps();
-    let mut acc_m = _mm_setzero_ps();
-    let half = |bits: u16| _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)));
-    for (x, y) in x.iter().zip(y) {
-        let d = y.d * half(x.d);
-        let dmin = -y.d * half(x.dmin);
-        let sm = x.scales_and_mins();
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut acc_m = [_mm_setzero_ps(); R];
+    let n = x.len();
+    for a in 0..R {
+        assert!(y[a].len() >= n);
+    }
+    for i in 0..n {
+        let xb = &x[i];
+        let (xd, xdmin) = (_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(xb.d as i32))), _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(xb.dmin as i32))));
+        let sm = xb.scales_and_mins();
         let mins_and_scales = _mm256_cvtepu8_epi16(_mm_loadu_si128(sm.as_ptr() as *const __m128i));
-        let q8sums = _mm256_loadu_si256(y.bsums.as_ptr() as *const __m256i);
-        let q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
-        let prod = _mm_madd_epi16(_mm256_extracti128_si256(mins_and_scales, 1), q8s);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+        let mins = _mm256_extracti128_si256(mins_and_scales, 1);
         let sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
         let scales = _mm256_set_m128i(sc128, sc128);
-        let mut sumi = _mm256_setzero_si256();
+        let mut q4 = [_mm256_setzero_si256(); 8];
+        let mut sc = [_mm256_setzero_si256(); 8];
         for j in 0..4 {
             // Every 16-bit lane holds scale 2j (low nibbles) or 2j+1 (high).
-            let scale_l = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((((4 * j + 1) << 8) | (4 * j)) as i16));
-            let scale_h = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((((4 * j + 3) << 8) | (4 * j + 2)) as i16));
-            let q4bits = _mm256_loadu_si256(x.qs.as_ptr().add(32 * j) as *const __m256i);
-            let q4l = _mm256_and_si256(q4bits, m4);
-            let q4h = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
-            let q8l = _mm256_loadu_si256(y.qs.as_ptr().add(64 * j) as *const __m256i);
-            let q8h = _mm256_loadu_si256(y.qs.as_ptr().add(64 * j + 32) as *const __m256i);
-            let p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, q8l));
-            let p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, q8h));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16l, p16h));
+            sc[2 * j] = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((((4 * j + 1) << 8) | (4 * j)) as i16));
+            sc[2 * j + 1] = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((((4 * j + 3) << 8) | (4 * j + 2)) as i16));
+            let bits = _mm256_loadu_si256(xb.qs.as_ptr().add(32 * j) as *const __m256i);
+            q4[2 * j] = _mm256_and_si256(bits, m4);
+            q4[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        for a in 0..R {
+            let yb = y[a].get_unchecked(i);
+            let d = yb.d * xd;
+            let dmin = -yb.d * xdmin;
+            let q8sums = _mm256_loadu_si256(yb.bsums.as_ptr() as *const __m256i);
+            let q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
+            acc_m[a] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, q8s)), acc_m[a]);
+            let mut sumi = _mm256_setzero_si256();
+            for j in 0..4 {
+                let q8l = _mm256_loadu_si256(yb.qs.as_ptr().add(64 * j) as *const __m256i);
+                let q8h = _mm256_loadu_si256(yb.qs.as_ptr().add(64 * j + 32) as *const __m256i);
+                let p16l = _mm256_madd_epi16(sc[2 * j], _mm256_maddubs_epi16(q4[2 * j], q8l));
+                let p16h = _mm256_madd_epi16(sc[2 * j + 1], _mm256_maddubs_epi16(q4[2 * j + 1], q8h));
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16l, p16h));
+            }
+            acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[a]);
+        }
     }
-    acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-    acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
-    let mut lanes = [0f32; 8];
-    _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
-    hsum8(lanes) + _mm_cvtss_f32(acc_m)
+    let mut out = [0f32; R];
+    for a in 0..R {
+        let mut m = acc_m[a];
+        m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), acc[a]);
+        out[a] = hsum8(lanes) + _mm_cvtss_f32(m);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -211,6 +248,8 @@ mod tests {
             let b = &blocks[row * 2..row * 2 + 2];
             let portable = dot(b, &acts, false);
             assert_eq!(portable.to_bits(), dot(b, &acts, simd).to_bits(), "row {row}");
+            let tiled = dot_rows::<3>(b, [&acts, &acts, &acts], simd);
+            assert!(tiled.iter().all(|t| t.to_bits() == portable.to_bits()), "tiled row {row}");
             let exact: f32 = deq[row * k..(row + 1) * k].iter().zip(&x).map(|(a, b)| a * b).sum();
             assert!((portable - exact).abs() < 0.1, "row {row}: {portable} vs {exact}");
             let mut row_values = vec![0f32; k];

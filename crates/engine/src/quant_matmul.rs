@@ -177,10 +177,27 @@ impl QuantMatrix {
         let simd = has_avx2_fma();
         if let Blocks::Q4K(b) = &self.blocks {
             let kb = self.k / QK_K;
-            for r in 0..rows {
-                let y = &acts.q8k[r * kb..(r + 1) * kb];
+            let y = |r: usize| &acts.q8k[r * kb..(r + 1) * kb];
+            let mut r = 0;
+            while r + 4 <= rows {
                 for col in cols.clone() {
-                    out.write(r * ld + col, quant_k::dot(&b[col * kb..(col + 1) * kb], y, simd));
+                    let t = quant_k::dot_rows::<4>(&b[col * kb..(col + 1) * kb], [y(r), y(r + 1), y(r + 2), y(r + 3)], simd);
+                    for (a, v) in t.into_iter().enumerate() {
+                        out.write((r + a) * ld + col, v);
+                    }
+                }
+                r += 4;
+            }
+            for r in r..rows {
+                for col in cols.clone() {
+                    #[cfg(target_arch = "x86_64")]
+                    if col + PREFETCH_COLUMNS < self.n {
+                        let p = b.as_ptr().add((col + PREFETCH_COLUMNS) * kb) as *const i8;
+                        for off in (0..kb * BlockQ4K::BYTES).step_by(64) {
+                            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.add(off));
+                        }
+                    }
+                    out.write(r * ld + col, quant_k::dot(&b[col * kb..(col + 1) * kb], y(r), simd));
                 }
             }
             return;
