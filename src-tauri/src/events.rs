@@ -39,7 +39,8 @@ pub enum ModelStatus {
     #[serde(rename_all = "camelCase")]
     Loading { path: String },
     #[serde(rename_all = "camelCase")]
-    Ready { path: String, name: String, architecture: String, context_length: u32 },
+    /// `device`: where it runs (`cpu`, `cuda`, `metal`).
+    Ready { path: String, name: String, architecture: String, context_length: u32, device: String },
     #[serde(rename_all = "camelCase")]
     Failed { path: String, error: AppError },
 }

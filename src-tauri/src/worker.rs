@@ -389,6 +389,7 @@ impl WorkerThread {
                     name: name.clone(),
                     architecture: config.architecture.gguf_name().to_string(),
                     context_length: config.context_length as u32,
+                    device: hearth_engine::device::describe(engine.model().device()),
                 };
                 let size = std::fs::metadata(&path).map(|m| m.len() as i64).unwrap_or(0);
                 if let Err(e) = self.store.record_model(&shown, &name, size).and_then(|_| self.store.set_app_setting(LAST_MODEL_KEY, &shown)) {

@@ -97,6 +97,16 @@ fn commands_over_ipc() {
     assert_eq!(err["kind"], "invalidSettings");
     call(&w, "caches_budgets_set", json!({"budgets": {"memoryMb": 512, "diskMb": 0}})).unwrap();
     assert_eq!(call(&w, "caches_budgets_get", json!({})).unwrap(), json!({"memoryMb": 512, "diskMb": 0}));
+    // Device: checked before it is kept; a GPU this build lacks is refused.
+    assert_eq!(call(&w, "device_get", json!({})).unwrap(), json!("auto"));
+    let err = call(&w, "device_set", json!({"device": "tpu"})).unwrap_err();
+    assert_eq!(err["kind"], "invalidSettings");
+    if !cfg!(feature = "cuda") {
+        let err = call(&w, "device_set", json!({"device": "cuda"})).unwrap_err();
+        assert!(err["message"].as_str().unwrap().contains("CUDA"), "{err}");
+    }
+    call(&w, "device_set", json!({"device": "CPU"})).unwrap();
+    assert_eq!(call(&w, "device_get", json!({})).unwrap(), json!("cpu"));
     let states = call(&w, "conversations_cache_states", json!({})).unwrap();
     assert_eq!(states, json!([{"conversationId": id, "state": "cold"}]));
 

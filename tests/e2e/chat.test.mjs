@@ -114,6 +114,17 @@ describe('Hearth end to end', () => {
     assert.equal(await d.$('[data-testid=error-temperature]'), null);
   });
 
+  it('shows the compute device and refuses one this build cannot use', async () => {
+    assert.match(await (await d.find('[data-testid=model-device]')).text(), /· cpu$/);
+    const select = await d.find('[data-testid=device]');
+    assert.equal(await select.prop('value'), 'auto');
+    // This build has no CUDA: the choice is refused inline and nothing changes.
+    await d.execute("const s = document.querySelector('[data-testid=device]'); s.value = 'cuda'; s.dispatchEvent(new Event('change', { bubbles: true }));");
+    const err = await d.find('[data-testid=device-error]');
+    assert.match(await err.text(), /CUDA is not available/);
+    assert.match(await (await d.find('[data-testid=model-device]')).text(), /· cpu$/);
+  });
+
   it('editing a message makes a branch with a version switcher', async () => {
     await openChat(d, chats.a);
     const firstUser = (await d.$$('[data-testid=message][data-role=user]'))[0];

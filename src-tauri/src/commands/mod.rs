@@ -36,6 +36,8 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         settings::caches_clear,
         settings::caches_budgets_get,
         settings::caches_budgets_set,
+        settings::device_get,
+        settings::device_set,
         models::models_status,
         models::models_open,
         models::models_recent,

@@ -84,3 +84,23 @@ pub async fn caches_budgets_set(state: State<'_, AppState>, budgets: crate::work
     state.worker.set_budgets(budgets);
     Ok(())
 }
+
+/// The device setting: `auto` (Metal, then CUDA, then the CPU), `cpu`,
+/// `cuda`, `cuda:N` or `metal`.
+#[tauri::command]
+pub async fn device_get(state: State<'_, AppState>) -> AppResult<String> {
+    Ok(state.store()?.app_setting(crate::worker::DEVICE_KEY)?.unwrap_or_else(|| "auto".into()))
+}
+
+/// Changes the device and reopens the current model on it. A device this
+/// build or machine cannot open is refused here, before anything changes.
+#[tauri::command]
+pub async fn device_set(state: State<'_, AppState>, device: String) -> AppResult<()> {
+    let choice = device.parse::<hearth_engine::DeviceChoice>().map_err(|e| AppError::new(ErrorKind::InvalidSettings, e.to_string()))?;
+    choice.open().map_err(|e| AppError::new(ErrorKind::InvalidSettings, e.to_string()))?;
+    state.store()?.set_app_setting(crate::worker::DEVICE_KEY, &choice.to_string())?;
+    if let crate::events::ModelStatus::Ready { path, .. } = state.worker.model_status() {
+        state.worker.load_model(path.into());
+    }
+    Ok(())
+}

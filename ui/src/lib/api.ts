@@ -72,6 +72,8 @@ export const api = {
     clearCaches: () => invoke<void>('caches_clear'),
     budgets: () => invoke<CacheBudgets>('caches_budgets_get'),
     setBudgets: (budgets: CacheBudgets) => invoke<void>('caches_budgets_set', { budgets }),
+    device: () => invoke<string>('device_get'),
+    setDevice: (device: string) => invoke<void>('device_set', { device }),
   },
   models: {
     status: () => invoke<ModelStatus>('models_status'),

@@ -22,7 +22,7 @@ function fakeShell(opts: { events?: GenerationEvent[]; failSend?: boolean } = {}
     const a = args as Record<string, unknown>;
     switch (cmd) {
       case 'models_status':
-        return { state: 'ready', path: '/m.gguf', name: 'm', architecture: 'llama', contextLength: 8192 };
+        return { state: 'ready', path: '/m.gguf', name: 'm', architecture: 'llama', contextLength: 8192, device: 'cpu' };
       case 'models_recent':
       case 'presets_list':
       case 'chat_busy':

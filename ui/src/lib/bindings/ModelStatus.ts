@@ -4,4 +4,4 @@ import type { AppError } from "./AppError";
 /**
  * The app's model, as the UI shows it.
  */
-export type ModelStatus = { "state": "none" } | { "state": "loading", path: string, } | { "state": "ready", path: string, name: string, architecture: string, contextLength: number, } | { "state": "failed", path: string, error: AppError, };
+export type ModelStatus = { "state": "none" } | { "state": "loading", path: string, } | { "state": "ready", path: string, name: string, architecture: string, contextLength: number, device: string, } | { "state": "failed", path: string, error: AppError, };
