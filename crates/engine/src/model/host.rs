@@ -174,25 +174,40 @@ impl Model {
         let qd = nh * hd;
         let scale = 1.0f32 / (hd as f32).sqrt();
         let lanes = if seq == 1 { 32 } else { 8 };
+        // A task is one KV head's query heads over a few rows, so each key
+        // and value is read once for all of them; a decode step has one row,
+        // and there one query head per task balances the threads better.
+        let (heads_per_task, rows_per_task) = if seq == 1 { (1, 1) } else { (n_rep, 4) };
+        let groups_per_row = nh / heads_per_task;
+        let row_blocks = seq.div_ceil(rows_per_task);
         let kv = cache.host(layer);
         let out = DisjointSlice::new(out);
-        pool.run(batch * nh, &|t| {
-            let (bi, qh) = (t / nh, t % nh);
-            let base = (bi * nkv + qh / n_rep) * kv.capacity * hd;
+        pool.run(batch * groups_per_row * row_blocks, &|t| {
+            let (bi, rest) = (t / (groups_per_row * row_blocks), t % (groups_per_row * row_blocks));
+            let (group, block) = (rest / row_blocks, rest % row_blocks);
+            let first_head = group * heads_per_task;
+            let base = (bi * nkv + first_head / n_rep) * kv.capacity * hd;
             let (keys, values) = (&kv.k[base..], &kv.v[base..]);
-            let mut scores = vec![0f32; pos0 + seq];
-            let mut acc = vec![0f32; lanes * hd];
-            for i in 0..seq {
+            let rows = block * rows_per_task..((block + 1) * rows_per_task).min(seq);
+            let mut queries = Vec::new();
+            let mut bounds = Vec::new();
+            let mut outs = Vec::new();
+            for i in rows {
                 let p = pos0 + i;
                 // Causal: positions up to p; a sliding layer sees the last `w`.
                 let lo = window.map_or(0, |w| window_start(p, w));
                 let r = bi * seq + i;
-                let qv = &q[r * qd + qh * hd..r * qd + (qh + 1) * hd];
-                // SAFETY: each task writes only its own (row, head) slice.
-                let o = unsafe { out.slice(r * qd + qh * hd..r * qd + (qh + 1) * hd) };
-                let (k, v) = (&keys[lo * hd..(p + 1) * hd], &values[lo * hd..(p + 1) * hd]);
-                vec_ops::attend(o, qv, k, v, lo, scale, lanes, &mut scores, &mut acc);
+                for qh in first_head..first_head + heads_per_task {
+                    let range = r * qd + qh * hd..r * qd + (qh + 1) * hd;
+                    queries.push(&q[range.clone()]);
+                    bounds.push((lo, p));
+                    // SAFETY: each task writes only its own (row, head) slices.
+                    outs.push(unsafe { out.slice(range) });
+                }
             }
+            let mut scores = vec![Vec::with_capacity(pos0 + seq); queries.len()];
+            let mut acc = Vec::new();
+            vec_ops::attend_group(&mut outs, &queries, &bounds, keys, values, scale, lanes, &mut scores, &mut acc);
         });
     }
 }
