@@ -45,6 +45,40 @@ fn bench_json_reports_speeds_and_peak_rss() {
     assert!(v["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
     assert!(v["peak_rss_bytes"].as_u64().unwrap() > 50 << 20);
     assert_eq!(v["prompt_token_ids"].as_array().unwrap().len(), 16);
+    assert_eq!(v["device"], "cpu");
+    // Every matrix once per token: SmolLM2's layers plus its tied output.
+    let bytes = v["weight_bytes_per_token"].as_u64().unwrap();
+    assert!((90_000_000..98_362_432).contains(&bytes), "{bytes}");
+}
+
+#[test]
+fn a_device_this_build_lacks_is_a_clear_error() {
+    if cfg!(feature = "cuda") {
+        return;
+    }
+    let (ok, _, err) = cli(&["generate", "--device", "cuda", "--prompt", "hi"]);
+    assert!(!ok);
+    assert!(err.contains("CUDA is not available"), "{err}");
+    let (ok, _, err) = cli(&["generate", "--device", "tpu", "--prompt", "hi"]);
+    assert!(!ok);
+    assert!(err.contains("not one of auto, cpu, cuda"), "{err}");
+}
+
+#[test]
+fn a_random_model_is_written_that_loads_and_runs() {
+    let dir = std::env::temp_dir().join(format!("hearth-random-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("r.gguf");
+    let p = path.to_str().unwrap();
+    let (ok, _, err) = cli(&["write-random-model", "--out", p, "--layers", "2", "--embd", "256", "--ffn", "512", "--heads", "4", "--kv-heads", "2"]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = cli(&["bench", "--model", p, "--prompt-tokens", "8", "--gen-tokens", "2", "--repeats", "1", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(v["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
+    let (ok, _, err) = cli(&["write-random-model", "--out", p, "--dtype", "q9"]);
+    assert!(!ok && err.contains("dtype"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
