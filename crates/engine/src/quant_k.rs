@@ -5,6 +5,8 @@
 
 use half::f16;
 
+use crate::vec_ops::hsum8;
+
 /// Values per K-quant super-block.
 pub(crate) const QK_K: usize = 256;
 
@@ -98,11 +100,6 @@ pub(crate) fn quantize(x: &[f32]) -> Vec<Q8KBlock> {
             b
         })
         .collect()
-}
-
-fn hsum8(a: [f32; 8]) -> f32 {
-    let r = [a[4] + a[0], a[5] + a[1], a[6] + a[2], a[7] + a[3]];
-    (r[0] + r[2]) + (r[1] + r[3])
 }
 
 /// One weight row · one activation row.

@@ -24,10 +24,11 @@ use std::ops::Range;
 use candle_core::quantized::{GgmlDType, QTensor};
 use half::f16;
 
+use crate::vec_ops::hsum8;
+
 use crate::quant_k::{self, BlockQ4K, Q8KBlock, QK_K};
 use crate::worker_pool::{DisjointSlice, WorkerPool};
 
-const DECODE_W: usize = 1;
 /// How many weight rows ahead a decode step prefetches.
 const PREFETCH_COLUMNS: usize = 8;
 
@@ -307,7 +308,7 @@ fn column_range<B: WeightBlock>(blocks: &[B], kb: usize, cols: Range<usize>, r: 
             if r == 4 {
                 B::columns::<2, 4>(blocks, kb, cols, y, out);
             } else {
-                B::columns::<DECODE_W, 1>(blocks, kb, cols, [y[0]], out);
+                B::columns::<1, 1>(blocks, kb, cols, [y[0]], out);
             }
         }
         return;
@@ -366,12 +367,6 @@ fn quantize_block(x: &[f32]) -> Q8Block {
     }
     let s = f16::from_f32(d * sum as f32).to_f32();
     Q8Block { d: f16::from_f32(d).to_f32(), s, qs }
-}
-
-/// llama.cpp's `hsum_float_8`.
-fn hsum8(a: [f32; 8]) -> f32 {
-    let r = [a[4] + a[0], a[5] + a[1], a[6] + a[2], a[7] + a[3]];
-    (r[0] + r[2]) + (r[1] + r[3])
 }
 
 /// Eight lanes, each the integer dot of four consecutive bytes.

@@ -37,11 +37,6 @@ multiversion! {
     pub fn dot(a: &[f32], b: &[f32]) -> f32 => dot_impl
 }
 multiversion! {
-    /// `Σ a[i]·b[i]` in tinyBLAS's order (one eight-lane accumulator); the
-    /// length must be a multiple of 8.
-    pub fn dot8(a: &[f32], b: &[f32]) -> f32 => dot8_impl
-}
-multiversion! {
     /// `x[i] = exp(x[i] - max)` with `ggml_v_expf`, returning the sum as
     /// `ggml_vec_soft_max_f32` forms it (eight at a time, in f64).
     pub fn exp_sum(x: &mut [f32], max: f32) -> f64 => exp_sum_impl
@@ -185,7 +180,7 @@ fn attend_group_impl<const AVX2: bool>(outs: &mut [&mut [f32]], queries: &[&[f32
 
 /// llama.cpp's `hsum_float_8` order.
 #[inline(always)]
-fn hsum8(a: [f32; 8]) -> f32 {
+pub(crate) fn hsum8(a: [f32; 8]) -> f32 {
     let r = [a[4] + a[0], a[5] + a[1], a[6] + a[2], a[7] + a[3]];
     (r[0] + r[2]) + (r[1] + r[3])
 }
@@ -211,17 +206,6 @@ fn dot_impl(a: &[f32], b: &[f32]) -> f32 {
         s = a[i].mul_add(b[i], s);
     }
     s
-}
-
-#[inline(always)]
-fn dot8_impl(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    for (ca, cb) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
-        for l in 0..8 {
-            acc[l] = ca[l].mul_add(cb[l], acc[l]);
-        }
-    }
-    hsum8(acc)
 }
 
 /// `ggml_v_expf` for one lane (its AVX2 form, lane by lane).
