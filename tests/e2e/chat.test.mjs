@@ -121,7 +121,8 @@ describe('Hearth end to end', () => {
     // This build has no CUDA: the choice is refused inline and nothing changes.
     await d.execute("const s = document.querySelector('[data-testid=device]'); s.value = 'cuda'; s.dispatchEvent(new Event('change', { bubbles: true }));");
     const err = await d.find('[data-testid=device-error]');
-    assert.match(await err.text(), /CUDA is not available/);
+    assert.match(await err.text(), /^CUDA is not available/);
+    assert.equal(await select.prop('value'), 'auto', 'the refused choice is not shown as chosen');
     assert.match(await (await d.find('[data-testid=model-device]')).text(), /· cpu$/);
   });
 

@@ -45,7 +45,7 @@ fn auto() -> Device {
 }
 
 fn unavailable(what: &str, feature: &str) -> EngineError {
-    EngineError::InvalidSetting { field: "device", reason: format!("{what} is not available: this build has no `{feature}` feature or the machine has no such GPU") }
+    EngineError::InvalidSetting { field: "device", reason: format!("{what} is not available: this build of Hearth has no {what} support (cargo feature `{feature}`) or this machine has no such GPU") }
 }
 
 fn cuda(ordinal: usize) -> Result<Device> {

@@ -96,8 +96,12 @@ pub async fn device_get(state: State<'_, AppState>) -> AppResult<String> {
 /// build or machine cannot open is refused here, before anything changes.
 #[tauri::command]
 pub async fn device_set(state: State<'_, AppState>, device: String) -> AppResult<()> {
-    let choice = device.parse::<hearth_engine::DeviceChoice>().map_err(|e| AppError::new(ErrorKind::InvalidSettings, e.to_string()))?;
-    choice.open().map_err(|e| AppError::new(ErrorKind::InvalidSettings, e.to_string()))?;
+    let refused = |e: hearth_engine::EngineError| match e {
+        hearth_engine::EngineError::InvalidSetting { reason, .. } => AppError::new(ErrorKind::InvalidSettings, reason),
+        other => AppError::from(other),
+    };
+    let choice = device.parse::<hearth_engine::DeviceChoice>().map_err(refused)?;
+    choice.open().map_err(refused)?;
     state.store()?.set_app_setting(crate::worker::DEVICE_KEY, &choice.to_string())?;
     if let crate::events::ModelStatus::Ready { path, .. } = state.worker.model_status() {
         state.worker.load_model(path.into());
