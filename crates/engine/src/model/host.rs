@@ -21,6 +21,10 @@ use crate::quant_matmul::{Activations, QuantMatrix};
 use crate::vec_ops;
 use crate::worker_pool::{DisjointSlice, WorkerPool};
 
+/// Cache positions beyond which a decode step's attention groups the query
+/// heads that share a KV head.
+const LONG_HISTORY: usize = 512;
+
 /// Rows of activations per quantization or element-wise task.
 const ROWS_PER_TASK: usize = 16;
 
@@ -175,9 +179,14 @@ impl Model {
         let scale = 1.0f32 / (hd as f32).sqrt();
         let lanes = if seq == 1 { 32 } else { 8 };
         // A task is one KV head's query heads over a few rows, so each key
-        // and value is read once for all of them; a decode step has one row,
-        // and there one query head per task balances the threads better.
-        let (heads_per_task, rows_per_task) = if seq == 1 { (1, 1) } else { (n_rep, 4) };
+        // and value is read once for all of them. A decode step has one row:
+        // over a short history one query head per task balances the threads
+        // better; over a long one, reading the cache once per KV head wins.
+        let (heads_per_task, rows_per_task) = match seq {
+            1 if pos0 < LONG_HISTORY => (1, 1),
+            1 => (n_rep, 1),
+            _ => (n_rep, 4),
+        };
         let groups_per_row = nh / heads_per_task;
         let row_blocks = seq.div_ceil(rows_per_task);
         let kv = cache.host(layer);
