@@ -191,13 +191,7 @@ impl QuantMatrix {
             }
             for r in r..rows {
                 for col in cols.clone() {
-                    #[cfg(target_arch = "x86_64")]
-                    if col + PREFETCH_COLUMNS < self.n {
-                        let p = b.as_ptr().add((col + PREFETCH_COLUMNS) * kb) as *const i8;
-                        for off in (0..kb * BlockQ4K::BYTES).step_by(64) {
-                            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.add(off));
-                        }
-                    }
+                    prefetch_row_ahead(b, kb, col);
                     out.write(r * ld + col, quant_k::dot(&b[col * kb..(col + 1) * kb], y(r), simd));
                 }
             }
@@ -265,23 +259,10 @@ pub(crate) trait WeightBlock: Copy {
         let row = |c: usize| &blocks[c * kb..(c + 1) * kb];
         let mut col = cols.start;
         let mut xs = [row(col); W];
-        // Decoding streams the weights once from memory: ask for a row a
-        // few rows ahead (about one memory latency of work) while this one
-        // is computed, past the end of this task's rows too.
-        let n_rows = blocks.len() / kb;
-        let ahead = |c: usize| {
-            if R == 1 && c + PREFETCH_COLUMNS < n_rows {
-                let p = blocks.as_ptr().add((c + PREFETCH_COLUMNS) * kb) as *const i8;
-                let bytes = kb * std::mem::size_of::<Self>();
-                let mut off = 0;
-                while off < bytes {
-                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.add(off));
-                    off += 64;
-                }
-            }
-        };
         while col + W <= cols.end {
-            ahead(col);
+            if R == 1 {
+                prefetch_row_ahead(blocks, kb, col);
+            }
             for (i, x) in xs.iter_mut().enumerate() {
                 *x = row(col + i);
             }
@@ -297,6 +278,26 @@ pub(crate) trait WeightBlock: Copy {
             col += 1;
         }
     }
+}
+
+/// Decoding streams the weights once from memory: asks for the row
+/// `PREFETCH_COLUMNS` after `row` (about one memory latency of work ahead)
+/// while this one is computed, past the end of a task's rows too.
+#[inline]
+fn prefetch_row_ahead<B>(blocks: &[B], kb: usize, row: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if (row + PREFETCH_COLUMNS + 1) * kb <= blocks.len() {
+        let bytes = kb * std::mem::size_of::<B>();
+        // SAFETY: the row lies inside `blocks`; a prefetch reads nothing.
+        unsafe {
+            let p = blocks.as_ptr().add((row + PREFETCH_COLUMNS) * kb) as *const i8;
+            for off in (0..bytes).step_by(64) {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.add(off));
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (blocks, kb, row);
 }
 
 /// `out[i][a]` = weight row `cols.start + i` · activation row `a < r`.
@@ -433,13 +434,20 @@ impl WeightBlock for BlockQ4_1 {
     }
 }
 
+/// The portable dot product for formats whose quants are signed once
+/// unpacked: `scale_quants` gives a block's scale and its 32 quants.
+fn signed_dot<B>(x: &[B], y: &[Q8Block], scale_quants: impl Fn(&B) -> (f32, [i32; 32])) -> f32 {
+    let mut acc = [0f32; 8];
+    for (x, y) in x.iter().zip(y) {
+        let (d, q) = scale_quants(x);
+        accumulate(&mut acc, d * y.d, lanes(&q, &y.qs));
+    }
+    hsum8(acc)
+}
+
 impl WeightBlock for BlockQ4_0 {
     fn dot(x: &[Self], y: &[Q8Block]) -> f32 {
-        let mut acc = [0f32; 8];
-        for (x, y) in x.iter().zip(y) {
-            accumulate(&mut acc, half(x.d) * y.d, lanes(&nibbles(&x.qs, 8), &y.qs));
-        }
-        hsum8(acc)
+        signed_dot(x, y, |b| (half(b.d), nibbles(&b.qs, 8)))
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -452,12 +460,7 @@ impl WeightBlock for BlockQ4_0 {
 
 impl WeightBlock for BlockQ8_0 {
     fn dot(x: &[Self], y: &[Q8Block]) -> f32 {
-        let mut acc = [0f32; 8];
-        for (x, y) in x.iter().zip(y) {
-            let q: [i32; 32] = std::array::from_fn(|b| x.qs[b] as i32);
-            accumulate(&mut acc, half(x.d) * y.d, lanes(&q, &y.qs));
-        }
-        hsum8(acc)
+        signed_dot(x, y, |b| (half(b.d), std::array::from_fn(|i| b.qs[i] as i32)))
     }
 
     #[cfg(target_arch = "x86_64")]

@@ -44,7 +44,8 @@ impl Model {
             vec_ops::scale(&mut x, s as f32);
         }
         let rope_global = self.rope_global.tables(pos0, seq);
-        let rope_local = self.rope_local.tables(pos0, seq);
+        // Only sliding layers use the local tables.
+        let rope_local = if c.sliding_window.is_some() { self.rope_local.tables(pos0, seq) } else { Default::default() };
         let ffn = self.layers.first().map_or(0, |b| b.gate.rows());
         let mut buf = Buffers {
             h: vec![0f32; rows * e],
