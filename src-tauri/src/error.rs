@@ -51,7 +51,7 @@ impl From<EngineError> for AppError {
             EngineError::Io { .. } | EngineError::CorruptModel { .. } | EngineError::TruncatedModel { .. } | EngineError::Tokenizer { .. } => {
                 ErrorKind::BadModel
             }
-            EngineError::UnsupportedArchitecture { .. } => ErrorKind::UnsupportedModel,
+            EngineError::UnsupportedArchitecture { .. } | EngineError::UnsupportedTensorType { .. } => ErrorKind::UnsupportedModel,
             EngineError::InvalidSetting { .. } => ErrorKind::InvalidSettings,
             EngineError::PromptTooLong { .. } => ErrorKind::PromptTooLong,
             EngineError::Template(_) | EngineError::CorruptCache(_) | EngineError::Compute(_) => ErrorKind::Internal,

@@ -21,6 +21,13 @@ pub enum EngineError {
         architecture: String,
         supported: &'static str,
     },
+    #[error("model file {path}: tensor {tensor} is {dtype}, which Hearth cannot run yet; {hint}")]
+    UnsupportedTensorType {
+        path: PathBuf,
+        tensor: String,
+        dtype: &'static str,
+        hint: &'static str,
+    },
     #[error("model file {path} has no usable tokenizer: {reason}")]
     Tokenizer { path: PathBuf, reason: String },
     #[error("chat template error: {0}")]

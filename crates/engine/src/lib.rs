@@ -4,23 +4,22 @@
 //! conversation, and run turns through the [`SamplerLoop`] (via
 //! [`Session::start_turn`]). Nothing here knows about Tauri, IPC or storage.
 
+pub mod cpu;
 pub mod detok;
 pub mod device;
 pub mod engine;
 pub mod error;
+pub mod ggml_type;
 pub mod gguf;
 pub mod kv_cache;
 pub mod model;
 pub mod paths;
-pub mod quant_k;
-pub mod quant_matmul;
 pub mod sampler_loop;
 pub mod sampling;
 pub mod session;
 pub mod session_file;
 pub mod template;
 pub mod tokenizer;
-pub mod vec_ops;
 pub mod worker_pool;
 
 pub use candle_core::Device;
@@ -28,6 +27,7 @@ pub use detok::StreamDecoder;
 pub use device::DeviceChoice;
 pub use engine::Engine;
 pub use error::{EngineError, Result};
+pub use ggml_type::GgmlType;
 pub use gguf::GgufFile;
 pub use kv_cache::KvCache;
 pub use model::{Architecture, Kernels, Model, ModelConfig};

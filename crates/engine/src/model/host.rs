@@ -17,8 +17,8 @@ use candle_core::{Device, Tensor};
 use super::{window_start, Architecture, Block, Embeddings, Matrix, Model, Norm};
 use crate::error::Result;
 use crate::kv_cache::KvCache;
-use crate::quant_matmul::{Activations, QuantMatrix};
-use crate::vec_ops;
+use crate::cpu::{Activations, QuantMatrix};
+use crate::cpu::vec_ops;
 use crate::worker_pool::{DisjointSlice, WorkerPool};
 
 /// Cache positions beyond which a decode step's attention groups the query
@@ -82,7 +82,6 @@ impl Model {
             let id = id as usize;
             match &self.embeddings {
                 Embeddings::Quant(m) => m.dequantize_row(id, row),
-                Embeddings::Host(t) => row.copy_from_slice(&t[id * e..(id + 1) * e]),
                 Embeddings::Device(_) => unreachable!("device embeddings are looked up by the graph"),
             }
         }

@@ -17,7 +17,7 @@ use candle_core::{DType, Device, Module, Tensor};
 use crate::error::Result;
 use crate::gguf::GgufFile;
 use crate::kv_cache::KvCache;
-use crate::quant_matmul::QuantMatrix;
+use crate::cpu::QuantMatrix;
 
 /// Longest chunk fed in one forward pass while prefilling; bounds the
 /// attention score matrix to `heads × chunk × context` floats.
@@ -81,7 +81,6 @@ enum Matrix {
 /// the CPU, often shared with the tied output matrix), or dequantized.
 enum Embeddings {
     Quant(Arc<QuantMatrix>),
-    Host(Vec<f32>),
     Device(Tensor),
 }
 
@@ -105,13 +104,26 @@ impl Norm {
 }
 
 impl Matrix {
-    fn new(t: QTensor, device: &Device, kernels: Kernels) -> Result<Self> {
-        if device.is_cpu() && kernels == Kernels::Hearth {
-            if let Some(m) = QuantMatrix::from_qtensor(&t) {
-                return Ok(Self::Own(Arc::new(m)));
-            }
+    /// Tensor `name` as a matrix: Hearth's own kernels (`own`, on the CPU),
+    /// else candle's `QMatMul`.
+    fn load(file: &mut GgufFile, name: &str, device: &Device, own: bool) -> Result<Self> {
+        if own {
+            let raw = file.raw_tensor(name)?;
+            return match QuantMatrix::from_raw(raw.dtype, &raw.dims, &raw.data) {
+                Ok(m) => Ok(Self::Own(Arc::new(m))),
+                Err(_) if !raw.dtype.is_runnable() => Err(file.unsupported_type(name, raw.dtype)),
+                Err(why) => Err(file.corrupt(format!("tensor {name} {why}"))),
+            };
         }
-        Ok(Self::Candle(QMatMul::from_qtensor(t)?))
+        Ok(Self::Candle(QMatMul::from_qtensor(file.tensor(name, device)?)?))
+    }
+
+    fn stored_bytes(&self) -> usize {
+        match self {
+            Self::Own(m) => m.stored_bytes(),
+            Self::Candle(QMatMul::QTensor(t)) => t.storage_size_in_bytes(),
+            Self::Candle(QMatMul::Tensor(t) | QMatMul::TensorF16(t)) => t.elem_count() * t.dtype().size_in_bytes(),
+        }
     }
 
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
@@ -167,36 +179,39 @@ impl Model {
         };
         // Bytes of weights one decode step reads: every matrix once.
         let weight_bytes = std::cell::Cell::new(0usize);
+        let own_kernels = device.is_cpu() && kernels == Kernels::Hearth;
         let matmul = |file: &mut GgufFile, name: &str, rows: usize, cols: usize| -> Result<Matrix> {
-            let t = file.tensor(name, device)?;
-            weight_bytes.set(weight_bytes.get() + t.storage_size_in_bytes());
-            check_shape(file, name, &t, &[rows, cols])?;
-            Matrix::new(t, device, kernels)
+            check_shape(file, name, &[rows, cols])?;
+            let m = Matrix::load(file, name, device, own_kernels)?;
+            weight_bytes.set(weight_bytes.get() + m.stored_bytes());
+            Ok(m)
         };
 
-        let embd_q = file.tensor("token_embd.weight", device)?;
-        let (vocab_size, embd_cols) = embd_q.shape().dims2().map_err(|_| file.corrupt("token_embd.weight is not a matrix"))?;
+        let embd_dims = file.tensor_info("token_embd.weight").ok_or_else(|| file.corrupt("missing tensor token_embd.weight"))?.dims.clone();
+        let &[vocab_size, embd_cols] = embd_dims.as_slice() else { return Err(file.corrupt("token_embd.weight is not a matrix")) };
         if embd_cols != config.n_embd {
             return Err(file.corrupt(format!("token_embd.weight has {embd_cols} columns, expected {}", config.n_embd)));
         }
-        let own_embeddings = if device.is_cpu() { QuantMatrix::from_qtensor(&embd_q).map(Arc::new) } else { None };
-        let embeddings = match (&own_embeddings, device.is_cpu()) {
-            (Some(m), _) => Embeddings::Quant(m.clone()),
-            (None, true) => Embeddings::Host(embd_q.dequantize(device)?.flatten_all()?.to_vec1()?),
-            (None, false) => Embeddings::Device(embd_q.dequantize(device)?),
+        // On the CPU the embeddings stay in their file type, rows widened as
+        // they are looked up; tied to the output, one copy serves both.
+        let embd = Matrix::load(file, "token_embd.weight", device, device.is_cpu())?;
+        let embeddings = match &embd {
+            Matrix::Own(m) => Embeddings::Quant(m.clone()),
+            Matrix::Candle(q) => Embeddings::Device(match q {
+                QMatMul::QTensor(t) => t.dequantize(device)?,
+                QMatMul::Tensor(t) | QMatMul::TensorF16(t) => t.to_dtype(DType::F32)?,
+            }),
         };
-        // The output matrix is read whole each step (the embeddings only a row).
-        let output_t = file.tensor_opt("output.weight", device)?;
-        weight_bytes.set(weight_bytes.get() + output_t.as_ref().map_or(embd_q.storage_size_in_bytes(), |t| t.storage_size_in_bytes()));
-        let output = match output_t {
-            Some(t) => {
-                check_shape(file, "output.weight", &t, &[vocab_size, config.n_embd])?;
-                Matrix::new(t, device, kernels)?
+        let output = if file.has_tensor("output.weight") {
+            matmul(file, "output.weight", vocab_size, config.n_embd)?
+        } else {
+            match (&embd, own_kernels) {
+                (Matrix::Own(m), true) => {
+                    weight_bytes.set(weight_bytes.get() + m.stored_bytes());
+                    Matrix::Own(m.clone())
+                }
+                _ => matmul(file, "token_embd.weight", vocab_size, config.n_embd)?,
             }
-            None => match (own_embeddings, kernels) {
-                (Some(m), Kernels::Hearth) => Matrix::Own(m),
-                _ => Matrix::new(embd_q, device, kernels)?,
-            },
         };
         let q_dim = config.n_heads * config.head_dim;
         let kv_dim = config.n_kv_heads * config.head_dim;
@@ -222,9 +237,10 @@ impl Model {
             let wq = linear(file, "attn_q", q_dim)?;
             let wk = linear(file, "attn_k", kv_dim)?;
             let wv = linear(file, "attn_v", kv_dim)?;
-            let ffn_dim = {
-                let t = file.tensor(&format!("{p}.ffn_up.weight"), device)?;
-                t.shape().dims2().map_err(|_| file.corrupt(format!("{p}.ffn_up.weight is not a matrix")))?.0
+            let ffn_dim = match file.tensor_info(&format!("{p}.ffn_up.weight")).map(|i| i.dims.as_slice()) {
+                Some(&[rows, _]) => rows,
+                Some(_) => return Err(file.corrupt(format!("{p}.ffn_up.weight is not a matrix"))),
+                None => return Err(file.corrupt(format!("missing tensor {p}.ffn_up.weight"))),
             };
             layers.push(Block {
                 attn_norm: norm(file, &format!("{p}.attn_norm.weight"))?,
@@ -420,9 +436,10 @@ impl Model {
     }
 }
 
-fn check_shape(file: &GgufFile, name: &str, t: &QTensor, expected: &[usize]) -> Result<()> {
-    if t.shape().dims() != expected {
-        return Err(file.corrupt(format!("tensor {name} has shape {:?}, expected {expected:?}", t.shape().dims())));
+fn check_shape(file: &GgufFile, name: &str, expected: &[usize]) -> Result<()> {
+    let info = file.tensor_info(name).ok_or_else(|| file.corrupt(format!("missing tensor {name}")))?;
+    if info.dims != expected {
+        return Err(file.corrupt(format!("tensor {name} has shape {:?}, expected {expected:?}", info.dims)));
     }
     Ok(())
 }

@@ -21,7 +21,7 @@ macro_rules! multiversion {
                 unsafe fn avx2($($a: $t),*) $(-> $r)? {
                     $imp($($a),*)
                 }
-                if crate::quant_matmul::has_avx2_fma() {
+                if crate::cpu::isa::has_avx2_fma() {
                     // SAFETY: the CPU has AVX2 and FMA (checked at run time).
                     return unsafe { avx2($($a),*) };
                 }
@@ -79,7 +79,7 @@ pub fn attend_group(outs: &mut [&mut [f32]], queries: &[&[f32]], bounds: &[(usiz
         unsafe fn avx2(outs: &mut [&mut [f32]], queries: &[&[f32]], bounds: &[(usize, usize)], keys: &[f32], values: &[f32], scale: f32, lanes: usize, scores: &mut [Vec<f32>], acc: &mut Vec<f32>) {
             attend_group_impl::<true>(outs, queries, bounds, keys, values, scale, lanes, scores, acc)
         }
-        if crate::quant_matmul::has_avx2_fma() {
+        if crate::cpu::isa::has_avx2_fma() {
             // SAFETY: the CPU has AVX2 and FMA (checked at run time).
             return unsafe { avx2(outs, queries, bounds, keys, values, scale, lanes, scores, acc) };
         }
@@ -325,7 +325,7 @@ mod tests {
             let want = dot_impl(&a, &b);
             assert_eq!(dot(&a, &b).to_bits(), want.to_bits(), "dot {n}");
             #[cfg(target_arch = "x86_64")]
-            if crate::quant_matmul::has_avx2_fma() {
+            if crate::cpu::isa::has_avx2_fma() {
                 // SAFETY: checked just above.
                 assert_eq!(unsafe { dot_avx2(&a, &b) }.to_bits(), want.to_bits(), "dot_avx2 {n}");
             }

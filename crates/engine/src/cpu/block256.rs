@@ -1,0 +1,231 @@
+//! Dot products for the 256-value super-block formats (Q2_K … Q6_K,
+//! IQ4_XS) against activations rounded to Q8_K, in llama.cpp's AVX2 order.
+//!
+//! Each format says how to unpack a block into 256 quants in activation
+//! order, a scale per 16 values and its minimums (`Block256`); the kernel is
+//! written once. The integer lanes are exact and laid out as llama.cpp lays
+//! them (lane `l` holds values `4l..4l+4` of every 32), and the few float
+//! steps — which differ between formats — follow its order (`Finish`), so
+//! results match its AVX2 build. The portable path performs the same
+//! floating-point operations.
+
+use super::block32::half;
+use super::q8::{Q8KBlock, QK_K};
+use super::vec_ops::hsum8;
+
+/// How a format's integer sums become a float.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Finish {
+    /// `Σ d·lanes` (Q3_K, IQ4_XS).
+    Plain,
+    /// Minimums per 16 values, in the same accumulator first (Q2_K).
+    MinLanes,
+    /// Minimums per 32 values in a four-lane accumulator (Q4_K).
+    MinQuad,
+    /// Minimums per 32 values summed as one float per block (Q5_K).
+    MinScalar,
+    /// Unsigned quants with 32 subtracted through the activation sums (Q6_K).
+    Offset32,
+}
+
+/// Scales per 16 values, and minimums: per 16 for `MinLanes`, per 32 (the
+/// first eight) for `MinQuad` and `MinScalar`.
+#[repr(C, align(32))]
+pub(crate) struct Scales {
+    pub(crate) sc: [i16; 16],
+    pub(crate) mins: [i16; 16],
+}
+
+/// One 256-value weight super-block.
+pub(crate) trait Block256: Copy + Send + Sync + 'static {
+    const SIGNED: bool;
+    const FINISH: Finish;
+    /// Bytes in GGUF (the struct is laid out exactly so).
+    const BYTES: usize;
+    fn d_bits(&self) -> u16;
+    fn dmin_bits(&self) -> u16 {
+        0
+    }
+    fn scales(&self) -> Scales;
+    /// The quants in activation order (unsigned ones as their bit patterns).
+    fn quants(&self) -> [i8; QK_K];
+    /// The same quants, 32 values a register.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn quants_avx2(&self) -> [std::arch::x86_64::__m256i; 8];
+
+    fn dequantize(&self, out: &mut [f32]) {
+        let (d, dmin) = (half(self.d_bits()), half(self.dmin_bits()));
+        let s = self.scales();
+        let q = self.quants();
+        for (e, o) in out.iter_mut().enumerate().take(QK_K) {
+            let qv = if Self::SIGNED { q[e] as i32 } else { q[e] as u8 as i32 };
+            let qv = if Self::FINISH == Finish::Offset32 { qv - 32 } else { qv };
+            let min = match Self::FINISH {
+                Finish::MinLanes => dmin * s.mins[e / 16] as f32,
+                Finish::MinQuad | Finish::MinScalar => dmin * s.mins[e / 32] as f32,
+                _ => 0.0,
+            };
+            *o = (d * s.sc[e / 16] as f32) * qv as f32 - min;
+        }
+    }
+}
+
+/// `Σ_k mins[k]·(bsums[2k] + bsums[2k+1])` by pairs, as four lanes.
+fn min_quad(mins: &[i16; 16], bsums: &[i16; 16]) -> [i32; 4] {
+    let q8s: [i32; 8] = std::array::from_fn(|k| bsums[2 * k] as i32 + bsums[2 * k + 1] as i32);
+    std::array::from_fn(|l| mins[2 * l] as i32 * q8s[2 * l] + mins[2 * l + 1] as i32 * q8s[2 * l + 1])
+}
+
+/// The portable dot product of one weight row with one activation row.
+pub(crate) fn dot<B: Block256>(x: &[B], y: &[Q8KBlock]) -> f32 {
+    let mut acc = [0f32; 8];
+    let mut acc_m = [0f32; 4];
+    let mut summs = 0f32;
+    for (x, y) in x.iter().zip(y) {
+        let d = y.d * half(x.d_bits());
+        let dmin = -y.d * half(x.dmin_bits());
+        let s = x.scales();
+        let q = x.quants();
+        match B::FINISH {
+            Finish::MinLanes => {
+                for (l, a) in acc.iter_mut().enumerate() {
+                    let p = s.mins[2 * l] as i32 * y.bsums[2 * l] as i32 + s.mins[2 * l + 1] as i32 * y.bsums[2 * l + 1] as i32;
+                    *a = dmin.mul_add(p as f32, *a);
+                }
+            }
+            Finish::MinQuad => {
+                for (a, p) in acc_m.iter_mut().zip(min_quad(&s.mins, &y.bsums)) {
+                    *a = dmin.mul_add(p as f32, *a);
+                }
+            }
+            Finish::MinScalar => summs += dmin * min_quad(&s.mins, &y.bsums).iter().sum::<i32>() as f32,
+            _ => {}
+        }
+        let mut sumi = [0i32; 8];
+        for e in 0..QK_K {
+            let qv = if B::SIGNED { q[e] as i32 } else { q[e] as u8 as i32 };
+            sumi[(e % 32) / 4] += s.sc[e / 16] as i32 * qv * y.qs[e] as i32;
+        }
+        if B::FINISH == Finish::Offset32 {
+            for (l, v) in sumi.iter_mut().enumerate() {
+                *v -= 32 * (y.bsums[2 * l] as i32 * s.sc[2 * l] as i32 + y.bsums[2 * l + 1] as i32 * s.sc[2 * l + 1] as i32);
+            }
+        }
+        for (a, v) in acc.iter_mut().zip(sumi) {
+            *a = d.mul_add(v as f32, *a);
+        }
+    }
+    hsum8(acc)
+        + match B::FINISH {
+            Finish::MinQuad => (acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3]),
+            Finish::MinScalar => summs,
+            _ => 0.0,
+        }
+}
+
+/// One weight row against `R` activation rows: each block is unpacked once
+/// for all of them (prefill); every product is computed as `dot` computes it.
+pub(crate) fn dot_rows<B: Block256, const R: usize>(x: &[B], y: [&[Q8KBlock]; R], simd: bool) -> [f32; R] {
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        for ya in &y {
+            assert!(ya.len() >= x.len());
+        }
+        // SAFETY: the CPU has AVX2, FMA and F16C (checked by the caller at
+        // run time); every activation row is as long as the weight row.
+        return unsafe { x86::dot_rows::<B, R>(x, y) };
+    }
+    let _ = simd;
+    std::array::from_fn(|a| dot(x, y[a]))
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{Block256, Finish};
+    use crate::cpu::block32::x86::half;
+    use crate::cpu::q8::Q8KBlock;
+    use crate::cpu::vec_ops::hsum8;
+
+    /// Bytes of `v` shifted right by `n` (< 8) and masked to `mask`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn bits(v: __m256i, n: i32, mask: i8) -> __m256i {
+        _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(n)), _mm256_set1_epi8(mask))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn dot_rows<B: Block256, const R: usize>(x: &[B], y: [&[Q8KBlock]; R]) -> [f32; R] {
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut acc_m = [_mm_setzero_ps(); R];
+        let mut summs = [0f32; R];
+        let mut sc = [_mm256_setzero_si256(); 8];
+        for i in 0..x.len() {
+            let xb = x.get_unchecked(i);
+            let (xd, xdmin) = (half(xb.d_bits()), half(xb.dmin_bits()));
+            let s = xb.scales();
+            let q = xb.quants_avx2();
+            for c in 0..8 {
+                sc[c] = _mm256_set_m128i(_mm_set1_epi16(s.sc[2 * c + 1]), _mm_set1_epi16(s.sc[2 * c]));
+            }
+            let sc16 = _mm256_load_si256(s.sc.as_ptr() as *const __m256i);
+            let mins16 = _mm256_load_si256(s.mins.as_ptr() as *const __m256i);
+            let mins8 = _mm256_castsi256_si128(mins16);
+            for a in 0..R {
+                let yb = y[a].get_unchecked(i);
+                let d = yb.d * xd;
+                let dmin = -yb.d * xdmin;
+                let bsums = _mm256_loadu_si256(yb.bsums.as_ptr() as *const __m256i);
+                match B::FINISH {
+                    Finish::MinLanes => {
+                        acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_madd_epi16(mins16, bsums)), acc[a]);
+                    }
+                    Finish::MinQuad | Finish::MinScalar => {
+                        let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
+                        let prod = _mm_madd_epi16(mins8, q8s);
+                        if B::FINISH == Finish::MinQuad {
+                            acc_m[a] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[a]);
+                        } else {
+                            let h = _mm_hadd_epi32(_mm_hadd_epi32(prod, _mm_setzero_si128()), _mm_setzero_si128());
+                            summs[a] += dmin * _mm_cvtsi128_si32(h) as f32;
+                        }
+                    }
+                    _ => {}
+                }
+                let mut sumi = _mm256_setzero_si256();
+                for c in 0..8 {
+                    let yv = _mm256_loadu_si256(yb.qs.as_ptr().add(32 * c) as *const __m256i);
+                    let p16 = if B::SIGNED {
+                        _mm256_maddubs_epi16(_mm256_sign_epi8(q[c], q[c]), _mm256_sign_epi8(yv, q[c]))
+                    } else {
+                        _mm256_maddubs_epi16(q[c], yv)
+                    };
+                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc[c], p16));
+                }
+                if B::FINISH == Finish::Offset32 {
+                    sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, sc16)));
+                }
+                acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[a]);
+            }
+        }
+        let mut out = [0f32; R];
+        for a in 0..R {
+            let mut lanes = [0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), acc[a]);
+            out[a] = hsum8(lanes);
+            match B::FINISH {
+                Finish::MinQuad => {
+                    let mut m = acc_m[a];
+                    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+                    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+                    out[a] += _mm_cvtss_f32(m);
+                }
+                Finish::MinScalar => out[a] += summs[a],
+                _ => {}
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,275 @@
+//! Dot products for the 32-value block formats (Q4_0, Q4_1, Q5_0, Q5_1,
+//! Q8_0, IQ4_NL) against activations rounded to Q8 blocks, in tiles.
+//!
+//! Each format says only how to unpack one block (`Block32`); the tile
+//! code here is written once. Every product in a tile is computed exactly
+//! as a lone dot product is, in llama.cpp's AVX2 order: eight lanes, each
+//! the exact integer dot of four consecutive values, scaled into f32 lanes
+//! with a fused multiply-add per block, then one horizontal sum. The
+//! portable path performs the same floating-point operations.
+
+use std::ops::Range;
+
+use super::q8::Q8Block;
+use super::vec_ops::hsum8;
+
+/// How a format's blocks combine into a dot product.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sum {
+    /// Signed quants: `Σ d·dy·lanes`.
+    Signed,
+    /// Unsigned quants and a minimum: `Σ d·dy·lanes + Σ m·sy` (Q8_1's sums).
+    WithMin,
+    /// Signed, with even and odd blocks in two accumulators and an odd
+    /// last block added alone (IQ4_NL's order).
+    SignedPairs,
+}
+
+/// One 32-value weight block.
+pub(crate) trait Block32: Copy + Send + Sync + 'static {
+    const SUM: Sum;
+    /// Bytes in GGUF (the struct is laid out exactly so).
+    const BYTES: usize;
+    fn d_bits(&self) -> u16;
+    fn m_bits(&self) -> u16 {
+        0
+    }
+    /// The quants in activation order: signed values, or unsigned for `WithMin`.
+    fn quants(&self) -> [i8; 32];
+    /// The same quants in a register.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn quants_avx2(&self) -> std::arch::x86_64::__m256i;
+
+    fn dequantize(&self, out: &mut [f32]) {
+        let (d, m) = (half(self.d_bits()), half(self.m_bits()));
+        for (o, q) in out.iter_mut().zip(self.quants()) {
+            *o = if Self::SUM == Sum::WithMin { d * (q as u8) as f32 + m } else { d * q as f32 };
+        }
+    }
+}
+
+pub(crate) fn half(bits: u16) -> f32 {
+    half::f16::from_bits(bits).to_f32()
+}
+
+/// Eight lanes, each the integer dot of four consecutive values.
+fn lanes<const UNSIGNED: bool>(q: &[i8; 32], y: &[i8; 32]) -> [f32; 8] {
+    std::array::from_fn(|l| {
+        (l * 4..l * 4 + 4)
+            .map(|b| if UNSIGNED { (q[b] as u8) as i32 * y[b] as i32 } else { q[b] as i32 * y[b] as i32 })
+            .sum::<i32>() as f32
+    })
+}
+
+fn fma_lanes(acc: &mut [f32; 8], d: f32, l: [f32; 8]) {
+    for (a, v) in acc.iter_mut().zip(l) {
+        *a = d.mul_add(v, *a);
+    }
+}
+
+/// The portable dot product of one weight row with one activation row.
+pub(crate) fn dot<B: Block32>(x: &[B], y: &[Q8Block]) -> f32 {
+    match B::SUM {
+        Sum::Signed => {
+            let mut acc = [0f32; 8];
+            for (x, y) in x.iter().zip(y) {
+                fma_lanes(&mut acc, half(x.d_bits()) * y.d, lanes::<false>(&x.quants(), &y.qs));
+            }
+            hsum8(acc)
+        }
+        Sum::WithMin => {
+            let mut acc = [0f32; 8];
+            let mut summs = 0f32;
+            for (x, y) in x.iter().zip(y) {
+                summs += half(x.m_bits()) * y.s;
+                fma_lanes(&mut acc, half(x.d_bits()) * y.d, lanes::<true>(&x.quants(), &y.qs));
+            }
+            hsum8(acc) + summs
+        }
+        Sum::SignedPairs => {
+            let mut acc = [[0f32; 8]; 2];
+            let pairs = x.len() & !1;
+            for (i, (x, y)) in x[..pairs].iter().zip(y).enumerate() {
+                fma_lanes(&mut acc[i % 2], y.d * half(x.d_bits()), lanes::<false>(&x.quants(), &y.qs));
+            }
+            let mut sum = hsum8(std::array::from_fn(|l| acc[0][l] + acc[1][l]));
+            if pairs < x.len() {
+                let (x, y) = (&x[pairs], &y[pairs]);
+                let sumi: i32 = x.quants().iter().zip(&y.qs).map(|(&q, &v)| q as i32 * v as i32).sum();
+                sum = (y.d * half(x.d_bits())).mul_add(sumi as f32, sum);
+            }
+            sum
+        }
+    }
+}
+
+/// `out[i][a]` = weight row `cols.start + i` · activation row `a < r`
+/// (`r` is 4 when prefilling, 1 when decoding).
+pub(crate) fn column_range<B: Block32>(blocks: &[B], kb: usize, cols: Range<usize>, r: usize, y: [&[Q8Block]; 4], simd: bool, out: &mut [[f32; 4]]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        // SAFETY: the CPU has AVX2, FMA and F16C (checked at run time).
+        unsafe {
+            if r == 4 {
+                x86::columns::<B, 2, 4>(blocks, kb, cols, y, out);
+            } else {
+                x86::columns::<B, 1, 1>(blocks, kb, cols, [y[0]], out);
+            }
+        }
+        return;
+    }
+    let _ = simd;
+    for (i, o) in out.iter_mut().enumerate() {
+        let col = cols.start + i;
+        for (a, v) in o.iter_mut().enumerate().take(r) {
+            *v = dot(&blocks[col * kb..(col + 1) * kb], y[a]);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86 {
+    use std::arch::x86_64::*;
+    use std::ops::Range;
+
+    use super::{Block32, Sum};
+    use crate::cpu::prefetch::prefetch_row_ahead;
+    use crate::cpu::q8::Q8Block;
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn hsum(x: __m256) -> f32 {
+        let mut r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+        r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+        r = _mm_add_ss(r, _mm_movehdup_ps(r));
+        _mm_cvtss_f32(r)
+    }
+
+    /// An f16 scale, widened by the F16C unit.
+    #[inline]
+    #[target_feature(enable = "f16c")]
+    pub unsafe fn half(bits: u16) -> f32 {
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+    }
+
+    /// Sixteen bytes of nibbles as 32 bytes: low nibbles first, then high.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn nibbles(qs: &[u8; 16]) -> __m256i {
+        let tmp = _mm_loadu_si128(qs.as_ptr() as *const __m128i);
+        _mm256_and_si256(_mm256_set1_epi8(0xF), _mm256_set_m128i(_mm_srli_epi16(tmp, 4), tmp))
+    }
+
+    /// Bit `i` of `bits` as byte `i` (0xFF where set), for the fifth bit of Q5 formats.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn bytes_from_bits(bits: u32) -> __m256i {
+        let shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+        let mut b = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), shuf);
+        let mask = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe_u64 as i64);
+        b = _mm256_or_si256(b, mask);
+        _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1))
+    }
+
+    /// Unsigned × signed bytes, summed in fours, as floats.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn us8_dot(ax: __m256i, sy: __m256i) -> __m256 {
+        _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy)))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn i8_dot(x: __m256i, y: __m256i) -> __m256 {
+        us8_dot(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+    }
+
+    /// `W` weight rows × `R` activation rows.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn tile<B: Block32, const W: usize, const R: usize>(x: [&[B]; W], y: [&[Q8Block]; R]) -> [[f32; R]; W] {
+        // Plain loops, not closures: a closure would not inherit this
+        // function's target features, and its intrinsics would become calls.
+        let mut acc = [[[_mm256_setzero_ps(); R]; W]; 2];
+        let mut summs = [[0f32; R]; W];
+        let mut q = [_mm256_setzero_si256(); W];
+        let mut d = [0f32; W];
+        let mut m = [0f32; W];
+        let n = x[0].len();
+        let paired = if B::SUM == Sum::SignedPairs { n & !1 } else { n };
+        for i in 0..paired {
+            let slot = if B::SUM == Sum::SignedPairs { i % 2 } else { 0 };
+            for r in 0..W {
+                let b = x[r].get_unchecked(i);
+                q[r] = b.quants_avx2();
+                d[r] = half(b.d_bits());
+                if B::SUM == Sum::WithMin {
+                    m[r] = half(b.m_bits());
+                }
+            }
+            for a in 0..R {
+                let b = y[a].get_unchecked(i);
+                let qy = _mm256_loadu_si256(b.qs.as_ptr() as *const __m256i);
+                for r in 0..W {
+                    if B::SUM == Sum::WithMin {
+                        summs[r][a] += m[r] * b.s;
+                        acc[0][r][a] = _mm256_fmadd_ps(_mm256_set1_ps(d[r] * b.d), us8_dot(q[r], qy), acc[0][r][a]);
+                    } else {
+                        // IQ4_NL multiplies the scales the other way round; the product is the same.
+                        acc[slot][r][a] = _mm256_fmadd_ps(_mm256_set1_ps(d[r] * b.d), i8_dot(q[r], qy), acc[slot][r][a]);
+                    }
+                }
+            }
+        }
+        let mut out = [[0f32; R]; W];
+        for r in 0..W {
+            for a in 0..R {
+                out[r][a] = match B::SUM {
+                    Sum::Signed => hsum(acc[0][r][a]),
+                    Sum::WithMin => hsum(acc[0][r][a]) + summs[r][a],
+                    Sum::SignedPairs => {
+                        let mut s = hsum(_mm256_add_ps(acc[0][r][a], acc[1][r][a]));
+                        if paired < n {
+                            let (xb, yb) = (x[r].get_unchecked(paired), y[a].get_unchecked(paired));
+                            let qs = xb.quants();
+                            let mut sumi = 0i32;
+                            for t in 0..32 {
+                                sumi += qs[t] as i32 * yb.qs[t] as i32;
+                            }
+                            s = (yb.d * half(xb.d_bits())).mul_add(sumi as f32, s);
+                        }
+                        s
+                    }
+                };
+            }
+        }
+        out
+    }
+
+    /// Every column of `cols` against `R` activation rows, `W` at a time.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn columns<B: Block32, const W: usize, const R: usize>(blocks: &[B], kb: usize, cols: Range<usize>, y: [&[Q8Block]; R], out: &mut [[f32; 4]]) {
+        let row = |c: usize| &blocks[c * kb..(c + 1) * kb];
+        let mut col = cols.start;
+        let mut xs = [row(col); W];
+        while col + W <= cols.end {
+            if R == 1 {
+                prefetch_row_ahead(blocks, kb, col);
+            }
+            for (i, x) in xs.iter_mut().enumerate() {
+                *x = row(col + i);
+            }
+            let t = tile::<B, W, R>(xs, y);
+            for i in 0..W {
+                out[col - cols.start + i][..R].copy_from_slice(&t[i]);
+            }
+            col += W;
+        }
+        while col < cols.end {
+            let t = tile::<B, 1, R>([row(col)], y);
+            out[col - cols.start][..R].copy_from_slice(&t[0]);
+            col += 1;
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! Unquantized weights: F32, F16 and BF16. As in llama.cpp, activations
+//! are rounded to the weights' type before the dot product (F16 and BF16),
+//! and the products are summed in `ggml_vec_dot_f32`'s order.
+
+use half::{bf16, f16};
+
+use super::vec_ops;
+
+/// Weight rows in their stored type.
+pub(crate) enum FloatRows {
+    F32(Vec<f32>),
+    F16(Vec<u16>),
+    Bf16(Vec<u16>),
+}
+
+impl FloatRows {
+    pub(crate) fn from_bytes(kind: super::matrix::FloatKind, data: &[u8]) -> Self {
+        use super::matrix::FloatKind;
+        let u16s = || data.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
+        match kind {
+            FloatKind::F32 => Self::F32(data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()),
+            FloatKind::F16 => Self::F16(u16s()),
+            FloatKind::Bf16 => Self::Bf16(u16s()),
+        }
+    }
+
+    /// Rounds activations as llama.cpp does for this weight type.
+    pub(crate) fn round_activations(&self, x: &[f32]) -> Vec<f32> {
+        match self {
+            Self::F32(_) => x.to_vec(),
+            Self::F16(_) => x.iter().map(|&v| f16::from_f32(v).to_f32()).collect(),
+            Self::Bf16(_) => x.iter().map(|&v| bf16::from_f32(v).to_f32()).collect(),
+        }
+    }
+
+    /// Row `row` (of width `k`) as f32, into `buf` unless it is stored so.
+    pub(crate) fn row<'a>(&'a self, row: usize, k: usize, buf: &'a mut Vec<f32>) -> &'a [f32] {
+        let range = row * k..(row + 1) * k;
+        match self {
+            Self::F32(w) => &w[range],
+            Self::F16(w) => {
+                buf.clear();
+                buf.extend(w[range].iter().map(|&b| f16::from_bits(b).to_f32()));
+                buf
+            }
+            Self::Bf16(w) => {
+                buf.clear();
+                buf.extend(w[range].iter().map(|&b| bf16::from_bits(b).to_f32()));
+                buf
+            }
+        }
+    }
+
+    /// `out[a][i]` for weight rows `cols` against `rows` rounded activation rows.
+    pub(crate) fn dot_rows(&self, k: usize, x: &[f32], rows: usize, col: usize, buf: &mut Vec<f32>, mut write: impl FnMut(usize, f32)) {
+        let w = self.row(col, k, buf);
+        for r in 0..rows {
+            write(r, vec_ops::dot(&x[r * k..(r + 1) * k], w));
+        }
+    }
+
+    pub(crate) fn stored_bytes(&self) -> usize {
+        match self {
+            Self::F32(w) => w.len() * 4,
+            Self::F16(w) | Self::Bf16(w) => w.len() * 2,
+        }
+    }
+}

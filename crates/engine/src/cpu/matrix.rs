@@ -1,0 +1,359 @@
+//! `QuantMatrix`: a weight matrix in its file's own layout, multiplied by
+//! activation rows on the worker pool with the kernel for its type.
+
+use std::ops::Range;
+
+use super::block256::{self, Block256};
+use super::block32::{self, Block32};
+use super::float::FloatRows;
+use super::iq4_nl::BlockIq4Nl;
+use super::iq4_xs::BlockIq4Xs;
+use super::isa::has_avx2_fma;
+use super::prefetch::prefetch_row_ahead;
+use super::q2_k::BlockQ2K;
+use super::q3_k::BlockQ3K;
+use super::q4_0::BlockQ4_0;
+use super::q4_1::BlockQ4_1;
+use super::q4_k::BlockQ4K;
+use super::q5_0::BlockQ5_0;
+use super::q5_1::BlockQ5_1;
+use super::q5_k::BlockQ5K;
+use super::q6_k::BlockQ6K;
+use super::q8::{self, Q8Block, Q8KBlock, QK_K};
+use super::q8_0::BlockQ8_0;
+use crate::ggml_type::GgmlType;
+use crate::worker_pool::{DisjointSlice, WorkerPool};
+
+#[cfg(target_endian = "big")]
+compile_error!("GGUF blocks are read in place as little-endian structs");
+
+/// A weight matrix `[n, k]` (n rows of k values) in any type Hearth runs.
+pub struct QuantMatrix {
+    n: usize,
+    k: usize,
+    weights: Weights,
+}
+
+enum Weights {
+    Q4_0(Vec<BlockQ4_0>),
+    Q4_1(Vec<BlockQ4_1>),
+    Q5_0(Vec<BlockQ5_0>),
+    Q5_1(Vec<BlockQ5_1>),
+    Q8_0(Vec<BlockQ8_0>),
+    Iq4Nl(Vec<BlockIq4Nl>),
+    Q2K(Vec<BlockQ2K>),
+    Q3K(Vec<BlockQ3K>),
+    Q4K(Vec<BlockQ4K>),
+    Q5K(Vec<BlockQ5K>),
+    Q6K(Vec<BlockQ6K>),
+    Iq4Xs(Vec<BlockIq4Xs>),
+    Float(FloatRows),
+}
+
+#[derive(Clone, Copy)]
+pub(crate) enum FloatKind {
+    F32,
+    F16,
+    Bf16,
+}
+
+/// Calls `$body` with `$b` bound to the block vector of a 32-value format,
+/// `$k` to that of a 256-value one, or `$f` to float rows.
+macro_rules! by_format {
+    ($w:expr, $b:ident => $b32:expr, $k:ident => $b256:expr, $f:ident => $float:expr) => {
+        match $w {
+            Weights::Q4_0($b) => $b32,
+            Weights::Q4_1($b) => $b32,
+            Weights::Q5_0($b) => $b32,
+            Weights::Q5_1($b) => $b32,
+            Weights::Q8_0($b) => $b32,
+            Weights::Iq4Nl($b) => $b32,
+            Weights::Q2K($k) => $b256,
+            Weights::Q3K($k) => $b256,
+            Weights::Q4K($k) => $b256,
+            Weights::Q5K($k) => $b256,
+            Weights::Q6K($k) => $b256,
+            Weights::Iq4Xs($k) => $b256,
+            Weights::Float($f) => $float,
+        }
+    };
+}
+
+/// GGUF's bytes as a vector of blocks.
+fn blocks<B: Copy>(data: &[u8], bytes: usize) -> Vec<B> {
+    assert_eq!(std::mem::size_of::<B>(), bytes, "block struct does not match GGUF's layout");
+    let n = data.len() / bytes;
+    let mut v: Vec<B> = Vec::with_capacity(n);
+    // SAFETY: every block type is a `repr(C)` struct of integers with no
+    // padding (its size is checked above), so any bytes are a valid value;
+    // the copy fills exactly the `n` blocks reserved.
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.as_ptr(), v.as_mut_ptr() as *mut u8, n * bytes);
+        v.set_len(n);
+    }
+    v
+}
+
+/// Activation rows rounded for the matrices that will read them.
+#[derive(Default)]
+pub(crate) struct Activations {
+    q8: Vec<Q8Block>,
+    q8k: Vec<Q8KBlock>,
+    f32: Vec<f32>,
+    f16: Vec<f32>,
+    bf16: Vec<f32>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Rounding {
+    Q8,
+    Q8K,
+    F32,
+    F16,
+    Bf16,
+}
+
+impl Activations {
+    /// Rounds `x` for every matrix in `matrices`.
+    pub(crate) fn for_matrices<'a>(x: &[f32], matrices: impl IntoIterator<Item = &'a QuantMatrix>) -> Self {
+        let mut acts = Self::default();
+        let mut done: Vec<Rounding> = Vec::new();
+        for m in matrices {
+            let r = m.rounding();
+            if done.contains(&r) {
+                continue;
+            }
+            done.push(r);
+            match (r, &m.weights) {
+                (Rounding::Q8, _) => acts.q8 = q8::quantize(x),
+                (Rounding::Q8K, _) => acts.q8k = q8::quantize_k(x),
+                (Rounding::F32, Weights::Float(f)) => acts.f32 = f.round_activations(x),
+                (Rounding::F16, Weights::Float(f)) => acts.f16 = f.round_activations(x),
+                (Rounding::Bf16, Weights::Float(f)) => acts.bf16 = f.round_activations(x),
+                _ => unreachable!("float roundings come from float weights"),
+            }
+        }
+        acts
+    }
+
+    /// Appends `other`, rounded from the rows after this one's.
+    pub(crate) fn extend(&mut self, other: Self) {
+        self.q8.extend(other.q8);
+        self.q8k.extend(other.q8k);
+        self.f32.extend(other.f32);
+        self.f16.extend(other.f16);
+        self.bf16.extend(other.bf16);
+    }
+}
+
+impl QuantMatrix {
+    /// A matrix from a tensor's bytes, or why Hearth cannot run it.
+    pub fn from_raw(dtype: GgmlType, dims: &[usize], data: &[u8]) -> Result<Self, String> {
+        let &[n, k] = dims else { return Err(format!("is not a matrix (shape {dims:?})")) };
+        if !dtype.is_runnable() {
+            return Err(format!("is {dtype}"));
+        }
+        let bs = dtype.block_size();
+        if k % bs != 0 {
+            return Err(format!("has rows of {k} values, not a multiple of {dtype}'s {bs}-value blocks"));
+        }
+        let expected = n.checked_mul(k / bs).and_then(|b| b.checked_mul(dtype.block_bytes()));
+        if expected != Some(data.len()) {
+            return Err(format!("holds {} bytes, but {n}×{k} {dtype} values take {}", data.len(), expected.map_or("more than 2^64".into(), |e| e.to_string())));
+        }
+        use GgmlType as T;
+        let weights = match dtype {
+            T::Q4_0 => Weights::Q4_0(blocks(data, BlockQ4_0::BYTES)),
+            T::Q4_1 => Weights::Q4_1(blocks(data, BlockQ4_1::BYTES)),
+            T::Q5_0 => Weights::Q5_0(blocks(data, BlockQ5_0::BYTES)),
+            T::Q5_1 => Weights::Q5_1(blocks(data, BlockQ5_1::BYTES)),
+            T::Q8_0 => Weights::Q8_0(blocks(data, BlockQ8_0::BYTES)),
+            T::Iq4Nl => Weights::Iq4Nl(blocks(data, BlockIq4Nl::BYTES)),
+            T::Q2K => Weights::Q2K(blocks(data, BlockQ2K::BYTES)),
+            T::Q3K => Weights::Q3K(blocks(data, BlockQ3K::BYTES)),
+            T::Q4K => Weights::Q4K(blocks(data, BlockQ4K::BYTES)),
+            T::Q5K => Weights::Q5K(blocks(data, BlockQ5K::BYTES)),
+            T::Q6K => Weights::Q6K(blocks(data, BlockQ6K::BYTES)),
+            T::Iq4Xs => Weights::Iq4Xs(blocks(data, BlockIq4Xs::BYTES)),
+            T::F32 => Weights::Float(FloatRows::from_bytes(FloatKind::F32, data)),
+            T::F16 => Weights::Float(FloatRows::from_bytes(FloatKind::F16, data)),
+            T::Bf16 => Weights::Float(FloatRows::from_bytes(FloatKind::Bf16, data)),
+            _ => return Err(format!("is {dtype}")),
+        };
+        Ok(Self { n, k, weights })
+    }
+
+    pub fn rows(&self) -> usize {
+        self.n
+    }
+
+    pub fn cols(&self) -> usize {
+        self.k
+    }
+
+    /// Bytes the weights take in memory (as in the file).
+    pub fn stored_bytes(&self) -> usize {
+        by_format!(&self.weights, b => std::mem::size_of_val(b.as_slice()), k => std::mem::size_of_val(k.as_slice()), f => f.stored_bytes())
+    }
+
+    fn rounding(&self) -> Rounding {
+        match &self.weights {
+            Weights::Q4_0(_) | Weights::Q4_1(_) | Weights::Q5_0(_) | Weights::Q5_1(_) | Weights::Q8_0(_) | Weights::Iq4Nl(_) => Rounding::Q8,
+            Weights::Float(FloatRows::F32(_)) => Rounding::F32,
+            Weights::Float(FloatRows::F16(_)) => Rounding::F16,
+            Weights::Float(FloatRows::Bf16(_)) => Rounding::Bf16,
+            _ => Rounding::Q8K,
+        }
+    }
+
+    /// `out[m × n] = x[m × k] · selfᵀ`, on the global worker pool.
+    pub fn matmul(&self, x: &[f32], out: &mut [f32]) {
+        let m = x.len() / self.k;
+        assert_eq!(x.len(), m * self.k);
+        assert_eq!(out.len(), m * self.n);
+        let acts = Activations::for_matrices(x, [self]);
+        let pool = WorkerPool::global();
+        let chunk = self.columns_per_task(pool.active_threads());
+        let out = DisjointSlice::new(out);
+        pool.run(self.n.div_ceil(chunk), &|t| {
+            let cols = t * chunk..((t + 1) * chunk).min(self.n);
+            // SAFETY: tasks write disjoint column ranges.
+            unsafe { self.matmul_cols(&acts, m, cols, &out, self.n) };
+        });
+    }
+
+    /// Output columns per task: about eight tasks per thread, so that one
+    /// slow thread delays a region by a small share only.
+    pub(crate) fn columns_per_task(&self, threads: usize) -> usize {
+        (self.n / (8 * threads.max(1))).next_multiple_of(8).clamp(8, 256)
+    }
+
+    /// Writes `out[row × ld + col]` for every activation row and every
+    /// column in `cols` (a weight row each).
+    ///
+    /// # Safety
+    /// No other thread may write those elements of `out` meanwhile.
+    pub(crate) unsafe fn matmul_cols(&self, acts: &Activations, rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize) {
+        let simd = has_avx2_fma();
+        by_format!(&self.weights,
+            b => cols32(b, self.k / 32, &acts.q8, rows, cols, out, ld, simd),
+            k => cols256(k, self.k / QK_K, &acts.q8k, rows, cols, out, ld, simd),
+            f => {
+                let x = match f {
+                    FloatRows::F32(_) => &acts.f32,
+                    FloatRows::F16(_) => &acts.f16,
+                    FloatRows::Bf16(_) => &acts.bf16,
+                };
+                let mut buf = Vec::new();
+                for col in cols {
+                    f.dot_rows(self.k, x, rows, col, &mut buf, |r, v| out.write(r * ld + col, v));
+                }
+            }
+        )
+    }
+
+    /// Weight row `row` as f32 (how an embedding row is looked up).
+    pub(crate) fn dequantize_row(&self, row: usize, out: &mut [f32]) {
+        let out = &mut out[..self.k];
+        by_format!(&self.weights,
+            b => {
+                let kb = self.k / 32;
+                b[row * kb..(row + 1) * kb].iter().zip(out.chunks_exact_mut(32)).for_each(|(b, o)| b.dequantize(o))
+            },
+            k => {
+                let kb = self.k / QK_K;
+                k[row * kb..(row + 1) * kb].iter().zip(out.chunks_exact_mut(QK_K)).for_each(|(b, o)| b.dequantize(o))
+            },
+            f => {
+                let mut buf = Vec::new();
+                out.copy_from_slice(f.row(row, self.k, &mut buf))
+            }
+        )
+    }
+
+    /// The portable dot product of weight row `col` with activation row
+    /// `row` of `acts` (the reference the tiled kernels are tested against).
+    #[cfg(test)]
+    pub(crate) fn portable_dot(&self, acts: &Activations, row: usize, col: usize) -> f32 {
+        by_format!(&self.weights,
+            b => {
+                let kb = self.k / 32;
+                block32::dot(&b[col * kb..(col + 1) * kb], &acts.q8[row * kb..(row + 1) * kb])
+            },
+            k => {
+                let kb = self.k / QK_K;
+                block256::dot(&k[col * kb..(col + 1) * kb], &acts.q8k[row * kb..(row + 1) * kb])
+            },
+            f => {
+                let x = match f {
+                    FloatRows::F32(_) => &acts.f32,
+                    FloatRows::F16(_) => &acts.f16,
+                    FloatRows::Bf16(_) => &acts.bf16,
+                };
+                let mut buf = Vec::new();
+                let w = f.row(col, self.k, &mut buf).to_vec();
+                super::vec_ops::dot(&x[row * self.k..(row + 1) * self.k], &w)
+            }
+        )
+    }
+}
+
+/// A 32-value format: four activation rows per tile when prefilling, one when decoding.
+#[allow(clippy::too_many_arguments)]
+unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, acts: &[Q8Block], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, simd: bool) {
+    debug_assert_eq!(acts.len(), rows * kb);
+    let mut row = 0;
+    let mut tile = vec![[0f32; 4]; cols.len()];
+    while row < rows {
+        let r = if rows - row >= 4 { 4 } else { 1 };
+        let y: [&[Q8Block]; 4] = std::array::from_fn(|a| {
+            let a = row + a.min(r - 1);
+            &acts[a * kb..(a + 1) * kb]
+        });
+        block32::column_range::<B>(blocks, kb, cols.clone(), r, y, simd, &mut tile);
+        for (i, t) in tile.iter().enumerate() {
+            for (a, v) in t.iter().enumerate().take(r) {
+                out.write((row + a) * ld + cols.start + i, *v);
+            }
+        }
+        row += r;
+    }
+}
+
+/// A 256-value format: one weight row against four activation rows when
+/// prefilling; one against one, prefetching ahead, when decoding.
+#[allow(clippy::too_many_arguments)]
+unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, simd: bool) {
+    let y = |r: usize| &acts[r * kb..(r + 1) * kb];
+    let mut r = 0;
+    while r + 4 <= rows {
+        for col in cols.clone() {
+            let t = block256::dot_rows::<B, 4>(&blocks[col * kb..(col + 1) * kb], [y(r), y(r + 1), y(r + 2), y(r + 3)], simd);
+            for (a, v) in t.into_iter().enumerate() {
+                out.write((r + a) * ld + col, v);
+            }
+        }
+        r += 4;
+    }
+    for r in r..rows {
+        for col in cols.clone() {
+            prefetch_row_ahead(blocks, kb, col);
+            out.write(r * ld + col, block256::dot_rows::<B, 1>(&blocks[col * kb..(col + 1) * kb], [y(r)], simd)[0]);
+        }
+    }
+}
+
+/// Values of a whole tensor of a type Hearth runs, as f32.
+pub(crate) fn dequantize(dtype: GgmlType, data: &[u8]) -> Option<Vec<f32>> {
+    if data.is_empty() {
+        return Some(Vec::new());
+    }
+    let bs = dtype.block_size();
+    let per_row = if bs == 1 { data.len() / dtype.block_bytes() } else { bs };
+    let m = QuantMatrix::from_raw(dtype, &[data.len() / dtype.block_bytes() * bs / per_row, per_row], data).ok()?;
+    let mut out = vec![0f32; m.n * m.k];
+    for (r, o) in out.chunks_exact_mut(m.k).enumerate() {
+        m.dequantize_row(r, o);
+    }
+    Some(out)
+}

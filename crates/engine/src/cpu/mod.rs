@@ -1,0 +1,35 @@
+//! The CPU's kernels: quantized and float matrix × activations, and the
+//! f32 vector operations of the forward pass.
+//!
+//! One file per block format says how to unpack a block; `block32` and
+//! `block256` hold the dot-product kernels written once over those, in
+//! llama.cpp's AVX2 orders with portable twins that compute the same
+//! floating-point operations; `matrix` dispatches a matrix to its kernel;
+//! `isa` is the one place that asks the CPU what it has.
+
+mod block256;
+mod block32;
+mod float;
+mod iq4_nl;
+mod iq4_xs;
+pub mod isa;
+mod matrix;
+mod prefetch;
+mod q2_k;
+mod q3_k;
+mod q4_0;
+mod q4_1;
+mod q4_k;
+mod q5_0;
+mod q5_1;
+mod q5_k;
+mod q6_k;
+mod q8;
+mod q8_0;
+pub mod vec_ops;
+
+pub use matrix::QuantMatrix;
+pub(crate) use matrix::{dequantize, Activations};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,119 @@
+//! Every weight type against reference values recorded once with the `gguf`
+//! package's numpy dequantizers (`scripts/golden/record_blocks.py`), and the
+//! vector kernels against the portable ones, bit for bit.
+
+use super::matrix::{Activations, QuantMatrix};
+use crate::ggml_type::GgmlType;
+
+struct Case {
+    dtype: GgmlType,
+    rows: usize,
+    cols: usize,
+    data: Vec<u8>,
+    values: Vec<f32>,
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+}
+
+fn cases() -> Vec<Case> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/blocks.json");
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let types = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Iq4Nl,
+        GgmlType::Q2K,
+        GgmlType::Q3K,
+        GgmlType::Q4K,
+        GgmlType::Q5K,
+        GgmlType::Q6K,
+        GgmlType::Iq4Xs,
+        GgmlType::F16,
+        GgmlType::Bf16,
+        GgmlType::F32,
+    ];
+    types
+        .into_iter()
+        .map(|dtype| {
+            let c = &json[dtype.name()];
+            let values = hex(c["values"].as_str().unwrap()).chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+            Case {
+                dtype,
+                rows: c["rows"].as_u64().unwrap() as usize,
+                cols: c["cols"].as_u64().unwrap() as usize,
+                data: hex(c["data"].as_str().unwrap()),
+                values,
+            }
+        })
+        .collect()
+}
+
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+#[test]
+fn every_type_dequantizes_to_the_reference_values() {
+    for c in cases() {
+        let m = QuantMatrix::from_raw(c.dtype, &[c.rows, c.cols], &c.data).unwrap();
+        let mut row = vec![0f32; c.cols];
+        for r in 0..c.rows {
+            m.dequantize_row(r, &mut row);
+            for (i, (a, b)) in row.iter().zip(&c.values[r * c.cols..(r + 1) * c.cols]).enumerate() {
+                assert!((a - b).abs() <= 1e-6 * b.abs().max(1e-3), "{} row {r} value {i}: {a} vs {b}", c.dtype);
+            }
+        }
+        let all = super::dequantize(c.dtype, &c.data).unwrap();
+        assert_eq!(all.len(), c.values.len());
+    }
+}
+
+#[test]
+fn every_type_multiplies_like_its_reference_values_and_the_paths_agree_bit_for_bit() {
+    for c in cases() {
+        let m = QuantMatrix::from_raw(c.dtype, &[c.rows, c.cols], &c.data).unwrap();
+        // Five activation rows: one tile of four (prefill) and one alone (decode).
+        for rows in [1, 5] {
+            let x = random(rows * c.cols, 3 + rows as u64);
+            let mut out = vec![0f32; rows * c.rows];
+            m.matmul(&x, &mut out);
+            let acts = Activations::for_matrices(&x, [&m]);
+            for r in 0..rows {
+                for col in 0..c.rows {
+                    let got = out[r * c.rows + col];
+                    let portable = m.portable_dot(&acts, r, col);
+                    assert_eq!(got.to_bits(), portable.to_bits(), "{}: {rows} rows, row {r} col {col}: {got} vs portable {portable}", c.dtype);
+                    let w = &c.values[col * c.cols..(col + 1) * c.cols];
+                    let xr = &x[r * c.cols..(r + 1) * c.cols];
+                    let exact: f64 = w.iter().zip(xr).map(|(a, b)| *a as f64 * *b as f64).sum();
+                    let scale: f64 = w.iter().zip(xr).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
+                    // Activations rounded to 8 bits: about 1/254 of each term at worst.
+                    assert!((got as f64 - exact).abs() <= scale / 100.0 + 1e-5, "{}: row {r} col {col}: {got} vs {exact} (scale {scale})", c.dtype);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn sizes_that_do_not_match_the_shape_are_refused() {
+    let data = vec![0u8; 18 * 4];
+    assert!(QuantMatrix::from_raw(GgmlType::Q4_0, &[2, 64], &data).is_ok());
+    assert!(QuantMatrix::from_raw(GgmlType::Q4_0, &[2, 65], &data).is_err());
+    assert!(QuantMatrix::from_raw(GgmlType::Q4_0, &[3, 64], &data).is_err());
+    assert!(QuantMatrix::from_raw(GgmlType::Q4_0, &[usize::MAX, 64], &data).is_err());
+    assert!(QuantMatrix::from_raw(GgmlType::Q4K, &[1, 288], &data).is_err());
+    let err = QuantMatrix::from_raw(GgmlType::Iq2Xxs, &[1, 256], &data).err().unwrap();
+    assert!(err.contains("IQ2_XXS"), "{err}");
+}

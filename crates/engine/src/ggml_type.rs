@@ -1,0 +1,231 @@
+//! GGML's tensor types as GGUF numbers them: which ones Hearth runs, and
+//! the block geometry of every one, so sizes can be checked even for types
+//! it cannot run.
+
+/// A tensor's element type, by its GGUF number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GgmlType {
+    F32,
+    F16,
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    Q8_1,
+    Q2K,
+    Q3K,
+    Q4K,
+    Q5K,
+    Q6K,
+    Q8K,
+    Iq2Xxs,
+    Iq2Xs,
+    Iq3Xxs,
+    Iq1S,
+    Iq4Nl,
+    Iq3S,
+    Iq2S,
+    Iq4Xs,
+    I8,
+    I16,
+    I32,
+    I64,
+    F64,
+    Iq1M,
+    Bf16,
+    Tq1_0,
+    Tq2_0,
+    Mxfp4,
+}
+
+/// What the types Hearth runs are worth to a user who has a file it can't.
+pub const RUNNABLE_HINT: &str = "Q4_K_M, Q5_K_M, Q6_K, Q8_0, IQ4_XS, F16 and BF16 files work";
+
+impl GgmlType {
+    /// `None` for numbers GGUF has retired or never used.
+    pub fn from_id(id: u32) -> Option<Self> {
+        use GgmlType::*;
+        Some(match id {
+            0 => F32,
+            1 => F16,
+            2 => Q4_0,
+            3 => Q4_1,
+            6 => Q5_0,
+            7 => Q5_1,
+            8 => Q8_0,
+            9 => Q8_1,
+            10 => Q2K,
+            11 => Q3K,
+            12 => Q4K,
+            13 => Q5K,
+            14 => Q6K,
+            15 => Q8K,
+            16 => Iq2Xxs,
+            17 => Iq2Xs,
+            18 => Iq3Xxs,
+            19 => Iq1S,
+            20 => Iq4Nl,
+            21 => Iq3S,
+            22 => Iq2S,
+            23 => Iq4Xs,
+            24 => I8,
+            25 => I16,
+            26 => I32,
+            27 => I64,
+            28 => F64,
+            29 => Iq1M,
+            30 => Bf16,
+            34 => Tq1_0,
+            35 => Tq2_0,
+            39 => Mxfp4,
+            _ => return None,
+        })
+    }
+
+    /// The name llama.cpp prints.
+    pub fn name(self) -> &'static str {
+        use GgmlType::*;
+        match self {
+            F32 => "F32",
+            F16 => "F16",
+            Q4_0 => "Q4_0",
+            Q4_1 => "Q4_1",
+            Q5_0 => "Q5_0",
+            Q5_1 => "Q5_1",
+            Q8_0 => "Q8_0",
+            Q8_1 => "Q8_1",
+            Q2K => "Q2_K",
+            Q3K => "Q3_K",
+            Q4K => "Q4_K",
+            Q5K => "Q5_K",
+            Q6K => "Q6_K",
+            Q8K => "Q8_K",
+            Iq2Xxs => "IQ2_XXS",
+            Iq2Xs => "IQ2_XS",
+            Iq3Xxs => "IQ3_XXS",
+            Iq1S => "IQ1_S",
+            Iq4Nl => "IQ4_NL",
+            Iq3S => "IQ3_S",
+            Iq2S => "IQ2_S",
+            Iq4Xs => "IQ4_XS",
+            I8 => "I8",
+            I16 => "I16",
+            I32 => "I32",
+            I64 => "I64",
+            F64 => "F64",
+            Iq1M => "IQ1_M",
+            Bf16 => "BF16",
+            Tq1_0 => "TQ1_0",
+            Tq2_0 => "TQ2_0",
+            Mxfp4 => "MXFP4",
+        }
+    }
+
+    /// Values per block.
+    pub fn block_size(self) -> usize {
+        use GgmlType::*;
+        match self {
+            F32 | F16 | Bf16 | I8 | I16 | I32 | I64 | F64 => 1,
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | Iq4Nl | Mxfp4 => 32,
+            _ => 256,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        use GgmlType::*;
+        match self {
+            F32 | I32 => 4,
+            F16 | Bf16 | I16 => 2,
+            I8 => 1,
+            I64 | F64 => 8,
+            Q4_0 => 18,
+            Q4_1 => 20,
+            Q5_0 => 22,
+            Q5_1 => 24,
+            Q8_0 => 34,
+            Q8_1 => 36,
+            Q2K => 84,
+            Q3K => 110,
+            Q4K => 144,
+            Q5K => 176,
+            Q6K => 210,
+            Q8K => 292,
+            Iq2Xxs => 66,
+            Iq2Xs => 74,
+            Iq3Xxs => 98,
+            Iq1S => 50,
+            Iq4Nl => 18,
+            Iq3S => 110,
+            Iq2S => 82,
+            Iq4Xs => 136,
+            Iq1M => 56,
+            Tq1_0 => 54,
+            Tq2_0 => 66,
+            Mxfp4 => 17,
+        }
+    }
+
+    /// Whether Hearth's CPU pass has a kernel for weights of this type.
+    pub fn is_runnable(self) -> bool {
+        use GgmlType::*;
+        matches!(self, F32 | F16 | Bf16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2K | Q3K | Q4K | Q5K | Q6K | Iq4Nl | Iq4Xs)
+    }
+
+    /// Bytes of `elems` values, or `None` when they do not fill whole blocks
+    /// or the size overflows.
+    pub fn bytes_for(self, elems: u64) -> Option<u64> {
+        let bs = self.block_size() as u64;
+        (elems % bs == 0).then(|| (elems / bs).checked_mul(self.block_bytes() as u64)).flatten()
+    }
+
+    /// The same type in candle's enum, where candle has it.
+    pub(crate) fn to_candle(self) -> Option<candle_core::quantized::GgmlDType> {
+        use candle_core::quantized::GgmlDType as C;
+        use GgmlType::*;
+        Some(match self {
+            F32 => C::F32,
+            F16 => C::F16,
+            Bf16 => C::BF16,
+            Q4_0 => C::Q4_0,
+            Q4_1 => C::Q4_1,
+            Q5_0 => C::Q5_0,
+            Q5_1 => C::Q5_1,
+            Q8_0 => C::Q8_0,
+            Q8_1 => C::Q8_1,
+            Q2K => C::Q2K,
+            Q3K => C::Q3K,
+            Q4K => C::Q4K,
+            Q5K => C::Q5K,
+            Q6K => C::Q6K,
+            Q8K => C::Q8K,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for GgmlType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_and_sizes_match_candle_where_it_has_them() {
+        for id in 0..64 {
+            let Some(t) = GgmlType::from_id(id) else { continue };
+            if let Some(c) = t.to_candle() {
+                assert_eq!(c.block_size(), t.block_size(), "{t}");
+                assert_eq!(c.type_size(), t.block_bytes(), "{t}");
+            }
+        }
+        assert_eq!(GgmlType::Q4K.bytes_for(512), Some(288));
+        assert_eq!(GgmlType::Q4K.bytes_for(100), None);
+        assert_eq!(GgmlType::F32.bytes_for(u64::MAX), None);
+    }
+}
