@@ -27,6 +27,8 @@ BASE = [
     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "abababababababababab", "the the the the the",
     "Supercalifragilisticexpialidocious", "pneumonoultramicroscopicsilicovolcanoconiosis",
     "A", "a", "I", ".", ",", "!", "?", "'", "\"", "(", ")", "[]", "{}",
+    # Gemma's turn markers and SentencePiece's own space character.
+    "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n", "<bos>text", "a<eos>b", "▁already▁escaped", "<0x41>",
 ]
 
 WORDS = ["apple", "Banana", "cherry", "42", "x", "über", "naïve", "東京", "🚀", "don't", "C++", "e.g.", "U.S.A.", "--flag", "snake_case", "camelCase", "PascalCase", "kebab-case"]

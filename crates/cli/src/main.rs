@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 mod random_model;
+mod score;
 
 use clap::{Args, Parser, Subcommand};
 use hearth_engine::{paths, ChatMessage, Engine, EngineError, SamplingParams};
@@ -88,6 +89,32 @@ enum Command {
         /// q4_0, q4_1, q8_0, q4_k or q6_k.
         #[arg(long, default_value = "q4_k")]
         dtype: String,
+    },
+    /// Writes the log-softmax at every position of a token sequence (a JSON
+    /// array of ids) as an f32 .npy array of shape [positions, vocab].
+    Score {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long)]
+        ids_file: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Perplexity over a text file, as llama.cpp's `perplexity` computes it;
+    /// with --kl-base, KL divergence and top-1 agreement against a base.
+    Perplexity {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long)]
+        file: PathBuf,
+        /// Tokens per chunk.
+        #[arg(long, default_value_t = 512)]
+        ctx: usize,
+        /// Log-probabilities at the scored positions, [positions, vocab] f32 .npy.
+        #[arg(long)]
+        kl_base: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
     },
     /// The restored half of bench-cache, run in a fresh process.
     #[command(hide = true)]
@@ -173,6 +200,8 @@ fn run(cli: Cli) -> Result<(), EngineError> {
         Command::Chat { model, sampling, system } => chat(&model, &sampling, system),
         Command::Bench { model, prompt_tokens, gen_tokens, repeats, json } => bench(&model, prompt_tokens, gen_tokens, repeats, json),
         Command::BenchCache { model, history_tokens, json } => bench_cache::run(&model, history_tokens, json),
+        Command::Score { model, ids_file, out } => score::score(&open(&model)?, &ids_file, &out),
+        Command::Perplexity { model, file, ctx, kl_base, json } => score::perplexity(&open(&model)?, &file, ctx, kl_base.as_deref(), json),
         Command::BenchCacheRestored { model, cache, prompt } => bench_cache::restored(&model, &cache, &prompt),
         Command::WriteRandomModel { out, tokenizer_from, layers, embd, ffn, heads, kv_heads, dtype } => {
             let shape = random_model::Shape { layers, embd, ffn, heads, kv_heads };

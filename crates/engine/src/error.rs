@@ -45,7 +45,7 @@ pub enum EngineError {
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
 
 impl EngineError {
-    pub(crate) fn setting(field: &'static str, reason: impl Into<String>) -> Self {
+    pub fn setting(field: &'static str, reason: impl Into<String>) -> Self {
         EngineError::InvalidSetting { field, reason: reason.into() }
     }
 }

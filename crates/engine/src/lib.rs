@@ -18,6 +18,7 @@ pub mod sampler_loop;
 pub mod sampling;
 pub mod session;
 pub mod session_file;
+mod spm;
 pub mod template;
 pub mod tokenizer;
 pub mod worker_pool;

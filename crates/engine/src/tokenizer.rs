@@ -1,39 +1,33 @@
 //! The model's tokenizer, built from the GGUF's own `tokenizer.ggml.*` metadata.
 //!
-//! Encoding goes through the `tokenizers` crate. Decoding goes through a table
+//! Byte-level BPE vocabularies encode through the `tokenizers` crate,
+//! SentencePiece-style ones through `spm.rs`. Decoding goes through a table
 //! of the raw bytes each token stands for, which is what lets the streaming
 //! decoder cut text only at UTF-8 boundaries.
 
 use std::path::Path;
 
 use candle_core::quantized::gguf_file::Value;
-use tokenizers::decoders::byte_fallback::ByteFallback;
-use tokenizers::decoders::fuse::Fuse;
-use tokenizers::decoders::sequence::Sequence as DecoderSequence;
-use tokenizers::decoders::strip::Strip as DecoderStrip;
 use tokenizers::models::bpe::BPE;
-use tokenizers::models::unigram::Unigram;
-use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence as PreSequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-use tokenizers::{AddedToken, DecoderWrapper, NormalizerWrapper, PreTokenizerWrapper, SplitDelimiterBehavior};
+use tokenizers::{AddedToken, DecoderWrapper, PreTokenizerWrapper, SplitDelimiterBehavior};
 
 use crate::error::{EngineError, Result};
 use crate::gguf::GgufFile;
+use crate::spm::{Special, SpmEncoder};
 
 /// GGUF token types (llama.cpp's `llama_token_type`).
+const TYPE_UNKNOWN: i32 = 2;
 const TYPE_CONTROL: i32 = 3;
 const TYPE_USER_DEFINED: i32 = 4;
 const TYPE_BYTE: i32 = 6;
 
 /// Encodes text to ids and ids back to bytes, exactly as the model was trained.
 pub struct Tokenizer {
-    /// Treats special-token text as special (chat templates).
-    special: tokenizers::Tokenizer,
-    /// Treats special-token text as plain text (user-typed content).
-    plain: tokenizers::Tokenizer,
+    encoder: Encoder,
     token_bytes: Vec<Vec<u8>>,
     tokens: Vec<String>,
     is_control: Vec<bool>,
@@ -80,49 +74,67 @@ impl Tokenizer {
         let bos = id("tokenizer.ggml.bos_token_id")?;
         let eos = id("tokenizer.ggml.eos_token_id")?;
         let eot = id("tokenizer.ggml.eot_token_id")?;
-        let unk = id("tokenizer.ggml.unknown_token_id")?;
+        // Checked for range only: both encoders fall back to bytes, not to <unk>.
+        id("tokenizer.ggml.unknown_token_id")?;
         let add_bos = file.bool_opt("tokenizer.ggml.add_bos_token").unwrap_or(model_kind == "llama");
 
-        let (mut special, token_bytes) = match model_kind.as_str() {
-            "gpt2" => {
-                let pre = file.string_opt("tokenizer.ggml.pre").unwrap_or("default");
-                (build_bpe(file, &tokens, pre).map_err(err)?, byte_level_table(&tokens, &types))
-            }
-            "llama" => {
-                let add_space_prefix = file.bool_opt("tokenizer.ggml.add_space_prefix").unwrap_or(true);
-                (build_spm(file, &tokens, unk, add_space_prefix).map_err(err)?, spm_table(&tokens, &types))
-            }
+        let json = Path::new(file.path()).with_file_name("tokenizer.json");
+        let is_control = types.iter().map(|&t| t == TYPE_CONTROL).collect();
+        if model_kind == "llama" && !json.is_file() {
+            let add_space_prefix = file.bool_opt("tokenizer.ggml.add_space_prefix").unwrap_or(true);
+            let scores = spm_scores(file, tokens.len()).map_err(err)?;
+            let special: Vec<Special> = types
+                .iter()
+                .map(|&t| match t {
+                    TYPE_USER_DEFINED => Special::Always,
+                    TYPE_CONTROL | TYPE_UNKNOWN => Special::WhenParsing,
+                    _ => Special::No,
+                })
+                .collect();
+            let encoder = Encoder::Spm(SpmEncoder::new(&tokens, scores, &special, add_space_prefix));
+            let token_bytes = spm_table(&tokens, &types);
+            return Ok(Self { encoder, token_bytes, tokens, is_control, bos, eos, eot, add_bos });
+        }
+        let token_bytes = match model_kind.as_str() {
+            "gpt2" => byte_level_table(&tokens, &types),
+            "llama" => spm_table(&tokens, &types),
             other => return Err(err(format!("tokenizer model {other:?} is not supported (gpt2 and llama are)"))),
         };
-        let added: Vec<AddedToken> = tokens
-            .iter()
-            .zip(&types)
-            .filter(|(_, &t)| t == TYPE_CONTROL || t == TYPE_USER_DEFINED)
-            .map(|(s, _)| AddedToken::from(s.clone(), true))
-            .collect();
-        special.add_special_tokens(added).map_err(|e| err(format!("special tokens: {e}")))?;
-
-        let json = Path::new(file.path()).with_file_name("tokenizer.json");
-        if json.is_file() {
-            special = tokenizers::Tokenizer::from_file(&json).map_err(|e| err(format!("{}: {e}", json.display())))?;
-        }
+        let special = if json.is_file() {
+            tokenizers::Tokenizer::from_file(&json).map_err(|e| err(format!("{}: {e}", json.display())))?
+        } else {
+            let pre = file.string_opt("tokenizer.ggml.pre").unwrap_or("default");
+            let mut bpe = build_bpe(file, &tokens, pre).map_err(err)?;
+            let added: Vec<AddedToken> = tokens
+                .iter()
+                .zip(&types)
+                .filter(|(_, &t)| t == TYPE_CONTROL || t == TYPE_USER_DEFINED)
+                .map(|(s, _)| AddedToken::from(s.clone(), true))
+                .collect();
+            bpe.add_special_tokens(added).map_err(|e| err(format!("special tokens: {e}")))?;
+            bpe
+        };
         let mut plain = special.clone();
         plain.set_encode_special_tokens(true);
-        let is_control = types.iter().map(|&t| t == TYPE_CONTROL).collect();
-        Ok(Self { special, plain, token_bytes, tokens, is_control, bos, eos, eot, add_bos })
+        Ok(Self { encoder: Encoder::Hf { special, plain }, token_bytes, tokens, is_control, bos, eos, eot, add_bos })
     }
 
     /// Token ids for `text`. With `parse_special`, text such as `<|im_end|>`
     /// becomes its control token; without it, it is spelled out like any text.
     /// A BOS token is prepended when `add_bos` is asked for and the model wants one.
     pub fn encode(&self, text: &str, add_bos: bool, parse_special: bool) -> Result<Vec<u32>> {
-        let tok = if parse_special { &self.special } else { &self.plain };
-        let enc = tok.encode(text, false).map_err(|e| EngineError::Tokenizer { path: "<encode>".into(), reason: e.to_string() })?;
-        let mut ids = Vec::with_capacity(enc.len() + 1);
+        let mut ids = Vec::new();
         if add_bos && self.add_bos {
             ids.extend(self.bos);
         }
-        ids.extend_from_slice(enc.get_ids());
+        match &self.encoder {
+            Encoder::Spm(spm) => ids.extend(spm.encode(text, parse_special)),
+            Encoder::Hf { special, plain } => {
+                let tok = if parse_special { special } else { plain };
+                let enc = tok.encode(text, false).map_err(|e| EngineError::Tokenizer { path: "<encode>".into(), reason: e.to_string() })?;
+                ids.extend_from_slice(enc.get_ids());
+            }
+        }
         Ok(ids)
     }
 
@@ -171,6 +183,30 @@ impl Tokenizer {
     }
 }
 
+/// How text becomes ids.
+enum Encoder {
+    /// Byte-level BPE (`gpt2`) or a `tokenizer.json`, through the `tokenizers` crate.
+    Hf {
+        /// Treats special-token text as special (chat templates).
+        special: tokenizers::Tokenizer,
+        /// Treats special-token text as plain text (user-typed content).
+        plain: tokenizers::Tokenizer,
+    },
+    /// SentencePiece-style vocabularies (`llama`), merged as llama.cpp merges them.
+    Spm(SpmEncoder),
+}
+
+fn spm_scores(file: &GgufFile, n: usize) -> std::result::Result<Vec<f32>, String> {
+    let scores: Vec<f32> = match file.array("tokenizer.ggml.scores") {
+        Ok(a) => a.iter().map(|v| v.to_f32().map_err(|e| e.to_string())).collect::<std::result::Result<_, _>>()?,
+        Err(_) => return Err("a SentencePiece vocabulary needs tokenizer.ggml.scores".into()),
+    };
+    if scores.len() != n {
+        return Err("scores and tokens differ in length".into());
+    }
+    Ok(scores)
+}
+
 /// Pre-tokenizer regexes from llama.cpp's `llama-vocab.cpp`, keyed by `tokenizer.ggml.pre`.
 const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -205,35 +241,6 @@ fn build_bpe(file: &GgufFile, tokens: &[String], pre: &str) -> std::result::Resu
     let mut tok = tokenizers::Tokenizer::new(bpe);
     tok.with_pre_tokenizer(Some(pre_tokenizer));
     tok.with_decoder(Some(DecoderWrapper::from(tokenizers::decoders::byte_level::ByteLevel::default())));
-    Ok(tok)
-}
-
-fn build_spm(file: &GgufFile, tokens: &[String], unk: Option<u32>, add_space_prefix: bool) -> std::result::Result<tokenizers::Tokenizer, String> {
-    let scores: Vec<f64> = match file.array("tokenizer.ggml.scores") {
-        Ok(a) => a.iter().map(|v| v.to_f32().map(|x| x as f64).map_err(|e| e.to_string())).collect::<std::result::Result<_, _>>()?,
-        Err(_) => return Err("a SentencePiece vocabulary needs tokenizer.ggml.scores".into()),
-    };
-    if scores.len() != tokens.len() {
-        return Err("scores and tokens differ in length".into());
-    }
-    let vocab: Vec<(String, f64)> = tokens.iter().cloned().zip(scores).collect();
-    let unigram = Unigram::from(vocab, Some(unk.unwrap_or(0) as usize), true).map_err(|e| e.to_string())?;
-    let mut tok = tokenizers::Tokenizer::new(unigram);
-    let mut normalizers: Vec<NormalizerWrapper> = Vec::new();
-    if add_space_prefix {
-        normalizers.push(Prepend::new("▁".into()).into());
-    }
-    normalizers.push(Replace::new(" ", "▁").map_err(|e| e.to_string())?.into());
-    tok.with_normalizer(Some(NormalizerSequence::new(normalizers))).map_err(|e| e.to_string())?;
-    let mut decoders: Vec<DecoderWrapper> = vec![
-        tokenizers::decoders::DecoderWrapper::Replace(tokenizers::normalizers::Replace::new("▁", " ").map_err(|e| e.to_string())?),
-        ByteFallback::new().into(),
-        Fuse::new().into(),
-    ];
-    if add_space_prefix {
-        decoders.push(DecoderStrip::new(' ', 1, 0).into());
-    }
-    tok.with_decoder(Some(DecoderSequence::new(decoders)));
     Ok(tok)
 }
 

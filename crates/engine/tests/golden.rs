@@ -39,6 +39,30 @@ fn token_ids_equal_llama_cpp_on_the_corpus() {
 }
 
 #[test]
+fn gemma3_token_ids_equal_llama_cpp_on_the_corpus() {
+    // A real 262k SentencePiece vocabulary: merged by score, with byte
+    // fallback and user-defined tokens, as llama.cpp's SPM tokenizer does.
+    let file = GgufFile::open(common::gemma3_model()).unwrap();
+    let tok = Tokenizer::from_gguf(&file).unwrap();
+    let golden = load("tokenizer_gemma3.json");
+    let cases = golden["cases"].as_array().unwrap();
+    assert!(cases.len() >= 200);
+    let mut failures = Vec::new();
+    for case in cases {
+        let text = case["text"].as_str().unwrap();
+        for (mode, special) in [("special", true), ("plain", false)] {
+            let want = ids(&case[mode]);
+            let got = tok.encode(text, false, special).unwrap();
+            if got != want {
+                failures.push(format!("{mode} {text:?}: llama.cpp {want:?}, hearth {got:?}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} mismatches:\n{}", failures.len(), cases.len() * 2, failures.join("\n"));
+    assert_eq!(tok.encode("Hello", true, false).unwrap()[0], tok.bos().unwrap(), "Gemma wants BOS");
+}
+
+#[test]
 fn bos_is_added_only_when_the_model_asks() {
     let file = GgufFile::open(common::default_model()).unwrap();
     let tok = Tokenizer::from_gguf(&file).unwrap();

@@ -30,6 +30,14 @@ const ROWS_PER_TASK: usize = 16;
 
 impl Model {
     pub(super) fn forward_host(&self, tokens: &[Vec<u32>], cache: &mut KvCache) -> Result<Tensor> {
+        let batch = tokens.len();
+        let logits = self.forward_host_rows(tokens, cache, false)?;
+        Ok(Tensor::from_vec(logits, (batch, self.vocab_size), &Device::Cpu)?)
+    }
+
+    /// The forward pass; logits of every position (`all`) or of each
+    /// sequence's last, as `[rows, vocab]`.
+    pub(super) fn forward_host_rows(&self, tokens: &[Vec<u32>], cache: &mut KvCache, all: bool) -> Result<Vec<f32>> {
         let c = &self.config;
         let pool = WorkerPool::global();
         let (batch, seq) = (tokens.len(), tokens[0].len());
@@ -63,15 +71,15 @@ impl Model {
         }
         cache.advance(seq);
 
-        let mut last = vec![0f32; batch * e];
-        for b in 0..batch {
-            let r = b * seq + seq - 1;
-            vec_ops::rms_norm(&mut last[b * e..(b + 1) * e], &x[r * e..(r + 1) * e], &self.norm.host, self.norm.eps);
+        let out_rows: Vec<usize> = if all { (0..rows).collect() } else { (0..batch).map(|b| b * seq + seq - 1).collect() };
+        let mut last = vec![0f32; out_rows.len() * e];
+        for (i, &r) in out_rows.iter().enumerate() {
+            vec_ops::rms_norm(&mut last[i * e..(i + 1) * e], &x[r * e..(r + 1) * e], &self.norm.host, self.norm.eps);
         }
-        let mut logits = vec![0f32; batch * self.vocab_size];
-        matmuls(pool, &last, batch, &mut [(&self.output, &mut logits)])?;
+        let mut logits = vec![0f32; out_rows.len() * self.vocab_size];
+        matmuls(pool, &last, out_rows.len(), &mut [(&self.output, &mut logits)])?;
         pool.end_pass();
-        Ok(Tensor::from_vec(logits, (batch, self.vocab_size), &Device::Cpu)?)
+        Ok(logits)
     }
 
     /// Embedding rows for `ids`, as f32.

@@ -321,6 +321,22 @@ impl Model {
         }
     }
 
+    /// Logits at every position of `ids` (`[ids.len(), vocab]`), run as a
+    /// prefill in chunks of [`PREFILL_CHUNK`] after what `cache` holds: how
+    /// `hearth-cli score` and `perplexity` compare logits with llama.cpp's.
+    pub fn logits_at_every_position(&self, ids: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
+        if !self.device.is_cpu() {
+            return Err(crate::EngineError::setting("device", "scoring every position runs on the CPU"));
+        }
+        let mut out = Vec::with_capacity(ids.len() * self.vocab_size);
+        for chunk in ids.chunks(PREFILL_CHUNK) {
+            let tokens = [chunk.to_vec()];
+            self.check_tokens(&tokens)?;
+            out.extend(self.forward_host_rows(&tokens, cache, true)?);
+        }
+        Ok(out)
+    }
+
     fn check_tokens(&self, tokens: &[Vec<u32>]) -> Result<()> {
         let seq_len = tokens.first().map_or(0, Vec::len);
         assert!(seq_len > 0 && tokens.iter().all(|t| t.len() == seq_len), "forward needs a non-empty rectangular batch");

@@ -17,6 +17,14 @@ pub fn default_model() -> PathBuf {
     p
 }
 
+/// The real Gemma 3 270M Q4_K_M file, fetched by scripts/fetch-gemma.sh.
+#[allow(dead_code)]
+pub fn gemma3_model() -> PathBuf {
+    let p = hearth_engine::paths::default_model_path().with_file_name("gemma-3-270m-q4_k_m.gguf");
+    assert!(p.is_file(), "the Gemma 3 file is missing at {}; run scripts/fetch-gemma.sh first", p.display());
+    p
+}
+
 pub fn open_default() -> Engine {
     Engine::open(default_model()).expect("the default model opens")
 }
