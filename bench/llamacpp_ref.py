@@ -1,7 +1,9 @@
 """llama.cpp (through llama-cpp-python) as the reference engine.
 
-Shared by the benchmark and the greedy-agreement recorder. Works around the
-AMX segfault noted in shared/NOTES.md by turning extra buffer types off.
+Shared by the benchmarks and the recorders. On CPUs with AMX, works around
+the segfault noted in shared/NOTES.md by turning extra buffer types off;
+elsewhere llama.cpp keeps them (its repacked Q4_0/Q4_K/IQ4_NL layouts), as
+its users have them.
 """
 import ctypes
 import time
@@ -12,9 +14,19 @@ import numpy as np
 _orig_defaults = llama_cpp.llama_cpp.llama_model_default_params
 
 
+def _has_amx():
+    try:
+        return "amx_tile" in open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+
+
+HAS_AMX = _has_amx()
+
+
 def _patched_defaults():
     p = _orig_defaults()
-    if hasattr(p, "use_extra_bufts"):
+    if HAS_AMX and hasattr(p, "use_extra_bufts"):
         p.use_extra_bufts = False
     return p
 
@@ -23,8 +35,8 @@ llama_cpp.llama_cpp.llama_model_default_params = _patched_defaults
 llama_cpp.llama_model_default_params = _patched_defaults
 
 
-def load(model, threads, n_ctx=4096, f32_cache=False):
-    kw = dict(model_path=model, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, n_batch=512, verbose=False, logits_all=False)
+def load(model, threads, n_ctx=4096, f32_cache=False, logits_all=False):
+    kw = dict(model_path=model, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, n_batch=512, verbose=False, logits_all=logits_all)
     if f32_cache:
         kw.update(type_k=0, type_v=0)
     return llama_cpp.Llama(**kw)

@@ -6,8 +6,11 @@
 //! written once. The integer lanes are exact and laid out as llama.cpp lays
 //! them (lane `l` holds values `4l..4l+4` of every 32), and the few float
 //! steps — which differ between formats — follow its order (`Finish`), so
-//! results match its AVX2 build. The portable path performs the same
-//! floating-point operations.
+//! results match its AVX2 build. That build has two orders: `ggml_vec_dot_*`
+//! for fewer than eight activation rows (decoding), and its tiled matmul for
+//! eight or more (prefill), which sums each block exactly in integers and
+//! then applies `d`, `dmin` and the activation scale one block at a time
+//! (`Order`). The portable path performs the same floating-point operations.
 
 use super::block32::half;
 use super::q8::{Q8KBlock, QK_K};
@@ -26,6 +29,56 @@ pub(crate) enum Finish {
     MinScalar,
     /// Unsigned quants with 32 subtracted through the activation sums (Q6_K).
     Offset32,
+}
+
+/// Which of llama.cpp's float orders a product follows.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Order {
+    /// `ggml_vec_dot_*`: eight float lanes per row (fewer than eight rows).
+    Lanes,
+    /// The tiled matmul: one float step per block (eight rows or more).
+    Tiled,
+    /// Q4_K in llama.cpp's repacked 8-row layout (any number of rows):
+    /// scale sums and minimum sums in two float accumulators, one step per block.
+    Repacked,
+}
+
+impl Order {
+    /// The order llama.cpp uses for a matmul over `rows` activation rows.
+    pub(crate) fn for_rows(rows: usize) -> Self {
+        if rows >= 8 {
+            Self::Tiled
+        } else {
+            Self::Lanes
+        }
+    }
+}
+
+/// The minimums' integer sum for one block, as the tiled matmul forms it.
+fn min_sum<B: Block256>(mins: &[i16; 16], bsums: &[i16; 16]) -> i32 {
+    match B::FINISH {
+        Finish::MinLanes => (0..16).map(|i| mins[i] as i32 * bsums[i] as i32).sum(),
+        Finish::MinQuad | Finish::MinScalar => (0..8).map(|k| mins[k] as i32 * (bsums[2 * k] as i32 + bsums[2 * k + 1] as i32)).sum(),
+        _ => 0,
+    }
+}
+
+/// One block's float step in the tiled order: `acc += (d·s1 − dmin·s2)·dy`.
+#[inline(always)]
+fn tiled_step<B: Block256>(acc: f32, d: f32, dmin: f32, s1: i32, mins: &[i16; 16], y: &Q8KBlock) -> f32 {
+    let mut res = d * s1 as f32;
+    if matches!(B::FINISH, Finish::MinLanes | Finish::MinQuad | Finish::MinScalar) {
+        res = (-dmin).mul_add(min_sum::<B>(mins, &y.bsums) as f32, res);
+    }
+    res.mul_add(y.d, acc)
+}
+
+/// One block's float steps in the repacked order (unsigned formats with minimums).
+#[inline(always)]
+fn repacked_step<B: Block256>(acc: f32, acc_min: f32, x: &B, s1: i32, mins: &[i16; 16], y: &Q8KBlock) -> (f32, f32) {
+    let acc = (s1 as f32).mul_add(half(x.d_bits()) * y.d, acc);
+    let acc_min = (min_sum::<B>(mins, &y.bsums) as f32).mul_add(half(x.dmin_bits()) * y.d, acc_min);
+    (acc, acc_min)
 }
 
 /// Scales per 16 values, and minimums: per 16 for `MinLanes`, per 32 (the
@@ -77,7 +130,35 @@ fn min_quad(mins: &[i16; 16], bsums: &[i16; 16]) -> [i32; 4] {
 }
 
 /// The portable dot product of one weight row with one activation row.
-pub(crate) fn dot<B: Block256>(x: &[B], y: &[Q8KBlock]) -> f32 {
+pub(crate) fn dot<B: Block256>(x: &[B], y: &[Q8KBlock], order: Order) -> f32 {
+    if order == Order::Repacked {
+        let (mut acc, mut acc_min) = (0f32, 0f32);
+        for (x, y) in x.iter().zip(y) {
+            let s = x.scales();
+            let q = x.quants();
+            let mut s1 = 0i32;
+            for e in 0..QK_K {
+                s1 += s.sc[e / 16] as i32 * (q[e] as u8 as i32) * y.qs[e] as i32;
+            }
+            (acc, acc_min) = repacked_step::<B>(acc, acc_min, x, s1, &s.mins, y);
+        }
+        return acc - acc_min;
+    }
+    if order == Order::Tiled {
+        let mut acc = 0f32;
+        for (x, y) in x.iter().zip(y) {
+            let s = x.scales();
+            let q = x.quants();
+            let mut s1 = 0i32;
+            for e in 0..QK_K {
+                let qv = if B::SIGNED { q[e] as i32 } else { q[e] as u8 as i32 };
+                let qv = if B::FINISH == Finish::Offset32 { qv - 32 } else { qv };
+                s1 += s.sc[e / 16] as i32 * qv * y.qs[e] as i32;
+            }
+            acc = tiled_step::<B>(acc, half(x.d_bits()), half(x.dmin_bits()), s1, &s.mins, y);
+        }
+        return acc;
+    }
     let mut acc = [0f32; 8];
     let mut acc_m = [0f32; 4];
     let mut summs = 0f32;
@@ -125,7 +206,7 @@ pub(crate) fn dot<B: Block256>(x: &[B], y: &[Q8KBlock]) -> f32 {
 
 /// One weight row against `R` activation rows: each block is unpacked once
 /// for all of them (prefill); every product is computed as `dot` computes it.
-pub(crate) fn dot_rows<B: Block256, const R: usize>(x: &[B], y: [&[Q8KBlock]; R], simd: bool) -> [f32; R] {
+pub(crate) fn dot_rows<B: Block256, const R: usize>(x: &[B], y: [&[Q8KBlock]; R], order: Order, simd: bool) -> [f32; R] {
     #[cfg(target_arch = "x86_64")]
     if simd {
         for ya in &y {
@@ -133,17 +214,17 @@ pub(crate) fn dot_rows<B: Block256, const R: usize>(x: &[B], y: [&[Q8KBlock]; R]
         }
         // SAFETY: the CPU has AVX2, FMA and F16C (checked by the caller at
         // run time); every activation row is as long as the weight row.
-        return unsafe { x86::dot_rows::<B, R>(x, y) };
+        return unsafe { x86::dot_rows::<B, R>(x, y, order) };
     }
     let _ = simd;
-    std::array::from_fn(|a| dot(x, y[a]))
+    std::array::from_fn(|a| dot(x, y[a], order))
 }
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Block256, Finish};
+    use super::{repacked_step, tiled_step, Block256, Finish, Order};
     use crate::cpu::block32::x86::half;
     use crate::cpu::q8::Q8KBlock;
     use crate::cpu::vec_ops::hsum8;
@@ -157,7 +238,10 @@ pub(crate) mod x86 {
 
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dot_rows<B: Block256, const R: usize>(x: &[B], y: [&[Q8KBlock]; R]) -> [f32; R] {
+    pub unsafe fn dot_rows<B: Block256, const R: usize>(x: &[B], y: [&[Q8KBlock]; R], order: Order) -> [f32; R] {
+        let tiled = order != Order::Lanes;
+        let mut tiled_acc = [0f32; R];
+        let mut min_acc = [0f32; R];
         let mut acc = [_mm256_setzero_ps(); R];
         let mut acc_m = [_mm_setzero_ps(); R];
         let mut summs = [0f32; R];
@@ -178,6 +262,7 @@ pub(crate) mod x86 {
                 let d = yb.d * xd;
                 let dmin = -yb.d * xdmin;
                 let bsums = _mm256_loadu_si256(yb.bsums.as_ptr() as *const __m256i);
+                if !tiled {
                 match B::FINISH {
                     Finish::MinLanes => {
                         acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_madd_epi16(mins16, bsums)), acc[a]);
@@ -194,6 +279,7 @@ pub(crate) mod x86 {
                     }
                     _ => {}
                 }
+                }
                 let mut sumi = _mm256_setzero_si256();
                 for c in 0..8 {
                     let yv = _mm256_loadu_si256(yb.qs.as_ptr().add(32 * c) as *const __m256i);
@@ -207,8 +293,28 @@ pub(crate) mod x86 {
                 if B::FINISH == Finish::Offset32 {
                     sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, sc16)));
                 }
-                acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[a]);
+                if tiled {
+                    // Integer sums are exact, so the lanes' total is the block's.
+                    let h = _mm_add_epi32(_mm256_castsi256_si128(sumi), _mm256_extracti128_si256(sumi, 1));
+                    let h = _mm_add_epi32(h, _mm_shuffle_epi32::<0b01_00_11_10>(h));
+                    let s1 = _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32::<0b10_11_00_01>(h)));
+                    if order == Order::Repacked {
+                        (tiled_acc[a], min_acc[a]) = repacked_step::<B>(tiled_acc[a], min_acc[a], xb, s1, &s.mins, yb);
+                    } else {
+                        tiled_acc[a] = tiled_step::<B>(tiled_acc[a], xd, xdmin, s1, &s.mins, yb);
+                    }
+                } else {
+                    acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[a]);
+                }
             }
+        }
+        if order == Order::Repacked {
+            for a in 0..R {
+                tiled_acc[a] -= min_acc[a];
+            }
+        }
+        if tiled {
+            return tiled_acc;
         }
         let mut out = [0f32; R];
         for a in 0..R {

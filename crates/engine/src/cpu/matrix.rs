@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use super::block256::{self, Block256};
+use super::block256::{self, Block256, Order};
 use super::block32::{self, Block32};
 use super::float::FloatRows;
 use super::iq4_nl::BlockIq4Nl;
@@ -32,6 +32,9 @@ pub struct QuantMatrix {
     n: usize,
     k: usize,
     weights: Weights,
+    /// Sums in the order of llama.cpp's repacked 8-row layouts, which it
+    /// uses for Q4_0, IQ4_NL and Q4_K matrices whose rows come in eights.
+    repacked: bool,
 }
 
 enum Weights {
@@ -180,7 +183,8 @@ impl QuantMatrix {
             T::Bf16 => Weights::Float(FloatRows::from_bytes(FloatKind::Bf16, data)),
             _ => return Err(format!("is {dtype}")),
         };
-        Ok(Self { n, k, weights })
+        let repacked = matches!(dtype, T::Q4_0 | T::Iq4Nl | T::Q4K) && n % 8 == 0;
+        Ok(Self { n, k, weights, repacked })
     }
 
     pub fn rows(&self) -> usize {
@@ -194,6 +198,15 @@ impl QuantMatrix {
     /// Bytes the weights take in memory (as in the file).
     pub fn stored_bytes(&self) -> usize {
         by_format!(&self.weights, b => std::mem::size_of_val(b.as_slice()), k => std::mem::size_of_val(k.as_slice()), f => f.stored_bytes())
+    }
+
+    /// The float order of a 256-value format over `rows` activation rows.
+    fn order(&self, rows: usize) -> Order {
+        if self.repacked {
+            Order::Repacked
+        } else {
+            Order::for_rows(rows)
+        }
     }
 
     fn rounding(&self) -> Rounding {
@@ -236,8 +249,8 @@ impl QuantMatrix {
     pub(crate) unsafe fn matmul_cols(&self, acts: &Activations, rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize) {
         let simd = has_avx2_fma();
         by_format!(&self.weights,
-            b => cols32(b, self.k / 32, &acts.q8, rows, cols, out, ld, simd),
-            k => cols256(k, self.k / QK_K, &acts.q8k, rows, cols, out, ld, simd),
+            b => cols32(b, self.k / 32, &acts.q8, rows, cols, out, ld, self.repacked, simd),
+            k => cols256(k, self.k / QK_K, &acts.q8k, rows, cols, out, ld, self.order(rows), simd),
             f => {
                 let x = match f {
                     FloatRows::F32(_) => &acts.f32,
@@ -274,15 +287,15 @@ impl QuantMatrix {
     /// The portable dot product of weight row `col` with activation row
     /// `row` of `acts` (the reference the tiled kernels are tested against).
     #[cfg(test)]
-    pub(crate) fn portable_dot(&self, acts: &Activations, row: usize, col: usize) -> f32 {
+    pub(crate) fn portable_dot(&self, acts: &Activations, rows: usize, row: usize, col: usize) -> f32 {
         by_format!(&self.weights,
             b => {
                 let kb = self.k / 32;
-                block32::dot(&b[col * kb..(col + 1) * kb], &acts.q8[row * kb..(row + 1) * kb])
+                block32::dot(&b[col * kb..(col + 1) * kb], &acts.q8[row * kb..(row + 1) * kb], self.repacked)
             },
             k => {
                 let kb = self.k / QK_K;
-                block256::dot(&k[col * kb..(col + 1) * kb], &acts.q8k[row * kb..(row + 1) * kb])
+                block256::dot(&k[col * kb..(col + 1) * kb], &acts.q8k[row * kb..(row + 1) * kb], self.order(rows))
             },
             f => {
                 let x = match f {
@@ -300,7 +313,7 @@ impl QuantMatrix {
 
 /// A 32-value format: four activation rows per tile when prefilling, one when decoding.
 #[allow(clippy::too_many_arguments)]
-unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, acts: &[Q8Block], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, simd: bool) {
+unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, acts: &[Q8Block], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, repacked: bool, simd: bool) {
     debug_assert_eq!(acts.len(), rows * kb);
     let mut row = 0;
     let mut tile = vec![[0f32; 4]; cols.len()];
@@ -310,7 +323,7 @@ unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, acts: &[Q8Block], rows: us
             let a = row + a.min(r - 1);
             &acts[a * kb..(a + 1) * kb]
         });
-        block32::column_range::<B>(blocks, kb, cols.clone(), r, y, simd, &mut tile);
+        block32::column_range::<B>(blocks, kb, cols.clone(), r, y, repacked, simd, &mut tile);
         for (i, t) in tile.iter().enumerate() {
             for (a, v) in t.iter().enumerate().take(r) {
                 out.write((row + a) * ld + cols.start + i, *v);
@@ -323,12 +336,12 @@ unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, acts: &[Q8Block], rows: us
 /// A 256-value format: one weight row against four activation rows when
 /// prefilling; one against one, prefetching ahead, when decoding.
 #[allow(clippy::too_many_arguments)]
-unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, simd: bool) {
+unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, order: Order, simd: bool) {
     let y = |r: usize| &acts[r * kb..(r + 1) * kb];
     let mut r = 0;
     while r + 4 <= rows {
         for col in cols.clone() {
-            let t = block256::dot_rows::<B, 4>(&blocks[col * kb..(col + 1) * kb], [y(r), y(r + 1), y(r + 2), y(r + 3)], simd);
+            let t = block256::dot_rows::<B, 4>(&blocks[col * kb..(col + 1) * kb], [y(r), y(r + 1), y(r + 2), y(r + 3)], order, simd);
             for (a, v) in t.into_iter().enumerate() {
                 out.write((r + a) * ld + col, v);
             }
@@ -338,7 +351,7 @@ unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows:
     for r in r..rows {
         for col in cols.clone() {
             prefetch_row_ahead(blocks, kb, col);
-            out.write(r * ld + col, block256::dot_rows::<B, 1>(&blocks[col * kb..(col + 1) * kb], [y(r)], simd)[0]);
+            out.write(r * ld + col, block256::dot_rows::<B, 1>(&blocks[col * kb..(col + 1) * kb], [y(r)], order, simd)[0]);
         }
     }
 }

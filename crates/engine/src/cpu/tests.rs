@@ -84,7 +84,9 @@ fn every_type_multiplies_like_its_reference_values_and_the_paths_agree_bit_for_b
     for c in cases() {
         let m = QuantMatrix::from_raw(c.dtype, &[c.rows, c.cols], &c.data).unwrap();
         // Five activation rows: one tile of four (prefill) and one alone (decode).
-        for rows in [1, 5] {
+        // One, five (a tile of four and one alone) and nine activation rows
+        // (llama.cpp's tiled order from eight rows on).
+        for rows in [1, 5, 9] {
             let x = random(rows * c.cols, 3 + rows as u64);
             let mut out = vec![0f32; rows * c.rows];
             m.matmul(&x, &mut out);
@@ -92,7 +94,7 @@ fn every_type_multiplies_like_its_reference_values_and_the_paths_agree_bit_for_b
             for r in 0..rows {
                 for col in 0..c.rows {
                     let got = out[r * c.rows + col];
-                    let portable = m.portable_dot(&acts, r, col);
+                    let portable = m.portable_dot(&acts, rows, r, col);
                     assert_eq!(got.to_bits(), portable.to_bits(), "{}: {rows} rows, row {r} col {col}: {got} vs portable {portable}", c.dtype);
                     let w = &c.values[col * c.cols..(col + 1) * c.cols];
                     let xr = &x[r * c.cols..(r + 1) * c.cols];
@@ -116,4 +118,28 @@ fn sizes_that_do_not_match_the_shape_are_refused() {
     assert!(QuantMatrix::from_raw(GgmlType::Q4K, &[1, 288], &data).is_err());
     let err = QuantMatrix::from_raw(GgmlType::Iq2Xxs, &[1, 256], &data).err().unwrap();
     assert!(err.contains("IQ2_XXS"), "{err}");
+}
+
+#[test]
+fn dot_products_equal_llama_cpps_avx2_kernels_bit_for_bit() {
+    // Recorded from llama.cpp's own `ggml_vec_dot_*` (scripts/golden/record_dots.py).
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/llama_dots.json");
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut failures = Vec::new();
+    for c in cases() {
+        let Some(rec) = json.get(c.dtype.name()) else { continue };
+        let floats = |k: &str| -> Vec<f32> { hex(rec[k].as_str().unwrap()).chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect() };
+        let (x, want) = (floats("x"), floats("dots"));
+        let m = QuantMatrix::from_raw(c.dtype, &[c.rows, c.cols], &c.data).unwrap();
+        let acts = Activations::for_matrices(&x, [&m]);
+        let mut out = vec![0f32; c.rows];
+        m.matmul(&x, &mut out);
+        for (col, &w) in want.iter().enumerate() {
+            let got = m.portable_dot(&acts, 1, 0, col);
+            if got.to_bits() != w.to_bits() || out[col].to_bits() != w.to_bits() {
+                failures.push(format!("{} row {col}: llama.cpp {w:e}, hearth {got:e} / {:e}", c.dtype, out[col]));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
