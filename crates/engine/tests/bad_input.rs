@@ -111,3 +111,65 @@ fn out_of_vocabulary_ids_are_an_error() {
     assert!(engine.model().forward(&[vec![1, 100_000]], &mut cache).is_err());
     assert_eq!(cache.len(), 0);
 }
+
+/// Byte offset of tensor `name`'s info in a GGUF header: (dims start, n_dims).
+fn tensor_info_at(bytes: &[u8], name: &str) -> (usize, usize) {
+    let mut needle = (name.len() as u64).to_le_bytes().to_vec();
+    needle.extend_from_slice(name.as_bytes());
+    let at = bytes.windows(needle.len()).position(|w| w == needle.as_slice()).unwrap() + needle.len();
+    let n_dims = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    (at + 4, n_dims)
+}
+
+#[test]
+fn a_tensor_type_hearth_cannot_run_is_refused_by_name() {
+    let (_d, path) = tiny(&TinySpec::new(Family::Llama));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let (dims, n) = tensor_info_at(&bytes, "blk.0.ffn_down.weight");
+    // IQ2_XXS (16): a valid type whose smaller blocks still lie inside the file.
+    bytes[dims + 8 * n..dims + 8 * n + 4].copy_from_slice(&16u32.to_le_bytes());
+    match open_err(&bytes) {
+        e @ EngineError::UnsupportedTensorType { .. } => {
+            let msg = e.to_string();
+            assert!(msg.contains("blk.0.ffn_down.weight") && msg.contains("IQ2_XXS") && msg.contains("Q4_K_M"), "{msg}");
+        }
+        e => panic!("wrong error: {e}"),
+    }
+}
+
+#[test]
+fn dimensions_that_multiply_past_2_64_are_refused() {
+    let (_d, path) = tiny(&TinySpec::new(Family::Llama));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let (dims, _) = tensor_info_at(&bytes, "blk.0.ffn_down.weight");
+    bytes[dims..dims + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    bytes[dims + 8..dims + 16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    let err = open_err(&bytes);
+    assert!(matches!(err, EngineError::CorruptModel { .. }) && err.to_string().contains("2^64"), "{err}");
+}
+
+#[test]
+fn a_tensor_whose_shape_does_not_match_the_model_is_refused() {
+    let (_d, path) = tiny(&TinySpec::new(Family::Llama));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let (dims, _) = tensor_info_at(&bytes, "blk.0.ffn_down.weight");
+    // Same element count, rows and columns swapped.
+    let (a, b) = (bytes[dims..dims + 8].to_vec(), bytes[dims + 8..dims + 16].to_vec());
+    bytes[dims..dims + 8].copy_from_slice(&b);
+    bytes[dims + 8..dims + 16].copy_from_slice(&a);
+    let err = open_err(&bytes);
+    assert!(matches!(err, EngineError::CorruptModel { .. }) && err.to_string().contains("blk.0.ffn_down.weight"), "{err}");
+}
+
+#[test]
+fn a_zero_alignment_is_refused_without_a_panic() {
+    let (_d, path) = tiny(&TinySpec::new(Family::Llama));
+    let mut bytes = std::fs::read(&path).unwrap();
+    // "llama.block_count" and "general.alignment" have the same length; both are u32.
+    let at = bytes.windows(17).position(|w| w == b"llama.block_count").unwrap();
+    bytes[at..at + 17].copy_from_slice(b"general.alignment");
+    assert_eq!(u32::from_le_bytes(bytes[at + 17..at + 21].try_into().unwrap()), 4, "value type u32");
+    bytes[at + 21..at + 25].copy_from_slice(&0u32.to_le_bytes());
+    let err = open_err(&bytes);
+    assert!(matches!(err, EngineError::CorruptModel { .. }) && err.to_string().contains("alignment"), "{err}");
+}

@@ -144,3 +144,26 @@ fn a_branch_reuses_its_prefix_and_matches_a_cold_prefill() {
         assert_eq!(again, tokens);
     }
 }
+
+#[test]
+fn the_real_gemma3_file_restores_exactly_across_its_sliding_window() {
+    // The one real sliding-window model: a conversation longer than its 512-position window.
+    let engine = Engine::open(common::gemma3_model()).unwrap();
+    let text = include_str!("../../../ARCHITECTURE.md");
+    let all = engine.tokenizer().encode(text, true, false).unwrap();
+    assert!(all.len() > 700);
+    let context = 1024;
+    let identity = engine.cache_identity(context).unwrap();
+    let mut session = engine.new_session(Some(context));
+    let first = &all[..560];
+    let (reply, _) = turn(&engine, &mut session, first);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("g.session");
+    session_file::write(&file, &identity, &session).unwrap();
+    let mut second: Vec<u32> = first.iter().chain(&reply).copied().collect();
+    second.extend_from_slice(&all[560..600]);
+    let mut restored = session_file::read(&file, &identity, engine.model()).unwrap().session;
+    let (warm, processed) = turn(&engine, &mut restored, &second);
+    assert_eq!(warm, cold(&engine, context, &second));
+    assert_eq!(processed, second.len() - session.tokens().len());
+}
