@@ -67,18 +67,8 @@ fn fma_lanes(acc: &mut [f32; 8], d: f32, l: [f32; 8]) {
     }
 }
 
-/// The portable dot product of one weight row with one activation row;
-/// `repacked` follows llama.cpp's repacked 8-row layouts (Q4_0, IQ4_NL):
-/// each block's exact integer sum, one fused multiply-add per block.
-pub(crate) fn dot<B: Block32>(x: &[B], y: &[Q8Block], repacked: bool) -> f32 {
-    if repacked {
-        let mut acc = 0f32;
-        for (x, y) in x.iter().zip(y) {
-            let sumi: i32 = x.quants().iter().zip(&y.qs).map(|(&q, &v)| q as i32 * v as i32).sum();
-            acc = (sumi as f32).mul_add(half(x.d_bits()) * y.d, acc);
-        }
-        return acc;
-    }
+/// The portable dot product of one weight row with one activation row.
+pub(crate) fn dot<B: Block32>(x: &[B], y: &[Q8Block]) -> f32 {
     match B::SUM {
         Sum::Signed => {
             let mut acc = [0f32; 8];
@@ -115,17 +105,15 @@ pub(crate) fn dot<B: Block32>(x: &[B], y: &[Q8Block], repacked: bool) -> f32 {
 
 /// `out[i][a]` = weight row `cols.start + i` · activation row `a < r`
 /// (`r` is 4 when prefilling, 1 when decoding).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn column_range<B: Block32>(blocks: &[B], kb: usize, cols: Range<usize>, r: usize, y: [&[Q8Block]; 4], repacked: bool, simd: bool, out: &mut [[f32; 4]]) {
+pub(crate) fn column_range<B: Block32>(blocks: &[B], kb: usize, cols: Range<usize>, r: usize, y: [&[Q8Block]; 4], simd: bool, out: &mut [[f32; 4]]) {
     #[cfg(target_arch = "x86_64")]
     if simd {
         // SAFETY: the CPU has AVX2, FMA and F16C (checked at run time).
         unsafe {
-            match (r == 4, repacked) {
-                (true, false) => x86::columns::<B, 2, 4, false>(blocks, kb, cols, y, out),
-                (true, true) => x86::columns::<B, 2, 4, true>(blocks, kb, cols, y, out),
-                (false, false) => x86::columns::<B, 1, 1, false>(blocks, kb, cols, [y[0]], out),
-                (false, true) => x86::columns::<B, 1, 1, true>(blocks, kb, cols, [y[0]], out),
+            if r == 4 {
+                x86::columns::<B, 2, 4>(blocks, kb, cols, y, out);
+            } else {
+                x86::columns::<B, 1, 1>(blocks, kb, cols, [y[0]], out);
             }
         }
         return;
@@ -134,7 +122,7 @@ pub(crate) fn column_range<B: Block32>(blocks: &[B], kb: usize, cols: Range<usiz
     for (i, o) in out.iter_mut().enumerate() {
         let col = cols.start + i;
         for (a, v) in o.iter_mut().enumerate().take(r) {
-            *v = dot(&blocks[col * kb..(col + 1) * kb], y[a], repacked);
+            *v = dot(&blocks[col * kb..(col + 1) * kb], y[a]);
         }
     }
 }
@@ -199,10 +187,7 @@ pub(crate) mod x86 {
     /// `W` weight rows × `R` activation rows.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn tile<B: Block32, const W: usize, const R: usize, const REPACKED: bool>(x: [&[B]; W], y: [&[Q8Block]; R]) -> [[f32; R]; W] {
-        if REPACKED {
-            return tile_repacked::<B, W, R>(x, y);
-        }
+    pub unsafe fn tile<B: Block32, const W: usize, const R: usize>(x: [&[B]; W], y: [&[Q8Block]; R]) -> [[f32; R]; W] {
         // Plain loops, not closures: a closure would not inherit this
         // function's target features, and its intrinsics would become calls.
         let mut acc = [[[_mm256_setzero_ps(); R]; W]; 2];
@@ -261,64 +246,30 @@ pub(crate) mod x86 {
         out
     }
 
-    /// Signed × signed bytes, summed exactly in eight 32-bit lanes.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn i8_dot_i32(x: __m256i, y: __m256i) -> __m256i {
-        _mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)))
-    }
-
-    /// The repacked layouts' order: per block, the exact integer sum, then
-    /// one fused multiply-add by `dx·dy`.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn tile_repacked<B: Block32, const W: usize, const R: usize>(x: [&[B]; W], y: [&[Q8Block]; R]) -> [[f32; R]; W] {
-        let mut acc = [[0f32; R]; W];
-        let mut q = [_mm256_setzero_si256(); W];
-        let mut d = [0f32; W];
-        for i in 0..x[0].len() {
-            for r in 0..W {
-                let b = x[r].get_unchecked(i);
-                q[r] = b.quants_avx2();
-                d[r] = half(b.d_bits());
-            }
-            for a in 0..R {
-                let b = y[a].get_unchecked(i);
-                let qy = _mm256_loadu_si256(b.qs.as_ptr() as *const __m256i);
-                for r in 0..W {
-                    let l = i8_dot_i32(q[r], qy);
-                    let h = _mm_add_epi32(_mm256_castsi256_si128(l), _mm256_extracti128_si256(l, 1));
-                    let h = _mm_add_epi32(h, _mm_shuffle_epi32::<0b01_00_11_10>(h));
-                    let sumi = _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32::<0b10_11_00_01>(h)));
-                    acc[r][a] = (sumi as f32).mul_add(d[r] * b.d, acc[r][a]);
-                }
-            }
-        }
-        acc
-    }
-
     /// Every column of `cols` against `R` activation rows, `W` at a time.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn columns<B: Block32, const W: usize, const R: usize, const REPACKED: bool>(blocks: &[B], kb: usize, cols: Range<usize>, y: [&[Q8Block]; R], out: &mut [[f32; 4]]) {
+    pub unsafe fn columns<B: Block32, const W: usize, const R: usize>(blocks: &[B], kb: usize, cols: Range<usize>, y: [&[Q8Block]; R], out: &mut [[f32; 4]]) {
         let row = |c: usize| &blocks[c * kb..(c + 1) * kb];
         let mut col = cols.start;
         let mut xs = [row(col); W];
         while col + W <= cols.end {
             if R == 1 {
-                prefetch_row_ahead(blocks, kb, col);
+                for i in 0..W {
+                    prefetch_row_ahead(blocks, kb, col + i);
+                }
             }
             for (i, x) in xs.iter_mut().enumerate() {
                 *x = row(col + i);
             }
-            let t = tile::<B, W, R, REPACKED>(xs, y);
+            let t = tile::<B, W, R>(xs, y);
             for i in 0..W {
                 out[col - cols.start + i][..R].copy_from_slice(&t[i]);
             }
             col += W;
         }
         while col < cols.end {
-            let t = tile::<B, 1, R, REPACKED>([row(col)], y);
+            let t = tile::<B, 1, R>([row(col)], y);
             out[col - cols.start][..R].copy_from_slice(&t[0]);
             col += 1;
         }

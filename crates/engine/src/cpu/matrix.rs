@@ -6,6 +6,7 @@ use std::ops::Range;
 use super::block256::{self, Block256, Order};
 use super::block32::{self, Block32};
 use super::float::FloatRows;
+use super::interleaved::{self, Interleaved, Nibbles};
 use super::iq4_nl::BlockIq4Nl;
 use super::iq4_xs::BlockIq4Xs;
 use super::isa::has_avx2_fma;
@@ -32,8 +33,9 @@ pub struct QuantMatrix {
     n: usize,
     k: usize,
     weights: Weights,
-    /// Sums in the order of llama.cpp's repacked 8-row layouts, which it
-    /// uses for Q4_0, IQ4_NL and Q4_K matrices whose rows come in eights.
+    /// Q4_K sums in the order of llama.cpp's repacked 8-row layout, which
+    /// it uses for Q4_K matrices whose rows come in eights (Q4_0 and IQ4_NL
+    /// ones are interleaved here as there).
     repacked: bool,
 }
 
@@ -51,6 +53,8 @@ enum Weights {
     Q6K(Vec<BlockQ6K>),
     Iq4Xs(Vec<BlockIq4Xs>),
     Float(FloatRows),
+    /// Q4_0 or IQ4_NL with rows in eights, interleaved as llama.cpp repacks them.
+    Interleaved(Interleaved),
 }
 
 #[derive(Clone, Copy)]
@@ -63,7 +67,7 @@ pub(crate) enum FloatKind {
 /// Calls `$body` with `$b` bound to the block vector of a 32-value format,
 /// `$k` to that of a 256-value one, or `$f` to float rows.
 macro_rules! by_format {
-    ($w:expr, $b:ident => $b32:expr, $k:ident => $b256:expr, $f:ident => $float:expr) => {
+    ($w:expr, $b:ident => $b32:expr, $k:ident => $b256:expr, $f:ident => $float:expr, $i:ident => $inter:expr) => {
         match $w {
             Weights::Q4_0($b) => $b32,
             Weights::Q4_1($b) => $b32,
@@ -78,6 +82,7 @@ macro_rules! by_format {
             Weights::Q6K($k) => $b256,
             Weights::Iq4Xs($k) => $b256,
             Weights::Float($f) => $float,
+            Weights::Interleaved($i) => $inter,
         }
     };
 }
@@ -166,6 +171,8 @@ impl QuantMatrix {
         }
         use GgmlType as T;
         let weights = match dtype {
+            T::Q4_0 if n % interleaved::ROWS == 0 => Weights::Interleaved(Interleaved::new(data, n, k / 32, Nibbles::Q4_0)),
+            T::Iq4Nl if n % interleaved::ROWS == 0 => Weights::Interleaved(Interleaved::new(data, n, k / 32, Nibbles::Iq4Nl)),
             T::Q4_0 => Weights::Q4_0(blocks(data, BlockQ4_0::BYTES)),
             T::Q4_1 => Weights::Q4_1(blocks(data, BlockQ4_1::BYTES)),
             T::Q5_0 => Weights::Q5_0(blocks(data, BlockQ5_0::BYTES)),
@@ -183,7 +190,7 @@ impl QuantMatrix {
             T::Bf16 => Weights::Float(FloatRows::from_bytes(FloatKind::Bf16, data)),
             _ => return Err(format!("is {dtype}")),
         };
-        let repacked = matches!(dtype, T::Q4_0 | T::Iq4Nl | T::Q4K) && n % 8 == 0;
+        let repacked = dtype == T::Q4K && n % 8 == 0;
         Ok(Self { n, k, weights, repacked })
     }
 
@@ -197,7 +204,7 @@ impl QuantMatrix {
 
     /// Bytes the weights take in memory (as in the file).
     pub fn stored_bytes(&self) -> usize {
-        by_format!(&self.weights, b => std::mem::size_of_val(b.as_slice()), k => std::mem::size_of_val(k.as_slice()), f => f.stored_bytes())
+        by_format!(&self.weights, b => std::mem::size_of_val(b.as_slice()), k => std::mem::size_of_val(k.as_slice()), f => f.stored_bytes(), i => i.stored_bytes())
     }
 
     /// The float order of a 256-value format over `rows` activation rows.
@@ -211,7 +218,7 @@ impl QuantMatrix {
 
     fn rounding(&self) -> Rounding {
         match &self.weights {
-            Weights::Q4_0(_) | Weights::Q4_1(_) | Weights::Q5_0(_) | Weights::Q5_1(_) | Weights::Q8_0(_) | Weights::Iq4Nl(_) => Rounding::Q8,
+            Weights::Q4_0(_) | Weights::Q4_1(_) | Weights::Q5_0(_) | Weights::Q5_1(_) | Weights::Q8_0(_) | Weights::Iq4Nl(_) | Weights::Interleaved(_) => Rounding::Q8,
             Weights::Float(FloatRows::F32(_)) => Rounding::F32,
             Weights::Float(FloatRows::F16(_)) => Rounding::F16,
             Weights::Float(FloatRows::Bf16(_)) => Rounding::Bf16,
@@ -249,7 +256,7 @@ impl QuantMatrix {
     pub(crate) unsafe fn matmul_cols(&self, acts: &Activations, rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize) {
         let simd = has_avx2_fma();
         by_format!(&self.weights,
-            b => cols32(b, self.k / 32, &acts.q8, rows, cols, out, ld, self.repacked, simd),
+            b => cols32(b, self.k / 32, &acts.q8, rows, cols, out, ld, simd),
             k => cols256(k, self.k / QK_K, &acts.q8k, rows, cols, out, ld, self.order(rows), simd),
             f => {
                 let x = match f {
@@ -261,7 +268,8 @@ impl QuantMatrix {
                 for col in cols {
                     f.dot_rows(self.k, x, rows, col, &mut buf, |r, v| out.write(r * ld + col, v));
                 }
-            }
+            },
+            i => i.matmul_rows(&acts.q8, rows, cols, simd, |r, col, v| out.write(r * ld + col, v))
         )
     }
 
@@ -280,7 +288,8 @@ impl QuantMatrix {
             f => {
                 let mut buf = Vec::new();
                 out.copy_from_slice(f.row(row, self.k, &mut buf))
-            }
+            },
+            i => i.dequantize_row(row, out)
         )
     }
 
@@ -291,7 +300,7 @@ impl QuantMatrix {
         by_format!(&self.weights,
             b => {
                 let kb = self.k / 32;
-                block32::dot(&b[col * kb..(col + 1) * kb], &acts.q8[row * kb..(row + 1) * kb], self.repacked)
+                block32::dot(&b[col * kb..(col + 1) * kb], &acts.q8[row * kb..(row + 1) * kb])
             },
             k => {
                 let kb = self.k / QK_K;
@@ -306,14 +315,15 @@ impl QuantMatrix {
                 let mut buf = Vec::new();
                 let w = f.row(col, self.k, &mut buf).to_vec();
                 super::vec_ops::dot(&x[row * self.k..(row + 1) * self.k], &w)
-            }
+            },
+            i => i.dot(col, &acts.q8[row * (self.k / 32)..(row + 1) * (self.k / 32)])
         )
     }
 }
 
 /// A 32-value format: four activation rows per tile when prefilling, one when decoding.
 #[allow(clippy::too_many_arguments)]
-unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, acts: &[Q8Block], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, repacked: bool, simd: bool) {
+unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, acts: &[Q8Block], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, simd: bool) {
     debug_assert_eq!(acts.len(), rows * kb);
     let mut row = 0;
     let mut tile = vec![[0f32; 4]; cols.len()];
@@ -323,7 +333,7 @@ unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, acts: &[Q8Block], rows: us
             let a = row + a.min(r - 1);
             &acts[a * kb..(a + 1) * kb]
         });
-        block32::column_range::<B>(blocks, kb, cols.clone(), r, y, repacked, simd, &mut tile);
+        block32::column_range::<B>(blocks, kb, cols.clone(), r, y, simd, &mut tile);
         for (i, t) in tile.iter().enumerate() {
             for (a, v) in t.iter().enumerate().take(r) {
                 out.write((row + a) * ld + cols.start + i, *v);

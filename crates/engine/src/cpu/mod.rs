@@ -4,12 +4,14 @@
 //! One file per block format says how to unpack a block; `block32` and
 //! `block256` hold the dot-product kernels written once over those, in
 //! llama.cpp's AVX2 orders with portable twins that compute the same
-//! floating-point operations; `matrix` dispatches a matrix to its kernel;
+//! floating-point operations; `interleaved` holds Q4_0 and IQ4_NL matrices eight rows to a group, as
+//! llama.cpp repacks them; `matrix` dispatches a matrix to its kernel;
 //! `isa` is the one place that asks the CPU what it has.
 
 mod block256;
 mod block32;
 mod float;
+mod interleaved;
 mod iq4_nl;
 mod iq4_xs;
 pub mod isa;

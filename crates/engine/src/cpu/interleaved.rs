@@ -1,0 +1,201 @@
+//! Q4_0 and IQ4_NL weights with eight rows interleaved, built at load time
+//! as llama.cpp's REPACK builds them: one register then holds four values
+//! of each of eight rows, so a multiply-add against four activation bytes
+//! broadcast to every lane gives eight rows' sums at once, with no
+//! horizontal sums. Each block's exact integer sum is scaled by `dx·dy` in
+//! one fused multiply-add, llama.cpp's repacked order.
+
+use super::block32::half;
+use super::iq4_nl::TABLE;
+use super::q8::Q8Block;
+
+/// Rows per group.
+pub(crate) const ROWS: usize = 8;
+
+/// One 32-value block of eight rows: their f16 scales, then their nibbles in
+/// four-byte runs (`qs[32c + 4r + j]` is byte `4c + j` of row `r`'s block).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Group8 {
+    d: [u16; ROWS],
+    qs: [u8; 16 * ROWS],
+}
+
+/// What the nibbles index.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Nibbles {
+    /// `q − 8`.
+    Q4_0,
+    /// IQ4_NL's table.
+    Iq4Nl,
+}
+
+/// A matrix whose row count is a multiple of eight, in groups of eight rows.
+pub(crate) struct Interleaved {
+    groups: Vec<Group8>,
+    kb: usize,
+    kind: Nibbles,
+}
+
+impl Interleaved {
+    /// From GGUF's row-major blocks of 18 bytes (f16 scale, 16 bytes of nibbles).
+    pub(crate) fn new(data: &[u8], n: usize, kb: usize, kind: Nibbles) -> Self {
+        debug_assert!(n % ROWS == 0 && data.len() == n * kb * 18);
+        let block = |row: usize, b: usize| &data[(row * kb + b) * 18..(row * kb + b + 1) * 18];
+        let mut groups = Vec::with_capacity(n / ROWS * kb);
+        for g in 0..n / ROWS {
+            for b in 0..kb {
+                let mut group = Group8 { d: [0; ROWS], qs: [0; 16 * ROWS] };
+                for r in 0..ROWS {
+                    let src = block(g * ROWS + r, b);
+                    group.d[r] = u16::from_le_bytes([src[0], src[1]]);
+                    for c in 0..4 {
+                        group.qs[32 * c + 4 * r..32 * c + 4 * r + 4].copy_from_slice(&src[2 + 4 * c..2 + 4 * c + 4]);
+                    }
+                }
+                groups.push(group);
+            }
+        }
+        Self { groups, kb, kind }
+    }
+
+    pub(crate) fn stored_bytes(&self) -> usize {
+        std::mem::size_of_val(self.groups.as_slice())
+    }
+
+    /// Row `row`'s block `b`: its scale and its 32 quants in activation order.
+    pub(crate) fn block(&self, row: usize, b: usize) -> (f32, [i8; 32]) {
+        let g = &self.groups[(row / ROWS) * self.kb + b];
+        let r = row % ROWS;
+        let byte = |j: usize| g.qs[32 * (j / 4) + 4 * r + j % 4];
+        let q = std::array::from_fn(|e| {
+            let n = if e < 16 { byte(e) & 0xF } else { byte(e - 16) >> 4 };
+            match self.kind {
+                Nibbles::Q4_0 => n as i8 - 8,
+                Nibbles::Iq4Nl => TABLE[n as usize],
+            }
+        });
+        (half(g.d[r]), q)
+    }
+
+    pub(crate) fn dequantize_row(&self, row: usize, out: &mut [f32]) {
+        for (b, o) in out.chunks_exact_mut(32).enumerate().take(self.kb) {
+            let (d, q) = self.block(row, b);
+            o.iter_mut().zip(q).for_each(|(o, q)| *o = d * q as f32);
+        }
+    }
+
+    /// The portable product of row `row` with one activation row, in the
+    /// repacked order.
+    pub(crate) fn dot(&self, row: usize, y: &[Q8Block]) -> f32 {
+        let mut acc = 0f32;
+        for (b, y) in y.iter().enumerate().take(self.kb) {
+            let (d, q) = self.block(row, b);
+            let sumi: i32 = q.iter().zip(&y.qs).map(|(&q, &v)| q as i32 * v as i32).sum();
+            acc = (sumi as f32).mul_add(d * y.d, acc);
+        }
+        acc
+    }
+
+    /// `out(a, row)` for every row of the groups covering `rows` (a multiple
+    /// of eight) and every activation row `a`.
+    pub(crate) fn matmul_rows(&self, acts: &[Q8Block], n_acts: usize, rows: std::ops::Range<usize>, simd: bool, mut out: impl FnMut(usize, usize, f32)) {
+        debug_assert!(rows.start % ROWS == 0 && rows.end % ROWS == 0);
+        let kb = self.kb;
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            for g in rows.start / ROWS..rows.end / ROWS {
+                let groups = &self.groups[g * kb..(g + 1) * kb];
+                let mut a = 0;
+                while a < n_acts {
+                    let take = if n_acts - a >= 4 { 4 } else { 1 };
+                    let mut lanes = [[0f32; ROWS]; 4];
+                    // SAFETY: the CPU has AVX2, FMA and F16C (checked by the caller at run time).
+                    unsafe {
+                        if take == 4 {
+                            let y: [&[Q8Block]; 4] = std::array::from_fn(|i| &acts[(a + i) * kb..(a + i + 1) * kb]);
+                            x86::group::<4>(groups, y, self.kind, &mut lanes);
+                        } else {
+                            if g + 1 < self.groups.len() / kb {
+                                x86::prefetch(&self.groups[(g + 1) * kb..(g + 2) * kb]);
+                            }
+                            x86::group::<1>(groups, [&acts[a * kb..(a + 1) * kb]], self.kind, &mut lanes);
+                        }
+                    }
+                    for (i, l) in lanes.iter().enumerate().take(take) {
+                        for (r, v) in l.iter().enumerate() {
+                            out(a + i, g * ROWS + r, *v);
+                        }
+                    }
+                    a += take;
+                }
+            }
+            return;
+        }
+        let _ = simd;
+        for row in rows {
+            for a in 0..n_acts {
+                out(a, row, self.dot(row, &acts[a * kb..(a + 1) * kb]));
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{Group8, Nibbles, ROWS};
+    use crate::cpu::iq4_nl::TABLE;
+    use crate::cpu::q8::Q8Block;
+
+    pub(super) fn prefetch(groups: &[Group8]) {
+        let bytes = std::mem::size_of_val(groups);
+        let p = groups.as_ptr() as *const i8;
+        for off in (0..bytes).step_by(64) {
+            // SAFETY: inside `groups`; a prefetch reads nothing.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(off)) };
+        }
+    }
+
+    /// Eight weight rows against `R` activation rows; `lanes[a][r]`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn group<const R: usize>(groups: &[Group8], y: [&[Q8Block]; R], kind: Nibbles, lanes: &mut [[f32; ROWS]; 4]) {
+        let m4 = _mm256_set1_epi8(0xF);
+        let ones = _mm256_set1_epi16(1);
+        let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(TABLE.as_ptr() as *const __m128i));
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut q = [_mm256_setzero_si256(); 8];
+        for (b, g) in groups.iter().enumerate() {
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(g.d.as_ptr() as *const __m128i));
+            for c in 0..4 {
+                let v = _mm256_loadu_si256(g.qs.as_ptr().add(32 * c) as *const __m256i);
+                let (lo, hi) = (_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4));
+                if kind == Nibbles::Q4_0 {
+                    q[c] = _mm256_sub_epi8(lo, _mm256_set1_epi8(8));
+                    q[4 + c] = _mm256_sub_epi8(hi, _mm256_set1_epi8(8));
+                } else {
+                    q[c] = _mm256_shuffle_epi8(table, lo);
+                    q[4 + c] = _mm256_shuffle_epi8(table, hi);
+                }
+            }
+            for a in 0..R {
+                let yb = y[a].get_unchecked(b);
+                let mut sumi = _mm256_setzero_si256();
+                for (c, qc) in q.iter().enumerate() {
+                    // Values 4c..4c+4 (low nibbles) or 16+4(c−4).. (high), broadcast to every row.
+                    let off = if c < 4 { 4 * c } else { 16 + 4 * (c - 4) };
+                    let yv = _mm256_set1_epi32(std::ptr::read_unaligned(yb.qs.as_ptr().add(off) as *const i32));
+                    let p = _mm256_maddubs_epi16(_mm256_sign_epi8(*qc, *qc), _mm256_sign_epi8(yv, *qc));
+                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, ones));
+                }
+                let scale = _mm256_mul_ps(d, _mm256_set1_ps(yb.d));
+                acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), scale, acc[a]);
+            }
+        }
+        for a in 0..R {
+            _mm256_storeu_ps(lanes[a].as_mut_ptr(), acc[a]);
+        }
+    }
+}
