@@ -224,10 +224,18 @@ pub(crate) fn dot_rows<B: Block256, const R: usize>(x: &[B], y: [&[Q8KBlock]; R]
 pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{repacked_step, tiled_step, Block256, Finish, Order};
+    use super::{Block256, Finish, Order};
     use crate::cpu::block32::x86::half;
     use crate::cpu::q8::Q8KBlock;
     use crate::cpu::vec_ops::hsum8;
+
+    /// Four vectors of eight 32-bit lanes to four totals (exact: integer adds).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn totals4(v: &[__m256i; 4]) -> __m128i {
+        let h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+        _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1))
+    }
 
     /// Bytes of `v` shifted right by `n` (< 8) and masked to `mask`.
     #[inline]
@@ -240,8 +248,11 @@ pub(crate) mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn dot_rows<B: Block256, const R: usize>(x: &[B], y: [&[Q8KBlock]; R], order: Order) -> [f32; R] {
         let tiled = order != Order::Lanes;
-        let mut tiled_acc = [0f32; R];
-        let mut min_acc = [0f32; R];
+        assert!(R <= 4);
+        let mut sums = [_mm256_setzero_si256(); 4];
+        let mut mins = [_mm256_setzero_si256(); 4];
+        let mut yd = [0f32; 4];
+        let (mut acc4, mut min4) = (_mm_setzero_ps(), _mm_setzero_ps());
         let mut acc = [_mm256_setzero_ps(); R];
         let mut acc_m = [_mm_setzero_ps(); R];
         let mut summs = [0f32; R];
@@ -294,27 +305,45 @@ pub(crate) mod x86 {
                     sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, sc16)));
                 }
                 if tiled {
-                    // Integer sums are exact, so the lanes' total is the block's.
-                    let h = _mm_add_epi32(_mm256_castsi256_si128(sumi), _mm256_extracti128_si256(sumi, 1));
-                    let h = _mm_add_epi32(h, _mm_shuffle_epi32::<0b01_00_11_10>(h));
-                    let s1 = _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32::<0b10_11_00_01>(h)));
-                    if order == Order::Repacked {
-                        (tiled_acc[a], min_acc[a]) = repacked_step::<B>(tiled_acc[a], min_acc[a], xb, s1, &s.mins, yb);
-                    } else {
-                        tiled_acc[a] = tiled_step::<B>(tiled_acc[a], xd, xdmin, s1, &s.mins, yb);
-                    }
+                    sums[a] = sumi;
+                    mins[a] = match B::FINISH {
+                        Finish::MinLanes => _mm256_madd_epi16(mins16, bsums),
+                        Finish::MinQuad | Finish::MinScalar => {
+                            let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
+                            _mm256_castsi128_si256(_mm_madd_epi16(mins8, q8s))
+                        }
+                        _ => _mm256_setzero_si256(),
+                    };
+                    yd[a] = yb.d;
                 } else {
                     acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[a]);
                 }
             }
-        }
-        if order == Order::Repacked {
-            for a in 0..R {
-                tiled_acc[a] -= min_acc[a];
+            if tiled {
+                // Integer sums are exact, so each product's lane total is its
+                // block's; the float steps then run for four products at once.
+                let s1 = _mm_cvtepi32_ps(totals4(&sums));
+                let ydv = _mm_loadu_ps(yd.as_ptr());
+                let has_min = matches!(B::FINISH, Finish::MinLanes | Finish::MinQuad | Finish::MinScalar);
+                if order == Order::Repacked {
+                    acc4 = _mm_fmadd_ps(s1, _mm_mul_ps(_mm_set1_ps(xd), ydv), acc4);
+                    min4 = _mm_fmadd_ps(_mm_cvtepi32_ps(totals4(&mins)), _mm_mul_ps(_mm_set1_ps(xdmin), ydv), min4);
+                } else {
+                    let mut res = _mm_mul_ps(_mm_set1_ps(xd), s1);
+                    if has_min {
+                        res = _mm_fnmadd_ps(_mm_set1_ps(xdmin), _mm_cvtepi32_ps(totals4(&mins)), res);
+                    }
+                    acc4 = _mm_fmadd_ps(res, ydv, acc4);
+                }
             }
         }
         if tiled {
-            return tiled_acc;
+            if order == Order::Repacked {
+                acc4 = _mm_sub_ps(acc4, min4);
+            }
+            let mut t = [0f32; 4];
+            _mm_storeu_ps(t.as_mut_ptr(), acc4);
+            return std::array::from_fn(|a| t[a]);
         }
         let mut out = [0f32; R];
         for a in 0..R {
