@@ -262,6 +262,13 @@ pub(crate) mod x86 {
             let (xd, xdmin) = (half(xb.d_bits()), half(xb.dmin_bits()));
             let s = xb.scales();
             let q = xb.quants_avx2();
+            // Signed formats: |q| once per block, the signs moved onto each activation row.
+            let mut aq = [_mm256_setzero_si256(); 8];
+            if B::SIGNED {
+                for c in 0..8 {
+                    aq[c] = _mm256_sign_epi8(q[c], q[c]);
+                }
+            }
             for c in 0..8 {
                 sc[c] = _mm256_set_m128i(_mm_set1_epi16(s.sc[2 * c + 1]), _mm_set1_epi16(s.sc[2 * c]));
             }
@@ -295,7 +302,7 @@ pub(crate) mod x86 {
                 for c in 0..8 {
                     let yv = _mm256_loadu_si256(yb.qs.as_ptr().add(32 * c) as *const __m256i);
                     let p16 = if B::SIGNED {
-                        _mm256_maddubs_epi16(_mm256_sign_epi8(q[c], q[c]), _mm256_sign_epi8(yv, q[c]))
+                        _mm256_maddubs_epi16(aq[c], _mm256_sign_epi8(yv, q[c]))
                     } else {
                         _mm256_maddubs_epi16(q[c], yv)
                     };

@@ -178,11 +178,6 @@ pub(crate) mod x86 {
         _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy)))
     }
 
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn i8_dot(x: __m256i, y: __m256i) -> __m256 {
-        us8_dot(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
-    }
 
     /// `W` weight rows × `R` activation rows.
     #[inline]
@@ -193,6 +188,8 @@ pub(crate) mod x86 {
         let mut acc = [[[_mm256_setzero_ps(); R]; W]; 2];
         let mut summs = [[0f32; R]; W];
         let mut q = [_mm256_setzero_si256(); W];
+        // Signed formats: |q| once per block, the signs moved onto each activation row.
+        let mut aq = [_mm256_setzero_si256(); W];
         let mut d = [0f32; W];
         let mut m = [0f32; W];
         let n = x[0].len();
@@ -202,6 +199,9 @@ pub(crate) mod x86 {
             for r in 0..W {
                 let b = x[r].get_unchecked(i);
                 q[r] = b.quants_avx2();
+                if B::SUM != Sum::WithMin {
+                    aq[r] = _mm256_sign_epi8(q[r], q[r]);
+                }
                 d[r] = half(b.d_bits());
                 if B::SUM == Sum::WithMin {
                     m[r] = half(b.m_bits());
@@ -216,7 +216,7 @@ pub(crate) mod x86 {
                         acc[0][r][a] = _mm256_fmadd_ps(_mm256_set1_ps(d[r] * b.d), us8_dot(q[r], qy), acc[0][r][a]);
                     } else {
                         // IQ4_NL multiplies the scales the other way round; the product is the same.
-                        acc[slot][r][a] = _mm256_fmadd_ps(_mm256_set1_ps(d[r] * b.d), i8_dot(q[r], qy), acc[slot][r][a]);
+                        acc[slot][r][a] = _mm256_fmadd_ps(_mm256_set1_ps(d[r] * b.d), us8_dot(aq[r], _mm256_sign_epi8(qy, q[r])), acc[slot][r][a]);
                     }
                 }
             }

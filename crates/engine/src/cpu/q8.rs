@@ -69,7 +69,13 @@ pub(crate) fn quantize_k(x: &[f32]) -> Vec<Q8KBlock> {
     if has_avx2_fma() {
         #[target_feature(enable = "avx2,fma")]
         unsafe fn avx2(x: &[f32]) -> Vec<Q8KBlock> {
-            x.chunks_exact(QK_K).map(quantize_k_block).collect()
+            // A loop, not a closure: a closure would not inherit the target
+            // features, and rounding would become a libm call.
+            let mut out = Vec::with_capacity(x.len() / QK_K);
+            for c in x.chunks_exact(QK_K) {
+                out.push(quantize_k_block(c));
+            }
+            out
         }
         // SAFETY: the CPU has AVX2 (checked at run time); the same code.
         return unsafe { avx2(x) };
