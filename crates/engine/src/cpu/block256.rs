@@ -38,9 +38,13 @@ pub(crate) enum Order {
     Lanes,
     /// The tiled matmul: one float step per block (eight rows or more).
     Tiled,
-    /// Q4_K in llama.cpp's repacked 8-row layout (any number of rows):
-    /// scale sums and minimum sums in two float accumulators, one step per block.
+    /// Q4_K in llama.cpp's repacked 8-row layout, one activation row at a
+    /// time (its GEMV: rows left over from groups of four): scale sums and
+    /// minimum sums in two float accumulators, one step per block.
     Repacked,
+    /// The same layout's GEMM, for activation rows in groups of four: one
+    /// step per 64 values (two sub-blocks) instead of per block.
+    RepackedGemm,
 }
 
 impl Order {
@@ -61,6 +65,12 @@ fn min_sum<B: Block256>(mins: &[i16; 16], bsums: &[i16; 16]) -> i32 {
         Finish::MinQuad | Finish::MinScalar => (0..8).map(|k| mins[k] as i32 * (bsums[2 * k] as i32 + bsums[2 * k + 1] as i32)).sum(),
         _ => 0,
     }
+}
+
+/// The minimums of sub-blocks `2sb` and `2sb+1` (per-32 minimums) against
+/// their activation sums.
+fn min_pair(mins: &[i16; 16], bsums: &[i16; 16], sb: usize) -> i32 {
+    (0..2).map(|h| mins[2 * sb + h] as i32 * (bsums[4 * sb + 2 * h] as i32 + bsums[4 * sb + 2 * h + 1] as i32)).sum()
 }
 
 /// One block's float step in the tiled order: `acc += (d·s1 − dmin·s2)·dy`.
@@ -131,6 +141,20 @@ fn min_quad(mins: &[i16; 16], bsums: &[i16; 16]) -> [i32; 4] {
 
 /// The portable dot product of one weight row with one activation row.
 pub(crate) fn dot<B: Block256>(x: &[B], y: &[Q8KBlock], order: Order) -> f32 {
+    if order == Order::RepackedGemm {
+        let (mut acc, mut acc_min) = (0f32, 0f32);
+        for (x, y) in x.iter().zip(y) {
+            let s = x.scales();
+            let q = x.quants();
+            let (d, dmin) = (half(x.d_bits()) * y.d, half(x.dmin_bits()) * y.d);
+            for sb in 0..4 {
+                let s1: i32 = (64 * sb..64 * sb + 64).map(|e| s.sc[e / 16] as i32 * (q[e] as u8 as i32) * y.qs[e] as i32).sum();
+                acc = (s1 as f32).mul_add(d, acc);
+                acc_min = (min_pair(&s.mins, &y.bsums, sb) as f32).mul_add(dmin, acc_min);
+            }
+        }
+        return acc - acc_min;
+    }
     if order == Order::Repacked {
         let (mut acc, mut acc_min) = (0f32, 0f32);
         for (x, y) in x.iter().zip(y) {
@@ -253,6 +277,9 @@ pub(crate) mod x86 {
         let mut mins = [_mm256_setzero_si256(); 4];
         let mut yd = [0f32; 4];
         let (mut acc4, mut min4) = (_mm_setzero_ps(), _mm_setzero_ps());
+        let gemm = order == Order::RepackedGemm;
+        let mut sb_sums = [[_mm256_setzero_si256(); 4]; 4];
+        let mut sb_mins = [[0i32; 4]; 4];
         let mut acc = [_mm256_setzero_ps(); R];
         let mut acc_m = [_mm_setzero_ps(); R];
         let mut summs = [0f32; R];
@@ -306,7 +333,19 @@ pub(crate) mod x86 {
                     } else {
                         _mm256_maddubs_epi16(q[c], yv)
                     };
-                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc[c], p16));
+                    let p = _mm256_madd_epi16(sc[c], p16);
+                    if gemm {
+                        sb_sums[c / 2][a] = _mm256_add_epi32(sb_sums[c / 2][a], p);
+                    } else {
+                        sumi = _mm256_add_epi32(sumi, p);
+                    }
+                }
+                if gemm {
+                    for sb in 0..4 {
+                        sb_mins[sb][a] = super::min_pair(&s.mins, &yb.bsums, sb);
+                    }
+                    yd[a] = yb.d;
+                    continue;
                 }
                 if B::FINISH == Finish::Offset32 {
                     sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, sc16)));
@@ -326,7 +365,15 @@ pub(crate) mod x86 {
                     acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[a]);
                 }
             }
-            if tiled {
+            if gemm {
+                let ydv = _mm_loadu_ps(yd.as_ptr());
+                let (dv, dminv) = (_mm_mul_ps(_mm_set1_ps(xd), ydv), _mm_mul_ps(_mm_set1_ps(xdmin), ydv));
+                for sb in 0..4 {
+                    acc4 = _mm_fmadd_ps(_mm_cvtepi32_ps(totals4(&sb_sums[sb])), dv, acc4);
+                    min4 = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_loadu_si128(sb_mins[sb].as_ptr() as *const __m128i)), dminv, min4);
+                    sb_sums[sb] = [_mm256_setzero_si256(); 4];
+                }
+            } else if tiled {
                 // Integer sums are exact, so each product's lane total is its
                 // block's; the float steps then run for four products at once.
                 let s1 = _mm_cvtepi32_ps(totals4(&sums));
@@ -345,7 +392,7 @@ pub(crate) mod x86 {
             }
         }
         if tiled {
-            if order == Order::Repacked {
+            if matches!(order, Order::Repacked | Order::RepackedGemm) {
                 acc4 = _mm_sub_ps(acc4, min4);
             }
             let mut t = [0f32; 4];

@@ -304,7 +304,11 @@ impl QuantMatrix {
             },
             k => {
                 let kb = self.k / QK_K;
-                block256::dot(&k[col * kb..(col + 1) * kb], &acts.q8k[row * kb..(row + 1) * kb], self.order(rows))
+                let order = match self.order(rows) {
+                    Order::Repacked if row < rows - rows % 4 => Order::RepackedGemm,
+                    o => o,
+                };
+                block256::dot(&k[col * kb..(col + 1) * kb], &acts.q8k[row * kb..(row + 1) * kb], order)
             },
             f => {
                 let x = match f {
@@ -348,10 +352,12 @@ unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, acts: &[Q8Block], rows: us
 #[allow(clippy::too_many_arguments)]
 unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, order: Order, simd: bool) {
     let y = |r: usize| &acts[r * kb..(r + 1) * kb];
+    // The repacked layout's GEMM takes activation rows in fours, its GEMV the rest.
+    let order4 = if order == Order::Repacked { Order::RepackedGemm } else { order };
     let mut r = 0;
     while r + 4 <= rows {
         for col in cols.clone() {
-            let t = block256::dot_rows::<B, 4>(&blocks[col * kb..(col + 1) * kb], [y(r), y(r + 1), y(r + 2), y(r + 3)], order, simd);
+            let t = block256::dot_rows::<B, 4>(&blocks[col * kb..(col + 1) * kb], [y(r), y(r + 1), y(r + 2), y(r + 3)], order4, simd);
             for (a, v) in t.into_iter().enumerate() {
                 out.write((r + a) * ld + col, v);
             }
