@@ -163,7 +163,15 @@ fn the_real_gemma3_file_restores_exactly_across_its_sliding_window() {
     let mut second: Vec<u32> = first.iter().chain(&reply).copied().collect();
     second.extend_from_slice(&all[560..600]);
     let mut restored = session_file::read(&file, &identity, engine.model()).unwrap().session;
-    let (warm, processed) = turn(&engine, &mut restored, &second);
-    assert_eq!(warm, cold(&engine, context, &second));
-    assert_eq!(processed, second.len() - session.tokens().len());
+    assert_eq!(restored.tokens(), session.tokens());
+    let (from_disk, processed) = turn(&engine, &mut restored, &second);
+    assert_eq!(processed, second.len() - session.tokens().len(), "only the new tokens are run");
+    // The file holds exactly what memory held, so continuing from it equals
+    // continuing the session that was saved. (A cold prefill of the same
+    // history batches its rows differently, and this file's Q4_K matrices,
+    // like llama.cpp's, sum a batch's rows in fours in another order than a
+    // lone row, so its later tokens may differ near ties.)
+    let mut in_memory = session;
+    let (warm, _) = turn(&engine, &mut in_memory, &second);
+    assert_eq!(from_disk, warm);
 }

@@ -144,6 +144,15 @@ impl Activations {
         acts
     }
 
+    /// The rows rounded for float weights of `f`'s type.
+    fn rounded_for(&self, f: &FloatRows) -> &[f32] {
+        match f {
+            FloatRows::F32(_) => &self.f32,
+            FloatRows::F16(_) => &self.f16,
+            FloatRows::Bf16(_) => &self.bf16,
+        }
+    }
+
     /// Appends `other`, rounded from the rows after this one's.
     pub(crate) fn extend(&mut self, other: Self) {
         self.q8.extend(other.q8);
@@ -259,11 +268,7 @@ impl QuantMatrix {
             b => cols32(b, self.k / 32, &acts.q8, rows, cols, out, ld, simd),
             k => cols256(k, self.k / QK_K, &acts.q8k, rows, cols, out, ld, self.order(rows), simd),
             f => {
-                let x = match f {
-                    FloatRows::F32(_) => &acts.f32,
-                    FloatRows::F16(_) => &acts.f16,
-                    FloatRows::Bf16(_) => &acts.bf16,
-                };
+                let x = acts.rounded_for(f);
                 let mut buf = Vec::new();
                 for col in cols {
                     f.dot_rows(self.k, x, rows, col, &mut buf, |r, v| out.write(r * ld + col, v));
@@ -311,11 +316,7 @@ impl QuantMatrix {
                 block256::dot(&k[col * kb..(col + 1) * kb], &acts.q8k[row * kb..(row + 1) * kb], order)
             },
             f => {
-                let x = match f {
-                    FloatRows::F32(_) => &acts.f32,
-                    FloatRows::F16(_) => &acts.f16,
-                    FloatRows::Bf16(_) => &acts.bf16,
-                };
+                let x = acts.rounded_for(f);
                 let mut buf = Vec::new();
                 let w = f.row(col, self.k, &mut buf).to_vec();
                 super::vec_ops::dot(&x[row * self.k..(row + 1) * self.k], &w)
