@@ -443,7 +443,12 @@ impl Model {
 
         let h = b.ffn_norm.forward(&x)?;
         let gate = b.gate.forward(&h)?;
-        let act = if c.architecture == Architecture::Gemma3 { gate.gelu()? } else { candle_nn::ops::silu(&gate)? };
+        let act = if c.architecture == Architecture::Gemma3 {
+            // llama.cpp looks GELU up in an f16 table: input and result rounded to f16.
+            gate.to_dtype(DType::F16)?.to_dtype(DType::F32)?.gelu()?.to_dtype(DType::F16)?.to_dtype(DType::F32)?
+        } else {
+            candle_nn::ops::silu(&gate)?
+        };
         let mut ffn = b.down.forward(&(act * b.up.forward(&h)?)?)?;
         if let Some(n) = &b.post_ffn_norm {
             ffn = n.forward(&ffn)?;
