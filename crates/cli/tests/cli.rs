@@ -107,3 +107,34 @@ fn bench_cache_reports_cold_warm_and_restored_turns() {
     assert!(v["warm_processed_tokens"].as_u64().unwrap() <= new + 1, "{v}");
     assert_eq!(v["restored_processed_tokens"], v["warm_processed_tokens"], "{v}");
 }
+
+#[test]
+fn score_writes_log_probabilities_and_perplexity_compares_with_a_base() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ids, npy) = (dir.path().join("ids.json"), dir.path().join("s.npy"));
+    let (_, tokens, _) = cli(&["tokenize", "--text", "The quick brown fox jumps over the lazy dog. The quick brown fox"]);
+    std::fs::write(&ids, tokens.trim()).unwrap();
+    let n = serde_json::from_str::<Vec<u32>>(tokens.trim()).unwrap().len();
+    let (ok, _, err) = cli(&["score", "--ids-file", ids.to_str().unwrap(), "--out", npy.to_str().unwrap(), "--threads", "2"]);
+    assert!(ok, "{err}");
+    let bytes = std::fs::read(&npy).unwrap();
+    assert_eq!(&bytes[..6], b"\x93NUMPY");
+    let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let header = std::str::from_utf8(&bytes[10..10 + hlen]).unwrap();
+    assert!(header.contains(&format!("'shape': ({n}, 49152)")), "{header}");
+    let row: Vec<f32> = bytes[10 + hlen..10 + hlen + 49152 * 4].chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+    let total: f64 = row.iter().map(|&l| (l as f64).exp()).sum();
+    assert!((total - 1.0).abs() < 1e-3, "a row of log-softmax sums to {total}");
+
+    // Perplexity over a text, and against a base equal to Hearth itself: no divergence.
+    let text = dir.path().join("t.txt");
+    std::fs::write(&text, "The quick brown fox jumps over the lazy dog. ".repeat(8)).unwrap();
+    let (ok, out, err) = cli(&["perplexity", "--file", text.to_str().unwrap(), "--ctx", "32", "--json", "--threads", "2"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let ppl = v["perplexity"].as_f64().unwrap();
+    assert!(ppl > 1.0 && ppl < 50.0, "a repeated sentence is predictable: {ppl}");
+    assert!(v["scored"].as_u64().unwrap() > 0);
+    let (ok, _, err) = cli(&["perplexity", "--file", text.to_str().unwrap(), "--ctx", "32", "--kl-base", ids.to_str().unwrap()]);
+    assert!(!ok && err.contains("kl-base"), "a base that is not an .npy is refused: {err}");
+}
