@@ -207,11 +207,6 @@ impl GgufFile {
     pub(crate) fn corrupt(&self, reason: impl Into<String>) -> EngineError {
         EngineError::CorruptModel { path: self.path.clone(), reason: reason.into() }
     }
-
-    /// Kept for callers that read tensors in any order; reads seek themselves.
-    pub(crate) fn rewind(&mut self) -> Result<()> {
-        Ok(())
-    }
 }
 
 /// Reads the header with every length checked against what is left of the file.

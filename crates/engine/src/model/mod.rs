@@ -168,7 +168,6 @@ impl Model {
 
     pub fn load_with(file: &mut GgufFile, device: &Device, kernels: Kernels) -> Result<Self> {
         let config = ModelConfig::from_gguf(file)?;
-        file.rewind()?;
         let arch = config.architecture;
         let norm = |file: &mut GgufFile, name: &str| -> Result<Norm> { Norm::new(file.tensor(name, device)?, config.rms_eps, device) };
         let norm_opt = |file: &mut GgufFile, name: &str| -> Result<Option<Norm>> {
