@@ -35,11 +35,11 @@ pub fn score(engine: &Engine, ids_file: &Path, out: &Path) -> Result<(), EngineE
 /// and the largest difference in the actual next token's log-probability.
 pub fn perplexity(engine: &Engine, file: &Path, ctx: usize, kl_base: Option<&Path>, as_json: bool) -> Result<(), EngineError> {
     let text = std::fs::read_to_string(file).map_err(|source| EngineError::Io { path: file.to_path_buf(), source })?;
-    let tok = engine.tokenizer();
-    let tokens = tok.encode(&text, true, false)?;
     if ctx < 4 {
         return Err(EngineError::setting("ctx", "must be at least 4"));
     }
+    let tok = engine.tokenizer();
+    let tokens = tok.encode(&text, true, false)?;
     let chunks = tokens.len() / ctx;
     if chunks == 0 {
         return Err(EngineError::setting("file", format!("has {} tokens, fewer than one chunk of {ctx}", tokens.len())));

@@ -25,7 +25,6 @@ pub struct GgufFile {
     file: File,
     metadata: HashMap<String, Value>,
     tensors: HashMap<String, TensorInfo>,
-    file_len: u64,
 }
 
 /// Where a tensor lies in the file and what it holds.
@@ -64,19 +63,11 @@ impl GgufFile {
         let file_len = file.metadata().map_err(io)?.len();
         let mut r = HeaderReader { inner: BufReader::new(file.try_clone().map_err(io)?), pos: 0, len: file_len, path: &path };
         let (metadata, tensors) = r.header()?;
-        Ok(Self { path, file, metadata, tensors, file_len })
+        Ok(Self { path, file, metadata, tensors })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    pub fn len(&self) -> u64 {
-        self.file_len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.file_len == 0
     }
 
     pub fn metadata(&self) -> &HashMap<String, Value> {

@@ -84,10 +84,10 @@ impl SpmEncoder {
 
     /// Cuts special tokens out of `text`, longest first.
     fn partition<'a>(&self, text: &'a str, parse_special: bool) -> Vec<Fragment<'a>> {
-        let mut fragments = vec![Fragment::Text(text)];
         if text.is_empty() {
             return Vec::new();
         }
+        let mut fragments = vec![Fragment::Text(text)];
         for (special, id, only_when_parsing) in &self.specials {
             if *only_when_parsing && !parse_special {
                 continue;

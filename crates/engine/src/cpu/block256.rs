@@ -62,9 +62,21 @@ impl Order {
 fn min_sum<B: Block256>(mins: &[i16; 16], bsums: &[i16; 16]) -> i32 {
     match B::FINISH {
         Finish::MinLanes => (0..16).map(|i| mins[i] as i32 * bsums[i] as i32).sum(),
-        Finish::MinQuad | Finish::MinScalar => (0..8).map(|k| mins[k] as i32 * (bsums[2 * k] as i32 + bsums[2 * k + 1] as i32)).sum(),
+        Finish::MinQuad | Finish::MinScalar => min_quad(mins, bsums).iter().sum(),
         _ => 0,
     }
+}
+
+/// `Σ sc·q·y` over the block's values `range`, exactly, with Q6_K's 32
+/// subtracted from each quant.
+fn block_sum<B: Block256>(s: &Scales, q: &[i8; QK_K], y: &Q8KBlock, range: std::ops::Range<usize>) -> i32 {
+    range
+        .map(|e| {
+            let qv = if B::SIGNED { q[e] as i32 } else { q[e] as u8 as i32 };
+            let qv = if B::FINISH == Finish::Offset32 { qv - 32 } else { qv };
+            s.sc[e / 16] as i32 * qv * y.qs[e] as i32
+        })
+        .sum()
 }
 
 /// The minimums of sub-blocks `2sb` and `2sb+1` (per-32 minimums) against
@@ -148,7 +160,7 @@ pub(crate) fn dot<B: Block256>(x: &[B], y: &[Q8KBlock], order: Order) -> f32 {
             let q = x.quants();
             let (d, dmin) = (half(x.d_bits()) * y.d, half(x.dmin_bits()) * y.d);
             for sb in 0..4 {
-                let s1: i32 = (64 * sb..64 * sb + 64).map(|e| s.sc[e / 16] as i32 * (q[e] as u8 as i32) * y.qs[e] as i32).sum();
+                let s1 = block_sum::<B>(&s, &q, y, 64 * sb..64 * sb + 64);
                 acc = (s1 as f32).mul_add(d, acc);
                 acc_min = (min_pair(&s.mins, &y.bsums, sb) as f32).mul_add(dmin, acc_min);
             }
@@ -159,11 +171,7 @@ pub(crate) fn dot<B: Block256>(x: &[B], y: &[Q8KBlock], order: Order) -> f32 {
         let (mut acc, mut acc_min) = (0f32, 0f32);
         for (x, y) in x.iter().zip(y) {
             let s = x.scales();
-            let q = x.quants();
-            let mut s1 = 0i32;
-            for e in 0..QK_K {
-                s1 += s.sc[e / 16] as i32 * (q[e] as u8 as i32) * y.qs[e] as i32;
-            }
+            let s1 = block_sum::<B>(&s, &x.quants(), y, 0..QK_K);
             (acc, acc_min) = repacked_step::<B>(acc, acc_min, x, s1, &s.mins, y);
         }
         return acc - acc_min;
@@ -172,13 +180,7 @@ pub(crate) fn dot<B: Block256>(x: &[B], y: &[Q8KBlock], order: Order) -> f32 {
         let mut acc = 0f32;
         for (x, y) in x.iter().zip(y) {
             let s = x.scales();
-            let q = x.quants();
-            let mut s1 = 0i32;
-            for e in 0..QK_K {
-                let qv = if B::SIGNED { q[e] as i32 } else { q[e] as u8 as i32 };
-                let qv = if B::FINISH == Finish::Offset32 { qv - 32 } else { qv };
-                s1 += s.sc[e / 16] as i32 * qv * y.qs[e] as i32;
-            }
+            let s1 = block_sum::<B>(&s, &x.quants(), y, 0..QK_K);
             acc = tiled_step::<B>(acc, half(x.d_bits()), half(x.dmin_bits()), s1, &s.mins, y);
         }
         return acc;

@@ -5,6 +5,7 @@
 use half::{bf16, f16};
 
 use super::vec_ops;
+use crate::ggml_type::GgmlType;
 
 /// Weight rows in their stored type.
 pub(crate) enum FloatRows {
@@ -14,14 +15,15 @@ pub(crate) enum FloatRows {
 }
 
 impl FloatRows {
-    pub(crate) fn from_bytes(kind: super::matrix::FloatKind, data: &[u8]) -> Self {
-        use super::matrix::FloatKind;
+    /// `None` for a type that is not F32, F16 or BF16.
+    pub(crate) fn from_bytes(dtype: GgmlType, data: &[u8]) -> Option<Self> {
         let u16s = || data.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
-        match kind {
-            FloatKind::F32 => Self::F32(data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()),
-            FloatKind::F16 => Self::F16(u16s()),
-            FloatKind::Bf16 => Self::Bf16(u16s()),
-        }
+        Some(match dtype {
+            GgmlType::F32 => Self::F32(data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()),
+            GgmlType::F16 => Self::F16(u16s()),
+            GgmlType::Bf16 => Self::Bf16(u16s()),
+            _ => return None,
+        })
     }
 
     /// Rounds activations as llama.cpp does for this weight type.

@@ -15,12 +15,3 @@ pub fn has_avx2_fma() -> bool {
         false
     }
 }
-
-/// The path the kernels take on this machine, for benchmarks and logs.
-pub fn describe() -> &'static str {
-    if has_avx2_fma() {
-        "avx2"
-    } else {
-        "portable"
-    }
-}

@@ -33,10 +33,6 @@ pub struct QuantMatrix {
     n: usize,
     k: usize,
     weights: Weights,
-    /// Q4_K sums in the order of llama.cpp's repacked 8-row layout, which
-    /// it uses for Q4_K matrices whose rows come in eights (Q4_0 and IQ4_NL
-    /// ones are interleaved here as there).
-    repacked: bool,
 }
 
 enum Weights {
@@ -55,13 +51,6 @@ enum Weights {
     Float(FloatRows),
     /// Q4_0 or IQ4_NL with rows in eights, interleaved as llama.cpp repacks them.
     Interleaved(Interleaved),
-}
-
-#[derive(Clone, Copy)]
-pub(crate) enum FloatKind {
-    F32,
-    F16,
-    Bf16,
 }
 
 /// Calls `$body` with `$b` bound to the block vector of a 32-value format,
@@ -194,13 +183,9 @@ impl QuantMatrix {
             T::Q5K => Weights::Q5K(blocks(data, BlockQ5K::BYTES)),
             T::Q6K => Weights::Q6K(blocks(data, BlockQ6K::BYTES)),
             T::Iq4Xs => Weights::Iq4Xs(blocks(data, BlockIq4Xs::BYTES)),
-            T::F32 => Weights::Float(FloatRows::from_bytes(FloatKind::F32, data)),
-            T::F16 => Weights::Float(FloatRows::from_bytes(FloatKind::F16, data)),
-            T::Bf16 => Weights::Float(FloatRows::from_bytes(FloatKind::Bf16, data)),
-            _ => return Err(format!("is {dtype}")),
+            _ => Weights::Float(FloatRows::from_bytes(dtype, data).ok_or_else(|| format!("is {dtype}"))?),
         };
-        let repacked = dtype == T::Q4K && n % 8 == 0;
-        Ok(Self { n, k, weights, repacked })
+        Ok(Self { n, k, weights })
     }
 
     pub fn rows(&self) -> usize {
@@ -216,9 +201,11 @@ impl QuantMatrix {
         by_format!(&self.weights, b => std::mem::size_of_val(b.as_slice()), k => std::mem::size_of_val(k.as_slice()), f => f.stored_bytes(), i => i.stored_bytes())
     }
 
-    /// The float order of a 256-value format over `rows` activation rows.
+    /// The float order of a 256-value format over `rows` activation rows:
+    /// llama.cpp repacks Q4_K matrices whose rows come in eights (Q4_0 and
+    /// IQ4_NL ones are interleaved here, as there).
     fn order(&self, rows: usize) -> Order {
-        if self.repacked {
+        if matches!(self.weights, Weights::Q4K(_)) && self.n % 8 == 0 {
             Order::Repacked
         } else {
             Order::for_rows(rows)
