@@ -4,8 +4,8 @@
 
 For each file: tokenizes a fixed English text (this repository's
 ARCHITECTURE.md) with llama.cpp, feeds the first N ids to both engines
-teacher-forced in one prefill (llama.cpp with an f32 KV cache, as Hearth
-keeps), and prints the mean KL divergence KL(llama.cpp || Hearth), top-1
+teacher-forced in one prefill (both with f16 KV caches, llama.cpp's default
+and Hearth's), and prints the mean KL divergence KL(llama.cpp || Hearth), top-1
 agreement, and the largest difference in the log-probability of the actual
 next token. Defaults to the default model, its quantized copies
 (bench/quantize_copies.py) and the Gemma 3 file.
@@ -47,11 +47,11 @@ def log_softmax(x):
 
 
 print(f"llama.cpp: {llama_cpp.llama_cpp.llama_print_system_info().decode().strip()}")
-print(f"{args.positions} positions teacher-forced, {args.threads} threads, f32 KV caches")
+print(f"{args.positions} positions teacher-forced, {args.threads} threads, f16 KV caches")
 print("| file | mean KL | top-1 agreement | largest next-token log-prob difference |")
 print("|---|---|---|---|")
 for model in models:
-    llm = llamacpp_ref.load(model, args.threads, n_ctx=args.positions + 16, f32_cache=True, logits_all=True)
+    llm = llamacpp_ref.load(model, args.threads, n_ctx=args.positions + 16, logits_all=True)
     ids = llm.tokenize(text.encode(), add_bos=True, special=False)[: args.positions]
     llm.reset()
     llm.eval(ids)

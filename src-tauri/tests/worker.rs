@@ -82,7 +82,7 @@ fn a_reply_streams_is_saved_and_the_next_turn_reuses_the_cache() {
     let (reason, stats) = finished(&events);
     assert_eq!(reason, "end_token");
     // The engine's own golden answer for this prompt (see the engine's tests).
-    assert_eq!(streamed, "The answer is 4.");
+    assert_eq!(streamed, "The answer to this classic math problem is 4.");
     let saved = store.message(reply).unwrap();
     assert_eq!(saved.content, streamed);
     assert_eq!(saved.status, MessageStatus::Complete);

@@ -32,7 +32,7 @@ describe('Hearth end to end', () => {
     await send(d, 'What is 2 + 2?');
     const stats = await waitForReply(d);
     assert.equal(await stats.attr('data-finish'), 'end_token');
-    assert.equal(await (await (await lastReply(d)).$('[data-testid=message-body]')).text(), 'The answer is 4.');
+    assert.equal(await (await (await lastReply(d)).$('[data-testid=message-body]')).text(), 'The answer to this classic math problem is 4.');
     const title = await (await d.find(`[data-testid=conversation][data-id="${chats.a}"] [data-testid=conversation-title]`)).prop('textContent');
     assert.equal(title, 'What is 2 + 2?');
 

@@ -12,7 +12,7 @@ fn generate_json_answers_two_plus_two_and_stops_on_the_end_token() {
     let (ok, out, err) = cli(&["generate", "--prompt", "What is 2 + 2?", "--temperature", "0", "--json", "--threads", "2"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(v["text"], "The answer is 4.");
+    assert_eq!(v["text"], "The answer to this classic math problem is 4.");
     assert_eq!(v["finish_reason"], "end_token");
     for key in ["prompt_tokens", "generated_token_ids", "prefill_ms", "decode_ms", "prefill_tokens_per_s", "decode_tokens_per_s"] {
         assert!(!v[key].is_null(), "missing {key}");
@@ -24,7 +24,7 @@ fn generate_json_answers_two_plus_two_and_stops_on_the_end_token() {
 fn generate_streams_plain_text() {
     let (ok, out, err) = cli(&["generate", "--prompt", "What is 2 + 2?", "--temperature", "0", "--max-tokens", "16"]);
     assert!(ok, "{err}");
-    assert_eq!(out.trim_end(), "The answer is 4.");
+    assert_eq!(out.trim_end(), "The answer to this classic math problem is 4.");
 }
 
 #[test]

@@ -122,10 +122,10 @@ impl Engine {
             model_mtime_ns: mtime,
             model_header_sha256: self.header_sha256.clone(),
             architecture: self.model.config().architecture.gguf_name().to_string(),
-            dtype: "f32".into(),
+            dtype: "f16".into(),
             context_length,
             engine_version: env!("CARGO_PKG_VERSION").into(),
-            format_version: 1,
+            format_version: crate::session_file::FORMAT_VERSION,
         })
     }
 

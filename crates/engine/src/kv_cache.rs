@@ -9,13 +9,17 @@
 //! Clones are cheap and copy-on-write: they share buffers until one of them is
 //! written, which then copies only the used prefix first.
 //!
-//! On the CPU the buffers are plain `Vec<f32>`s that the forward pass reads
-//! and writes directly; on other devices they are candle tensors.
+//! Keys and values are stored in f16, as llama.cpp stores them by default:
+//! half the memory and half the disk of f32, and the session file holds the
+//! exact bits that memory holds, so a restored cache is the cache that was
+//! saved. On the CPU the buffers are plain `Vec<f16>`s that the forward pass
+//! reads and writes directly; on other devices they are f16 candle tensors.
 
 use std::io::{Read, Write};
 use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
+use half::f16;
 
 use crate::error::{EngineError, Result};
 use crate::model::ModelConfig;
@@ -23,7 +27,8 @@ use crate::model::ModelConfig;
 /// Smallest allocation, in positions, so short chats do not regrow every turn.
 const MIN_CAPACITY: usize = 256;
 const MAGIC: &[u8; 8] = b"HEARTHKV";
-const FORMAT_VERSION: u32 = 1;
+/// 2: keys and values in f16 (1 held f32).
+const FORMAT_VERSION: u32 = 2;
 
 /// Positional KV storage for all layers of one model.
 #[derive(Clone)]
@@ -40,14 +45,14 @@ pub struct KvCache {
 }
 
 enum LayerKv {
-    Host { k: Vec<f32>, v: Vec<f32> },
+    Host { k: Vec<f16>, v: Vec<f16> },
     Device { k: Tensor, v: Tensor },
 }
 
 /// One layer's host buffers, `[batch, kv_heads, capacity, head_dim]`.
 pub(crate) struct HostKv<'a> {
-    pub k: &'a [f32],
-    pub v: &'a [f32],
+    pub k: &'a [f16],
+    pub v: &'a [f16],
     pub capacity: usize,
 }
 
@@ -94,7 +99,7 @@ impl KvCache {
 
     /// Bytes held by the buffers (what this cache costs in memory).
     pub fn allocated_bytes(&self) -> usize {
-        2 * self.n_layers * self.batch * self.n_kv_heads * self.capacity * self.head_dim * 4
+        2 * self.n_layers * self.batch * self.n_kv_heads * self.capacity * self.head_dim * 2
     }
 
     /// Forgets every position from `len` on. Later writes overwrite them.
@@ -131,7 +136,7 @@ impl KvCache {
         for i in 0..self.n_layers {
             let old = self.layers.get(i);
             let layer = if self.device.is_cpu() {
-                let mut k = vec![0f32; self.batch * self.n_kv_heads * capacity * d];
+                let mut k = vec![f16::ZERO; self.batch * self.n_kv_heads * capacity * d];
                 let mut v = k.clone();
                 if let Some(LayerKv::Host { k: ok, v: ov }) = old {
                     for run in 0..self.batch * self.n_kv_heads {
@@ -143,8 +148,8 @@ impl KvCache {
                 LayerKv::Host { k, v }
             } else {
                 let shape = (self.batch, self.n_kv_heads, capacity, self.head_dim);
-                let k = Tensor::zeros(shape, DType::F32, &self.device)?;
-                let v = Tensor::zeros(shape, DType::F32, &self.device)?;
+                let k = Tensor::zeros(shape, DType::F16, &self.device)?;
+                let v = Tensor::zeros(shape, DType::F16, &self.device)?;
                 if let (Some(LayerKv::Device { k: ok, v: ov }), true) = (old, len > 0) {
                     k.slice_set(&ok.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
                     v.slice_set(&ov.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
@@ -167,7 +172,7 @@ impl KvCache {
     }
 
     /// Mutable host buffers of `layer`; call `reserve` first (it unshares them).
-    pub(crate) fn host_mut(&mut self, layer: usize) -> (&mut [f32], &mut [f32], usize) {
+    pub(crate) fn host_mut(&mut self, layer: usize) -> (&mut [f16], &mut [f16], usize) {
         let capacity = self.capacity;
         match Arc::get_mut(&mut self.layers).map(|l| &mut l[layer]) {
             Some(LayerKv::Host { k, v }) => (k, v, capacity),
@@ -175,44 +180,77 @@ impl KvCache {
         }
     }
 
-    /// Writes new keys and values `[batch, kv_heads, n, head_dim]` at `len`.
-    /// Call `reserve` first and `advance` after the last layer.
+    /// Writes new keys and values `[batch, kv_heads, n, head_dim]` at `len`,
+    /// rounded to f16. Call `reserve` first and `advance` after the last layer.
     pub(crate) fn write(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<()> {
-        let pos = self.len;
+        let (k, v) = (k.to_dtype(DType::F16)?, v.to_dtype(DType::F16)?);
         if self.device.is_cpu() {
-            let (b, h, n, d) = k.dims4()?;
-            let (kd, vd) = (k.flatten_all()?.to_vec1::<f32>()?, v.flatten_all()?.to_vec1::<f32>()?);
-            let (hk, hv, cap) = self.host_mut(layer);
-            for run in 0..b * h {
-                let (src, dst) = (run * n * d, (run * cap + pos) * d);
-                hk[dst..dst + n * d].copy_from_slice(&kd[src..src + n * d]);
-                hv[dst..dst + n * d].copy_from_slice(&vd[src..src + n * d]);
-            }
-            return Ok(());
+            let n = k.dims4()?.2;
+            let (kd, vd) = (k.flatten_all()?.to_vec1::<f16>()?, v.flatten_all()?.to_vec1::<f16>()?);
+            return self.write_bits(layer, &kd, &vd, n);
         }
+        let pos = self.len;
         match &self.layers[layer] {
             LayerKv::Device { k: ck, v: cv } => {
-                ck.slice_set(k, 2, pos)?;
-                cv.slice_set(v, 2, pos)?;
+                ck.slice_set(&k, 2, pos)?;
+                cv.slice_set(&v, 2, pos)?;
             }
             LayerKv::Host { .. } => unreachable!(),
         }
         Ok(())
     }
 
-    /// Keys and values for positions `start..end` of `layer`, as tensors
-    /// (views on a device; copies on the CPU).
+    /// Writes `n` positions of f16 keys and values (`[batch, kv_heads, n,
+    /// head_dim]`) at `len`, exactly as given: how saved caches come back.
+    pub(crate) fn write_bits(&mut self, layer: usize, k: &[f16], v: &[f16], n: usize) -> Result<()> {
+        let (pos, d, runs) = (self.len, self.head_dim, self.batch * self.n_kv_heads);
+        if k.len() != runs * n * d || v.len() != k.len() {
+            return Err(EngineError::CorruptCache(format!("{} values for {n} positions of layer {layer}", k.len())));
+        }
+        if !self.device.is_cpu() {
+            let shape = (self.batch, self.n_kv_heads, n, d);
+            let kt = Tensor::from_slice(k, shape, &self.device)?;
+            let vt = Tensor::from_slice(v, shape, &self.device)?;
+            return self.write(layer, &kt, &vt);
+        }
+        let (hk, hv, cap) = self.host_mut(layer);
+        for run in 0..runs {
+            let (src, dst) = (run * n * d, (run * cap + pos) * d);
+            hk[dst..dst + n * d].copy_from_slice(&k[src..src + n * d]);
+            hv[dst..dst + n * d].copy_from_slice(&v[src..src + n * d]);
+        }
+        Ok(())
+    }
+
+    /// The stored f16 keys and values of positions `start..end` of `layer`,
+    /// as `[batch, kv_heads, n, head_dim]`: what a saved cache holds.
+    pub(crate) fn bits(&self, layer: usize, start: usize, end: usize) -> Result<(Vec<f16>, Vec<f16>)> {
+        match &self.layers[layer] {
+            LayerKv::Device { k, v } => {
+                let read = |t: &Tensor| -> candle_core::Result<Vec<f16>> { t.narrow(2, start, end - start)?.contiguous()?.flatten_all()?.to_vec1() };
+                Ok((read(k)?, read(v)?))
+            }
+            LayerKv::Host { k, v } => {
+                let (d, cap) = (self.head_dim, self.capacity);
+                let runs = self.batch * self.n_kv_heads;
+                let copy = |src: &[f16]| -> Vec<f16> { (0..runs).flat_map(|run| src[(run * cap + start) * d..(run * cap + end) * d].iter().copied()).collect() };
+                Ok((copy(k), copy(v)))
+            }
+        }
+    }
+
+    /// Keys and values for positions `start..end` of `layer`, as f32 tensors.
     pub(crate) fn view(&self, layer: usize, start: usize, end: usize) -> Result<(Tensor, Tensor)> {
         match &self.layers[layer] {
-            LayerKv::Device { k, v } => Ok((k.narrow(2, start, end - start)?, v.narrow(2, start, end - start)?)),
-            LayerKv::Host { k, v } => {
-                let (d, n, cap) = (self.head_dim, end - start, self.capacity);
-                let runs = self.batch * self.n_kv_heads;
-                let copy = |src: &[f32]| -> Vec<f32> {
-                    (0..runs).flat_map(|run| src[(run * cap + start) * d..(run * cap + end) * d].iter().copied()).collect()
-                };
-                let shape = (self.batch, self.n_kv_heads, n, d);
-                Ok((Tensor::from_vec(copy(k), shape, &self.device)?, Tensor::from_vec(copy(v), shape, &self.device)?))
+            LayerKv::Device { k, v } => {
+                let n = end - start;
+                Ok((k.narrow(2, start, n)?.to_dtype(DType::F32)?, v.narrow(2, start, n)?.to_dtype(DType::F32)?))
+            }
+            LayerKv::Host { .. } => {
+                let (k, v) = self.bits(layer, start, end)?;
+                let shape = (self.batch, self.n_kv_heads, end - start, self.head_dim);
+                let widen = |x: Vec<f16>| -> Vec<f32> { x.into_iter().map(f16::to_f32).collect() };
+                Ok((Tensor::from_vec(widen(k), shape, &self.device)?, Tensor::from_vec(widen(v), shape, &self.device)?))
             }
         }
     }
@@ -283,11 +321,9 @@ impl KvCache {
             if self.len == 0 {
                 break;
             }
-            let (k, v) = self.view(i, 0, self.len)?;
-            for t in [k, v] {
-                let data: Vec<f32> = t.contiguous()?.flatten_all()?.to_vec1()?;
-                let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
-                w.write_all(&bytes).map_err(io)?;
+            let (k, v) = self.bits(i, 0, self.len)?;
+            for data in [k, v] {
+                w.write_all(&f16_bytes(&data)).map_err(io)?;
             }
         }
         Ok(())
@@ -324,17 +360,25 @@ impl KvCache {
         cache.batch = batch;
         cache.reserve(len, batch)?;
         let n = batch * n_kv_heads * len * head_dim;
-        let mut buf = vec![0u8; n * 4];
+        let mut buf = vec![0u8; n * 2];
         for i in 0..n_layers {
             let mut kv = Vec::with_capacity(2);
             for _ in 0..2 {
                 r.read_exact(&mut buf).map_err(|e| bad(format!("layer {i}: {e}")))?;
-                let data: Vec<f32> = buf.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-                kv.push(Tensor::from_vec(data, (batch, n_kv_heads, len, head_dim), device)?);
+                kv.push(f16_from_bytes(&buf));
             }
-            cache.write(i, &kv[0], &kv[1])?;
+            cache.write_bits(i, &kv[0], &kv[1], len)?;
         }
         cache.advance(len);
         Ok(cache)
     }
+}
+
+/// Little-endian bytes of f16 values, as caches are saved.
+pub(crate) fn f16_bytes(x: &[f16]) -> Vec<u8> {
+    x.iter().flat_map(|h| h.to_bits().to_le_bytes()).collect()
+}
+
+pub(crate) fn f16_from_bytes(b: &[u8]) -> Vec<f16> {
+    b.chunks_exact(2).map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]]))).collect()
 }

@@ -3,8 +3,8 @@
 //!
 //! The file is an append-only log: a header naming exactly what the cache
 //! was computed with (`CacheIdentity`), then chunks of positions, each with
-//! its token ids, every layer's keys and values in f32 (as in memory, so a
-//! restored cache is bit-identical to the one saved), and a SHA-256 of the
+//! its token ids, every layer's keys and values in f16 (the bits memory
+//! holds, so a restored cache is bit-identical to the one saved), and a SHA-256 of the
 //! chunk. A turn appends one chunk; a branch to an earlier point rewrites the
 //! file (temp file, fsync, rename). Reading stops at the first chunk that is
 //! torn or fails its checksum and keeps the verified chunks before it.
@@ -13,17 +13,19 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-use candle_core::Tensor;
+use half::f16;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{EngineError, Result};
+use crate::kv_cache::{f16_bytes, f16_from_bytes};
 use crate::model::Model;
 use crate::session::Session;
 
 const MAGIC: &[u8; 8] = b"HEARTHSF";
 const CHUNK: &[u8; 4] = b"CHNK";
-const FORMAT_VERSION: u32 = 1;
+/// 2: keys and values in f16 (1 held f32).
+pub(crate) const FORMAT_VERSION: u32 = 2;
 
 /// What a saved cache was computed with. A cache is used only when all of it
 /// matches the model and settings it would be used with.
@@ -119,11 +121,9 @@ fn write_chunk(w: &mut impl Write, session: &Session, from: usize) -> Result<()>
     let ids: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
     put(w, &ids)?;
     for layer in 0..cache.n_layers() {
-        let (k, v) = cache.view(layer, from, from + tokens.len())?;
-        for t in [k, v] {
-            let data: Vec<f32> = t.contiguous()?.flatten_all()?.to_vec1()?;
-            let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
-            put(w, &bytes)?;
+        let (k, v) = cache.bits(layer, from, from + tokens.len())?;
+        for data in [k, v] {
+            put(w, &f16_bytes(&data))?;
         }
     }
     let digest = hasher.finalize();
@@ -172,9 +172,7 @@ pub fn read(path: &Path, identity: &CacheIdentity, model: &Model) -> Result<Rest
                 let n = ids.len();
                 cache.reserve(n, 1)?;
                 for (layer, (k, v)) in layers.into_iter().enumerate() {
-                    let k = Tensor::from_vec(k, (1, config.n_kv_heads, n, config.head_dim), model.device())?;
-                    let v = Tensor::from_vec(v, (1, config.n_kv_heads, n, config.head_dim), model.device())?;
-                    cache.write(layer, &k, &v)?;
+                    cache.write_bits(layer, &k, &v, n)?;
                 }
                 cache.advance(n);
                 tokens.extend(ids);
@@ -185,7 +183,7 @@ pub fn read(path: &Path, identity: &CacheIdentity, model: &Model) -> Result<Rest
     Ok(Restored { session: Session::from_parts(cache, tokens)?, complete })
 }
 
-type ChunkData = (Vec<u32>, Vec<(Vec<f32>, Vec<f32>)>);
+type ChunkData = (Vec<u32>, Vec<(Vec<f16>, Vec<f16>)>);
 
 /// One verified chunk, `None` at a clean end of file, or an error for a torn
 /// or corrupt one.
@@ -212,14 +210,14 @@ fn read_chunk(r: &mut impl Read, n_layers: usize, per_position: usize, room: usi
     let mut ids = vec![0u8; n * 4];
     r.read_exact(&mut ids).map_err(|e| e.to_string())?;
     hasher.update(&ids);
-    let mut buf = vec![0u8; n * per_position * 4];
+    let mut buf = vec![0u8; n * per_position * 2];
     let mut layers = Vec::with_capacity(n_layers);
     for _ in 0..n_layers {
         let mut kv = [Vec::new(), Vec::new()];
         for t in kv.iter_mut() {
             r.read_exact(&mut buf).map_err(|e| e.to_string())?;
             hasher.update(&buf);
-            *t = buf.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            *t = f16_from_bytes(&buf);
         }
         let [k, v] = kv;
         layers.push((k, v));

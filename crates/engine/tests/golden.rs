@@ -97,7 +97,8 @@ fn templates_render_like_python_jinja2() {
     assert!(checked >= 60);
 }
 
-/// Greedy ids against llama.cpp (f32 KV cache) on the same prompt ids.
+/// Greedy ids against llama.cpp (its default f16 KV cache, as Hearth's) on
+/// the same prompt ids.
 ///
 /// Hearth's quantized matmuls round exactly as llama.cpp's do, but its f32
 /// ops (norms, softmax, RoPE tables) differ in the last bits, and 8-bit

@@ -42,7 +42,7 @@ fn greedy(engine: &hearth_engine::Engine, prompt: &str, max: usize) -> hearth_en
 fn answers_two_plus_two_and_stops_on_im_end() {
     let engine = open_default();
     let out = greedy(&engine, "What is 2 + 2?", 64);
-    assert_eq!(out.text, "The answer is 4.");
+    assert_eq!(out.text, "The answer to this classic math problem is 4.");
     assert_eq!(out.finish, FinishReason::EndToken);
     assert_eq!(*out.tokens.last().unwrap(), 2);
 }
@@ -198,7 +198,7 @@ fn forbidden_tokens_are_never_sampled_and_stop_strings_stop() {
     cfg.stop_strings = vec!["is".into()];
     let out = engine.new_session(None).start_turn(m, tok, &ids, cfg, 1).unwrap().run().unwrap();
     assert_eq!(out.sequences[0].finish, FinishReason::StopString);
-    assert_eq!(out.sequences[0].text, "The answer ");
+    assert_eq!(out.sequences[0].text, "The answer to th");
 }
 
 #[test]

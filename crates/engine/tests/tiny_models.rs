@@ -6,7 +6,7 @@
 mod common;
 
 use candle_core::{Device, Tensor};
-use common::{max_abs_diff, tiny, Family, TinySpec};
+use common::{max_abs_diff, relative_diff, tiny, Family, TinySpec};
 use hearth_engine::{Engine, KvCache, Model};
 
 const ALL: [Family; 4] = [Family::Llama, Family::Qwen2, Family::Qwen3, Family::Gemma3];
@@ -79,11 +79,13 @@ fn first_step_logits_match_candle_reference_modules() {
         let t = tokens(12);
         let ours = fresh(engine.model(), &t);
         let theirs = reference_logits(family, &path, &t);
-        let d = max_abs_diff(&ours, &theirs);
-        // candle's qwen3 runs its own CPU flash-attention kernel, which rounds
-        // differently from a plain softmax; the others use plain attention.
-        let tolerance = if family == Family::Qwen3 { 0.1 } else { 1e-4 };
-        assert!(d < tolerance, "{family:?}: logits differ from candle-transformers by {d}");
+        // candle-transformers keeps its KV cache in f32; Hearth keeps f16 (as
+        // llama.cpp does), and random tiny weights make peaky attention that
+        // amplifies f16's 2^-11 rounding to ~1% of the logits' range. A wrong
+        // layout or head would be off by the logits' own size. (candle's qwen3
+        // also runs its own CPU flash-attention kernel, which rounds differently.)
+        let d = relative_diff(&ours, &theirs);
+        assert!(d < 3e-2, "{family:?}: logits differ from candle-transformers by {} ({d} of their range)", max_abs_diff(&ours, &theirs));
         let own = fresh(Engine::open(&path).unwrap().model(), &t);
         assert!(max_abs_diff(&own, &theirs) < 0.2, "{family:?}: Hearth's kernels drift from candle's");
     }
@@ -182,6 +184,9 @@ fn the_cpu_pass_matches_the_tensor_graph_for_every_family_batch_and_chunk() {
     // The host pass (plain buffers, worker pool, loop-bound masks) against
     // the candle-op graph that GPUs run: long enough prompts for the
     // parallel row paths and Gemma's window, a batch of two, then steps.
+    // Both round to f16 at the same points, but their different orders
+    // flip some of those roundings: ~1% of the logits' range on random
+    // tiny weights.
     for family in ALL {
         let (_dir, path) = tiny(&TinySpec::new(family));
         let engine = Engine::open(&path).unwrap();
@@ -191,14 +196,14 @@ fn the_cpu_pass_matches_the_tensor_graph_for_every_family_batch_and_chunk() {
         let a = m.forward(&batch, &mut host).unwrap().to_vec2::<f32>().unwrap();
         let b = m.forward_graph(&batch, &mut graph).unwrap().to_vec2::<f32>().unwrap();
         for (x, y) in a.iter().zip(&b) {
-            assert!(max_abs_diff(x, y) < 2e-2, "{family:?}: prefill differs by {}", max_abs_diff(x, y));
+            assert!(relative_diff(x, y) < 2e-2, "{family:?}: prefill differs by {} ({} of the range)", max_abs_diff(x, y), relative_diff(x, y));
         }
         for step in 0..3u32 {
             let next = vec![vec![10 + step], vec![20 + step]];
             let a = m.forward(&next, &mut host).unwrap().to_vec2::<f32>().unwrap();
             let b = m.forward_graph(&next, &mut graph).unwrap().to_vec2::<f32>().unwrap();
             for (x, y) in a.iter().zip(&b) {
-                assert!(max_abs_diff(x, y) < 2e-2, "{family:?}: step {step} differs by {}", max_abs_diff(x, y));
+                assert!(relative_diff(x, y) < 2e-2, "{family:?}: step {step} differs by {} ({} of the range)", max_abs_diff(x, y), relative_diff(x, y));
             }
         }
     }
@@ -226,7 +231,8 @@ fn decode_steps_over_a_long_history_match_the_tensor_graph() {
     // Past 512 cached positions a decode step groups the query heads of a
     // KV head into one attention task. The two passes round differently
     // (llama.cpp's orders vs candle's), and over 600 positions that drifts
-    // to ~0.02; a wrong head, position or window would be far larger.
+    // to a few tenths of a percent of the logits' range; a wrong head,
+    // position or window would be far larger.
     for family in [Family::Llama, Family::Gemma3] {
         let (_dir, path) = tiny(&TinySpec { context: 1024, ..TinySpec::new(family) });
         let engine = Engine::open(&path).unwrap();
@@ -240,7 +246,7 @@ fn decode_steps_over_a_long_history_match_the_tensor_graph() {
         for step in 0..3u32 {
             let a = logits(m, &[5 + step], &mut host);
             let b = m.forward_graph(&[vec![5 + step]], &mut graph).unwrap().to_vec2::<f32>().unwrap().remove(0);
-            assert!(max_abs_diff(&a, &b) < 5e-2, "{family:?}: step {step} differs by {}", max_abs_diff(&a, &b));
+            assert!(relative_diff(&a, &b) < 2e-2, "{family:?}: step {step} differs by {} ({} of the range)", max_abs_diff(&a, &b), relative_diff(&a, &b));
         }
     }
 }

@@ -1,5 +1,5 @@
-//! The CPU's kernels: quantized and float matrix × activations, and the
-//! f32 vector operations of the forward pass.
+//! The CPU's kernels: quantized and float matrix × activations, attention
+//! over the f16 KV cache, and the f32 vector operations of the forward pass.
 //!
 //! One file per block format says how to unpack a block; `block32` and
 //! `block256` hold the dot-product kernels written once over those, in
@@ -8,6 +8,7 @@
 //! llama.cpp repacks them; `matrix` dispatches a matrix to its kernel;
 //! `isa` is the one place that asks the CPU what it has.
 
+pub mod attention;
 mod block256;
 mod block32;
 mod float;

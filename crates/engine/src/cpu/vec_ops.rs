@@ -62,122 +62,6 @@ multiversion! {
     pub fn rms_norm(out: &mut [f32], x: &[f32], w: &[f32], eps: f32) => rms_norm_impl
 }
 
-/// Attention for a group of queries that share one KV head (the query
-/// heads of a grouped-query head, over a few rows): query `g` sees
-/// positions `bounds[g].0..=bounds[g].1` of `keys`/`values` (`[pos, hd]`).
-/// Each key and value is loaded once for the whole group, while every
-/// query's arithmetic is llama.cpp's: scores in `ggml_vec_dot_f32`'s
-/// order, a `ggml_v_expf` softmax, and the weighted values summed into
-/// `lanes` accumulators by position (32: `ggml_vec_dot_f32` when
-/// decoding; 8: tinyBLAS when prefilling). `scores` and `acc` are scratch.
-#[allow(clippy::too_many_arguments)]
-pub fn attend_group(outs: &mut [&mut [f32]], queries: &[&[f32]], bounds: &[(usize, usize)], keys: &[f32], values: &[f32], scale: f32, lanes: usize, scores: &mut [Vec<f32>], acc: &mut Vec<f32>) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx2,fma")]
-        #[allow(clippy::too_many_arguments)]
-        unsafe fn avx2(outs: &mut [&mut [f32]], queries: &[&[f32]], bounds: &[(usize, usize)], keys: &[f32], values: &[f32], scale: f32, lanes: usize, scores: &mut [Vec<f32>], acc: &mut Vec<f32>) {
-            attend_group_impl::<true>(outs, queries, bounds, keys, values, scale, lanes, scores, acc)
-        }
-        if crate::cpu::isa::has_avx2_fma() {
-            // SAFETY: the CPU has AVX2 and FMA (checked at run time).
-            return unsafe { avx2(outs, queries, bounds, keys, values, scale, lanes, scores, acc) };
-        }
-    }
-    attend_group_impl::<false>(outs, queries, bounds, keys, values, scale, lanes, scores, acc)
-}
-
-/// `dot_impl` with explicit AVX2 registers: the compiler keeps the lane
-/// arrays of the portable form in 128-bit halves and spills them.
-#[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
-    use std::arch::x86_64::*;
-    let n = a.len().min(b.len());
-    let wide = n / 32 * 32;
-    let (pa, pb) = (a.as_ptr(), b.as_ptr());
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut i = 0;
-    while i < wide {
-        for (j, acc) in acc.iter_mut().enumerate() {
-            *acc = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i + 8 * j)), _mm256_loadu_ps(pb.add(i + 8 * j)), *acc);
-        }
-        i += 32;
-    }
-    let v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
-    let t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    let t = _mm_hadd_ps(t, t);
-    let mut s = _mm_cvtss_f32(_mm_hadd_ps(t, t));
-    for i in wide..n {
-        s = a[i].mul_add(b[i], s);
-    }
-    s
-}
-
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn attend_group_impl<const AVX2: bool>(outs: &mut [&mut [f32]], queries: &[&[f32]], bounds: &[(usize, usize)], keys: &[f32], values: &[f32], scale: f32, lanes: usize, scores: &mut [Vec<f32>], acc: &mut Vec<f32>) {
-    let hd = queries[0].len();
-    let g = queries.len();
-    let first = bounds.iter().map(|b| b.0).min().unwrap_or(0);
-    let last = bounds.iter().map(|b| b.1).max().unwrap_or(0);
-    for (s, &(lo, hi)) in scores.iter_mut().zip(bounds) {
-        s.clear();
-        s.resize(hi + 1 - lo, 0.0);
-    }
-    for j in first..=last {
-        let k = &keys[j * hd..(j + 1) * hd];
-        for q in 0..g {
-            let (lo, hi) = bounds[q];
-            if (lo..=hi).contains(&j) {
-                #[cfg(target_arch = "x86_64")]
-                let d = if AVX2 {
-                    // SAFETY: only the AVX2 build of this function passes AVX2 = true.
-                    unsafe { dot_avx2(k, queries[q]) }
-                } else {
-                    dot_impl(k, queries[q])
-                };
-                #[cfg(not(target_arch = "x86_64"))]
-                let d = dot_impl(k, queries[q]);
-                scores[q][j - lo] = d * scale;
-            }
-        }
-    }
-    let mut inv = [0f32; 64];
-    assert!(g <= inv.len());
-    for q in 0..g {
-        let max = scores[q].iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-        inv[q] = (1.0 / exp_sum_impl(&mut scores[q], max)) as f32;
-    }
-    acc.clear();
-    acc.resize(g * lanes * hd, 0.0);
-    for j in first..=last {
-        let v = &values[j * hd..(j + 1) * hd];
-        let lane = j % lanes;
-        for q in 0..g {
-            let (lo, hi) = bounds[q];
-            if (lo..=hi).contains(&j) {
-                let at = (q * lanes + lane) * hd;
-                axpy_impl(&mut acc[at..at + hd], scores[q][j - lo] * inv[q], v);
-            }
-        }
-    }
-    for (q, out) in outs.iter_mut().enumerate() {
-        let a = |lane: usize, d: usize| acc[(q * lanes + lane) * hd + d];
-        for (d, o) in out.iter_mut().enumerate() {
-            *o = if lanes == 32 {
-                let v: [f32; 8] = std::array::from_fn(|l| (a(l, d) + a(16 + l, d)) + (a(8 + l, d) + a(24 + l, d)));
-                let t: [f32; 4] = std::array::from_fn(|l| v[l] + v[l + 4]);
-                (t[0] + t[1]) + (t[2] + t[3])
-            } else {
-                let r: [f32; 4] = std::array::from_fn(|l| a(l + 4, d) + a(l, d));
-                (r[0] + r[2]) + (r[1] + r[3])
-            };
-        }
-    }
-}
-
 /// llama.cpp's `hsum_float_8` order.
 #[inline(always)]
 pub(crate) fn hsum8(a: [f32; 8]) -> f32 {
@@ -233,7 +117,7 @@ pub(crate) fn expf_lane(x: f32) -> f32 {
 }
 
 #[inline(always)]
-fn exp_sum_impl(x: &mut [f32], max: f32) -> f64 {
+pub(super) fn exp_sum_impl(x: &mut [f32], max: f32) -> f64 {
     let mut sum = 0f64;
     let mut chunks = x.chunks_exact_mut(8);
     for c in &mut chunks {
@@ -349,11 +233,6 @@ mod tests {
             let (a, b) = (data(n, 1), data(n, 2));
             let want = dot_impl(&a, &b);
             assert_eq!(dot(&a, &b).to_bits(), want.to_bits(), "dot {n}");
-            #[cfg(target_arch = "x86_64")]
-            if crate::cpu::isa::has_avx2_fma() {
-                // SAFETY: checked just above.
-                assert_eq!(unsafe { dot_avx2(&a, &b) }.to_bits(), want.to_bits(), "dot_avx2 {n}");
-            }
             let exact: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
             assert!((want as f64 - exact).abs() < 1e-4, "dot {n}: {want} vs {exact}");
             let (mut o1, mut o2) = (vec![0f32; n], vec![0f32; n]);

@@ -42,6 +42,13 @@ impl Architecture {
     pub(crate) fn interleaved_rope(self) -> bool {
         matches!(self, Self::Llama)
     }
+
+    /// Gemma scales the queries by 1/√head_dim before attention rather than
+    /// the scores after it; with f16 keys the queries are rounded after the
+    /// scaling, so where it happens shows in the last bits.
+    pub(crate) fn scales_queries(self) -> bool {
+        matches!(self, Self::Gemma3)
+    }
 }
 
 /// The shape and numerics of one model, independent of its weights.

@@ -13,12 +13,14 @@
 use std::ops::Range;
 
 use candle_core::{Device, Tensor};
+use half::slice::HalfFloatSliceExt;
 
 use super::{window_start, Architecture, Block, Embeddings, Matrix, Model, Norm};
 use crate::error::Result;
 use crate::kv_cache::KvCache;
 use crate::cpu::{Activations, QuantMatrix};
 use crate::cpu::vec_ops;
+use crate::cpu::attention::{self, Order};
 use crate::worker_pool::{DisjointSlice, WorkerPool};
 
 /// Cache positions beyond which a decode step's attention groups the query
@@ -130,7 +132,8 @@ impl Model {
         apply_rope(&mut buf.q, rope, seq, qd, hd, interleaved);
         apply_rope(&mut buf.k, rope, seq, kd, hd, interleaved);
 
-        // New keys and values go straight into the cache's buffers.
+        // New keys and values go straight into the cache's buffers, rounded
+        // to f16 as llama.cpp's `ggml_set_rows` rounds them.
         {
             let (ck, cv, cap) = cache.host_mut(layer);
             for r in 0..rows {
@@ -138,13 +141,20 @@ impl Model {
                 for h in 0..c.n_kv_heads {
                     let dst = ((bi * c.n_kv_heads + h) * cap + pos0 + i) * hd;
                     let src = r * kd + h * hd;
-                    ck[dst..dst + hd].copy_from_slice(&buf.k[src..src + hd]);
-                    cv[dst..dst + hd].copy_from_slice(&buf.v[src..src + hd]);
+                    ck[dst..dst + hd].convert_from_f32_slice(&buf.k[src..src + hd]);
+                    cv[dst..dst + hd].convert_from_f32_slice(&buf.v[src..src + hd]);
                 }
             }
         }
+        let mut scale = 1.0f32 / (hd as f32).sqrt();
+        if c.architecture.scales_queries() {
+            vec_ops::scale(&mut buf.q, scale);
+            scale = 1.0;
+        }
+        // llama.cpp multiplies the f16 keys by the queries rounded to f16.
+        attention::round_to_f16(&mut buf.q);
         let window = b.sliding.then_some(c.sliding_window).flatten();
-        self.attention(pool, cache, layer, &buf.q, &mut buf.attn, (batch, seq, pos0), window);
+        self.attention(pool, cache, layer, &buf.q, &mut buf.attn, (batch, seq, pos0), window, scale);
 
         matmuls(pool, &buf.attn, rows, &mut [(&b.wo, &mut buf.o)])?;
         if let Some(n) = &b.post_attn_norm {
@@ -173,19 +183,14 @@ impl Model {
     }
 
     /// Scaled dot-product attention of the new queries against the cache,
-    /// one task per (sequence, query head), in llama.cpp's orders: scores
-    /// with `ggml_vec_dot_f32`, softmax with `ggml_v_expf` summed eight at a
-    /// time, and the weighted values summed per lane of position — over
-    /// 32-position steps in a decode step (`ggml_vec_dot_f32`), over eight
-    /// lanes when prefilling (tinyBLAS).
+    /// in llama.cpp's orders (see `cpu::attention`).
     #[allow(clippy::too_many_arguments)]
-    fn attention(&self, pool: &WorkerPool, cache: &KvCache, layer: usize, q: &[f32], out: &mut [f32], (batch, seq, pos0): (usize, usize, usize), window: Option<usize>) {
+    fn attention(&self, pool: &WorkerPool, cache: &KvCache, layer: usize, q: &[f32], out: &mut [f32], (batch, seq, pos0): (usize, usize, usize), window: Option<usize>, scale: f32) {
         let c = &self.config;
         let (hd, nh, nkv) = (c.head_dim, c.n_heads, c.n_kv_heads);
         let n_rep = nh / nkv;
         let qd = nh * hd;
-        let scale = 1.0f32 / (hd as f32).sqrt();
-        let lanes = if seq == 1 { 32 } else { 8 };
+        let order = if seq == 1 { Order::Decode } else { Order::Prefill };
         // A task is one KV head's query heads over a few rows, so each key
         // and value is read once for all of them. A decode step has one row:
         // over a short history one query head per task balances the threads
@@ -224,7 +229,7 @@ impl Model {
             }
             let mut scores = vec![Vec::with_capacity(pos0 + seq); queries.len()];
             let mut acc = Vec::new();
-            vec_ops::attend_group(&mut outs, &queries, &bounds, keys, values, scale, lanes, &mut scores, &mut acc);
+            attention::attend_group(&mut outs, &queries, &bounds, keys, values, scale, order, &mut scores, &mut acc);
         });
     }
 }

@@ -420,7 +420,17 @@ impl Model {
         // that share a KV head into the row dimension.
         let n_rep = c.n_heads / c.n_kv_heads;
         let q = q.reshape((batch, c.n_kv_heads, n_rep * seq_len, c.head_dim))?;
-        let scale = 1.0 / (c.head_dim as f64).sqrt();
+        let mut scale = 1.0 / (c.head_dim as f64).sqrt();
+        let q = if c.architecture.scales_queries() {
+            let q = (q * scale)?;
+            scale = 1.0;
+            q
+        } else {
+            q
+        };
+        // As the CPU pass (and llama.cpp): the f16 keys meet f16-rounded
+        // queries, the f16 values f16-rounded probabilities.
+        let q = round_to_f16(&q)?;
         let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
         if let Some(m) = mask {
             scores = scores
@@ -428,7 +438,7 @@ impl Model {
                 .broadcast_add(m)?
                 .reshape((batch, c.n_kv_heads, n_rep * seq_len, kv_len))?;
         }
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        let probs = round_to_f16(&candle_nn::ops::softmax_last_dim(&scores)?)?;
         let attn = probs
             .matmul(&v_all.contiguous()?)?
             .reshape((batch, c.n_heads, seq_len, c.head_dim))?
@@ -454,6 +464,10 @@ impl Model {
         }
         Ok((x + ffn)?)
     }
+}
+
+fn round_to_f16(t: &Tensor) -> candle_core::Result<Tensor> {
+    t.to_dtype(DType::F16)?.to_dtype(DType::F32)
 }
 
 fn check_shape(file: &GgufFile, name: &str, expected: &[usize]) -> Result<()> {

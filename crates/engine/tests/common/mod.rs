@@ -238,6 +238,11 @@ pub fn tiny(spec: &TinySpec) -> (tempfile::TempDir, PathBuf) {
     (dir, path)
 }
 
+/// The largest difference as a fraction of `b`'s largest magnitude.
+pub fn relative_diff(a: &[f32], b: &[f32]) -> f32 {
+    max_abs_diff(a, b) / b.iter().fold(f32::MIN_POSITIVE, |m, v| m.max(v.abs()))
+}
+
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
