@@ -1,7 +1,10 @@
 //! One KV cache type for every model family.
 //!
-//! Keys and values live in buffers of shape `[batch, kv_heads, capacity, head_dim]`
-//! that are written in place, so a decode step never copies the history. The
+//! Keys live in buffers of shape `[batch, kv_heads, capacity, head_dim]`
+//! that are written in place, so a decode step never copies the history. On
+//! the CPU values are kept transposed, `[batch, kv_heads, head_dim,
+//! capacity]`, as llama.cpp keeps them: attention's weighted sum is then a
+//! dot product along each row of values. The
 //! buffers grow geometrically up to `max_len` (the context length) instead of
 //! being allocated at full size up front: a user keeps dozens of conversations,
 //! and a full 8k-token buffer for each would cost hundreds of MB apiece.
@@ -45,14 +48,16 @@ pub struct KvCache {
 }
 
 enum LayerKv {
+    /// `k`: `[batch, kv_heads, capacity, head_dim]`; `v`: `[batch, kv_heads, head_dim, capacity]`.
     Host { k: Vec<f16>, v: Vec<f16> },
     Device { k: Tensor, v: Tensor },
 }
 
-/// One layer's host buffers, `[batch, kv_heads, capacity, head_dim]`.
+/// One layer's host buffers: keys `[batch, kv_heads, capacity, head_dim]`,
+/// values transposed, `[batch, kv_heads, head_dim, capacity]`.
 pub(crate) struct HostKv<'a> {
     pub k: &'a [f16],
-    pub v: &'a [f16],
+    pub v_t: &'a [f16],
     pub capacity: usize,
 }
 
@@ -142,7 +147,9 @@ impl KvCache {
                     for run in 0..self.batch * self.n_kv_heads {
                         let (src, dst) = (run * old_cap * d, run * capacity * d);
                         k[dst..dst + len * d].copy_from_slice(&ok[src..src + len * d]);
-                        v[dst..dst + len * d].copy_from_slice(&ov[src..src + len * d]);
+                    }
+                    for row in 0..self.batch * self.n_kv_heads * d {
+                        v[row * capacity..row * capacity + len].copy_from_slice(&ov[row * old_cap..row * old_cap + len]);
                     }
                 }
                 LayerKv::Host { k, v }
@@ -166,12 +173,13 @@ impl KvCache {
     /// Layer `layer`'s host buffers (CPU caches only).
     pub(crate) fn host(&self, layer: usize) -> HostKv<'_> {
         match &self.layers[layer] {
-            LayerKv::Host { k, v } => HostKv { k, v, capacity: self.capacity },
+            LayerKv::Host { k, v } => HostKv { k, v_t: v, capacity: self.capacity },
             LayerKv::Device { .. } => unreachable!("host access to a device cache"),
         }
     }
 
-    /// Mutable host buffers of `layer`; call `reserve` first (it unshares them).
+    /// Mutable host buffers of `layer` (keys, transposed values, capacity);
+    /// call `reserve` first (it unshares them).
     pub(crate) fn host_mut(&mut self, layer: usize) -> (&mut [f16], &mut [f16], usize) {
         let capacity = self.capacity;
         match Arc::get_mut(&mut self.layers).map(|l| &mut l[layer]) {
@@ -217,7 +225,11 @@ impl KvCache {
         for run in 0..runs {
             let (src, dst) = (run * n * d, (run * cap + pos) * d);
             hk[dst..dst + n * d].copy_from_slice(&k[src..src + n * d]);
-            hv[dst..dst + n * d].copy_from_slice(&v[src..src + n * d]);
+            for i in 0..n {
+                for (j, x) in v[src + i * d..src + (i + 1) * d].iter().enumerate() {
+                    hv[(run * d + j) * cap + pos + i] = *x;
+                }
+            }
         }
         Ok(())
     }
@@ -233,8 +245,9 @@ impl KvCache {
             LayerKv::Host { k, v } => {
                 let (d, cap) = (self.head_dim, self.capacity);
                 let runs = self.batch * self.n_kv_heads;
-                let copy = |src: &[f16]| -> Vec<f16> { (0..runs).flat_map(|run| src[(run * cap + start) * d..(run * cap + end) * d].iter().copied()).collect() };
-                Ok((copy(k), copy(v)))
+                let keys = (0..runs).flat_map(|run| k[(run * cap + start) * d..(run * cap + end) * d].iter().copied()).collect();
+                let values = (0..runs).flat_map(|run| (start..end).flat_map(move |i| (0..d).map(move |j| v[(run * d + j) * cap + i]))).collect();
+                Ok((keys, values))
             }
         }
     }

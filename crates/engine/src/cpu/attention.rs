@@ -1,4 +1,4 @@
-//! Attention over the f16 KV cache, in llama.cpp's orders.
+//! Attention's kernels over the f16 KV cache, in llama.cpp's orders.
 //!
 //! llama.cpp (flash attention off, its default in llama-cpp-python) keeps
 //! keys and values in f16 and multiplies them as `ggml_mul_mat` multiplies
@@ -6,16 +6,24 @@
 //! the scores, the softmax probabilities for the values), and the products
 //! are summed in f32 — by `ggml_vec_dot_f16` when one row is decoded (four
 //! eight-lane accumulators over 32-value steps) and by tinyBLAS when a batch
-//! of rows is prefilled (one eight-lane accumulator, then `hsum`). The
-//! softmax is `ggml_v_expf`, summed eight at a time in f64. Matching these
-//! keeps Hearth's greedy tokens equal to llama.cpp's on a long history.
+//! of rows is prefilled (one eight-lane accumulator, then `hsum`). Its
+//! values are stored transposed, so the weighted sum of values is a dot
+//! product along positions, one per output dimension. The softmax is
+//! `ggml_v_expf`, summed eight at a time in f64.
+//!
+//! Each kernel is written twice, with AVX2 registers and portably, doing the
+//! same floating-point operations in the same order (tested bit for bit).
+//! The AVX2 forms keep a tile of accumulators in registers: several queries
+//! share each key or value they load.
+
+use std::ops::Range;
 
 use half::f16;
 
 use super::vec_ops::{exp_sum_impl, hsum8};
 
 /// Which of llama.cpp's matmul paths an attention step follows.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Order {
     /// One query row (a decode step): `ggml_vec_dot_f16`.
     Decode,
@@ -24,8 +32,10 @@ pub enum Order {
 }
 
 impl Order {
-    /// Accumulator lanes of the weighted sum of values, by position.
-    fn value_lanes(self) -> usize {
+    /// Positions per accumulator step of the weighted sum of values; a
+    /// position's lane is its index modulo this, since llama.cpp's rows start
+    /// at position 0 and are padded to whole steps.
+    pub fn lanes(self) -> usize {
         match self {
             Order::Decode => 32,
             Order::Prefill => 8,
@@ -33,200 +43,377 @@ impl Order {
     }
 }
 
-/// Attention for a group of queries that share one KV head (the query
-/// heads of a grouped-query head, over a few rows): query `g` sees
-/// positions `bounds[g].0..=bounds[g].1` of `keys`/`values` (`[pos, hd]`,
-/// f16). Each key and value is loaded once for the whole group. The
-/// queries must already be rounded to f16 (as llama.cpp rounds them).
-/// `scores` and `acc` are scratch.
-#[allow(clippy::too_many_arguments)]
-pub fn attend_group(outs: &mut [&mut [f32]], queries: &[&[f32]], bounds: &[(usize, usize)], keys: &[f16], values: &[f16], scale: f32, order: Order, scores: &mut [Vec<f32>], acc: &mut Vec<f32>) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx2,fma,f16c")]
-        #[allow(clippy::too_many_arguments)]
-        unsafe fn avx2(outs: &mut [&mut [f32]], queries: &[&[f32]], bounds: &[(usize, usize)], keys: &[f16], values: &[f16], scale: f32, order: Order, scores: &mut [Vec<f32>], acc: &mut Vec<f32>) {
-            attend_group_impl::<true>(outs, queries, bounds, keys, values, scale, order, scores, acc)
-        }
-        if super::isa::has_avx2_fma() {
-            // SAFETY: the CPU has AVX2, FMA and F16C (checked at run time).
-            return unsafe { avx2(outs, queries, bounds, keys, values, scale, order, scores, acc) };
-        }
-    }
-    attend_group_impl::<false>(outs, queries, bounds, keys, values, scale, order, scores, acc)
-}
-
 /// Rounds every value to f16 and back, as llama.cpp rounds the operand of a
 /// matmul with an f16 matrix.
 pub fn round_to_f16(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::isa::has_avx2_fma() {
+        // SAFETY: the CPU has AVX2, FMA and F16C (checked at run time).
+        return unsafe { x86::round_to_f16(x) };
+    }
     for v in x.iter_mut() {
         *v = f16::from_f32(*v).to_f32();
     }
 }
 
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn attend_group_impl<const AVX2: bool>(outs: &mut [&mut [f32]], queries: &[&[f32]], bounds: &[(usize, usize)], keys: &[f16], values: &[f16], scale: f32, order: Order, scores: &mut [Vec<f32>], acc: &mut Vec<f32>) {
-    let hd = queries[0].len();
-    let g = queries.len();
-    let first = bounds.iter().map(|b| b.0).min().unwrap_or(0);
-    let last = bounds.iter().map(|b| b.1).max().unwrap_or(0);
-    for (s, &(lo, hi)) in scores.iter_mut().zip(bounds) {
-        s.clear();
-        s.resize(hi + 1 - lo, 0.0);
-    }
+/// `out[q · stride + j - positions.start] = scale · keys[j] · queries[q]`
+/// for every position `j` (keys `[pos, hd]`).
+pub fn scores(out: &mut [f32], stride: usize, queries: &[&[f32]], keys: &[f16], positions: Range<usize>, scale: f32, order: Order) {
     // tinyBLAS takes a matmul only when its inner size is a multiple of 8.
-    let tiled = order == Order::Prefill && hd % 8 == 0;
-    for j in first..=last {
-        let k = &keys[j * hd..(j + 1) * hd];
-        for q in 0..g {
-            let (lo, hi) = bounds[q];
-            if (lo..=hi).contains(&j) {
-                scores[q][j - lo] = dot::<AVX2>(k, queries[q], tiled) * scale;
-            }
-        }
+    let tiled = order == Order::Prefill && queries[0].len() % 8 == 0;
+    #[cfg(target_arch = "x86_64")]
+    if super::isa::has_avx2_fma() {
+        // SAFETY: the CPU has AVX2, FMA and F16C (checked at run time).
+        return unsafe { x86::scores(out, stride, queries, keys, positions, scale, tiled) };
     }
-    let mut inv = [0f32; 64];
-    assert!(g <= inv.len());
-    for q in 0..g {
-        let max = scores[q].iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-        inv[q] = (1.0 / exp_sum_impl(&mut scores[q], max)) as f32;
-        for p in scores[q].iter_mut() {
-            *p = f16::from_f32(*p * inv[q]).to_f32();
-        }
-    }
-    let lanes = order.value_lanes();
-    acc.clear();
-    acc.resize(g * lanes * hd, 0.0);
-    for j in first..=last {
-        let v = &values[j * hd..(j + 1) * hd];
-        // llama.cpp's rows are padded to whole steps, so a position's lane
-        // is fixed by its index.
-        let lane = j % lanes;
-        for q in 0..g {
-            let (lo, hi) = bounds[q];
-            if (lo..=hi).contains(&j) {
-                let at = (q * lanes + lane) * hd;
-                axpy::<AVX2>(&mut acc[at..at + hd], scores[q][j - lo], v);
-            }
-        }
-    }
-    for (q, out) in outs.iter_mut().enumerate() {
-        let a = |lane: usize, d: usize| acc[(q * lanes + lane) * hd + d];
-        for (d, o) in out.iter_mut().enumerate() {
-            *o = match order {
-                // GGML_F32x8_REDUCE of the four accumulators.
-                Order::Decode => {
-                    let v: [f32; 8] = std::array::from_fn(|l| (a(l, d) + a(16 + l, d)) + (a(8 + l, d) + a(24 + l, d)));
-                    let t: [f32; 4] = std::array::from_fn(|l| v[l] + v[l + 4]);
-                    (t[0] + t[1]) + (t[2] + t[3])
-                }
-                Order::Prefill => hsum8(std::array::from_fn(|l| a(l, d))),
-            };
-        }
-    }
+    portable::scores(out, stride, queries, keys, positions, scale, tiled)
 }
 
-/// `Σ k[i]·q[i]`: tinyBLAS's order (`tiled`) or `ggml_vec_dot_f16`'s,
-/// whose leftovers past the last 32-value step are summed in f64.
-#[inline(always)]
-fn dot<const AVX2: bool>(k: &[f16], q: &[f32], tiled: bool) -> f32 {
+/// Turns each `row` of scores into f16-rounded probabilities in place:
+/// `ggml_v_expf` of the score less the row's maximum, times the inverse of
+/// their sum (formed eight at a time in f64, so rows must start at a
+/// multiple of 8 positions). Masked entries are −∞ and come out 0.
+pub fn softmax(row: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if AVX2 {
-        // SAFETY: only the AVX2 build of the caller passes AVX2 = true.
-        return unsafe { dot_avx2(k, q, tiled) };
+    if super::isa::has_avx2_fma() {
+        // SAFETY: the CPU has AVX2, FMA and F16C (checked at run time).
+        return unsafe { x86::softmax(row) };
     }
-    let n = k.len().min(q.len());
-    if tiled {
-        let mut acc = [0f32; 8];
-        for i in (0..n).step_by(8) {
-            for l in 0..8 {
-                acc[l] = k[i + l].to_f32().mul_add(q[i + l], acc[l]);
-            }
-        }
-        return hsum8(acc);
+    softmax_impl(row)
+}
+
+/// `softmax`'s body, inlined into each build (its `ggml_v_expf` is fused
+/// multiply-adds, a libm call each where FMA is not enabled).
+#[inline(always)]
+fn softmax_impl(row: &mut [f32]) {
+    let max = row.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+    let inv = (1.0 / exp_sum_impl(row, max)) as f32;
+    for p in row.iter_mut() {
+        *p *= inv;
     }
-    let wide = n / 32 * 32;
-    let mut acc = [[0f32; 8]; 4];
-    for i in (0..wide).step_by(32) {
-        for (j, acc) in acc.iter_mut().enumerate() {
-            for l in 0..8 {
-                let at = i + 8 * j + l;
-                acc[l] = k[at].to_f32().mul_add(q[at], acc[l]);
-            }
-        }
+    round_to_f16(row);
+}
+
+/// `outs[q][d - dims.start] = Σ_j probs[q][j - base] · values_t[d · cap + j]`
+/// over positions `base..base + probs[q].len()` (the same length for every
+/// query), for each dimension `d` of `dims` (values transposed, `[hd, cap]`).
+/// `base` must be a multiple of `order.lanes()`.
+pub fn weighted_values(outs: &mut [&mut [f32]], probs: &[&[f32]], values_t: &[f16], cap: usize, dims: Range<usize>, base: usize, order: Order) {
+    debug_assert_eq!(base % order.lanes(), 0);
+    #[cfg(target_arch = "x86_64")]
+    if super::isa::has_avx2_fma() {
+        // SAFETY: the CPU has AVX2, FMA and F16C (checked at run time).
+        return unsafe { x86::weighted_values(outs, probs, values_t, cap, dims, base, order) };
     }
+    portable::weighted_values(outs, probs, values_t, cap, dims, base, order)
+}
+
+/// `GGML_F32x8_REDUCE` of four eight-lane accumulators.
+#[inline(always)]
+fn reduce_four(acc: &[[f32; 8]; 4]) -> f32 {
     let v: [f32; 8] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
     let t: [f32; 4] = std::array::from_fn(|l| v[l] + v[l + 4]);
-    let mut s = ((t[0] + t[1]) + (t[2] + t[3])) as f64;
-    for i in wide..n {
-        s += (k[i].to_f32() * q[i]) as f64;
-    }
-    s as f32
+    (t[0] + t[1]) + (t[2] + t[3])
 }
 
-#[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_avx2(k: &[f16], q: &[f32], tiled: bool) -> f32 {
-    use std::arch::x86_64::*;
-    let n = k.len().min(q.len());
-    let (pk, pq) = (k.as_ptr() as *const __m128i, q.as_ptr());
-    let load_k = |i: usize| _mm256_cvtph_ps(_mm_loadu_si128(pk.cast::<u16>().add(i).cast()));
-    if tiled {
-        let mut acc = _mm256_setzero_ps();
-        for i in (0..n).step_by(8) {
-            acc = _mm256_fmadd_ps(load_k(i), _mm256_loadu_ps(pq.add(i)), acc);
-        }
-        let mut lanes = [0f32; 8];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
-        return hsum8(lanes);
-    }
-    let wide = n / 32 * 32;
-    let mut acc = [_mm256_setzero_ps(); 4];
-    for i in (0..wide).step_by(32) {
-        for (j, acc) in acc.iter_mut().enumerate() {
-            *acc = _mm256_fmadd_ps(load_k(i + 8 * j), _mm256_loadu_ps(pq.add(i + 8 * j)), *acc);
+/// The kernels one lane at a time: the reference for the AVX2 forms, and
+/// what other CPUs run.
+mod portable {
+    use super::*;
+
+    pub fn scores(out: &mut [f32], stride: usize, queries: &[&[f32]], keys: &[f16], positions: Range<usize>, scale: f32, tiled: bool) {
+        let hd = queries[0].len();
+        for j in positions.clone() {
+            let k = &keys[j * hd..(j + 1) * hd];
+            for (q, query) in queries.iter().enumerate() {
+                out[q * stride + j - positions.start] = dot(k, query, tiled) * scale;
+            }
         }
     }
-    let v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
-    let t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    let t = _mm_hadd_ps(t, t);
-    let mut s = _mm_cvtss_f32(_mm_hadd_ps(t, t)) as f64;
-    for i in wide..n {
-        s += (k[i].to_f32() * q[i]) as f64;
+
+    /// tinyBLAS's order (`tiled`) or `ggml_vec_dot_f16`'s, whose leftovers
+    /// past the last 32-value step are summed in f64.
+    pub fn dot(k: &[f16], q: &[f32], tiled: bool) -> f32 {
+        let n = q.len();
+        if tiled {
+            let mut acc = [0f32; 8];
+            for i in (0..n).step_by(8) {
+                for l in 0..8 {
+                    acc[l] = k[i + l].to_f32().mul_add(q[i + l], acc[l]);
+                }
+            }
+            return hsum8(acc);
+        }
+        let wide = n / 32 * 32;
+        let mut acc = [[0f32; 8]; 4];
+        for i in (0..wide).step_by(32) {
+            for (a, acc) in acc.iter_mut().enumerate() {
+                for l in 0..8 {
+                    let at = i + 8 * a + l;
+                    acc[l] = k[at].to_f32().mul_add(q[at], acc[l]);
+                }
+            }
+        }
+        leftovers(reduce_four(&acc), &k[wide..n], &q[wide..])
     }
-    s as f32
+
+    pub fn weighted_values(outs: &mut [&mut [f32]], probs: &[&[f32]], values_t: &[f16], cap: usize, dims: Range<usize>, base: usize, order: Order) {
+        let n = probs[0].len();
+        for d in dims.clone() {
+            let row = &values_t[d * cap + base..d * cap + base + n];
+            for (out, p) in outs.iter_mut().zip(probs) {
+                out[d - dims.start] = value_dot(row, p, order);
+            }
+        }
+    }
+
+    /// One output of the weighted sum: a position's lane is its offset
+    /// from `base` modulo the order's lanes.
+    pub fn value_dot(v: &[f16], p: &[f32], order: Order) -> f32 {
+        match order {
+            Order::Decode => {
+                let mut acc = [[0f32; 8]; 4];
+                for (i, (v, p)) in v.iter().zip(p).enumerate() {
+                    let (a, l) = ((i % 32) / 8, i % 8);
+                    acc[a][l] = v.to_f32().mul_add(*p, acc[a][l]);
+                }
+                reduce_four(&acc)
+            }
+            Order::Prefill => {
+                let mut acc = [0f32; 8];
+                for (i, (v, p)) in v.iter().zip(p).enumerate() {
+                    acc[i % 8] = v.to_f32().mul_add(*p, acc[i % 8]);
+                }
+                hsum8(acc)
+            }
+        }
+    }
 }
 
-/// `y += p · v`, one fused multiply-add per value.
+/// `ggml_vec_dot_f16`'s tail: each product in f32, added in f64.
 #[inline(always)]
-fn axpy<const AVX2: bool>(y: &mut [f32], p: f32, v: &[f16]) {
-    #[cfg(target_arch = "x86_64")]
-    if AVX2 {
-        // SAFETY: only the AVX2 build of the caller passes AVX2 = true.
-        return unsafe { axpy_avx2(y, p, v) };
+fn leftovers(sum: f32, k: &[f16], q: &[f32]) -> f32 {
+    let mut s = sum as f64;
+    for (k, q) in k.iter().zip(q) {
+        s += (k.to_f32() * q) as f64;
     }
-    for (y, v) in y.iter_mut().zip(v) {
-        *y = v.to_f32().mul_add(p, *y);
-    }
+    s as f32
 }
 
 #[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn axpy_avx2(y: &mut [f32], p: f32, v: &[f16]) {
+mod x86 {
     use std::arch::x86_64::*;
-    let n = y.len().min(v.len());
-    let wide = n / 8 * 8;
-    let (py, pv) = (y.as_mut_ptr(), v.as_ptr().cast::<u16>());
-    let pb = _mm256_set1_ps(p);
-    for i in (0..wide).step_by(8) {
-        let x = _mm256_cvtph_ps(_mm_loadu_si128(pv.add(i).cast()));
-        _mm256_storeu_ps(py.add(i), _mm256_fmadd_ps(x, pb, _mm256_loadu_ps(py.add(i))));
+
+    use super::*;
+
+    /// Queries per register tile: with four accumulators each (decode) or
+    /// four positions or dimensions each (prefill), 12 of the 16 registers.
+    const TILE_Q: usize = 3;
+
+    #[inline(always)]
+    unsafe fn load_f16(p: *const f16) -> __m256 {
+        _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
     }
-    for i in wide..n {
-        y[i] = v[i].to_f32().mul_add(p, y[i]);
+
+    /// tinyBLAS's `hsum`: (lo + hi), then (r0 + r2) + (r1 + r3).
+    #[inline(always)]
+    unsafe fn hsum(v: __m256) -> f32 {
+        let x = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+        let x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+        _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)))
+    }
+
+    /// `GGML_F32x8_REDUCE`.
+    #[inline(always)]
+    unsafe fn reduce(acc: [__m256; 4]) -> f32 {
+        let v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+        let t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let t = _mm_hadd_ps(t, t);
+        _mm_cvtss_f32(_mm_hadd_ps(t, t))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn round_to_f16(x: &mut [f32]) {
+        let wide = x.len() / 8 * 8;
+        let p = x.as_mut_ptr();
+        for i in (0..wide).step_by(8) {
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(p.add(i)));
+            _mm256_storeu_ps(p.add(i), _mm256_cvtph_ps(h));
+        }
+        for v in x[wide..].iter_mut() {
+            *v = f16::from_f32(*v).to_f32();
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn softmax(row: &mut [f32]) {
+        softmax_impl(row)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn scores(out: &mut [f32], stride: usize, queries: &[&[f32]], keys: &[f16], positions: Range<usize>, scale: f32, tiled: bool) {
+        let hd = queries[0].len();
+        for (c, chunk) in queries.chunks(TILE_Q).enumerate() {
+            let out = &mut out[c * TILE_Q * stride..];
+            match (chunk.len(), tiled) {
+                (3, true) => scores_tiled::<3>(out, stride, chunk, keys, hd, positions.clone(), scale),
+                (2, true) => scores_tiled::<2>(out, stride, chunk, keys, hd, positions.clone(), scale),
+                (_, true) => scores_tiled::<1>(out, stride, chunk, keys, hd, positions.clone(), scale),
+                (3, false) => scores_dot::<3>(out, stride, chunk, keys, hd, positions.clone(), scale),
+                (2, false) => scores_dot::<2>(out, stride, chunk, keys, hd, positions.clone(), scale),
+                (_, false) => scores_dot::<1>(out, stride, chunk, keys, hd, positions.clone(), scale),
+            }
+        }
+    }
+
+    /// tinyBLAS's order, four positions × `Q` queries at a time.
+    #[inline(always)]
+    unsafe fn scores_tiled<const Q: usize>(out: &mut [f32], stride: usize, qs: &[&[f32]], keys: &[f16], hd: usize, positions: Range<usize>, scale: f32) {
+        let mut j = positions.start;
+        while j + 4 <= positions.end {
+            tile::<Q, 4>(out, stride, qs, keys, hd, j, positions.start, scale);
+            j += 4;
+        }
+        while j < positions.end {
+            tile::<Q, 1>(out, stride, qs, keys, hd, j, positions.start, scale);
+            j += 1;
+        }
+    }
+
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile<const Q: usize, const P: usize>(out: &mut [f32], stride: usize, qs: &[&[f32]], keys: &[f16], hd: usize, j: usize, start: usize, scale: f32) {
+        let kp = keys.as_ptr().add(j * hd);
+        let mut acc = [[_mm256_setzero_ps(); P]; Q];
+        for s in (0..hd).step_by(8) {
+            let k: [__m256; P] = std::array::from_fn(|p| load_f16(kp.add(p * hd + s)));
+            for q in 0..Q {
+                let qv = _mm256_loadu_ps(qs[q].as_ptr().add(s));
+                for p in 0..P {
+                    acc[q][p] = _mm256_fmadd_ps(k[p], qv, acc[q][p]);
+                }
+            }
+        }
+        for q in 0..Q {
+            for p in 0..P {
+                out[q * stride + j + p - start] = hsum(acc[q][p]) * scale;
+            }
+        }
+    }
+
+    /// `ggml_vec_dot_f16`'s order, one position × `Q` queries at a time.
+    #[inline(always)]
+    unsafe fn scores_dot<const Q: usize>(out: &mut [f32], stride: usize, qs: &[&[f32]], keys: &[f16], hd: usize, positions: Range<usize>, scale: f32) {
+        let wide = hd / 32 * 32;
+        for j in positions.clone() {
+            let kp = keys.as_ptr().add(j * hd);
+            let mut acc = [[_mm256_setzero_ps(); 4]; Q];
+            for s in (0..wide).step_by(32) {
+                for a in 0..4 {
+                    let k = load_f16(kp.add(s + 8 * a));
+                    for q in 0..Q {
+                        acc[q][a] = _mm256_fmadd_ps(k, _mm256_loadu_ps(qs[q].as_ptr().add(s + 8 * a)), acc[q][a]);
+                    }
+                }
+            }
+            for q in 0..Q {
+                let sum = leftovers(reduce(acc[q]), &keys[j * hd + wide..(j + 1) * hd], &qs[q][wide..]);
+                out[q * stride + j - positions.start] = sum * scale;
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn weighted_values(outs: &mut [&mut [f32]], probs: &[&[f32]], values_t: &[f16], cap: usize, dims: Range<usize>, base: usize, order: Order) {
+        for (c, chunk) in probs.chunks(TILE_Q).enumerate() {
+            let outs = &mut outs[c * TILE_Q..c * TILE_Q + chunk.len()];
+            match (chunk.len(), order) {
+                (3, Order::Prefill) => values_tiled::<3>(outs, chunk, values_t, cap, dims.clone(), base),
+                (2, Order::Prefill) => values_tiled::<2>(outs, chunk, values_t, cap, dims.clone(), base),
+                (_, Order::Prefill) => values_tiled::<1>(outs, chunk, values_t, cap, dims.clone(), base),
+                (3, Order::Decode) => values_dot::<3>(outs, chunk, values_t, cap, dims.clone(), base),
+                (2, Order::Decode) => values_dot::<2>(outs, chunk, values_t, cap, dims.clone(), base),
+                (_, Order::Decode) => values_dot::<1>(outs, chunk, values_t, cap, dims.clone(), base),
+            }
+        }
+    }
+
+    /// tinyBLAS's order, four dimensions × `Q` queries at a time.
+    #[inline(always)]
+    unsafe fn values_tiled<const Q: usize>(outs: &mut [&mut [f32]], probs: &[&[f32]], values_t: &[f16], cap: usize, dims: Range<usize>, base: usize) {
+        let mut d = dims.start;
+        while d + 4 <= dims.end {
+            values_tile::<Q, 4>(outs, probs, values_t, cap, d, dims.start, base);
+            d += 4;
+        }
+        while d < dims.end {
+            values_tile::<Q, 1>(outs, probs, values_t, cap, d, dims.start, base);
+            d += 1;
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn values_tile<const Q: usize, const D: usize>(outs: &mut [&mut [f32]], probs: &[&[f32]], values_t: &[f16], cap: usize, d: usize, d0: usize, base: usize) {
+        let n = probs[0].len();
+        let wide = n / 8 * 8;
+        let vp = values_t.as_ptr().add(d * cap + base);
+        let mut acc = [[_mm256_setzero_ps(); D]; Q];
+        for i in (0..wide).step_by(8) {
+            let v: [__m256; D] = std::array::from_fn(|r| load_f16(vp.add(r * cap + i)));
+            for q in 0..Q {
+                let p = _mm256_loadu_ps(probs[q].as_ptr().add(i));
+                for r in 0..D {
+                    acc[q][r] = _mm256_fmadd_ps(v[r], p, acc[q][r]);
+                }
+            }
+        }
+        for q in 0..Q {
+            for r in 0..D {
+                let mut lanes = [0f32; 8];
+                _mm256_storeu_ps(lanes.as_mut_ptr(), acc[q][r]);
+                let row = &values_t[(d + r) * cap + base..];
+                for i in wide..n {
+                    lanes[i % 8] = row[i].to_f32().mul_add(probs[q][i], lanes[i % 8]);
+                }
+                outs[q][d + r - d0] = hsum8(lanes);
+            }
+        }
+    }
+
+    /// `ggml_vec_dot_f16`'s order, one dimension × `Q` queries at a time.
+    #[inline(always)]
+    unsafe fn values_dot<const Q: usize>(outs: &mut [&mut [f32]], probs: &[&[f32]], values_t: &[f16], cap: usize, dims: Range<usize>, base: usize) {
+        let n = probs[0].len();
+        let wide = n / 32 * 32;
+        for d in dims.clone() {
+            let vp = values_t.as_ptr().add(d * cap + base);
+            let mut acc = [[_mm256_setzero_ps(); 4]; Q];
+            for i in (0..wide).step_by(32) {
+                for a in 0..4 {
+                    let v = load_f16(vp.add(i + 8 * a));
+                    for q in 0..Q {
+                        acc[q][a] = _mm256_fmadd_ps(v, _mm256_loadu_ps(probs[q].as_ptr().add(i + 8 * a)), acc[q][a]);
+                    }
+                }
+            }
+            let row = &values_t[d * cap + base..];
+            for q in 0..Q {
+                let sum = if wide == n {
+                    reduce(acc[q])
+                } else {
+                    let mut lanes = [[0f32; 8]; 4];
+                    for (a, l) in lanes.iter_mut().enumerate() {
+                        _mm256_storeu_ps(l.as_mut_ptr(), acc[q][a]);
+                    }
+                    for i in wide..n {
+                        let (a, l) = ((i % 32) / 8, i % 8);
+                        lanes[a][l] = row[i].to_f32().mul_add(probs[q][i], lanes[a][l]);
+                    }
+                    reduce_four(&lanes)
+                };
+                outs[q][d - dims.start] = sum;
+            }
+        }
     }
 }
 
@@ -238,25 +425,47 @@ mod tests {
         (0..n).map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) as f32 / (1 << 24) as f32) - 0.5).collect()
     }
 
-    fn run<const AVX2: bool>(hd: usize, positions: usize, order: Order) -> Vec<f32> {
-        let keys: Vec<f16> = data(positions * hd, 1).into_iter().map(f16::from_f32).collect();
-        let values: Vec<f16> = data(positions * hd, 2).into_iter().map(f16::from_f32).collect();
-        let mut q = data(2 * hd, 3);
+    /// Scores, softmax and weighted values for `g` queries over `n`
+    /// positions, by the dispatched kernels or the portable ones.
+    fn attend(hd: usize, n: usize, g: usize, order: Order, portable_only: bool) -> Vec<f32> {
+        let cap = n + 5;
+        let keys: Vec<f16> = data(n * hd, 1).into_iter().map(|x| f16::from_f32(4.0 * x)).collect();
+        let values_t: Vec<f16> = data(hd * cap, 2).into_iter().map(f16::from_f32).collect();
+        let mut q = data(g * hd, 3);
         round_to_f16(&mut q);
-        let mut out = vec![0f32; 2 * hd];
-        let (a, b) = out.split_at_mut(hd);
-        let mut outs = [a, b];
-        let bounds = [(0, positions - 1), (positions / 3, positions - 2)];
-        let mut scores = vec![Vec::new(); 2];
-        attend_group_impl::<AVX2>(&mut outs, &[&q[..hd], &q[hd..]], &bounds, &keys, &values, 0.125, order, &mut scores, &mut Vec::new());
+        let queries: Vec<&[f32]> = q.chunks(hd).collect();
+        let mut s = vec![0f32; g * n];
+        if portable_only {
+            portable::scores(&mut s, n, &queries, &keys, 0..n, 0.125, order == Order::Prefill && hd % 8 == 0);
+        } else {
+            scores(&mut s, n, &queries, &keys, 0..n, 0.125, order);
+        }
+        // Query q is masked past position n - 1 - q, as causal rows are.
+        for (q, row) in s.chunks_mut(n).enumerate() {
+            row[n - q..].fill(f32::NEG_INFINITY);
+            if portable_only {
+                softmax_impl(row);
+            } else {
+                softmax(row);
+            }
+        }
+        let mut out = vec![0f32; g * hd];
+        let mut outs: Vec<&mut [f32]> = out.chunks_mut(hd).collect();
+        let probs: Vec<&[f32]> = s.chunks(n).collect();
+        if portable_only {
+            portable::weighted_values(&mut outs, &probs, &values_t, cap, 0..hd, 0, order);
+        } else {
+            weighted_values(&mut outs, &probs, &values_t, cap, 0..hd, 0, order);
+        }
         // Against f64 attention over the same f16 inputs.
-        for (g, &(lo, hi)) in bounds.iter().enumerate() {
-            let s: Vec<f64> = (lo..=hi).map(|j| (0..hd).map(|d| keys[j * hd + d].to_f64() * q[g * hd + d] as f64).sum::<f64>() * 0.125).collect();
-            let max = s.iter().cloned().fold(f64::MIN, f64::max);
-            let total: f64 = s.iter().map(|x| (x - max).exp()).sum();
+        for qi in 0..g {
+            let visible = n - qi;
+            let sc: Vec<f64> = (0..visible).map(|j| (0..hd).map(|d| keys[j * hd + d].to_f64() * q[qi * hd + d] as f64).sum::<f64>() * 0.125).collect();
+            let max = sc.iter().cloned().fold(f64::MIN, f64::max);
+            let total: f64 = sc.iter().map(|x| (x - max).exp()).sum();
             for d in 0..hd {
-                let want: f64 = (lo..=hi).map(|j| (s[j - lo] - max).exp() / total * values[j * hd + d].to_f64()).sum();
-                assert!((out[g * hd + d] as f64 - want).abs() < 2e-3, "head {g} dim {d}: {} vs {want}", out[g * hd + d]);
+                let want: f64 = (0..visible).map(|j| (sc[j] - max).exp() / total * values_t[d * cap + j].to_f64()).sum();
+                assert!((out[qi * hd + d] as f64 - want).abs() < 2e-3, "query {qi} dim {d}: {} vs {want}", out[qi * hd + d]);
             }
         }
         out
@@ -264,15 +473,24 @@ mod tests {
 
     #[test]
     fn attention_is_softmax_weighted_values_and_both_builds_agree_bit_for_bit() {
-        for (hd, positions) in [(64, 70), (40, 33), (256, 9)] {
+        for (hd, n, g) in [(64, 70, 3), (64, 37, 5), (40, 33, 2), (256, 9, 4), (64, 96, 1)] {
             for order in [Order::Decode, Order::Prefill] {
-                let portable = run::<false>(hd, positions, order);
-                #[cfg(target_arch = "x86_64")]
-                if super::super::isa::has_avx2_fma() {
-                    let vector = run::<true>(hd, positions, order);
-                    assert!(portable.iter().zip(&vector).all(|(a, b)| a.to_bits() == b.to_bits()), "hd {hd}: AVX2 and portable differ");
-                }
+                let portable = attend(hd, n, g, order, true);
+                let dispatched = attend(hd, n, g, order, false);
+                let same = portable.iter().zip(&dispatched).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "hd {hd}, {n} positions, {g} queries, {order:?}: the vector kernels differ from the portable ones");
             }
         }
+    }
+
+    #[test]
+    fn rounding_to_f16_is_round_to_nearest_even() {
+        let mut x = vec![1.0 + 2.0 / 4096.0, 1.0 + 6.0 / 4096.0, 65520.0, 1e-8, -2.5e-5, 0.1, 0.2, 0.3, 0.4, 7.0];
+        let want: Vec<f32> = x.iter().map(|v| f16::from_f32(*v).to_f32()).collect();
+        round_to_f16(&mut x);
+        assert_eq!(x, want);
+        assert_eq!(x[0], 1.0, "a tie rounds to even (down)");
+        assert_eq!(x[1], 1.0 + 2.0 / 1024.0, "a tie rounds to even (up)");
+        assert!(x[2].is_infinite());
     }
 }

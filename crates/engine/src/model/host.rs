@@ -23,9 +23,15 @@ use crate::cpu::vec_ops;
 use crate::cpu::attention::{self, Order};
 use crate::worker_pool::{DisjointSlice, WorkerPool};
 
-/// Cache positions beyond which a decode step's attention groups the query
-/// heads that share a KV head.
+/// Cache positions from which a decode step's attention runs in three
+/// regions rather than a task per query head.
 const LONG_HISTORY: usize = 512;
+
+/// Positions per task of a long decode step's scores.
+const POSITIONS_PER_TASK: usize = 512;
+
+/// Output dimensions per task of a long decode step's weighted values.
+const DIMS_PER_TASK: usize = 16;
 
 /// Rows of activations per quantization or element-wise task.
 const ROWS_PER_TASK: usize = 16;
@@ -142,7 +148,11 @@ impl Model {
                     let dst = ((bi * c.n_kv_heads + h) * cap + pos0 + i) * hd;
                     let src = r * kd + h * hd;
                     ck[dst..dst + hd].convert_from_f32_slice(&buf.k[src..src + hd]);
-                    cv[dst..dst + hd].convert_from_f32_slice(&buf.v[src..src + hd]);
+                    // Values go in transposed: a row per dimension.
+                    let rows = (bi * c.n_kv_heads + h) * hd;
+                    for (j, v) in buf.v[src..src + hd].iter().enumerate() {
+                        cv[(rows + j) * cap + pos0 + i] = half::f16::from_f32(*v);
+                    }
                 }
             }
         }
@@ -183,55 +193,137 @@ impl Model {
     }
 
     /// Scaled dot-product attention of the new queries against the cache,
-    /// in llama.cpp's orders (see `cpu::attention`).
+    /// in llama.cpp's orders (see `cpu::attention`). A prefill runs a task
+    /// per (sequence, KV head, four rows), so each key and value is read
+    /// once for those rows' query heads. A decode step over a long history
+    /// runs as llama.cpp does, in three parallel regions (scores by
+    /// position, softmax by head, weighted values by dimension), so that
+    /// two threads share three KV heads evenly.
     #[allow(clippy::too_many_arguments)]
     fn attention(&self, pool: &WorkerPool, cache: &KvCache, layer: usize, q: &[f32], out: &mut [f32], (batch, seq, pos0): (usize, usize, usize), window: Option<usize>, scale: f32) {
         let c = &self.config;
         let (hd, nh, nkv) = (c.head_dim, c.n_heads, c.n_kv_heads);
         let n_rep = nh / nkv;
         let qd = nh * hd;
-        let order = if seq == 1 { Order::Decode } else { Order::Prefill };
-        // A task is one KV head's query heads over a few rows, so each key
-        // and value is read once for all of them. A decode step has one row:
-        // over a short history one query head per task balances the threads
-        // better; over a long one, reading the cache once per KV head wins.
-        let (heads_per_task, rows_per_task) = match seq {
-            1 if pos0 < LONG_HISTORY => (1, 1),
-            1 => (n_rep, 1),
-            _ => (n_rep, 4),
-        };
-        let groups_per_row = nh / heads_per_task;
-        let row_blocks = seq.div_ceil(rows_per_task);
         let kv = cache.host(layer);
+        let cap = kv.capacity;
+        // Each (sequence, KV head) owns `cap · hd` keys and as many values.
+        let head = |bi: usize, h: usize| {
+            let at = (bi * nkv + h) * cap * hd;
+            (&kv.k[at..at + cap * hd], &kv.v_t[at..at + cap * hd])
+        };
+        // Causal: positions up to p; a sliding layer sees the last `w`.
+        let bounds_of = |p: usize| (window.map_or(0, |w| window_start(p, w)), p);
+        if seq == 1 && pos0 >= LONG_HISTORY {
+            return self.attention_long_decode(pool, q, out, (batch, pos0, cap), bounds_of(pos0), scale, &head);
+        }
+        let (order, rows_per_task, heads_per_task) = if seq == 1 { (Order::Decode, 1, 1) } else { (Order::Prefill, 4, n_rep) };
+        let groups = nh / heads_per_task;
+        let row_blocks = seq.div_ceil(rows_per_task);
         let out = DisjointSlice::new(out);
-        pool.run(batch * groups_per_row * row_blocks, &|t| {
-            let (bi, rest) = (t / (groups_per_row * row_blocks), t % (groups_per_row * row_blocks));
+        pool.run(batch * groups * row_blocks, &|t| {
+            let (bi, rest) = (t / (groups * row_blocks), t % (groups * row_blocks));
             let (group, block) = (rest / row_blocks, rest % row_blocks);
             let first_head = group * heads_per_task;
-            let base = (bi * nkv + first_head / n_rep) * kv.capacity * hd;
-            let (keys, values) = (&kv.k[base..], &kv.v[base..]);
-            let rows = block * rows_per_task..((block + 1) * rows_per_task).min(seq);
+            let (keys, values_t) = head(bi, first_head / n_rep);
             let mut queries = Vec::new();
             let mut bounds = Vec::new();
             let mut outs = Vec::new();
-            for i in rows {
-                let p = pos0 + i;
-                // Causal: positions up to p; a sliding layer sees the last `w`.
-                let lo = window.map_or(0, |w| window_start(p, w));
+            for i in block * rows_per_task..((block + 1) * rows_per_task).min(seq) {
                 let r = bi * seq + i;
                 for qh in first_head..first_head + heads_per_task {
                     let range = r * qd + qh * hd..r * qd + (qh + 1) * hd;
                     queries.push(&q[range.clone()]);
-                    bounds.push((lo, p));
+                    bounds.push(bounds_of(pos0 + i));
                     // SAFETY: each task writes only its own (row, head) slices.
                     outs.push(unsafe { out.slice(range) });
                 }
             }
-            let mut scores = vec![Vec::with_capacity(pos0 + seq); queries.len()];
-            let mut acc = Vec::new();
-            attention::attend_group(&mut outs, &queries, &bounds, keys, values, scale, order, &mut scores, &mut acc);
+            attend(&mut outs, &queries, &bounds, keys, values_t, cap, scale, order);
         });
     }
+
+    /// A decode step's attention over a long history, in three regions.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_long_decode<'a>(
+        &self,
+        pool: &WorkerPool,
+        q: &[f32],
+        out: &mut [f32],
+        (batch, pos0, cap): (usize, usize, usize),
+        (lo, hi): (usize, usize),
+        scale: f32,
+        head: &(dyn Fn(usize, usize) -> (&'a [half::f16], &'a [half::f16]) + Sync),
+    ) {
+        let c = &self.config;
+        let (hd, nh, nkv) = (c.head_dim, c.n_heads, c.n_kv_heads);
+        let (n_rep, qd) = (nh / nkv, nh * hd);
+        debug_assert_eq!(hi, pos0);
+        let start = lo / Order::Decode.lanes() * Order::Decode.lanes();
+        let width = hi + 1 - start;
+        let mut probs = vec![0f32; batch * nh * width];
+        {
+            let rows = DisjointSlice::new(&mut probs);
+            let chunks = width.div_ceil(POSITIONS_PER_TASK);
+            pool.run(batch * nkv * chunks, &|t| {
+                let (bi, h, chunk) = (t / (nkv * chunks), (t / chunks) % nkv, t % chunks);
+                let positions = start + chunk * POSITIONS_PER_TASK..(start + (chunk + 1) * POSITIONS_PER_TASK).min(hi + 1);
+                let n = positions.len();
+                let queries: Vec<&[f32]> = (0..n_rep).map(|r| &q[bi * qd + (h * n_rep + r) * hd..][..hd]).collect();
+                let mut scores = vec![0f32; n_rep * n];
+                attention::scores(&mut scores, n, &queries, head(bi, h).0, positions.clone(), scale, Order::Decode);
+                for (r, s) in scores.chunks(n).enumerate() {
+                    let row = (bi * nh + h * n_rep + r) * width + positions.start - start;
+                    // SAFETY: tasks write disjoint position ranges of each row.
+                    unsafe { rows.slice(row..row + n) }.copy_from_slice(s);
+                }
+            });
+            pool.run(batch * nh, &|t| {
+                // SAFETY: one task per row.
+                let row = unsafe { rows.slice(t * width..(t + 1) * width) };
+                row[..lo - start].fill(f32::NEG_INFINITY);
+                attention::softmax(row);
+            });
+        }
+        let dim_chunks = hd.div_ceil(DIMS_PER_TASK);
+        let out = DisjointSlice::new(out);
+        let probs = &probs;
+        pool.run(batch * nkv * dim_chunks, &|t| {
+            let (bi, h, chunk) = (t / (nkv * dim_chunks), (t / dim_chunks) % nkv, t % dim_chunks);
+            let dims = chunk * DIMS_PER_TASK..((chunk + 1) * DIMS_PER_TASK).min(hd);
+            let p: Vec<&[f32]> = (0..n_rep).map(|r| &probs[(bi * nh + h * n_rep + r) * width..][..width]).collect();
+            let mut outs: Vec<&mut [f32]> = (0..n_rep)
+                .map(|r| {
+                    let at = bi * qd + (h * n_rep + r) * hd;
+                    // SAFETY: each task writes its own dimensions of its heads.
+                    unsafe { out.slice(at + dims.start..at + dims.end) }
+                })
+                .collect();
+            attention::weighted_values(&mut outs, &p, head(bi, h).1, cap, dims, start, Order::Decode);
+        });
+    }
+}
+
+/// Attention for queries that share one KV head, in one task: query `g`
+/// sees positions `bounds[g].0..=bounds[g].1` of `keys` (`[pos, hd]`) and
+/// `values_t` (`[hd, cap]`). Rows start at a multiple of the order's lanes,
+/// as llama.cpp's start at position 0; positions masked for one query but
+/// not another are scored and then set to −∞.
+#[allow(clippy::too_many_arguments)]
+fn attend(outs: &mut [&mut [f32]], queries: &[&[f32]], bounds: &[(usize, usize)], keys: &[half::f16], values_t: &[half::f16], cap: usize, scale: f32, order: Order) {
+    let first = bounds.iter().map(|b| b.0).min().unwrap_or(0);
+    let last = bounds.iter().map(|b| b.1).max().unwrap_or(0);
+    let start = first / order.lanes() * order.lanes();
+    let width = last + 1 - start;
+    let mut scores = vec![0f32; queries.len() * width];
+    attention::scores(&mut scores, width, queries, keys, start..last + 1, scale, order);
+    for (row, &(lo, hi)) in scores.chunks_mut(width).zip(bounds) {
+        row[..lo - start].fill(f32::NEG_INFINITY);
+        row[hi + 1 - start..].fill(f32::NEG_INFINITY);
+        attention::softmax(row);
+    }
+    let probs: Vec<&[f32]> = scores.chunks(width).collect();
+    attention::weighted_values(outs, &probs, values_t, cap, 0..keys.len() / cap, start, order);
 }
 
 struct Buffers {
