@@ -81,13 +81,14 @@ pub fn run(model: &ModelArgs, history_tokens: usize, json_out: bool) -> Result<(
     if let Some(t) = model.threads {
         cmd.arg("--threads").arg(t.to_string());
     }
-    let mut restored_ms = f64::MAX;
+    let (mut restored_ms, mut restored_read_ms) = (f64::MAX, f64::MAX);
     let mut restored_processed = 0;
     for _ in 0..3 {
         let out = cmd.output().map_err(|source| EngineError::Io { path: "hearth-cli".into(), source })?;
         let v: serde_json::Value = serde_json::from_slice(&out.stdout)
             .map_err(|_| EngineError::CorruptCache(format!("restored run failed: {}", String::from_utf8_lossy(&out.stderr))))?;
         restored_ms = restored_ms.min(v["ttft_ms"].as_f64().unwrap_or(f64::MAX));
+        restored_read_ms = restored_read_ms.min(v["read_ms"].as_f64().unwrap_or(f64::MAX));
         restored_processed = v["processed_tokens"].as_u64().unwrap_or(0) as usize;
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -103,6 +104,7 @@ pub fn run(model: &ModelArgs, history_tokens: usize, json_out: bool) -> Result<(
         "warm_processed_tokens": warm_processed,
         "restored_ttft_ms": restored_ms,
         "restored_processed_tokens": restored_processed,
+        "restored_read_ms": restored_read_ms,
         "save_ms": save_ms,
         "bytes_on_disk": bytes,
         "bytes_per_1k_tokens": bytes as f64 * 1000.0 / history.len() as f64,
@@ -130,9 +132,10 @@ pub fn restored(model: &ModelArgs, cache: &Path, prompt: &Path) -> Result<(), En
     let identity = engine.cache_identity(context)?;
     let t = Instant::now();
     let mut session = session_file::read(cache, &identity, engine.model())?.session;
+    let read_ms = t.elapsed().as_secs_f64() * 1e3;
     let mut turn = session.start_turn(engine.model(), engine.tokenizer(), &ids, greedy_config(&engine), 1)?;
     turn.step()?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
-    println!("{}", json!({"ttft_ms": ms, "processed_tokens": turn.stats().processed_tokens}));
+    println!("{}", json!({"ttft_ms": ms, "read_ms": read_ms, "processed_tokens": turn.stats().processed_tokens}));
     Ok(())
 }

@@ -225,9 +225,11 @@ impl KvCache {
         for run in 0..runs {
             let (src, dst) = (run * n * d, (run * cap + pos) * d);
             hk[dst..dst + n * d].copy_from_slice(&k[src..src + n * d]);
-            for i in 0..n {
-                for (j, x) in v[src + i * d..src + (i + 1) * d].iter().enumerate() {
-                    hv[(run * d + j) * cap + pos + i] = *x;
+            // Row by row of the destination, so the writes are sequential.
+            for j in 0..d {
+                let row = &mut hv[(run * d + j) * cap + pos..(run * d + j) * cap + pos + n];
+                for (i, x) in row.iter_mut().enumerate() {
+                    *x = v[src + i * d + j];
                 }
             }
         }

@@ -245,9 +245,74 @@ mod x86 {
         }
     }
 
+    /// `softmax_impl` eight lanes at a time, with `ggml_v_expf` in AVX2.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn softmax(row: &mut [f32]) {
-        softmax_impl(row)
+        let n = row.len();
+        let wide = n / 8 * 8;
+        let p = row.as_mut_ptr();
+        let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
+        for i in (0..wide).step_by(8) {
+            m = _mm256_max_ps(m, _mm256_loadu_ps(p.add(i)));
+        }
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+        let max = lanes.iter().chain(&row[wide..]).fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+        let mut sum = 0f64;
+        let vmax = _mm256_set1_ps(max);
+        for i in (0..wide).step_by(8) {
+            let e = expf(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), vmax));
+            _mm256_storeu_ps(p.add(i), e);
+            sum += hsum(e) as f64;
+        }
+        if wide < n {
+            let mut v = [0f32; 8];
+            for (o, x) in v.iter_mut().zip(row[wide..].iter_mut()) {
+                *x = super::super::vec_ops::expf_lane(*x - max);
+                *o = *x;
+            }
+            sum += hsum8(v) as f64;
+        }
+        let inv = _mm256_set1_ps((1.0 / sum) as f32);
+        for i in (0..wide).step_by(8) {
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_mul_ps(_mm256_loadu_ps(p.add(i)), inv));
+            _mm256_storeu_ps(p.add(i), _mm256_cvtph_ps(h));
+        }
+        let inv = (1.0 / sum) as f32;
+        for x in row[wide..].iter_mut() {
+            *x = f16::from_f32(*x * inv).to_f32();
+        }
+    }
+
+    /// `ggml_v_expf`, AVX2 form: `expf_lane` on eight lanes.
+    #[inline(always)]
+    unsafe fn expf(x: __m256) -> __m256 {
+        let f = |bits: u32| _mm256_set1_ps(f32::from_bits(bits));
+        let r = f(0x4b40_0000);
+        let z = _mm256_fmadd_ps(x, f(0x3fb8_aa3b), r);
+        let n = _mm256_sub_ps(z, r);
+        let b = _mm256_fnmadd_ps(n, f(0x35bf_be8e), _mm256_fnmadd_ps(n, f(0x3f31_7200), x));
+        let e = _mm256_slli_epi32::<23>(_mm256_castps_si256(z));
+        let k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1.0))));
+        let abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0), n);
+        let c = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(126.0));
+        let u = _mm256_mul_ps(b, b);
+        let j = _mm256_fmadd_ps(
+            _mm256_fmadd_ps(_mm256_fmadd_ps(f(0x3c07_2010), b, f(0x3d2b_9f17)), u, _mm256_fmadd_ps(f(0x3e2a_af33), b, f(0x3eff_fedb))),
+            u,
+            _mm256_mul_ps(f(0x3f7f_fff6), b),
+        );
+        if _mm256_movemask_ps(c) == 0 {
+            return _mm256_fmadd_ps(j, k, k);
+        }
+        let g = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(n, _mm256_setzero_ps())), _mm256_set1_epi32(0x8200_0000u32 as i32));
+        let s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f00_0000)));
+        let s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+        let d = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(192.0));
+        _mm256_or_ps(
+            _mm256_and_ps(d, _mm256_mul_ps(s1, s1)),
+            _mm256_andnot_ps(d, _mm256_or_ps(_mm256_and_ps(c, _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1)), _mm256_andnot_ps(c, _mm256_fmadd_ps(j, k, k)))),
+        )
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -295,10 +360,26 @@ mod x86 {
             }
         }
         for q in 0..Q {
-            for p in 0..P {
-                out[q * stride + j + p - start] = hsum(acc[q][p]) * scale;
+            let at = q * stride + j - start;
+            if P == 4 {
+                _mm_storeu_ps(out[at..at + 4].as_mut_ptr(), _mm_mul_ps(hsum4([acc[q][0], acc[q][1], acc[q][2], acc[q][3]]), _mm_set1_ps(scale)));
+            } else {
+                for p in 0..P {
+                    out[at + p] = hsum(acc[q][p]) * scale;
+                }
             }
         }
+    }
+
+    /// `hsum` of four accumulators at once: the same additions, with the
+    /// four sums in the lanes of one register.
+    #[inline(always)]
+    unsafe fn hsum4(v: [__m256; 4]) -> __m128 {
+        let x: [__m128; 4] = std::array::from_fn(|i| _mm_add_ps(_mm256_extractf128_ps(v[i], 1), _mm256_castps256_ps128(v[i])));
+        // [x0 + x2, x1 + x3] of each, interleaved: ab = [a02, b02, a13, b13].
+        let ab = _mm_add_ps(_mm_unpacklo_ps(x[0], x[1]), _mm_unpackhi_ps(x[0], x[1]));
+        let cd = _mm_add_ps(_mm_unpacklo_ps(x[2], x[3]), _mm_unpackhi_ps(x[2], x[3]));
+        _mm_add_ps(_mm_movelh_ps(ab, cd), _mm_movehl_ps(cd, ab))
     }
 
     /// `ggml_vec_dot_f16`'s order, one position × `Q` queries at a time.
@@ -480,6 +561,23 @@ mod tests {
                 let same = portable.iter().zip(&dispatched).all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(same, "hd {hd}, {n} positions, {g} queries, {order:?}: the vector kernels differ from the portable ones");
             }
+        }
+    }
+
+    #[test]
+    fn softmax_builds_agree_bit_for_bit_across_expf_ranges() {
+        // Differences from the maximum past 126 and 192 take ggml_v_expf's
+        // slow lanes; −∞ is a masked position.
+        let mut row: Vec<f32> = (0..45).map(|i| 3.0 - i as f32 * 4.7).collect();
+        row[3] = f32::NEG_INFINITY;
+        row[10] = 2.9999;
+        for len in [45, 40, 8, 5] {
+            let (mut a, mut b) = (row[..len].to_vec(), row[..len].to_vec());
+            softmax(&mut a);
+            softmax_impl(&mut b);
+            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{len}: {a:?} vs {b:?}");
+            assert!((a.iter().sum::<f32>() - 1.0).abs() < 2e-3);
+            assert_eq!(a[3], 0.0);
         }
     }
 
