@@ -2,7 +2,15 @@
 //! when the whole history no longer fits.
 
 use hearth_engine::{ChatMessage, Role};
-use hearth_store::OverflowPolicy;
+use hearth_store::{ConversationSettings, OverflowPolicy};
+
+/// The context a conversation runs with (its setting, capped by the
+/// model's; 0 means the model's) and the tokens reserved for the reply.
+pub fn window(settings: &ConversationSettings, model_context: usize) -> (usize, usize) {
+    let context = if settings.context_length == 0 { model_context } else { (settings.context_length as usize).min(model_context) };
+    let reserve = (settings.max_new_tokens as usize).min(context / 4);
+    (context, reserve)
+}
 
 /// The messages to send, and how many earlier ones were left out.
 #[derive(Debug, Clone, PartialEq)]

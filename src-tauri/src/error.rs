@@ -48,13 +48,15 @@ pub type AppResult<T> = Result<T, AppError>;
 impl From<EngineError> for AppError {
     fn from(e: EngineError) -> Self {
         let kind = match &e {
-            EngineError::Io { .. } | EngineError::CorruptModel { .. } | EngineError::TruncatedModel { .. } | EngineError::Tokenizer { .. } => {
+            // A chat template is part of the model file.
+            EngineError::Io { .. } | EngineError::CorruptModel { .. } | EngineError::TruncatedModel { .. } | EngineError::Tokenizer { .. } | EngineError::Template(_) => {
                 ErrorKind::BadModel
             }
             EngineError::UnsupportedArchitecture { .. } | EngineError::UnsupportedTensorType { .. } => ErrorKind::UnsupportedModel,
             EngineError::InvalidSetting { .. } => ErrorKind::InvalidSettings,
             EngineError::PromptTooLong { .. } => ErrorKind::PromptTooLong,
-            EngineError::Template(_) | EngineError::CorruptCache(_) | EngineError::Compute(_) => ErrorKind::Internal,
+            // Stopped is handled where a prefill is stopped; it is not an error to show.
+            EngineError::CorruptCache(_) | EngineError::Compute(_) | EngineError::Stopped => ErrorKind::Internal,
         };
         Self::new(kind, e.to_string())
     }

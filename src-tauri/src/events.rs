@@ -7,8 +7,8 @@ use ts_rs::TS;
 
 use crate::error::AppError;
 
-/// One reply's progress, in order: `queued`* `started` `token`* then
-/// `finished` or `error`.
+/// One reply's progress, in order: `queued`* `started` `prefill`* `token`*
+/// then `finished` or `error`.
 #[derive(Debug, Clone, PartialEq, Serialize, TS)]
 #[serde(tag = "event", content = "data", rename_all = "camelCase")]
 #[ts(export, export_to = "bindings/")]
@@ -18,6 +18,10 @@ pub enum GenerationEvent {
     Queued { position: u32 },
     #[serde(rename_all = "camelCase")]
     Started { reply_id: i64 },
+    /// Reading the prompt: `done` of the `total` tokens not already in the
+    /// conversation's cache; sent before each chunk and at the end.
+    #[serde(rename_all = "camelCase")]
+    Prefill { done: u32, total: u32 },
     /// A piece of text and the token that completed it (text may be empty
     /// while a multi-byte character or a possible stop string is held back;
     /// `id` is null for held-back text released by a stop).

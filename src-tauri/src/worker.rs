@@ -8,14 +8,16 @@
 //! to SQLite as it streams, from this thread, so a crash loses at most the
 //! last quarter second.
 
+use std::any::Any;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hearth_engine::sampler_loop::PAD;
-use hearth_engine::{ChatMessage, Engine, FinishReason, SamplingParams, Session};
+use hearth_engine::{ChatMessage, Engine, EngineError, FinishReason, SamplingParams, Session};
 use hearth_store::{ConversationSettings, MessageStatus, ReplyStats, Store};
 use tokio_util::sync::CancellationToken;
 
@@ -312,13 +314,14 @@ struct WorkerThread {
 }
 
 impl WorkerThread {
+    /// Runs work until shutdown. Nothing a job does stops the loop: a panic
+    /// fails that job alone (see `reply` and `load`), and this catch is the
+    /// last resort for one outside them.
     fn run(mut self) {
         while let Some(work) = self.next() {
-            match work {
-                Work::Load(path) => {
-                    self.load(path);
-                    self.shared.queue.lock().expect("worker queue").loading = false;
-                }
+            let (loading, clearing) = (matches!(work, Work::Load(_)), matches!(work, Work::ClearCaches));
+            let outcome = catch_unwind(AssertUnwindSafe(|| match work {
+                Work::Load(path) => self.load(path),
                 Work::ClearCaches => {
                     self.sessions.clear();
                     self.alternates.clear();
@@ -327,15 +330,25 @@ impl WorkerThread {
                         let _ = std::fs::remove_dir_all(dir);
                     }
                     self.publish_resident();
-                    self.shared.queue.lock().expect("worker queue").clear_caches = false;
                 }
                 Work::Reply(queued) => self.reply(queued),
+            }));
+            if let Err(panic) = outcome {
+                tracing::error!("the worker recovered from a panic: {}", panic_message(&*panic));
+            }
+            // A reply's `ActiveJob` frees its conversation, even on a panic.
+            let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+            if loading {
+                q.loading = false;
+            }
+            if clearing {
+                q.clear_caches = false;
             }
         }
     }
 
     fn next(&self) -> Option<Work> {
-        let mut q = self.shared.queue.lock().ok()?;
+        let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if q.shutdown {
                 return None;
@@ -354,7 +367,7 @@ impl WorkerThread {
                 }
                 return Some(Work::Reply(queued));
             }
-            q = self.shared.wake.wait(q).ok()?;
+            q = self.shared.wake.wait(q).unwrap_or_else(|e| e.into_inner());
         }
     }
 
@@ -379,7 +392,11 @@ impl WorkerThread {
         self.publish_resident();
         // HEARTH_DEVICE, else the app setting `device`, else auto.
         let choice = std::env::var("HEARTH_DEVICE").ok().or_else(|| self.store.app_setting(DEVICE_KEY).ok().flatten()).unwrap_or_default();
-        let opened = choice.parse::<hearth_engine::DeviceChoice>().and_then(|c| c.open()).and_then(|device| Engine::open_on(&path, &device));
+        let opened = catch_unwind(|| {
+            test_panic_hook(path.file_name().and_then(|n| n.to_str()).unwrap_or(""));
+            choice.parse::<hearth_engine::DeviceChoice>().and_then(|c| c.open()).and_then(|device| Engine::open_on(&path, &device))
+        })
+        .unwrap_or_else(|panic| Err(EngineError::CorruptModel { path: path.clone(), reason: format!("opening it failed inside Hearth: {}", panic_message(&*panic)) }));
         match opened {
             Ok(engine) => {
                 let config = engine.model().config();
@@ -408,19 +425,23 @@ impl WorkerThread {
 
     fn reply(&mut self, queued: Queued) {
         let Queued { job, cancel } = queued;
+        let active = ActiveJob { shared: self.shared.clone(), conversation_id: job.conversation_id };
         let events = &job.events;
+        let mut text = job.prefix.clone();
         let result = if cancel.is_cancelled() {
             Ok(Finished::stopped_before_start(&job.prefix))
         } else {
-            self.generate(&job, &cancel)
+            catch_unwind(AssertUnwindSafe(|| self.generate(&job, &cancel, &mut text))).unwrap_or_else(|panic| {
+                let message = panic_message(&*panic);
+                tracing::error!("reply {} in conversation {} panicked: {message}", job.reply_id, job.conversation_id);
+                // Its cache may be half written: this conversation starts cold.
+                self.forget(job.conversation_id);
+                Err(AppError::new(ErrorKind::Internal, format!("this reply stopped on an internal error ({message}); other conversations are unaffected")))
+            })
         };
         // The conversation is free again before anyone hears the reply ended,
         // so an immediate next message is not refused as busy.
-        if let Ok(mut q) = self.shared.queue.lock() {
-            if q.active.as_ref().is_some_and(|(c, _)| *c == job.conversation_id) {
-                q.active = None;
-            }
-        }
+        drop(active);
         match result {
             Ok(done) => {
                 let status = if done.reason == FinishReason::Cancelled { MessageStatus::Interrupted } else { MessageStatus::Complete };
@@ -433,7 +454,7 @@ impl WorkerThread {
                     Err(e) => events(GenerationEvent::Error { error: e.into() }),
                 }
             }
-            Err((error, text)) => {
+            Err(error) => {
                 let stats = ReplyStats { finish_reason: "error".into(), error: Some(error.message.clone()), ..Default::default() };
                 let status = if text.is_empty() { MessageStatus::Error } else { MessageStatus::Interrupted };
                 if let Err(e) = self.store.update_reply(job.reply_id, &text, status, Some(&stats)) {
@@ -444,27 +465,24 @@ impl WorkerThread {
         }
     }
 
-    /// Runs one reply; on failure returns the error and the text written so far.
-    fn generate(&mut self, job: &ReplyJob, cancel: &CancellationToken) -> Result<Finished, (AppError, String)> {
-        let fail = |e: AppError| (e, job.prefix.clone());
-        let engine = self.engine.as_ref().ok_or_else(|| fail(AppError::new(ErrorKind::NoModel, "no model is loaded; open a GGUF model first")))?;
+    /// Runs one reply, keeping the text written so far in `text` (which
+    /// starts as the job's prefix).
+    fn generate(&mut self, job: &ReplyJob, cancel: &CancellationToken, text: &mut String) -> Result<Finished, AppError> {
+        let engine = self.engine.as_ref().ok_or_else(|| AppError::new(ErrorKind::NoModel, "no model is loaded; open a GGUF model first"))?;
         (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
+        test_panic_hook(job.messages.last().map_or("", |m| m.content.as_str()));
         let s = &job.settings;
-        let model_context = engine.model().config().context_length;
-        let context = if s.context_length == 0 { model_context } else { (s.context_length as usize).min(model_context) };
-
-        let reserve = (s.max_new_tokens as usize).min(context / 4);
-        let fitted = crate::context::fit(&job.messages, s.overflow, context, reserve, |m| engine.encode_chat(m).map(|ids| ids.len()))
-            .map_err(|e| fail(e.into()))?;
-        let mut prompt = engine.encode_chat(&fitted.messages).map_err(|e| fail(e.into()))?;
+        let (context, reserve) = crate::context::window(s, engine.model().config().context_length);
+        let fitted = crate::context::fit(&job.messages, s.overflow, context, reserve, |m| engine.encode_chat(m).map(|ids| ids.len()))?;
+        let mut prompt = engine.encode_chat(&fitted.messages)?;
         if !job.prefix.is_empty() {
-            prompt.extend(engine.tokenizer().encode(&job.prefix, false, false).map_err(|e| fail(e.into()))?);
+            prompt.extend(engine.tokenizer().encode(&job.prefix, false, false)?);
         }
         if prompt.len() >= context {
-            return Err(fail(AppError::new(
+            return Err(AppError::new(
                 ErrorKind::PromptTooLong,
                 format!("the conversation is {} tokens long but the context holds {context}; start a new conversation or raise the context length", prompt.len()),
-            )));
+            ));
         }
 
         self.tick += 1;
@@ -490,9 +508,16 @@ impl WorkerThread {
         let mut config = engine.generation_config(sampling, s.max_new_tokens as usize);
         config.stop_strings = s.stop_strings.clone();
 
-        let mut text = job.prefix.clone();
         let outcome = (|| -> Result<Finished, AppError> {
-            let mut turn = session.start_turn(engine.model(), engine.tokenizer(), &prompt, config, 1)?;
+            // Stop is checked between the prefill's chunks too.
+            let mut progress = |p: hearth_engine::Progress| {
+                (job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 });
+                !cancel.is_cancelled()
+            };
+            let mut turn = match session.start_turn_observed(engine.model(), engine.tokenizer(), &prompt, config, 1, &mut progress) {
+                Err(EngineError::Stopped) => return Ok(Finished::stopped_before_start(&job.prefix)),
+                started => started?,
+            };
             let mut unsaved = 0usize;
             let mut last_flush = Instant::now();
             loop {
@@ -546,7 +571,21 @@ impl WorkerThread {
             self.evict();
         }
         self.publish_resident();
-        outcome.map_err(|e| (e, text))
+        outcome
+    }
+
+    /// Forgets a conversation's caches in memory and on disk.
+    fn forget(&mut self, conversation_id: i64) {
+        self.sessions.remove(&conversation_id);
+        self.alternates.remove(&conversation_id);
+        self.saved.remove(&conversation_id);
+        if self.pending_save.is_some_and(|(c, _)| c == conversation_id) {
+            self.pending_save = None;
+        }
+        if let Some(path) = self.cache_path(conversation_id) {
+            let _ = std::fs::remove_file(path);
+        }
+        self.publish_resident();
     }
 
     /// Makes `current` the cache (among the conversation's main one and its
@@ -754,6 +793,35 @@ impl Finished {
 
 /// The app-setting key that remembers the last model opened.
 pub const LAST_MODEL_KEY: &str = "last_model";
+
+/// Marks a conversation free when its reply ends, however it ends.
+struct ActiveJob {
+    shared: Arc<Shared>,
+    conversation_id: i64,
+}
+
+impl Drop for ActiveJob {
+    fn drop(&mut self) {
+        let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if q.active.as_ref().is_some_and(|(c, _)| *c == self.conversation_id) {
+            q.active = None;
+        }
+    }
+}
+
+/// The text of a caught panic.
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_else(|| "unknown panic".into())
+}
+
+/// Test-only: with `HEARTH_TEST_PANIC` set, a reply whose last message is
+/// exactly its value, or a model file of that name, panics here, so the
+/// tests can show that a panic fails that job alone.
+fn test_panic_hook(subject: &str) {
+    if std::env::var("HEARTH_TEST_PANIC").is_ok_and(|v| !v.is_empty() && v == subject) {
+        panic!("injected by HEARTH_TEST_PANIC");
+    }
+}
 
 fn random_seed() -> u32 {
     use std::hash::{BuildHasher, Hasher};

@@ -244,8 +244,8 @@ fn a_new_worker_continues_from_the_saved_cache() {
 #[test]
 fn caches_past_their_budgets_leave_memory_then_disk() {
     let (dir, store, worker) = start();
-    // A short chat's cache holds 256 positions of this model: 11.25 MiB.
-    worker.set_budgets(hearth_app::worker::CacheBudgets { memory_mb: 64, disk_mb: 1 });
+    // A short chat's cache holds 256 positions of this model in f16: 5.6 MiB.
+    worker.set_budgets(hearth_app::worker::CacheBudgets { memory_mb: 32, disk_mb: 1 });
     let mut ids = Vec::new();
     for text in ["What is 2 + 2?", "Name a colour.", "Name a fruit.", "Name an animal.", "Name a city.", "Name a river."] {
         let c = store.create_conversation().unwrap();
@@ -258,10 +258,10 @@ fn caches_past_their_budgets_leave_memory_then_disk() {
     assert!(worker.wait_idle(Duration::from_secs(10)));
     std::thread::sleep(Duration::from_millis(200));
     let states = worker.cache_states(&ids);
-    // 11 MiB each: five fit in 64 MiB, the oldest left memory.
+    // 5.6 MiB each: five fit in 32 MiB, the oldest left memory.
     assert_eq!(states[0].1, CacheState::Cold, "{states:?}");
     assert_eq!(states.last().unwrap().1, CacheState::Warm, "{states:?}");
-    // 1 MB of disk holds only the newest file (each is ~2 MB, kept because it is the newest).
+    // 1 MB of disk holds only the newest file (each is ~1 MB, kept because it is the newest).
     let files: Vec<_> = std::fs::read_dir(dir.path().join("caches")).unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(files, [std::ffi::OsString::from(format!("{}.session", ids.last().unwrap()))]);
 }
@@ -292,4 +292,89 @@ fn switching_back_to_another_version_reuses_its_cache() {
     back.push(ChatMessage::user("And 4 + 4?"));
     let (_, s4) = run(back);
     assert!(s4.processed_tokens <= s4.prompt_tokens - s2.prompt_tokens, "version 1's turn is not run again: {s4:?} after {s2:?}");
+}
+
+/// The message (and model file name) that makes the worker panic in tests.
+const PANIC_TRIGGER: &str = "__hearth_test_panic__";
+
+#[test]
+fn a_panicking_reply_fails_alone_and_the_next_conversation_streams() {
+    std::env::set_var("HEARTH_TEST_PANIC", PANIC_TRIGGER);
+    let (_dir, store, worker) = start();
+    let (a, b) = (store.create_conversation().unwrap(), store.create_conversation().unwrap());
+    let reply_a = reply_row(&store, a.id, PANIC_TRIGGER);
+    let (ja, rxa) = job(a.id, reply_a, vec![ChatMessage::user(PANIC_TRIGGER)], greedy(8));
+    worker.enqueue(ja).unwrap();
+    let reply_b = reply_row(&store, b.id, "What is 2 + 2?");
+    let (jb, rxb) = job(b.id, reply_b, vec![ChatMessage::user("What is 2 + 2?")], greedy(32));
+    worker.enqueue(jb).unwrap();
+
+    let events = collect(&rxa);
+    match events.last() {
+        Some(GenerationEvent::Error { error }) => assert!(error.message.contains("internal error"), "{}", error.message),
+        other => panic!("expected an error, got {other:?}"),
+    }
+    assert_eq!(store.message(reply_a).unwrap().status, MessageStatus::Error);
+    let events = collect(&rxb);
+    assert_eq!(finished(&events).0, "end_token");
+    assert_eq!(streamed(&events), "The answer to this classic math problem is 4.");
+    // The conversation that panicked is free again.
+    let again = reply_row(&store, a.id, "What is 2 + 2?");
+    let (j, rx) = job(a.id, again, vec![ChatMessage::user("What is 2 + 2?")], greedy(32));
+    worker.enqueue(j).unwrap();
+    assert_eq!(finished(&collect(&rx)).0, "end_token");
+}
+
+#[test]
+fn a_panic_while_loading_fails_that_model_and_the_next_one_opens() {
+    std::env::set_var("HEARTH_TEST_PANIC", PANIC_TRIGGER);
+    let (dir, _store, worker) = start();
+    let bad = dir.path().join(PANIC_TRIGGER);
+    std::fs::copy(hearth_engine::paths::default_model_path(), &bad).unwrap();
+    worker.load_model(bad);
+    assert!(worker.wait_idle(Duration::from_secs(120)));
+    match worker.model_status() {
+        ModelStatus::Failed { error, .. } => assert!(error.message.contains("inside Hearth"), "{}", error.message),
+        other => panic!("expected failed, got {other:?}"),
+    }
+    worker.load_model(hearth_engine::paths::default_model_path());
+    assert!(worker.wait_idle(Duration::from_secs(120)));
+    assert!(matches!(worker.model_status(), ModelStatus::Ready { .. }), "{:?}", worker.model_status());
+}
+
+#[test]
+fn stop_during_a_long_prefill_ends_the_reply_within_a_chunk() {
+    let (_dir, store, worker) = start();
+    let c = store.create_conversation().unwrap();
+    // About 4,000 tokens: eight chunks of the prefill.
+    let long = "The quick brown fox jumps over the lazy dog near the river bank. ".repeat(280);
+    let reply = reply_row(&store, c.id, &long);
+    let (j, rx) = job(c.id, reply, vec![ChatMessage::user(long)], greedy(16));
+    worker.enqueue(j).unwrap();
+    let mut progress = Vec::new();
+    let stopped_at = loop {
+        match rx.recv_timeout(Duration::from_secs(120)).expect("prefill progress") {
+            GenerationEvent::Prefill { done, total } => {
+                progress.push((done, total));
+                if done > 0 {
+                    assert!(worker.stop(c.id));
+                    break std::time::Instant::now();
+                }
+            }
+            GenerationEvent::Token { .. } => panic!("a token before any prefill progress"),
+            _ => {}
+        }
+    };
+    let events = collect(&rx);
+    let waited = stopped_at.elapsed();
+    assert_eq!(finished(&events).0, "cancelled");
+    assert!(!events.iter().any(|e| matches!(e, GenerationEvent::Token { .. })), "no token after Stop in the prefill");
+    let (first_done, total) = progress[progress.len() - 1];
+    assert!(total > 3000 && first_done == 512, "{progress:?}");
+    assert_eq!(progress[0], (0, total));
+    // One chunk of 512 tokens takes well under 30 s even in a debug build;
+    // the whole prompt would take eight.
+    assert!(waited < Duration::from_secs(30), "stop took {waited:?}");
+    assert_eq!(store.message(reply).unwrap().status, MessageStatus::Interrupted);
+    assert!(worker.busy_conversations().is_empty());
 }

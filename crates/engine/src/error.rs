@@ -38,6 +38,10 @@ pub enum EngineError {
     PromptTooLong { tokens: usize, context: usize },
     #[error("invalid cache data: {0}")]
     CorruptCache(String),
+    /// The caller stopped a prefill between chunks; the cache keeps what
+    /// was read so far.
+    #[error("stopped while reading the prompt")]
+    Stopped,
     #[error("tensor computation failed: {0}")]
     Compute(#[from] candle_core::Error),
 }

@@ -34,7 +34,7 @@ pub use kv_cache::KvCache;
 pub use model::{Architecture, Kernels, Model, ModelConfig};
 pub use sampler_loop::{FinishReason, GenerationConfig, SamplerLoop, SamplingState, SequenceOutput, TokenEvent};
 pub use sampling::{Rng, SamplingParams};
-pub use session::{Session, Turn, TurnOutput, TurnStats};
+pub use session::{Progress, Session, Turn, TurnOutput, TurnStats};
 pub use session_file::{CacheIdentity, Restored};
 pub use template::{ChatMessage, ChatTemplate, Role};
 pub use tokenizer::Tokenizer;

@@ -57,6 +57,13 @@ impl Session {
     /// Brings the cache to cover `prompt`, reusing the longest common prefix,
     /// and returns how many tokens were run and the logits after the last one.
     pub fn prefill(&mut self, model: &Model, prompt: &[u32]) -> Result<(usize, Vec<f32>)> {
+        self.prefill_observed(model, prompt, &mut |_| true)
+    }
+
+    /// `prefill`, telling `progress` how far it has read after every chunk
+    /// (and once before the first); `progress` returning false stops it with
+    /// [`EngineError::Stopped`], keeping the chunks already read.
+    pub fn prefill_observed(&mut self, model: &Model, prompt: &[u32], progress: &mut dyn FnMut(Progress) -> bool) -> Result<(usize, Vec<f32>)> {
         if prompt.is_empty() {
             return Err(EngineError::setting("prompt", "the prompt is empty"));
         }
@@ -67,7 +74,11 @@ impl Session {
         let common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1);
         self.truncate(common);
         let mut logits = None;
+        let total = prompt.len() - common;
         for chunk in prompt[common..].chunks(PREFILL_CHUNK) {
+            if !progress(Progress { done: self.tokens.len() - common, total }) {
+                return Err(EngineError::Stopped);
+            }
             match model.forward(&[chunk.to_vec()], &mut self.cache) {
                 Ok(l) => logits = Some(l),
                 Err(e) => {
@@ -79,7 +90,8 @@ impl Session {
             self.tokens.extend_from_slice(chunk);
         }
         let logits = logits.expect("at least one token is run").to_vec2::<f32>()?.remove(0);
-        Ok((prompt.len() - common, logits))
+        progress(Progress { done: total, total });
+        Ok((total, logits))
     }
 
     /// Starts a turn: prefills what is new in `prompt`, then hands back a
@@ -92,9 +104,23 @@ impl Session {
         config: GenerationConfig,
         batch: usize,
     ) -> Result<Turn<'a>> {
+        self.start_turn_observed(model, tokenizer, prompt, config, batch, &mut |_| true)
+    }
+
+    /// `start_turn` with its prefill observed and stoppable, as
+    /// [`Session::prefill_observed`].
+    pub fn start_turn_observed<'a>(
+        &'a mut self,
+        model: &'a Model,
+        tokenizer: &'a Tokenizer,
+        prompt: &[u32],
+        config: GenerationConfig,
+        batch: usize,
+        progress: &mut dyn FnMut(Progress) -> bool,
+    ) -> Result<Turn<'a>> {
         let sampler = SamplerLoop::new(model, tokenizer, config)?;
         let started = Instant::now();
-        let (prefilled, logits) = self.prefill(model, prompt)?;
+        let (prefilled, logits) = self.prefill_observed(model, prompt, progress)?;
         let max_len = self.cache.max_len();
         let cache = std::mem::replace(&mut self.cache, model.new_cache(max_len));
         let last = *prompt.last().expect("prefill checked the prompt is non-empty");
@@ -114,6 +140,14 @@ impl Session {
             first_token_at: None,
         })
     }
+}
+
+/// How far a prefill has read: `done` of the `total` tokens it has to run
+/// (the prompt less what the cache already held).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    pub done: usize,
+    pub total: usize,
 }
 
 /// Timings and counts for one turn.

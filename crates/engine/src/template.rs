@@ -41,6 +41,11 @@ impl ChatMessage {
 
 const NAME: &str = "chat";
 
+/// Instructions one rendering may run: real templates need a few hundred
+/// per message, so this allows conversations of many thousands of messages
+/// while a template bomb stops within a fraction of a second.
+const TEMPLATE_FUEL: u64 = 20_000_000;
+
 /// A compiled chat template with the special-token strings it may refer to.
 pub struct ChatTemplate {
     env: Environment<'static>,
@@ -59,6 +64,9 @@ impl ChatTemplate {
                 .build()
                 .map_err(|e| EngineError::Template(e.to_string()))?,
         );
+        // A template is code from a downloaded file: bound the work one
+        // rendering may do, so a hostile loop is an error, not a hang.
+        env.set_fuel(Some(TEMPLATE_FUEL));
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |msg: String| -> std::result::Result<String, JinjaError> {

@@ -173,3 +173,19 @@ fn a_zero_alignment_is_refused_without_a_panic() {
     let err = open_err(&bytes);
     assert!(matches!(err, EngineError::CorruptModel { .. }) && err.to_string().contains("alignment"), "{err}");
 }
+
+#[test]
+fn a_template_bomb_is_a_template_error_not_a_hang() {
+    // Nested loops of 10^10 iterations, as a hostile GGUF could carry.
+    let bomb = "{% for a in range(100000) %}{% for b in range(100000) %}{{ a }}{% endfor %}{% endfor %}";
+    let t = hearth_engine::ChatTemplate::new(bomb, "", "").unwrap();
+    let started = std::time::Instant::now();
+    let err = t.render(&[hearth_engine::ChatMessage::user("hi")], true).unwrap_err();
+    assert!(matches!(err, EngineError::Template(_)), "{err}");
+    assert!(err.to_string().contains("fuel"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "took {:?}", started.elapsed());
+    // A real template over a long conversation stays well inside the limit.
+    let chatml = hearth_engine::ChatTemplate::chatml();
+    let long: Vec<_> = (0..5000).map(|i| hearth_engine::ChatMessage::user(format!("message {i}"))).collect();
+    assert!(chatml.render(&long, true).unwrap().len() > 5000 * 20);
+}

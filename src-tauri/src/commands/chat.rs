@@ -191,18 +191,21 @@ pub async fn chat_context_usage(state: State<'_, AppState>, conversation_id: i64
         let last = last_message(&store, conversation_id)?;
         prompt_messages(&store, conversation_id, last)?
     };
-    let draft_tokens = if draft.is_empty() { 0 } else { engine.tokenizer().encode(&draft, false, false)?.len() };
-    messages.push(ChatMessage::user(draft));
-    let model_context = engine.model().config().context_length;
-    let context = if settings.context_length == 0 { model_context } else { (settings.context_length as usize).min(model_context) };
-    let reserve = (settings.max_new_tokens as usize).min(context / 4);
-    let fitted = crate::context::fit(&messages, settings.overflow, context, reserve, |m| engine.encode_chat(m).map(|ids| ids.len()))?;
-    Ok(ContextUsage {
-        prompt_tokens: fitted.tokens as u32,
-        draft_tokens: draft_tokens as u32,
-        reserved_tokens: reserve as u32,
-        context: context as u32,
-        dropped_messages: fitted.dropped as u32,
-        overflows: fitted.tokens >= context,
+    // Rendering and tokenizing a long thread is CPU work: off the runtime.
+    tauri::async_runtime::spawn_blocking(move || -> AppResult<ContextUsage> {
+        let draft_tokens = if draft.is_empty() { 0 } else { engine.tokenizer().encode(&draft, false, false)?.len() };
+        messages.push(ChatMessage::user(draft));
+        let (context, reserve) = crate::context::window(&settings, engine.model().config().context_length);
+        let fitted = crate::context::fit(&messages, settings.overflow, context, reserve, |m| engine.encode_chat(m).map(|ids| ids.len()))?;
+        Ok(ContextUsage {
+            prompt_tokens: fitted.tokens as u32,
+            draft_tokens: draft_tokens as u32,
+            reserved_tokens: reserve as u32,
+            context: context as u32,
+            dropped_messages: fitted.dropped as u32,
+            overflows: fitted.tokens >= context,
+        })
     })
+    .await
+    .map_err(|e| AppError::new(ErrorKind::Internal, format!("counting tokens failed: {e}")))?
 }

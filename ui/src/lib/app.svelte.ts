@@ -20,6 +20,8 @@ export interface Stream {
   queuePosition: number;
   started: boolean;
   tokens: number;
+  /** How far the prompt has been read, once the reply has started. */
+  prefill: { done: number; total: number } | null;
 }
 
 export class AppState {
@@ -181,6 +183,9 @@ export class AppState {
             s.queuePosition = 0;
           }
           break;
+        case 'prefill':
+          if (s) s.prefill = { done: event.data.done, total: event.data.total };
+          break;
         case 'token':
           if (s) {
             s.text += event.data.text;
@@ -205,7 +210,7 @@ export class AppState {
   }
 
   private beginStream(conversationId: number, replyId: number, text = '') {
-    this.streams[conversationId] = { replyId, text, queuePosition: 0, started: false, tokens: 0 };
+    this.streams[conversationId] = { replyId, text, queuePosition: 0, started: false, tokens: 0, prefill: null };
   }
 
   async send(text: string): Promise<boolean> {

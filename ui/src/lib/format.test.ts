@@ -1,7 +1,17 @@
 import { describe, expect, it } from 'vitest';
-import { finishInWords, statsInWords, titleOf } from './format';
+import { finishInWords, statsInWords, titleOf, waitingInWords } from './format';
 
 describe('format', () => {
+  it('says what a reply is waiting for, with the prompt read so far', () => {
+    const base = { tokens: 0, queuePosition: 0, started: true, prefill: null };
+    expect(waitingInWords({ ...base, started: false, queuePosition: 2 })).toBe('Waiting for other chats (position 2)…');
+    expect(waitingInWords({ ...base, started: false })).toBe('Reading the conversation…');
+    expect(waitingInWords({ ...base, prefill: { done: 1024, total: 4000 } })).toBe('Reading the conversation… 1,024 / 4,000 tokens');
+    expect(waitingInWords({ ...base, prefill: { done: 0, total: 19 } })).toBe('Reading the conversation…');
+    expect(waitingInWords({ ...base, prefill: { done: 4000, total: 4000 } })).toBe('');
+    expect(waitingInWords({ ...base, tokens: 3, prefill: { done: 0, total: 4000 } })).toBe('');
+  });
+
   it('says why a reply ended', () => {
     expect(finishInWords('cache_full')).toBe('stopped: context full');
     expect(finishInWords('end_token')).toBe('finished');

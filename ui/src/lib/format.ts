@@ -42,3 +42,22 @@ export function statsInWords(s: ReplyStats): string[] {
 export function titleOf(title: string): string {
   return title.trim() === '' ? 'New chat' : title;
 }
+
+/** Prompts shorter than this are read too fast to be worth counting. */
+export const PREFILL_SHOWN_FROM = 512;
+
+/** What a reply with no text yet is waiting for; '' once there is nothing to say. */
+export function waitingInWords(s: {
+  tokens: number;
+  queuePosition: number;
+  started: boolean;
+  prefill: { done: number; total: number } | null;
+}): string {
+  if (s.tokens > 0) return '';
+  if (s.queuePosition > 0) return `Waiting for other chats (position ${s.queuePosition})…`;
+  if (!s.started) return 'Reading the conversation…';
+  const p = s.prefill;
+  if (!p || p.done >= p.total) return '';
+  if (p.total < PREFILL_SHOWN_FROM) return 'Reading the conversation…';
+  return `Reading the conversation… ${p.done.toLocaleString('en-US')} / ${p.total.toLocaleString('en-US')} tokens`;
+}

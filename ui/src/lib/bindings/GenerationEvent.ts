@@ -3,7 +3,7 @@ import type { AppError } from "./AppError";
 import type { ReplyStats } from "./ReplyStats";
 
 /**
- * One reply's progress, in order: `queued`* `started` `token`* then
- * `finished` or `error`.
+ * One reply's progress, in order: `queued`* `started` `prefill`* `token`*
+ * then `finished` or `error`.
  */
-export type GenerationEvent = { "event": "queued", "data": { position: number, } } | { "event": "started", "data": { replyId: number, } } | { "event": "token", "data": { text: string, id: number | null, } } | { "event": "finished", "data": { reason: string, stats: ReplyStats, } } | { "event": "error", "data": { error: AppError, } };
+export type GenerationEvent = { "event": "queued", "data": { position: number, } } | { "event": "started", "data": { replyId: number, } } | { "event": "prefill", "data": { done: number, total: number, } } | { "event": "token", "data": { text: string, id: number | null, } } | { "event": "finished", "data": { reason: string, stats: ReplyStats, } } | { "event": "error", "data": { error: AppError, } };
