@@ -9,7 +9,9 @@ import {
   Harness, Keys, activeConversationId, lastReply, messages, newChat, openChat, send, setSetting, waitForReply,
 } from './harness.mjs';
 
-const h = new Harness();
+// A reply whose message is exactly this panics inside the worker (a test-only hook).
+const PANIC_TRIGGER = '__hearth_test_panic__';
+const h = new Harness({ env: { HEARTH_TEST_PANIC: PANIC_TRIGGER } });
 let d;
 const chats = {};
 
@@ -228,6 +230,45 @@ describe('Hearth end to end', () => {
     console.log(`# long thread: opened in ${openMs} ms; ${frames.length} jumps to the top, slowest ${worst.toFixed(0)} ms, median ${frames.sort((a, b) => a - b)[frames.length >> 1].toFixed(0)} ms`);
     assert.ok(openMs < 5000, `opening took ${openMs} ms`);
     assert.ok(worst < 1500, `a jump took ${worst} ms`);
+  });
+
+  it('shows the prompt being read and stops within a chunk during a long prefill', async () => {
+    // The 1,000-message thread, kept to its latest turns: ~7,500 tokens to read cold.
+    await d.execute("const s = document.querySelector('[data-testid=setting-overflow]'); s.value = 'rollingWindow'; s.dispatchEvent(new Event('change', { bubbles: true }));");
+    await sleep(400);
+    await send(d, 'And how do I sort it in reverse?');
+    const read = await d.waitFor(async () => {
+      const s = await d.$('[data-testid=queue-status]');
+      const m = s && (await s.text()).match(/Reading the conversation… ([\d,]+) \/ ([\d,]+) tokens/);
+      return m && Number(m[1].replace(/,/g, '')) > 0 ? m : null;
+    }, 'prompt progress', 120000, 50);
+    const total = Number(read[2].replace(/,/g, ''));
+    assert.ok(total > 4000, `the prompt to read is long: ${read[0]}`);
+    const stopped = Date.now();
+    await (await d.find('[data-testid=stop]')).click();
+    const stats = await waitForReply(d, 30000);
+    const waited = Date.now() - stopped;
+    assert.equal(await stats.attr('data-finish'), 'cancelled');
+    console.log(`# stop during a ${total}-token prefill: reply ended ${waited} ms after the click`);
+    // One 512-token chunk, not the rest of the prompt.
+    assert.ok(waited < 15000, `stopping took ${waited} ms`);
+  });
+
+  it('a reply that panics fails alone; the next conversation streams normally', async () => {
+    const broken = await newChat(d);
+    await send(d, PANIC_TRIGGER);
+    const failed = await waitForReply(d, 30000);
+    assert.equal(await failed.attr('data-finish'), 'error');
+    assert.match(await failed.text(), /internal error/);
+    await newChat(d);
+    await setSetting(d, 'temperature', 0);
+    await send(d, 'What is 2 + 2?');
+    const ok = await waitForReply(d);
+    assert.equal(await ok.attr('data-finish'), 'end_token');
+    // The conversation that failed is free again.
+    await openChat(d, broken);
+    await send(d, 'What is 2 + 2?');
+    assert.notEqual(await (await waitForReply(d)).attr('data-finish'), 'error');
   });
 
   it('keeps everything across a restart, and the cache: the next turn runs only its new tokens', async () => {
