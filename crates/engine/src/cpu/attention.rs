@@ -16,6 +16,9 @@
 //! The AVX2 forms keep a tile of accumulators in registers: several queries
 //! share each key or value they load.
 
+// Lane loops index several arrays by the same lane, as the C they follow.
+#![allow(clippy::needless_range_loop)]
+
 use std::ops::Range;
 
 use half::f16;
@@ -60,7 +63,7 @@ pub fn round_to_f16(x: &mut [f32]) {
 /// for every position `j` (keys `[pos, hd]`).
 pub fn scores(out: &mut [f32], stride: usize, queries: &[&[f32]], keys: &[f16], positions: Range<usize>, scale: f32, order: Order) {
     // tinyBLAS takes a matmul only when its inner size is a multiple of 8.
-    let tiled = order == Order::Prefill && queries[0].len() % 8 == 0;
+    let tiled = order == Order::Prefill && queries[0].len().is_multiple_of(8);
     #[cfg(target_arch = "x86_64")]
     if super::isa::has_avx2_fma() {
         // SAFETY: the CPU has AVX2, FMA and F16C (checked at run time).

@@ -1,0 +1,323 @@
+//! Every conversation's KV cache: in memory up to a budget, least recently
+//! used first out; on disk after every turn, up to another budget; and the
+//! caches of other versions of a conversation (before an edit or a switch
+//! truncated the main one), so switching back is instant.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use hearth_engine::{Engine, Session};
+
+use super::queue::Shared;
+use crate::error::{AppError, AppResult, ErrorKind};
+
+/// How much memory and disk conversation caches may take. Past either, the
+/// least recently used caches go first (from memory they go only to disk,
+/// where every finished turn is already saved).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
+#[serde(rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
+pub struct CacheBudgets {
+    pub memory_mb: u32,
+    /// 0 saves nothing to disk.
+    pub disk_mb: u32,
+}
+
+impl Default for CacheBudgets {
+    /// An eighth of the machine's memory (512 MB to 8 GB; 2 GB where it
+    /// cannot be read), and 8 GB of disk.
+    fn default() -> Self {
+        let memory_mb = total_memory_mb().map_or(2048, |m| (m / 8).clamp(512, 8192));
+        Self { memory_mb, disk_mb: 8192 }
+    }
+}
+
+/// Physical memory in MB, where the platform tells it cheaply.
+fn total_memory_mb() -> Option<u32> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    u32::try_from(kb / 1024).ok()
+}
+
+impl CacheBudgets {
+    pub fn validate(&self) -> AppResult<()> {
+        if !(64..=1 << 20).contains(&self.memory_mb) {
+            return Err(AppError::new(ErrorKind::InvalidSettings, "the memory budget must be between 64 MB and 1 TB"));
+        }
+        if self.disk_mb > 1 << 24 {
+            return Err(AppError::new(ErrorKind::InvalidSettings, "the disk budget must be at most 16 TB"));
+        }
+        Ok(())
+    }
+}
+
+/// Where a conversation's KV cache is: the next turn is instant (warm),
+/// reads it from disk (saved), or prefills the whole history (cold).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, ts_rs::TS)]
+#[serde(rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
+pub enum CacheState {
+    Warm,
+    Saved,
+    Cold,
+}
+
+
+/// The worker thread's caches, one main cache per conversation.
+pub(super) struct Caches {
+    shared: Arc<Shared>,
+    /// Each conversation's cache, with when it was last used.
+    sessions: HashMap<i64, (Session, u64)>,
+    tick: u64,
+    dir: Option<PathBuf>,
+    /// The tokens each conversation's cache file holds, as written by this process.
+    saved: HashMap<i64, Vec<u32>>,
+    /// Caches of other versions of each conversation.
+    alternates: HashMap<i64, Vec<Session>>,
+    /// A conversation whose cache to save once its reply has been reported.
+    pending_save: Option<(i64, usize)>,
+}
+
+impl Caches {
+    pub fn new(shared: Arc<Shared>, dir: Option<PathBuf>) -> Self {
+        Self { shared, sessions: HashMap::new(), tick: 0, dir, saved: HashMap::new(), alternates: HashMap::new(), pending_save: None }
+    }
+
+    /// The cache to continue `conversation_id` from for `prompt`: the one in
+    /// memory, else the saved one, whichever version shares most of the
+    /// prompt. The caller runs the turn on it and gives it back with `put`.
+    pub fn take(&mut self, engine: &Engine, conversation_id: i64, prompt: &[u32], context: usize) -> Option<Session> {
+        let mut entry = self.sessions.remove(&conversation_id).filter(|(s, _)| s.context_length() == context).map(|(s, _)| s);
+        if entry.is_none() {
+            entry = self.restore(engine, conversation_id, context);
+        }
+        self.pick_branch(conversation_id, &mut entry, prompt, context);
+        entry
+    }
+
+    /// Keeps a conversation's cache after a turn (to be saved by
+    /// `save_pending` when `save`), evicting others past the memory budget.
+    pub fn put(&mut self, conversation_id: i64, session: Session, context: usize, save: bool) {
+        self.tick += 1;
+        if save {
+            self.pending_save = Some((conversation_id, context));
+        }
+        self.sessions.insert(conversation_id, (session, self.tick));
+        self.evict();
+        self.publish_resident();
+    }
+
+    /// Forgets every cache in memory (a new model makes them meaningless).
+    pub fn clear_memory(&mut self) {
+        self.sessions.clear();
+        self.alternates.clear();
+        self.saved.clear();
+        self.pending_save = None;
+        self.publish_resident();
+    }
+
+    /// Forgets every cache, in memory and on disk.
+    pub fn clear_all(&mut self) {
+        self.clear_memory();
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+
+    /// Forgets a conversation's caches in memory and on disk.
+    pub fn forget(&mut self, conversation_id: i64) {
+        self.sessions.remove(&conversation_id);
+        self.alternates.remove(&conversation_id);
+        self.saved.remove(&conversation_id);
+        if self.pending_save.is_some_and(|(c, _)| c == conversation_id) {
+            self.pending_save = None;
+        }
+        if let Some(path) = self.cache_path(conversation_id) {
+            let _ = std::fs::remove_file(path);
+        }
+        self.publish_resident();
+    }
+
+    /// Makes `current` the cache (among the conversation's main one and its
+    /// alternates) sharing the longest prefix with `prompt`, and keeps a
+    /// copy-on-write clone of a cache this turn would truncate.
+    fn pick_branch(&mut self, conversation_id: i64, current: &mut Option<Session>, prompt: &[u32], context: usize) {
+        let common = |s: &Session| s.tokens().iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        let alts = self.alternates.entry(conversation_id).or_default();
+        alts.retain(|s| s.context_length() == context);
+        let best_current = current.as_ref().map_or(0, |s| common(s));
+        let best_alt = alts.iter().enumerate().map(|(i, s)| (i, common(s))).max_by_key(|(_, n)| *n);
+        if let Some((i, n)) = best_alt {
+            if n > best_current {
+                let alt = alts.remove(i);
+                if let Some(old) = current.replace(alt) {
+                    alts.push(old);
+                }
+            }
+        }
+        if let Some(cur) = current.as_ref() {
+            let n = common(cur);
+            // Only a real fork is worth keeping: more than the last token differs.
+            if n > 0 && n + 1 < cur.tokens().len() {
+                alts.push(cur.clone());
+            }
+        }
+        const KEEP: usize = 3;
+        if alts.len() > KEEP {
+            alts.drain(..alts.len() - KEEP);
+        }
+    }
+
+    /// Saves the cache of the turn that just finished (see `put`).
+    pub fn save_pending(&mut self, engine: &Engine) {
+        if let Some((conversation, context)) = self.pending_save.take() {
+            if let Some((session, tick)) = self.sessions.remove(&conversation) {
+                self.save(engine, conversation, &session, context);
+                self.sessions.insert(conversation, (session, tick));
+            }
+        }
+    }
+
+    pub fn publish_resident(&self) {
+        if let Ok(mut r) = self.shared.resident.lock() {
+            *r = self.sessions.keys().copied().collect();
+        }
+    }
+
+    fn cache_path(&self, conversation_id: i64) -> Option<PathBuf> {
+        self.dir.as_ref().map(|d| d.join(format!("{conversation_id}.session")))
+    }
+
+    /// The conversation's saved cache, if there is one made with this model
+    /// and context length; anything else is deleted (the history is then
+    /// prefilled again, which gives the same output).
+    fn restore(&mut self, engine: &Engine, conversation_id: i64, context: usize) -> Option<Session> {
+        let path = self.cache_path(conversation_id)?;
+        if !path.exists() {
+            return None;
+        }
+        let restored = engine.cache_identity(context).and_then(|id| hearth_engine::session_file::read(&path, &id, engine.model()));
+        match restored {
+            Ok(r) => {
+                if r.complete {
+                    self.saved.insert(conversation_id, r.session.tokens().to_vec());
+                } else {
+                    // Keep what verified; the next save rewrites the file whole.
+                    tracing::warn!("cache for conversation {conversation_id} was damaged; kept {} verified tokens", r.session.tokens().len());
+                    self.saved.remove(&conversation_id);
+                }
+                Some(r.session)
+            }
+            Err(e) => {
+                tracing::info!("discarding cache for conversation {conversation_id}: {e}");
+                let _ = std::fs::remove_file(&path);
+                self.saved.remove(&conversation_id);
+                None
+            }
+        }
+    }
+
+    /// Appends what the turn added to the conversation's cache file, or
+    /// rewrites it when the conversation branched to an earlier point.
+    fn save(&mut self, engine: &Engine, conversation_id: i64, session: &Session, context: usize) {
+        let Some(path) = self.cache_path(conversation_id) else { return };
+        if self.shared.budgets().disk_mb == 0 {
+            let _ = std::fs::remove_file(&path);
+            self.saved.remove(&conversation_id);
+            return;
+        }
+        let tokens = session.tokens();
+        let result = match self.saved.get(&conversation_id) {
+            Some(prev) if tokens.starts_with(prev) && path.exists() => hearth_engine::session_file::append(&path, session, prev.len()),
+            _ => {
+                if let Some(dir) = path.parent() {
+                    let _ = std::fs::create_dir_all(dir);
+                }
+                engine.cache_identity(context).and_then(|id| hearth_engine::session_file::write(&path, &id, session))
+            }
+        };
+        match result {
+            Ok(()) => {
+                self.saved.insert(conversation_id, tokens.to_vec());
+                self.enforce_disk_budget(&path);
+            }
+            Err(e) => {
+                // A full disk costs only the cache, never the conversation.
+                tracing::warn!("cannot save the cache of conversation {conversation_id}: {e}");
+                let _ = std::fs::remove_file(&path);
+                self.saved.remove(&conversation_id);
+            }
+        }
+    }
+
+    /// Drops least recently used caches from memory until the rest fit the
+    /// budget; the most recent one always stays.
+    fn evict(&mut self) {
+        let budget = self.shared.budgets().memory_mb as usize * (1 << 20);
+        let sum = |w: &Caches| -> usize {
+            w.sessions.values().map(|(s, _)| s.cache().allocated_bytes()).sum::<usize>()
+                + w.alternates.values().flatten().map(|s| s.cache().allocated_bytes()).sum::<usize>()
+        };
+        // Other versions go first, oldest conversation first.
+        while sum(self) > budget {
+            let oldest = self
+                .alternates
+                .iter()
+                .filter(|(_, v)| !v.is_empty())
+                .min_by_key(|(c, _)| self.sessions.get(c).map_or(0, |(_, t)| *t))
+                .map(|(c, _)| *c);
+            match oldest.and_then(|c| self.alternates.get_mut(&c)) {
+                Some(v) => {
+                    v.remove(0);
+                }
+                None => break,
+            }
+        }
+        loop {
+            let used: usize = self.sessions.values().map(|(s, _)| s.cache().allocated_bytes()).sum();
+            if used <= budget || self.sessions.len() <= 1 {
+                break;
+            }
+            let oldest = self.sessions.iter().min_by_key(|(_, (_, t))| *t).map(|(c, _)| *c);
+            match oldest {
+                Some(c) => {
+                    self.sessions.remove(&c);
+                    self.alternates.remove(&c);
+                }
+                None => break,
+            };
+        }
+    }
+
+    /// Deletes the least recently written cache files until the rest fit the
+    /// disk budget, never `keep`.
+    fn enforce_disk_budget(&mut self, keep: &Path) {
+        let Some(dir) = &self.dir else { return };
+        let budget = self.shared.budgets().disk_mb as u64 * (1 << 20);
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
+            .flatten()
+            .filter_map(|e| {
+                let m = e.metadata().ok()?;
+                Some((m.modified().ok()?, m.len(), e.path()))
+            })
+            .collect();
+        let mut total: u64 = files.iter().map(|f| f.1).sum();
+        files.sort();
+        for (_, len, path) in files {
+            if total <= budget {
+                break;
+            }
+            if path == keep {
+                continue;
+            }
+            let _ = std::fs::remove_file(&path);
+            let id = path.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse::<i64>().ok());
+            if let Some(id) = id {
+                self.saved.remove(&id);
+            }
+            total -= len;
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! The generation worker: one thread that owns the model and every
+//! conversation's `Session`, and runs one reply at a time.
+//!
+//! `queue` is what the thread and the command handles share; `caches` keeps
+//! every conversation's KV cache within its budgets; `reply` runs one reply.
+//! Nothing a job does stops the thread: a panic fails that job alone.
+//!
+//! The model never runs on the UI thread or on the async runtime: commands
+//! only enqueue. Replies from different conversations wait in one FIFO queue
+//! (each conversation has at most one reply queued or running, so FIFO is
+//! fair), and each waiting reply is told its position. The reply is written
+//! to SQLite as it streams, from this thread, so a crash loses at most the
+//! last quarter second.
+
+mod caches;
+mod queue;
+mod reply;
+
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hearth_engine::{Engine, EngineError};
+use hearth_store::Store;
+use tokio_util::sync::CancellationToken;
+
+pub use caches::{CacheBudgets, CacheState};
+pub use reply::ReplyJob;
+
+use caches::Caches;
+use queue::{Queued, Shared};
+use crate::error::{AppError, AppResult, ErrorKind};
+use crate::events::{GenerationEvent, ModelStatus};
+
+/// App setting: which device runs the model (`auto`, `cpu`, `cuda`, `cuda:N`, `metal`).
+pub const DEVICE_KEY: &str = "device";
+
+/// Where a reply's events go (a `Channel` in the app, a closure in tests).
+pub type EventSink = Box<dyn Fn(GenerationEvent) + Send>;
+/// Where model status changes go.
+pub type StatusSink = Box<dyn Fn(&ModelStatus) + Send>;
+
+/// The handle commands hold.
+pub struct Worker {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    caches_dir: Option<PathBuf>,
+}
+
+impl Worker {
+    /// Starts the worker thread with its own database connection. Caches
+    /// are saved in `caches_dir` after every turn, when it is given.
+    pub fn start(store: Store, caches_dir: Option<PathBuf>, on_status: StatusSink) -> Self {
+        let shared = Arc::new(Shared::new());
+        let caches = Caches::new(shared.clone(), caches_dir.clone());
+        let thread_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("hearth-worker".into())
+            .spawn(move || WorkerThread { shared: thread_shared, store, on_status, engine: None, caches }.run())
+            .expect("the worker thread starts");
+        Self { shared, thread: Some(thread), caches_dir }
+    }
+
+    /// Each conversation's cache state.
+    pub fn cache_states(&self, conversations: &[i64]) -> Vec<(i64, CacheState)> {
+        let resident = self.shared.resident.lock().map(|r| r.clone()).unwrap_or_default();
+        conversations
+            .iter()
+            .map(|&c| {
+                let state = if resident.contains(&c) {
+                    CacheState::Warm
+                } else if self.caches_dir.as_ref().is_some_and(|d| d.join(format!("{c}.session")).is_file()) {
+                    CacheState::Saved
+                } else {
+                    CacheState::Cold
+                };
+                (c, state)
+            })
+            .collect()
+    }
+
+    pub fn budgets(&self) -> CacheBudgets {
+        self.shared.budgets()
+    }
+
+    /// The loaded model, for tokenizing (never for running: that is the worker's).
+    pub fn engine(&self) -> Option<Arc<Engine>> {
+        self.shared.engine.lock().ok().and_then(|e| e.clone())
+    }
+
+    /// Takes effect from the next reply.
+    pub fn set_budgets(&self, budgets: CacheBudgets) {
+        if let Ok(mut b) = self.shared.budgets.lock() {
+            *b = budgets;
+        }
+    }
+
+    /// Drops every conversation's cache, in memory and on disk, after the
+    /// reply in progress.
+    pub fn clear_caches(&self) {
+        let mut q = self.shared.queue.lock().expect("worker queue");
+        q.clear_caches = true;
+        self.shared.wake.notify_all();
+    }
+
+    pub fn model_status(&self) -> ModelStatus {
+        self.shared.status.lock().map(|s| s.clone()).unwrap_or(ModelStatus::None)
+    }
+
+    /// Loads a model after the reply in progress, replacing the current one.
+    pub fn load_model(&self, path: PathBuf) {
+        let mut q = self.shared.queue.lock().expect("worker queue");
+        q.load = Some(path);
+        self.shared.wake.notify_all();
+    }
+
+    /// Queues a reply; refuses a second one for the same conversation.
+    pub fn enqueue(&self, job: ReplyJob) -> AppResult<()> {
+        let mut q = self.shared.queue.lock()?;
+        let busy = q.active.as_ref().is_some_and(|(c, _)| *c == job.conversation_id)
+            || q.jobs.iter().any(|j| j.job.conversation_id == job.conversation_id);
+        if busy {
+            return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
+        }
+        if q.active.is_some() || q.load.is_some() || q.loading || !q.jobs.is_empty() {
+            (job.events)(GenerationEvent::Queued { position: q.jobs.len() as u32 + 1 });
+        }
+        q.jobs.push_back(Queued { job, cancel: CancellationToken::new() });
+        self.shared.wake.notify_all();
+        Ok(())
+    }
+
+    /// Stops the conversation's reply: the running one within one step, a
+    /// queued one at once. Returns whether there was one.
+    pub fn stop(&self, conversation_id: i64) -> bool {
+        let mut q = match self.shared.queue.lock() {
+            Ok(q) => q,
+            Err(_) => return false,
+        };
+        if let Some((c, cancel)) = &q.active {
+            if *c == conversation_id {
+                cancel.cancel();
+                return true;
+            }
+        }
+        if let Some(i) = q.jobs.iter().position(|j| j.job.conversation_id == conversation_id) {
+            let queued = q.jobs.remove(i).expect("index is in range");
+            queued.cancel.cancel();
+            // Still handed to the thread, which records the empty reply as stopped.
+            q.jobs.push_front(queued);
+            self.shared.wake.notify_all();
+            return true;
+        }
+        false
+    }
+
+    /// Conversations with a reply queued or running.
+    pub fn busy_conversations(&self) -> Vec<i64> {
+        let Ok(q) = self.shared.queue.lock() else { return Vec::new() };
+        q.active.iter().map(|(c, _)| *c).chain(q.jobs.iter().map(|j| j.job.conversation_id)).collect()
+    }
+
+    /// Blocks until nothing is queued or running. For tests and shutdown.
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            {
+                let q = self.shared.queue.lock().expect("worker queue");
+                if q.active.is_none() && q.jobs.is_empty() && q.load.is_none() && !q.loading && !q.clear_caches {
+                    return true;
+                }
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Ok(mut q) = self.shared.queue.lock() {
+            q.shutdown = true;
+            if let Some((_, c)) = &q.active {
+                c.cancel();
+            }
+            self.shared.wake.notify_all();
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+enum Work {
+    Load(PathBuf),
+    ClearCaches,
+    Reply(Queued),
+}
+
+struct WorkerThread {
+    shared: Arc<Shared>,
+    store: Store,
+    on_status: StatusSink,
+    engine: Option<Arc<Engine>>,
+    caches: Caches,
+}
+
+impl WorkerThread {
+    /// Runs work until shutdown. Nothing a job does stops the loop: a panic
+    /// fails that job alone (see `reply` and `load`), and this catch is the
+    /// last resort for one outside them.
+    fn run(mut self) {
+        while let Some(work) = self.next() {
+            let (loading, clearing) = (matches!(work, Work::Load(_)), matches!(work, Work::ClearCaches));
+            let outcome = catch_unwind(AssertUnwindSafe(|| match work {
+                Work::Load(path) => self.load(path),
+                Work::ClearCaches => self.caches.clear_all(),
+                Work::Reply(queued) => self.reply(queued),
+            }));
+            if let Err(panic) = outcome {
+                tracing::error!("the worker recovered from a panic: {}", panic_message(&*panic));
+            }
+            // A reply's `ActiveJob` frees its conversation, even on a panic.
+            let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+            if loading {
+                q.loading = false;
+            }
+            if clearing {
+                q.clear_caches = false;
+            }
+        }
+    }
+
+    fn next(&self) -> Option<Work> {
+        let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if q.shutdown {
+                return None;
+            }
+            if let Some(path) = q.load.take() {
+                q.loading = true;
+                return Some(Work::Load(path));
+            }
+            if q.clear_caches {
+                return Some(Work::ClearCaches);
+            }
+            if let Some(queued) = q.jobs.pop_front() {
+                q.active = Some((queued.job.conversation_id, queued.cancel.clone()));
+                for (i, waiting) in q.jobs.iter().enumerate() {
+                    (waiting.job.events)(GenerationEvent::Queued { position: i as u32 + 1 });
+                }
+                return Some(Work::Reply(queued));
+            }
+            q = self.shared.wake.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn set_status(&self, status: ModelStatus) {
+        (self.on_status)(&status);
+        if let Ok(mut s) = self.shared.status.lock() {
+            *s = status;
+        }
+    }
+
+    fn load(&mut self, path: PathBuf) {
+        let shown = path.display().to_string();
+        self.set_status(ModelStatus::Loading { path: shown.clone() });
+        // Free the old model first: two in memory at once may not fit.
+        self.engine = None;
+        if let Ok(mut e) = self.shared.engine.lock() {
+            *e = None;
+        }
+        self.caches.clear_memory();
+        // HEARTH_DEVICE, else the app setting `device`, else auto.
+        let choice = std::env::var("HEARTH_DEVICE").ok().or_else(|| self.store.app_setting(DEVICE_KEY).ok().flatten()).unwrap_or_default();
+        let opened = catch_unwind(|| {
+            test_panic_hook(path.file_name().and_then(|n| n.to_str()).unwrap_or(""));
+            choice.parse::<hearth_engine::DeviceChoice>().and_then(|c| c.open()).and_then(|device| Engine::open_on(&path, &device))
+        })
+        .unwrap_or_else(|panic| Err(EngineError::CorruptModel { path: path.clone(), reason: format!("opening it failed inside Hearth: {}", panic_message(&*panic)) }));
+        match opened {
+            Ok(engine) => {
+                let config = engine.model().config();
+                let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| shown.clone());
+                let status = ModelStatus::Ready {
+                    path: shown.clone(),
+                    name: name.clone(),
+                    architecture: config.architecture.gguf_name().to_string(),
+                    context_length: config.context_length as u32,
+                    device: hearth_engine::device::describe(engine.model().device()),
+                };
+                let size = std::fs::metadata(&path).map(|m| m.len() as i64).unwrap_or(0);
+                if let Err(e) = self.store.record_model(&shown, &name, size).and_then(|_| self.store.set_app_setting(LAST_MODEL_KEY, &shown)) {
+                    tracing::warn!("cannot record the model as recent: {e}");
+                }
+                let engine = Arc::new(engine);
+                if let Ok(mut e) = self.shared.engine.lock() {
+                    *e = Some(engine.clone());
+                }
+                self.engine = Some(engine);
+                self.set_status(status);
+            }
+            Err(e) => self.set_status(ModelStatus::Failed { path: shown, error: e.into() }),
+        }
+    }
+
+}
+
+/// The app-setting key that remembers the last model opened.
+pub const LAST_MODEL_KEY: &str = "last_model";
+
+/// The text of a caught panic.
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_else(|| "unknown panic".into())
+}
+
+/// Test-only: with `HEARTH_TEST_PANIC` set, a reply whose last message is
+/// exactly its value, or a model file of that name, panics here, so the
+/// tests can show that a panic fails that job alone.
+fn test_panic_hook(subject: &str) {
+    if std::env::var("HEARTH_TEST_PANIC").is_ok_and(|v| !v.is_empty() && v == subject) {
+        panic!("injected by HEARTH_TEST_PANIC");
+    }
+}
+

@@ -1,0 +1,76 @@
+//! What the worker thread and the command handles share: the queue of
+//! replies, the model's status, and the caches' budgets.
+
+use std::collections::{HashSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+
+use hearth_engine::Engine;
+use tokio_util::sync::CancellationToken;
+
+use super::caches::CacheBudgets;
+use super::reply::ReplyJob;
+use crate::events::ModelStatus;
+
+/// State shared between the `Worker` handle and its thread.
+pub(super) struct Shared {
+    pub queue: Mutex<Queue>,
+    pub wake: Condvar,
+    pub status: Mutex<ModelStatus>,
+    /// Conversations whose cache is in memory now.
+    pub resident: Mutex<HashSet<i64>>,
+    pub budgets: Mutex<CacheBudgets>,
+    /// The loaded model, shared for counting tokens off the worker thread.
+    pub engine: Mutex<Option<Arc<Engine>>>,
+}
+
+impl Shared {
+    pub fn new() -> Self {
+        Self {
+            queue: Mutex::default(),
+            wake: Condvar::new(),
+            status: Mutex::new(ModelStatus::None),
+            resident: Mutex::default(),
+            budgets: Mutex::default(),
+            engine: Mutex::default(),
+        }
+    }
+
+    pub fn budgets(&self) -> CacheBudgets {
+        self.budgets.lock().map(|b| *b).unwrap_or_default()
+    }
+}
+
+/// Work waiting for the thread. Each conversation has at most one reply
+/// queued or running, so FIFO order is fair.
+#[derive(Default)]
+pub(super) struct Queue {
+    pub jobs: VecDeque<Queued>,
+    pub active: Option<(i64, CancellationToken)>,
+    pub load: Option<PathBuf>,
+    /// Forget every conversation's cache, in memory and on disk.
+    pub clear_caches: bool,
+    /// A model is being loaded now.
+    pub loading: bool,
+    pub shutdown: bool,
+}
+
+pub(super) struct Queued {
+    pub job: ReplyJob,
+    pub cancel: CancellationToken,
+}
+
+/// Marks a conversation free when its reply ends, however it ends.
+pub(super) struct ActiveJob {
+    pub shared: Arc<Shared>,
+    pub conversation_id: i64,
+}
+
+impl Drop for ActiveJob {
+    fn drop(&mut self) {
+        let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if q.active.as_ref().is_some_and(|(c, _)| *c == self.conversation_id) {
+            q.active = None;
+        }
+    }
+}

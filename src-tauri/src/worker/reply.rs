@@ -1,0 +1,201 @@
+//! One reply: fitting the conversation into the context, prefilling what
+//! the cache lacks, streaming tokens to the UI and to SQLite, and reporting
+//! how it ended.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::{Duration, Instant};
+
+use hearth_engine::sampler_loop::PAD;
+use hearth_engine::{ChatMessage, EngineError, FinishReason, SamplingParams};
+use hearth_store::{ConversationSettings, MessageStatus, ReplyStats};
+use tokio_util::sync::CancellationToken;
+
+use super::queue::{ActiveJob, Queued};
+use super::{panic_message, test_panic_hook, EventSink, WorkerThread};
+use crate::error::{AppError, ErrorKind};
+use crate::events::GenerationEvent;
+
+/// A reply to write.
+pub struct ReplyJob {
+    pub conversation_id: i64,
+    pub reply_id: i64,
+    /// The conversation up to the reply, system prompt first.
+    pub messages: Vec<ChatMessage>,
+    /// Text the reply already has (when continuing a stopped reply).
+    pub prefix: String,
+    pub settings: ConversationSettings,
+    pub events: EventSink,
+}
+
+/// Flush a streaming reply to disk at least this often...
+const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
+/// ...or after this many tokens, whichever comes first.
+const FLUSH_TOKENS: usize = 32;
+
+impl WorkerThread {
+    pub(super) fn reply(&mut self, queued: Queued) {
+        let Queued { job, cancel } = queued;
+        let active = ActiveJob { shared: self.shared.clone(), conversation_id: job.conversation_id };
+        let events = &job.events;
+        let mut text = job.prefix.clone();
+        let result = if cancel.is_cancelled() {
+            Ok(Finished::stopped_before_start(&job.prefix))
+        } else {
+            catch_unwind(AssertUnwindSafe(|| self.generate(&job, &cancel, &mut text))).unwrap_or_else(|panic| {
+                let message = panic_message(&*panic);
+                tracing::error!("reply {} in conversation {} panicked: {message}", job.reply_id, job.conversation_id);
+                // Its cache may be half written: this conversation starts cold.
+                self.caches.forget(job.conversation_id);
+                Err(AppError::new(ErrorKind::Internal, format!("this reply stopped on an internal error ({message}); other conversations are unaffected")))
+            })
+        };
+        // The conversation is free again before anyone hears the reply ended,
+        // so an immediate next message is not refused as busy.
+        drop(active);
+        match result {
+            Ok(done) => {
+                let status = if done.reason == FinishReason::Cancelled { MessageStatus::Interrupted } else { MessageStatus::Complete };
+                let saved = self.store.update_reply(job.reply_id, &done.text, status, Some(&done.stats));
+                // Saved before the reply is reported done, so an app closed
+                // right after still finds its cache.
+                if let Some(engine) = self.engine.clone() {
+                    self.caches.save_pending(&engine);
+                }
+                match saved {
+                    Ok(()) => events(GenerationEvent::Finished { reason: done.reason.as_str().to_string(), stats: done.stats }),
+                    Err(e) => events(GenerationEvent::Error { error: e.into() }),
+                }
+            }
+            Err(error) => {
+                let stats = ReplyStats { finish_reason: "error".into(), error: Some(error.message.clone()), ..Default::default() };
+                let status = if text.is_empty() { MessageStatus::Error } else { MessageStatus::Interrupted };
+                if let Err(e) = self.store.update_reply(job.reply_id, &text, status, Some(&stats)) {
+                    tracing::error!("cannot record a failed reply: {e}");
+                }
+                events(GenerationEvent::Error { error });
+            }
+        }
+    }
+
+    /// Runs one reply, keeping the text written so far in `text` (which
+    /// starts as the job's prefix).
+    fn generate(&mut self, job: &ReplyJob, cancel: &CancellationToken, text: &mut String) -> Result<Finished, AppError> {
+        let engine = self.engine.clone().ok_or_else(|| AppError::new(ErrorKind::NoModel, "no model is loaded; open a GGUF model first"))?;
+        (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
+        test_panic_hook(job.messages.last().map_or("", |m| m.content.as_str()));
+        let s = &job.settings;
+        let (context, reserve) = crate::context::window(s, engine.model().config().context_length);
+        let fitted = crate::context::fit(&job.messages, s.overflow, context, reserve, |m| engine.encode_chat(m).map(|ids| ids.len()))?;
+        let mut prompt = engine.encode_chat(&fitted.messages)?;
+        if !job.prefix.is_empty() {
+            prompt.extend(engine.tokenizer().encode(&job.prefix, false, false)?);
+        }
+        if prompt.len() >= context {
+            return Err(AppError::new(
+                ErrorKind::PromptTooLong,
+                format!("the conversation is {} tokens long but the context holds {context}; start a new conversation or raise the context length", prompt.len()),
+            ));
+        }
+
+        let mut entry = self.caches.take(&engine, job.conversation_id, &prompt, context);
+        let session = entry.get_or_insert_with(|| engine.new_session(Some(context)));
+        let seed = s.seed.unwrap_or_else(random_seed);
+        let sampling = SamplingParams {
+            temperature: s.temperature,
+            top_k: (s.top_k > 0).then_some(s.top_k as usize),
+            top_p: s.top_p,
+            min_p: s.min_p,
+            repeat_penalty: s.repeat_penalty,
+            penalty_window: s.penalty_window as usize,
+            seed: seed as u64,
+            ..SamplingParams::default()
+        };
+        let mut config = engine.generation_config(sampling, s.max_new_tokens as usize);
+        config.stop_strings = s.stop_strings.clone();
+
+        let outcome = (|| -> Result<Finished, AppError> {
+            // Stop is checked between the prefill's chunks too.
+            let mut progress = |p: hearth_engine::Progress| {
+                (job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 });
+                !cancel.is_cancelled()
+            };
+            let mut turn = match session.start_turn_observed(engine.model(), engine.tokenizer(), &prompt, config, 1, &mut progress) {
+                Err(EngineError::Stopped) => return Ok(Finished::stopped_before_start(&job.prefix)),
+                started => started?,
+            };
+            let mut unsaved = 0usize;
+            let mut last_flush = Instant::now();
+            loop {
+                let step = if cancel.is_cancelled() { Some(turn.cancel()) } else { turn.step()? };
+                let Some(step) = step else { break };
+                for e in step.into_iter().filter(|e| e.sequence == 0) {
+                    // A stop flushes held-back text with no token of its own.
+                    let id = (e.token != PAD).then_some(e.token);
+                    if id.is_none() && e.text.is_empty() {
+                        continue;
+                    }
+                    text.push_str(&e.text);
+                    unsaved += 1;
+                    (job.events)(GenerationEvent::Token { text: e.text, id });
+                }
+                if cancel.is_cancelled() && turn.state().done[0] {
+                    break;
+                }
+                if unsaved >= FLUSH_TOKENS || last_flush.elapsed() >= FLUSH_INTERVAL {
+                    self.store.update_reply(job.reply_id, &text, MessageStatus::Streaming, None)?;
+                    unsaved = 0;
+                    last_flush = Instant::now();
+                }
+            }
+            let out = turn.finish(0)?;
+            let seq = &out.sequences[0];
+            let st = &out.stats;
+            let decode_s = st.decode_time.as_secs_f64();
+            Ok(Finished {
+                text: format!("{}{}", job.prefix, seq.text),
+                reason: seq.finish,
+                stats: ReplyStats {
+                    prompt_tokens: st.prompt_tokens as u32,
+                    processed_tokens: st.processed_tokens as u32,
+                    generated_tokens: st.generated_tokens as u32,
+                    ttft_ms: st.time_to_first_token.as_secs_f64() * 1e3,
+                    tokens_per_s: if decode_s > 0.0 { st.generated_tokens.saturating_sub(1) as f64 / decode_s } else { 0.0 },
+                    finish_reason: seq.finish.as_str().to_string(),
+                    seed: Some(seed),
+                    temperature: Some(s.temperature),
+                    error: None,
+                    dropped_messages: fitted.dropped as u32,
+                },
+            })
+        })();
+        if let Some(session) = entry {
+            self.caches.put(job.conversation_id, session, context, outcome.is_ok());
+        }
+        outcome
+    }
+
+}
+
+struct Finished {
+    text: String,
+    reason: FinishReason,
+    stats: ReplyStats,
+}
+
+impl Finished {
+    fn stopped_before_start(prefix: &str) -> Self {
+        Self {
+            text: prefix.to_string(),
+            reason: FinishReason::Cancelled,
+            stats: ReplyStats { finish_reason: FinishReason::Cancelled.as_str().into(), ..Default::default() },
+        }
+    }
+}
+
+fn random_seed() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    // RandomState is seeded from the OS; mixing in the time makes each call differ.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.finish() as u32
+}
