@@ -12,6 +12,10 @@ use crate::sampling::SamplingParams;
 use crate::session::Session;
 use crate::session_file::CacheIdentity;
 use crate::template::{ChatMessage, ChatTemplate};
+
+/// The engine's version and a hash of its source (see `build.rs`): it
+/// changes whenever kernels or numerics may have, which invalidates caches.
+pub const BUILD_ID: &str = concat!(env!("CARGO_PKG_VERSION"), "+", env!("HEARTH_ENGINE_BUILD_ID"));
 use crate::tokenizer::Tokenizer;
 
 /// Spellings of end-of-turn markers across families. One counts as an end
@@ -113,7 +117,7 @@ impl Engine {
 
     /// What a cache computed now, for a context of `context_length`, depends
     /// on: this file (size, time, header), the architecture, the dtype, the
-    /// engine. A saved cache is used only when its identity equals this.
+    /// engine's build. A saved cache is used only when its identity equals this.
     pub fn cache_identity(&self, context_length: usize) -> Result<CacheIdentity> {
         let meta = std::fs::metadata(&self.path).map_err(|source| EngineError::Io { path: self.path.clone(), source })?;
         let mtime = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_nanos() as u64).unwrap_or(0);
@@ -124,7 +128,7 @@ impl Engine {
             architecture: self.model.config().architecture.gguf_name().to_string(),
             dtype: "f16".into(),
             context_length,
-            engine_version: env!("CARGO_PKG_VERSION").into(),
+            engine_version: BUILD_ID.into(),
             format_version: crate::session_file::FORMAT_VERSION,
         })
     }

@@ -26,7 +26,7 @@ pub mod worker_pool;
 pub use candle_core::Device;
 pub use detok::StreamDecoder;
 pub use device::DeviceChoice;
-pub use engine::Engine;
+pub use engine::{Engine, BUILD_ID};
 pub use error::{EngineError, Result};
 pub use ggml_type::GgmlType;
 pub use gguf::GgufFile;

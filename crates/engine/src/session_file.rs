@@ -2,15 +2,18 @@
 //! the new tokens.
 //!
 //! The file is an append-only log: a header naming exactly what the cache
-//! was computed with (`CacheIdentity`), then chunks of positions, each with
-//! its token ids, every layer's keys and values in f16 (the bits memory
-//! holds, so a restored cache is bit-identical to the one saved), and a SHA-256 of the
-//! chunk. A turn appends one chunk; a branch to an earlier point rewrites the
-//! file (temp file, fsync, rename). Reading stops at the first chunk that is
-//! torn or fails its checksum and keeps the verified chunks before it.
+//! was computed with (`CacheIdentity`) and its SHA-256, then chunks of
+//! positions, each with its first position, its token ids, every layer's
+//! keys and values in f16 (the bits memory holds, so a restored cache is
+//! bit-identical to the one saved), and a SHA-256 of the previous digest and
+//! the chunk. The digests chain, so chunks spliced in from another history
+//! (or another file) are rejected where the splice is. A turn appends one
+//! chunk; a branch to an earlier point rewrites the file (temp file, fsync,
+//! rename). Reading stops at the first chunk that is torn, out of place or
+//! fails its digest, and keeps the verified chunks before it.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use half::f16;
@@ -24,8 +27,9 @@ use crate::session::Session;
 
 const MAGIC: &[u8; 8] = b"HEARTHSF";
 const CHUNK: &[u8; 4] = b"CHNK";
-/// 2: keys and values in f16 (1 held f32).
-pub(crate) const FORMAT_VERSION: u32 = 2;
+/// 3: chunks carry their first position and chain their digests; 2: keys
+/// and values in f16; 1 held f32.
+pub(crate) const FORMAT_VERSION: u32 = 3;
 
 /// What a saved cache was computed with. A cache is used only when all of it
 /// matches the model and settings it would be used with.
@@ -71,7 +75,7 @@ pub fn write(path: &Path, identity: &CacheIdentity, session: &Session) -> Result
         let digest = Sha256::digest(&header);
         w.write_all(&header).map_err(io)?;
         w.write_all(&digest).map_err(io)?;
-        write_chunk(&mut w, session, 0)?;
+        write_chunk(&mut w, session, 0, digest.into())?;
         let file = w.into_inner().map_err(|e| io(e.into_error()))?;
         file.sync_all().map_err(io)?;
         std::fs::rename(&tmp, path).map_err(|e| corrupt(path, format!("cannot replace: {e}")))?;
@@ -94,15 +98,18 @@ pub fn append(path: &Path, session: &Session, from: usize) -> Result<()> {
         return Ok(());
     }
     let io = |e: std::io::Error| corrupt(path, format!("cannot append: {e}"));
-    let file = OpenOptions::new().append(true).open(path).map_err(io)?;
+    let mut file = OpenOptions::new().read(true).append(true).open(path).map_err(io)?;
+    // The file ends with the digest the new chunk chains to.
+    let mut prev = [0u8; 32];
+    file.seek(SeekFrom::End(-32)).and_then(|_| file.read_exact(&mut prev)).map_err(io)?;
     let mut w = BufWriter::new(file);
-    write_chunk(&mut w, session, from)?;
+    write_chunk(&mut w, session, from, prev)?;
     let file = w.into_inner().map_err(|e| io(e.into_error()))?;
     file.sync_all().map_err(io)?;
     Ok(())
 }
 
-fn write_chunk(w: &mut impl Write, session: &Session, from: usize) -> Result<()> {
+fn write_chunk(w: &mut impl Write, session: &Session, from: usize, prev: [u8; 32]) -> Result<()> {
     let tokens = &session.tokens()[from..];
     if tokens.is_empty() {
         return Ok(());
@@ -112,11 +119,13 @@ fn write_chunk(w: &mut impl Write, session: &Session, from: usize) -> Result<()>
         return Err(EngineError::CorruptCache("only a batch-1 cache can be saved".into()));
     }
     let mut hasher = Sha256::new();
+    hasher.update(prev);
     let mut put = |w: &mut dyn Write, bytes: &[u8]| -> Result<()> {
         hasher.update(bytes);
         w.write_all(bytes).map_err(|e| EngineError::CorruptCache(format!("cannot write: {e}")))
     };
     put(w, CHUNK)?;
+    put(w, &(from as u64).to_le_bytes())?;
     put(w, &(tokens.len() as u32).to_le_bytes())?;
     let ids: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
     put(w, &ids)?;
@@ -165,8 +174,9 @@ pub fn read(path: &Path, identity: &CacheIdentity, model: &Model) -> Result<Rest
     let mut cache = model.new_cache(identity.context_length);
     let mut tokens: Vec<u32> = Vec::new();
     let per_position = config.n_kv_heads * config.head_dim;
+    let mut prev: [u8; 32] = digest;
     let complete = loop {
-        match read_chunk(&mut r, config.n_layers, per_position, identity.context_length - tokens.len()) {
+        match read_chunk(&mut r, config.n_layers, per_position, tokens.len(), identity.context_length - tokens.len(), &mut prev) {
             Ok(None) => break true,
             Ok(Some((ids, layers))) => {
                 let n = ids.len();
@@ -185,9 +195,10 @@ pub fn read(path: &Path, identity: &CacheIdentity, model: &Model) -> Result<Rest
 
 type ChunkData = (Vec<u32>, Vec<(Vec<f16>, Vec<f16>)>);
 
-/// One verified chunk, `None` at a clean end of file, or an error for a torn
-/// or corrupt one.
-fn read_chunk(r: &mut impl Read, n_layers: usize, per_position: usize, room: usize) -> std::result::Result<Option<ChunkData>, String> {
+/// One verified chunk starting at position `at` and chained to the digest
+/// `prev` (which it then replaces), `None` at a clean end of file, or an
+/// error for a torn, misplaced or corrupt one.
+fn read_chunk(r: &mut impl Read, n_layers: usize, per_position: usize, at: usize, room: usize, prev: &mut [u8; 32]) -> std::result::Result<Option<ChunkData>, String> {
     let mut tag = [0u8; 4];
     match r.read(&mut tag[..1]) {
         Ok(0) => return Ok(None),
@@ -199,7 +210,14 @@ fn read_chunk(r: &mut impl Read, n_layers: usize, per_position: usize, room: usi
         return Err("bad chunk tag".into());
     }
     let mut hasher = Sha256::new();
+    hasher.update(*prev);
     hasher.update(tag);
+    let mut start = [0u8; 8];
+    r.read_exact(&mut start).map_err(|e| e.to_string())?;
+    hasher.update(start);
+    if u64::from_le_bytes(start) != at as u64 {
+        return Err(format!("chunk starts at position {}, expected {at}", u64::from_le_bytes(start)));
+    }
     let mut n = [0u8; 4];
     r.read_exact(&mut n).map_err(|e| e.to_string())?;
     hasher.update(n);
@@ -225,8 +243,9 @@ fn read_chunk(r: &mut impl Read, n_layers: usize, per_position: usize, room: usi
     let mut digest = [0u8; 32];
     r.read_exact(&mut digest).map_err(|e| e.to_string())?;
     if hasher.finalize().as_slice() != digest {
-        return Err("chunk checksum mismatch".into());
+        return Err("chunk digest mismatch (damaged, or spliced from another history)".into());
     }
+    *prev = digest;
     Ok(Some((ids.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(), layers)))
 }
 

@@ -122,6 +122,80 @@ fn damaged_or_mismatched_files_never_change_the_output() {
 }
 
 #[test]
+fn a_file_spliced_from_two_histories_is_rejected_at_the_splice() {
+    let (dir, path) = tiny(&TinySpec::new(Family::Llama));
+    let engine = Engine::open(&path).unwrap();
+    let context = 256;
+    let identity = engine.cache_identity(context).unwrap();
+    // Two conversations with the same first turn, different second turns.
+    let (session, second) = conversation(&engine, context);
+    let (a, b) = (dir.path().join("a.session"), dir.path().join("b.session"));
+    let mut other_second = second.clone();
+    *other_second.last_mut().unwrap() ^= 1;
+    let mut chunks = Vec::new();
+    for (file, prompt) in [(&a, &second), (&b, &other_second)] {
+        session_file::write(file, &identity, &session).unwrap();
+        let mut longer = session.clone();
+        turn(&engine, &mut longer, prompt);
+        session_file::append(file, &longer, session.tokens().len()).unwrap();
+        let whole = std::fs::read(file).unwrap();
+        assert!(session_file::read(file, &identity, engine.model()).unwrap().complete);
+        chunks.push(whole);
+    }
+    // A's header and first chunk, then B's second chunk: each part is intact.
+    let first_len = {
+        session_file::write(&a, &identity, &session).unwrap();
+        std::fs::metadata(&a).unwrap().len() as usize
+    };
+    assert_eq!(chunks[0][..first_len], chunks[1][..first_len], "the same first turn, byte for byte");
+    let mut spliced = chunks[0][..first_len].to_vec();
+    spliced.extend_from_slice(&chunks[1][first_len..]);
+    std::fs::write(&a, &spliced).unwrap();
+    // (Same first chunk, so this splice is B itself: it must read whole.)
+    assert!(session_file::read(&a, &identity, engine.model()).unwrap().complete);
+    // B's second chunk after A's second chunk: out of place, so rejected there.
+    let mut spliced = chunks[0].clone();
+    spliced.extend_from_slice(&chunks[1][first_len..]);
+    std::fs::write(&a, &spliced).unwrap();
+    let r = session_file::read(&a, &identity, engine.model()).unwrap();
+    assert!(!r.complete, "a chunk that does not follow is noticed");
+    assert_eq!(r.session.tokens().len(), chunks_tokens(&engine, &chunks[0], &identity, dir.path()));
+    // Two conversations with different first turns of the same length: B's
+    // second chunk claims the right position after A's first, but it chains
+    // to B's first chunk, so it is rejected and A's first chunk kept.
+    let two_turns = |salt: u32, file: &std::path::Path| -> (Vec<u8>, usize, usize) {
+        let mut s = engine.new_session(Some(context));
+        let first = ids(40, salt);
+        let (reply, _) = turn(&engine, &mut s, &first);
+        session_file::write(file, &identity, &s).unwrap();
+        let first_len = std::fs::metadata(file).unwrap().len() as usize;
+        let mut next: Vec<u32> = first.iter().chain(&reply).copied().collect();
+        next.extend(ids(9, salt + 1));
+        let at = s.tokens().len();
+        let mut longer = s.clone();
+        turn(&engine, &mut longer, &next);
+        session_file::append(file, &longer, at).unwrap();
+        (std::fs::read(file).unwrap(), first_len, at)
+    };
+    let (x, x_first, x_at) = two_turns(7, &a);
+    let (y, y_first, y_at) = two_turns(9, &b);
+    assert_eq!(x_at, y_at, "the second chunks start at the same position");
+    let mut spliced = x[..x_first].to_vec();
+    spliced.extend_from_slice(&y[y_first..]);
+    std::fs::write(&a, &spliced).unwrap();
+    let r = session_file::read(&a, &identity, engine.model()).unwrap();
+    assert!(!r.complete, "a chunk chained to another history is noticed");
+    assert_eq!(r.session.tokens().len(), x_at, "only the first chunk is used");
+}
+
+/// Tokens in the verified chunks of a file's bytes.
+fn chunks_tokens(engine: &Engine, bytes: &[u8], identity: &hearth_engine::CacheIdentity, dir: &std::path::Path) -> usize {
+    let f = dir.join("count.session");
+    std::fs::write(&f, bytes).unwrap();
+    session_file::read(&f, identity, engine.model()).unwrap().session.tokens().len()
+}
+
+#[test]
 fn a_branch_reuses_its_prefix_and_matches_a_cold_prefill() {
     // Edit the last message: the cache is truncated to where the two versions
     // part, and only the edited tail is run. Gemma 3's sliding layers need no
