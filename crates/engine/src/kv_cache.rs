@@ -102,6 +102,11 @@ impl KvCache {
         self.batch
     }
 
+    /// Bytes one position of one sequence takes, in memory and on disk.
+    pub fn bytes_per_position(&self) -> usize {
+        2 * self.n_layers * self.n_kv_heads * self.head_dim * 2
+    }
+
     /// Bytes held by the buffers (what this cache costs in memory).
     pub fn allocated_bytes(&self) -> usize {
         2 * self.n_layers * self.batch * self.n_kv_heads * self.capacity * self.head_dim * 2

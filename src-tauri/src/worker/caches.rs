@@ -52,6 +52,12 @@ impl CacheBudgets {
     }
 }
 
+/// Disk space cache files never take: 1 GB, or `HEARTH_DISK_RESERVE_MB`
+/// (so tests can stand for a full disk).
+fn disk_reserve() -> u64 {
+    std::env::var("HEARTH_DISK_RESERVE_MB").ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(1024) << 20
+}
+
 /// Where a conversation's KV cache is: the next turn is instant (warm),
 /// reads it from disk (saved), or prefills the whole history (cold).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, ts_rs::TS)]
@@ -228,6 +234,19 @@ impl Caches {
             return;
         }
         let tokens = session.tokens();
+        // Never take the disk's last reserve: SQLite needs it for the
+        // conversations themselves, which matter more than any cache.
+        let appended = self.saved.get(&conversation_id).filter(|prev| tokens.starts_with(prev)).map_or(0, |p| p.len());
+        let needed = ((tokens.len() - appended) * session.cache().bytes_per_position()) as u64 + (1 << 20);
+        let probe = path.parent().map(Path::to_path_buf).filter(|d| d.exists()).or_else(|| self.dir.clone());
+        if let Some(free) = probe.and_then(|d| fs4::available_space(&d).ok()) {
+            if free < needed + disk_reserve() {
+                tracing::warn!("not saving the cache of conversation {conversation_id}: {} MB free on disk", free >> 20);
+                let _ = std::fs::remove_file(&path);
+                self.saved.remove(&conversation_id);
+                return;
+            }
+        }
         let result = match self.saved.get(&conversation_id) {
             Some(prev) if tokens.starts_with(prev) && path.exists() => hearth_engine::session_file::append(&path, session, prev.len()),
             _ => {
@@ -240,7 +259,7 @@ impl Caches {
         match result {
             Ok(()) => {
                 self.saved.insert(conversation_id, tokens.to_vec());
-                self.enforce_disk_budget(&path);
+                self.enforce_disk_budget();
             }
             Err(e) => {
                 // A full disk costs only the cache, never the conversation.
@@ -291,8 +310,8 @@ impl Caches {
     }
 
     /// Deletes the least recently written cache files until the rest fit the
-    /// disk budget, never `keep`.
-    fn enforce_disk_budget(&mut self, keep: &Path) {
+    /// disk budget; the file just written goes too if it alone is past it.
+    fn enforce_disk_budget(&mut self) {
         let Some(dir) = &self.dir else { return };
         let budget = self.shared.budgets().disk_mb as u64 * (1 << 20);
         let Ok(entries) = std::fs::read_dir(dir) else { return };
@@ -308,9 +327,6 @@ impl Caches {
         for (_, len, path) in files {
             if total <= budget {
                 break;
-            }
-            if path == keep {
-                continue;
             }
             let _ = std::fs::remove_file(&path);
             let id = path.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse::<i64>().ok());
