@@ -3,7 +3,9 @@
 // run in order.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { join } from 'node:path';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import {
   Harness, Keys, activeConversationId, lastReply, messages, newChat, openChat, send, setSetting, waitForReply,
@@ -11,7 +13,12 @@ import {
 
 // A reply whose message is exactly this panics inside the worker (a test-only hook).
 const PANIC_TRIGGER = '__hearth_test_panic__';
-const h = new Harness({ env: { HEARTH_TEST_PANIC: PANIC_TRIGGER } });
+// Links go to the system browser through xdg-open, which runs $BROWSER: a
+// script that writes down what it was asked to open.
+const opened = join(mkdtempSync(join(tmpdir(), 'hearth-browser-')), 'opened.txt');
+const browser = join(dirname(opened), 'browser.sh');
+writeFileSync(browser, `#!/bin/sh\necho "$1" >> '${opened}'\n`, { mode: 0o755 });
+const h = new Harness({ env: { HEARTH_TEST_PANIC: PANIC_TRIGGER, BROWSER: browser } });
 let d;
 const chats = {};
 
@@ -172,6 +179,29 @@ describe('Hearth end to end', () => {
     assert.equal(await d.$('[data-testid=messages] img'), null);
     await sleep(300);
     assert.equal(await d.execute('return window.__pwned === undefined ? "clean" : String(window.__pwned)'), 'clean');
+  });
+
+  it('opens http(s) and mailto links in the system browser, and nothing else', async () => {
+    const reply = await lastReply(d);
+    await (await reply.$('[data-testid=edit-message]')).click();
+    const input = await d.find('[data-testid=edit-input]');
+    await input.clear();
+    await input.type('See [the docs](https://example.org/docs?q=1), [mail](mailto:help@example.org) and [local](file:///etc/passwd).');
+    await (await d.find('[data-testid=edit-save]')).click();
+    const link = async (text) => {
+      const body = await (await lastReply(d)).$('[data-testid=message-body]');
+      for (const a of await body.$$('a')) if ((await a.text()) === text) return a;
+      return null;
+    };
+    await d.waitFor(async () => (await link('the docs')) !== null, 'the edited reply with links');
+    for (const text of ['the docs', 'mail', 'local']) {
+      const a = await link(text);
+      if (a) await a.click();
+      await sleep(300);
+    }
+    await d.waitFor(async () => existsSync(opened) && readFileSync(opened, 'utf8').split('\n').filter(Boolean).length >= 2, 'the browser to be asked', 10000);
+    await sleep(500);
+    assert.deepEqual(readFileSync(opened, 'utf8').split('\n').filter(Boolean), ['https://example.org/docs?q=1', 'mailto:help@example.org']);
   });
 
   it('searches, renames, deletes and undoes', async () => {
