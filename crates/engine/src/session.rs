@@ -4,6 +4,7 @@
 //! prefix with the new prompt is kept, the rest of the cache is truncated
 //! (the history was edited or regenerated), and only the remainder is prefilled.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{EngineError, Result};
@@ -20,11 +21,17 @@ pub struct Session {
     cache: KvCache,
     /// The tokens whose keys and values the cache holds, in order.
     tokens: Vec<u32>,
+    /// The logits after the first `.0` tokens, from the prefill that ran
+    /// them. A turn whose prompt is exactly those tokens (a regeneration)
+    /// starts from them rather than re-running the last token on its own,
+    /// which would batch it differently, move the last bits, and so change
+    /// what the same seed samples.
+    prefill_logits: Option<(usize, Arc<Vec<f32>>)>,
 }
 
 impl Session {
     pub fn new(model: &Model, max_len: usize) -> Self {
-        Self { cache: model.new_cache(max_len), tokens: Vec::new() }
+        Self { cache: model.new_cache(max_len), tokens: Vec::new(), prefill_logits: None }
     }
 
     /// A session around a cache restored from disk, covering `tokens`.
@@ -32,7 +39,7 @@ impl Session {
         if cache.len() != tokens.len() || cache.batch() != 1 {
             return Err(EngineError::CorruptCache(format!("cache holds {} positions but {} tokens were given", cache.len(), tokens.len())));
         }
-        Ok(Self { cache, tokens })
+        Ok(Self { cache, tokens, prefill_logits: None })
     }
 
     pub fn cache(&self) -> &KvCache {
@@ -52,6 +59,9 @@ impl Session {
     pub fn truncate(&mut self, len: usize) {
         self.tokens.truncate(len);
         self.cache.truncate(len);
+        if self.prefill_logits.as_ref().is_some_and(|(n, _)| len < *n) {
+            self.prefill_logits = None;
+        }
     }
 
     /// Brings the cache to cover `prompt`, reusing the longest common prefix,
@@ -70,8 +80,14 @@ impl Session {
         if prompt.len() > self.cache.max_len() {
             return Err(EngineError::PromptTooLong { tokens: prompt.len(), context: self.cache.max_len() });
         }
-        // At least the last token is run again: its logits are not cached.
-        let common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1);
+        let shared = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        if let Some((_, logits)) = self.prefill_logits.clone().filter(|(n, _)| shared == prompt.len() && *n == prompt.len()) {
+            self.truncate(prompt.len());
+            progress(Progress { done: 0, total: 0 });
+            return Ok((0, logits.to_vec()));
+        }
+        // Otherwise at least the last token is run again: its logits are not kept.
+        let common = shared.min(prompt.len() - 1);
         self.truncate(common);
         let mut logits = None;
         let total = prompt.len() - common;
@@ -90,6 +106,7 @@ impl Session {
             self.tokens.extend_from_slice(chunk);
         }
         let logits = logits.expect("at least one token is run").to_vec2::<f32>()?.remove(0);
+        self.prefill_logits = Some((prompt.len(), Arc::new(logits.clone())));
         progress(Progress { done: total, total });
         Ok((total, logits))
     }

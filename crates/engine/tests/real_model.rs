@@ -151,6 +151,26 @@ fn streaming_and_run_to_end_give_the_same_tokens_for_a_seed() {
 }
 
 #[test]
+fn regenerating_with_the_same_seed_gives_the_same_reply_from_the_cache() {
+    let engine = open_default();
+    let (m, tok) = (engine.model(), engine.tokenizer());
+    let ids = engine.encode_chat(&[ChatMessage::user("Say something surprising.")]).unwrap();
+    let sampling = SamplingParams { temperature: 1.3, seed: 4242, ..SamplingParams::default() };
+    let mut session = engine.new_session(None);
+    let first = session.start_turn(m, tok, &ids, engine.generation_config(sampling.clone(), 48), 1).unwrap().run().unwrap();
+    // The cache now holds the prompt and the reply; the same prompt again
+    // starts from the prefill's own logits, so nothing is re-run.
+    for _ in 0..2 {
+        let again = session.start_turn(m, tok, &ids, engine.generation_config(sampling.clone(), 48), 1).unwrap().run().unwrap();
+        assert_eq!(again.stats.processed_tokens, 0);
+        assert_eq!(again.sequences[0].tokens, first.sequences[0].tokens, "the same seed, the same reply");
+    }
+    // A cold session agrees too: it batches the prompt as the first turn did.
+    let cold = engine.new_session(None).start_turn(m, tok, &ids, engine.generation_config(sampling, 48), 1).unwrap().run().unwrap();
+    assert_eq!(cold.sequences[0].tokens, first.sequences[0].tokens);
+}
+
+#[test]
 fn a_batch_of_variants_shares_the_prompt_and_matches_single_runs() {
     let engine = open_default();
     let (m, tok) = (engine.model(), engine.tokenizer());

@@ -212,10 +212,16 @@ fn a_branch_reuses_its_prefix_and_matches_a_cold_prefill() {
         let (tokens, processed) = turn(&engine, &mut session, &edited);
         assert_eq!(processed, edited.len() - cut, "{family:?}: only the edited tail runs");
         assert_eq!(tokens, cold(&engine, 256, &edited), "{family:?}");
-        // Regenerating the same prompt runs just its last token again.
+        // Regenerating the same prompt runs nothing: it starts from the
+        // logits its prefill left.
         let (again, processed) = turn(&engine, &mut session, &edited);
-        assert_eq!(processed, 1);
+        assert_eq!(processed, 0);
         assert_eq!(again, tokens);
+        // A restored copy has no such logits: it runs just the last token.
+        let mut restored = session_file_roundtrip(&engine, &session);
+        let (again, processed) = turn(&engine, &mut restored, &edited);
+        assert_eq!(processed, 1);
+        assert_eq!(again.len(), tokens.len());
     }
 }
 
@@ -248,4 +254,13 @@ fn the_real_gemma3_file_restores_exactly_across_its_sliding_window() {
     let mut in_memory = session;
     let (warm, _) = turn(&engine, &mut in_memory, &second);
     assert_eq!(from_disk, warm);
+}
+
+/// `session` written to a file and read back.
+fn session_file_roundtrip(engine: &Engine, session: &Session) -> Session {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("s.session");
+    let identity = engine.cache_identity(session.context_length()).unwrap();
+    session_file::write(&file, &identity, session).unwrap();
+    session_file::read(&file, &identity, engine.model()).unwrap().session
 }
