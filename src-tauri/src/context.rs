@@ -24,6 +24,12 @@ pub struct Fitted {
 /// Drops messages by `policy` until the prompt plus `reserve` tokens for the
 /// reply fit `context`. The system prompt and the newest message are always
 /// kept; `StopAtLimit` drops nothing. `count` gives a prompt's token count.
+///
+/// Messages go oldest first after the protected ones, a reply with its
+/// question, so the kept list after any number of drops is the protected
+/// head plus a tail: the fewest drops that fit are found by bisection, with
+/// a few counts rather than one per message (a thousand-message thread
+/// would otherwise render and tokenize its history a thousand times).
 pub fn fit<E>(
     messages: &[ChatMessage],
     policy: OverflowPolicy,
@@ -31,27 +37,54 @@ pub fn fit<E>(
     reserve: usize,
     mut count: impl FnMut(&[ChatMessage]) -> Result<usize, E>,
 ) -> Result<Fitted, E> {
-    let mut kept: Vec<ChatMessage> = messages.to_vec();
-    let mut tokens = count(&kept)?;
-    let mut dropped = 0;
-    let system = usize::from(kept.first().is_some_and(|m| m.role == Role::System));
+    let tokens = count(messages)?;
+    let system = usize::from(messages.first().is_some_and(|m| m.role == Role::System));
     // Keep the first exchange too when truncating the middle.
     let protected = match policy {
-        OverflowPolicy::StopAtLimit => return Ok(Fitted { messages: kept, dropped, tokens }),
+        OverflowPolicy::StopAtLimit => return Ok(Fitted { messages: messages.to_vec(), dropped: 0, tokens }),
         OverflowPolicy::TruncateMiddle => system + 2,
         OverflowPolicy::RollingWindow => system,
     };
-    while tokens + reserve > context && kept.len() > protected + 1 {
-        kept.remove(protected);
-        dropped += 1;
-        // A reply without its question reads oddly to the model: drop it too.
-        if kept.len() > protected + 1 && kept[protected].role == Role::Assistant {
-            kept.remove(protected);
-            dropped += 1;
-        }
-        tokens = count(&kept)?;
+    if tokens + reserve <= context {
+        return Ok(Fitted { messages: messages.to_vec(), dropped: 0, tokens });
     }
-    Ok(Fitted { messages: kept, dropped, tokens })
+    // How many messages each successive drop step has removed in all.
+    let n = messages.len();
+    let mut steps = vec![0usize];
+    let mut d = 0;
+    while n - d > protected + 1 {
+        d += 1;
+        // A reply without its question reads oddly to the model: drop it too.
+        if n - d > protected + 1 && messages[protected + d].role == Role::Assistant {
+            d += 1;
+        }
+        steps.push(d);
+    }
+    let kept = |d: usize| -> Vec<ChatMessage> { messages[..protected.min(n)].iter().chain(&messages[(protected + d).min(n)..]).cloned().collect() };
+    // The fewest steps whose prompt fits, or every step when none does.
+    let (mut lo, mut hi) = (1, steps.len() - 1);
+    let mut best = None;
+    while lo <= hi {
+        let mid = (lo + hi) / 2;
+        let t = count(&kept(steps[mid]))?;
+        if t + reserve <= context {
+            best = Some((mid, t));
+            if mid == 1 {
+                break;
+            }
+            hi = mid - 1;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    let (step, tokens) = match best {
+        Some(found) => found,
+        None => {
+            let last = steps.len() - 1;
+            (last, if last == 0 { tokens } else { count(&kept(steps[last]))? })
+        }
+    };
+    Ok(Fitted { messages: kept(steps[step]), dropped: steps[step], tokens })
 }
 
 #[cfg(test)]
@@ -104,5 +137,22 @@ mod tests {
         assert_eq!(texts(&f), ["sys", "new"]);
         let f = fit(&[ChatMessage::user("only")], OverflowPolicy::RollingWindow, 1, 0, count).unwrap();
         assert_eq!(texts(&f), ["only"]);
+    }
+
+    #[test]
+    fn a_thousand_message_thread_is_fitted_with_a_few_counts() {
+        let long = chat(500);
+        let mut calls = 0;
+        let f = fit(&long, OverflowPolicy::RollingWindow, 1000, 100, |m| {
+            calls += 1;
+            count(m)
+        })
+        .unwrap();
+        // 90 messages of 10 tokens fit in 1000 - 100: the system prompt, the
+        // latest 44 turns and the new message; whole turns are dropped.
+        assert_eq!(f.tokens, 900);
+        assert_eq!(texts(&f)[..2], ["sys", "u456"]);
+        assert_eq!(f.dropped, 1002 - 90);
+        assert!(calls <= 12, "{calls} counts");
     }
 }

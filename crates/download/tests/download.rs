@@ -51,7 +51,9 @@ fn serve(body: Arc<Vec<u8>>, how: Behaviour) -> Server {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { break };
             let first = n.fetch_add(1, Ordering::SeqCst) == 0;
-            let _ = answer(stream, &body, &how, first, &r);
+            // A connection of its own thread: a stalled one holds up no other.
+            let (body, how, r) = (body.clone(), how.clone(), r.clone());
+            std::thread::spawn(move || answer(stream, &body, &how, first, &r));
         }
     });
     Server { url, ranges, requests }
