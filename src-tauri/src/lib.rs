@@ -6,6 +6,7 @@ pub mod commands;
 pub mod context;
 pub mod error;
 pub mod events;
+pub mod startup;
 pub mod state;
 pub mod worker;
 
@@ -29,18 +30,28 @@ pub fn builder<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R> {
     builder
         .plugin(tauri_plugin_dialog::init())
         .plugin(tauri_plugin_opener::init())
-        .setup(|app| Ok(manage_state(app.handle())?))
+        .setup(|app| {
+            // Whatever fails here, the window opens and says so.
+            startup::start(app.handle());
+            Ok(())
+        })
         .invoke_handler(commands::handler())
 }
 
-/// Opens the database and starts the worker. Tauri runs this once the event
-/// loop is ready; tests on the mock runtime call it themselves.
-pub fn manage_state<R: Runtime>(app: &tauri::AppHandle<R>) -> error::AppResult<()> {
+/// Opens the database and starts the worker (through `startup::start`,
+/// once the event loop is ready); on failure, says what failed.
+pub fn manage_state<R: Runtime>(app: &tauri::AppHandle<R>) -> Result<(), startup::StartupError> {
     let handle = app.clone();
     let on_status = Box::new(move |status: &events::ModelStatus| {
         let _ = handle.emit(MODEL_STATUS_EVENT, status);
     });
-    let state = AppState::open(state::data_dir()?, on_status)?;
+    let fail = |error: error::AppError, database: Option<String>| startup::StartupError { error, database };
+    let dir = state::data_dir().map_err(|e| fail(e, None))?;
+    let state = AppState::open(dir.clone(), on_status).map_err(|e| {
+        // The lock is taken first: any later storage error is the database's.
+        let database = (e.kind == error::ErrorKind::Storage).then(|| dir.join(state::DATABASE_FILE).display().to_string());
+        fail(e, database)
+    })?;
     app.manage(state);
     Ok(())
 }

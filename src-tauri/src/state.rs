@@ -12,18 +12,27 @@ use crate::worker::{CacheBudgets, StatusSink, Worker, LAST_MODEL_KEY};
 /// The app-setting key that keeps the cache budgets.
 pub const BUDGETS_KEY: &str = "cache_budgets";
 
+/// The database's file name in the data folder.
+pub const DATABASE_FILE: &str = "hearth.db";
+
+/// The file whose lock says the data folder is in use.
+const LOCK_FILE: &str = "hearth.lock";
+
 pub struct AppState {
     store: Mutex<Store>,
     pub worker: Worker,
     /// Set to cancel the default model's download in progress, if any.
     pub download: Mutex<Option<Arc<AtomicBool>>>,
+    /// Held for as long as the app runs: one process per data folder.
+    _lock: std::fs::File,
 }
 
 impl AppState {
     /// Opens the database in `data_dir`, starts the worker, and starts
     /// loading the model the user had last (or the default one).
     pub fn open(data_dir: PathBuf, on_status: StatusSink) -> AppResult<Self> {
-        let store = Store::open(data_dir.join("hearth.db"))?;
+        let lock = lock_data_dir(&data_dir)?;
+        let store = Store::open(data_dir.join(DATABASE_FILE))?;
         // Conversations deleted in an earlier run are past their undo.
         let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
         store.purge_deleted(started)?;
@@ -36,11 +45,33 @@ impl AppState {
         if let Some(path) = initial_model(&store) {
             worker.load_model(path);
         }
-        Ok(Self { store: Mutex::new(store), worker, download: Mutex::new(None) })
+        Ok(Self { store: Mutex::new(store), worker, download: Mutex::new(None), _lock: lock })
     }
 
     pub fn store(&self) -> AppResult<MutexGuard<'_, Store>> {
         Ok(self.store.lock()?)
+    }
+}
+
+/// Locks the data folder for this process, or says who holds it. Two
+/// processes on one folder would purge each other's deleted conversations,
+/// mark each other's replies interrupted and write the same cache files.
+fn lock_data_dir(dir: &std::path::Path) -> AppResult<std::fs::File> {
+    std::fs::create_dir_all(dir).map_err(|e| AppError::new(ErrorKind::Storage, format!("cannot create {}: {e}", dir.display())))?;
+    let path = dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| AppError::new(ErrorKind::Storage, format!("cannot open {}: {e}", path.display())))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(AppError::new(
+            ErrorKind::Busy,
+            format!("Hearth is already running with the data folder {}; switch to its window, or close it and start Hearth again", dir.display()),
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(AppError::new(ErrorKind::Storage, format!("cannot lock {}: {e}", path.display()))),
     }
 }
 

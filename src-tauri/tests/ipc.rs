@@ -13,7 +13,8 @@ fn app() -> (tempfile::TempDir, tauri::App<tauri::test::MockRuntime>, tauri::Web
     std::env::set_var("HEARTH_DATA_DIR", dir.path());
     std::env::set_var("HEARTH_MODEL", dir.path().join("no-model-here.gguf"));
     let app = hearth_app::builder(mock_builder()).build(mock_context(noop_assets())).expect("the app builds");
-    hearth_app::manage_state(app.handle()).expect("the database opens");
+    // What the app's setup does once the event loop runs.
+    hearth_app::startup::start(app.handle());
     let webview = WebviewWindowBuilder::new(&app, "main", Default::default()).build().unwrap();
     (dir, app, webview)
 }
@@ -38,6 +39,15 @@ fn call(webview: &tauri::WebviewWindow<tauri::test::MockRuntime>, cmd: &str, arg
 fn commands_over_ipc() {
     let (dir, _app, w) = app();
     assert!(dir.path().join("hearth.db").exists(), "the database lives in HEARTH_DATA_DIR");
+    assert_eq!(call(&w, "app_startup_error", json!({})).unwrap(), Value::Null);
+    let err = call(&w, "app_move_database_aside", json!({})).unwrap_err();
+    assert_eq!(err["kind"], "invalidSettings", "nothing to move aside when the database opened");
+
+    // A second app on the same data folder is refused, and says why.
+    let second = hearth_app::state::AppState::open(dir.path().to_path_buf(), Box::new(|_| {}));
+    let err = second.err().expect("the data folder is locked");
+    assert_eq!(err.kind, hearth_app::error::ErrorKind::Busy);
+    assert!(err.message.contains("already running"), "{}", err.message);
 
     // Conversations.
     let c = call(&w, "conversations_create", json!({})).unwrap();

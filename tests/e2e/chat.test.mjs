@@ -297,8 +297,11 @@ describe('Hearth end to end', () => {
     assert.equal(await ok.attr('data-finish'), 'end_token');
     // The conversation that failed is free again.
     await openChat(d, broken);
+    const before = (await messages(d)).length;
     await send(d, 'What is 2 + 2?');
-    assert.notEqual(await (await waitForReply(d)).attr('data-finish'), 'error');
+    await d.waitFor(async () => (await messages(d)).length >= before + 2, 'the new turn');
+    const again = await waitForReply(d);
+    assert.notEqual(await again.attr('data-finish'), 'error', await again.text());
   });
 
   it('keeps everything across a restart, and the cache: the next turn runs only its new tokens', async () => {

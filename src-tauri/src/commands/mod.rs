@@ -1,6 +1,7 @@
 //! IPC commands, one module per feature. Each returns `AppResult`, so a
 //! failure reaches the UI as `{kind, message}`.
 
+pub mod app;
 pub mod chat;
 pub mod conversations;
 pub mod models;
@@ -9,6 +10,8 @@ pub mod settings;
 /// The handler that routes every command.
 pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + Send + Sync + 'static {
     tauri::generate_handler![
+        app::app_startup_error,
+        app::app_move_database_aside,
         conversations::conversations_list,
         conversations::conversations_search,
         conversations::conversations_create,

@@ -15,6 +15,7 @@ import type { ModelStatus } from './bindings/ModelStatus';
 import type { Preset } from './bindings/Preset';
 import type { RecentModel } from './bindings/RecentModel';
 import type { SearchHit } from './bindings/SearchHit';
+import type { StartupError } from './bindings/StartupError';
 import type { Sent } from './bindings/Sent';
 import type { ThreadMessage } from './bindings/ThreadMessage';
 
@@ -33,6 +34,10 @@ function channel(onEvent: OnEvent): Channel<GenerationEvent> {
 }
 
 export const api = {
+  app: {
+    startupError: () => invoke<StartupError | null>('app_startup_error'),
+    moveDatabaseAside: () => invoke<string>('app_move_database_aside'),
+  },
   conversations: {
     list: () => invoke<Conversation[]>('conversations_list'),
     search: (query: string) => invoke<SearchHit[]>('conversations_search', { query }),
