@@ -47,8 +47,9 @@ pub fn manage_state<R: Runtime>(app: &tauri::AppHandle<R>) -> Result<(), startup
     });
     let fail = |error: error::AppError, database: Option<String>| startup::StartupError { error, database };
     let dir = state::data_dir().map_err(|e| fail(e, None))?;
-    let state = AppState::open(dir.clone(), on_status).map_err(|e| {
-        // The lock is taken first: any later storage error is the database's.
+    // A folder or lock problem is not the database's: nothing to move aside.
+    let lock = state::lock_data_dir(&dir).map_err(|e| fail(e, None))?;
+    let state = AppState::open(dir.clone(), lock, on_status).map_err(|e| {
         let database = (e.kind == error::ErrorKind::Storage).then(|| dir.join(state::DATABASE_FILE).display().to_string());
         fail(e, database)
     })?;

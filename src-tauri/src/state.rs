@@ -30,8 +30,9 @@ pub struct AppState {
 impl AppState {
     /// Opens the database in `data_dir`, starts the worker, and starts
     /// loading the model the user had last (or the default one).
-    pub fn open(data_dir: PathBuf, on_status: StatusSink) -> AppResult<Self> {
-        let lock = lock_data_dir(&data_dir)?;
+    /// `lock` is the data folder's, from [`lock_data_dir`]: taken apart,
+    /// so that any error here is the database's or the worker's.
+    pub fn open(data_dir: PathBuf, lock: std::fs::File, on_status: StatusSink) -> AppResult<Self> {
         let store = Store::open(data_dir.join(DATABASE_FILE))?;
         // Conversations deleted in an earlier run are past their undo.
         let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
@@ -56,7 +57,7 @@ impl AppState {
 /// Locks the data folder for this process, or says who holds it. Two
 /// processes on one folder would purge each other's deleted conversations,
 /// mark each other's replies interrupted and write the same cache files.
-fn lock_data_dir(dir: &std::path::Path) -> AppResult<std::fs::File> {
+pub fn lock_data_dir(dir: &std::path::Path) -> AppResult<std::fs::File> {
     std::fs::create_dir_all(dir).map_err(|e| AppError::new(ErrorKind::Storage, format!("cannot create {}: {e}", dir.display())))?;
     let path = dir.join(LOCK_FILE);
     let file = std::fs::OpenOptions::new()

@@ -44,8 +44,7 @@ fn commands_over_ipc() {
     assert_eq!(err["kind"], "invalidSettings", "nothing to move aside when the database opened");
 
     // A second app on the same data folder is refused, and says why.
-    let second = hearth_app::state::AppState::open(dir.path().to_path_buf(), Box::new(|_| {}));
-    let err = second.err().expect("the data folder is locked");
+    let err = hearth_app::state::lock_data_dir(dir.path()).err().expect("the data folder is locked");
     assert_eq!(err.kind, hearth_app::error::ErrorKind::Busy);
     assert!(err.message.contains("already running"), "{}", err.message);
 

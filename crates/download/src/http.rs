@@ -147,6 +147,7 @@ impl Transfer {
         std::thread::spawn(move || {
             let agent: ureq::Agent = ureq::Agent::config_builder()
                 .timeout_connect(Some(limits.connect))
+                .timeout_recv_response(Some(limits.stall))
                 .timeout_global(Some(limits.overall))
                 .http_status_as_error(false)
                 .build()
