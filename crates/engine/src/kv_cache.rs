@@ -33,6 +33,27 @@ const MAGIC: &[u8; 8] = b"HEARTHKV";
 /// 2: keys and values in f16 (1 held f32).
 const FORMAT_VERSION: u32 = 2;
 
+/// One layer's host buffers, writable (see `KvCache::host_mut`).
+pub(crate) struct HostKvMut<'a> {
+    pub k: &'a mut [f16],
+    pub v_t: &'a mut [f16],
+    pub capacity: usize,
+    head_dim: usize,
+}
+
+impl HostKvMut<'_> {
+    /// Stores one position's key and value of run `run` (sequence × KV
+    /// head), rounded to f16 as llama.cpp's `ggml_set_rows` rounds them.
+    pub fn store(&mut self, run: usize, pos: usize, k: &[f32], v: &[f32]) {
+        use half::slice::HalfFloatSliceExt;
+        let (d, cap) = (self.head_dim, self.capacity);
+        self.k[(run * cap + pos) * d..(run * cap + pos + 1) * d].convert_from_f32_slice(k);
+        for (j, x) in v.iter().enumerate() {
+            self.v_t[(run * d + j) * cap + pos] = f16::from_f32(*x);
+        }
+    }
+}
+
 /// Positional KV storage for all layers of one model.
 #[derive(Clone)]
 pub struct KvCache {
@@ -183,12 +204,11 @@ impl KvCache {
         }
     }
 
-    /// Mutable host buffers of `layer` (keys, transposed values, capacity);
-    /// call `reserve` first (it unshares them).
-    pub(crate) fn host_mut(&mut self, layer: usize) -> (&mut [f16], &mut [f16], usize) {
-        let capacity = self.capacity;
+    /// Mutable host buffers of `layer`; call `reserve` first (it unshares them).
+    pub(crate) fn host_mut(&mut self, layer: usize) -> HostKvMut<'_> {
+        let (capacity, head_dim) = (self.capacity, self.head_dim);
         match Arc::get_mut(&mut self.layers).map(|l| &mut l[layer]) {
-            Some(LayerKv::Host { k, v }) => (k, v, capacity),
+            Some(LayerKv::Host { k, v }) => HostKvMut { k, v_t: v, capacity, head_dim },
             _ => unreachable!("host_mut needs a reserved CPU cache"),
         }
     }
@@ -226,13 +246,14 @@ impl KvCache {
             let vt = Tensor::from_slice(v, shape, &self.device)?;
             return self.write(layer, &kt, &vt);
         }
-        let (hk, hv, cap) = self.host_mut(layer);
+        let host = self.host_mut(layer);
+        let cap = host.capacity;
         for run in 0..runs {
             let (src, dst) = (run * n * d, (run * cap + pos) * d);
-            hk[dst..dst + n * d].copy_from_slice(&k[src..src + n * d]);
+            host.k[dst..dst + n * d].copy_from_slice(&k[src..src + n * d]);
             // Row by row of the destination, so the writes are sequential.
             for j in 0..d {
-                let row = &mut hv[(run * d + j) * cap + pos..(run * d + j) * cap + pos + n];
+                let row = &mut host.v_t[(run * d + j) * cap + pos..(run * d + j) * cap + pos + n];
                 for (i, x) in row.iter_mut().enumerate() {
                     *x = v[src + i * d + j];
                 }

@@ -83,7 +83,6 @@ impl Session {
         let shared = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
         if let Some((_, logits)) = self.prefill_logits.clone().filter(|(n, _)| shared == prompt.len() && *n == prompt.len()) {
             self.truncate(prompt.len());
-            progress(Progress { done: 0, total: 0 });
             return Ok((0, logits.to_vec()));
         }
         // Otherwise at least the last token is run again: its logits are not kept.

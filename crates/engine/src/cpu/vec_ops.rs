@@ -37,17 +37,8 @@ multiversion! {
     pub fn dot(a: &[f32], b: &[f32]) -> f32 => dot_impl
 }
 multiversion! {
-    /// `x[i] = exp(x[i] - max)` with `ggml_v_expf`, returning the sum as
-    /// `ggml_vec_soft_max_f32` forms it (eight at a time, in f64).
-    pub fn exp_sum(x: &mut [f32], max: f32) -> f64 => exp_sum_impl
-}
-multiversion! {
     /// `gate = SiLU(gate) · up`, as `ggml_vec_swiglu_f32`.
     pub fn silu_mul(gate: &mut [f32], up: &[f32]) => silu_mul_impl
-}
-multiversion! {
-    /// `y += alpha · x`.
-    pub fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) => axpy_impl
 }
 multiversion! {
     /// `x *= alpha`.
@@ -116,6 +107,9 @@ pub(crate) fn expf_lane(x: f32) -> f32 {
     s2.mul_add(j, s2) * s1
 }
 
+/// `x[i] = exp(x[i] - max)` with `ggml_v_expf`, returning the sum as
+/// `ggml_vec_soft_max_f32` forms it (eight at a time, in f64); inlined into
+/// each build of the softmax that calls it.
 #[inline(always)]
 pub(super) fn exp_sum_impl(x: &mut [f32], max: f32) -> f64 {
     let mut sum = 0f64;
@@ -147,13 +141,6 @@ fn silu_mul_impl(gate: &mut [f32], up: &[f32]) {
     }
     for (g, u) in gate[n..].iter_mut().zip(&up[n..]) {
         *g = *g / (1.0 + (-*g).exp()) * u;
-    }
-}
-
-#[inline(always)]
-fn axpy_impl(y: &mut [f32], alpha: f32, x: &[f32]) {
-    for (y, x) in y.iter_mut().zip(x) {
-        *y = alpha.mul_add(*x, *y);
     }
 }
 
@@ -239,10 +226,6 @@ mod tests {
             rms_norm(&mut o1, &a, &b, 1e-5);
             rms_norm_impl(&mut o2, &a, &b, 1e-5);
             assert_eq!(o1, o2);
-            let (mut y1, mut y2) = (b.clone(), b.clone());
-            axpy(&mut y1, 0.3, &a);
-            axpy_impl(&mut y2, 0.3, &a);
-            assert_eq!(y1, y2);
         }
     }
 
@@ -257,7 +240,7 @@ mod tests {
         assert_eq!(expf_lane(-1000.0), 0.0);
         assert_eq!(expf_lane(0.0), 1.0);
         let mut v: Vec<f32> = (0..21).map(|i| -(i as f32) * 0.3).collect();
-        let sum = exp_sum(&mut v, 0.0);
+        let sum = exp_sum_impl(&mut v, 0.0);
         assert!((sum - v.iter().map(|x| *x as f64).sum::<f64>()).abs() < 1e-6);
     }
 

@@ -13,7 +13,6 @@
 use std::ops::Range;
 
 use candle_core::{Device, Tensor};
-use half::slice::HalfFloatSliceExt;
 
 use super::{window_start, Architecture, Block, Embeddings, Matrix, Model, Norm};
 use crate::error::Result;
@@ -138,21 +137,14 @@ impl Model {
         apply_rope(&mut buf.q, rope, seq, qd, hd, interleaved);
         apply_rope(&mut buf.k, rope, seq, kd, hd, interleaved);
 
-        // New keys and values go straight into the cache's buffers, rounded
-        // to f16 as llama.cpp's `ggml_set_rows` rounds them.
+        // New keys and values go straight into the cache's buffers.
         {
-            let (ck, cv, cap) = cache.host_mut(layer);
+            let mut kv = cache.host_mut(layer);
             for r in 0..rows {
                 let (bi, i) = (r / seq, r % seq);
                 for h in 0..c.n_kv_heads {
-                    let dst = ((bi * c.n_kv_heads + h) * cap + pos0 + i) * hd;
                     let src = r * kd + h * hd;
-                    ck[dst..dst + hd].convert_from_f32_slice(&buf.k[src..src + hd]);
-                    // Values go in transposed: a row per dimension.
-                    let rows = (bi * c.n_kv_heads + h) * hd;
-                    for (j, v) in buf.v[src..src + hd].iter().enumerate() {
-                        cv[(rows + j) * cap + pos0 + i] = half::f16::from_f32(*v);
-                    }
+                    kv.store(bi * c.n_kv_heads + h, pos0 + i, &buf.k[src..src + hd], &buf.v[src..src + hd]);
                 }
             }
         }

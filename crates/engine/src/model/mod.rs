@@ -420,14 +420,8 @@ impl Model {
         // that share a KV head into the row dimension.
         let n_rep = c.n_heads / c.n_kv_heads;
         let q = q.reshape((batch, c.n_kv_heads, n_rep * seq_len, c.head_dim))?;
-        let mut scale = 1.0 / (c.head_dim as f64).sqrt();
-        let q = if c.architecture.scales_queries() {
-            let q = (q * scale)?;
-            scale = 1.0;
-            q
-        } else {
-            q
-        };
+        let scale = 1.0 / (c.head_dim as f64).sqrt();
+        let (q, scale) = if c.architecture.scales_queries() { ((q * scale)?, 1.0) } else { (q, scale) };
         // As the CPU pass (and llama.cpp): the f16 keys meet f16-rounded
         // queries, the f16 values f16-rounded probabilities.
         let q = round_to_f16(&q)?;
