@@ -22,11 +22,14 @@ pub enum GenerationEvent {
     /// conversation's cache; sent before each chunk and at the end.
     #[serde(rename_all = "camelCase")]
     Prefill { done: u32, total: u32 },
-    /// A piece of text and the token that completed it (text may be empty
-    /// while a multi-byte character or a possible stop string is held back;
-    /// `id` is null for held-back text released by a stop).
+    /// Text and the tokens that produced it since the last `tokens` event.
+    /// Tokens are sent together at most every `TOKEN_BATCH` (the first at
+    /// once), so a fast model does not cost the UI one message per token.
+    /// `text` may be shorter than the ids suggest while a multi-byte
+    /// character or a possible stop string is held back, and `ids` may be
+    /// empty when a stop releases held-back text.
     #[serde(rename_all = "camelCase")]
-    Token { text: String, id: Option<u32> },
+    Tokens { text: String, ids: Vec<u32> },
     #[serde(rename_all = "camelCase")]
     Finished { reason: String, stats: ReplyStats },
     #[serde(rename_all = "camelCase")]

@@ -8,6 +8,7 @@ pub mod error;
 pub mod events;
 pub mod startup;
 pub mod state;
+pub mod webview_priority;
 pub mod worker;
 
 use tauri::{Emitter, Manager, Runtime};
@@ -34,6 +35,16 @@ pub fn builder<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R> {
             // Whatever fails here, the window opens and says so.
             startup::start(app.handle());
             Ok(())
+        })
+        .on_page_load(|_, payload| {
+            if payload.event() == tauri::webview::PageLoadEvent::Finished {
+                // Again a little later, for helper processes started after the load.
+                std::thread::spawn(|| {
+                    webview_priority::lower_webview_priority();
+                    std::thread::sleep(std::time::Duration::from_secs(3));
+                    webview_priority::lower_webview_priority();
+                });
+            }
         })
         .invoke_handler(commands::handler())
 }

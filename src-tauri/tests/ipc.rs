@@ -82,6 +82,46 @@ fn commands_over_ipc() {
     call(&w, "settings_set", json!({"conversationId": id, "settings": settings})).unwrap();
     assert_eq!(call(&w, "settings_get", json!({"conversationId": id})).unwrap()["seed"], 42);
 
+    // Bad input for every field: NaN and infinities (JSON's null), values
+    // out of range, numbers past u32 and values of the wrong type. Each is
+    // a field error naming that field, never serde's words, and the saved
+    // settings stay as they were.
+    let saved = call(&w, "settings_get", json!({"conversationId": id})).unwrap();
+    let big = json!(u64::from(u32::MAX) + 1);
+    let bad: &[(&str, &[Value])] = &[
+        ("temperature", &[json!(f64::NAN), json!(f64::INFINITY), json!(-0.1), json!(5.5), json!("hot")]),
+        ("topK", &[json!(-1), json!(100_001), big.clone(), json!(2.5), Value::Null]),
+        ("topP", &[json!(f64::NEG_INFINITY), json!(0), json!(1.01), json!(true)]),
+        ("minP", &[Value::Null, json!(-0.01), json!(1)]),
+        ("repeatPenalty", &[Value::Null, json!(0), json!(10.5)]),
+        ("penaltyWindow", &[json!(-1), json!(1_000_001), big.clone()]),
+        ("maxNewTokens", &[json!(0), json!(1_000_001), big.clone(), json!(1e300)]),
+        ("seed", &[json!(-1), big.clone(), json!(0.5), json!("42")]),
+        ("stopStrings", &[json!([""]), json!(vec!["x"; 17]), json!("stop"), json!([1])]),
+        ("contextLength", &[json!(8), json!((1u64 << 20) + 1), big.clone()]),
+        ("overflow", &[json!("sideways"), json!(1)]),
+        ("systemPrompt", &[json!("x".repeat((1 << 20) + 1)), json!(7)]),
+    ];
+    for (field, values) in bad {
+        for value in values.iter() {
+            let mut s = saved.clone();
+            s[field] = value.clone();
+            let errors = call(&w, "settings_validate", json!({"settings": s})).unwrap();
+            let named: Vec<&str> = errors.as_array().unwrap().iter().map(|e| e["field"].as_str().unwrap()).collect();
+            assert_eq!(named, [*field], "{field} = {value}");
+            let err = call(&w, "settings_set", json!({"conversationId": id, "settings": s})).unwrap_err();
+            assert_eq!(err["kind"], "invalidSettings", "{field} = {value}");
+            let message = err["message"].as_str().unwrap();
+            assert!(message.starts_with(field) && !message.contains("invalid type") && !message.contains("expected"), "{field} = {value}: {message}");
+            let err = call(&w, "settings_defaults_set", json!({"settings": s})).unwrap_err();
+            assert_eq!(err["kind"], "invalidSettings");
+            let err = call(&w, "presets_save", json!({"preset": {"name": "Bad", "settings": s}})).unwrap_err();
+            assert_eq!(err["kind"], "invalidSettings");
+        }
+    }
+    assert_eq!(call(&w, "settings_get", json!({"conversationId": id})).unwrap(), saved);
+    assert_eq!(call(&w, "presets_list", json!({})).unwrap(), json!([]));
+
     // Presets.
     let presets = call(&w, "presets_save", json!({"preset": {"name": "Exact", "settings": settings}})).unwrap();
     assert_eq!(presets[0]["name"], "Exact");

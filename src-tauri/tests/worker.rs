@@ -59,7 +59,7 @@ fn collect(rx: &mpsc::Receiver<GenerationEvent>) -> Vec<GenerationEvent> {
 
 /// The text the token events carried.
 fn streamed(events: &[GenerationEvent]) -> String {
-    events.iter().filter_map(|e| if let GenerationEvent::Token { text, .. } = e { Some(text.as_str()) } else { None }).collect()
+    events.iter().filter_map(|e| if let GenerationEvent::Tokens { text, .. } = e { Some(text.as_str()) } else { None }).collect()
 }
 
 fn finished(events: &[GenerationEvent]) -> (String, hearth_store::ReplyStats) {
@@ -110,14 +110,15 @@ fn stop_ends_a_reply_within_a_step_and_keeps_its_text() {
     worker.enqueue(j).unwrap();
     let mut tokens = 0;
     while tokens < 5 {
-        if let GenerationEvent::Token { .. } = rx.recv_timeout(Duration::from_secs(60)).unwrap() {
-            tokens += 1;
+        if let GenerationEvent::Tokens { ids, .. } = rx.recv_timeout(Duration::from_secs(60)).unwrap() {
+            tokens += ids.len();
         }
     }
     assert!(worker.stop(c.id));
     let rest = collect(&rx);
-    let after_stop = rest.iter().filter(|e| matches!(e, GenerationEvent::Token { id: Some(_), .. })).count();
-    assert!(after_stop <= 2, "{after_stop} tokens came after the stop");
+    // What was generated before the stop may still be on its way, once.
+    let after_stop = rest.iter().filter(|e| matches!(e, GenerationEvent::Tokens { ids, .. } if !ids.is_empty())).count();
+    assert!(after_stop <= 2, "{after_stop} token events came after the stop");
     let (reason, _) = finished(&rest);
     assert_eq!(reason, "cancelled");
     let saved = store.message(reply).unwrap();
@@ -361,14 +362,14 @@ fn stop_during_a_long_prefill_ends_the_reply_within_a_chunk() {
                     break std::time::Instant::now();
                 }
             }
-            GenerationEvent::Token { .. } => panic!("a token before any prefill progress"),
+            GenerationEvent::Tokens { .. } => panic!("a token before any prefill progress"),
             _ => {}
         }
     };
     let events = collect(&rx);
     let waited = stopped_at.elapsed();
     assert_eq!(finished(&events).0, "cancelled");
-    assert!(!events.iter().any(|e| matches!(e, GenerationEvent::Token { .. })), "no token after Stop in the prefill");
+    assert!(!events.iter().any(|e| matches!(e, GenerationEvent::Tokens { .. })), "no token after Stop in the prefill");
     let (first_done, total) = progress[progress.len() - 1];
     assert!(total > 3000 && first_done == 512, "{progress:?}");
     assert_eq!(progress[0], (0, total));

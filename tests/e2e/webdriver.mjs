@@ -46,6 +46,11 @@ export class WebDriver {
     return this.cmd('POST', '/execute/sync', { script, args });
   }
 
+  /** Runs `script`, which calls its last argument when done, and returns what it passed. */
+  executeAsync(script, args = []) {
+    return this.cmd('POST', '/execute/async', { script, args });
+  }
+
   async waitFor(probe, what, timeoutMs = 20000, everyMs = 100) {
     const deadline = Date.now() + timeoutMs;
     let last;

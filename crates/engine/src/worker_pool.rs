@@ -12,8 +12,9 @@
 //!   fewer tasks instead of stalling the others;
 //! - spins only briefly between regions, then sleeps on a condition variable;
 //! - watches how long the caller waits for tasks already claimed by a
-//!   descheduled worker, and when that waiting is a large share of the pass,
-//!   runs on fewer threads for a while (probing the full count again later).
+//!   descheduled worker, and when one thread fewer would have finished the
+//!   pass sooner, runs on fewer threads for a while (probing the full count
+//!   again later).
 
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -72,8 +73,12 @@ struct Adaptive {
     /// Threads in use (caller included), `1..=threads`.
     current: usize,
     passes_since_change: u32,
+    /// The caller's time running tasks, and waiting for tasks others claimed.
     work: Duration,
     stalled: Duration,
+    /// Tasks the caller ran, and tasks in all, this pass.
+    own_tasks: usize,
+    tasks: usize,
 }
 
 impl WorkerPool {
@@ -101,7 +106,7 @@ impl WorkerPool {
                     .expect("spawn a CPU worker")
             })
             .collect();
-        Self { shared, handles, threads, region: Mutex::new(()), adaptive: Mutex::new(Adaptive { current: threads, passes_since_change: 0, work: Duration::ZERO, stalled: Duration::ZERO }) }
+        Self { shared, handles, threads, region: Mutex::new(()), adaptive: Mutex::new(Adaptive { current: threads, passes_since_change: 0, work: Duration::ZERO, stalled: Duration::ZERO, own_tasks: 0, tasks: 0 }) }
     }
 
     /// The process-wide pool, sized by [`set_threads`] or else by the
@@ -151,8 +156,10 @@ impl WorkerPool {
         }
 
         let started = Instant::now();
+        let mut own_tasks = 0;
         while let Some(t) = claim(s, region) {
             run_task(s, job, t);
+            own_tasks += 1;
         }
         let own_done = Instant::now();
         let mut spins = 0u32;
@@ -169,6 +176,8 @@ impl WorkerPool {
             let mut a = self.adaptive.lock().unwrap_or_else(|e| e.into_inner());
             a.work += own_done - started;
             a.stalled += end - own_done;
+            a.own_tasks += own_tasks;
+            a.tasks += tasks;
         }
         if s.panicked.swap(false, Ordering::Relaxed) {
             panic!("a CPU worker panicked");
@@ -182,14 +191,28 @@ impl WorkerPool {
             return;
         }
         let mut a = self.adaptive.lock().unwrap_or_else(|e| e.into_inner());
-        let (work, stalled) = (a.work, a.stalled);
+        let (work, stalled, own_tasks, tasks) = (a.work, a.stalled, a.own_tasks, a.tasks);
         a.work = Duration::ZERO;
         a.stalled = Duration::ZERO;
+        a.own_tasks = 0;
+        a.tasks = 0;
         a.passes_since_change += 1;
         // With every thread on a core the caller waits at most one task's
-        // length per region; a descheduled worker makes it wait a time slice.
-        let contended = stalled.as_secs_f64() > 0.25 * (work + stalled).as_secs_f64();
-        if contended && a.current > 1 {
+        // length per region; a descheduled worker makes it wait a time
+        // slice. Fewer threads pay off only when that waiting costs more
+        // than the workers' share of the tasks: at the caller's own pace,
+        // the pass's tasks spread over one thread fewer would take
+        // `work * tasks / own_tasks / (current - 1)`. (Under a moderate
+        // load, a UI painting a third of one core's time, two threads still
+        // beat one by a third; a plain share-of-waiting rule gave that up.)
+        let now = (work + stalled).as_secs_f64();
+        let fewer = if own_tasks > 0 && a.current > 1 {
+            work.as_secs_f64() * tasks as f64 / own_tasks as f64 / (a.current - 1) as f64
+        } else {
+            f64::INFINITY
+        };
+        let contended = stalled.as_secs_f64() > 0.25 * now;
+        if contended && fewer < 0.9 * now {
             a.current -= 1;
             a.passes_since_change = 0;
         } else if !contended && a.current < self.threads && a.passes_since_change >= PROBE_EVERY {
@@ -369,9 +392,12 @@ mod tests {
     #[test]
     fn long_waits_on_workers_reduce_the_threads_used() {
         let pool = WorkerPool::new(2);
+        // Waiting that costs more than running the workers' tasks alone.
         let mut a = pool.adaptive.lock().unwrap();
         a.work = Duration::from_millis(1);
         a.stalled = Duration::from_millis(3);
+        a.own_tasks = 2;
+        a.tasks = 4;
         drop(a);
         pool.end_pass();
         assert_eq!(pool.active_threads(), 1);
@@ -380,5 +406,20 @@ mod tests {
             pool.end_pass();
         }
         assert_eq!(pool.active_threads(), 2, "probes the full count again when the waits are gone");
+    }
+
+    #[test]
+    fn waits_shorter_than_the_workers_share_keep_the_threads() {
+        // A worker descheduled a third of the time still ran 3 of 10 tasks:
+        // alone, the caller would need 10/7 of its 7 ms, more than 7 + 3.
+        let pool = WorkerPool::new(2);
+        let mut a = pool.adaptive.lock().unwrap();
+        a.work = Duration::from_millis(7);
+        a.stalled = Duration::from_millis(3);
+        a.own_tasks = 7;
+        a.tasks = 10;
+        drop(a);
+        pool.end_pass();
+        assert_eq!(pool.active_threads(), 2);
     }
 }

@@ -73,30 +73,80 @@ pub struct FieldError {
 pub const MAX_CONTEXT: u32 = 1 << 20;
 
 impl ConversationSettings {
+    /// Settings as the UI or a client sends them, as JSON: a missing field
+    /// takes its default, unknown fields are ignored, and every field of the
+    /// wrong type or out of range (NaN and infinities arrive as `null`,
+    /// whole numbers past `u32`) is named with the message `validate` gives.
+    pub fn from_json(value: serde_json::Value) -> Result<Self, Vec<FieldError>> {
+        let serde_json::Value::Object(fields) = value else {
+            return Err(vec![FieldError { field: "settings".into(), message: "must be an object of settings".into() }]);
+        };
+        let serde_json::Value::Object(defaults) = serde_json::to_value(Self::default()).expect("settings serialise") else {
+            unreachable!("settings serialise to an object")
+        };
+        // Each field is tried alone over the defaults, so one bad field
+        // cannot hide another.
+        let mut merged = defaults.clone();
+        let mut errors = Vec::new();
+        for (field, value) in fields {
+            if !defaults.contains_key(&field) {
+                continue;
+            }
+            let mut alone = defaults.clone();
+            alone.insert(field.clone(), value.clone());
+            if serde_json::from_value::<Self>(serde_json::Value::Object(alone)).is_ok() {
+                merged.insert(field, value);
+            } else {
+                errors.push(FieldError { message: message(&field).into(), field });
+            }
+        }
+        let settings: Self = serde_json::from_value(serde_json::Value::Object(merged)).expect("each field was checked alone");
+        errors.extend(settings.validate());
+        if errors.is_empty() {
+            Ok(settings)
+        } else {
+            Err(errors)
+        }
+    }
+
     /// Every out-of-range field, each with a message fit to show beside it.
     pub fn validate(&self) -> Vec<FieldError> {
         let mut errors = Vec::new();
-        let mut check = |ok: bool, field: &str, message: &str| {
+        let mut check = |ok: bool, field: &str| {
             if !ok {
-                errors.push(FieldError { field: field.into(), message: message.into() });
+                errors.push(FieldError { field: field.into(), message: message(field).into() });
             }
         };
-        check(self.temperature.is_finite() && (0.0..=5.0).contains(&self.temperature), "temperature", "must be between 0 and 5");
-        check(self.top_k <= 100_000, "topK", "must be between 0 (off) and 100000");
-        check(self.top_p.is_finite() && self.top_p > 0.0 && self.top_p <= 1.0, "topP", "must be above 0 and at most 1");
-        check(self.min_p.is_finite() && (0.0..1.0).contains(&self.min_p), "minP", "must be at least 0 and below 1");
-        check(
-            self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0 && self.repeat_penalty <= 10.0,
-            "repeatPenalty",
-            "must be above 0 and at most 10 (1 is off)",
-        );
-        check(self.penalty_window <= 1_000_000, "penaltyWindow", "must be between 0 and 1000000");
-        check((1..=1_000_000).contains(&self.max_new_tokens), "maxNewTokens", "must be between 1 and 1000000");
-        check(self.stop_strings.iter().all(|s| !s.is_empty()), "stopStrings", "a stop string cannot be empty");
-        check(self.stop_strings.len() <= 16, "stopStrings", "at most 16 stop strings");
-        check(self.context_length == 0 || (16..=MAX_CONTEXT).contains(&self.context_length), "contextLength", "must be 0 (the model's) or between 16 and 1048576");
-        check(self.system_prompt.len() <= 1 << 20, "systemPrompt", "is longer than 1 MiB");
+        check(self.temperature.is_finite() && (0.0..=5.0).contains(&self.temperature), "temperature");
+        check(self.top_k <= 100_000, "topK");
+        check(self.top_p.is_finite() && self.top_p > 0.0 && self.top_p <= 1.0, "topP");
+        check(self.min_p.is_finite() && (0.0..1.0).contains(&self.min_p), "minP");
+        check(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0 && self.repeat_penalty <= 10.0, "repeatPenalty");
+        check(self.penalty_window <= 1_000_000, "penaltyWindow");
+        check((1..=1_000_000).contains(&self.max_new_tokens), "maxNewTokens");
+        check(self.stop_strings.iter().all(|s| !s.is_empty()) && self.stop_strings.len() <= 16, "stopStrings");
+        check(self.context_length == 0 || (16..=MAX_CONTEXT).contains(&self.context_length), "contextLength");
+        check(self.system_prompt.len() <= 1 << 20, "systemPrompt");
         errors
+    }
+}
+
+/// What a field must be, as shown beside it.
+fn message(field: &str) -> &'static str {
+    match field {
+        "systemPrompt" => "must be text of at most 1 MiB",
+        "temperature" => "must be between 0 and 5",
+        "topK" => "must be a whole number between 0 (off) and 100000",
+        "topP" => "must be above 0 and at most 1",
+        "minP" => "must be at least 0 and below 1",
+        "repeatPenalty" => "must be above 0 and at most 10 (1 is off)",
+        "penaltyWindow" => "must be a whole number between 0 and 1000000",
+        "maxNewTokens" => "must be a whole number between 1 and 1000000",
+        "seed" => "must be empty (random) or a whole number between 0 and 4294967295",
+        "stopStrings" => "must be at most 16 stop strings, none of them empty",
+        "contextLength" => "must be 0 (the model's) or a whole number between 16 and 1048576",
+        "overflow" => "must be stopAtLimit, truncateMiddle or rollingWindow",
+        _ => "is not valid",
     }
 }
 
@@ -131,6 +181,34 @@ mod tests {
         };
         let fields: Vec<_> = s.validate().into_iter().map(|e| e.field).collect();
         assert_eq!(fields, ["temperature", "topP", "minP", "repeatPenalty", "maxNewTokens", "stopStrings", "contextLength"]);
+    }
+
+    #[test]
+    fn json_of_the_wrong_type_or_range_names_each_field() {
+        use serde_json::json;
+        let errors = ConversationSettings::from_json(json!({
+            "temperature": null,          // NaN from the UI
+            "topK": 10_000_000_000u64,    // past u32
+            "topP": -0.5,
+            "penaltyWindow": -1,
+            "maxNewTokens": 1.5,
+            "seed": 4_294_967_296u64,
+            "stopStrings": "stop",
+            "contextLength": 1e300,
+            "overflow": "sideways",
+            "systemPrompt": 7,
+            "minP": 0.1,
+            "unknown": true,
+        }))
+        .unwrap_err();
+        let mut fields: Vec<_> = errors.iter().map(|e| e.field.as_str()).collect();
+        fields.sort();
+        assert_eq!(fields, ["contextLength", "maxNewTokens", "overflow", "penaltyWindow", "seed", "stopStrings", "systemPrompt", "temperature", "topK", "topP"]);
+        assert!(errors.iter().all(|e| !e.message.contains("invalid type") && !e.message.contains("expected")), "{errors:?}");
+
+        let ok = ConversationSettings::from_json(json!({"temperature": 0, "seed": 4_294_967_295u64, "minP": 0.1})).unwrap();
+        assert_eq!(ok, ConversationSettings { temperature: 0.0, seed: Some(u32::MAX), min_p: 0.1, ..Default::default() });
+        assert_eq!(ConversationSettings::from_json(json!([1])).unwrap_err()[0].field, "settings");
     }
 
     #[test]

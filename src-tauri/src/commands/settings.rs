@@ -4,13 +4,21 @@ use tauri::State;
 use crate::error::{AppError, AppResult, ErrorKind};
 use crate::state::AppState;
 
-fn check(settings: &ConversationSettings) -> AppResult<()> {
-    let errors = settings.validate();
-    if errors.is_empty() {
-        return Ok(());
-    }
-    let words: Vec<String> = errors.iter().map(|e| format!("{} {}", e.field, e.message)).collect();
-    Err(AppError::new(ErrorKind::InvalidSettings, words.join("; ")))
+/// Settings from the UI's JSON, taken as JSON rather than as the typed
+/// struct so that a value of the wrong type or past a field's range (a
+/// number over `u32`, NaN sent as `null`) is a field error, not serde's.
+fn checked(settings: serde_json::Value) -> AppResult<ConversationSettings> {
+    ConversationSettings::from_json(settings).map_err(|errors| {
+        let words: Vec<String> = errors.iter().map(|e| format!("{} {}", e.field, e.message)).collect();
+        AppError::new(ErrorKind::InvalidSettings, words.join("; "))
+    })
+}
+
+/// A preset as sent: its settings are checked like any others.
+#[derive(serde::Deserialize)]
+pub struct PresetInput {
+    name: String,
+    settings: serde_json::Value,
 }
 
 #[tauri::command]
@@ -20,15 +28,15 @@ pub async fn settings_get(state: State<'_, AppState>, conversation_id: i64) -> A
 
 /// Saves a conversation's settings; a reply already running keeps its own.
 #[tauri::command]
-pub async fn settings_set(state: State<'_, AppState>, conversation_id: i64, settings: ConversationSettings) -> AppResult<()> {
-    check(&settings)?;
+pub async fn settings_set(state: State<'_, AppState>, conversation_id: i64, settings: serde_json::Value) -> AppResult<()> {
+    let settings = checked(settings)?;
     Ok(state.store()?.set_conversation_settings(conversation_id, &settings)?)
 }
 
 /// Every invalid field with its message; empty when all are valid.
 #[tauri::command]
-pub async fn settings_validate(settings: ConversationSettings) -> AppResult<Vec<FieldError>> {
-    Ok(settings.validate())
+pub async fn settings_validate(settings: serde_json::Value) -> AppResult<Vec<FieldError>> {
+    Ok(ConversationSettings::from_json(settings).err().unwrap_or_default())
 }
 
 #[tauri::command]
@@ -37,8 +45,8 @@ pub async fn settings_defaults_get(state: State<'_, AppState>) -> AppResult<Conv
 }
 
 #[tauri::command]
-pub async fn settings_defaults_set(state: State<'_, AppState>, settings: ConversationSettings) -> AppResult<()> {
-    check(&settings)?;
+pub async fn settings_defaults_set(state: State<'_, AppState>, settings: serde_json::Value) -> AppResult<()> {
+    let settings = checked(settings)?;
     Ok(state.store()?.set_default_settings(&settings)?)
 }
 
@@ -48,8 +56,8 @@ pub async fn presets_list(state: State<'_, AppState>) -> AppResult<Vec<Preset>> 
 }
 
 #[tauri::command]
-pub async fn presets_save(state: State<'_, AppState>, preset: Preset) -> AppResult<Vec<Preset>> {
-    check(&preset.settings)?;
+pub async fn presets_save(state: State<'_, AppState>, preset: PresetInput) -> AppResult<Vec<Preset>> {
+    let preset = Preset { settings: checked(preset.settings)?, name: preset.name };
     let store = state.store()?;
     store.save_preset(&preset)?;
     Ok(store.presets()?)

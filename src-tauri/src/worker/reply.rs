@@ -125,19 +125,20 @@ impl WorkerThread {
             };
             let mut unsaved = 0usize;
             let mut last_flush = Instant::now();
+            let mut unsent = Unsent::default();
             loop {
                 let step = if cancel.is_cancelled() { Some(turn.cancel()) } else { turn.step()? };
                 let Some(step) = step else { break };
                 for e in step.into_iter().filter(|e| e.sequence == 0) {
-                    // A stop flushes held-back text with no token of its own.
-                    let id = (e.token != PAD).then_some(e.token);
-                    if id.is_none() && e.text.is_empty() {
-                        continue;
-                    }
                     text.push_str(&e.text);
                     unsaved += 1;
-                    (job.events)(GenerationEvent::Token { text: e.text, id });
+                    unsent.text.push_str(&e.text);
+                    // A stop releases held-back text with no token of its own.
+                    if e.token != PAD {
+                        unsent.ids.push(e.token);
+                    }
                 }
+                unsent.send_if_due(&job.events);
                 if cancel.is_cancelled() && turn.state().done[0] {
                     break;
                 }
@@ -147,6 +148,7 @@ impl WorkerThread {
                     last_flush = Instant::now();
                 }
             }
+            unsent.send(&job.events);
             let out = turn.finish(0)?;
             let seq = &out.sequences[0];
             let st = &out.stats;
@@ -174,6 +176,33 @@ impl WorkerThread {
         outcome
     }
 
+}
+
+/// How long generated tokens may wait to be sent with the ones after them.
+pub const TOKEN_BATCH: Duration = Duration::from_millis(25);
+
+/// Tokens generated but not yet sent to the UI.
+#[derive(Default)]
+struct Unsent {
+    text: String,
+    ids: Vec<u32>,
+    last_sent: Option<Instant>,
+}
+
+impl Unsent {
+    fn send_if_due(&mut self, events: &EventSink) {
+        if self.last_sent.is_none_or(|t| t.elapsed() >= TOKEN_BATCH) {
+            self.send(events);
+        }
+    }
+
+    fn send(&mut self, events: &EventSink) {
+        if self.text.is_empty() && self.ids.is_empty() {
+            return;
+        }
+        events(GenerationEvent::Tokens { text: std::mem::take(&mut self.text), ids: std::mem::take(&mut self.ids) });
+        self.last_sent = Some(Instant::now());
+    }
 }
 
 struct Finished {

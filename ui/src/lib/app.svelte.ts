@@ -24,6 +24,9 @@ export interface Stream {
   prefill: { done: number; total: number } | null;
 }
 
+/** The shortest time between two updates of a streaming reply. */
+export const FRAME_MS = 50;
+
 export class AppState {
   conversations = $state<Conversation[]>([]);
   /** Where each conversation's KV cache is: memory, disk, or nowhere. */
@@ -50,6 +53,43 @@ export class AppState {
 
   get activeStream(): Stream | undefined {
     return this.activeId === null ? undefined : this.streams[this.activeId];
+  }
+
+  /** Tokens received but not yet shown, by conversation. They reach the
+   *  page in an animation frame at most every `FRAME_MS`, however fast
+   *  they arrive: each update costs the webview a layout and a paint, and
+   *  on a machine with few cores that time comes out of the model's. */
+  private pendingTokens = new Map<number, { text: string; tokens: number }>();
+  private flushQueued = false;
+  private lastFlush = 0;
+
+  private flushTokens = () => {
+    this.flushQueued = false;
+    this.lastFlush = performance.now();
+    for (const [id, p] of this.pendingTokens) {
+      const s = this.streams[id];
+      if (s) {
+        s.text += p.text;
+        s.tokens += p.tokens;
+      }
+    }
+    this.pendingTokens.clear();
+  };
+
+  private queueTokens(conversationId: number, text: string, tokens: number) {
+    const p = this.pendingTokens.get(conversationId);
+    if (p) {
+      p.text += text;
+      p.tokens += tokens;
+    } else {
+      this.pendingTokens.set(conversationId, { text, tokens });
+    }
+    if (this.flushQueued) return;
+    this.flushQueued = true;
+    const wait = Math.max(0, this.lastFlush + FRAME_MS - performance.now());
+    const inFrame = () => (typeof requestAnimationFrame === 'function' ? requestAnimationFrame(this.flushTokens) : setTimeout(this.flushTokens, 0));
+    if (wait > 0) setTimeout(inFrame, wait);
+    else inFrame();
   }
 
   /** Counts model-status events, so a status query answered late cannot undo a newer event. */
@@ -186,14 +226,12 @@ export class AppState {
         case 'prefill':
           if (s) s.prefill = { done: event.data.done, total: event.data.total };
           break;
-        case 'token':
-          if (s) {
-            s.text += event.data.text;
-            s.tokens += 1;
-          }
+        case 'tokens':
+          if (s) this.queueTokens(conversationId, event.data.text, event.data.ids.length);
           break;
         case 'finished':
         case 'error':
+          this.flushTokens();
           if (event.event === 'error') this.error = event.data.error.message;
           delete this.streams[conversationId];
           void this.afterReply(conversationId);

@@ -88,14 +88,17 @@ describe('AppState', () => {
   });
 
   it('streams tokens into the open conversation', async () => {
-    fakeShell({ events: [{ event: 'started', data: { replyId: 0 } }, { event: 'token', data: { text: 'Hel', id: 5 } }, { event: 'token', data: { text: 'lo', id: 6 } }] });
+    fakeShell({ events: [{ event: 'started', data: { replyId: 0 } }, { event: 'tokens', data: { text: 'Hel', ids: [5] } }, { event: 'tokens', data: { text: 'lo', ids: [6, 7] } }] });
     const app = new AppState();
     await app.init();
     await app.create();
     expect(await app.send('hi')).toBe(true);
     const stream = app.activeStream!;
+    // Tokens reach the page together, once per frame.
+    expect(stream.text).toBe('');
+    await new Promise((r) => setTimeout(r, 50));
     expect(stream.text).toBe('Hello');
-    expect(stream.tokens).toBe(2);
+    expect(stream.tokens).toBe(3);
     expect(stream.replyId).toBe(app.thread[1].message.id);
   });
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { renderMarkdown } from './markdown';
+import { renderMarkdown, StreamingMarkdown, type StreamedHtml } from './markdown';
 
 function render(text: string): HTMLElement {
   const div = document.createElement('div');
@@ -49,5 +49,79 @@ describe('renderMarkdown', () => {
     expect(el.querySelector('h1')!.textContent).toBe('Title');
     expect(el.querySelector('strong')!.textContent).toBe('bold');
     expect(el.querySelectorAll('li')).toHaveLength(2);
+  });
+});
+
+const REPLY = [
+  'A computer has **four** main parts:\n\n',
+  '1. **Processor**: runs instructions.\n\n2. **Memory**: holds data.\n\n',
+  '## Storage\n\nDisks keep data for good. See [docs](https://example.com).\n\n',
+  '| part | job |\n|---|---|\n| CPU | compute |\n\n',
+  '```python\nprint("<hi>")\n```\n\n',
+  '> A quote\n\nThe end, with `code` and <b>raw html</b>.',
+].join('');
+
+/** Feeds `text` a few characters at a time, as tokens arrive. */
+function stream(text: string, step = 3): StreamedHtml[] {
+  const md = new StreamingMarkdown();
+  const out: StreamedHtml[] = [];
+  for (let i = step; i < text.length + step; i += step) out.push(md.update(text.slice(0, i)));
+  return out;
+}
+
+function html(s: StreamedHtml): HTMLElement {
+  const div = document.createElement('div');
+  div.innerHTML = s.blocks.join('') + s.open;
+  return div;
+}
+
+describe('StreamingMarkdown', () => {
+  it('ends with the same HTML as rendering the whole reply', () => {
+    const steps = stream(REPLY);
+    expect(steps[steps.length - 1].blocks.join('') + steps[steps.length - 1].open).toBe(renderMarkdown(REPLY));
+    expect(steps[steps.length - 1].blocks.length).toBeGreaterThan(5);
+  });
+
+  it('renders each finished block once and never changes it', () => {
+    const steps = stream(REPLY);
+    for (let i = 1; i < steps.length; i++) {
+      expect(steps[i].blocks.slice(0, steps[i - 1].blocks.length)).toEqual(steps[i - 1].blocks);
+    }
+  });
+
+  it('shows the same text as a whole render at every step', () => {
+    for (let i = 1; i <= REPLY.length; i += 7) {
+      const whole = document.createElement('div');
+      whole.innerHTML = renderMarkdown(REPLY.slice(0, i));
+      const md = new StreamingMarkdown();
+      // Grow to i in two updates, so earlier blocks are already finished.
+      md.update(REPLY.slice(0, Math.floor(i / 2)));
+      expect(html(md.update(REPLY.slice(0, i))).textContent).toBe(whole.textContent);
+    }
+  });
+
+  it('highlights a code block only once it is closed', () => {
+    const md = new StreamingMarkdown();
+    const open = html(md.update('Code:\n\n```rust\nfn main() {}\n'));
+    expect(open.querySelector('code')!.textContent).toContain('fn main() {}');
+    expect(open.querySelector('code span')).toBeNull();
+    const closed = html(md.update('Code:\n\n```rust\nfn main() {}\n```\n\nDone'));
+    expect(closed.querySelector('code span')).not.toBeNull();
+  });
+
+  it('escapes HTML in the block being written too', () => {
+    const md = new StreamingMarkdown();
+    const el = html(md.update('Hi\n\n<img src=x onerror="window.__xss=1"> <script>x()</script>'));
+    expect(el.querySelector('img')).toBeNull();
+    expect(el.querySelector('script')).toBeNull();
+    expect(el.textContent).toContain('<img src=x');
+  });
+
+  it('starts over when the text is replaced', () => {
+    const md = new StreamingMarkdown();
+    md.update('First paragraph.\n\nSecond');
+    const again = md.update('Other text');
+    expect(again.blocks).toEqual([]);
+    expect(html(again).textContent!.trim()).toBe('Other text');
   });
 });

@@ -1,0 +1,73 @@
+//! The webview renders below the model in CPU priority.
+//!
+//! On a machine with few cores, a streaming reply's rendering competes with
+//! the model's threads for the same cores, and each frame the webview paints
+//! is time the model does not get: under Xvfb, a 2-core machine streamed at
+//! 0.7x the engine's speed. A frame painted a little late is not seen; a
+//! slower model is. So once the page has loaded, the webview's helper
+//! processes (WebKitGTK's web and network processes, children of this one)
+//! are lowered to `NICE`: when the model is idle they get the cores as
+//! before, and while it runs they get a smaller share, which is still
+//! plenty for typing and scrolling.
+
+/// The nice value the webview's processes run at.
+pub const NICE: i32 = 10;
+
+/// Lowers every thread of this process's child processes to `NICE`
+/// (a thread already at `NICE` or below is left alone). Threads started
+/// later inherit the value from the thread that starts them.
+#[cfg(target_os = "linux")]
+pub fn lower_webview_priority() {
+    let me = std::process::id();
+    let Ok(procs) = std::fs::read_dir("/proc") else { return };
+    for entry in procs.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        if parent_of(pid) != Some(me) {
+            continue;
+        }
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
+        for task in tasks.flatten() {
+            let Some(tid) = task.file_name().to_str().and_then(|n| n.parse::<libc::id_t>().ok()) else { continue };
+            // SAFETY: plain system calls on a thread id; a thread that has
+            // exited meanwhile makes them fail harmlessly.
+            unsafe {
+                *libc::__errno_location() = 0;
+                let current = libc::getpriority(libc::PRIO_PROCESS, tid);
+                if *libc::__errno_location() == 0 && current < NICE {
+                    libc::setpriority(libc::PRIO_PROCESS, tid, NICE);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn lower_webview_priority() {}
+
+/// The parent process id, from `/proc/<pid>/stat` (whose second field, the
+/// name, may itself hold spaces and parentheses).
+#[cfg(target_os = "linux")]
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lowers_the_children_and_not_this_process() {
+        let nice = |pid: u32| unsafe { libc::getpriority(libc::PRIO_PROCESS, pid as libc::id_t) };
+        let own_before = nice(std::process::id());
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        assert_eq!(parent_of(child.id()), Some(std::process::id()));
+        lower_webview_priority();
+        let child_nice = nice(child.id());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(child_nice, NICE.max(own_before));
+        assert_eq!(nice(std::process::id()), own_before, "this process keeps its priority");
+    }
+}
