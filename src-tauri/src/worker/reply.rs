@@ -179,7 +179,7 @@ impl WorkerThread {
 }
 
 /// How long generated tokens may wait to be sent with the ones after them.
-pub const TOKEN_BATCH: Duration = Duration::from_millis(25);
+pub const TOKEN_BATCH: Duration = Duration::from_millis(50);
 
 /// Tokens generated but not yet sent to the UI.
 #[derive(Default)]

@@ -25,7 +25,7 @@ export interface Stream {
 }
 
 /** The shortest time between two updates of a streaming reply. */
-export const FRAME_MS = 50;
+export const FRAME_MS = 100;
 
 export class AppState {
   conversations = $state<Conversation[]>([]);
