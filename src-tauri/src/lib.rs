@@ -21,9 +21,36 @@ pub fn run() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .try_init();
-    builder(tauri::Builder::default())
+    // First among the plugins: a second launch must stop before anything else starts.
+    builder(tauri::Builder::default().plugin(single_instance()))
         .run(tauri::generate_context!())
         .expect("Hearth failed to start");
+}
+
+/// Sent to the window when a second launch showed it instead of opening.
+pub const ANOTHER_LAUNCH_EVENT: &str = "another-launch";
+
+/// One window per data folder: a second launch on the same folder shows
+/// and focuses the first one's window and exits. (The data-folder lock in
+/// `state.rs` still guards launches this cannot see: no D-Bus session on
+/// Linux, the CLI.) On Linux the instances meet on a D-Bus name made from
+/// the folder, so test runs with folders of their own never meet.
+fn single_instance<R: Runtime>() -> tauri::plugin::TauriPlugin<R> {
+    let mut plugin = tauri_plugin_single_instance::Builder::new().callback(|app, _args, _cwd| {
+        tracing::info!("another launch on this data folder: showing this window instead");
+        let _ = app.emit(ANOTHER_LAUNCH_EVENT, ());
+        if let Some(window) = app.get_webview_window("main") {
+            let _ = window.unminimize();
+            let _ = window.show();
+            let _ = window.set_focus();
+        }
+    });
+    if let Ok(dir) = state::data_dir() {
+        // FNV-1a: stable across builds, so two versions of Hearth meet too.
+        let hash = dir.to_string_lossy().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+        plugin = plugin.dbus_id(format!("org.hearth.desktop.d{hash:016x}"));
+    }
+    plugin.build()
 }
 
 /// The app minus its runtime and context, so tests can build it on the mock runtime.

@@ -12,5 +12,10 @@ if [ -z "${DISPLAY:-}" ]; then
   export DISPLAY="$display"
   sleep 1
 fi
+# A D-Bus session, as a desktop has, for the single-instance check.
+session=()
+if [ -z "${DBUS_SESSION_BUS_ADDRESS:-}" ] && command -v dbus-run-session >/dev/null; then
+  session=(dbus-run-session --)
+fi
 # --test-force-exit: a stray handle (a driver that will not die) must not hang CI.
-node --test --test-concurrency=1 --test-force-exit tests/e2e/
+"${session[@]}" node --test --test-concurrency=1 --test-force-exit tests/e2e/

@@ -1,6 +1,8 @@
 // Starting up when something is wrong: a damaged database gets an error
 // screen that can move it aside (keeping it), and a second Hearth on the
-// same data folder changes nothing in the first one.
+// same data folder changes nothing in the first one: it shows the first
+// one's window and exits, or, with no D-Bus session to find it by, says
+// that the folder is in use.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, writeFileSync } from 'node:fs';
@@ -47,12 +49,23 @@ describe('start-up', () => {
     await waitForReply(d);
     await (await d.find(`[data-testid=conversation][data-id="${doomed}"] [data-testid=delete-conversation]`)).click();
     await d.find('[data-testid=undo-toast]');
-    // While the Undo is offered, start another Hearth on the same folder.
+    // While the Undo is offered, launch Hearth again on the same folder.
+    assert.ok(process.env.DBUS_SESSION_BUS_ADDRESS, 'run under a D-Bus session (tests/e2e/run.sh starts one)');
     const second = spawn(appBinary, [], { env: { ...process.env, HEARTH_DATA_DIR: h.dataDir }, stdio: 'ignore' });
+    const code = await Promise.race([new Promise((r) => second.once('exit', r)), sleep(15000).then(() => 'still running')]);
+    if (code === 'still running') second.kill('SIGKILL');
+    assert.equal(code, 0, 'the second launch hands over to the first and exits');
+    const shown = await d.find('[data-testid=app]');
+    assert.equal(await shown.attr('data-other-launches'), '1', 'the first window was shown instead');
+    // With no session bus to find the first one by, the data-folder lock refuses.
+    const third = spawn(appBinary, [], {
+      env: { ...process.env, HEARTH_DATA_DIR: h.dataDir, DBUS_SESSION_BUS_ADDRESS: 'unix:path=/nonexistent/bus' },
+      stdio: 'ignore',
+    });
     await sleep(4000);
-    const stillRunning = second.exitCode === null;
-    second.kill('SIGKILL');
-    assert.ok(stillRunning, 'the second one opens a window that says why it cannot start, rather than crashing');
+    const stillRunning = third.exitCode === null;
+    third.kill('SIGKILL');
+    assert.ok(stillRunning, 'the third one opens a window that says why it cannot start, rather than crashing');
     await (await d.find('[data-testid=undo-delete]')).click();
     await openChat(d, doomed);
     assert.ok((await messages(d)).length >= 2, 'Undo still brings the conversation back');
