@@ -7,8 +7,8 @@ pub mod context;
 pub mod error;
 pub mod events;
 pub mod startup;
+pub mod priority;
 pub mod state;
-pub mod webview_priority;
 pub mod worker;
 
 use tauri::{Emitter, Manager, Runtime};
@@ -67,9 +67,9 @@ pub fn builder<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R> {
             if payload.event() == tauri::webview::PageLoadEvent::Finished {
                 // Again a little later, for helper processes started after the load.
                 std::thread::spawn(|| {
-                    webview_priority::lower_webview_priority();
+                    priority::lower_webview();
                     std::thread::sleep(std::time::Duration::from_secs(3));
-                    webview_priority::lower_webview_priority();
+                    priority::lower_webview();
                 });
             }
         })

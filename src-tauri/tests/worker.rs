@@ -379,3 +379,25 @@ fn stop_during_a_long_prefill_ends_the_reply_within_a_chunk() {
     assert_eq!(store.message(reply).unwrap().status, MessageStatus::Interrupted);
     assert!(worker.busy_conversations().is_empty());
 }
+
+#[test]
+fn the_model_file_is_hashed_once_and_remembered() {
+    let (dir, store, worker) = start();
+    let model = hearth_engine::paths::default_model_path();
+    let engine = worker.engine().unwrap();
+    // `start` waited for the hashing too.
+    let (size, mtime) = engine.file_fingerprint().unwrap();
+    let path = model.display().to_string();
+    let remembered = store.model_sha256(&path, size, mtime).unwrap().expect("remembered");
+    let out = std::process::Command::new("sha256sum").arg(&model).output().unwrap();
+    assert_eq!(remembered, String::from_utf8(out.stdout).unwrap().split_whitespace().next().unwrap());
+    assert_eq!(engine.file_sha256(), Some(remembered.as_str()));
+    drop(worker);
+
+    // The next start takes it from the database instead of reading the file again.
+    store.set_model_sha256(&path, size, mtime, "remembered-not-recomputed").unwrap();
+    let worker = Worker::start(store.reopen().unwrap(), Some(dir.path().join("caches")), Box::new(|_| {}));
+    worker.load_model(model);
+    assert!(worker.wait_idle(Duration::from_secs(120)));
+    assert_eq!(worker.engine().unwrap().file_sha256(), Some("remembered-not-recomputed"));
+}

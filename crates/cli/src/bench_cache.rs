@@ -46,6 +46,8 @@ pub fn run(model: &ModelArgs, history_tokens: usize, json_out: bool) -> Result<(
     let engine = open(model)?;
     let (history, prompt) = conversation(&engine, history_tokens)?;
     let context = engine.model().config().context_length.min(prompt.len() + 64).max(prompt.len() + 1);
+    // A cache is written and read only under the model file's whole hash.
+    engine.hash_file(&|| false)?;
     let identity = engine.cache_identity(context)?;
 
     let (cold_ms, cold_processed) = ttft(&engine, &mut engine.new_session(Some(context)), &prompt)?;
@@ -129,6 +131,8 @@ pub fn restored(model: &ModelArgs, cache: &Path, prompt: &Path) -> Result<(), En
         .map_err(|e| EngineError::CorruptCache(e.to_string()))?;
     let ids: Vec<u32> = serde_json::from_value(spec["ids"].clone()).map_err(|e| EngineError::CorruptCache(e.to_string()))?;
     let context = spec["context"].as_u64().unwrap_or(0) as usize;
+    // A cache is written and read only under the model file's whole hash.
+    engine.hash_file(&|| false)?;
     let identity = engine.cache_identity(context)?;
     let t = Instant::now();
     let mut session = session_file::read(cache, &identity, engine.model())?.session;

@@ -11,6 +11,7 @@ use crate::sampler_loop::GenerationConfig;
 use crate::sampling::SamplingParams;
 use crate::session::Session;
 use crate::session_file::CacheIdentity;
+use std::sync::OnceLock;
 use crate::template::{ChatMessage, ChatTemplate};
 
 /// The engine's version and a hash of its source (see `build.rs`): it
@@ -30,17 +31,9 @@ pub struct Engine {
     tokenizer: Tokenizer,
     template: ChatTemplate,
     end_tokens: Vec<u32>,
-    header_sha256: String,
-}
-
-/// SHA-256 of a file's first MiB: enough to tell two model files apart
-/// (header, metadata and tokenizer come first) without reading gigabytes.
-fn header_sha256(path: &Path) -> std::io::Result<String> {
-    use sha2::Digest;
-    use std::io::Read;
-    let mut head = Vec::with_capacity(1 << 20);
-    std::fs::File::open(path)?.take(1 << 20).read_to_end(&mut head)?;
-    Ok(sha2::Sha256::digest(&head).iter().map(|b| format!("{b:02x}")).collect())
+    /// The whole file's SHA-256, once known: computed by `hash_file` (gigabytes
+    /// take a while, so the app does it in the background) or remembered.
+    file_sha256: OnceLock<String>,
 }
 
 impl Engine {
@@ -77,8 +70,7 @@ impl Engine {
                 }
             }
         }
-        let header_sha256 = header_sha256(path.as_ref()).map_err(|source| EngineError::Io { path: path.as_ref().to_path_buf(), source })?;
-        Ok(Self { path: path.as_ref().to_path_buf(), model, tokenizer, template, end_tokens, header_sha256 })
+        Ok(Self { path: path.as_ref().to_path_buf(), model, tokenizer, template, end_tokens, file_sha256: OnceLock::new() })
     }
 
     pub fn path(&self) -> &Path {
@@ -115,16 +107,44 @@ impl Engine {
         Ok(ids)
     }
 
-    /// What a cache computed now, for a context of `context_length`, depends
-    /// on: this file (size, time, header), the architecture, the dtype, the
-    /// engine's build. A saved cache is used only when its identity equals this.
-    pub fn cache_identity(&self, context_length: usize) -> Result<CacheIdentity> {
+    /// The model file's size and modification time (ns since the Unix
+    /// epoch), which say when a remembered hash still applies.
+    pub fn file_fingerprint(&self) -> Result<(u64, u64)> {
         let meta = std::fs::metadata(&self.path).map_err(|source| EngineError::Io { path: self.path.clone(), source })?;
         let mtime = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_nanos() as u64).unwrap_or(0);
+        Ok((meta.len(), mtime))
+    }
+
+    /// The whole model file's SHA-256, if known yet.
+    pub fn file_sha256(&self) -> Option<&str> {
+        self.file_sha256.get().map(String::as_str)
+    }
+
+    /// Takes a SHA-256 remembered for this file (same path, size and time).
+    pub fn set_file_sha256(&self, sha256: String) {
+        let _ = self.file_sha256.set(sha256);
+    }
+
+    /// Reads the whole model file and keeps its SHA-256; `None` if `stop`
+    /// said to stop first.
+    pub fn hash_file(&self, stop: &dyn Fn() -> bool) -> Result<Option<String>> {
+        let hash = crate::file_hash::sha256_file(&self.path, stop).map_err(|source| EngineError::Io { path: self.path.clone(), source })?;
+        if let Some(h) = &hash {
+            self.set_file_sha256(h.clone());
+        }
+        Ok(hash)
+    }
+
+    /// What a cache computed now, for a context of `context_length`, depends
+    /// on: this file (size, time, whole-file hash once known), the
+    /// architecture, the dtype, the engine's build. A saved cache is used
+    /// only when its identity equals this, and never while the hash is unknown.
+    pub fn cache_identity(&self, context_length: usize) -> Result<CacheIdentity> {
+        let (size, mtime) = self.file_fingerprint()?;
         Ok(CacheIdentity {
-            model_size: meta.len(),
+            model_size: size,
             model_mtime_ns: mtime,
-            model_header_sha256: self.header_sha256.clone(),
+            model_sha256: self.file_sha256.get().cloned(),
             architecture: self.model.config().architecture.gguf_name().to_string(),
             dtype: "f16".into(),
             context_length,

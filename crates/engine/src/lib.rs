@@ -8,6 +8,7 @@ pub mod cpu;
 pub mod detok;
 pub mod device;
 pub mod engine;
+pub mod file_hash;
 pub mod error;
 pub mod ggml_type;
 pub mod gguf;

@@ -38,8 +38,9 @@ pub struct CacheIdentity {
     pub model_size: u64,
     /// Modification time, nanoseconds since the Unix epoch.
     pub model_mtime_ns: u64,
-    /// SHA-256 of the model file's first MiB (header, metadata, tokenizer).
-    pub model_header_sha256: String,
+    /// SHA-256 of the whole model file; `None` while it is being computed,
+    /// and a cache written then is never read back.
+    pub model_sha256: Option<String>,
     pub architecture: String,
     pub dtype: String,
     pub context_length: usize,
@@ -143,6 +144,9 @@ fn write_chunk(w: &mut impl Write, session: &Session, from: usize, prev: [u8; 32
 /// A different identity, a bad header or an unreadable file is an error:
 /// the caller discards the file and prefills from scratch.
 pub fn read(path: &Path, identity: &CacheIdentity, model: &Model) -> Result<Restored> {
+    if identity.model_sha256.is_none() {
+        return Err(corrupt(path, "the model file's hash is not known yet"));
+    }
     let file = File::open(path).map_err(|e| corrupt(path, format!("cannot open: {e}")))?;
     let mut r = BufReader::new(file);
     let mut fixed = [0u8; 16];

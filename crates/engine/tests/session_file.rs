@@ -6,6 +6,12 @@ mod common;
 use common::{tiny, Family, TinySpec, VOCAB};
 use hearth_engine::{session_file, Engine, SamplingParams, Session};
 
+/// An engine whose file hash is known, as the app's is once hashed.
+fn hashed(engine: Engine) -> Engine {
+    engine.hash_file(&|| false).unwrap();
+    engine
+}
+
 fn ids(n: usize, salt: u32) -> Vec<u32> {
     (0..n as u32).map(|i| 3 + (i * 37 + salt * 11) % (VOCAB as u32 - 3)).collect()
 }
@@ -37,7 +43,7 @@ fn restored_caches_continue_exactly_like_a_cold_prefill() {
     // Gemma 3's sliding-window layers included: the conversation is longer than its window.
     for family in [Family::Llama, Family::Gemma3] {
         let (dir, path) = tiny(&TinySpec::new(family));
-        let engine = Engine::open(&path).unwrap();
+        let engine = hashed(Engine::open(&path).unwrap());
         let context = 256;
         let identity = engine.cache_identity(context).unwrap();
         let (session, second) = conversation(&engine, context);
@@ -67,7 +73,7 @@ fn restored_caches_continue_exactly_like_a_cold_prefill() {
 #[test]
 fn damaged_or_mismatched_files_never_change_the_output() {
     let (dir, path) = tiny(&TinySpec::new(Family::Llama));
-    let engine = Engine::open(&path).unwrap();
+    let engine = hashed(Engine::open(&path).unwrap());
     let context = 256;
     let identity = engine.cache_identity(context).unwrap();
     let (session, second) = conversation(&engine, context);
@@ -113,18 +119,35 @@ fn damaged_or_mismatched_files_never_change_the_output() {
     std::fs::write(&file, &bytes).unwrap();
     let other_spec = TinySpec { seed: 99, ..TinySpec::new(Family::Llama) };
     let (_d2, other_path) = tiny(&other_spec);
-    let other = Engine::open(&other_path).unwrap();
+    let other = hashed(Engine::open(&other_path).unwrap());
     assert!(session_file::read(&file, &other.cache_identity(context).unwrap(), other.model()).is_err());
     assert!(session_file::read(&file, &engine.cache_identity(128).unwrap(), engine.model()).is_err());
     let gemma_dir = tiny(&TinySpec::new(Family::Gemma3));
-    let gemma = Engine::open(&gemma_dir.1).unwrap();
+    let gemma = hashed(Engine::open(&gemma_dir.1).unwrap());
     assert!(session_file::read(&file, &gemma.cache_identity(context).unwrap(), gemma.model()).is_err());
+}
+
+#[test]
+fn a_cache_written_before_the_model_is_hashed_is_never_read() {
+    let (_dir, path) = tiny(&TinySpec::new(Family::Llama));
+    let unhashed = Engine::open(&path).unwrap();
+    let context = 128;
+    let (session, _) = conversation(&unhashed, context);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.session");
+    let identity = unhashed.cache_identity(context).unwrap();
+    assert_eq!(identity.model_sha256, None);
+    session_file::write(&file, &identity, &session).unwrap();
+    assert!(session_file::read(&file, &identity, unhashed.model()).is_err(), "not even by the process that wrote it");
+    let engine = hashed(Engine::open(&path).unwrap());
+    assert!(session_file::read(&file, &engine.cache_identity(context).unwrap(), engine.model()).is_err(), "nor once the hash is known");
+    assert_eq!(engine.file_sha256().unwrap().len(), 64);
 }
 
 #[test]
 fn a_file_spliced_from_two_histories_is_rejected_at_the_splice() {
     let (dir, path) = tiny(&TinySpec::new(Family::Llama));
-    let engine = Engine::open(&path).unwrap();
+    let engine = hashed(Engine::open(&path).unwrap());
     let context = 256;
     let identity = engine.cache_identity(context).unwrap();
     // Two conversations with the same first turn, different second turns.
@@ -202,7 +225,7 @@ fn a_branch_reuses_its_prefix_and_matches_a_cold_prefill() {
     // checkpoint, since the cache keeps every position and windows are masks.
     for family in [Family::Llama, Family::Gemma3] {
         let (_dir, path) = tiny(&TinySpec::new(family));
-        let engine = Engine::open(&path).unwrap();
+        let engine = hashed(Engine::open(&path).unwrap());
         let (mut session, second) = conversation(&engine, 256);
         turn(&engine, &mut session, &second);
         let mut edited = second.clone();
@@ -228,7 +251,7 @@ fn a_branch_reuses_its_prefix_and_matches_a_cold_prefill() {
 #[test]
 fn the_real_gemma3_file_restores_exactly_across_its_sliding_window() {
     // The one real sliding-window model: a conversation longer than its 512-position window.
-    let engine = Engine::open(common::gemma3_model()).unwrap();
+    let engine = hashed(Engine::open(common::gemma3_model()).unwrap());
     let text = include_str!("../../../ARCHITECTURE.md");
     let all = engine.tokenizer().encode(text, true, false).unwrap();
     assert!(all.len() > 700);

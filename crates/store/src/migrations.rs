@@ -43,6 +43,15 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         value TEXT NOT NULL
     );
     "#,
+    // 2: whole-file hashes of model files, valid while size and time match.
+    r#"
+    CREATE TABLE model_hashes (
+        path TEXT PRIMARY KEY,
+        size_bytes INTEGER NOT NULL,
+        mtime_ns INTEGER NOT NULL,
+        sha256 TEXT NOT NULL
+    );
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -37,6 +37,31 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// The SHA-256 remembered for the file at `path`, if it was taken when
+    /// the file had this size and modification time.
+    pub fn model_sha256(&self, path: &str, size_bytes: u64, mtime_ns: u64) -> Result<Option<String>> {
+        let found = self.conn.query_row(
+            "SELECT sha256 FROM model_hashes WHERE path = ?1 AND size_bytes = ?2 AND mtime_ns = ?3",
+            rusqlite::params![path, size_bytes as i64, mtime_ns as i64],
+            |r| r.get(0),
+        );
+        match found {
+            Ok(h) => Ok(Some(h)),
+            Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Remembers the SHA-256 of the file at `path` as it is now.
+    pub fn set_model_sha256(&self, path: &str, size_bytes: u64, mtime_ns: u64, sha256: &str) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO model_hashes(path, size_bytes, mtime_ns, sha256) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(path) DO UPDATE SET size_bytes = excluded.size_bytes, mtime_ns = excluded.mtime_ns, sha256 = excluded.sha256",
+            rusqlite::params![path, size_bytes as i64, mtime_ns as i64, sha256],
+        )?;
+        Ok(())
+    }
+
     pub fn forget_model(&self, path: &str) -> Result<()> {
         self.conn.execute("DELETE FROM models WHERE path = ?1", [path])?;
         Ok(())

@@ -26,15 +26,7 @@ impl Store {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let mut conn = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE)?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        // A damaged file fails here, before anything is written to it.
-        conn.query_row("PRAGMA schema_version", [], |_| Ok(()))?;
-        conn.pragma_update_and_check(None, "journal_mode", "wal", |_| Ok(()))?;
-        // NORMAL in WAL mode survives a process crash; only power loss may
-        // drop the last transactions.
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.pragma_update(None, "foreign_keys", true)?;
+        let mut conn = connect(&path)?;
         migrate(&mut conn, version)?;
         let store = Self { conn, path };
         if version == SCHEMA_VERSION {
@@ -43,10 +35,13 @@ impl Store {
         Ok(store)
     }
 
-    /// Another connection to the same database, for another thread.
+    /// Another connection to the same database, for another thread. It does
+    /// not recover interrupted replies: that is for the first opening, and
+    /// would mark the replies streaming now.
     pub fn reopen(&self) -> Result<Self> {
-        Self::open(&self.path)
+        Ok(Self { conn: connect(&self.path)?, path: self.path.clone() })
     }
+
 
     pub fn path(&self) -> &Path {
         &self.path
@@ -82,6 +77,20 @@ impl Store {
 }
 
 /// Milliseconds since the Unix epoch.
+/// A connection in WAL mode with Hearth's settings.
+fn connect(path: &Path) -> Result<Connection> {
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    // A damaged file fails here, before anything is written to it.
+    conn.query_row("PRAGMA schema_version", [], |_| Ok(()))?;
+    conn.pragma_update_and_check(None, "journal_mode", "wal", |_| Ok(()))?;
+    // NORMAL in WAL mode survives a process crash; only power loss may
+    // drop the last transactions.
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", true)?;
+    Ok(conn)
+}
+
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }

@@ -199,6 +199,29 @@ fn recent_models_most_recent_first() {
 }
 
 #[test]
+fn another_connection_leaves_streaming_replies_alone() {
+    let (_dir, store) = temp_store();
+    let c = store.create_conversation().unwrap();
+    let user = store.add_message(c.id, None, Role::User, "hi", MessageStatus::Complete).unwrap();
+    let reply = store.add_message(c.id, Some(user.id), Role::Assistant, "", MessageStatus::Streaming).unwrap();
+    let other = store.reopen().unwrap();
+    assert_eq!(other.message(reply.id).unwrap().status, MessageStatus::Streaming);
+}
+
+#[test]
+fn a_model_hash_applies_only_to_the_file_as_it_was() {
+    let (_dir, store) = temp_store();
+    assert_eq!(store.model_sha256("/m.gguf", 10, 20).unwrap(), None);
+    store.set_model_sha256("/m.gguf", 10, 20, "abc").unwrap();
+    assert_eq!(store.model_sha256("/m.gguf", 10, 20).unwrap().as_deref(), Some("abc"));
+    assert_eq!(store.model_sha256("/m.gguf", 11, 20).unwrap(), None, "another size");
+    assert_eq!(store.model_sha256("/m.gguf", 10, 21).unwrap(), None, "another time");
+    store.set_model_sha256("/m.gguf", 11, 20, "def").unwrap();
+    assert_eq!(store.model_sha256("/m.gguf", 11, 20).unwrap().as_deref(), Some("def"));
+    assert_eq!(store.model_sha256("/m.gguf", 10, 20).unwrap(), None, "replaced");
+}
+
+#[test]
 fn two_connections_see_each_others_writes() {
     let (_dir, store) = temp_store();
     let other = store.reopen().unwrap();

@@ -19,6 +19,7 @@ mod reply;
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -59,7 +60,7 @@ impl Worker {
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("hearth-worker".into())
-            .spawn(move || WorkerThread { shared: thread_shared, store, on_status, engine: None, caches }.run())
+            .spawn(move || WorkerThread { shared: thread_shared, store, on_status, engine: None, caches, stop_hashing: Arc::default() }.run())
             .expect("the worker thread starts");
         Self { shared, thread: Some(thread), caches_dir }
     }
@@ -169,7 +170,7 @@ impl Worker {
         loop {
             {
                 let q = self.shared.queue.lock().expect("worker queue");
-                if q.active.is_none() && q.jobs.is_empty() && q.load.is_none() && !q.loading && !q.clear_caches {
+                if q.active.is_none() && q.jobs.is_empty() && q.load.is_none() && !q.loading && !q.clear_caches && q.hashing == 0 {
                     return true;
                 }
             }
@@ -208,6 +209,8 @@ struct WorkerThread {
     on_status: StatusSink,
     engine: Option<Arc<Engine>>,
     caches: Caches,
+    /// Tells the thread hashing the loaded model's file to give up.
+    stop_hashing: Arc<AtomicBool>,
 }
 
 impl WorkerThread {
@@ -268,6 +271,8 @@ impl WorkerThread {
     }
 
     fn load(&mut self, path: PathBuf) {
+        self.stop_hashing.store(true, Ordering::Relaxed);
+        self.stop_hashing = Arc::default();
         let shown = path.display().to_string();
         self.set_status(ModelStatus::Loading { path: shown.clone() });
         // Free the old model first: two in memory at once may not fit.
@@ -302,6 +307,7 @@ impl WorkerThread {
                 if let Ok(mut e) = self.shared.engine.lock() {
                     *e = Some(engine.clone());
                 }
+                self.hash_file(&engine, &shown);
                 self.engine = Some(engine);
                 self.set_status(status);
             }
@@ -309,6 +315,49 @@ impl WorkerThread {
         }
     }
 
+}
+
+impl WorkerThread {
+    /// Gives the engine its file's whole hash, which saved caches need
+    /// before they are reused: remembered from an earlier run while the
+    /// file's size and time are the same, else computed on a thread of its
+    /// own (below the model in priority, given up if another model is
+    /// opened) and remembered if the file did not change meanwhile. Until
+    /// then caches are written but not read back.
+    fn hash_file(&mut self, engine: &Arc<Engine>, path: &str) {
+        let Ok(fingerprint) = engine.file_fingerprint() else { return };
+        match self.store.model_sha256(path, fingerprint.0, fingerprint.1) {
+            Ok(Some(known)) => return engine.set_file_sha256(known),
+            Ok(None) => {}
+            Err(e) => tracing::warn!("cannot look up the model's hash: {e}"),
+        }
+        let store = match self.store.reopen() {
+            Ok(s) => s,
+            Err(e) => return tracing::warn!("cannot hash the model file: {e}"),
+        };
+        let (engine, stop, shared, path) = (engine.clone(), self.stop_hashing.clone(), self.shared.clone(), path.to_string());
+        shared.queue.lock().unwrap_or_else(|e| e.into_inner()).hashing += 1;
+        let hashing = move || {
+            crate::priority::lower_this_thread();
+            let t = Instant::now();
+            match engine.hash_file(&|| stop.load(Ordering::Relaxed)) {
+                Ok(Some(sha256)) if engine.file_fingerprint().ok() == Some(fingerprint) => {
+                    tracing::info!("hashed the model file in {:.1} s", t.elapsed().as_secs_f64());
+                    if let Err(e) = store.set_model_sha256(&path, fingerprint.0, fingerprint.1, &sha256) {
+                        tracing::warn!("cannot remember the model's hash: {e}");
+                    }
+                }
+                Ok(Some(_)) => tracing::warn!("the model file changed while it was hashed; not remembering its hash"),
+                Ok(None) => {}
+                Err(e) => tracing::warn!("cannot hash the model file (its caches will not be reused after a restart): {e}"),
+            }
+            shared.queue.lock().unwrap_or_else(|e| e.into_inner()).hashing -= 1;
+        };
+        if let Err(e) = std::thread::Builder::new().name("hearth-hash".into()).spawn(hashing) {
+            tracing::warn!("cannot start hashing the model file: {e}");
+            self.shared.queue.lock().unwrap_or_else(|e| e.into_inner()).hashing -= 1;
+        }
+    }
 }
 
 /// The app-setting key that remembers the last model opened.

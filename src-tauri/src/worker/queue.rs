@@ -52,6 +52,9 @@ pub(super) struct Queue {
     pub clear_caches: bool,
     /// A model is being loaded now.
     pub loading: bool,
+    /// Threads hashing a model file (at most one but for a moment after
+    /// another model is opened).
+    pub hashing: usize,
     pub shutdown: bool,
 }
 

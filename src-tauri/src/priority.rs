@@ -1,4 +1,5 @@
-//! The webview renders below the model in CPU priority.
+//! Work other than the model's runs below it in CPU priority: the webview's
+//! rendering, and background jobs such as hashing the model file.
 //!
 //! On a machine with few cores, a streaming reply's rendering competes with
 //! the model's threads for the same cores, and each frame the webview paints
@@ -10,14 +11,24 @@
 //! before, and while it runs they get a smaller share, which is still
 //! plenty for typing and scrolling.
 
-/// The nice value the webview's processes run at.
+/// The nice value the webview's processes and background threads run at.
 pub const NICE: i32 = 10;
+
+/// Lowers the calling thread to `NICE`; threads it starts inherit that.
+pub fn lower_this_thread() {
+    // On Linux a nice value is per thread, and `who` 0 is the calling one.
+    #[cfg(target_os = "linux")]
+    // SAFETY: a plain system call on the calling thread.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, NICE);
+    }
+}
 
 /// Lowers every thread of this process's child processes to `NICE`
 /// (a thread already at `NICE` or below is left alone). Threads started
 /// later inherit the value from the thread that starts them.
 #[cfg(target_os = "linux")]
-pub fn lower_webview_priority() {
+pub fn lower_webview() {
     let me = std::process::id();
     let Ok(procs) = std::fs::read_dir("/proc") else { return };
     for entry in procs.flatten() {
@@ -42,7 +53,7 @@ pub fn lower_webview_priority() {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn lower_webview_priority() {}
+pub fn lower_webview() {}
 
 /// The parent process id, from `/proc/<pid>/stat` (whose second field, the
 /// name, may itself hold spaces and parentheses).
@@ -63,7 +74,7 @@ mod tests {
         let own_before = nice(std::process::id());
         let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         assert_eq!(parent_of(child.id()), Some(std::process::id()));
-        lower_webview_priority();
+        lower_webview();
         let child_nice = nice(child.id());
         child.kill().unwrap();
         child.wait().unwrap();

@@ -1,0 +1,49 @@
+//! The SHA-256 of a whole file, read in pieces so it can be stopped.
+
+use std::io::Read;
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+/// The file's SHA-256 in lowercase hex, or `None` if `stop` said to stop
+/// (it is asked between pieces of 1 MiB).
+pub fn sha256_file(path: &Path, stop: &dyn Fn() -> bool) -> std::io::Result<Option<String>> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        if stop() {
+            return Ok(None);
+        }
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(Some(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What coreutils' `sha256sum` says of the file.
+    fn sha256sum(path: &Path) -> String {
+        let out = std::process::Command::new("sha256sum").arg(path).output().unwrap();
+        String::from_utf8(out.stdout).unwrap().split_whitespace().next().unwrap().to_string()
+    }
+
+    #[test]
+    fn hashes_the_whole_file_and_stops_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"abc").unwrap();
+        assert_eq!(sha256_file(&path, &|| false).unwrap().unwrap(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        // Past the first piece too.
+        let data: Vec<u8> = (0..(3u32 << 20) + 12345).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(&path, data).unwrap();
+        assert_eq!(sha256_file(&path, &|| false).unwrap().unwrap(), sha256sum(&path));
+        assert_eq!(sha256_file(&path, &|| true).unwrap(), None);
+    }
+}
