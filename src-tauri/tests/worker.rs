@@ -327,6 +327,27 @@ fn a_panicking_reply_fails_alone_and_the_next_conversation_streams() {
 }
 
 #[test]
+fn a_panic_while_a_reply_ends_still_ends_it_in_the_ui() {
+    std::env::set_var("HEARTH_TEST_PANIC", PANIC_TRIGGER);
+    let (_dir, store, worker) = start();
+    let c = store.create_conversation().unwrap();
+    let trigger = format!("{PANIC_TRIGGER}:after");
+    let reply = reply_row(&store, c.id, &trigger);
+    let (j, rx) = job(c.id, reply, vec![ChatMessage::user(trigger.clone())], greedy(4));
+    worker.enqueue(j).unwrap();
+    let events = collect(&rx);
+    match events.last() {
+        Some(GenerationEvent::Error { error }) => assert!(error.message.contains("internal error"), "{}", error.message),
+        other => panic!("expected an error, got {other:?}"),
+    }
+    // The worker goes on.
+    let again = reply_row(&store, c.id, "What is 2 + 2?");
+    let (j, rx) = job(c.id, again, vec![ChatMessage::user("What is 2 + 2?")], greedy(32));
+    worker.enqueue(j).unwrap();
+    assert_eq!(finished(&collect(&rx)).0, "end_token");
+}
+
+#[test]
 fn a_panic_while_loading_fails_that_model_and_the_next_one_opens() {
     std::env::set_var("HEARTH_TEST_PANIC", PANIC_TRIGGER);
     let (dir, _store, worker) = start();

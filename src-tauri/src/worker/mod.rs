@@ -369,8 +369,9 @@ fn panic_message(panic: &(dyn Any + Send)) -> String {
 }
 
 /// Test-only: with `HEARTH_TEST_PANIC` set, a reply whose last message is
-/// exactly its value, or a model file of that name, panics here, so the
-/// tests can show that a panic fails that job alone.
+/// exactly its value (or that value and `:after`, once the reply has run),
+/// or a model file of that name, panics here, so the tests can show that a
+/// panic fails that job alone.
 fn test_panic_hook(subject: &str) {
     if std::env::var("HEARTH_TEST_PANIC").is_ok_and(|v| !v.is_empty() && v == subject) {
         panic!("injected by HEARTH_TEST_PANIC");

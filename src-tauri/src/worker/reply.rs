@@ -52,6 +52,23 @@ impl WorkerThread {
         // The conversation is free again before anyone hears the reply ended,
         // so an immediate next message is not refused as busy.
         drop(active);
+        let last_message = job.messages.last().map_or("", |m| m.content.as_str());
+        // Recording the end can fail too; the UI must still hear that the
+        // reply ended, or it shows it streaming for good.
+        let ended = catch_unwind(AssertUnwindSafe(|| {
+            test_panic_hook(last_message.strip_suffix(":after").unwrap_or(""));
+            self.end_reply(&job, result, &text)
+        }));
+        if let Err(panic) = ended {
+            let message = panic_message(&*panic);
+            tracing::error!("reply {} in conversation {} panicked while ending: {message}", job.reply_id, job.conversation_id);
+            events(GenerationEvent::Error { error: AppError::new(ErrorKind::Internal, format!("this reply stopped on an internal error ({message}); other conversations are unaffected")) });
+        }
+    }
+
+    /// Records how a reply ended, then says so to the UI.
+    fn end_reply(&mut self, job: &ReplyJob, result: Result<Finished, AppError>, text: &str) {
+        let events = &job.events;
         match result {
             Ok(done) => {
                 let status = if done.reason == FinishReason::Cancelled { MessageStatus::Interrupted } else { MessageStatus::Complete };
@@ -69,7 +86,7 @@ impl WorkerThread {
             Err(error) => {
                 let stats = ReplyStats { finish_reason: "error".into(), error: Some(error.message.clone()), ..Default::default() };
                 let status = if text.is_empty() { MessageStatus::Error } else { MessageStatus::Interrupted };
-                if let Err(e) = self.store.update_reply(job.reply_id, &text, status, Some(&stats)) {
+                if let Err(e) = self.store.update_reply(job.reply_id, text, status, Some(&stats)) {
                     tracing::error!("cannot record a failed reply: {e}");
                 }
                 events(GenerationEvent::Error { error });
