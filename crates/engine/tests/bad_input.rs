@@ -189,3 +189,18 @@ fn a_template_bomb_is_a_template_error_not_a_hang() {
     let long: Vec<_> = (0..5000).map(|i| hearth_engine::ChatMessage::user(format!("message {i}"))).collect();
     assert!(chatml.render(&long, true).unwrap().len() > 5000 * 20);
 }
+
+#[test]
+fn a_huge_declared_array_is_refused_without_allocating_it() {
+    let (_d, path) = tiny(&TinySpec::new(Family::Llama));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let key = b"tokenizer.ggml.tokens";
+    let at = bytes.windows(key.len()).position(|w| w == key).unwrap() + key.len();
+    assert_eq!(u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()), 9, "an array");
+    assert_eq!(u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()), 8, "of strings");
+    // 2^40 strings: a reader that trusted the count would ask for terabytes.
+    bytes[at + 8..at + 16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    let err = open_err(&bytes);
+    assert!(matches!(err, EngineError::TruncatedModel { .. } | EngineError::CorruptModel { .. }), "{err}");
+    assert!(err.to_string().contains("array count"), "{err}");
+}
