@@ -53,6 +53,10 @@ enum Command {
         /// Repeat and keep the best run.
         #[arg(long, default_value_t = 3)]
         repeats: usize,
+        /// Also decode this many sequences at once from the one prompt (as
+        /// "Generate N" does) and compare the wall time with one sequence.
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
         #[arg(long)]
         json: bool,
     },
@@ -198,7 +202,7 @@ fn run(cli: Cli) -> Result<(), EngineError> {
             Ok(())
         }
         Command::Chat { model, sampling, system } => chat(&model, &sampling, system),
-        Command::Bench { model, prompt_tokens, gen_tokens, repeats, json } => bench(&model, prompt_tokens, gen_tokens, repeats, json),
+        Command::Bench { model, prompt_tokens, gen_tokens, repeats, batch, json } => bench(&model, prompt_tokens, gen_tokens, repeats, batch, json),
         Command::BenchCache { model, history_tokens, json } => bench_cache::run(&model, history_tokens, json),
         Command::Score { model, ids_file, out } => score::score(&open(&model)?, &ids_file, &out),
         Command::Perplexity { model, file, ctx, kl_base, json } => score::perplexity(&open(&model)?, &file, ctx, kl_base.as_deref(), json),
@@ -342,7 +346,7 @@ fn chat(model: &ModelArgs, sampling: &SamplingArgs, system: Option<String>) -> R
     Ok(())
 }
 
-fn bench(model: &ModelArgs, prompt_tokens: usize, gen_tokens: usize, repeats: usize, json_out: bool) -> Result<(), EngineError> {
+fn bench(model: &ModelArgs, prompt_tokens: usize, gen_tokens: usize, repeats: usize, batch: usize, json_out: bool) -> Result<(), EngineError> {
     let engine = open(model)?;
     let m = engine.model();
     // A fixed, ordinary English text, repeated to the requested length.
@@ -370,6 +374,16 @@ fn bench(model: &ModelArgs, prompt_tokens: usize, gen_tokens: usize, repeats: us
     let prefill_tps = prompt.len() as f64 / best_prefill;
     let decode_tps = gen_tokens as f64 / best_decode;
     let threads = hearth_engine::worker_pool::WorkerPool::global().threads();
+    let batched = if batch > 1 {
+        let one = batch_decode_seconds(&engine, &prompt, gen_tokens, 1, repeats)?;
+        let many = batch_decode_seconds(&engine, &prompt, gen_tokens, batch, repeats)?;
+        Some(json!({"batch": batch, "one_sequence_s": one, "batch_s": many, "wall_ratio": many / one, "batch_tokens_per_s": (batch * gen_tokens) as f64 / many}))
+    } else {
+        None
+    };
+    if let (false, Some(b)) = (json_out, &batched) {
+        println!("{batch} sequences: {:.2}x the wall time of one ({:.1} tok/s in all)", b["wall_ratio"].as_f64().unwrap_or(0.0), b["batch_tokens_per_s"].as_f64().unwrap_or(0.0));
+    }
     if json_out {
         println!(
             "{}",
@@ -385,12 +399,29 @@ fn bench(model: &ModelArgs, prompt_tokens: usize, gen_tokens: usize, repeats: us
                 "prefill_tokens_per_s": prefill_tps,
                 "decode_tokens_per_s": decode_tps,
                 "peak_rss_bytes": peak_rss_bytes(),
+                "batched": batched,
             })
         );
     } else {
         println!("prefill: {prefill_tps:.1} tok/s ({} tokens), decode: {decode_tps:.1} tok/s ({gen_tokens} tokens), {threads} threads", prompt.len());
     }
     Ok(())
+}
+
+/// The best decode time of `gen_tokens` steps for `batch` sequences sampled
+/// (temperature 0.8, no end token) from one prefilled prompt.
+fn batch_decode_seconds(engine: &Engine, prompt: &[u32], gen_tokens: usize, batch: usize, repeats: usize) -> Result<f64, EngineError> {
+    let mut best = f64::MAX;
+    for _ in 0..repeats.max(1) {
+        let mut session = engine.new_session(Some(prompt.len() + gen_tokens + 8));
+        let mut config = engine.generation_config(SamplingParams { temperature: 0.8, seed: 7, ..SamplingParams::default() }, gen_tokens);
+        config.end_tokens.clear();
+        let mut turn = session.start_turn(engine.model(), engine.tokenizer(), prompt, config, batch)?;
+        let t = Instant::now();
+        while turn.step()?.is_some() {}
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    Ok(best)
 }
 
 /// High-water mark of resident memory, where the OS reports it.

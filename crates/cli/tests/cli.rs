@@ -52,6 +52,21 @@ fn bench_json_reports_speeds_and_peak_rss() {
 }
 
 #[test]
+fn bench_batch_compares_n_sequences_with_one() {
+    let (ok, out, err) = cli(&["bench", "--prompt-tokens", "16", "--gen-tokens", "4", "--repeats", "1", "--batch", "3", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let b = &v["batched"];
+    assert_eq!(b["batch"], 3);
+    assert!(b["one_sequence_s"].as_f64().unwrap() > 0.0 && b["batch_s"].as_f64().unwrap() > 0.0);
+    let ratio = b["wall_ratio"].as_f64().unwrap();
+    assert!((ratio - b["batch_s"].as_f64().unwrap() / b["one_sequence_s"].as_f64().unwrap()).abs() < 1e-9);
+    // Without --batch there is nothing batched to report.
+    let (_, out, _) = cli(&["bench", "--prompt-tokens", "8", "--gen-tokens", "2", "--repeats", "1", "--json"]);
+    assert!(serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()["batched"].is_null());
+}
+
+#[test]
 fn a_device_this_build_lacks_is_a_clear_error() {
     if cfg!(feature = "cuda") {
         return;
