@@ -75,7 +75,10 @@ pub struct SamplingState {
     /// sequence's end (the seed's masking of tokens after the end token).
     pub predicted_tokens: Vec<Vec<u32>>,
     pub cache: KvCache,
-    pub rng: Rng,
+    /// One generator per sequence, sequence `b` seeded with `seed + b`, so
+    /// what a sequence draws never depends on the others: variant `b` of a
+    /// batch is the reply a single run with seed `seed + b` gives.
+    pub rngs: Vec<Rng>,
     /// Cache length when the loop began: the prompt and earlier turns.
     pub init_cache_length: usize,
     /// The prefill's logits for the prompt's last position, used by step 0.
@@ -156,7 +159,7 @@ impl<'a> SamplerLoop<'a> {
             init_cache_length: pos,
             pending_logits: Some(prompt_logits),
             cache,
-            rng: Rng::new(self.config.sampling.seed),
+            rngs: (0..batch as u64).map(|b| Rng::new(self.config.sampling.seed.wrapping_add(b))).collect(),
             penalty_context: penalty_context[penalty_context.len().saturating_sub(window)..].to_vec(),
             text: vec![TextState::default(); batch],
         })
@@ -220,7 +223,7 @@ impl<'a> SamplerLoop<'a> {
                         }
                     }
                     let recent = recent_tokens(&state.penalty_context, &state.predicted_tokens[b][..state.step], self.config.sampling.penalty_window);
-                    sample(row, &recent, &self.config.sampling, &mut state.rng)
+                    sample(row, &recent, &self.config.sampling, &mut state.rngs[b])
                 }
             };
             state.predicted_tokens[b][state.step] = token;

@@ -189,8 +189,15 @@ fn a_batch_of_variants_shares_the_prompt_and_matches_single_runs() {
     // Sampled variants differ from each other.
     let sampling = SamplingParams { temperature: 1.2, seed: 5, ..SamplingParams::default() };
     let mut session = engine.new_session(None);
-    let out = session.start_turn(m, tok, &ids, engine.generation_config(sampling, 12), 3).unwrap().finish_after_run();
+    let out = session.start_turn(m, tok, &ids, engine.generation_config(sampling.clone(), 12), 3).unwrap().finish_after_run();
     assert!(out.sequences.iter().any(|s| s.tokens != out.sequences[0].tokens), "three samples were identical");
+    // Each has its own seed: variant b is the reply a single run with seed 5 + b gives.
+    for (b, variant) in out.sequences.iter().enumerate() {
+        let mut alone = engine.new_session(None);
+        let sampling = SamplingParams { seed: 5 + b as u64, ..sampling.clone() };
+        let single = alone.start_turn(m, tok, &ids, engine.generation_config(sampling, 12), 1).unwrap().finish_after_run();
+        assert_eq!(variant.tokens, single.sequences[0].tokens, "variant {b}");
+    }
 }
 
 trait RunAll {
