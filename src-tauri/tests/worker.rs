@@ -422,3 +422,28 @@ fn the_model_file_is_hashed_once_and_remembered() {
     assert!(worker.wait_idle(Duration::from_secs(120)));
     assert_eq!(worker.engine().unwrap().file_sha256(), Some("remembered-not-recomputed"));
 }
+
+#[test]
+fn every_reply_records_what_produced_it() {
+    let (_dir, store, worker) = start();
+    let c = store.create_conversation().unwrap();
+    let reply = reply_row(&store, c.id, "What is 2 + 2?");
+    let settings = ConversationSettings { temperature: 0.9, seed: Some(11), max_new_tokens: 24, stop_strings: vec!["zzz".into()], ..Default::default() };
+    let (j, rx) = job(c.id, reply, vec![ChatMessage::user("What is 2 + 2?")], settings);
+    worker.enqueue(j).unwrap();
+    let events = collect(&rx);
+    let (_, stats) = finished(&events);
+    let r = store.message(reply).unwrap().stats.unwrap().replay.expect("a replay record");
+    let engine = worker.engine().unwrap();
+    assert_eq!(r.model_sha256.as_deref(), engine.file_sha256());
+    assert_eq!(r.engine_build, hearth_engine::BUILD_ID);
+    assert_eq!(r.device, "cpu");
+    let prompt = engine.encode_chat(&[ChatMessage::user("What is 2 + 2?")]).unwrap();
+    let bytes: Vec<u8> = prompt.iter().flat_map(|t| t.to_le_bytes()).collect();
+    assert_eq!(r.prompt_sha256, hearth_engine::file_hash::sha256_hex(&bytes));
+    assert_eq!(r.prompt_tokens, stats.prompt_tokens);
+    assert_eq!((r.temperature, r.seed, r.max_new_tokens, r.top_k), (0.9, 11, 24, 40));
+    assert_eq!(r.stop_strings, ["zzz"]);
+    assert_eq!(r.tokens.len() as u32, stats.generated_tokens);
+    assert_eq!(engine.tokenizer().decode(&r.tokens).trim_end(), streamed(&events).trim_end());
+}

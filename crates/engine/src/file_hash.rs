@@ -1,9 +1,14 @@
-//! The SHA-256 of a whole file, read in pieces so it can be stopped.
+//! SHA-256 in hex: of bytes, and of a whole file read in pieces so it can be stopped.
 
 use std::io::Read;
 use std::path::Path;
 
 use sha2::{Digest, Sha256};
+
+/// SHA-256 of `bytes` in lowercase hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
 
 /// The file's SHA-256 in lowercase hex, or `None` if `stop` said to stop
 /// (it is asked between pieces of 1 MiB).

@@ -52,6 +52,37 @@ pub struct ReplyStats {
     pub error: Option<String>,
     /// Earlier messages the overflow policy left out of this turn's prompt.
     pub dropped_messages: u32,
+    /// What produced the reply, to run it again and compare token by token.
+    pub replay: Option<ReplayRecord>,
+}
+
+/// Everything a reply was computed from, and the tokens it gave.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+#[serde(default, rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
+pub struct ReplayRecord {
+    /// SHA-256 of the whole model file; `None` if it was still being hashed.
+    pub model_sha256: Option<String>,
+    pub model_path: String,
+    /// The engine's build id: it changes whenever kernels or numerics do.
+    pub engine_build: String,
+    pub device: String,
+    /// SHA-256 of the prompt's token ids, each as 4 little-endian bytes.
+    pub prompt_sha256: String,
+    pub prompt_tokens: u32,
+    /// The sampler chain as it ran: the repeat penalty over the window,
+    /// then top-k, top-p and min-p, then temperature (0 is greedy).
+    pub temperature: f32,
+    pub top_k: u32,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub repeat_penalty: f32,
+    pub penalty_window: u32,
+    pub seed: u32,
+    pub max_new_tokens: u32,
+    pub stop_strings: Vec<String>,
+    /// The generated token ids, in order.
+    pub tokens: Vec<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]

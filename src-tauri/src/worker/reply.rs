@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use hearth_engine::sampler_loop::PAD;
 use hearth_engine::{ChatMessage, EngineError, FinishReason, SamplingParams};
-use hearth_store::{ConversationSettings, MessageStatus, ReplyStats};
+use hearth_store::{ConversationSettings, MessageStatus, ReplayRecord, ReplyStats};
 use tokio_util::sync::CancellationToken;
 
 use super::queue::{ActiveJob, Queued};
@@ -170,6 +170,25 @@ impl WorkerThread {
             let seq = &out.sequences[0];
             let st = &out.stats;
             let decode_s = st.decode_time.as_secs_f64();
+            let prompt_bytes: Vec<u8> = prompt.iter().flat_map(|t| t.to_le_bytes()).collect();
+            let replay = ReplayRecord {
+                model_sha256: engine.file_sha256().map(str::to_string),
+                model_path: engine.path().display().to_string(),
+                engine_build: hearth_engine::BUILD_ID.to_string(),
+                device: hearth_engine::device::describe(engine.model().device()),
+                prompt_sha256: hearth_engine::file_hash::sha256_hex(&prompt_bytes),
+                prompt_tokens: prompt.len() as u32,
+                temperature: s.temperature,
+                top_k: s.top_k,
+                top_p: s.top_p,
+                min_p: s.min_p,
+                repeat_penalty: s.repeat_penalty,
+                penalty_window: s.penalty_window,
+                seed,
+                max_new_tokens: s.max_new_tokens,
+                stop_strings: s.stop_strings.clone(),
+                tokens: seq.tokens.clone(),
+            };
             Ok(Finished {
                 text: format!("{}{}", job.prefix, seq.text),
                 reason: seq.finish,
@@ -184,6 +203,7 @@ impl WorkerThread {
                     temperature: Some(s.temperature),
                     error: None,
                     dropped_messages: fitted.dropped as u32,
+                    replay: Some(replay),
                 },
             })
         })();
