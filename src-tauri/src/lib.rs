@@ -6,8 +6,8 @@ pub mod commands;
 pub mod context;
 pub mod error;
 pub mod events;
-pub mod startup;
 pub mod priority;
+pub mod startup;
 pub mod state;
 pub mod worker;
 

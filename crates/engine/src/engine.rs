@@ -1,6 +1,7 @@
 //! A model file opened for chat: weights, tokenizer, chat template and end tokens.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use candle_core::Device;
 
@@ -11,7 +12,6 @@ use crate::sampler_loop::GenerationConfig;
 use crate::sampling::SamplingParams;
 use crate::session::Session;
 use crate::session_file::CacheIdentity;
-use std::sync::OnceLock;
 use crate::template::{ChatMessage, ChatTemplate};
 
 /// The engine's version and a hash of its source (see `build.rs`): it

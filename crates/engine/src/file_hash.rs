@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 
 /// SHA-256 of `bytes` in lowercase hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    hex(&Sha256::digest(bytes))
 }
 
 /// The file's SHA-256 in lowercase hex, or `None` if `stop` said to stop
@@ -26,7 +26,11 @@ pub fn sha256_file(path: &Path, stop: &dyn Fn() -> bool) -> std::io::Result<Opti
         }
         hasher.update(&buf[..n]);
     }
-    Ok(Some(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect()))
+    Ok(Some(hex(&hasher.finalize())))
+}
+
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

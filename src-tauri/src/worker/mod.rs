@@ -299,7 +299,7 @@ impl WorkerThread {
                     context_length: config.context_length as u32,
                     device: hearth_engine::device::describe(engine.model().device()),
                 };
-                let size = std::fs::metadata(&path).map(|m| m.len() as i64).unwrap_or(0);
+                let size = engine.file_fingerprint().map_or(0, |(size, _)| size as i64);
                 if let Err(e) = self.store.record_model(&shown, &name, size).and_then(|_| self.store.set_app_setting(LAST_MODEL_KEY, &shown)) {
                     tracing::warn!("cannot record the model as recent: {e}");
                 }
@@ -315,9 +315,6 @@ impl WorkerThread {
         }
     }
 
-}
-
-impl WorkerThread {
     /// Gives the engine its file's whole hash, which saved caches need
     /// before they are reused: remembered from an earlier run while the
     /// file's size and time are the same, else computed on a thread of its
