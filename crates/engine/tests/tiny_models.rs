@@ -250,3 +250,29 @@ fn decode_steps_over_a_long_history_match_the_tensor_graph() {
         }
     }
 }
+
+#[test]
+fn each_variant_of_a_batch_of_eight_is_the_reply_a_single_run_gives() {
+    use candle_core::quantized::GgmlDType;
+    use hearth_engine::SamplingParams;
+    // Eight sequences decoding together are eight activation rows: llama.cpp
+    // would sum them in its tiled (or repacked GEMM) order, not the one a
+    // single sequence gets. Each row keeps its single-sequence order.
+    for dtype in [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q8_0] {
+        let spec = TinySpec { n_embd: 256, head_dim: 64, ffn: 512, dtype, ..TinySpec::new(Family::Llama) };
+        let (_dir, path) = tiny(&spec);
+        let engine = Engine::open(&path).unwrap();
+        let (m, tok) = (engine.model(), engine.tokenizer());
+        let prompt = tokens(20);
+        let sampling = SamplingParams { temperature: 1.0, seed: 11, ..SamplingParams::default() };
+        let mut session = engine.new_session(Some(256));
+        let mut turn = session.start_turn(m, tok, &prompt, engine.generation_config(sampling.clone(), 12), 8).unwrap();
+        while turn.step().unwrap().is_some() {}
+        let batch = turn.finish(0).unwrap();
+        for (b, variant) in batch.sequences.iter().enumerate() {
+            let sampling = SamplingParams { seed: 11 + b as u64, ..sampling.clone() };
+            let single = engine.new_session(Some(256)).start_turn(m, tok, &prompt, engine.generation_config(sampling, 12), 1).unwrap().run().unwrap();
+            assert_eq!(variant.tokens, single.sequences[0].tokens, "{dtype:?}: variant {b}");
+        }
+    }
+}

@@ -234,7 +234,7 @@ impl QuantMatrix {
         pool.run(self.n.div_ceil(chunk), &|t| {
             let cols = t * chunk..((t + 1) * chunk).min(self.n);
             // SAFETY: tasks write disjoint column ranges.
-            unsafe { self.matmul_cols(&acts, m, cols, &out, self.n) };
+            unsafe { self.matmul_cols(&acts, m, m, cols, &out, self.n) };
         });
     }
 
@@ -247,13 +247,19 @@ impl QuantMatrix {
     /// Writes `out[row × ld + col]` for every activation row and every
     /// column in `cols` (a weight row each).
     ///
+    /// `sequence_rows` is how many of the `rows` belong to one sequence:
+    /// all of them when prefilling, one when decoding a batch of sequences.
+    /// The summation order is the one llama.cpp uses for that sequence
+    /// alone, so each sequence of a batch gets the bits it would get on its
+    /// own (variant `b` of a batch is the reply a single run gives).
+    ///
     /// # Safety
     /// No other thread may write those elements of `out` meanwhile.
-    pub(crate) unsafe fn matmul_cols(&self, acts: &Activations, rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize) {
+    pub(crate) unsafe fn matmul_cols(&self, acts: &Activations, rows: usize, sequence_rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize) {
         let simd = has_avx2_fma();
         by_format!(&self.weights,
             b => cols32(b, self.k / 32, &acts.q8, rows, cols, out, ld, simd),
-            k => cols256(k, self.k / QK_K, &acts.q8k, rows, cols, out, ld, self.order(rows), simd),
+            k => cols256(k, self.k / QK_K, &acts.q8k, rows, cols, out, ld, self.order(sequence_rows), sequence_rows == rows, simd),
             f => {
                 let x = acts.rounded_for(f);
                 let mut buf = Vec::new();
@@ -337,11 +343,13 @@ unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, acts: &[Q8Block], rows: us
 
 /// A 256-value format: one weight row against four activation rows when
 /// prefilling; one against one, prefetching ahead, when decoding.
+/// `one_sequence`: the rows are one sequence's, not a batch's decode rows.
 #[allow(clippy::too_many_arguments)]
-unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, order: Order, simd: bool) {
+unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, order: Order, one_sequence: bool, simd: bool) {
     let y = |r: usize| &acts[r * kb..(r + 1) * kb];
-    // The repacked layout's GEMM takes activation rows in fours, its GEMV the rest.
-    let order4 = if order == Order::Repacked { Order::RepackedGemm } else { order };
+    // The repacked layout's GEMM takes one sequence's rows in fours, its
+    // GEMV the rest (and every row of a batch's decode step).
+    let order4 = if order == Order::Repacked && one_sequence { Order::RepackedGemm } else { order };
     let mut r = 0;
     while r + 4 <= rows {
         for col in cols.clone() {

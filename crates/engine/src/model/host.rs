@@ -84,7 +84,8 @@ impl Model {
             vec_ops::rms_norm(&mut last[i * e..(i + 1) * e], &x[r * e..(r + 1) * e], &self.norm.host, self.norm.eps);
         }
         let mut logits = vec![0f32; out_rows.len() * self.vocab_size];
-        matmuls(pool, &last, out_rows.len(), &mut [(&self.output, &mut logits)])?;
+        let sequence_rows = if all { seq } else { 1 };
+        matmuls(pool, &last, out_rows.len(), sequence_rows, &mut [(&self.output, &mut logits)])?;
         pool.end_pass();
         Ok(logits)
     }
@@ -121,7 +122,7 @@ impl Model {
         let (qd, kd) = (c.n_heads * hd, c.n_kv_heads * hd);
 
         norm_rows(pool, &b.attn_norm, x, &mut buf.h, e);
-        matmuls(pool, &buf.h, rows, &mut [(&b.wq.weight, &mut buf.q), (&b.wk.weight, &mut buf.k), (&b.wv.weight, &mut buf.v)])?;
+        matmuls(pool, &buf.h, rows, seq, &mut [(&b.wq.weight, &mut buf.q), (&b.wk.weight, &mut buf.k), (&b.wv.weight, &mut buf.v)])?;
         for (lin, out, width) in [(&b.wq, &mut buf.q, qd), (&b.wk, &mut buf.k, kd), (&b.wv, &mut buf.v, kd)] {
             if let Some((_, bias)) = &lin.bias {
                 out.chunks_exact_mut(width).for_each(|row| vec_ops::add(row, bias));
@@ -158,14 +159,14 @@ impl Model {
         let window = b.sliding.then_some(c.sliding_window).flatten();
         self.attention(pool, cache, layer, &buf.q, &mut buf.attn, (batch, seq, pos0), window, scale);
 
-        matmuls(pool, &buf.attn, rows, &mut [(&b.wo, &mut buf.o)])?;
+        matmuls(pool, &buf.attn, rows, seq, &mut [(&b.wo, &mut buf.o)])?;
         if let Some(n) = &b.post_attn_norm {
             norm_in_place(n, &mut buf.o, e);
         }
         vec_ops::add(x, &buf.o);
 
         norm_rows(pool, &b.ffn_norm, x, &mut buf.h, e);
-        matmuls(pool, &buf.h, rows, &mut [(&b.gate, &mut buf.gate), (&b.up, &mut buf.up)])?;
+        matmuls(pool, &buf.h, rows, seq, &mut [(&b.gate, &mut buf.gate), (&b.up, &mut buf.up)])?;
         let gelu = c.architecture == Architecture::Gemma3;
         let ffn = b.gate.rows();
         for_row_chunks(pool, rows, &mut buf.gate, ffn, |range, gate| {
@@ -176,7 +177,7 @@ impl Model {
                 vec_ops::silu_mul(gate, up);
             }
         });
-        matmuls(pool, &buf.gate, rows, &mut [(&b.down, &mut buf.o)])?;
+        matmuls(pool, &buf.gate, rows, seq, &mut [(&b.down, &mut buf.o)])?;
         if let Some(n) = &b.post_ffn_norm {
             norm_in_place(n, &mut buf.o, e);
         }
@@ -342,8 +343,9 @@ impl Matrix {
 }
 
 /// `out_i = x · W_iᵀ` for several matrices that share the input `x`
-/// (`rows × k`): one quantization of `x`, one parallel region for all.
-fn matmuls(pool: &WorkerPool, x: &[f32], rows: usize, jobs: &mut [(&Matrix, &mut Vec<f32>)]) -> Result<()> {
+/// (`rows × k`, `sequence_rows` of them per sequence): one quantization of
+/// `x`, one parallel region for all.
+fn matmuls(pool: &WorkerPool, x: &[f32], rows: usize, sequence_rows: usize, jobs: &mut [(&Matrix, &mut Vec<f32>)]) -> Result<()> {
     let mut own = Vec::new();
     for (m, out) in jobs.iter_mut() {
         match m {
@@ -371,7 +373,7 @@ fn matmuls(pool: &WorkerPool, x: &[f32], rows: usize, jobs: &mut [(&Matrix, &mut
         let (j, cols) = plan[t].clone();
         let (m, out) = &own[j];
         // SAFETY: the plan's column ranges are disjoint within each output.
-        unsafe { m.matmul_cols(&acts, rows, cols, out, m.rows()) };
+        unsafe { m.matmul_cols(&acts, rows, sequence_rows, cols, out, m.rows()) };
     });
     Ok(())
 }
