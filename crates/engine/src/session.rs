@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use crate::error::{EngineError, Result};
 use crate::kv_cache::KvCache;
 use crate::model::{Model, PREFILL_CHUNK};
+use crate::passes::{Pass, Passes};
 use crate::sampler_loop::{sequence_tokens, GenerationConfig, SamplerLoop, SamplingState, SequenceOutput, TokenEvent};
 use crate::tokenizer::Tokenizer;
 
@@ -21,6 +22,8 @@ pub struct Session {
     cache: KvCache,
     /// The tokens whose keys and values the cache holds, in order.
     tokens: Vec<u32>,
+    /// The forward passes that computed them (what an exact replay re-runs).
+    passes: Passes,
     /// The logits after the first `.0` tokens, from the prefill that ran
     /// them. A turn whose prompt is exactly those tokens (a regeneration)
     /// starts from them rather than re-running the last token on its own,
@@ -31,15 +34,21 @@ pub struct Session {
 
 impl Session {
     pub fn new(model: &Model, max_len: usize) -> Self {
-        Self { cache: model.new_cache(max_len), tokens: Vec::new(), prefill_logits: None }
+        Self { cache: model.new_cache(max_len), tokens: Vec::new(), passes: Passes::default(), prefill_logits: None }
     }
 
-    /// A session around a cache restored from disk, covering `tokens`.
-    pub fn from_parts(cache: KvCache, tokens: Vec<u32>) -> Result<Self> {
-        if cache.len() != tokens.len() || cache.batch() != 1 {
-            return Err(EngineError::CorruptCache(format!("cache holds {} positions but {} tokens were given", cache.len(), tokens.len())));
+    /// A session around a cache restored from disk, covering `tokens`,
+    /// computed by `passes`.
+    pub fn from_parts(cache: KvCache, tokens: Vec<u32>, passes: Passes) -> Result<Self> {
+        if cache.len() != tokens.len() || cache.batch() != 1 || passes.len() != tokens.len() {
+            return Err(EngineError::CorruptCache(format!(
+                "cache holds {} positions, computed by passes over {}, but {} tokens were given",
+                cache.len(),
+                passes.len(),
+                tokens.len()
+            )));
         }
-        Ok(Self { cache, tokens, prefill_logits: None })
+        Ok(Self { cache, tokens, passes, prefill_logits: None })
     }
 
     pub fn cache(&self) -> &KvCache {
@@ -51,6 +60,11 @@ impl Session {
         &self.tokens
     }
 
+    /// The forward passes that computed the cache.
+    pub fn passes(&self) -> &Passes {
+        &self.passes
+    }
+
     pub fn context_length(&self) -> usize {
         self.cache.max_len()
     }
@@ -58,6 +72,7 @@ impl Session {
     /// Forgets everything from token `len` on.
     pub fn truncate(&mut self, len: usize) {
         self.tokens.truncate(len);
+        self.passes.truncate(len);
         self.cache.truncate(len);
         if self.prefill_logits.as_ref().is_some_and(|(n, _)| len < *n) {
             self.prefill_logits = None;
@@ -103,6 +118,7 @@ impl Session {
                 }
             }
             self.tokens.extend_from_slice(chunk);
+            self.passes.push(chunk.len());
         }
         let logits = logits.expect("at least one token is run").to_vec2::<f32>()?.remove(0);
         self.prefill_logits = Some((prompt.len(), Arc::new(logits.clone())));
@@ -137,6 +153,91 @@ impl Session {
         let sampler = SamplerLoop::new(model, tokenizer, config)?;
         let started = Instant::now();
         let (prefilled, logits) = self.prefill_observed(model, prompt, progress)?;
+        self.begin_turn(model, sampler, prompt, logits, prefilled, batch, started)
+    }
+
+    /// Starts a turn whose prompt is computed exactly as `passes` computed
+    /// it: the same forward passes over the same tokens, reusing only the
+    /// cache's passes that are those. The logits, and so with the same seed
+    /// the tokens, are then the bits of the turn that recorded `passes`,
+    /// whether this cache is cold, restored from disk or warm.
+    pub fn start_replay<'a>(
+        &'a mut self,
+        model: &'a Model,
+        tokenizer: &'a Tokenizer,
+        prompt: &[u32],
+        passes: &Passes,
+        config: GenerationConfig,
+        progress: &mut dyn FnMut(Progress) -> bool,
+    ) -> Result<Turn<'a>> {
+        let sampler = SamplerLoop::new(model, tokenizer, config)?;
+        let started = Instant::now();
+        let (processed, logits) = self.prefill_as(model, prompt, passes, progress)?;
+        self.begin_turn(model, sampler, prompt, logits, processed, 1, started)
+    }
+
+    /// Brings the cache to cover `prompt` through exactly `passes`; returns
+    /// how many positions were run and the logits after the last.
+    fn prefill_as(&mut self, model: &Model, prompt: &[u32], passes: &Passes, progress: &mut dyn FnMut(Progress) -> bool) -> Result<(usize, Vec<f32>)> {
+        if passes.len() != prompt.len() || passes.runs().last().is_none_or(|p| p.kept != p.rows) {
+            return Err(EngineError::setting(
+                "passes",
+                format!("the recorded passes cover {} positions, not the prompt's {}, or end in a cut pass", passes.len(), prompt.len()),
+            ));
+        }
+        if prompt.len() > self.cache.max_len() {
+            return Err(EngineError::PromptTooLong { tokens: prompt.len(), context: self.cache.max_len() });
+        }
+        let wanted: Vec<(usize, u32, u32)> = passes.each().collect();
+        let same = self
+            .passes
+            .each()
+            .zip(&wanted)
+            .take_while(|(have, want)| have == *want && self.tokens[have.0..have.0 + have.2 as usize] == prompt[have.0..have.0 + have.2 as usize])
+            .count();
+        // The last pass runs again: its logits seed the first step.
+        let reuse = same.min(wanted.len() - 1);
+        let from = wanted[reuse].0;
+        self.truncate(from);
+        let total = prompt.len() - from;
+        let mut logits = None;
+        for &(start, rows, kept) in &wanted[reuse..] {
+            if !progress(Progress { done: self.tokens.len() - from, total }) {
+                return Err(EngineError::Stopped);
+            }
+            let kept_ids = &prompt[start..start + kept as usize];
+            // Rows a later truncation dropped: any tokens give the kept rows
+            // the same bits (attention is causal, each matmul row its own sum).
+            let mut ids = kept_ids.to_vec();
+            ids.resize(rows as usize, kept_ids[kept_ids.len() - 1]);
+            match model.forward(&[ids], &mut self.cache) {
+                Ok(l) => logits = Some(l),
+                Err(e) => {
+                    self.cache.truncate(self.tokens.len());
+                    return Err(e);
+                }
+            }
+            self.cache.truncate(start + kept as usize);
+            self.tokens.extend_from_slice(kept_ids);
+            self.passes.push_pass(Pass { rows, kept, count: 1 });
+        }
+        let logits = logits.expect("at least one pass runs").to_vec2::<f32>()?.remove(0);
+        self.prefill_logits = Some((prompt.len(), Arc::new(logits.clone())));
+        progress(Progress { done: total, total });
+        Ok((total, logits))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn begin_turn<'a>(
+        &'a mut self,
+        model: &'a Model,
+        sampler: SamplerLoop<'a>,
+        prompt: &[u32],
+        logits: Vec<f32>,
+        processed: usize,
+        batch: usize,
+        started: Instant,
+    ) -> Result<Turn<'a>> {
         let max_len = self.cache.max_len();
         let cache = std::mem::replace(&mut self.cache, model.new_cache(max_len));
         let last = *prompt.last().expect("prefill checked the prompt is non-empty");
@@ -148,10 +249,11 @@ impl Session {
             }
         };
         Ok(Turn {
+            prompt_passes: self.passes.clone(),
             session: self,
             sampler,
             state: Some(state),
-            stats: TurnStats { prompt_tokens: prompt.len(), processed_tokens: prefilled, ..TurnStats::default() },
+            stats: TurnStats { prompt_tokens: prompt.len(), processed_tokens: processed, ..TurnStats::default() },
             started,
             first_token_at: None,
         })
@@ -186,6 +288,9 @@ pub struct TurnStats {
 /// sequence back into the session, so even a cancelled turn leaves a cache
 /// that matches its tokens.
 pub struct Turn<'a> {
+    /// The passes that computed the prompt: with the prompt, the seed and
+    /// the sampler's settings, what replays this turn exactly.
+    prompt_passes: Passes,
     session: &'a mut Session,
     sampler: SamplerLoop<'a>,
     state: Option<SamplingState>,
@@ -204,6 +309,11 @@ pub struct TurnOutput {
 impl Turn<'_> {
     pub fn stats(&self) -> &TurnStats {
         &self.stats
+    }
+
+    /// The forward passes that computed this turn's prompt.
+    pub fn prompt_passes(&self) -> &Passes {
+        &self.prompt_passes
     }
 
     pub fn state(&self) -> &SamplingState {
@@ -260,6 +370,8 @@ impl Turn<'_> {
         };
         self.session.cache = cache;
         self.session.tokens.extend_from_slice(&generated[..fed]);
+        // Each sequence of a batch decodes in its own order (see `matmul_cols`).
+        self.session.passes.push_steps(fed);
         debug_assert_eq!(self.session.tokens.len(), self.session.cache.len());
         Ok(())
     }

@@ -3,7 +3,8 @@
 //!
 //! The file is an append-only log: a header naming exactly what the cache
 //! was computed with (`CacheIdentity`) and its SHA-256, then chunks of
-//! positions, each with its first position, its token ids, every layer's
+//! positions, each with its first position, its token ids, the forward
+//! passes that computed them (`Passes`: what an exact replay re-runs), every layer's
 //! keys and values in f16 (the bits memory holds, so a restored cache is
 //! bit-identical to the one saved), and a SHA-256 of the previous digest and
 //! the chunk. The digests chain, so chunks spliced in from another history
@@ -23,13 +24,15 @@ use sha2::{Digest, Sha256};
 use crate::error::{EngineError, Result};
 use crate::kv_cache::{f16_bytes, f16_from_bytes};
 use crate::model::Model;
+use crate::passes::{Pass, Passes};
 use crate::session::Session;
 
 const MAGIC: &[u8; 8] = b"HEARTHSF";
 const CHUNK: &[u8; 4] = b"CHNK";
-/// 3: chunks carry their first position and chain their digests; 2: keys
-/// and values in f16; 1 held f32.
-pub(crate) const FORMAT_VERSION: u32 = 3;
+/// 4: chunks carry the passes that computed them; 3: chunks carry their
+/// first position and chain their digests; 2: keys and values in f16; 1
+/// held f32.
+pub(crate) const FORMAT_VERSION: u32 = 4;
 
 /// What a saved cache was computed with. A cache is used only when all of it
 /// matches the model and settings it would be used with.
@@ -93,7 +96,8 @@ pub fn write(path: &Path, identity: &CacheIdentity, session: &Session) -> Result
 }
 
 /// Appends positions `from..` of `session` to a file that holds exactly
-/// its first `from` tokens (the caller tracks that).
+/// its first `from` tokens, computed by the same passes (the caller tracks
+/// that), and a pass of `session` starts at `from`.
 pub fn append(path: &Path, session: &Session, from: usize) -> Result<()> {
     if from >= session.tokens().len() {
         return Ok(());
@@ -119,6 +123,7 @@ fn write_chunk(w: &mut impl Write, session: &Session, from: usize, prev: [u8; 32
     if cache.batch() != 1 {
         return Err(EngineError::CorruptCache("only a batch-1 cache can be saved".into()));
     }
+    let passes = session.passes().after(from).ok_or_else(|| EngineError::CorruptCache(format!("no pass of the cache starts at position {from}")))?;
     let mut hasher = Sha256::new();
     hasher.update(prev);
     let mut put = |w: &mut dyn Write, bytes: &[u8]| -> Result<()> {
@@ -130,6 +135,9 @@ fn write_chunk(w: &mut impl Write, session: &Session, from: usize, prev: [u8; 32
     put(w, &(tokens.len() as u32).to_le_bytes())?;
     let ids: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
     put(w, &ids)?;
+    put(w, &(passes.runs().len() as u32).to_le_bytes())?;
+    let runs: Vec<u8> = passes.runs().iter().flat_map(|p| [p.rows, p.kept, p.count]).flat_map(u32::to_le_bytes).collect();
+    put(w, &runs)?;
     for layer in 0..cache.n_layers() {
         let (k, v) = cache.bits(layer, from, from + tokens.len())?;
         for data in [k, v] {
@@ -177,13 +185,15 @@ pub fn read(path: &Path, identity: &CacheIdentity, model: &Model) -> Result<Rest
     let config = model.config();
     let mut cache = model.new_cache(identity.context_length);
     let mut tokens: Vec<u32> = Vec::new();
+    let mut passes = Passes::default();
     let per_position = config.n_kv_heads * config.head_dim;
     let mut prev: [u8; 32] = digest;
     let complete = loop {
         match read_chunk(&mut r, config.n_layers, per_position, tokens.len(), identity.context_length - tokens.len(), &mut prev) {
             Ok(None) => break true,
-            Ok(Some((ids, layers))) => {
+            Ok(Some((ids, chunk_passes, layers))) => {
                 let n = ids.len();
+                passes.extend(&chunk_passes);
                 cache.reserve(n, 1)?;
                 for (layer, (k, v)) in layers.into_iter().enumerate() {
                     cache.write_bits(layer, &k, &v, n)?;
@@ -194,10 +204,10 @@ pub fn read(path: &Path, identity: &CacheIdentity, model: &Model) -> Result<Rest
             Err(_) => break false,
         }
     };
-    Ok(Restored { session: Session::from_parts(cache, tokens)?, complete })
+    Ok(Restored { session: Session::from_parts(cache, tokens, passes)?, complete })
 }
 
-type ChunkData = (Vec<u32>, Vec<(Vec<f16>, Vec<f16>)>);
+type ChunkData = (Vec<u32>, Passes, Vec<(Vec<f16>, Vec<f16>)>);
 
 /// One verified chunk starting at position `at` and chained to the digest
 /// `prev` (which it then replaces), `None` at a clean end of file, or an
@@ -232,6 +242,22 @@ fn read_chunk(r: &mut impl Read, n_layers: usize, per_position: usize, at: usize
     let mut ids = vec![0u8; n * 4];
     r.read_exact(&mut ids).map_err(|e| e.to_string())?;
     hasher.update(&ids);
+    let mut runs = [0u8; 4];
+    r.read_exact(&mut runs).map_err(|e| e.to_string())?;
+    hasher.update(runs);
+    let runs = u32::from_le_bytes(runs) as usize;
+    if runs == 0 || runs > n {
+        return Err(format!("{runs} runs of passes for {n} positions"));
+    }
+    let mut run_bytes = vec![0u8; runs * 12];
+    r.read_exact(&mut run_bytes).map_err(|e| e.to_string())?;
+    hasher.update(&run_bytes);
+    let word = |i: usize| u32::from_le_bytes(run_bytes[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+    let passes = Passes::try_from((0..runs).map(|i| Pass { rows: word(3 * i), kept: word(3 * i + 1), count: word(3 * i + 2) }).collect::<Vec<_>>())
+        .map_err(|e| e.to_string())?;
+    if passes.len() != n {
+        return Err(format!("passes cover {} positions of a chunk of {n}", passes.len()));
+    }
     let mut buf = vec![0u8; n * per_position * 2];
     let mut layers = Vec::with_capacity(n_layers);
     for _ in 0..n_layers {
@@ -250,7 +276,7 @@ fn read_chunk(r: &mut impl Read, n_layers: usize, per_position: usize, at: usize
         return Err("chunk digest mismatch (damaged, or spliced from another history)".into());
     }
     *prev = digest;
-    Ok(Some((ids.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(), layers)))
+    Ok(Some((ids.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(), passes, layers)))
 }
 
 fn tmp_path(path: &Path) -> PathBuf {

@@ -1,0 +1,104 @@
+//! Exact replay: a turn re-run from the passes that computed its prompt
+//! gives the same tokens bit for bit, from a cold cache, a restored one or
+//! the live one, on files whose matmuls sum batches of rows in other orders
+//! than lone rows (the real Gemma 3 Q4_K_M file) and on the default model.
+
+mod common;
+
+use hearth_engine::{session_file, Engine, GenerationConfig, Passes, SamplingParams, Session};
+
+fn config(engine: &Engine) -> GenerationConfig {
+    let mut config = engine.generation_config(SamplingParams { temperature: 0.9, top_k: Some(40), seed: 17, ..SamplingParams::default() }, 24);
+    config.end_tokens.clear();
+    config
+}
+
+/// One sampled turn: its tokens and the passes that computed its prompt.
+fn turn(engine: &Engine, session: &mut Session, prompt: &[u32]) -> (Vec<u32>, Passes) {
+    let mut t = session.start_turn(engine.model(), engine.tokenizer(), prompt, config(engine), 1).unwrap();
+    let passes = t.prompt_passes().clone();
+    while t.step().unwrap().is_some() {}
+    (t.finish(0).unwrap().sequences[0].tokens.clone(), passes)
+}
+
+/// A replay of `prompt` through `passes`: its tokens and how many positions it ran.
+fn replay(engine: &Engine, session: &mut Session, prompt: &[u32], passes: &Passes) -> (Vec<u32>, usize) {
+    let mut t = session.start_replay(engine.model(), engine.tokenizer(), prompt, passes, config(engine), &mut |_| true).unwrap();
+    while t.step().unwrap().is_some() {}
+    let out = t.finish(0).unwrap();
+    (out.sequences[0].tokens.clone(), out.stats.processed_tokens)
+}
+
+fn replays_exactly(engine: Engine) {
+    engine.hash_file(&|| false).unwrap();
+    let text = include_str!("../../../ARCHITECTURE.md");
+    let words = engine.tokenizer().encode(text, false, false).unwrap();
+    let context = 1024;
+    let mut session = engine.new_session(Some(context));
+    // Turn 1, turn 2 on top of it, then an edit that cuts turn 2's prefill
+    // pass: turn 3's prompt is computed by a prefill pass, 24 decode steps,
+    // six rows of a 30-row pass (which summed them in the order of a long
+    // pass, not of six rows), and a last pass.
+    let p1 = words[..40].to_vec();
+    let (r1, _) = turn(&engine, &mut session, &p1);
+    let mut p2: Vec<u32> = p1.iter().chain(&r1).copied().collect();
+    p2.extend_from_slice(&words[40..70]);
+    turn(&engine, &mut session, &p2);
+    let mut p3 = p2[..p2.len() - 24].to_vec();
+    p3.extend_from_slice(&words[100..108]);
+    let (r3, passes) = turn(&engine, &mut session, &p3);
+    assert!(passes.runs().iter().any(|p| p.kept < p.rows), "the edit cut a pass: {:?}", passes.runs());
+    assert_eq!(passes.len(), p3.len());
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.session");
+    let identity = engine.cache_identity(context).unwrap();
+    session_file::write(&file, &identity, &session).unwrap();
+
+    // The same bits, not just the same tokens: the cache a replay leaves,
+    // written the same way, is the same file byte for byte.
+    let same_file = |s: &Session, what: &str| {
+        let other = dir.path().join("other.session");
+        session_file::write(&other, &identity, s).unwrap();
+        assert!(std::fs::read(&other).unwrap() == std::fs::read(&file).unwrap(), "{what}: the cache differs from the recorded turn's");
+    };
+    let mut cold_session = engine.new_session(Some(context));
+    let (cold, processed) = replay(&engine, &mut cold_session, &p3, &passes);
+    assert_eq!(cold, r3, "from a cold cache");
+    assert_eq!(processed, p3.len());
+    same_file(&cold_session, "cold");
+
+    let mut restored = session_file::read(&file, &identity, engine.model()).unwrap().session;
+    assert_eq!(restored.passes(), session.passes(), "the file keeps the passes");
+    let (from_disk, processed) = replay(&engine, &mut restored, &p3, &passes);
+    assert_eq!(from_disk, r3, "from a restored cache");
+    assert_eq!(processed, 8, "only the last pass runs again");
+    same_file(&restored, "restored");
+
+    let (warm, _) = replay(&engine, &mut session, &p3, &passes);
+    assert_eq!(warm, r3, "from the live cache");
+    same_file(&session, "live");
+
+    // A plain cold prefill batches turn 3's prompt its own way: other bits.
+    let mut plain = engine.new_session(Some(context));
+    turn(&engine, &mut plain, &p3);
+    let other = dir.path().join("plain.session");
+    session_file::write(&other, &identity, &plain).unwrap();
+    assert!(std::fs::read(&other).unwrap() != std::fs::read(&file).unwrap(), "a plain prefill is not a replay");
+
+    // Passes that are not the prompt's are refused, not guessed at.
+    let mut short = passes.clone();
+    short.truncate(p3.len() - 1);
+    let err = engine.new_session(Some(context)).start_replay(engine.model(), engine.tokenizer(), &p3, &short, config(&engine), &mut |_| true).err().unwrap();
+    assert!(err.to_string().contains("passes"), "{err}");
+}
+
+#[test]
+fn a_turn_replays_bit_for_bit_on_the_default_model() {
+    replays_exactly(common::open_default());
+}
+
+#[test]
+fn a_turn_replays_bit_for_bit_on_the_real_gemma3_file() {
+    replays_exactly(Engine::open(common::gemma3_model()).unwrap());
+}
