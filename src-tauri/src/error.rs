@@ -34,6 +34,9 @@ pub enum ErrorKind {
     Storage,
     /// Fetching a model failed (network, checksum, archive).
     Download,
+    /// A recorded reply cannot be run again as it was: another model file,
+    /// or the conversation before it changed.
+    CannotReplay,
     Internal,
 }
 

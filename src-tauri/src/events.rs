@@ -32,8 +32,33 @@ pub enum GenerationEvent {
     Tokens { text: String, ids: Vec<u32> },
     #[serde(rename_all = "camelCase")]
     Finished { reason: String, stats: ReplyStats },
+    /// A replay ended (it ends with this instead of `finished`).
+    #[serde(rename_all = "camelCase")]
+    Replayed { outcome: ReplayOutcome },
     #[serde(rename_all = "camelCase")]
     Error { error: AppError },
+}
+
+/// How a replay of a recorded reply went.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, TS)]
+#[serde(rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
+pub struct ReplayOutcome {
+    /// Every recorded token came again, in order, and nothing more.
+    pub matched: bool,
+    /// Tokens the replay produced before it stopped.
+    pub compared: u32,
+    /// Tokens the reply recorded.
+    pub recorded: u32,
+    /// Index of the first token that differed, if one did.
+    pub first_difference: Option<u32>,
+    /// Prompt positions the replay had to run (the rest came from the cache).
+    pub processed_tokens: u32,
+    /// Stopped by the user before the end.
+    pub stopped: bool,
+    /// What differs from the recorded run and could explain a mismatch
+    /// (another engine build or device).
+    pub notes: Vec<String>,
 }
 
 /// The app's model, as the UI shows it.

@@ -41,6 +41,7 @@ fn job(conversation: i64, reply: i64, messages: Vec<ChatMessage>, settings: Conv
         events: Box::new(move |e| {
             let _ = tx.send(e);
         }),
+        replay: None,
     };
     (job, rx)
 }
@@ -446,4 +447,68 @@ fn every_reply_records_what_produced_it() {
     assert_eq!(r.stop_strings, ["zzz"]);
     assert_eq!(r.tokens.len() as u32, stats.generated_tokens);
     assert_eq!(engine.tokenizer().decode(&r.tokens).trim_end(), streamed(&events).trim_end());
+}
+
+/// Queues a replay of `reply` (whose prompt is `history`) and waits for its end.
+fn replay(worker: &Worker, store: &Store, conversation: i64, reply: i64, history: Vec<ChatMessage>, settings: ConversationSettings) -> Result<hearth_app::events::ReplayOutcome, hearth_app::error::AppError> {
+    let record = store.message(reply).unwrap().stats.unwrap().replay.expect("a replay record");
+    let (mut j, rx) = job(conversation, reply, history, settings);
+    j.replay = Some(record);
+    worker.enqueue(j).unwrap();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(120)).expect("the replay ends") {
+            GenerationEvent::Replayed { outcome } => return Ok(outcome),
+            GenerationEvent::Error { error } => return Err(error),
+            GenerationEvent::Finished { .. } => panic!("a replay ends with `replayed`"),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_reply_replays_exactly_from_a_warm_a_restored_and_a_cold_cache() {
+    let (dir, store, worker) = start();
+    let c = store.create_conversation().unwrap();
+    // Sampled, with the seed the worker picks: the record keeps it.
+    let settings = ConversationSettings { temperature: 0.9, max_new_tokens: 24, ..Default::default() };
+    let first = reply_row(&store, c.id, "Name a colour.");
+    let (j, rx) = job(c.id, first, vec![ChatMessage::user("Name a colour.")], settings.clone());
+    worker.enqueue(j).unwrap();
+    finished(&collect(&rx));
+    let second = reply_row(&store, c.id, "And a fruit?");
+    let history = vec![ChatMessage::user("Name a colour."), ChatMessage::assistant(store.message(first).unwrap().content), ChatMessage::user("And a fruit?")];
+    let (j, rx) = job(c.id, second, history.clone(), settings.clone());
+    worker.enqueue(j).unwrap();
+    let (_, stats) = finished(&collect(&rx));
+    let recorded = stats.replay.unwrap().tokens.len() as u32;
+    let before = store.message(second).unwrap();
+
+    let warm = replay(&worker, &store, c.id, second, history.clone(), settings.clone()).unwrap();
+    assert!(warm.matched, "warm: {warm:?}");
+    assert_eq!((warm.compared, warm.recorded, warm.first_difference), (recorded, recorded, None));
+    assert_eq!(store.message(second).unwrap(), before, "a replay changes nothing in the conversation");
+
+    // After a restart the cache comes from disk: only the prompt's last pass runs.
+    assert!(worker.wait_idle(Duration::from_secs(10)));
+    drop(worker);
+    let worker = Worker::start(store.reopen().unwrap(), Some(dir.path().join("caches")), Box::new(|_| {}));
+    worker.load_model(hearth_engine::paths::default_model_path());
+    let restored = replay(&worker, &store, c.id, second, history.clone(), settings.clone()).unwrap();
+    assert!(restored.matched, "restored: {restored:?}");
+    assert!(restored.processed_tokens < stats.prompt_tokens / 2, "restored ran {} of {}", restored.processed_tokens, stats.prompt_tokens);
+
+    // With no cache at all, every pass of the prompt runs again.
+    drop(worker);
+    std::fs::remove_dir_all(dir.path().join("caches")).unwrap();
+    let worker = Worker::start(store.reopen().unwrap(), None, Box::new(|_| {}));
+    worker.load_model(hearth_engine::paths::default_model_path());
+    let cold = replay(&worker, &store, c.id, second, history.clone(), settings.clone()).unwrap();
+    assert!(cold.matched, "cold: {cold:?}");
+    assert_eq!(cold.processed_tokens, stats.prompt_tokens);
+
+    // A conversation that changed before the reply cannot be replayed: said, not guessed.
+    let mut changed = history;
+    changed.insert(0, ChatMessage::system("Be brief."));
+    let err = replay(&worker, &store, c.id, second, changed, settings).unwrap_err();
+    assert_eq!(err.kind, hearth_app::error::ErrorKind::CannotReplay, "{err:?}");
 }

@@ -15,7 +15,7 @@ mod store;
 
 pub use conversations::{Conversation, SearchHit};
 pub use error::{Result, StoreError};
-pub use messages::{Message, MessageStatus, ReplayRecord, ReplyStats, Role, ThreadMessage};
+pub use messages::{Message, MessageStatus, ReplayExport, ReplayRecord, ReplyStats, Role, ThreadMessage};
 pub use migrations::SCHEMA_VERSION;
 pub use models::RecentModel;
 pub use settings::{ConversationSettings, FieldError, OverflowPolicy, Preset};

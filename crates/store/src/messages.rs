@@ -70,6 +70,15 @@ pub struct ReplayRecord {
     /// SHA-256 of the prompt's token ids, each as 4 little-endian bytes.
     pub prompt_sha256: String,
     pub prompt_tokens: u32,
+    /// The forward passes that computed the prompt's cache, each
+    /// `[rows, kept, count]` (see `hearth_engine::Passes`): a replay runs
+    /// them again, so its logits are the recorded ones from any cache.
+    pub passes: Vec<[u32; 3]>,
+    /// The context the conversation ran with.
+    pub context_length: u32,
+    /// Bytes of the reply that were already written when this run
+    /// continued it (0 for a fresh reply); they end the prompt.
+    pub prefix_bytes: u32,
     /// The sampler chain as it ran: the repeat penalty over the window,
     /// then top-k, top-p and min-p, then temperature (0 is greedy).
     pub temperature: f32,
@@ -83,6 +92,23 @@ pub struct ReplayRecord {
     pub stop_strings: Vec<String>,
     /// The generated token ids, in order.
     pub tokens: Vec<u32>,
+}
+
+/// A reply record as a file, for `hearth-cli replay`: the record and the
+/// prompt's token ids it names by hash.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayExport {
+    /// Always `hearth-replay`.
+    pub format: String,
+    pub version: u32,
+    pub record: ReplayRecord,
+    pub prompt_ids: Vec<u32>,
+}
+
+impl ReplayExport {
+    pub const FORMAT: &'static str = "hearth-replay";
+    pub const VERSION: u32 = 1;
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]

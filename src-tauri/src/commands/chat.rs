@@ -57,7 +57,7 @@ fn start_reply(state: &AppState, store: &Store, conversation_id: i64, parent: i6
     check_idle(state, conversation_id)?;
     let (messages, settings) = prompt_messages(store, conversation_id, Some(parent))?;
     let reply = store.add_message(conversation_id, Some(parent), Role::Assistant, "", MessageStatus::Streaming)?;
-    let job = ReplyJob { conversation_id, reply_id: reply.id, messages, prefix: String::new(), settings, events: sink(on_event) };
+    let job = ReplyJob { conversation_id, reply_id: reply.id, messages, prefix: String::new(), settings, events: sink(on_event), replay: None };
     if let Err(e) = state.worker.enqueue(job) {
         store.update_reply(reply.id, "", MessageStatus::Error, None)?;
         return Err(e);
@@ -145,12 +145,54 @@ pub async fn chat_continue(state: State<'_, AppState>, conversation_id: i64, rep
     }
     let (messages, settings) = prompt_messages(&store, conversation_id, Some(parent))?;
     store.update_reply(reply.id, &reply.content, MessageStatus::Streaming, None)?;
-    let job = ReplyJob { conversation_id, reply_id, messages, prefix: reply.content.clone(), settings, events: sink(on_event) };
+    let job = ReplyJob { conversation_id, reply_id, messages, prefix: reply.content.clone(), settings, events: sink(on_event), replay: None };
     if let Err(e) = state.worker.enqueue(job) {
         store.update_reply(reply.id, &reply.content, reply.status, None)?;
         return Err(e);
     }
     Ok(store.message(reply_id)?)
+}
+
+/// A reply's record, and the job that runs it again (its conversation up
+/// to the reply, and the text the reply had when this run continued it).
+fn replay_job(store: &Store, conversation_id: i64, reply_id: i64, on_event: Channel<GenerationEvent>) -> AppResult<ReplyJob> {
+    let (reply, parent) = reply_of(store, conversation_id, reply_id)?;
+    let record = reply.stats.as_ref().and_then(|s| s.replay.clone()).ok_or_else(|| {
+        AppError::new(ErrorKind::CannotReplay, "this reply has no record of what produced it (it failed, or was written before records were kept)")
+    })?;
+    let prefix = reply.content.get(..record.prefix_bytes as usize).unwrap_or_default().to_string();
+    let (messages, settings) = prompt_messages(store, conversation_id, Some(parent))?;
+    Ok(ReplyJob { conversation_id, reply_id, messages, prefix, settings, events: sink(on_event), replay: Some(record) })
+}
+
+/// Runs a recorded reply again, streaming it, and ends with `replayed`:
+/// whether every token came again. Nothing in the conversation changes.
+#[tauri::command]
+pub async fn chat_replay(state: State<'_, AppState>, conversation_id: i64, reply_id: i64, on_event: Channel<GenerationEvent>) -> AppResult<()> {
+    check_idle(&state, conversation_id)?;
+    let job = replay_job(&*state.store()?, conversation_id, reply_id, on_event)?;
+    state.worker.enqueue(job)
+}
+
+/// Writes a reply's record, with its prompt's token ids, to `path` as JSON
+/// for `hearth-cli replay`.
+#[tauri::command]
+pub async fn chat_export_replay(state: State<'_, AppState>, conversation_id: i64, reply_id: i64, path: std::path::PathBuf) -> AppResult<()> {
+    let engine = state.worker.engine().ok_or_else(|| AppError::new(ErrorKind::NoModel, "no model is loaded; the prompt is tokenized with it"))?;
+    let job = replay_job(&*state.store()?, conversation_id, reply_id, Channel::new(|_| Ok(())))?;
+    tauri::async_runtime::spawn_blocking(move || -> AppResult<()> {
+        let record = job.replay.clone().expect("replay_job sets the record");
+        let settings = hearth_store::ConversationSettings { context_length: record.context_length, max_new_tokens: record.max_new_tokens, ..job.settings.clone() };
+        let (prompt_ids, _, _) = crate::worker::prompt_ids(&engine, &job, &settings)?;
+        if crate::worker::ids_sha256(&prompt_ids) != record.prompt_sha256 {
+            return Err(AppError::new(ErrorKind::CannotReplay, "the conversation before this reply is not what it was written from, or another model is loaded"));
+        }
+        let export = hearth_store::ReplayExport { format: hearth_store::ReplayExport::FORMAT.into(), version: hearth_store::ReplayExport::VERSION, record, prompt_ids };
+        let json = serde_json::to_vec_pretty(&export).map_err(|e| AppError::new(ErrorKind::Internal, e.to_string()))?;
+        std::fs::write(&path, json).map_err(|e| AppError::new(ErrorKind::Storage, format!("cannot write {}: {e}", path.display())))
+    })
+    .await
+    .map_err(|e| AppError::new(ErrorKind::Internal, format!("exporting the record failed: {e}")))?
 }
 
 /// Stops the conversation's reply within one step. False if none was running.

@@ -23,6 +23,8 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         conversations::conversations_cache_states,
         chat::chat_send,
         chat::chat_regenerate,
+        chat::chat_replay,
+        chat::chat_export_replay,
         chat::chat_edit,
         chat::chat_continue,
         chat::chat_stop,

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use hearth_engine::{Engine, Session};
+use hearth_engine::{Engine, Passes, Session};
 
 use super::queue::Shared;
 use crate::error::{AppError, AppResult, ErrorKind};
@@ -77,8 +77,9 @@ pub(super) struct Caches {
     sessions: HashMap<i64, (Session, u64)>,
     tick: u64,
     dir: Option<PathBuf>,
-    /// The tokens each conversation's cache file holds, as written by this process.
-    saved: HashMap<i64, Vec<u32>>,
+    /// The tokens each conversation's cache file holds, and the passes that
+    /// computed them, as written by this process.
+    saved: HashMap<i64, (Vec<u32>, Passes)>,
     /// Caches of other versions of each conversation.
     alternates: HashMap<i64, Vec<Session>>,
     /// A conversation whose cache to save once its reply has been reported.
@@ -207,7 +208,7 @@ impl Caches {
         match restored {
             Ok(r) => {
                 if r.complete {
-                    self.saved.insert(conversation_id, r.session.tokens().to_vec());
+                    self.saved.insert(conversation_id, (r.session.tokens().to_vec(), r.session.passes().clone()));
                 } else {
                     // Keep what verified; the next save rewrites the file whole.
                     tracing::warn!("cache for conversation {conversation_id} was damaged; kept {} verified tokens", r.session.tokens().len());
@@ -236,7 +237,15 @@ impl Caches {
         let tokens = session.tokens();
         // Never take the disk's last reserve: SQLite needs it for the
         // conversations themselves, which matter more than any cache.
-        let appended = self.saved.get(&conversation_id).filter(|prev| tokens.starts_with(prev)).map_or(0, |p| p.len());
+        // The file can be appended to only if memory still holds what it
+        // holds: the same tokens, computed by the same passes (a branch back
+        // and forth to the same tokens may have computed them otherwise).
+        let extends = |(prev, passes): &&(Vec<u32>, Passes)| {
+            let mut now = session.passes().clone();
+            now.truncate(prev.len());
+            tokens.starts_with(prev) && &now == passes
+        };
+        let appended = self.saved.get(&conversation_id).filter(extends).map_or(0, |(p, _)| p.len());
         let needed = ((tokens.len() - appended) * session.cache().bytes_per_position()) as u64 + (1 << 20);
         let probe = path.parent().map(Path::to_path_buf).filter(|d| d.exists()).or_else(|| self.dir.clone());
         if let Some(free) = probe.and_then(|d| fs4::available_space(&d).ok()) {
@@ -248,7 +257,7 @@ impl Caches {
             }
         }
         let result = match self.saved.get(&conversation_id) {
-            Some(prev) if tokens.starts_with(prev) && path.exists() => hearth_engine::session_file::append(&path, session, prev.len()),
+            Some(prev) if appended > 0 && path.exists() => hearth_engine::session_file::append(&path, session, prev.0.len()),
             _ => {
                 if let Some(dir) = path.parent() {
                     let _ = std::fs::create_dir_all(dir);
@@ -258,7 +267,7 @@ impl Caches {
         };
         match result {
             Ok(()) => {
-                self.saved.insert(conversation_id, tokens.to_vec());
+                self.saved.insert(conversation_id, (tokens.to_vec(), session.passes().clone()));
                 self.enforce_disk_budget();
             }
             Err(e) => {

@@ -14,6 +14,7 @@
 
 mod caches;
 mod queue;
+mod replay;
 mod reply;
 
 use std::any::Any;
@@ -29,7 +30,7 @@ use hearth_store::Store;
 use tokio_util::sync::CancellationToken;
 
 pub use caches::{CacheBudgets, CacheState};
-pub use reply::ReplyJob;
+pub use reply::{ids_sha256, prompt_ids, ReplyJob};
 
 use caches::Caches;
 use queue::{Queued, Shared};

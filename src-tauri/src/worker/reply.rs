@@ -25,6 +25,8 @@ pub struct ReplyJob {
     pub prefix: String,
     pub settings: ConversationSettings,
     pub events: EventSink,
+    /// Run this recorded reply again and compare, instead of writing one.
+    pub replay: Option<ReplayRecord>,
 }
 
 /// Flush a streaming reply to disk at least this often...
@@ -34,6 +36,9 @@ const FLUSH_TOKENS: usize = 32;
 
 impl WorkerThread {
     pub(super) fn reply(&mut self, queued: Queued) {
+        if queued.job.replay.is_some() {
+            return self.replay(queued);
+        }
         let Queued { job, cancel } = queued;
         let active = ActiveJob { shared: self.shared.clone(), conversation_id: job.conversation_id };
         let events = &job.events;
@@ -101,18 +106,7 @@ impl WorkerThread {
         (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
         test_panic_hook(job.messages.last().map_or("", |m| m.content.as_str()));
         let s = &job.settings;
-        let (context, reserve) = crate::context::window(s, engine.model().config().context_length);
-        let fitted = crate::context::fit(&job.messages, s.overflow, context, reserve, |m| engine.encode_chat(m).map(|ids| ids.len()))?;
-        let mut prompt = engine.encode_chat(&fitted.messages)?;
-        if !job.prefix.is_empty() {
-            prompt.extend(engine.tokenizer().encode(&job.prefix, false, false)?);
-        }
-        if prompt.len() >= context {
-            return Err(AppError::new(
-                ErrorKind::PromptTooLong,
-                format!("the conversation is {} tokens long but the context holds {context}; start a new conversation or raise the context length", prompt.len()),
-            ));
-        }
+        let (prompt, context, dropped) = prompt_ids(&engine, job, s)?;
 
         let mut entry = self.caches.take(&engine, job.conversation_id, &prompt, context);
         let session = entry.get_or_insert_with(|| engine.new_session(Some(context)));
@@ -140,6 +134,7 @@ impl WorkerThread {
                 Err(EngineError::Stopped) => return Ok(Finished::stopped_before_start(&job.prefix)),
                 started => started?,
             };
+            let passes = turn.prompt_passes().runs().iter().map(|&p| p.into()).collect();
             let mut unsaved = 0usize;
             let mut last_flush = Instant::now();
             let mut unsent = Unsent::default();
@@ -170,14 +165,16 @@ impl WorkerThread {
             let seq = &out.sequences[0];
             let st = &out.stats;
             let decode_s = st.decode_time.as_secs_f64();
-            let prompt_bytes: Vec<u8> = prompt.iter().flat_map(|t| t.to_le_bytes()).collect();
             let replay = ReplayRecord {
                 model_sha256: engine.file_sha256().map(str::to_string),
                 model_path: engine.path().display().to_string(),
                 engine_build: hearth_engine::BUILD_ID.to_string(),
                 device: hearth_engine::device::describe(engine.model().device()),
-                prompt_sha256: hearth_engine::file_hash::sha256_hex(&prompt_bytes),
+                prompt_sha256: ids_sha256(&prompt),
                 prompt_tokens: prompt.len() as u32,
+                passes,
+                context_length: context as u32,
+                prefix_bytes: job.prefix.len() as u32,
                 temperature: s.temperature,
                 top_k: s.top_k,
                 top_p: s.top_p,
@@ -202,7 +199,7 @@ impl WorkerThread {
                     seed: Some(seed),
                     temperature: Some(s.temperature),
                     error: None,
-                    dropped_messages: fitted.dropped as u32,
+                    dropped_messages: dropped as u32,
                     replay: Some(replay),
                 },
             })
@@ -215,25 +212,50 @@ impl WorkerThread {
 
 }
 
+/// The prompt's token ids for `job` under `settings`: the conversation
+/// fitted into its context by the overflow policy, then the reply's text so
+/// far; with the context and how many messages were left out.
+pub fn prompt_ids(engine: &hearth_engine::Engine, job: &ReplyJob, settings: &ConversationSettings) -> Result<(Vec<u32>, usize, usize), AppError> {
+    let (context, reserve) = crate::context::window(settings, engine.model().config().context_length);
+    let fitted = crate::context::fit(&job.messages, settings.overflow, context, reserve, |m| engine.encode_chat(m).map(|ids| ids.len()))?;
+    let mut prompt = engine.encode_chat(&fitted.messages)?;
+    if !job.prefix.is_empty() {
+        prompt.extend(engine.tokenizer().encode(&job.prefix, false, false)?);
+    }
+    if prompt.len() >= context {
+        return Err(AppError::new(
+            ErrorKind::PromptTooLong,
+            format!("the conversation is {} tokens long but the context holds {context}; start a new conversation or raise the context length", prompt.len()),
+        ));
+    }
+    Ok((prompt, context, fitted.dropped))
+}
+
+/// SHA-256 of token ids, each as 4 little-endian bytes (how a reply record names its prompt).
+pub fn ids_sha256(ids: &[u32]) -> String {
+    let bytes: Vec<u8> = ids.iter().flat_map(|t| t.to_le_bytes()).collect();
+    hearth_engine::file_hash::sha256_hex(&bytes)
+}
+
 /// How long generated tokens may wait to be sent with the ones after them.
 pub const TOKEN_BATCH: Duration = Duration::from_millis(50);
 
 /// Tokens generated but not yet sent to the UI.
 #[derive(Default)]
-struct Unsent {
-    text: String,
-    ids: Vec<u32>,
+pub(super) struct Unsent {
+    pub text: String,
+    pub ids: Vec<u32>,
     last_sent: Option<Instant>,
 }
 
 impl Unsent {
-    fn send_if_due(&mut self, events: &EventSink) {
+    pub fn send_if_due(&mut self, events: &EventSink) {
         if self.last_sent.is_none_or(|t| t.elapsed() >= TOKEN_BATCH) {
             self.send(events);
         }
     }
 
-    fn send(&mut self, events: &EventSink) {
+    pub fn send(&mut self, events: &EventSink) {
         if self.text.is_empty() && self.ids.is_empty() {
             return;
         }

@@ -17,6 +17,21 @@ engineBuild: string, device: string,
  */
 promptSha256: string, promptTokens: number, 
 /**
+ * The forward passes that computed the prompt's cache, each
+ * `[rows, kept, count]` (see `hearth_engine::Passes`): a replay runs
+ * them again, so its logits are the recorded ones from any cache.
+ */
+passes: Array<[number, number, number]>, 
+/**
+ * The context the conversation ran with.
+ */
+contextLength: number, 
+/**
+ * Bytes of the reply that were already written when this run
+ * continued it (0 for a fresh reply); they end the prompt.
+ */
+prefixBytes: number, 
+/**
  * The sampler chain as it ran: the repeat penalty over the window,
  * then top-k, top-p and min-p, then temperature (0 is greedy).
  */
