@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 mod random_model;
+mod replay;
 mod score;
 
 use clap::{Args, Parser, Subcommand};
@@ -41,6 +42,16 @@ enum Command {
         sampling: SamplingArgs,
         #[arg(long)]
         system: Option<String>,
+    },
+    /// Runs an exported reply record again from a cold cache and prints
+    /// whether every token came again (exit status 1 when one did not).
+    Replay {
+        /// The record, as the app's "Export record" writes it.
+        #[arg(long)]
+        record: PathBuf,
+        /// The model file; defaults to the path in the record.
+        #[command(flatten)]
+        model: ModelArgs,
     },
     /// Measures prefill and decode speed.
     Bench {
@@ -133,7 +144,7 @@ enum Command {
     },
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub(crate) struct ModelArgs {
     /// A GGUF file; defaults to the default model fetched by scripts/fetch-model.sh.
     #[arg(long)]
@@ -202,6 +213,7 @@ fn run(cli: Cli) -> Result<(), EngineError> {
             Ok(())
         }
         Command::Chat { model, sampling, system } => chat(&model, &sampling, system),
+        Command::Replay { record, model } => replay::run(&model, &record),
         Command::Bench { model, prompt_tokens, gen_tokens, repeats, batch, json } => bench(&model, prompt_tokens, gen_tokens, repeats, batch, json),
         Command::BenchCache { model, history_tokens, json } => bench_cache::run(&model, history_tokens, json),
         Command::Score { model, ids_file, out } => score::score(&open(&model)?, &ids_file, &out),

@@ -153,3 +153,73 @@ fn score_writes_log_probabilities_and_perplexity_compares_with_a_base() {
     let (ok, _, err) = cli(&["perplexity", "--file", text.to_str().unwrap(), "--ctx", "32", "--kl-base", ids.to_str().unwrap()]);
     assert!(!ok && err.contains("kl-base"), "a base that is not an .npy is refused: {err}");
 }
+
+#[test]
+fn replay_runs_an_exported_record_again_and_says_whether_it_matched() {
+    use hearth_engine::{file_hash::ids_sha256, paths, ChatMessage, Engine, SamplingParams};
+    use hearth_store::{ReplayExport, ReplayRecord};
+    // A reply written in this process, as the app writes one.
+    let engine = Engine::open(paths::default_model_path()).unwrap();
+    let sha = engine.hash_file(&|| false).unwrap().unwrap();
+    let prompt = engine.encode_chat(&[ChatMessage::user("Name a colour.")]).unwrap();
+    let sampling = SamplingParams { temperature: 0.9, top_k: Some(40), top_p: 0.9, min_p: 0.02, seed: 5, ..SamplingParams::default() };
+    let mut session = engine.new_session(Some(2048));
+    let mut turn = session.start_turn(engine.model(), engine.tokenizer(), &prompt, engine.generation_config(sampling, 20), 1).unwrap();
+    let passes = turn.prompt_passes().runs().iter().map(|&p| p.into()).collect();
+    while turn.step().unwrap().is_some() {}
+    let tokens = turn.finish(0).unwrap().sequences[0].tokens.clone();
+    let record = ReplayRecord {
+        model_sha256: Some(sha),
+        model_path: paths::default_model_path().display().to_string(),
+        engine_build: hearth_engine::BUILD_ID.into(),
+        device: "cpu".into(),
+        prompt_sha256: ids_sha256(&prompt),
+        prompt_tokens: prompt.len() as u32,
+        passes,
+        context_length: 2048,
+        temperature: 0.9,
+        top_k: 40,
+        top_p: 0.9,
+        min_p: 0.02,
+        repeat_penalty: 1.0,
+        penalty_window: 64,
+        seed: 5,
+        max_new_tokens: 20,
+        tokens: tokens.clone(),
+        ..ReplayRecord::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("reply.json");
+    let write = |record: &ReplayRecord| {
+        let export = ReplayExport { format: ReplayExport::FORMAT.into(), version: ReplayExport::VERSION, record: record.clone(), prompt_ids: prompt.clone() };
+        std::fs::write(&file, serde_json::to_vec(&export).unwrap()).unwrap();
+    };
+    let path = file.to_str().unwrap();
+
+    write(&record);
+    let (ok, out, err) = cli(&["replay", "--record", path, "--threads", "2"]);
+    assert!(ok, "{out} {err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["matched"], true);
+    assert_eq!(v["compared"], tokens.len());
+    assert_eq!(v["processed_tokens"], prompt.len(), "from a cold cache");
+
+    // A record that says otherwise is caught at the token where it differs.
+    let mut other = record.clone();
+    other.tokens[3] ^= 1;
+    write(&other);
+    let (ok, out, _) = cli(&["replay", "--record", path, "--threads", "2"]);
+    assert!(!ok);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!((v["matched"].as_bool(), v["first_difference"].as_u64()), (Some(false), Some(3)));
+
+    // Another model file, or a file that is not a record, is refused in words.
+    let mut other = record.clone();
+    other.model_sha256 = Some("0".repeat(64));
+    write(&other);
+    let (ok, _, err) = cli(&["replay", "--record", path]);
+    assert!(!ok && err.contains("SHA-256"), "{err}");
+    std::fs::write(&file, "{\"format\": \"something else\"}").unwrap();
+    let (ok, _, err) = cli(&["replay", "--record", path]);
+    assert!(!ok && err.contains("not a reply record"), "{err}");
+}

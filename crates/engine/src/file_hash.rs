@@ -10,6 +10,13 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
+/// SHA-256 of token ids, each as 4 little-endian bytes: how a reply
+/// record names its prompt.
+pub fn ids_sha256(ids: &[u32]) -> String {
+    let bytes: Vec<u8> = ids.iter().flat_map(|t| t.to_le_bytes()).collect();
+    sha256_hex(&bytes)
+}
+
 /// The file's SHA-256 in lowercase hex, or `None` if `stop` said to stop
 /// (it is asked between pieces of 1 MiB).
 pub fn sha256_file(path: &Path, stop: &dyn Fn() -> bool) -> std::io::Result<Option<String>> {

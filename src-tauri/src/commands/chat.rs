@@ -184,7 +184,7 @@ pub async fn chat_export_replay(state: State<'_, AppState>, conversation_id: i64
         let record = job.replay.clone().expect("replay_job sets the record");
         let settings = hearth_store::ConversationSettings { context_length: record.context_length, max_new_tokens: record.max_new_tokens, ..job.settings.clone() };
         let (prompt_ids, _, _) = crate::worker::prompt_ids(&engine, &job, &settings)?;
-        if crate::worker::ids_sha256(&prompt_ids) != record.prompt_sha256 {
+        if hearth_engine::file_hash::ids_sha256(&prompt_ids) != record.prompt_sha256 {
             return Err(AppError::new(ErrorKind::CannotReplay, "the conversation before this reply is not what it was written from, or another model is loaded"));
         }
         let export = hearth_store::ReplayExport { format: hearth_store::ReplayExport::FORMAT.into(), version: hearth_store::ReplayExport::VERSION, record, prompt_ids };

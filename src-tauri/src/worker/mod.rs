@@ -30,7 +30,7 @@ use hearth_store::Store;
 use tokio_util::sync::CancellationToken;
 
 pub use caches::{CacheBudgets, CacheState};
-pub use reply::{ids_sha256, prompt_ids, ReplyJob};
+pub use reply::{prompt_ids, ReplyJob};
 
 use caches::Caches;
 use queue::{Queued, Shared};

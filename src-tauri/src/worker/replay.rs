@@ -15,7 +15,7 @@ use hearth_store::{ConversationSettings, ReplayRecord};
 use tokio_util::sync::CancellationToken;
 
 use super::queue::{ActiveJob, Queued};
-use super::reply::{ids_sha256, prompt_ids, ReplyJob, Unsent};
+use super::reply::{prompt_ids, ReplyJob, Unsent};
 use super::{panic_message, WorkerThread};
 use crate::error::{AppError, ErrorKind};
 use crate::events::{GenerationEvent, ReplayOutcome};
@@ -71,7 +71,7 @@ impl WorkerThread {
 
         let settings = ConversationSettings { context_length: record.context_length, max_new_tokens: record.max_new_tokens, ..job.settings.clone() };
         let (prompt, context, _) = prompt_ids(&engine, job, &settings)?;
-        if ids_sha256(&prompt) != record.prompt_sha256 {
+        if hearth_engine::file_hash::ids_sha256(&prompt) != record.prompt_sha256 {
             return Err(cannot(
                 "the conversation before this reply is not what it was written from (the system prompt, an earlier message or the overflow policy changed)".into(),
             ));

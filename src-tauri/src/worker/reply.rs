@@ -170,7 +170,7 @@ impl WorkerThread {
                 model_path: engine.path().display().to_string(),
                 engine_build: hearth_engine::BUILD_ID.to_string(),
                 device: hearth_engine::device::describe(engine.model().device()),
-                prompt_sha256: ids_sha256(&prompt),
+                prompt_sha256: hearth_engine::file_hash::ids_sha256(&prompt),
                 prompt_tokens: prompt.len() as u32,
                 passes,
                 context_length: context as u32,
@@ -229,12 +229,6 @@ pub fn prompt_ids(engine: &hearth_engine::Engine, job: &ReplyJob, settings: &Con
         ));
     }
     Ok((prompt, context, fitted.dropped))
-}
-
-/// SHA-256 of token ids, each as 4 little-endian bytes (how a reply record names its prompt).
-pub fn ids_sha256(ids: &[u32]) -> String {
-    let bytes: Vec<u8> = ids.iter().flat_map(|t| t.to_le_bytes()).collect();
-    hearth_engine::file_hash::sha256_hex(&bytes)
 }
 
 /// How long generated tokens may wait to be sent with the ones after them.
