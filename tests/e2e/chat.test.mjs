@@ -3,6 +3,7 @@
 // run in order.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -310,6 +311,11 @@ describe('Hearth end to end', () => {
     await setSetting(d, 'temperature', 0);
     await send(d, 'What is 2 + 2?');
     const firstPrompt = await num(await waitForReply(d), 'data-prompt-tokens');
+    // A sampled reply, to replay after the restart.
+    chats.e = await newChat(d);
+    await setSetting(d, 'temperature', 0.9);
+    await send(d, 'Name three colours.');
+    await waitForReply(d);
     const before = await titles();
     await h.closeApp();
     d = await h.openApp();
@@ -332,6 +338,37 @@ describe('Hearth end to end', () => {
     const processed = await num(stats, 'data-processed-tokens');
     assert.ok(processed < prompt - firstPrompt, `after a restart: processed ${processed} of ${prompt} (first turn ${firstPrompt})`);
     await d.waitFor(async () => (await badge()) === 'warm', 'the cache to show as in memory');
+  });
+
+  it('replays a sampled reply after the restart: every token matches, and the record exports', async () => {
+    await openChat(d, chats.e);
+    const reply = await lastReply(d);
+    const id = Number(await reply.attr('data-id'));
+    const text = await (await reply.$('[data-testid=message-body]')).text();
+    await (await reply.$('[data-testid=replay]')).click();
+    const result = await d.waitFor(async () => {
+      const r = await (await lastReply(d)).$('[data-testid=replay-result]');
+      return r && (await r.attr('data-done')) === 'true' ? r : null;
+    }, 'the replay to end', 120000);
+    assert.equal(await result.attr('data-matched'), 'true', await result.text());
+    assert.match(await result.text(), /^Replay matched all \d+ tokens/);
+    // Nothing about the reply changed.
+    assert.equal(await (await (await lastReply(d)).$('[data-testid=message-body]')).text(), text);
+
+    // The record, with the prompt ids it names by hash, for hearth-cli replay.
+    const file = join(mkdtempSync(join(tmpdir(), 'hearth-record-')), 'reply.json');
+    const done = await d.executeAsync(
+      'const [c, r, p, cb] = arguments; window.__TAURI_INTERNALS__.invoke("chat_export_replay", { conversationId: c, replyId: r, path: p }).then(() => cb("ok"), (e) => cb(JSON.stringify(e)));',
+      [chats.e, id, file],
+    );
+    assert.equal(done, 'ok');
+    const exported = JSON.parse(readFileSync(file, 'utf8'));
+    assert.equal(exported.format, 'hearth-replay');
+    assert.equal(exported.promptIds.length, exported.record.promptTokens);
+    const ids = Buffer.alloc(4 * exported.promptIds.length);
+    exported.promptIds.forEach((t, i) => ids.writeUInt32LE(t, 4 * i));
+    assert.equal(createHash('sha256').update(ids).digest('hex'), exported.record.promptSha256);
+    assert.ok(exported.record.tokens.length > 0 && exported.record.passes.length > 0);
   });
 
   it('a reply cut off by SIGKILL comes back as interrupted, with everything before it', async () => {

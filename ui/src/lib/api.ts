@@ -59,6 +59,10 @@ export const api = {
       invoke<Sent>('chat_edit', { conversationId, messageId, text, onEvent: channel(onEvent) }),
     continue: (conversationId: number, replyId: number, onEvent: OnEvent) =>
       invoke<Message>('chat_continue', { conversationId, replyId, onEvent: channel(onEvent) }),
+    replay: (conversationId: number, replyId: number, onEvent: OnEvent) =>
+      invoke<void>('chat_replay', { conversationId, replyId, onEvent: channel(onEvent) }),
+    exportReplay: (conversationId: number, replyId: number, path: string) =>
+      invoke<void>('chat_export_replay', { conversationId, replyId, path }),
     stop: (conversationId: number) => invoke<boolean>('chat_stop', { conversationId }),
     busy: () => invoke<number[]>('chat_busy'),
     contextUsage: (conversationId: number, draft: string) =>

@@ -9,6 +9,7 @@ import type { GenerationEvent } from './bindings/GenerationEvent';
 import type { ModelStatus } from './bindings/ModelStatus';
 import type { Preset } from './bindings/Preset';
 import type { RecentModel } from './bindings/RecentModel';
+import type { ReplayOutcome } from './bindings/ReplayOutcome';
 import type { SearchHit } from './bindings/SearchHit';
 import type { ThreadMessage } from './bindings/ThreadMessage';
 
@@ -24,6 +25,18 @@ export interface Stream {
   prefill: { done: number; total: number } | null;
 }
 
+/** A recorded reply being run again (or the result of the last run), in
+ *  one conversation. */
+export interface Replay {
+  replyId: number;
+  /** Tokens produced so far, and how many the reply recorded. */
+  tokens: number;
+  recorded: number;
+  done: boolean;
+  outcome: ReplayOutcome | null;
+  error: string | null;
+}
+
 /** The shortest time between two updates of a streaming reply. */
 export const FRAME_MS = 100;
 
@@ -36,6 +49,7 @@ export class AppState {
   activeId = $state<number | null>(null);
   thread = $state<ThreadMessage[]>([]);
   streams = $state<Record<number, Stream>>({});
+  replays = $state<Record<number, Replay>>({});
   model = $state<ModelStatus>({ state: 'none' });
   recentModels = $state<RecentModel[]>([]);
   settings = $state<ConversationSettings | null>(null);
@@ -53,6 +67,13 @@ export class AppState {
 
   get activeStream(): Stream | undefined {
     return this.activeId === null ? undefined : this.streams[this.activeId];
+  }
+
+  /** The open conversation is writing a reply or replaying one. */
+  get activeBusy(): boolean {
+    if (this.activeId === null) return false;
+    const r = this.replays[this.activeId];
+    return !!this.streams[this.activeId] || (!!r && !r.done);
   }
 
   /** Tokens received but not yet shown, by conversation. They reach the
@@ -319,6 +340,42 @@ export class AppState {
       }
       this.thread = await api.conversations.thread(conversationId);
     });
+  }
+
+  /** Runs a recorded reply again; `replays` says how it went. */
+  async replay(replyId: number) {
+    const conversationId = this.activeId!;
+    const recorded = this.thread.find((t) => t.message.id === replyId)?.message.stats?.replay?.tokens.length ?? 0;
+    this.replays[conversationId] = { replyId, tokens: 0, recorded, done: false, outcome: null, error: null };
+    const r = this.replays[conversationId];
+    await this.guard(async () => {
+      try {
+        await api.chat.replay(conversationId, replyId, (event) => {
+          switch (event.event) {
+            case 'tokens':
+              r.tokens += event.data.ids.length;
+              break;
+            case 'replayed':
+              r.done = true;
+              r.outcome = event.data.outcome;
+              break;
+            case 'error':
+              r.done = true;
+              r.error = event.data.error.message;
+              break;
+          }
+        });
+      } catch (e) {
+        r.done = true;
+        r.error = asAppError(e).message;
+      }
+    });
+  }
+
+  /** Writes a reply's record to `path` for `hearth-cli replay`. */
+  async exportReplay(replyId: number, path: string) {
+    const conversationId = this.activeId!;
+    await this.guard(() => api.chat.exportReplay(conversationId, replyId, path));
   }
 
   async stop() {

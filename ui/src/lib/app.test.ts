@@ -12,7 +12,7 @@ const defaults: ConversationSettings = {
 };
 
 /** A fake shell: conversations in memory; chat_send streams through the channel. */
-function fakeShell(opts: { events?: GenerationEvent[]; failSend?: boolean } = {}) {
+function fakeShell(opts: { events?: GenerationEvent[]; replayEvents?: GenerationEvent[]; failSend?: boolean } = {}) {
   const conversations: Conversation[] = [];
   const threads = new Map<number, ThreadMessage[]>();
   const calls: string[] = [];
@@ -63,6 +63,12 @@ function fakeShell(opts: { events?: GenerationEvent[]; failSend?: boolean } = {}
         const internals = (window as unknown as { __TAURI_INTERNALS__: { runCallback: (id: number, m: unknown) => void } }).__TAURI_INTERNALS__;
         (opts.events ?? []).forEach((message, index) => internals.runCallback(channel.id, { index, message }));
         return { message: user, reply };
+      }
+      case 'chat_replay': {
+        const channel = a.onEvent as { id: number };
+        const internals = (window as unknown as { __TAURI_INTERNALS__: { runCallback: (id: number, m: unknown) => void } }).__TAURI_INTERNALS__;
+        (opts.replayEvents ?? []).forEach((message, index) => internals.runCallback(channel.id, { index, message }));
+        return null;
       }
       default:
         throw { kind: 'internal', message: `unexpected ${cmd}` };
@@ -135,5 +141,23 @@ describe('AppState', () => {
     expect(app.conversations).toHaveLength(0);
     expect(app.deleted?.id).toBe(id);
     expect(app.activeId).toBeNull();
+  });
+
+  it('replays a reply: busy while it runs, then the verdict beside that reply', async () => {
+    const outcome = { matched: true, compared: 2, recorded: 2, firstDifference: null, processedTokens: 5, stopped: false, notes: [] };
+    fakeShell({ replayEvents: [{ event: 'started', data: { replyId: 2 } }, { event: 'tokens', data: { text: 'Hi', ids: [8, 9] } }] });
+    const app = new AppState();
+    await app.init();
+    await app.create();
+    await app.replay(2);
+    const r = app.replays[app.activeId!];
+    expect(r).toMatchObject({ replyId: 2, tokens: 2, done: false });
+    expect(app.activeBusy).toBe(true);
+    // The verdict arrives on the same channel; nothing else about the thread changes.
+    fakeShell({ replayEvents: [{ event: 'replayed', data: { outcome } }] });
+    await app.replay(2);
+    expect(app.replays[app.activeId!]).toMatchObject({ done: true, outcome });
+    expect(app.activeBusy).toBe(false);
+    expect(app.activeStream).toBeUndefined();
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { finishInWords, statsInWords, titleOf, waitingInWords } from './format';
+import { finishInWords, replayInWords, statsInWords, titleOf, waitingInWords } from './format';
 
 describe('format', () => {
   it('says what a reply is waiting for, with the prompt read so far', () => {
@@ -22,9 +22,19 @@ describe('format', () => {
   it('shows cache reuse in the stats', () => {
     const words = statsInWords({
       promptTokens: 62, processedTokens: 18, generatedTokens: 10, ttftMs: 41.6, tokensPerS: 80.04,
-      finishReason: 'end_token', seed: 7, temperature: 0.7, error: null, droppedMessages: 0,
+      finishReason: 'end_token', seed: 7, temperature: 0.7, error: null, droppedMessages: 0, replay: null,
     });
     expect(words).toEqual(['prompt 62 tok', 'processed 18 this turn', 'first token 42 ms', '80.0 tok/s', 'seed 7', 'temp 0.7', 'finished']);
+  });
+
+  it('says how a replay went', () => {
+    const base = { replyId: 3, tokens: 4, recorded: 9, done: false, outcome: null, error: null };
+    expect(replayInWords(base)).toBe('Replaying… 4/9 tokens');
+    const outcome = { matched: true, compared: 9, recorded: 9, firstDifference: null, processedTokens: 12, stopped: false, notes: [] };
+    expect(replayInWords({ ...base, done: true, outcome })).toBe('Replay matched all 9 tokens, 12 prompt tokens run');
+    expect(replayInWords({ ...base, done: true, outcome: { ...outcome, matched: false, firstDifference: 2, notes: ['recorded on cuda, replayed on cpu'] } }))
+      .toBe('Replay differs from token 3 of 9 (recorded on cuda, replayed on cpu)');
+    expect(replayInWords({ ...base, done: true, error: 'another model file' })).toBe('Replay failed: another model file');
   });
 
   it('names untitled chats', () => {

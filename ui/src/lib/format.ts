@@ -1,5 +1,6 @@
 // Words for what the engine reports.
 import type { ReplyStats } from './bindings/ReplyStats';
+import type { Replay } from './app.svelte';
 
 export function finishInWords(reason: string, error?: string | null): string {
   switch (reason) {
@@ -60,4 +61,17 @@ export function waitingInWords(s: {
   if (!p || p.done >= p.total) return '';
   if (p.total < PREFILL_SHOWN_FROM) return 'Reading the conversation…';
   return `Reading the conversation… ${p.done.toLocaleString('en-US')} / ${p.total.toLocaleString('en-US')} tokens`;
+}
+
+/** A replay's progress or verdict, in words. */
+export function replayInWords(r: Replay): string {
+  if (r.error) return `Replay failed: ${r.error}`;
+  if (!r.done) return `Replaying… ${r.tokens}/${r.recorded} tokens`;
+  const o = r.outcome;
+  if (!o) return '';
+  const notes = o.notes.length ? ` (${o.notes.join('; ')})` : '';
+  const ran = o.processedTokens ? `, ${o.processedTokens} prompt tokens run` : '';
+  if (o.stopped) return `Replay stopped after ${o.compared} of ${o.recorded} tokens`;
+  if (o.matched) return `Replay matched all ${o.recorded} tokens${ran}${notes}`;
+  return `Replay differs from token ${(o.firstDifference ?? 0) + 1} of ${o.recorded}${notes}`;
 }
