@@ -355,6 +355,29 @@ impl Turn<'_> {
         Ok(TurnOutput { sequences, stats: self.stats.clone() })
     }
 
+    /// Ends a turn of several variants: sequence 0 continues this session,
+    /// and every other sequence comes back as a session of its own (the
+    /// prompt's cache and its own tokens), so that picking any variant later
+    /// continues from its cache.
+    pub fn finish_variants(mut self) -> Result<(TurnOutput, Vec<Session>)> {
+        let sequences = self.sampler.outputs(self.state());
+        let state = self.state();
+        let mut others = Vec::new();
+        for b in 1..state.done.len() {
+            let generated = sequence_tokens(state, b);
+            let fed = generated.len().saturating_sub(1);
+            // Until the turn commits, the session's tokens are the prompt's.
+            let mut tokens = self.session.tokens.clone();
+            tokens.extend_from_slice(&generated[..fed]);
+            let mut passes = self.prompt_passes.clone();
+            passes.push_steps(fed);
+            let cache = state.cache.select_row(b, state.init_cache_length + fed)?;
+            others.push(Session { cache, tokens, passes, prefill_logits: self.session.prefill_logits.clone() });
+        }
+        self.commit(0)?;
+        Ok((TurnOutput { sequences, stats: self.stats.clone() }, others))
+    }
+
     fn commit(&mut self, keep: usize) -> Result<()> {
         let Some(state) = self.state.take() else { return Ok(()) };
         let generated = sequence_tokens(&state, keep.min(state.done.len() - 1)).to_vec();

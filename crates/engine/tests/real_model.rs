@@ -292,3 +292,34 @@ fn streamed_text_never_splits_a_character() {
     assert_eq!(tok.decode(&ids), text);
     assert!(split_somewhere, "this text should have a character spread over tokens");
 }
+
+#[test]
+fn each_variant_of_a_turn_continues_from_its_own_cache() {
+    let engine = open_default();
+    let (m, tok) = (engine.model(), engine.tokenizer());
+    let ids = engine.encode_chat(&[ChatMessage::user("Name a colour.")]).unwrap();
+    let sampling = SamplingParams { temperature: 1.0, seed: 9, ..SamplingParams::default() };
+    let mut session = engine.new_session(None);
+    let mut turn = session.start_turn(m, tok, &ids, engine.generation_config(sampling.clone(), 12), 3).unwrap();
+    while turn.step().unwrap().is_some() {}
+    let (out, others) = turn.finish_variants().unwrap();
+    assert_eq!(others.len(), 2);
+    // Variant b's session is what a single run with seed 9 + b leaves.
+    for (b, variant) in others.iter().enumerate().map(|(i, s)| (i + 1, s)) {
+        let mut alone = engine.new_session(None);
+        let single = SamplingParams { seed: 9 + b as u64, ..sampling.clone() };
+        alone.start_turn(m, tok, &ids, engine.generation_config(single, 12), 1).unwrap().run().unwrap();
+        assert_eq!(variant.tokens(), alone.tokens(), "variant {b}");
+        assert_eq!(variant.passes(), alone.passes(), "variant {b}");
+        assert_eq!(variant.cache().len(), variant.tokens().len());
+        let seq = &out.sequences[b].tokens;
+        assert_eq!(&variant.tokens()[ids.len()..], &seq[..seq.len() - 1]);
+    }
+    // The next turn after picking variant 2 runs only its new tokens.
+    let mut picked = others[1].clone();
+    let mut next: Vec<u32> = ids.clone();
+    next.extend_from_slice(&out.sequences[2].tokens);
+    next.extend(engine.tokenizer().encode("\nAnother?", false, false).unwrap());
+    let turn = picked.start_turn(m, tok, &next, engine.generation_config(SamplingParams::greedy(), 4), 1).unwrap().run().unwrap();
+    assert_eq!(turn.stats.processed_tokens, next.len() - others[1].tokens().len());
+}
