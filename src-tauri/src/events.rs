@@ -28,8 +28,9 @@ pub enum GenerationEvent {
     /// `text` may be shorter than the ids suggest while a multi-byte
     /// character or a possible stop string is held back, and `ids` may be
     /// empty when a stop releases held-back text.
+    /// `variant`: which of the replies written together (0 unless "Generate N").
     #[serde(rename_all = "camelCase")]
-    Tokens { text: String, ids: Vec<u32> },
+    Tokens { text: String, ids: Vec<u32>, variant: u32 },
     #[serde(rename_all = "camelCase")]
     Finished { reason: String, stats: ReplyStats },
     /// A replay ended (it ends with this instead of `finished`).

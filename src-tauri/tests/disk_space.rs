@@ -20,7 +20,7 @@ fn reply(store: &Store, worker: &Worker, conversation: i64, text: &str, max_new_
     let events = Box::new(move |e| {
         let _ = tx.send(e);
     });
-    worker.enqueue(ReplyJob { conversation_id: conversation, reply_id: r, messages: vec![ChatMessage::user(text)], prefix: String::new(), settings, events, replay: None }).unwrap();
+    worker.enqueue(ReplyJob::new(conversation, r, vec![ChatMessage::user(text)], settings, events)).unwrap();
     loop {
         match rx.recv_timeout(Duration::from_secs(120)).unwrap() {
             GenerationEvent::Finished { reason, .. } => break (reason, store.message(r).unwrap().status),

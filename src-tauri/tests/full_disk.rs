@@ -39,7 +39,7 @@ fn turn(store: &Store, worker: &Worker, conversation: i64, text: &str) -> (Gener
     let events = Box::new(move |e| {
         let _ = tx.send(e);
     });
-    worker.enqueue(ReplyJob { conversation_id: conversation, reply_id: r, messages: vec![ChatMessage::user(text)], prefix: String::new(), settings, events, replay: None }).unwrap();
+    worker.enqueue(ReplyJob::new(conversation, r, vec![ChatMessage::user(text)], settings, events)).unwrap();
     loop {
         let e = rx.recv_timeout(Duration::from_secs(120)).unwrap();
         if matches!(e, GenerationEvent::Finished { .. } | GenerationEvent::Error { .. }) {
@@ -89,7 +89,7 @@ fn a_full_disk_fails_the_reply_in_words_and_loses_nothing() {
             let _ = tx.send(e);
         });
         let history = vec![ChatMessage::user("Write a long story about a dragon."), ChatMessage::assistant(before.content.clone()), ChatMessage::user("And then?")];
-        worker.enqueue(ReplyJob { conversation_id: c.id, reply_id: r, messages: history, prefix: String::new(), settings, events, replay: None }).unwrap();
+        worker.enqueue(ReplyJob::new(c.id, r, history, settings, events)).unwrap();
         let last = loop {
             let e = rx.recv_timeout(Duration::from_secs(120)).unwrap();
             if matches!(e, GenerationEvent::Finished { .. } | GenerationEvent::Error { .. }) {

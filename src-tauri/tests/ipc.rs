@@ -168,5 +168,11 @@ fn commands_over_ipc() {
     // Sending needs a channel argument; an empty message is refused before anything is stored.
     let err = call(&w, "chat_send", json!({"conversationId": id, "text": "   ", "onEvent": "__CHANNEL__:1"})).unwrap_err();
     assert_eq!(err["kind"], "invalidSettings");
+    // "Generate N" takes 1 to 8 replies at once; anything else is refused by name.
+    for n in [0, 9] {
+        let err = call(&w, "chat_send", json!({"conversationId": id, "text": "hi", "variants": n, "onEvent": "__CHANNEL__:1"})).unwrap_err();
+        assert_eq!(err["kind"], "invalidSettings");
+        assert!(err["message"].as_str().unwrap().starts_with("variants"), "{err}");
+    }
     assert_eq!(call(&w, "conversations_thread", json!({"id": id})).unwrap(), json!([]));
 }

@@ -32,17 +32,15 @@ fn reply_row(store: &Store, conversation: i64, text: &str) -> i64 {
 
 fn job(conversation: i64, reply: i64, messages: Vec<ChatMessage>, settings: ConversationSettings) -> (ReplyJob, mpsc::Receiver<GenerationEvent>) {
     let (tx, rx) = mpsc::channel();
-    let job = ReplyJob {
-        conversation_id: conversation,
-        reply_id: reply,
+    let job = ReplyJob::new(
+        conversation,
+        reply,
         messages,
-        prefix: String::new(),
         settings,
-        events: Box::new(move |e| {
+        Box::new(move |e| {
             let _ = tx.send(e);
         }),
-        replay: None,
-    };
+    );
     (job, rx)
 }
 
@@ -511,4 +509,60 @@ fn a_reply_replays_exactly_from_a_warm_a_restored_and_a_cold_cache() {
     changed.insert(0, ChatMessage::system("Be brief."));
     let err = replay(&worker, &store, c.id, second, changed, settings).unwrap_err();
     assert_eq!(err.kind, hearth_app::error::ErrorKind::CannotReplay, "{err:?}");
+}
+
+#[test]
+fn generate_n_writes_variants_from_one_prompt_each_with_its_cache() {
+    let (_dir, store, worker) = start();
+    let c = store.create_conversation().unwrap();
+    let first = reply_row(&store, c.id, "Name a colour.");
+    let parent = store.message(first).unwrap().parent_id;
+    let others: Vec<i64> = (0..2).map(|_| store.add_message(c.id, parent, Role::Assistant, "", MessageStatus::Streaming).unwrap().id).collect();
+    let settings = ConversationSettings { temperature: 1.0, seed: Some(21), max_new_tokens: 16, ..Default::default() };
+    let history = vec![ChatMessage::user("Name a colour.")];
+    let (mut j, rx) = job(c.id, first, history.clone(), settings.clone());
+    j.variant_ids = others.clone();
+    worker.enqueue(j).unwrap();
+    let events = collect(&rx);
+    finished(&events);
+    // Tokens of all three streamed, each marked with its variant.
+    let mut streamed_by = [String::new(), String::new(), String::new()];
+    for e in &events {
+        if let GenerationEvent::Tokens { text, variant, .. } = e {
+            streamed_by[*variant as usize].push_str(text);
+        }
+    }
+    let ids = [first, others[0], others[1]];
+    let replies: Vec<_> = ids.iter().map(|&id| store.message(id).unwrap()).collect();
+    for (b, r) in replies.iter().enumerate() {
+        assert_eq!(r.status, MessageStatus::Complete);
+        assert_eq!(r.content.trim_end(), streamed_by[b].trim_end(), "variant {b}");
+        let stats = r.stats.as_ref().unwrap();
+        assert_eq!(stats.seed, Some(21 + b as u32), "variant {b} samples with seed + b");
+        assert_eq!(stats.replay.as_ref().unwrap().tokens.len() as u32, stats.generated_tokens);
+    }
+    assert!(replies.iter().any(|r| r.content != replies[0].content), "three identical samples");
+
+    // Each variant is what a single reply with its seed writes.
+    let solo = reply_row(&store, store.create_conversation().unwrap().id, "Name a colour.");
+    let solo_conv = store.message(solo).unwrap().conversation_id;
+    let (j, rx) = job(solo_conv, solo, history.clone(), ConversationSettings { seed: Some(23), ..settings.clone() });
+    worker.enqueue(j).unwrap();
+    finished(&collect(&rx));
+    assert_eq!(store.message(solo).unwrap().content, replies[2].content);
+
+    // A variant replays exactly.
+    let outcome = replay(&worker, &store, c.id, others[1], history.clone(), settings.clone()).unwrap();
+    assert!(outcome.matched, "{outcome:?}");
+
+    // Picking variant 1 and going on runs only the new tokens: its cache was kept.
+    store.select_version(c.id, others[0]).unwrap();
+    let next = reply_row(&store, c.id, "Why?");
+    let mut more = history;
+    more.push(ChatMessage::assistant(replies[1].content.clone()));
+    more.push(ChatMessage::user("Why?"));
+    let (j, rx) = job(c.id, next, more, settings);
+    worker.enqueue(j).unwrap();
+    let (_, stats) = finished(&collect(&rx));
+    assert!(stats.processed_tokens < 16, "picked variant: ran {} of {} prompt tokens", stats.processed_tokens, stats.prompt_tokens);
 }

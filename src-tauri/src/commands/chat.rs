@@ -22,7 +22,12 @@ use crate::worker::ReplyJob;
 pub struct Sent {
     pub message: Message,
     pub reply: Option<Message>,
+    /// The other replies written beside `reply` ("Generate N").
+    pub variants: Vec<Message>,
 }
+
+/// How many replies "Generate N" may write at once.
+pub const MAX_VARIANTS: u32 = 8;
 
 /// The conversation as the model sees it: the system prompt, then the path
 /// from the root to `upto`.
@@ -52,17 +57,30 @@ fn sink(channel: Channel<GenerationEvent>) -> crate::worker::EventSink {
     })
 }
 
-/// Adds an empty reply under `parent` and queues it.
-fn start_reply(state: &AppState, store: &Store, conversation_id: i64, parent: i64, on_event: Channel<GenerationEvent>) -> AppResult<Message> {
+/// Adds `variants` empty replies under `parent` (the first one shown) and
+/// queues them as one batch.
+fn start_reply(state: &AppState, store: &Store, conversation_id: i64, parent: i64, variants: u32, on_event: Channel<GenerationEvent>) -> AppResult<Vec<Message>> {
     check_idle(state, conversation_id)?;
     let (messages, settings) = prompt_messages(store, conversation_id, Some(parent))?;
-    let reply = store.add_message(conversation_id, Some(parent), Role::Assistant, "", MessageStatus::Streaming)?;
-    let job = ReplyJob { conversation_id, reply_id: reply.id, messages, prefix: String::new(), settings, events: sink(on_event), replay: None };
+    let replies = (0..variants).map(|_| store.add_message(conversation_id, Some(parent), Role::Assistant, "", MessageStatus::Streaming)).collect::<Result<Vec<_>, _>>()?;
+    store.select_version(conversation_id, replies[0].id)?;
+    let mut job = ReplyJob::new(conversation_id, replies[0].id, messages, settings, sink(on_event));
+    job.variant_ids = replies[1..].iter().map(|r| r.id).collect();
     if let Err(e) = state.worker.enqueue(job) {
-        store.update_reply(reply.id, "", MessageStatus::Error, None)?;
+        for r in &replies {
+            store.update_reply(r.id, "", MessageStatus::Error, None)?;
+        }
         return Err(e);
     }
-    Ok(reply)
+    Ok(replies)
+}
+
+/// `variants` as given: 1 when absent, at most `MAX_VARIANTS`.
+fn variant_count(variants: Option<u32>) -> AppResult<u32> {
+    match variants.unwrap_or(1) {
+        n @ 1..=MAX_VARIANTS => Ok(n),
+        n => Err(AppError::new(ErrorKind::InvalidSettings, format!("variants: {n} replies at once is out of range; 1 to {MAX_VARIANTS}"))),
+    }
 }
 
 /// Refuses a second reply while one is queued or running in the conversation.
@@ -94,24 +112,34 @@ fn non_empty(text: &str) -> AppResult<()> {
     Ok(())
 }
 
-/// Sends a user message at the end of the shown branch and starts the reply.
+/// Sends a user message at the end of the shown branch and starts the
+/// reply, or `variants` replies written together from one prompt.
 #[tauri::command]
-pub async fn chat_send(state: State<'_, AppState>, conversation_id: i64, text: String, on_event: Channel<GenerationEvent>) -> AppResult<Sent> {
+pub async fn chat_send(state: State<'_, AppState>, conversation_id: i64, text: String, variants: Option<u32>, on_event: Channel<GenerationEvent>) -> AppResult<Sent> {
     non_empty(&text)?;
+    let variants = variant_count(variants)?;
     check_idle(&state, conversation_id)?;
     let store = state.store()?;
     let parent = last_message(&store, conversation_id)?;
     let message = store.add_message(conversation_id, parent, Role::User, &text, MessageStatus::Complete)?;
-    let reply = start_reply(&state, &store, conversation_id, message.id, on_event)?;
-    Ok(Sent { message, reply: Some(reply) })
+    let mut replies = start_reply(&state, &store, conversation_id, message.id, variants, on_event)?;
+    let reply = replies.remove(0);
+    Ok(Sent { message, reply: Some(reply), variants: replies })
 }
 
-/// Writes another version of a reply, beside the old one.
+/// Writes another version of a reply (or `variants` of them), beside the old one.
 #[tauri::command]
-pub async fn chat_regenerate(state: State<'_, AppState>, conversation_id: i64, reply_id: i64, on_event: Channel<GenerationEvent>) -> AppResult<Message> {
+pub async fn chat_regenerate(
+    state: State<'_, AppState>,
+    conversation_id: i64,
+    reply_id: i64,
+    variants: Option<u32>,
+    on_event: Channel<GenerationEvent>,
+) -> AppResult<Vec<Message>> {
+    let variants = variant_count(variants)?;
     let store = state.store()?;
     let (_, parent) = reply_of(&store, conversation_id, reply_id)?;
-    start_reply(&state, &store, conversation_id, parent, on_event)
+    start_reply(&state, &store, conversation_id, parent, variants, on_event)
 }
 
 /// Edits a message as a new version beside it. An edited user message gets
@@ -129,10 +157,10 @@ pub async fn chat_edit(state: State<'_, AppState>, conversation_id: i64, message
     }
     let message = store.add_message(conversation_id, old.parent_id, old.role, &text, MessageStatus::Complete)?;
     let reply = match old.role {
-        Role::User => Some(start_reply(&state, &store, conversation_id, message.id, on_event)?),
+        Role::User => Some(start_reply(&state, &store, conversation_id, message.id, 1, on_event)?.remove(0)),
         _ => None,
     };
-    Ok(Sent { message, reply })
+    Ok(Sent { message, reply, variants: Vec::new() })
 }
 
 /// Goes on writing a reply that was stopped, in place.
@@ -145,7 +173,7 @@ pub async fn chat_continue(state: State<'_, AppState>, conversation_id: i64, rep
     }
     let (messages, settings) = prompt_messages(&store, conversation_id, Some(parent))?;
     store.update_reply(reply.id, &reply.content, MessageStatus::Streaming, None)?;
-    let job = ReplyJob { conversation_id, reply_id, messages, prefix: reply.content.clone(), settings, events: sink(on_event), replay: None };
+    let job = ReplyJob { prefix: reply.content.clone(), ..ReplyJob::new(conversation_id, reply_id, messages, settings, sink(on_event)) };
     if let Err(e) = state.worker.enqueue(job) {
         store.update_reply(reply.id, &reply.content, reply.status, None)?;
         return Err(e);
@@ -162,7 +190,7 @@ fn replay_job(store: &Store, conversation_id: i64, reply_id: i64, on_event: Chan
     })?;
     let prefix = reply.content.get(..record.prefix_bytes as usize).unwrap_or_default().to_string();
     let (messages, settings) = prompt_messages(store, conversation_id, Some(parent))?;
-    Ok(ReplyJob { conversation_id, reply_id, messages, prefix, settings, events: sink(on_event), replay: Some(record) })
+    Ok(ReplyJob { prefix, replay: Some(record), ..ReplyJob::new(conversation_id, reply_id, messages, settings, sink(on_event)) })
 }
 
 /// Runs a recorded reply again, streaming it, and ends with `replayed`:

@@ -70,6 +70,10 @@ pub enum CacheState {
 }
 
 
+/// Caches of other versions kept per conversation: enough for every
+/// variant of "Generate 8" beside the main cache.
+const KEEP_ALTERNATES: usize = 7;
+
 /// The worker thread's caches, one main cache per conversation.
 pub(super) struct Caches {
     shared: Arc<Shared>,
@@ -170,10 +174,23 @@ impl Caches {
                 alts.push(cur.clone());
             }
         }
-        const KEEP: usize = 3;
-        if alts.len() > KEEP {
-            alts.drain(..alts.len() - KEEP);
+        if alts.len() > KEEP_ALTERNATES {
+            alts.drain(..alts.len() - KEEP_ALTERNATES);
         }
+    }
+
+    /// Keeps caches of other versions just written (the variants of a
+    /// "Generate N" turn) as alternates of the conversation's cache.
+    pub fn add_alternates(&mut self, conversation_id: i64, sessions: Vec<Session>) {
+        if sessions.is_empty() {
+            return;
+        }
+        let alts = self.alternates.entry(conversation_id).or_default();
+        alts.extend(sessions);
+        if alts.len() > KEEP_ALTERNATES {
+            alts.drain(..alts.len() - KEEP_ALTERNATES);
+        }
+        self.evict();
     }
 
     /// Saves the cache of the turn that just finished (see `put`).

@@ -123,12 +123,12 @@ impl WorkerThread {
                         unsent.ids.push(e.token);
                     }
                 }
-                unsent.send_if_due(&job.events);
+                unsent.send_if_due(&job.events, 0);
                 if produced.iter().zip(&record.tokens).any(|(a, b)| a != b) || produced.len() > record.tokens.len() {
                     break;
                 }
             }
-            unsent.send(&job.events);
+            unsent.send(&job.events, 0);
             drop(turn);
             outcome.compared = produced.len() as u32;
             outcome.first_difference = produced.iter().zip(&record.tokens).position(|(a, b)| a != b).map(|i| i as u32);

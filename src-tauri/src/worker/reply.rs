@@ -27,6 +27,21 @@ pub struct ReplyJob {
     pub events: EventSink,
     /// Run this recorded reply again and compare, instead of writing one.
     pub replay: Option<ReplayRecord>,
+    /// Replies to write beside `reply_id` from the same prompt, as one batch
+    /// ("Generate N"): variant b samples with the seed + b.
+    pub variant_ids: Vec<i64>,
+}
+
+impl ReplyJob {
+    /// A reply from scratch: no prefix, no variants, not a replay.
+    pub fn new(conversation_id: i64, reply_id: i64, messages: Vec<ChatMessage>, settings: ConversationSettings, events: EventSink) -> Self {
+        Self { conversation_id, reply_id, messages, prefix: String::new(), settings, events, replay: None, variant_ids: Vec::new() }
+    }
+
+    /// Every reply this job writes, variant 0 (`reply_id`) first.
+    pub fn reply_ids(&self) -> Vec<i64> {
+        std::iter::once(self.reply_id).chain(self.variant_ids.iter().copied()).collect()
+    }
 }
 
 /// Flush a streaming reply to disk at least this often...
@@ -42,11 +57,11 @@ impl WorkerThread {
         let Queued { job, cancel } = queued;
         let active = ActiveJob { shared: self.shared.clone(), conversation_id: job.conversation_id };
         let events = &job.events;
-        let mut text = job.prefix.clone();
+        let mut texts = vec![job.prefix.clone(); 1 + job.variant_ids.len()];
         let result = if cancel.is_cancelled() {
-            Ok(Finished::stopped_before_start(&job.prefix))
+            Ok(vec![Finished::stopped_before_start(&job.prefix); texts.len()])
         } else {
-            catch_unwind(AssertUnwindSafe(|| self.generate(&job, &cancel, &mut text))).unwrap_or_else(|panic| {
+            catch_unwind(AssertUnwindSafe(|| self.generate(&job, &cancel, &mut texts))).unwrap_or_else(|panic| {
                 let message = panic_message(&*panic);
                 tracing::error!("reply {} in conversation {} panicked: {message}", job.reply_id, job.conversation_id);
                 // Its cache may be half written: this conversation starts cold.
@@ -62,7 +77,7 @@ impl WorkerThread {
         // reply ended, or it shows it streaming for good.
         let ended = catch_unwind(AssertUnwindSafe(|| {
             test_panic_hook(last_message.strip_suffix(":after").unwrap_or(""));
-            self.end_reply(&job, result, &text)
+            self.end_reply(&job, result, &texts)
         }));
         if let Err(panic) = ended {
             let message = panic_message(&*panic);
@@ -71,37 +86,42 @@ impl WorkerThread {
         }
     }
 
-    /// Records how a reply ended, then says so to the UI.
-    fn end_reply(&mut self, job: &ReplyJob, result: Result<Finished, AppError>, text: &str) {
+    /// Records how a reply (and its variants) ended, then says so to the UI.
+    fn end_reply(&mut self, job: &ReplyJob, result: Result<Vec<Finished>, AppError>, texts: &[String]) {
         let events = &job.events;
         match result {
             Ok(done) => {
-                let status = if done.reason == FinishReason::Cancelled { MessageStatus::Interrupted } else { MessageStatus::Complete };
-                let saved = self.store.update_reply(job.reply_id, &done.text, status, Some(&done.stats));
+                let mut saved = Ok(());
+                for (id, d) in job.reply_ids().into_iter().zip(&done) {
+                    let status = if d.reason == FinishReason::Cancelled { MessageStatus::Interrupted } else { MessageStatus::Complete };
+                    saved = saved.and(self.store.update_reply(id, &d.text, status, Some(&d.stats)));
+                }
                 // Saved before the reply is reported done, so an app closed
                 // right after still finds its cache.
                 if let Some(engine) = self.engine.clone() {
                     self.caches.save_pending(&engine);
                 }
                 match saved {
-                    Ok(()) => events(GenerationEvent::Finished { reason: done.reason.as_str().to_string(), stats: done.stats }),
+                    Ok(()) => events(GenerationEvent::Finished { reason: done[0].reason.as_str().to_string(), stats: done[0].stats.clone() }),
                     Err(e) => events(GenerationEvent::Error { error: e.into() }),
                 }
             }
             Err(error) => {
                 let stats = ReplyStats { finish_reason: "error".into(), error: Some(error.message.clone()), ..Default::default() };
-                let status = if text.is_empty() { MessageStatus::Error } else { MessageStatus::Interrupted };
-                if let Err(e) = self.store.update_reply(job.reply_id, text, status, Some(&stats)) {
-                    tracing::error!("cannot record a failed reply: {e}");
+                for (id, text) in job.reply_ids().into_iter().zip(texts) {
+                    let status = if text.is_empty() { MessageStatus::Error } else { MessageStatus::Interrupted };
+                    if let Err(e) = self.store.update_reply(id, text, status, Some(&stats)) {
+                        tracing::error!("cannot record a failed reply: {e}");
+                    }
                 }
                 events(GenerationEvent::Error { error });
             }
         }
     }
 
-    /// Runs one reply, keeping the text written so far in `text` (which
-    /// starts as the job's prefix).
-    fn generate(&mut self, job: &ReplyJob, cancel: &CancellationToken, text: &mut String) -> Result<Finished, AppError> {
+    /// Runs one reply and its variants, keeping the text each has so far in
+    /// `texts` (which start as the job's prefix).
+    fn generate(&mut self, job: &ReplyJob, cancel: &CancellationToken, texts: &mut [String]) -> Result<Vec<Finished>, AppError> {
         let engine = self.engine.clone().ok_or_else(|| AppError::new(ErrorKind::NoModel, "no model is loaded; open a GGUF model first"))?;
         (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
         test_panic_hook(job.messages.last().map_or("", |m| m.content.as_str()));
@@ -124,89 +144,115 @@ impl WorkerThread {
         let mut config = engine.generation_config(sampling, s.max_new_tokens as usize);
         config.stop_strings = s.stop_strings.clone();
 
-        let outcome = (|| -> Result<Finished, AppError> {
+        let n = texts.len();
+        let mut others = Vec::new();
+        let outcome = (|| -> Result<Vec<Finished>, AppError> {
             // Stop is checked between the prefill's chunks too.
             let mut progress = |p: hearth_engine::Progress| {
                 (job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 });
                 !cancel.is_cancelled()
             };
-            let mut turn = match session.start_turn_observed(engine.model(), engine.tokenizer(), &prompt, config, 1, &mut progress) {
-                Err(EngineError::Stopped) => return Ok(Finished::stopped_before_start(&job.prefix)),
+            let mut turn = match session.start_turn_observed(engine.model(), engine.tokenizer(), &prompt, config, n, &mut progress) {
+                Err(EngineError::Stopped) => return Ok(vec![Finished::stopped_before_start(&job.prefix); n]),
                 started => started?,
             };
-            let passes = turn.prompt_passes().runs().iter().map(|&p| p.into()).collect();
+            let passes: Vec<[u32; 3]> = turn.prompt_passes().runs().iter().map(|&p| p.into()).collect();
             let mut unsaved = 0usize;
             let mut last_flush = Instant::now();
-            let mut unsent = Unsent::default();
+            let mut unsent: Vec<Unsent> = (0..n).map(|_| Unsent::default()).collect();
             loop {
                 let step = if cancel.is_cancelled() { Some(turn.cancel()) } else { turn.step()? };
                 let Some(step) = step else { break };
-                for e in step.into_iter().filter(|e| e.sequence == 0) {
-                    text.push_str(&e.text);
+                for e in step {
+                    let b = e.sequence;
+                    texts[b].push_str(&e.text);
                     unsaved += 1;
-                    unsent.text.push_str(&e.text);
+                    unsent[b].text.push_str(&e.text);
                     // A stop releases held-back text with no token of its own.
                     if e.token != PAD {
-                        unsent.ids.push(e.token);
+                        unsent[b].ids.push(e.token);
                     }
                 }
-                unsent.send_if_due(&job.events);
-                if cancel.is_cancelled() && turn.state().done[0] {
+                for (b, u) in unsent.iter_mut().enumerate() {
+                    u.send_if_due(&job.events, b);
+                }
+                if cancel.is_cancelled() && turn.state().done.iter().all(|d| *d) {
                     break;
                 }
                 if unsaved >= FLUSH_TOKENS || last_flush.elapsed() >= FLUSH_INTERVAL {
-                    self.store.update_reply(job.reply_id, &text, MessageStatus::Streaming, None)?;
+                    for (id, text) in job.reply_ids().into_iter().zip(texts.iter()) {
+                        self.store.update_reply(id, text, MessageStatus::Streaming, None)?;
+                    }
                     unsaved = 0;
                     last_flush = Instant::now();
                 }
             }
-            unsent.send(&job.events);
-            let out = turn.finish(0)?;
-            let seq = &out.sequences[0];
+            for (b, u) in unsent.iter_mut().enumerate() {
+                u.send(&job.events, b);
+            }
+            let out = if n == 1 {
+                turn.finish(0)?
+            } else {
+                let (out, rest) = turn.finish_variants()?;
+                others = rest;
+                out
+            };
             let st = &out.stats;
             let decode_s = st.decode_time.as_secs_f64();
-            let replay = ReplayRecord {
-                model_sha256: engine.file_sha256().map(str::to_string),
-                model_path: engine.path().display().to_string(),
-                engine_build: hearth_engine::BUILD_ID.to_string(),
-                device: hearth_engine::device::describe(engine.model().device()),
-                prompt_sha256: hearth_engine::file_hash::ids_sha256(&prompt),
-                prompt_tokens: prompt.len() as u32,
-                passes,
-                context_length: context as u32,
-                prefix_bytes: job.prefix.len() as u32,
-                temperature: s.temperature,
-                top_k: s.top_k,
-                top_p: s.top_p,
-                min_p: s.min_p,
-                repeat_penalty: s.repeat_penalty,
-                penalty_window: s.penalty_window,
-                seed,
-                max_new_tokens: s.max_new_tokens,
-                stop_strings: s.stop_strings.clone(),
-                tokens: seq.tokens.clone(),
-            };
-            Ok(Finished {
-                text: format!("{}{}", job.prefix, seq.text),
-                reason: seq.finish,
-                stats: ReplyStats {
-                    prompt_tokens: st.prompt_tokens as u32,
-                    processed_tokens: st.processed_tokens as u32,
-                    generated_tokens: st.generated_tokens as u32,
-                    ttft_ms: st.time_to_first_token.as_secs_f64() * 1e3,
-                    tokens_per_s: if decode_s > 0.0 { st.generated_tokens.saturating_sub(1) as f64 / decode_s } else { 0.0 },
-                    finish_reason: seq.finish.as_str().to_string(),
-                    seed: Some(seed),
-                    temperature: Some(s.temperature),
-                    error: None,
-                    dropped_messages: dropped as u32,
-                    replay: Some(replay),
-                },
-            })
+            Ok(out
+                .sequences
+                .iter()
+                .enumerate()
+                .map(|(b, seq)| {
+                    // Each variant samples with its own generator, seeded seed + b.
+                    let seed = seed.wrapping_add(b as u32);
+                    let replay = ReplayRecord {
+                        model_sha256: engine.file_sha256().map(str::to_string),
+                        model_path: engine.path().display().to_string(),
+                        engine_build: hearth_engine::BUILD_ID.to_string(),
+                        device: hearth_engine::device::describe(engine.model().device()),
+                        prompt_sha256: hearth_engine::file_hash::ids_sha256(&prompt),
+                        prompt_tokens: prompt.len() as u32,
+                        passes: passes.clone(),
+                        context_length: context as u32,
+                        prefix_bytes: job.prefix.len() as u32,
+                        temperature: s.temperature,
+                        top_k: s.top_k,
+                        top_p: s.top_p,
+                        min_p: s.min_p,
+                        repeat_penalty: s.repeat_penalty,
+                        penalty_window: s.penalty_window,
+                        seed,
+                        max_new_tokens: s.max_new_tokens,
+                        stop_strings: s.stop_strings.clone(),
+                        tokens: seq.tokens.clone(),
+                    };
+                    let generated = seq.tokens.len();
+                    Finished {
+                        text: format!("{}{}", job.prefix, seq.text),
+                        reason: seq.finish,
+                        stats: ReplyStats {
+                            prompt_tokens: st.prompt_tokens as u32,
+                            processed_tokens: st.processed_tokens as u32,
+                            generated_tokens: generated as u32,
+                            ttft_ms: st.time_to_first_token.as_secs_f64() * 1e3,
+                            tokens_per_s: if decode_s > 0.0 { generated.saturating_sub(1) as f64 / decode_s } else { 0.0 },
+                            finish_reason: seq.finish.as_str().to_string(),
+                            seed: Some(seed),
+                            temperature: Some(s.temperature),
+                            error: None,
+                            dropped_messages: dropped as u32,
+                            replay: Some(replay),
+                        },
+                    }
+                })
+                .collect())
         })();
         if let Some(session) = entry {
             self.caches.put(job.conversation_id, session, context, outcome.is_ok());
         }
+        // The other variants' caches, so that picking one continues from it.
+        self.caches.add_alternates(job.conversation_id, others);
         outcome
     }
 
@@ -243,21 +289,22 @@ pub(super) struct Unsent {
 }
 
 impl Unsent {
-    pub fn send_if_due(&mut self, events: &EventSink) {
+    pub fn send_if_due(&mut self, events: &EventSink, variant: usize) {
         if self.last_sent.is_none_or(|t| t.elapsed() >= TOKEN_BATCH) {
-            self.send(events);
+            self.send(events, variant);
         }
     }
 
-    pub fn send(&mut self, events: &EventSink) {
+    pub fn send(&mut self, events: &EventSink, variant: usize) {
         if self.text.is_empty() && self.ids.is_empty() {
             return;
         }
-        events(GenerationEvent::Tokens { text: std::mem::take(&mut self.text), ids: std::mem::take(&mut self.ids) });
+        events(GenerationEvent::Tokens { text: std::mem::take(&mut self.text), ids: std::mem::take(&mut self.ids), variant: variant as u32 });
         self.last_sent = Some(Instant::now());
     }
 }
 
+#[derive(Clone)]
 struct Finished {
     text: String,
     reason: FinishReason,

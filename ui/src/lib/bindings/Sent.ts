@@ -5,4 +5,8 @@ import type { Message } from "./Message";
  * The messages a command added: the user's (or edited) message and, when
  * one is being written, the reply.
  */
-export type Sent = { message: Message, reply: Message | null, };
+export type Sent = { message: Message, reply: Message | null, 
+/**
+ * The other replies written beside `reply` ("Generate N").
+ */
+variants: Array<Message>, };
