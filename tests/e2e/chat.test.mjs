@@ -371,6 +371,42 @@ describe('Hearth end to end', () => {
     assert.ok(exported.record.tokens.length > 0 && exported.record.passes.length > 0);
   });
 
+  it('Generate 4 streams four variants side by side; picking one continues from its cache', async () => {
+    await newChat(d);
+    await setSetting(d, 'temperature', 1);
+    await setSetting(d, 'maxNewTokens', 40);
+    const setCount = (n) => d.execute('const s = document.querySelector("[data-testid=variant-count]"); s.value = arguments[0]; s.dispatchEvent(new Event("change"));', [String(n)]);
+    await setCount(4);
+    await send(d, 'Name a colour.');
+    await d.waitFor(async () => (await d.$$('[data-testid=variant]')).length === 4, 'four variants streaming', 60000);
+    const first = await waitForReply(d);
+    const firstPrompt = await num(first, 'data-prompt-tokens');
+    // Kept as four versions of the reply, the first one shown.
+    const label = async () => (await (await lastReply(d)).$('[data-testid=version-label]')).text();
+    assert.equal(await label(), '1/4');
+    const seeds = new Set();
+    for (let i = 0; i < 4; i++) {
+      seeds.add(await (await (await lastReply(d)).$('[data-testid=reply-stats]')).attr('data-seed'));
+      if (i < 2) {
+        await (await (await lastReply(d)).$('[data-testid=version-next]')).click();
+        await d.waitFor(async () => (await label()) === `${i + 2}/4`, `version ${i + 2}`);
+      } else if (i === 2) {
+        // Pick the third.
+        break;
+      }
+    }
+    assert.equal(seeds.size, 3, 'each variant has its own seed');
+    const picked = await num(await (await lastReply(d)).$('[data-testid=reply-stats]'), 'data-generated-tokens');
+    await setCount(1);
+    await send(d, 'Why that one?');
+    await d.waitFor(async () => (await messages(d)).length === 4, 'the next turn');
+    const next = await waitForReply(d);
+    const prompt = await num(next, 'data-prompt-tokens');
+    const processed = await num(next, 'data-processed-tokens');
+    // Only the new message (and the picked reply's last token) runs: its cache was kept.
+    assert.ok(processed <= prompt - firstPrompt - picked + 2, `processed ${processed} of ${prompt}; first prompt ${firstPrompt}, picked reply ${picked} tokens`);
+  });
+
   it('a reply cut off by SIGKILL comes back as interrupted, with everything before it', async () => {
     const id = await newChat(d);
     await setSetting(d, 'maxNewTokens', 1500);

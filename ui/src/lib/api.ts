@@ -51,10 +51,10 @@ export const api = {
       invoke<ThreadMessage[]>('conversations_select_version', { id, messageId }),
   },
   chat: {
-    send: (conversationId: number, text: string, onEvent: OnEvent) =>
-      invoke<Sent>('chat_send', { conversationId, text, onEvent: channel(onEvent) }),
-    regenerate: (conversationId: number, replyId: number, onEvent: OnEvent) =>
-      invoke<Message>('chat_regenerate', { conversationId, replyId, onEvent: channel(onEvent) }),
+    send: (conversationId: number, text: string, variants: number, onEvent: OnEvent) =>
+      invoke<Sent>('chat_send', { conversationId, text, variants, onEvent: channel(onEvent) }),
+    regenerate: (conversationId: number, replyId: number, variants: number, onEvent: OnEvent) =>
+      invoke<Message[]>('chat_regenerate', { conversationId, replyId, variants, onEvent: channel(onEvent) }),
     edit: (conversationId: number, messageId: number, text: string, onEvent: OnEvent) =>
       invoke<Sent>('chat_edit', { conversationId, messageId, text, onEvent: channel(onEvent) }),
     continue: (conversationId: number, replyId: number, onEvent: OnEvent) =>

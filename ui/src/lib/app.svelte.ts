@@ -23,6 +23,8 @@ export interface Stream {
   tokens: number;
   /** How far the prompt has been read, once the reply has started. */
   prefill: { done: number; total: number } | null;
+  /** The other replies written beside this one ("Generate N"), in order. */
+  variants: { replyId: number; text: string; tokens: number }[];
 }
 
 /** A recorded reply being run again (or the result of the last run), in
@@ -57,6 +59,8 @@ export class AppState {
   presets = $state<Preset[]>([]);
   /** The default model's download, while one runs or after it failed. */
   download = $state<{ downloaded: number; total: number | null; extracting: boolean; error: string | null } | null>(null);
+  /** How many replies a send writes at once ("Generate N"). */
+  variantCount = $state(1);
   /** The last deleted conversation, while its undo is offered. */
   deleted = $state<Conversation | null>(null);
   error = $state<string | null>(null);
@@ -80,30 +84,35 @@ export class AppState {
    *  page in an animation frame at most every `FRAME_MS`, however fast
    *  they arrive: each update costs the webview a layout and a paint, and
    *  on a machine with few cores that time comes out of the model's. */
-  private pendingTokens = new Map<number, { text: string; tokens: number }>();
+  private pendingTokens = new Map<number, Map<number, { text: string; tokens: number }>>();
   private flushQueued = false;
   private lastFlush = 0;
 
   private flushTokens = () => {
     this.flushQueued = false;
     this.lastFlush = performance.now();
-    for (const [id, p] of this.pendingTokens) {
+    for (const [id, byVariant] of this.pendingTokens) {
       const s = this.streams[id];
-      if (s) {
-        s.text += p.text;
-        s.tokens += p.tokens;
+      if (!s) continue;
+      for (const [variant, p] of byVariant) {
+        const target = variant === 0 ? s : s.variants[variant - 1];
+        if (!target) continue;
+        target.text += p.text;
+        target.tokens += p.tokens;
       }
     }
     this.pendingTokens.clear();
   };
 
-  private queueTokens(conversationId: number, text: string, tokens: number) {
-    const p = this.pendingTokens.get(conversationId);
+  private queueTokens(conversationId: number, variant: number, text: string, tokens: number) {
+    let byVariant = this.pendingTokens.get(conversationId);
+    if (!byVariant) this.pendingTokens.set(conversationId, (byVariant = new Map()));
+    const p = byVariant.get(variant);
     if (p) {
       p.text += text;
       p.tokens += tokens;
     } else {
-      this.pendingTokens.set(conversationId, { text, tokens });
+      byVariant.set(variant, { text, tokens });
     }
     if (this.flushQueued) return;
     this.flushQueued = true;
@@ -248,7 +257,7 @@ export class AppState {
           if (s) s.prefill = { done: event.data.done, total: event.data.total };
           break;
         case 'tokens':
-          if (s) this.queueTokens(conversationId, event.data.text, event.data.ids.length);
+          if (s) this.queueTokens(conversationId, event.data.variant, event.data.text, event.data.ids.length);
           break;
         case 'finished':
         case 'error':
@@ -268,8 +277,11 @@ export class AppState {
     });
   }
 
-  private beginStream(conversationId: number, replyId: number, text = '') {
-    this.streams[conversationId] = { replyId, text, queuePosition: 0, started: false, tokens: 0, prefill: null };
+  private beginStream(conversationId: number, replyId: number, text = '', variants = 1) {
+    this.streams[conversationId] = {
+      replyId, text, queuePosition: 0, started: false, tokens: 0, prefill: null,
+      variants: Array.from({ length: variants - 1 }, () => ({ replyId: -1, text: '', tokens: 0 })),
+    };
   }
 
   async send(text: string): Promise<boolean> {
@@ -280,12 +292,17 @@ export class AppState {
       if (id === null) return false;
     }
     const conversationId = id;
+    const variants = this.variantCount;
     const ok = await this.guard(async () => {
       // Events may arrive before the command returns: open the stream first.
-      this.beginStream(conversationId, -1);
+      this.beginStream(conversationId, -1, '', variants);
       try {
-        const sent = await api.chat.send(conversationId, text, this.listener(conversationId));
-        if (this.streams[conversationId]) this.streams[conversationId].replyId = sent.reply!.id;
+        const sent = await api.chat.send(conversationId, text, variants, this.listener(conversationId));
+        const s = this.streams[conversationId];
+        if (s) {
+          s.replyId = sent.reply!.id;
+          sent.variants.forEach((v, i) => s.variants[i] && (s.variants[i].replyId = v.id));
+        }
       } catch (e) {
         delete this.streams[conversationId];
         throw e;
@@ -302,7 +319,7 @@ export class AppState {
     await this.guard(async () => {
       this.beginStream(conversationId, -1);
       try {
-        const reply = await api.chat.regenerate(conversationId, replyId, this.listener(conversationId));
+        const [reply] = await api.chat.regenerate(conversationId, replyId, 1, this.listener(conversationId));
         if (this.streams[conversationId]) this.streams[conversationId].replyId = reply.id;
       } catch (e) {
         delete this.streams[conversationId];

@@ -62,7 +62,8 @@ function fakeShell(opts: { events?: GenerationEvent[]; replayEvents?: Generation
         // Deliver events the way the shell does: {index, message} on the channel's callback.
         const internals = (window as unknown as { __TAURI_INTERNALS__: { runCallback: (id: number, m: unknown) => void } }).__TAURI_INTERNALS__;
         (opts.events ?? []).forEach((message, index) => internals.runCallback(channel.id, { index, message }));
-        return { message: user, reply };
+        const variants = Array.from({ length: ((a.variants as number) ?? 1) - 1 }, () => ({ ...reply, id: next++ }));
+        return { message: user, reply, variants };
       }
       case 'chat_replay': {
         const channel = a.onEvent as { id: number };
@@ -94,7 +95,7 @@ describe('AppState', () => {
   });
 
   it('streams tokens into the open conversation', async () => {
-    fakeShell({ events: [{ event: 'started', data: { replyId: 0 } }, { event: 'tokens', data: { text: 'Hel', ids: [5] } }, { event: 'tokens', data: { text: 'lo', ids: [6, 7] } }] });
+    fakeShell({ events: [{ event: 'started', data: { replyId: 0 } }, { event: 'tokens', data: { text: 'Hel', ids: [5], variant: 0 } }, { event: 'tokens', data: { text: 'lo', ids: [6, 7], variant: 0 } }] });
     const app = new AppState();
     await app.init();
     await app.create();
@@ -145,7 +146,7 @@ describe('AppState', () => {
 
   it('replays a reply: busy while it runs, then the verdict beside that reply', async () => {
     const outcome = { matched: true, compared: 2, recorded: 2, firstDifference: null, processedTokens: 5, stopped: false, notes: [] };
-    fakeShell({ replayEvents: [{ event: 'started', data: { replyId: 2 } }, { event: 'tokens', data: { text: 'Hi', ids: [8, 9] } }] });
+    fakeShell({ replayEvents: [{ event: 'started', data: { replyId: 2 } }, { event: 'tokens', data: { text: 'Hi', ids: [8, 9], variant: 0 } }] });
     const app = new AppState();
     await app.init();
     await app.create();
@@ -159,5 +160,24 @@ describe('AppState', () => {
     expect(app.replays[app.activeId!]).toMatchObject({ done: true, outcome });
     expect(app.activeBusy).toBe(false);
     expect(app.activeStream).toBeUndefined();
+  });
+
+  it('streams the replies of "Generate N" side by side', async () => {
+    fakeShell({ events: [
+      { event: 'started', data: { replyId: 0 } },
+      { event: 'tokens', data: { text: 'Red', ids: [5], variant: 0 } },
+      { event: 'tokens', data: { text: 'Blue', ids: [6, 7], variant: 2 } },
+      { event: 'tokens', data: { text: 'Green', ids: [8], variant: 1 } },
+    ] });
+    const app = new AppState();
+    await app.init();
+    await app.create();
+    app.variantCount = 3;
+    expect(await app.send('a colour?')).toBe(true);
+    await new Promise((r) => setTimeout(r, 50));
+    const s = app.activeStream!;
+    expect([s.text, ...s.variants.map((v) => v.text)]).toEqual(['Red', 'Green', 'Blue']);
+    expect(s.variants.map((v) => v.tokens)).toEqual([1, 2]);
+    expect(s.variants.every((v) => v.replyId > 0)).toBe(true);
   });
 });
