@@ -110,10 +110,11 @@ pub(crate) fn column_range<B: Block32>(blocks: &[B], kb: usize, cols: Range<usiz
     if simd {
         // SAFETY: the CPU has AVX2, FMA and F16C (checked at run time).
         unsafe {
-            if r == 4 {
-                x86::columns::<B, 2, 4>(blocks, kb, cols, y, out);
-            } else {
-                x86::columns::<B, 1, 1>(blocks, kb, cols, [y[0]], out);
+            match r {
+                4 => x86::columns::<B, 1, 4>(blocks, kb, cols, y, out),
+                3 => x86::columns::<B, 1, 3>(blocks, kb, cols, [y[0], y[1], y[2]], out),
+                2 => x86::columns::<B, 2, 2>(blocks, kb, cols, [y[0], y[1]], out),
+                _ => x86::columns::<B, 1, 1>(blocks, kb, cols, [y[0]], out),
             }
         }
         return;

@@ -326,7 +326,7 @@ unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, acts: &[Q8Block], rows: us
     let mut row = 0;
     let mut tile = vec![[0f32; 4]; cols.len()];
     while row < rows {
-        let r = if rows - row >= 4 { 4 } else { 1 };
+        let r = (rows - row).min(4);
         let y: [&[Q8Block]; 4] = std::array::from_fn(|a| {
             let a = row + a.min(r - 1);
             &acts[a * kb..(a + 1) * kb]
