@@ -166,6 +166,7 @@ impl Engine {
             forbidden_tokens: Vec::new(),
             stop_strings: Vec::new(),
             sampling,
+            top_logprobs: 0,
         }
     }
 }

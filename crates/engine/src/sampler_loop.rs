@@ -56,6 +56,11 @@ pub struct GenerationConfig {
     pub forbidden_tokens: Vec<u32>,
     pub stop_strings: Vec<String>,
     pub sampling: SamplingParams,
+    /// Report each sampled token's log-probability and this many most
+    /// likely tokens with theirs (0: none). The model's own distribution:
+    /// log-softmax of the logits, forbidden tokens excluded, before
+    /// penalties, temperature and truncation.
+    pub top_logprobs: usize,
 }
 
 /// The loop's whole state between two steps.
@@ -108,6 +113,34 @@ pub struct TokenEvent {
     pub text: String,
     /// Set when this token finished the sequence.
     pub finish: Option<FinishReason>,
+    /// When `top_logprobs` asks for them.
+    pub logprobs: Option<Logprobs>,
+}
+
+/// How likely the model found a sampled token, and the likeliest tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Logprobs {
+    pub logprob: f32,
+    /// The `top_logprobs` likeliest tokens, most likely first.
+    pub top: Vec<(u32, f32)>,
+}
+
+impl Logprobs {
+    /// `token`'s log-probability and the `k` likeliest tokens under `logits`.
+    pub fn of(logits: &[f32], token: u32, k: usize) -> Self {
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let log_sum = max + logits.iter().map(|&l| ((l - max) as f64).exp()).sum::<f64>().ln() as f32;
+        let mut top: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
+        for (i, &l) in logits.iter().enumerate() {
+            if top.len() < k || top.last().is_some_and(|&(_, w)| l > w) {
+                let at = top.partition_point(|&(_, w)| w >= l);
+                top.insert(at, (i as u32, l));
+                top.truncate(k);
+            }
+        }
+        let lp = |l: f32| l - log_sum;
+        Self { logprob: logits.get(token as usize).map_or(f32::NEG_INFINITY, |&l| lp(l)), top: top.into_iter().map(|(i, l)| (i, lp(l))).collect() }
+    }
 }
 
 /// The final output of one sequence.
@@ -201,7 +234,7 @@ impl<'a> SamplerLoop<'a> {
                 let inputs: Vec<Vec<u32>> = state.last_token.iter().map(|&t| vec![t]).collect();
                 let logits = self.model.forward(&inputs, &mut state.cache)?;
                 let s = &self.config.sampling;
-                if !logits.device().is_cpu() && s.is_greedy() && s.penalties_inactive() {
+                if !logits.device().is_cpu() && s.is_greedy() && s.penalties_inactive() && self.config.top_logprobs == 0 {
                     chosen_on_device = Some(crate::sampling::greedy_on_device(&logits, &self.config.forbidden_tokens)?);
                     vec![Vec::new(); inputs.len()]
                 } else {
@@ -214,6 +247,7 @@ impl<'a> SamplerLoop<'a> {
             if state.done[b] {
                 continue;
             }
+            let mut logprobs = None;
             let token = match &chosen_on_device {
                 Some(ids) => ids[b],
                 None => {
@@ -223,7 +257,15 @@ impl<'a> SamplerLoop<'a> {
                         }
                     }
                     let recent = recent_tokens(&state.penalty_context, &state.predicted_tokens[b][..state.step], self.config.sampling.penalty_window);
-                    sample(row, &recent, &self.config.sampling, &mut state.rngs[b])
+                    if self.config.top_logprobs > 0 {
+                        // Sampling rewrites the row; the model's own view is kept first.
+                        let model_view = row.clone();
+                        let token = sample(row, &recent, &self.config.sampling, &mut state.rngs[b]);
+                        logprobs = Some(Logprobs::of(&model_view, token, self.config.top_logprobs));
+                        token
+                    } else {
+                        sample(row, &recent, &self.config.sampling, &mut state.rngs[b])
+                    }
                 }
             };
             state.predicted_tokens[b][state.step] = token;
@@ -258,7 +300,7 @@ impl<'a> SamplerLoop<'a> {
                 state.done[b] = true;
                 state.finish[b] = Some(f);
             }
-            events.push(TokenEvent { sequence: b, token, text, finish });
+            events.push(TokenEvent { sequence: b, token, text, finish, logprobs });
         }
         state.step += 1;
         if self.check_stop(state) {
@@ -281,7 +323,7 @@ impl<'a> SamplerLoop<'a> {
                 state.done[b] = true;
                 state.finish[b] = Some(FinishReason::Cancelled);
                 let text = flush(&mut state.text[b]);
-                events.push(TokenEvent { sequence: b, token: PAD, text, finish: Some(FinishReason::Cancelled) });
+                events.push(TokenEvent { sequence: b, token: PAD, text, finish: Some(FinishReason::Cancelled), logprobs: None });
             }
         }
         events

@@ -323,3 +323,34 @@ fn each_variant_of_a_turn_continues_from_its_own_cache() {
     let turn = picked.start_turn(m, tok, &next, engine.generation_config(SamplingParams::greedy(), 4), 1).unwrap().run().unwrap();
     assert_eq!(turn.stats.processed_tokens, next.len() - others[1].tokens().len());
 }
+
+#[test]
+fn each_token_can_come_with_its_log_probability_and_the_likeliest_alternatives() {
+    let engine = open_default();
+    let (m, tok) = (engine.model(), engine.tokenizer());
+    let ids = engine.encode_chat(&[ChatMessage::user("What is 2 + 2?")]).unwrap();
+    let mut config = engine.generation_config(SamplingParams::greedy(), 8);
+    config.top_logprobs = 5;
+    let mut session = engine.new_session(None);
+    let mut turn = session.start_turn(m, tok, &ids, config, 1).unwrap();
+    let mut seen = Vec::new();
+    while let Some(events) = turn.step().unwrap() {
+        seen.extend(events.into_iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD));
+    }
+    drop(turn);
+    assert_eq!(seen.len(), 8);
+    for e in &seen {
+        let lp = e.logprobs.as_ref().expect("asked for");
+        assert_eq!(lp.top.len(), 5);
+        // Greedy picks the likeliest token.
+        assert_eq!((lp.top[0].0, lp.top[0].1), (e.token, lp.logprob));
+        assert!(lp.top.windows(2).all(|w| w[0].1 >= w[1].1), "most likely first");
+        let mass: f32 = lp.top.iter().map(|(_, l)| l.exp()).sum();
+        assert!(mass <= 1.0 + 1e-4 && lp.logprob <= 0.0);
+    }
+    // The first token's log-probability is the log-softmax of the prompt's logits.
+    let logits = m.forward(&[ids.clone()], &mut m.new_cache(256)).unwrap().to_vec2::<f32>().unwrap().remove(0);
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let log_sum = max + logits.iter().map(|&l| ((l - max) as f64).exp()).sum::<f64>().ln() as f32;
+    assert!((seen[0].logprobs.as_ref().unwrap().logprob - (logits[seen[0].token as usize] - log_sum)).abs() < 1e-5);
+}
