@@ -566,3 +566,43 @@ fn generate_n_writes_variants_from_one_prompt_each_with_its_cache() {
     let (_, stats) = finished(&collect(&rx));
     assert!(stats.processed_tokens < 16, "picked variant: ran {} of {} prompt tokens", stats.processed_tokens, stats.prompt_tokens);
 }
+
+#[test]
+fn each_token_keeps_its_alternatives_and_a_branch_from_one_runs_only_what_follows() {
+    let (_dir, store, worker) = start();
+    let c = store.create_conversation().unwrap();
+    let reply = reply_row(&store, c.id, "Name a colour.");
+    let history = vec![ChatMessage::user("Name a colour.")];
+    let (j, rx) = job(c.id, reply, history.clone(), greedy(12));
+    worker.enqueue(j).unwrap();
+    let (_, stats) = finished(&collect(&rx));
+    let choices = store.token_choices(reply).unwrap().expect("kept with the reply");
+    let record = stats.replay.unwrap();
+    assert_eq!(choices.tokens.iter().map(|t| t.id).collect::<Vec<_>>(), record.tokens);
+    for t in &choices.tokens {
+        assert_eq!(t.top.len(), 5);
+        assert_eq!(t.top[0], (t.id, t.logprob), "greedy takes the likeliest");
+    }
+
+    // Continue from token 3 with its second likeliest alternative.
+    let mut kept = choices.tokens[..3].to_vec();
+    let (alt, lp) = choices.tokens[3].top[1];
+    kept.push(hearth_store::TokenChoice { id: alt, logprob: lp, top: choices.tokens[3].top.clone() });
+    let ids: Vec<u32> = kept.iter().map(|t| t.id).collect();
+    let engine = worker.engine().unwrap();
+    let prefix = engine.tokenizer().decode(&ids);
+    let parent = store.message(reply).unwrap().parent_id;
+    let branch = store.add_message(c.id, parent, Role::Assistant, &prefix, MessageStatus::Streaming).unwrap().id;
+    let (mut j, rx) = job(c.id, branch, history, greedy(12));
+    j.prefix = prefix.clone();
+    j.prefix_ids = Some(ids.clone());
+    j.prefix_choices = kept;
+    worker.enqueue(j).unwrap();
+    let (_, stats) = finished(&collect(&rx));
+    assert_eq!(stats.processed_tokens, 1, "only the chosen token runs: the cache held everything before it");
+    let text = store.message(branch).unwrap().content;
+    assert!(text.starts_with(&prefix) && text.len() > prefix.len(), "{text:?} after {prefix:?}");
+    let branch_choices = store.token_choices(branch).unwrap().unwrap();
+    assert_eq!(&branch_choices.tokens.iter().map(|t| t.id).collect::<Vec<_>>()[..4], &ids[..]);
+    assert_eq!(branch_choices.tokens.len(), 4 + stats.generated_tokens as usize);
+}

@@ -5,6 +5,7 @@
 //! middle of a reply) loses at most the tokens since the last flush. Opening
 //! the database marks replies that were still streaming as interrupted.
 
+mod alternatives;
 mod conversations;
 mod error;
 mod messages;
@@ -13,6 +14,7 @@ mod models;
 mod settings;
 mod store;
 
+pub use alternatives::{TokenChoice, TokenChoices};
 pub use conversations::{Conversation, SearchHit};
 pub use error::{Result, StoreError};
 pub use messages::{Message, MessageStatus, ReplayExport, ReplayRecord, ReplyStats, Role, ThreadMessage};

@@ -79,6 +79,9 @@ pub struct ReplayRecord {
     /// Bytes of the reply that were already written when this run
     /// continued it (0 for a fresh reply); they end the prompt.
     pub prefix_bytes: u32,
+    /// The token ids of that prefix when the run continued from chosen
+    /// tokens ("continue from here with …") rather than from text.
+    pub prefix_ids: Vec<u32>,
     /// The sampler chain as it ran: the repeat penalty over the window,
     /// then top-k, top-p and min-p, then temperature (0 is greedy).
     pub temperature: f32,

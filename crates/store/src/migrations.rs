@@ -52,6 +52,13 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         sha256 TEXT NOT NULL
     );
     "#,
+    // 3: each reply's tokens with their log-probabilities and alternatives.
+    r#"
+    CREATE TABLE token_alternatives (
+        message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+        data BLOB NOT NULL
+    );
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -172,8 +172,16 @@ pub async fn chat_continue(state: State<'_, AppState>, conversation_id: i64, rep
         return Err(AppError::new(ErrorKind::Busy, "this reply is still being written"));
     }
     let (messages, settings) = prompt_messages(&store, conversation_id, Some(parent))?;
+    // The tokens that wrote the text so far, when kept: the prompt is then
+    // exactly what the cache holds, and the choices stay aligned.
+    let kept = store.token_choices(reply_id)?.map(|c| c.tokens).unwrap_or_default();
     store.update_reply(reply.id, &reply.content, MessageStatus::Streaming, None)?;
-    let job = ReplyJob { prefix: reply.content.clone(), ..ReplyJob::new(conversation_id, reply_id, messages, settings, sink(on_event)) };
+    let job = ReplyJob {
+        prefix: reply.content.clone(),
+        prefix_ids: (!kept.is_empty()).then(|| kept.iter().map(|t| t.id).collect()),
+        prefix_choices: kept,
+        ..ReplyJob::new(conversation_id, reply_id, messages, settings, sink(on_event))
+    };
     if let Err(e) = state.worker.enqueue(job) {
         store.update_reply(reply.id, &reply.content, reply.status, None)?;
         return Err(e);
@@ -190,7 +198,8 @@ fn replay_job(store: &Store, conversation_id: i64, reply_id: i64, on_event: Chan
     })?;
     let prefix = reply.content.get(..record.prefix_bytes as usize).unwrap_or_default().to_string();
     let (messages, settings) = prompt_messages(store, conversation_id, Some(parent))?;
-    Ok(ReplyJob { prefix, replay: Some(record), ..ReplyJob::new(conversation_id, reply_id, messages, settings, sink(on_event)) })
+    let prefix_ids = (!record.prefix_ids.is_empty()).then(|| record.prefix_ids.clone());
+    Ok(ReplyJob { prefix, prefix_ids, replay: Some(record), ..ReplyJob::new(conversation_id, reply_id, messages, settings, sink(on_event)) })
 }
 
 /// Runs a recorded reply again, streaming it, and ends with `replayed`:
@@ -221,6 +230,102 @@ pub async fn chat_export_replay(state: State<'_, AppState>, conversation_id: i64
     })
     .await
     .map_err(|e| AppError::new(ErrorKind::Internal, format!("exporting the record failed: {e}")))?
+}
+
+/// One token of a reply as the UI shows it: its text, how likely the model
+/// found it, and the likeliest tokens at its place.
+#[derive(Debug, Clone, Serialize, TS)]
+#[serde(rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
+pub struct TokenView {
+    pub id: u32,
+    pub text: String,
+    pub logprob: f32,
+    pub alternatives: Vec<Alternative>,
+}
+
+#[derive(Debug, Clone, Serialize, TS)]
+#[serde(rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
+pub struct Alternative {
+    pub id: u32,
+    pub text: String,
+    pub logprob: f32,
+}
+
+/// The open model, if it is the one that wrote `reply` (its token ids mean
+/// nothing to another vocabulary).
+fn model_of(state: &AppState, reply: &Message) -> AppResult<std::sync::Arc<hearth_engine::Engine>> {
+    let engine = state.worker.engine().ok_or_else(|| AppError::new(ErrorKind::NoModel, "no model is loaded; open the model that wrote this reply"))?;
+    let recorded = reply.stats.as_ref().and_then(|s| s.replay.as_ref()).and_then(|r| r.model_sha256.clone());
+    if let (Some(recorded), Some(open)) = (recorded, engine.file_sha256()) {
+        if recorded != open {
+            return Err(AppError::new(ErrorKind::CannotReplay, "this reply was written by another model file; open it to see its tokens"));
+        }
+    }
+    Ok(engine)
+}
+
+/// A reply's tokens with their alternatives, or an empty list for a reply
+/// written before they were kept.
+#[tauri::command]
+pub async fn chat_token_choices(state: State<'_, AppState>, conversation_id: i64, reply_id: i64) -> AppResult<Vec<TokenView>> {
+    let (reply, choices) = {
+        let store = state.store()?;
+        let (reply, _) = reply_of(&store, conversation_id, reply_id)?;
+        let choices = store.token_choices(reply_id)?;
+        (reply, choices)
+    };
+    let Some(choices) = choices else { return Ok(Vec::new()) };
+    let engine = model_of(&state, &reply)?;
+    let piece = |id: u32| String::from_utf8_lossy(engine.tokenizer().token_bytes(id)).into_owned();
+    Ok(choices
+        .tokens
+        .iter()
+        .map(|t| TokenView {
+            id: t.id,
+            text: piece(t.id),
+            logprob: t.logprob,
+            alternatives: t.top.iter().map(|&(id, logprob)| Alternative { id, text: piece(id), logprob }).collect(),
+        })
+        .collect())
+}
+
+/// "Continue from here with …": a new version of `reply_id` that keeps its
+/// first `index` tokens, puts `token` at `index`, and goes on writing from
+/// there. The conversation's cache already holds everything before the
+/// branch point, so only the chosen token and what follows run.
+#[tauri::command]
+pub async fn chat_continue_with(
+    state: State<'_, AppState>,
+    conversation_id: i64,
+    reply_id: i64,
+    index: u32,
+    token: u32,
+    on_event: Channel<GenerationEvent>,
+) -> AppResult<Message> {
+    check_idle(&state, conversation_id)?;
+    let store = state.store()?;
+    let (reply, parent) = reply_of(&store, conversation_id, reply_id)?;
+    let choices = store.token_choices(reply_id)?.ok_or_else(|| AppError::new(ErrorKind::NotFound, "this reply kept no token alternatives"))?;
+    let at = choices.tokens.get(index as usize).ok_or_else(|| AppError::new(ErrorKind::InvalidSettings, format!("index: the reply has {} tokens", choices.tokens.len())))?;
+    let logprob = at.top.iter().find(|(id, _)| *id == token).map(|&(_, lp)| lp).or((at.id == token).then_some(at.logprob));
+    let Some(logprob) = logprob else {
+        return Err(AppError::new(ErrorKind::InvalidSettings, format!("token: {token} is not among the alternatives at token {index}")));
+    };
+    let engine = model_of(&state, &reply)?;
+    let mut kept = choices.tokens[..index as usize].to_vec();
+    kept.push(hearth_store::TokenChoice { id: token, logprob, top: at.top.clone() });
+    let ids: Vec<u32> = kept.iter().map(|t| t.id).collect();
+    let prefix = engine.tokenizer().decode(&ids);
+    let (messages, settings) = prompt_messages(&store, conversation_id, Some(parent))?;
+    let branch = store.add_message(conversation_id, Some(parent), Role::Assistant, &prefix, MessageStatus::Streaming)?;
+    let job = ReplyJob { prefix, prefix_ids: Some(ids), prefix_choices: kept, ..ReplyJob::new(conversation_id, branch.id, messages, settings, sink(on_event)) };
+    if let Err(e) = state.worker.enqueue(job) {
+        store.update_reply(branch.id, &branch.content, MessageStatus::Error, None)?;
+        return Err(e);
+    }
+    Ok(branch)
 }
 
 /// Stops the conversation's reply within one step. False if none was running.

@@ -24,6 +24,8 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         chat::chat_send,
         chat::chat_regenerate,
         chat::chat_replay,
+        chat::chat_token_choices,
+        chat::chat_continue_with,
         chat::chat_export_replay,
         chat::chat_edit,
         chat::chat_continue,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use hearth_engine::sampler_loop::PAD;
 use hearth_engine::{ChatMessage, EngineError, FinishReason, SamplingParams};
-use hearth_store::{ConversationSettings, MessageStatus, ReplayRecord, ReplyStats};
+use hearth_store::{ConversationSettings, MessageStatus, ReplayRecord, ReplyStats, TokenChoice, TokenChoices};
 use tokio_util::sync::CancellationToken;
 
 use super::queue::{ActiveJob, Queued};
@@ -23,6 +23,11 @@ pub struct ReplyJob {
     pub messages: Vec<ChatMessage>,
     /// Text the reply already has (when continuing a stopped reply).
     pub prefix: String,
+    /// The prefix as token ids, when it was chosen token by token
+    /// ("continue from here with …"); else it is tokenized from `prefix`.
+    pub prefix_ids: Option<Vec<u32>>,
+    /// The prefix tokens' choices, which the reply's own choices extend.
+    pub prefix_choices: Vec<TokenChoice>,
     pub settings: ConversationSettings,
     pub events: EventSink,
     /// Run this recorded reply again and compare, instead of writing one.
@@ -35,7 +40,18 @@ pub struct ReplyJob {
 impl ReplyJob {
     /// A reply from scratch: no prefix, no variants, not a replay.
     pub fn new(conversation_id: i64, reply_id: i64, messages: Vec<ChatMessage>, settings: ConversationSettings, events: EventSink) -> Self {
-        Self { conversation_id, reply_id, messages, prefix: String::new(), settings, events, replay: None, variant_ids: Vec::new() }
+        Self {
+            conversation_id,
+            reply_id,
+            messages,
+            prefix: String::new(),
+            prefix_ids: None,
+            prefix_choices: Vec::new(),
+            settings,
+            events,
+            replay: None,
+            variant_ids: Vec::new(),
+        }
     }
 
     /// Every reply this job writes, variant 0 (`reply_id`) first.
@@ -43,6 +59,9 @@ impl ReplyJob {
         std::iter::once(self.reply_id).chain(self.variant_ids.iter().copied()).collect()
     }
 }
+
+/// Alternatives kept for each generated token.
+pub const TOP_ALTERNATIVES: usize = 5;
 
 /// Flush a streaming reply to disk at least this often...
 const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
@@ -95,6 +114,9 @@ impl WorkerThread {
                 for (id, d) in job.reply_ids().into_iter().zip(&done) {
                     let status = if d.reason == FinishReason::Cancelled { MessageStatus::Interrupted } else { MessageStatus::Complete };
                     saved = saved.and(self.store.update_reply(id, &d.text, status, Some(&d.stats)));
+                    if !d.choices.tokens.is_empty() {
+                        saved = saved.and(self.store.set_token_choices(id, &d.choices));
+                    }
                 }
                 // Saved before the reply is reported done, so an app closed
                 // right after still finds its cache.
@@ -143,8 +165,10 @@ impl WorkerThread {
         };
         let mut config = engine.generation_config(sampling, s.max_new_tokens as usize);
         config.stop_strings = s.stop_strings.clone();
+        config.top_logprobs = TOP_ALTERNATIVES;
 
         let n = texts.len();
+        let mut choices: Vec<Vec<TokenChoice>> = vec![job.prefix_choices.clone(); n];
         let mut others = Vec::new();
         let outcome = (|| -> Result<Vec<Finished>, AppError> {
             // Stop is checked between the prefill's chunks too.
@@ -165,6 +189,9 @@ impl WorkerThread {
                 let Some(step) = step else { break };
                 for e in step {
                     let b = e.sequence;
+                    if let Some(lp) = &e.logprobs {
+                        choices[b].push(TokenChoice { id: e.token, logprob: lp.logprob, top: lp.top.clone() });
+                    }
                     texts[b].push_str(&e.text);
                     unsaved += 1;
                     unsent[b].text.push_str(&e.text);
@@ -216,6 +243,7 @@ impl WorkerThread {
                         passes: passes.clone(),
                         context_length: context as u32,
                         prefix_bytes: job.prefix.len() as u32,
+                        prefix_ids: job.prefix_ids.clone().unwrap_or_default(),
                         temperature: s.temperature,
                         top_k: s.top_k,
                         top_p: s.top_p,
@@ -229,6 +257,7 @@ impl WorkerThread {
                     };
                     let generated = seq.tokens.len();
                     Finished {
+                        choices: TokenChoices { tokens: std::mem::take(&mut choices[b]) },
                         text: format!("{}{}", job.prefix, seq.text),
                         reason: seq.finish,
                         stats: ReplyStats {
@@ -265,8 +294,10 @@ pub fn prompt_ids(engine: &hearth_engine::Engine, job: &ReplyJob, settings: &Con
     let (context, reserve) = crate::context::window(settings, engine.model().config().context_length);
     let fitted = crate::context::fit(&job.messages, settings.overflow, context, reserve, |m| engine.encode_chat(m).map(|ids| ids.len()))?;
     let mut prompt = engine.encode_chat(&fitted.messages)?;
-    if !job.prefix.is_empty() {
-        prompt.extend(engine.tokenizer().encode(&job.prefix, false, false)?);
+    match &job.prefix_ids {
+        Some(ids) => prompt.extend_from_slice(ids),
+        None if !job.prefix.is_empty() => prompt.extend(engine.tokenizer().encode(&job.prefix, false, false)?),
+        None => {}
     }
     if prompt.len() >= context {
         return Err(AppError::new(
@@ -306,6 +337,8 @@ impl Unsent {
 
 #[derive(Clone)]
 struct Finished {
+    /// Every token of the reply with its alternatives (the prefix's first).
+    choices: TokenChoices,
     text: String,
     reason: FinishReason,
     stats: ReplyStats,
@@ -314,6 +347,7 @@ struct Finished {
 impl Finished {
     fn stopped_before_start(prefix: &str) -> Self {
         Self {
+            choices: TokenChoices::default(),
             text: prefix.to_string(),
             reason: FinishReason::Cancelled,
             stats: ReplyStats { finish_reason: FinishReason::Cancelled.as_str().into(), ..Default::default() },

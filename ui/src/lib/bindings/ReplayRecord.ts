@@ -32,6 +32,11 @@ contextLength: number,
  */
 prefixBytes: number, 
 /**
+ * The token ids of that prefix when the run continued from chosen
+ * tokens ("continue from here with …") rather than from text.
+ */
+prefixIds: Array<number>, 
+/**
  * The sampler chain as it ran: the repeat penalty over the window,
  * then top-k, top-p and min-p, then temperature (0 is greedy).
  */
