@@ -371,6 +371,34 @@ describe('Hearth end to end', () => {
     assert.ok(exported.record.tokens.length > 0 && exported.record.passes.length > 0);
   });
 
+  it('shows a token\'s alternatives, and continuing from one branches there, running only what follows', async () => {
+    await newChat(d);
+    await setSetting(d, 'temperature', 0);
+    await send(d, 'Name a colour.');
+    await waitForReply(d);
+    const reply = await lastReply(d);
+    await (await reply.$('[data-testid=show-tokens]')).click();
+    const tokens = await d.waitFor(async () => {
+      const t = await d.$$('[data-testid=token]');
+      return t.length > 4 ? t : null;
+    }, 'the token view');
+    const texts = await Promise.all(tokens.map((t) => t.prop('textContent')));
+    await tokens[2].click();
+    const alternatives = await d.waitFor(async () => {
+      const a = await d.$$('[data-testid=alternative]');
+      return a.length > 0 ? a : null;
+    }, 'the alternatives');
+    const label = await alternatives[0].text();
+    const chosen = JSON.parse(label.slice(0, label.lastIndexOf('"') + 1));
+    await alternatives[0].click();
+    await d.waitFor(async () => (await (await (await lastReply(d)).$('[data-testid=version-label]'))?.text()) === '2/2', 'the branch as version 2');
+    const stats = await waitForReply(d);
+    assert.equal(await num(stats, 'data-processed-tokens'), 1, 'only the chosen token ran before the rest');
+    const body = await (await (await lastReply(d)).$('[data-testid=message-body]')).text();
+    const kept = (texts[0] + texts[1] + chosen).trim();
+    assert.ok(body.startsWith(kept), `the branch ${JSON.stringify(body)} keeps ${JSON.stringify(kept)}`);
+  });
+
   it('Generate 4 streams four variants side by side; picking one continues from its cache', async () => {
     await newChat(d);
     await setSetting(d, 'temperature', 1);

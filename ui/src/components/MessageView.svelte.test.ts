@@ -43,3 +43,50 @@ describe('MessageView', () => {
     unmount(view);
   });
 });
+
+describe('the token view', () => {
+  it('shades tokens, shows a token\'s alternatives, and continues from one', async () => {
+    const { app } = await import('../lib/app.svelte');
+    const { mockIPC, clearMocks } = await import('@tauri-apps/api/mocks');
+    const calls: Record<string, unknown>[] = [];
+    mockIPC((cmd, args) => {
+      calls.push({ cmd, ...(args as object) });
+      if (cmd === 'chat_continue_with') return { ...item.message, id: 11, content: 'The sky' };
+      if (cmd === 'conversations_thread') return [];
+      throw new Error(`unexpected ${cmd}`);
+    });
+    app.activeId = 1;
+    app.tokenViews[7] = [
+      { id: 1, text: 'The', logprob: -0.01, alternatives: [{ id: 1, text: 'The', logprob: -0.01 }, { id: 2, text: 'A', logprob: -5 }] },
+      { id: 3, text: ' sea', logprob: -1.6, alternatives: [{ id: 4, text: ' sky', logprob: -0.3 }, { id: 3, text: ' sea', logprob: -1.6 }] },
+    ];
+    const done: ThreadMessage = {
+      ...item,
+      message: {
+        ...item.message, content: 'The sea', status: 'complete',
+        stats: { promptTokens: 5, processedTokens: 5, generatedTokens: 2, ttftMs: 1, tokensPerS: 1, finishReason: 'end_token', seed: 1, temperature: 1, error: null, droppedMessages: 0, replay: {} as never },
+      },
+    };
+    const target = document.createElement('div');
+    document.body.append(target);
+    const view = mount(MessageView, { target, props: { item: done } });
+    flushSync();
+    (target.querySelector('[data-testid=show-tokens]') as HTMLButtonElement).click();
+    flushSync();
+    const spans = [...target.querySelectorAll<HTMLElement>('[data-testid=token]')];
+    expect(spans.map((s) => s.textContent)).toEqual(['The', ' sea']);
+    expect(target.querySelector('[data-testid=token-view]')!.classList.contains('shaded')).toBe(true);
+    expect(Number(spans[1].style.getPropertyValue('--unlikely'))).toBeGreaterThan(0.7);
+    expect(spans[1].title).toContain('" sky" 74%');
+
+    spans[1].click();
+    flushSync();
+    const alternatives = [...target.querySelectorAll<HTMLButtonElement>('[data-testid=alternative]')];
+    expect(alternatives.map((a) => a.dataset.token)).toEqual(['4']);
+    alternatives[0].click();
+    await new Promise((r) => setTimeout(r, 20));
+    expect(calls.find((c) => c.cmd === 'chat_continue_with')).toMatchObject({ conversationId: 1, replyId: 7, index: 1, token: 4 });
+    unmount(view);
+    clearMocks();
+  });
+});

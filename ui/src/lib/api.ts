@@ -18,6 +18,7 @@ import type { SearchHit } from './bindings/SearchHit';
 import type { StartupError } from './bindings/StartupError';
 import type { Sent } from './bindings/Sent';
 import type { ThreadMessage } from './bindings/ThreadMessage';
+import type { TokenView } from './bindings/TokenView';
 
 export type OnEvent = (event: GenerationEvent) => void;
 
@@ -63,6 +64,10 @@ export const api = {
       invoke<void>('chat_replay', { conversationId, replyId, onEvent: channel(onEvent) }),
     exportReplay: (conversationId: number, replyId: number, path: string) =>
       invoke<void>('chat_export_replay', { conversationId, replyId, path }),
+    tokenChoices: (conversationId: number, replyId: number) =>
+      invoke<TokenView[]>('chat_token_choices', { conversationId, replyId }),
+    continueWith: (conversationId: number, replyId: number, index: number, token: number, onEvent: OnEvent) =>
+      invoke<Message>('chat_continue_with', { conversationId, replyId, index, token, onEvent: channel(onEvent) }),
     stop: (conversationId: number) => invoke<boolean>('chat_stop', { conversationId }),
     busy: () => invoke<number[]>('chat_busy'),
     contextUsage: (conversationId: number, draft: string) =>

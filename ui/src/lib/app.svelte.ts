@@ -12,6 +12,7 @@ import type { RecentModel } from './bindings/RecentModel';
 import type { ReplayOutcome } from './bindings/ReplayOutcome';
 import type { SearchHit } from './bindings/SearchHit';
 import type { ThreadMessage } from './bindings/ThreadMessage';
+import type { TokenView } from './bindings/TokenView';
 
 /** A reply being written, in any conversation. */
 export interface Stream {
@@ -59,6 +60,10 @@ export class AppState {
   presets = $state<Preset[]>([]);
   /** The default model's download, while one runs or after it failed. */
   download = $state<{ downloaded: number; total: number | null; extracting: boolean; error: string | null } | null>(null);
+  /** Replies' tokens with their alternatives, by reply id, once asked for. */
+  tokenViews = $state<Record<number, TokenView[]>>({});
+  /** Token views shade each token by how unlikely the model found it. */
+  shadeTokens = $state(true);
   /** How many replies a send writes at once ("Generate N"). */
   variantCount = $state(1);
   /** The last deleted conversation, while its undo is offered. */
@@ -386,6 +391,35 @@ export class AppState {
         r.done = true;
         r.error = asAppError(e).message;
       }
+    });
+  }
+
+  /** Loads a reply's tokens and their alternatives. */
+  async loadTokens(replyId: number) {
+    const conversationId = this.activeId!;
+    await this.guard(async () => {
+      this.tokenViews[replyId] = await api.chat.tokenChoices(conversationId, replyId);
+    });
+  }
+
+  /** A new version of a reply that takes `token` at `index` and goes on from there. */
+  async continueWith(replyId: number, index: number, token: number) {
+    const conversationId = this.activeId!;
+    await this.guard(async () => {
+      this.beginStream(conversationId, -1);
+      try {
+        const branch = await api.chat.continueWith(conversationId, replyId, index, token, this.listener(conversationId));
+        const s = this.streams[conversationId];
+        if (s) {
+          // The kept text comes first; tokens may already have streamed after it.
+          s.replyId = branch.id;
+          s.text = branch.content + s.text;
+        }
+      } catch (e) {
+        delete this.streams[conversationId];
+        throw e;
+      }
+      this.thread = await api.conversations.thread(conversationId);
     });
   }
 
