@@ -1,47 +1,22 @@
 // The UI's state: conversations, the shown thread, replies streaming in any
 // conversation, the model, and the open conversation's settings. Components
 // read it and call its methods; only this file talks to the shell.
-import { api, asAppError, type OnEvent } from './api';
+import { api, asAppError } from './api';
+import { StreamStore, type Replay, type Stream } from './streams.svelte';
+import type { CacheBudgets } from './bindings/CacheBudgets';
 import type { CacheState } from './bindings/CacheState';
+import type { ContextUsage } from './bindings/ContextUsage';
 import type { Conversation } from './bindings/Conversation';
 import type { ConversationSettings } from './bindings/ConversationSettings';
-import type { GenerationEvent } from './bindings/GenerationEvent';
 import type { ModelStatus } from './bindings/ModelStatus';
 import type { Preset } from './bindings/Preset';
 import type { RecentModel } from './bindings/RecentModel';
-import type { ReplayOutcome } from './bindings/ReplayOutcome';
 import type { SearchHit } from './bindings/SearchHit';
 import type { ThreadMessage } from './bindings/ThreadMessage';
 import type { TokenView } from './bindings/TokenView';
 
-/** A reply being written, in any conversation. */
-export interface Stream {
-  replyId: number;
-  text: string;
-  /** Position in the queue while waiting; 0 once started. */
-  queuePosition: number;
-  started: boolean;
-  tokens: number;
-  /** How far the prompt has been read, once the reply has started. */
-  prefill: { done: number; total: number } | null;
-  /** The other replies written beside this one ("Generate N"), in order. */
-  variants: { replyId: number; text: string; tokens: number }[];
-}
-
-/** A recorded reply being run again (or the result of the last run), in
- *  one conversation. */
-export interface Replay {
-  replyId: number;
-  /** Tokens produced so far, and how many the reply recorded. */
-  tokens: number;
-  recorded: number;
-  done: boolean;
-  outcome: ReplayOutcome | null;
-  error: string | null;
-}
-
-/** The shortest time between two updates of a streaming reply. */
-export const FRAME_MS = 100;
+export type { Replay, Stream } from './streams.svelte';
+export { FRAME_MS } from './streams.svelte';
 
 export class AppState {
   conversations = $state<Conversation[]>([]);
@@ -51,8 +26,8 @@ export class AppState {
   searchHits = $state<SearchHit[] | null>(null);
   activeId = $state<number | null>(null);
   thread = $state<ThreadMessage[]>([]);
-  streams = $state<Record<number, Stream>>({});
-  replays = $state<Record<number, Replay>>({});
+  /** Replies and replays running, by conversation. */
+  readonly live = new StreamStore();
   model = $state<ModelStatus>({ state: 'none' });
   recentModels = $state<RecentModel[]>([]);
   settings = $state<ConversationSettings | null>(null);
@@ -60,6 +35,9 @@ export class AppState {
   presets = $state<Preset[]>([]);
   /** The default model's download, while one runs or after it failed. */
   download = $state<{ downloaded: number; total: number | null; extracting: boolean; error: string | null } | null>(null);
+  /** The caches' budgets and the compute device, once loaded. */
+  budgets = $state<CacheBudgets | null>(null);
+  device = $state<string | null>(null);
   /** Replies' tokens with their alternatives, by reply id, once asked for. */
   tokenViews = $state<Record<number, TokenView[]>>({});
   /** Token views shade each token by how unlikely the model found it. */
@@ -74,57 +52,21 @@ export class AppState {
     return this.conversations.find((c) => c.id === this.activeId);
   }
 
+  get streams(): Record<number, Stream> {
+    return this.live.byConversation;
+  }
+
+  get replays(): Record<number, Replay> {
+    return this.live.replays;
+  }
+
   get activeStream(): Stream | undefined {
     return this.activeId === null ? undefined : this.streams[this.activeId];
   }
 
   /** The open conversation is writing a reply or replaying one. */
   get activeBusy(): boolean {
-    if (this.activeId === null) return false;
-    const r = this.replays[this.activeId];
-    return !!this.streams[this.activeId] || (!!r && !r.done);
-  }
-
-  /** Tokens received but not yet shown, by conversation. They reach the
-   *  page in an animation frame at most every `FRAME_MS`, however fast
-   *  they arrive: each update costs the webview a layout and a paint, and
-   *  on a machine with few cores that time comes out of the model's. */
-  private pendingTokens = new Map<number, Map<number, { text: string; tokens: number }>>();
-  private flushQueued = false;
-  private lastFlush = 0;
-
-  private flushTokens = () => {
-    this.flushQueued = false;
-    this.lastFlush = performance.now();
-    for (const [id, byVariant] of this.pendingTokens) {
-      const s = this.streams[id];
-      if (!s) continue;
-      for (const [variant, p] of byVariant) {
-        const target = variant === 0 ? s : s.variants[variant - 1];
-        if (!target) continue;
-        target.text += p.text;
-        target.tokens += p.tokens;
-      }
-    }
-    this.pendingTokens.clear();
-  };
-
-  private queueTokens(conversationId: number, variant: number, text: string, tokens: number) {
-    let byVariant = this.pendingTokens.get(conversationId);
-    if (!byVariant) this.pendingTokens.set(conversationId, (byVariant = new Map()));
-    const p = byVariant.get(variant);
-    if (p) {
-      p.text += text;
-      p.tokens += tokens;
-    } else {
-      byVariant.set(variant, { text, tokens });
-    }
-    if (this.flushQueued) return;
-    this.flushQueued = true;
-    const wait = Math.max(0, this.lastFlush + FRAME_MS - performance.now());
-    const inFrame = () => (typeof requestAnimationFrame === 'function' ? requestAnimationFrame(this.flushTokens) : setTimeout(this.flushTokens, 0));
-    if (wait > 0) setTimeout(inFrame, wait);
-    else inFrame();
+    return this.activeId !== null && this.live.busy(this.activeId);
   }
 
   /** Counts model-status events, so a status query answered late cannot undo a newer event. */
@@ -220,7 +162,7 @@ export class AppState {
     await this.guard(async () => {
       const c = this.conversations.find((x) => x.id === id) ?? null;
       await api.conversations.delete(id);
-      delete this.streams[id];
+      this.live.forget(id);
       this.deleted = c;
       this.conversations = this.conversations.filter((x) => x.id !== id);
       if (this.searchHits) this.searchHits = this.searchHits.filter((h) => h.conversation.id !== id);
@@ -244,48 +186,14 @@ export class AppState {
     });
   }
 
-  /** Routes one conversation's generation events into its stream. */
-  private listener(conversationId: number): OnEvent {
-    return (event: GenerationEvent) => {
-      const s = this.streams[conversationId];
-      switch (event.event) {
-        case 'queued':
-          if (s) s.queuePosition = event.data.position;
-          break;
-        case 'started':
-          if (s) {
-            s.started = true;
-            s.queuePosition = 0;
-          }
-          break;
-        case 'prefill':
-          if (s) s.prefill = { done: event.data.done, total: event.data.total };
-          break;
-        case 'tokens':
-          if (s) this.queueTokens(conversationId, event.data.variant, event.data.text, event.data.ids.length);
-          break;
-        case 'finished':
-        case 'error':
-          this.flushTokens();
-          if (event.event === 'error') this.error = event.data.error.message;
-          delete this.streams[conversationId];
-          void this.afterReply(conversationId);
-          break;
-      }
-    };
-  }
-
-  private async afterReply(conversationId: number) {
-    await this.guard(async () => {
-      if (this.activeId === conversationId) this.thread = await api.conversations.thread(conversationId);
-      await this.refreshList();
-    });
-  }
-
-  private beginStream(conversationId: number, replyId: number, text = '', variants = 1) {
-    this.streams[conversationId] = {
-      replyId, text, queuePosition: 0, started: false, tokens: 0, prefill: null,
-      variants: Array.from({ length: variants - 1 }, () => ({ replyId: -1, text: '', tokens: 0 })),
+  /** After a reply in `conversationId` ended: its error, the thread and the list. */
+  private ended(conversationId: number) {
+    return (error: string | null) => {
+      if (error) this.error = error;
+      void this.guard(async () => {
+        if (this.activeId === conversationId) this.thread = await api.conversations.thread(conversationId);
+        await this.refreshList();
+      });
     };
   }
 
@@ -299,18 +207,11 @@ export class AppState {
     const conversationId = id;
     const variants = this.variantCount;
     const ok = await this.guard(async () => {
-      // Events may arrive before the command returns: open the stream first.
-      this.beginStream(conversationId, -1, '', variants);
-      try {
-        const sent = await api.chat.send(conversationId, text, variants, this.listener(conversationId));
-        const s = this.streams[conversationId];
-        if (s) {
-          s.replyId = sent.reply!.id;
-          sent.variants.forEach((v, i) => s.variants[i] && (s.variants[i].replyId = v.id));
-        }
-      } catch (e) {
-        delete this.streams[conversationId];
-        throw e;
+      const sent = await this.live.start(conversationId, { variants }, (on) => api.chat.send(conversationId, text, variants, on), this.ended(conversationId));
+      const s = this.streams[conversationId];
+      if (s) {
+        s.replyId = sent.reply!.id;
+        sent.variants.forEach((v, i) => s.variants[i] && (s.variants[i].replyId = v.id));
       }
       if (this.activeId === conversationId) this.thread = await api.conversations.thread(conversationId);
       await this.refreshList();
@@ -322,14 +223,8 @@ export class AppState {
   async regenerate(replyId: number) {
     const conversationId = this.activeId!;
     await this.guard(async () => {
-      this.beginStream(conversationId, -1);
-      try {
-        const [reply] = await api.chat.regenerate(conversationId, replyId, 1, this.listener(conversationId));
-        if (this.streams[conversationId]) this.streams[conversationId].replyId = reply.id;
-      } catch (e) {
-        delete this.streams[conversationId];
-        throw e;
-      }
+      const [reply] = await this.live.start(conversationId, {}, (on) => api.chat.regenerate(conversationId, replyId, 1, on), this.ended(conversationId));
+      if (this.streams[conversationId]) this.streams[conversationId].replyId = reply.id;
       this.thread = await api.conversations.thread(conversationId);
     });
   }
@@ -337,13 +232,12 @@ export class AppState {
   async edit(messageId: number, text: string, isUser: boolean) {
     const conversationId = this.activeId!;
     await this.guard(async () => {
-      if (isUser) this.beginStream(conversationId, -1);
-      try {
-        const sent = await api.chat.edit(conversationId, messageId, text, this.listener(conversationId));
+      if (isUser) {
+        const sent = await this.live.start(conversationId, {}, (on) => api.chat.edit(conversationId, messageId, text, on), this.ended(conversationId));
         if (sent.reply && this.streams[conversationId]) this.streams[conversationId].replyId = sent.reply.id;
-      } catch (e) {
-        delete this.streams[conversationId];
-        throw e;
+      } else {
+        // An edited reply is kept as written: no stream.
+        await api.chat.edit(conversationId, messageId, text, () => {});
       }
       this.thread = await api.conversations.thread(conversationId);
     });
@@ -353,14 +247,21 @@ export class AppState {
     const conversationId = this.activeId!;
     const existing = this.thread.find((t) => t.message.id === replyId)?.message.content ?? '';
     await this.guard(async () => {
-      this.beginStream(conversationId, replyId, existing);
-      try {
-        await api.chat.continue(conversationId, replyId, this.listener(conversationId));
-      } catch (e) {
-        delete this.streams[conversationId];
-        throw e;
-      }
+      await this.live.start(conversationId, { replyId, text: existing }, (on) => api.chat.continue(conversationId, replyId, on), this.ended(conversationId));
       this.thread = await api.conversations.thread(conversationId);
+    });
+  }
+
+  async stop() {
+    if (this.activeId === null) return;
+    const id = this.activeId;
+    await this.guard(() => api.chat.stop(id));
+  }
+
+  async selectVersion(messageId: number) {
+    const id = this.activeId!;
+    await this.guard(async () => {
+      this.thread = await api.conversations.selectVersion(id, messageId);
     });
   }
 
@@ -368,30 +269,7 @@ export class AppState {
   async replay(replyId: number) {
     const conversationId = this.activeId!;
     const recorded = this.thread.find((t) => t.message.id === replyId)?.message.stats?.replay?.tokens.length ?? 0;
-    this.replays[conversationId] = { replyId, tokens: 0, recorded, done: false, outcome: null, error: null };
-    const r = this.replays[conversationId];
-    await this.guard(async () => {
-      try {
-        await api.chat.replay(conversationId, replyId, (event) => {
-          switch (event.event) {
-            case 'tokens':
-              r.tokens += event.data.ids.length;
-              break;
-            case 'replayed':
-              r.done = true;
-              r.outcome = event.data.outcome;
-              break;
-            case 'error':
-              r.done = true;
-              r.error = event.data.error.message;
-              break;
-          }
-        });
-      } catch (e) {
-        r.done = true;
-        r.error = asAppError(e).message;
-      }
-    });
+    await this.live.replay(conversationId, replyId, recorded, (on) => api.chat.replay(conversationId, replyId, on));
   }
 
   /** Loads a reply's tokens and their alternatives. */
@@ -406,18 +284,12 @@ export class AppState {
   async continueWith(replyId: number, index: number, token: number) {
     const conversationId = this.activeId!;
     await this.guard(async () => {
-      this.beginStream(conversationId, -1);
-      try {
-        const branch = await api.chat.continueWith(conversationId, replyId, index, token, this.listener(conversationId));
-        const s = this.streams[conversationId];
-        if (s) {
-          // The kept text comes first; tokens may already have streamed after it.
-          s.replyId = branch.id;
-          s.text = branch.content + s.text;
-        }
-      } catch (e) {
-        delete this.streams[conversationId];
-        throw e;
+      const branch = await this.live.start(conversationId, {}, (on) => api.chat.continueWith(conversationId, replyId, index, token, on), this.ended(conversationId));
+      const s = this.streams[conversationId];
+      if (s) {
+        // The kept text comes first; tokens may already have streamed after it.
+        s.replyId = branch.id;
+        s.text = branch.content + s.text;
       }
       this.thread = await api.conversations.thread(conversationId);
     });
@@ -429,17 +301,40 @@ export class AppState {
     await this.guard(() => api.chat.exportReplay(conversationId, replyId, path));
   }
 
-  async stop() {
-    if (this.activeId === null) return;
-    const id = this.activeId;
-    await this.guard(() => api.chat.stop(id));
+  /** How full the context would be if `draft` were sent now in the conversation. */
+  contextUsage(conversationId: number, draft: string): Promise<ContextUsage> {
+    return api.chat.contextUsage(conversationId, draft);
   }
 
-  async selectVersion(messageId: number) {
-    const id = this.activeId!;
-    await this.guard(async () => {
-      this.thread = await api.conversations.selectVersion(id, messageId);
-    });
+  async loadMachineSettings() {
+    try {
+      this.budgets = await api.settings.budgets();
+      this.device = await api.settings.device();
+    } catch {
+      // The panel shows what it has.
+    }
+  }
+
+  /** Runs the model on `next` from now on; says why not, if it cannot. */
+  async setDevice(next: string): Promise<string | null> {
+    try {
+      await api.settings.setDevice(next);
+      this.device = next;
+      return null;
+    } catch (e) {
+      return asAppError(e).message;
+    }
+  }
+
+  /** Says why the budgets were refused, if they were. */
+  async setBudgets(next: CacheBudgets): Promise<string | null> {
+    try {
+      await api.settings.setBudgets(next);
+      this.budgets = next;
+      return null;
+    } catch (e) {
+      return asAppError(e).message;
+    }
   }
 
   /** Validates and, when every field is valid, saves the settings. */

@@ -1,0 +1,171 @@
+// Replies being written and replays being run, by conversation: each
+// conversation's generation events routed into its state, and tokens handed
+// to the page at most once a frame. The one place a stream starts.
+import type { OnEvent } from './api';
+import type { GenerationEvent } from './bindings/GenerationEvent';
+import type { ReplayOutcome } from './bindings/ReplayOutcome';
+
+/** A reply being written, in any conversation. */
+export interface Stream {
+  replyId: number;
+  text: string;
+  /** Position in the queue while waiting; 0 once started. */
+  queuePosition: number;
+  started: boolean;
+  tokens: number;
+  /** How far the prompt has been read, once the reply has started. */
+  prefill: { done: number; total: number } | null;
+  /** The other replies written beside this one ("Generate N"), in order. */
+  variants: { replyId: number; text: string; tokens: number }[];
+}
+
+/** A recorded reply being run again (or the result of the last run), in
+ *  one conversation. */
+export interface Replay {
+  replyId: number;
+  /** Tokens produced so far, and how many the reply recorded. */
+  tokens: number;
+  recorded: number;
+  done: boolean;
+  outcome: ReplayOutcome | null;
+  error: string | null;
+}
+
+/** The shortest time between two updates of a streaming reply. */
+export const FRAME_MS = 100;
+
+export class StreamStore {
+  byConversation = $state<Record<number, Stream>>({});
+  replays = $state<Record<number, Replay>>({});
+
+  /** A reply or a replay is running in the conversation. */
+  busy(conversationId: number): boolean {
+    const r = this.replays[conversationId];
+    return !!this.byConversation[conversationId] || (!!r && !r.done);
+  }
+
+  /** Opens the conversation's stream, then runs `call` (a command that
+   *  starts the reply) with the listener for its events; the stream closes
+   *  again if the call fails. `ended` runs once the reply has ended, with
+   *  its error if it failed. Events may arrive before `call` returns, so
+   *  the stream exists first. */
+  async start<T>(
+    conversationId: number,
+    init: { replyId?: number; text?: string; variants?: number },
+    call: (onEvent: OnEvent) => Promise<T>,
+    ended: (error: string | null) => void,
+  ): Promise<T> {
+    this.byConversation[conversationId] = {
+      replyId: init.replyId ?? -1, text: init.text ?? '', queuePosition: 0, started: false, tokens: 0, prefill: null,
+      variants: Array.from({ length: (init.variants ?? 1) - 1 }, () => ({ replyId: -1, text: '', tokens: 0 })),
+    };
+    try {
+      return await call(this.listener(conversationId, ended));
+    } catch (e) {
+      delete this.byConversation[conversationId];
+      throw e;
+    }
+  }
+
+  /** Runs a replay of `replyId` through `call`; `replays` follows it. */
+  async replay(conversationId: number, replyId: number, recorded: number, call: (onEvent: OnEvent) => Promise<void>) {
+    this.replays[conversationId] = { replyId, tokens: 0, recorded, done: false, outcome: null, error: null };
+    const r = this.replays[conversationId];
+    try {
+      await call((event) => {
+        switch (event.event) {
+          case 'tokens':
+            r.tokens += event.data.ids.length;
+            break;
+          case 'replayed':
+            r.done = true;
+            r.outcome = event.data.outcome;
+            break;
+          case 'error':
+            r.done = true;
+            r.error = event.data.error.message;
+            break;
+        }
+      });
+    } catch (e) {
+      r.done = true;
+      r.error = e && typeof e === 'object' && 'message' in e ? String(e.message) : String(e);
+    }
+  }
+
+  forget(conversationId: number) {
+    delete this.byConversation[conversationId];
+    delete this.replays[conversationId];
+  }
+
+  private listener(conversationId: number, ended: (error: string | null) => void): OnEvent {
+    return (event: GenerationEvent) => {
+      const s = this.byConversation[conversationId];
+      switch (event.event) {
+        case 'queued':
+          if (s) s.queuePosition = event.data.position;
+          break;
+        case 'started':
+          if (s) {
+            s.started = true;
+            s.queuePosition = 0;
+          }
+          break;
+        case 'prefill':
+          if (s) s.prefill = { done: event.data.done, total: event.data.total };
+          break;
+        case 'tokens':
+          if (s) this.queueTokens(conversationId, event.data.variant, event.data.text, event.data.ids.length);
+          break;
+        case 'finished':
+        case 'error':
+          this.flushTokens();
+          delete this.byConversation[conversationId];
+          ended(event.event === 'error' ? event.data.error.message : null);
+          break;
+      }
+    };
+  }
+
+  /** Tokens received but not yet shown, by conversation and variant. They
+   *  reach the page in an animation frame at most every `FRAME_MS`, however
+   *  fast they arrive: each update costs the webview a layout and a paint,
+   *  and on a machine with few cores that time comes out of the model's. */
+  private pendingTokens = new Map<number, Map<number, { text: string; tokens: number }>>();
+  private flushQueued = false;
+  private lastFlush = 0;
+
+  private flushTokens = () => {
+    this.flushQueued = false;
+    this.lastFlush = performance.now();
+    for (const [id, byVariant] of this.pendingTokens) {
+      const s = this.byConversation[id];
+      if (!s) continue;
+      for (const [variant, p] of byVariant) {
+        const target = variant === 0 ? s : s.variants[variant - 1];
+        if (!target) continue;
+        target.text += p.text;
+        target.tokens += p.tokens;
+      }
+    }
+    this.pendingTokens.clear();
+  };
+
+  private queueTokens(conversationId: number, variant: number, text: string, tokens: number) {
+    let byVariant = this.pendingTokens.get(conversationId);
+    if (!byVariant) this.pendingTokens.set(conversationId, (byVariant = new Map()));
+    const p = byVariant.get(variant);
+    if (p) {
+      p.text += text;
+      p.tokens += tokens;
+    } else {
+      byVariant.set(variant, { text, tokens });
+    }
+    if (this.flushQueued) return;
+    this.flushQueued = true;
+    const wait = Math.max(0, this.lastFlush + FRAME_MS - performance.now());
+    const inFrame = () => (typeof requestAnimationFrame === 'function' ? requestAnimationFrame(this.flushTokens) : setTimeout(this.flushTokens, 0));
+    if (wait > 0) setTimeout(inFrame, wait);
+    else inFrame();
+  }
+}
