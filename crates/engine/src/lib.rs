@@ -37,7 +37,7 @@ pub use model::{Architecture, Kernels, Model, ModelConfig};
 pub use passes::{Pass, Passes};
 pub use sampler_loop::{FinishReason, GenerationConfig, Logprobs, SamplerLoop, SamplingState, SequenceOutput, TokenEvent};
 pub use sampling::{Rng, SamplingParams};
-pub use session::{Progress, Session, Turn, TurnOutput, TurnStats};
+pub use session::{Advance, OwnedTurn, PrefillStart, Progress, Session, Turn, TurnOutput, TurnStats};
 pub use session_file::{CacheIdentity, Restored};
 pub use template::{ChatMessage, ChatTemplate, Role};
 pub use tokenizer::Tokenizer;

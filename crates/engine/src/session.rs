@@ -89,6 +89,27 @@ impl Session {
     /// (and once before the first); `progress` returning false stops it with
     /// [`EngineError::Stopped`], keeping the chunks already read.
     pub fn prefill_observed(&mut self, model: &Model, prompt: &[u32], progress: &mut dyn FnMut(Progress) -> bool) -> Result<(usize, Vec<f32>)> {
+        let common = match self.prefill_begin(prompt)? {
+            PrefillStart::Cached(logits) => return Ok((0, logits)),
+            PrefillStart::From(common) => common,
+        };
+        let total = prompt.len() - common;
+        loop {
+            if !progress(Progress { done: self.tokens.len() - common, total }) {
+                return Err(EngineError::Stopped);
+            }
+            if let Some(logits) = self.prefill_chunk(model, prompt)? {
+                progress(Progress { done: total, total });
+                return Ok((total, logits));
+            }
+        }
+    }
+
+    /// The first step of a prefill in steps: the logits after `prompt` when
+    /// the cache already has them (nothing to run), else the position the
+    /// prefill starts from, to which the cache is cut back (the longest
+    /// common prefix, less at least the last token, whose logits are needed).
+    pub fn prefill_begin(&mut self, prompt: &[u32]) -> Result<PrefillStart> {
         if prompt.is_empty() {
             return Err(EngineError::setting("prompt", "the prompt is empty"));
         }
@@ -98,32 +119,40 @@ impl Session {
         let shared = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
         if let Some((_, logits)) = self.prefill_logits.clone().filter(|(n, _)| shared == prompt.len() && *n == prompt.len()) {
             self.truncate(prompt.len());
-            return Ok((0, logits.to_vec()));
+            return Ok(PrefillStart::Cached(logits.to_vec()));
         }
-        // Otherwise at least the last token is run again: its logits are not kept.
         let common = shared.min(prompt.len() - 1);
         self.truncate(common);
-        let mut logits = None;
-        let total = prompt.len() - common;
-        for chunk in prompt[common..].chunks(PREFILL_CHUNK) {
-            if !progress(Progress { done: self.tokens.len() - common, total }) {
-                return Err(EngineError::Stopped);
-            }
-            match model.forward(&[chunk.to_vec()], &mut self.cache) {
-                Ok(l) => logits = Some(l),
-                Err(e) => {
-                    // Keep the invariant even on failure: cache and tokens agree.
-                    self.cache.truncate(self.tokens.len());
-                    return Err(e);
-                }
-            }
-            self.tokens.extend_from_slice(chunk);
-            self.passes.push(chunk.len());
+        Ok(PrefillStart::From(common))
+    }
+
+    /// Runs the next chunk (at most `PREFILL_CHUNK` tokens, llama.cpp's
+    /// batch) of `prompt` after what the cache covers, which must be a
+    /// prefix of it (`prefill_begin` made it one). The logits after the
+    /// prompt once it is all covered.
+    pub fn prefill_chunk(&mut self, model: &Model, prompt: &[u32]) -> Result<Option<Vec<f32>>> {
+        let from = self.tokens.len();
+        debug_assert!(prompt.starts_with(&self.tokens));
+        let chunk = &prompt[from..(from + PREFILL_CHUNK).min(prompt.len())];
+        if chunk.is_empty() {
+            return Err(EngineError::setting("prompt", "the prompt is already in the cache"));
         }
-        let logits = logits.expect("at least one token is run").to_vec2::<f32>()?.remove(0);
+        let logits = match model.forward(&[chunk.to_vec()], &mut self.cache) {
+            Ok(l) => l,
+            Err(e) => {
+                // Keep the invariant even on failure: cache and tokens agree.
+                self.cache.truncate(self.tokens.len());
+                return Err(e);
+            }
+        };
+        self.tokens.extend_from_slice(chunk);
+        self.passes.push(chunk.len());
+        if self.tokens.len() < prompt.len() {
+            return Ok(None);
+        }
+        let logits = logits.to_vec2::<f32>()?.remove(0);
         self.prefill_logits = Some((prompt.len(), Arc::new(logits.clone())));
-        progress(Progress { done: total, total });
-        Ok((total, logits))
+        Ok(Some(logits))
     }
 
     /// Starts a turn: prefills what is new in `prompt`, then hands back a
@@ -227,6 +256,39 @@ impl Session {
         Ok((total, logits))
     }
 
+    /// The sampling loop's state for a turn over the prefilled `prompt`: the
+    /// cache moves into it (and back if that fails).
+    fn begin_state(&mut self, model: &Model, sampler: &SamplerLoop, prompt: &[u32], logits: Vec<f32>, batch: usize) -> Result<SamplingState> {
+        let max_len = self.cache.max_len();
+        let cache = std::mem::replace(&mut self.cache, model.new_cache(max_len));
+        let last = *prompt.last().expect("prefill checked the prompt is non-empty");
+        sampler.init_state(cache.clone(), last, logits, prompt, batch).inspect_err(|_| self.cache = cache)
+    }
+
+    /// A turn that owns this session, for a scheduler that runs several
+    /// conversations' turns in turn (`OwnedTurn::advance`). On failure the
+    /// session comes back with the error.
+    pub fn into_turn(mut self, model: &Model, tokenizer: &Tokenizer, prompt: Vec<u32>, config: GenerationConfig) -> std::result::Result<OwnedTurn, (Session, EngineError)> {
+        let sampler = match SamplerLoop::new(model, tokenizer, config.clone()) {
+            Ok(s) => s,
+            Err(e) => return Err((self, e)),
+        };
+        let started = Instant::now();
+        let stats = TurnStats { prompt_tokens: prompt.len(), ..TurnStats::default() };
+        let parts = TurnParts { prompt_passes: Passes::default(), state: None, stats, started, first_token_at: None };
+        match self.prefill_begin(&prompt) {
+            Err(e) => Err((self, e)),
+            Ok(PrefillStart::From(common)) => Ok(OwnedTurn { session: self, config, prompt, prefill_from: Some(common), parts }),
+            Ok(PrefillStart::Cached(logits)) => match self.begin_state(model, &sampler, &prompt, logits, 1) {
+                Ok(state) => {
+                    let parts = TurnParts { prompt_passes: self.passes.clone(), state: Some(state), ..parts };
+                    Ok(OwnedTurn { session: self, config, prompt, prefill_from: None, parts })
+                }
+                Err(e) => Err((self, e)),
+            },
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn begin_turn<'a>(
         &'a mut self,
@@ -238,26 +300,128 @@ impl Session {
         batch: usize,
         started: Instant,
     ) -> Result<Turn<'a>> {
-        let max_len = self.cache.max_len();
-        let cache = std::mem::replace(&mut self.cache, model.new_cache(max_len));
-        let last = *prompt.last().expect("prefill checked the prompt is non-empty");
-        let state = match sampler.init_state(cache.clone(), last, logits, prompt, batch) {
-            Ok(s) => s,
-            Err(e) => {
-                self.cache = cache;
-                return Err(e);
-            }
-        };
+        let state = self.begin_state(model, &sampler, prompt, logits, batch)?;
         Ok(Turn {
-            prompt_passes: self.passes.clone(),
+            parts: TurnParts {
+                prompt_passes: self.passes.clone(),
+                state: Some(state),
+                stats: TurnStats { prompt_tokens: prompt.len(), processed_tokens: processed, ..TurnStats::default() },
+                started,
+                first_token_at: None,
+            },
             session: self,
             sampler,
-            state: Some(state),
-            stats: TurnStats { prompt_tokens: prompt.len(), processed_tokens: processed, ..TurnStats::default() },
-            started,
-            first_token_at: None,
         })
     }
+}
+
+/// A turn that owns its session, so a scheduler can keep several and run
+/// them in turn: each `advance` runs one prefill chunk or one decode step,
+/// and a long prompt never holds up another conversation's tokens for more
+/// than a chunk. One sequence; `finish` hands the session back.
+pub struct OwnedTurn {
+    session: Session,
+    config: GenerationConfig,
+    prompt: Vec<u32>,
+    /// Where the prefill began, while it runs.
+    prefill_from: Option<usize>,
+    parts: TurnParts,
+}
+
+/// What one `OwnedTurn::advance` did.
+#[derive(Debug)]
+pub enum Advance {
+    /// Read a chunk of the prompt.
+    Prefill(Progress),
+    /// Sampled a token (the events of one step).
+    Tokens(Vec<TokenEvent>),
+    /// Nothing left to do: `finish` it.
+    Done,
+}
+
+impl OwnedTurn {
+    pub fn stats(&self) -> &TurnStats {
+        &self.parts.stats
+    }
+
+    /// The forward passes that computed the prompt (once it is read).
+    pub fn prompt_passes(&self) -> &Passes {
+        &self.parts.prompt_passes
+    }
+
+    pub fn is_prefilling(&self) -> bool {
+        self.prefill_from.is_some()
+    }
+
+    /// The next prefill chunk or decode step.
+    pub fn advance(&mut self, model: &Model, tokenizer: &Tokenizer) -> Result<Advance> {
+        if let Some(common) = self.prefill_from {
+            let total = self.prompt.len() - common;
+            let Some(logits) = self.session.prefill_chunk(model, &self.prompt)? else {
+                return Ok(Advance::Prefill(Progress { done: self.session.tokens.len() - common, total }));
+            };
+            let sampler = SamplerLoop::new(model, tokenizer, self.config.clone())?;
+            let state = self.session.begin_state(model, &sampler, &self.prompt, logits, 1)?;
+            self.parts.state = Some(state);
+            self.parts.prompt_passes = self.session.passes.clone();
+            self.parts.stats.processed_tokens = total;
+            self.prefill_from = None;
+            return Ok(Advance::Prefill(Progress { done: total, total }));
+        }
+        if self.parts.state.as_ref().is_none_or(|s| s.done.iter().all(|d| *d)) {
+            return Ok(Advance::Done);
+        }
+        Ok(match self.with_turn(model, tokenizer, |t| t.step())? {
+            Some(events) => Advance::Tokens(events),
+            None => Advance::Done,
+        })
+    }
+
+    /// Stops the turn between two steps; returns any text held back.
+    pub fn cancel(&mut self, model: &Model, tokenizer: &Tokenizer) -> Vec<TokenEvent> {
+        if self.prefill_from.take().is_some() {
+            return Vec::new();
+        }
+        if self.parts.state.is_none() {
+            return Vec::new();
+        }
+        self.with_turn(model, tokenizer, |t| t.cancel())
+    }
+
+    /// Ends the turn: the session back (covering what was read and
+    /// sampled), and what the sequence wrote, if it got as far as sampling.
+    pub fn finish(mut self, model: &Model, tokenizer: &Tokenizer) -> (Session, Result<Option<TurnOutput>>) {
+        if self.parts.state.is_none() {
+            return (self.session, Ok(None));
+        }
+        let out = match SamplerLoop::new(model, tokenizer, self.config.clone()) {
+            Ok(sampler) => {
+                let parts = std::mem::replace(&mut self.parts, TurnParts::spent());
+                Turn { session: &mut self.session, sampler, parts }.finish(0).map(Some)
+            }
+            Err(e) => Err(e),
+        };
+        (self.session, out)
+    }
+
+    /// Runs `f` on this turn as a borrowed `Turn`, keeping its state after.
+    fn with_turn<R>(&mut self, model: &Model, tokenizer: &Tokenizer, f: impl FnOnce(&mut Turn) -> R) -> R {
+        let sampler = SamplerLoop::new(model, tokenizer, self.config.clone()).expect("the config was validated when the turn began");
+        let parts = std::mem::replace(&mut self.parts, TurnParts::spent());
+        let mut turn = Turn { session: &mut self.session, sampler, parts };
+        let r = f(&mut turn);
+        self.parts = std::mem::replace(&mut turn.parts, TurnParts::spent());
+        r
+    }
+}
+
+/// Where a prefill in steps begins.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PrefillStart {
+    /// The cache already holds the prompt and its logits: nothing runs.
+    Cached(Vec<f32>),
+    /// The prefill runs from this position.
+    From(usize),
 }
 
 /// How far a prefill has read: `done` of the `total` tokens it has to run
@@ -288,15 +452,28 @@ pub struct TurnStats {
 /// sequence back into the session, so even a cancelled turn leaves a cache
 /// that matches its tokens.
 pub struct Turn<'a> {
+    session: &'a mut Session,
+    sampler: SamplerLoop<'a>,
+    parts: TurnParts,
+}
+
+/// A turn's own state, apart from the session and the model it runs on
+/// (so an `OwnedTurn` can keep it between steps).
+struct TurnParts {
     /// The passes that computed the prompt: with the prompt, the seed and
     /// the sampler's settings, what replays this turn exactly.
     prompt_passes: Passes,
-    session: &'a mut Session,
-    sampler: SamplerLoop<'a>,
     state: Option<SamplingState>,
     stats: TurnStats,
     started: Instant,
     first_token_at: Option<Instant>,
+}
+
+impl TurnParts {
+    /// Parts whose turn has nothing left to write back.
+    fn spent() -> Self {
+        Self { prompt_passes: Passes::default(), state: None, stats: TurnStats::default(), started: Instant::now(), first_token_at: None }
+    }
 }
 
 /// The result of a finished turn.
@@ -308,37 +485,37 @@ pub struct TurnOutput {
 
 impl Turn<'_> {
     pub fn stats(&self) -> &TurnStats {
-        &self.stats
+        &self.parts.stats
     }
 
     /// The forward passes that computed this turn's prompt.
     pub fn prompt_passes(&self) -> &Passes {
-        &self.prompt_passes
+        &self.parts.prompt_passes
     }
 
     pub fn state(&self) -> &SamplingState {
-        self.state.as_ref().expect("state is present until the turn ends")
+        self.parts.state.as_ref().expect("state is present until the turn ends")
     }
 
     /// One step of the sampling loop; `None` once every sequence has finished.
     pub fn step(&mut self) -> Result<Option<Vec<TokenEvent>>> {
-        let state = self.state.as_mut().expect("state is present until the turn ends");
+        let state = self.parts.state.as_mut().expect("state is present until the turn ends");
         let out = self.sampler.step(state)?;
         if let Some(events) = &out {
             let now = Instant::now();
-            let first = *self.first_token_at.get_or_insert_with(|| {
-                self.stats.time_to_first_token = now - self.started;
+            let first = *self.parts.first_token_at.get_or_insert_with(|| {
+                self.parts.stats.time_to_first_token = now - self.parts.started;
                 now
             });
-            self.stats.decode_time = now - first;
-            self.stats.generated_tokens += events.iter().filter(|e| e.token != crate::sampler_loop::PAD).count();
+            self.parts.stats.decode_time = now - first;
+            self.parts.stats.generated_tokens += events.iter().filter(|e| e.token != crate::sampler_loop::PAD).count();
         }
         Ok(out)
     }
 
     /// Stops the turn between two steps; returns any text held back.
     pub fn cancel(&mut self) -> Vec<TokenEvent> {
-        let state = self.state.as_mut().expect("state is present until the turn ends");
+        let state = self.parts.state.as_mut().expect("state is present until the turn ends");
         self.sampler.cancel(state)
     }
 
@@ -352,7 +529,7 @@ impl Turn<'_> {
     pub fn finish(mut self, keep: usize) -> Result<TurnOutput> {
         let sequences = self.sampler.outputs(self.state());
         self.commit(keep)?;
-        Ok(TurnOutput { sequences, stats: self.stats.clone() })
+        Ok(TurnOutput { sequences, stats: self.parts.stats.clone() })
     }
 
     /// Ends a turn of several variants: sequence 0 continues this session,
@@ -369,17 +546,17 @@ impl Turn<'_> {
             // Until the turn commits, the session's tokens are the prompt's.
             let mut tokens = self.session.tokens.clone();
             tokens.extend_from_slice(&generated[..fed]);
-            let mut passes = self.prompt_passes.clone();
+            let mut passes = self.parts.prompt_passes.clone();
             passes.push_steps(fed);
             let cache = state.cache.select_row(b, state.init_cache_length + fed)?;
             others.push(Session { cache, tokens, passes, prefill_logits: self.session.prefill_logits.clone() });
         }
         self.commit(0)?;
-        Ok((TurnOutput { sequences, stats: self.stats.clone() }, others))
+        Ok((TurnOutput { sequences, stats: self.parts.stats.clone() }, others))
     }
 
     fn commit(&mut self, keep: usize) -> Result<()> {
-        let Some(state) = self.state.take() else { return Ok(()) };
+        let Some(state) = self.parts.state.take() else { return Ok(()) };
         let generated = sequence_tokens(&state, keep.min(state.done.len() - 1)).to_vec();
         // Fed after the prompt: each sampled token but the last.
         let fed = generated.len().saturating_sub(1);
@@ -402,7 +579,7 @@ impl Turn<'_> {
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        let Some(state) = self.state.as_mut() else { return };
+        let Some(state) = self.parts.state.as_mut() else { return };
         self.sampler.cancel(state);
         if self.commit(0).is_err() {
             // The cache cannot be trusted; fall back to an empty one.

@@ -354,3 +354,58 @@ fn each_token_can_come_with_its_log_probability_and_the_likeliest_alternatives()
     let log_sum = max + logits.iter().map(|&l| ((l - max) as f64).exp()).sum::<f64>().ln() as f32;
     assert!((seen[0].logprobs.as_ref().unwrap().logprob - (logits[seen[0].token as usize] - log_sum)).abs() < 1e-5);
 }
+
+#[test]
+fn owned_turns_run_in_turn_give_what_each_gives_alone() {
+    use hearth_engine::Advance;
+    let engine = open_default();
+    let (m, tok) = (engine.model(), engine.tokenizer());
+    let text = include_str!("../../../ARCHITECTURE.md");
+    // A long prompt (three prefill chunks) beside a short one.
+    let long = engine.tokenizer().encode(text, false, false).unwrap()[..1300].to_vec();
+    let short = engine.encode_chat(&[ChatMessage::user("Name a colour.")]).unwrap();
+    let config = |seed| engine.generation_config(SamplingParams { temperature: 0.9, seed, ..SamplingParams::default() }, 16);
+    let alone = |prompt: &[u32], seed| {
+        let mut s = engine.new_session(Some(2048));
+        let out = s.start_turn(m, tok, prompt, config(seed), 1).unwrap().run().unwrap();
+        (out.sequences[0].tokens.clone(), s)
+    };
+    let (want_long, long_session) = alone(&long, 1);
+    let (want_short, short_session) = alone(&short, 2);
+
+    let mut turns = vec![
+        engine.new_session(Some(2048)).into_turn(m, tok, long.clone(), config(1)).map_err(|(_, e)| e).unwrap(),
+        engine.new_session(Some(2048)).into_turn(m, tok, short.clone(), config(2)).map_err(|(_, e)| e).unwrap(),
+    ];
+    let mut tokens = [Vec::new(), Vec::new()];
+    let mut short_tokens_while_long_prefilled = 0;
+    let mut done = [false, false];
+    while !done.iter().all(|d| *d) {
+        for i in 0..2 {
+            if done[i] {
+                continue;
+            }
+            match turns[i].advance(m, tok).unwrap() {
+                Advance::Prefill(_) => {}
+                Advance::Tokens(events) => {
+                    tokens[i].extend(events.iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD).map(|e| e.token));
+                    if i == 1 && turns[0].is_prefilling() {
+                        short_tokens_while_long_prefilled += 1;
+                    }
+                }
+                Advance::Done => done[i] = true,
+            }
+        }
+    }
+    assert!(short_tokens_while_long_prefilled > 0, "the short turn sampled while the long prompt was read");
+    let mut sessions = Vec::new();
+    for t in turns {
+        let (session, out) = t.finish(m, tok);
+        assert!(out.unwrap().is_some());
+        sessions.push(session);
+    }
+    assert_eq!(tokens[0], want_long);
+    assert_eq!(tokens[1], want_short);
+    assert_eq!((sessions[0].tokens(), sessions[0].passes()), (long_session.tokens(), long_session.passes()));
+    assert_eq!((sessions[1].tokens(), sessions[1].passes()), (short_session.tokens(), short_session.passes()));
+}
