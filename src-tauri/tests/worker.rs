@@ -127,7 +127,7 @@ fn stop_ends_a_reply_within_a_step_and_keeps_its_text() {
 }
 
 #[test]
-fn conversations_queue_and_one_conversation_runs_one_reply() {
+fn conversations_stream_side_by_side_and_one_conversation_runs_one_reply() {
     let (_dir, store, worker) = start();
     let a = store.create_conversation().unwrap();
     let b = store.create_conversation().unwrap();
@@ -140,13 +140,31 @@ fn conversations_queue_and_one_conversation_runs_one_reply() {
     let (again, _rx) = job(a.id, ra, vec![ChatMessage::user("again")], greedy(8));
     let err = worker.enqueue(again).unwrap_err();
     assert_eq!(err.kind, hearth_app::error::ErrorKind::Busy);
+    // b does not wait for a: the short reply ends while the long one streams.
     let eb = collect(&rxb);
-    // b waits behind a: told its place (1 = next) before it starts.
-    let started = eb.iter().position(|e| matches!(e, GenerationEvent::Started { .. })).unwrap();
-    let positions: Vec<u32> = eb[..started].iter().filter_map(|e| if let GenerationEvent::Queued { position } = e { Some(*position) } else { None }).collect();
-    assert_eq!(positions.last(), Some(&1), "{eb:?}");
     finished(&eb);
-    finished(&collect(&rxa));
+    let a_so_far: Vec<GenerationEvent> = rxa.try_iter().collect();
+    assert!(a_so_far.iter().any(|e| matches!(e, GenerationEvent::Tokens { .. })), "a streamed while b did");
+    assert!(!a_so_far.iter().any(|e| matches!(e, GenerationEvent::Finished { .. })), "b finished first: it ran beside a, not after it");
+    let (_, stats) = finished(&collect(&rxa));
+    assert_eq!(stats.generated_tokens, 48);
+
+    // Past MAX_RUNNING at once, the next waits, told its place (1 = next).
+    let mut rxs = Vec::new();
+    for i in 0..=hearth_app::worker::MAX_RUNNING {
+        let c = store.create_conversation().unwrap();
+        let r = reply_row(&store, c.id, "Say hello.");
+        let (j, rx) = job(c.id, r, vec![ChatMessage::user(format!("Say hello {i}."))], greedy(12));
+        worker.enqueue(j).unwrap();
+        rxs.push(rx);
+    }
+    let last = collect(rxs.last().unwrap());
+    let started = last.iter().position(|e| matches!(e, GenerationEvent::Started { .. })).unwrap();
+    let positions: Vec<u32> = last[..started].iter().filter_map(|e| if let GenerationEvent::Queued { position } = e { Some(*position) } else { None }).collect();
+    assert_eq!(positions.last(), Some(&1), "{last:?}");
+    for rx in &rxs[..rxs.len() - 1] {
+        finished(&collect(rx));
+    }
 }
 
 #[test]

@@ -435,6 +435,27 @@ describe('Hearth end to end', () => {
     assert.ok(processed <= prompt - firstPrompt - picked + 2, `processed ${processed} of ${prompt}; first prompt ${firstPrompt}, picked reply ${picked} tokens`);
   });
 
+  it('two conversations stream at once: a short reply ends while a long one goes on', async () => {
+    const long = await newChat(d);
+    await setSetting(d, 'maxNewTokens', 400);
+    await send(d, 'Write a long story about a lighthouse keeper and a storm.');
+    await d.waitFor(async () => (await (await lastReply(d))?.$('[data-testid=message-body]'))?.text().then((t) => t.length > 20), 'the long reply streaming', 60000);
+    const short = await newChat(d);
+    await setSetting(d, 'temperature', 0);
+    await send(d, 'What is 2 + 2?');
+    const stats = await waitForReply(d, 60000);
+    assert.equal(await stats.attr('data-finish'), 'end_token');
+    // No queue: it started at once, and the long one is still writing.
+    assert.ok(await d.$(`[data-testid=conversation][data-id="${long}"] .busy`), 'the long reply went on beside it');
+    assert.equal(await d.$(`[data-testid=conversation][data-id="${short}"] .busy`), null);
+    await openChat(d, long);
+    const body = async () => (await (await lastReply(d)).$('[data-testid=message-body]')).text();
+    const before = (await body()).length;
+    await d.waitFor(async () => (await body()).length > before, 'the long reply still growing', 30000);
+    await (await d.find('[data-testid=stop]')).click();
+    await waitForReply(d);
+  });
+
   it('a reply cut off by SIGKILL comes back as interrupted, with everything before it', async () => {
     const id = await newChat(d);
     await setSetting(d, 'maxNewTokens', 1500);

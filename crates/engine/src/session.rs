@@ -131,9 +131,14 @@ impl Session {
     /// prefix of it (`prefill_begin` made it one). The logits after the
     /// prompt once it is all covered.
     pub fn prefill_chunk(&mut self, model: &Model, prompt: &[u32]) -> Result<Option<Vec<f32>>> {
+        self.prefill_rows(model, prompt, PREFILL_CHUNK)
+    }
+
+    /// `prefill_chunk` of at most `rows` tokens.
+    pub fn prefill_rows(&mut self, model: &Model, prompt: &[u32], rows: usize) -> Result<Option<Vec<f32>>> {
         let from = self.tokens.len();
         debug_assert!(prompt.starts_with(&self.tokens));
-        let chunk = &prompt[from..(from + PREFILL_CHUNK).min(prompt.len())];
+        let chunk = &prompt[from..(from + rows.max(1)).min(prompt.len())];
         if chunk.is_empty() {
             return Err(EngineError::setting("prompt", "the prompt is already in the cache"));
         }
@@ -278,11 +283,11 @@ impl Session {
         let parts = TurnParts { prompt_passes: Passes::default(), state: None, stats, started, first_token_at: None };
         match self.prefill_begin(&prompt) {
             Err(e) => Err((self, e)),
-            Ok(PrefillStart::From(common)) => Ok(OwnedTurn { session: self, config, prompt, prefill_from: Some(common), parts }),
+            Ok(PrefillStart::From(common)) => Ok(OwnedTurn { session: self, config, prompt, prefill_from: Some(common), prefill_rows: PREFILL_CHUNK, parts }),
             Ok(PrefillStart::Cached(logits)) => match self.begin_state(model, &sampler, &prompt, logits, 1) {
                 Ok(state) => {
                     let parts = TurnParts { prompt_passes: self.passes.clone(), state: Some(state), ..parts };
-                    Ok(OwnedTurn { session: self, config, prompt, prefill_from: None, parts })
+                    Ok(OwnedTurn { session: self, config, prompt, prefill_from: None, prefill_rows: PREFILL_CHUNK, parts })
                 }
                 Err(e) => Err((self, e)),
             },
@@ -325,6 +330,8 @@ pub struct OwnedTurn {
     prompt: Vec<u32>,
     /// Where the prefill began, while it runs.
     prefill_from: Option<usize>,
+    /// Prompt tokens read per `advance`.
+    prefill_rows: usize,
     parts: TurnParts,
 }
 
@@ -353,11 +360,23 @@ impl OwnedTurn {
         self.prefill_from.is_some()
     }
 
+    /// How far the prefill has read, while it runs.
+    pub fn prefill_progress(&self) -> Option<Progress> {
+        self.prefill_from.map(|common| Progress { done: self.session.tokens.len() - common, total: self.prompt.len() - common })
+    }
+
+    /// Reads at most `rows` prompt tokens per `advance` from now on
+    /// (`PREFILL_CHUNK` unless set): fewer keep other turns' tokens coming.
+    /// The passes are recorded either way, so a replay is still exact.
+    pub fn set_prefill_rows(&mut self, rows: usize) {
+        self.prefill_rows = rows.max(1);
+    }
+
     /// The next prefill chunk or decode step.
     pub fn advance(&mut self, model: &Model, tokenizer: &Tokenizer) -> Result<Advance> {
         if let Some(common) = self.prefill_from {
             let total = self.prompt.len() - common;
-            let Some(logits) = self.session.prefill_chunk(model, &self.prompt)? else {
+            let Some(logits) = self.session.prefill_rows(model, &self.prompt, self.prefill_rows)? else {
                 return Ok(Advance::Prefill(Progress { done: self.session.tokens.len() - common, total }));
             };
             let sampler = SamplerLoop::new(model, tokenizer, self.config.clone())?;

@@ -16,6 +16,7 @@ mod caches;
 mod queue;
 mod replay;
 mod reply;
+mod running;
 
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -34,8 +35,12 @@ pub use reply::{prompt_ids, ReplyJob};
 
 use caches::Caches;
 use queue::{Queued, Shared};
+use running::RunningReply;
 use crate::error::{AppError, AppResult, ErrorKind};
 use crate::events::{GenerationEvent, ModelStatus};
+
+/// Replies of one sequence that run side by side, taking turns.
+pub const MAX_RUNNING: usize = 4;
 
 /// App setting: which device runs the model (`auto`, `cpu`, `cuda`, `cuda:N`, `metal`).
 pub const DEVICE_KEY: &str = "device";
@@ -122,12 +127,13 @@ impl Worker {
     /// Queues a reply; refuses a second one for the same conversation.
     pub fn enqueue(&self, job: ReplyJob) -> AppResult<()> {
         let mut q = self.shared.queue.lock()?;
-        let busy = q.active.as_ref().is_some_and(|(c, _)| *c == job.conversation_id)
+        let busy = q.active.iter().any(|(c, _)| *c == job.conversation_id)
             || q.jobs.iter().any(|j| j.job.conversation_id == job.conversation_id);
         if busy {
             return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
         }
-        if q.active.is_some() || q.load.is_some() || q.loading || !q.jobs.is_empty() {
+        let must_wait = !q.active.is_empty() && (!job.runs_beside_others() || q.active.len() >= MAX_RUNNING);
+        if must_wait || q.load.is_some() || q.loading || !q.jobs.is_empty() {
             (job.events)(GenerationEvent::Queued { position: q.jobs.len() as u32 + 1 });
         }
         q.jobs.push_back(Queued { job, cancel: CancellationToken::new() });
@@ -142,11 +148,9 @@ impl Worker {
             Ok(q) => q,
             Err(_) => return false,
         };
-        if let Some((c, cancel)) = &q.active {
-            if *c == conversation_id {
-                cancel.cancel();
-                return true;
-            }
+        if let Some((_, cancel)) = q.active.iter().find(|(c, _)| *c == conversation_id) {
+            cancel.cancel();
+            return true;
         }
         if let Some(i) = q.jobs.iter().position(|j| j.job.conversation_id == conversation_id) {
             let queued = q.jobs.remove(i).expect("index is in range");
@@ -171,7 +175,7 @@ impl Worker {
         loop {
             {
                 let q = self.shared.queue.lock().expect("worker queue");
-                if q.active.is_none() && q.jobs.is_empty() && q.load.is_none() && !q.loading && !q.clear_caches && q.hashing == 0 {
+                if q.active.is_empty() && q.jobs.is_empty() && q.load.is_none() && !q.loading && !q.clear_caches && q.hashing == 0 {
                     return true;
                 }
             }
@@ -187,7 +191,7 @@ impl Drop for Worker {
     fn drop(&mut self) {
         if let Ok(mut q) = self.shared.queue.lock() {
             q.shutdown = true;
-            if let Some((_, c)) = &q.active {
+            for (_, c) in &q.active {
                 c.cancel();
             }
             self.shared.wake.notify_all();
@@ -216,30 +220,57 @@ struct WorkerThread {
 
 impl WorkerThread {
     /// Runs work until shutdown. Nothing a job does stops the loop: a panic
-    /// fails that job alone (see `reply` and `load`), and this catch is the
-    /// last resort for one outside them.
+    /// fails that job alone (see `reply`, `RunningReply` and `load`), and
+    /// this catch is the last resort for one outside them.
+    ///
+    /// Replies of one sequence run side by side, up to `MAX_RUNNING`, each
+    /// advancing one prefill chunk or one token in turn; anything else (a
+    /// model load, clearing caches, "Generate N", a replay) waits until
+    /// none runs and then has the thread alone.
     fn run(mut self) {
-        while let Some(work) = self.next() {
-            let (loading, clearing) = (matches!(work, Work::Load(_)), matches!(work, Work::ClearCaches));
-            let outcome = catch_unwind(AssertUnwindSafe(|| match work {
-                Work::Load(path) => self.load(path),
-                Work::ClearCaches => self.caches.clear_all(),
-                Work::Reply(queued) => self.reply(queued),
-            }));
-            if let Err(panic) = outcome {
-                tracing::error!("the worker recovered from a panic: {}", panic_message(&*panic));
+        let mut running: Vec<RunningReply> = Vec::new();
+        loop {
+            let work = if running.is_empty() {
+                match self.next() {
+                    Some(w) => Some(w),
+                    None => break,
+                }
+            } else {
+                self.next_beside(running.len())
+            };
+            if let Some(work) = work {
+                let (loading, clearing) = (matches!(work, Work::Load(_)), matches!(work, Work::ClearCaches));
+                let outcome = catch_unwind(AssertUnwindSafe(|| match work {
+                    Work::Load(path) => self.load(path),
+                    Work::ClearCaches => self.caches.clear_all(),
+                    Work::Reply(queued) if queued.job.runs_beside_others() => running.extend(self.admit(queued)),
+                    Work::Reply(queued) => self.reply(queued),
+                }));
+                if let Err(panic) = outcome {
+                    tracing::error!("the worker recovered from a panic: {}", panic_message(&*panic));
+                }
+                // A reply's `ActiveJob` frees its conversation, even on a panic.
+                let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+                if loading {
+                    q.loading = false;
+                }
+                if clearing {
+                    q.clear_caches = false;
+                }
             }
-            // A reply's `ActiveJob` frees its conversation, even on a panic.
-            let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
-            if loading {
-                q.loading = false;
+            // One step each, in turn.
+            let mut still = Vec::with_capacity(running.len());
+            let share = running.len();
+            for mut r in running.drain(..) {
+                if self.advance(&mut r, share) {
+                    still.push(r);
+                }
             }
-            if clearing {
-                q.clear_caches = false;
-            }
+            running = still;
         }
     }
 
+    /// The next work, waiting for it.
     fn next(&self) -> Option<Work> {
         let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
         loop {
@@ -253,15 +284,33 @@ impl WorkerThread {
             if q.clear_caches {
                 return Some(Work::ClearCaches);
             }
-            if let Some(queued) = q.jobs.pop_front() {
-                q.active = Some((queued.job.conversation_id, queued.cancel.clone()));
-                for (i, waiting) in q.jobs.iter().enumerate() {
-                    (waiting.job.events)(GenerationEvent::Queued { position: i as u32 + 1 });
-                }
+            if let Some(queued) = Self::pop(&mut q) {
                 return Some(Work::Reply(queued));
             }
             q = self.shared.wake.wait(q).unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// A reply that can start beside the `running` ones now, if there is
+    /// one: never past work that needs the thread alone, so order is kept.
+    fn next_beside(&self, running: usize) -> Option<Work> {
+        let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if q.shutdown || q.load.is_some() || q.clear_caches || running >= MAX_RUNNING {
+            return None;
+        }
+        if !q.jobs.front().is_some_and(|j| j.job.runs_beside_others()) {
+            return None;
+        }
+        Self::pop(&mut q).map(Work::Reply)
+    }
+
+    fn pop(q: &mut queue::Queue) -> Option<Queued> {
+        let queued = q.jobs.pop_front()?;
+        q.active.push((queued.job.conversation_id, queued.cancel.clone()));
+        for (i, waiting) in q.jobs.iter().enumerate() {
+            (waiting.job.events)(GenerationEvent::Queued { position: i as u32 + 1 });
+        }
+        Some(queued)
     }
 
     fn set_status(&self, status: ModelStatus) {

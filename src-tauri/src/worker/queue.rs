@@ -46,7 +46,8 @@ impl Shared {
 #[derive(Default)]
 pub(super) struct Queue {
     pub jobs: VecDeque<Queued>,
-    pub active: Option<(i64, CancellationToken)>,
+    /// Replies running now (several take turns), by conversation.
+    pub active: Vec<(i64, CancellationToken)>,
     pub load: Option<PathBuf>,
     /// Forget every conversation's cache, in memory and on disk.
     pub clear_caches: bool,
@@ -72,8 +73,6 @@ pub(super) struct ActiveJob {
 impl Drop for ActiveJob {
     fn drop(&mut self) {
         let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
-        if q.active.as_ref().is_some_and(|(c, _)| *c == self.conversation_id) {
-            q.active = None;
-        }
+        q.active.retain(|(c, _)| *c != self.conversation_id);
     }
 }

@@ -54,6 +54,11 @@ impl ReplyJob {
         }
     }
 
+    /// One sequence, not a replay: it can take turns with other replies.
+    pub fn runs_beside_others(&self) -> bool {
+        self.replay.is_none() && self.variant_ids.is_empty()
+    }
+
     /// Every reply this job writes, variant 0 (`reply_id`) first.
     pub fn reply_ids(&self) -> Vec<i64> {
         std::iter::once(self.reply_id).chain(self.variant_ids.iter().copied()).collect()
@@ -64,9 +69,9 @@ impl ReplyJob {
 pub const TOP_ALTERNATIVES: usize = 5;
 
 /// Flush a streaming reply to disk at least this often...
-const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
+pub(super) const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 /// ...or after this many tokens, whichever comes first.
-const FLUSH_TOKENS: usize = 32;
+pub(super) const FLUSH_TOKENS: usize = 32;
 
 impl WorkerThread {
     pub(super) fn reply(&mut self, queued: Queued) {
@@ -106,7 +111,7 @@ impl WorkerThread {
     }
 
     /// Records how a reply (and its variants) ended, then says so to the UI.
-    fn end_reply(&mut self, job: &ReplyJob, result: Result<Vec<Finished>, AppError>, texts: &[String]) {
+    pub(super) fn end_reply(&mut self, job: &ReplyJob, result: Result<Vec<Finished>, AppError>, texts: &[String]) {
         let events = &job.events;
         match result {
             Ok(done) => {
@@ -152,20 +157,7 @@ impl WorkerThread {
 
         let mut entry = self.caches.take(&engine, job.conversation_id, &prompt, context);
         let session = entry.get_or_insert_with(|| engine.new_session(Some(context)));
-        let seed = s.seed.unwrap_or_else(random_seed);
-        let sampling = SamplingParams {
-            temperature: s.temperature,
-            top_k: (s.top_k > 0).then_some(s.top_k as usize),
-            top_p: s.top_p,
-            min_p: s.min_p,
-            repeat_penalty: s.repeat_penalty,
-            penalty_window: s.penalty_window as usize,
-            seed: seed as u64,
-            ..SamplingParams::default()
-        };
-        let mut config = engine.generation_config(sampling, s.max_new_tokens as usize);
-        config.stop_strings = s.stop_strings.clone();
-        config.top_logprobs = TOP_ALTERNATIVES;
+        let (config, seed) = generation_config(&engine, s);
 
         let n = texts.len();
         let mut choices: Vec<Vec<TokenChoice>> = vec![job.prefix_choices.clone(); n];
@@ -224,58 +216,8 @@ impl WorkerThread {
                 others = rest;
                 out
             };
-            let st = &out.stats;
-            let decode_s = st.decode_time.as_secs_f64();
-            Ok(out
-                .sequences
-                .iter()
-                .enumerate()
-                .map(|(b, seq)| {
-                    // Each variant samples with its own generator, seeded seed + b.
-                    let seed = seed.wrapping_add(b as u32);
-                    let replay = ReplayRecord {
-                        model_sha256: engine.file_sha256().map(str::to_string),
-                        model_path: engine.path().display().to_string(),
-                        engine_build: hearth_engine::BUILD_ID.to_string(),
-                        device: hearth_engine::device::describe(engine.model().device()),
-                        prompt_sha256: hearth_engine::file_hash::ids_sha256(&prompt),
-                        prompt_tokens: prompt.len() as u32,
-                        passes: passes.clone(),
-                        context_length: context as u32,
-                        prefix_bytes: job.prefix.len() as u32,
-                        prefix_ids: job.prefix_ids.clone().unwrap_or_default(),
-                        temperature: s.temperature,
-                        top_k: s.top_k,
-                        top_p: s.top_p,
-                        min_p: s.min_p,
-                        repeat_penalty: s.repeat_penalty,
-                        penalty_window: s.penalty_window,
-                        seed,
-                        max_new_tokens: s.max_new_tokens,
-                        stop_strings: s.stop_strings.clone(),
-                        tokens: seq.tokens.clone(),
-                    };
-                    let generated = seq.tokens.len();
-                    Finished {
-                        choices: TokenChoices { tokens: std::mem::take(&mut choices[b]) },
-                        text: format!("{}{}", job.prefix, seq.text),
-                        reason: seq.finish,
-                        stats: ReplyStats {
-                            prompt_tokens: st.prompt_tokens as u32,
-                            processed_tokens: st.processed_tokens as u32,
-                            generated_tokens: generated as u32,
-                            ttft_ms: st.time_to_first_token.as_secs_f64() * 1e3,
-                            tokens_per_s: if decode_s > 0.0 { generated.saturating_sub(1) as f64 / decode_s } else { 0.0 },
-                            finish_reason: seq.finish.as_str().to_string(),
-                            seed: Some(seed),
-                            temperature: Some(s.temperature),
-                            error: None,
-                            dropped_messages: dropped as u32,
-                            replay: Some(replay),
-                        },
-                    }
-                })
-                .collect())
+            let record = RunRecord { prompt: &prompt, passes, context, dropped, seed };
+            Ok(finished_replies(&engine, job, &record, &out, choices.iter_mut().map(std::mem::take).collect()))
         })();
         if let Some(session) = entry {
             self.caches.put(job.conversation_id, session, context, outcome.is_ok());
@@ -285,6 +227,91 @@ impl WorkerThread {
         outcome
     }
 
+}
+
+/// The sampler's configuration for a reply under `s`, and the seed it
+/// samples with (the settings', or a fresh one).
+pub(super) fn generation_config(engine: &hearth_engine::Engine, s: &ConversationSettings) -> (hearth_engine::GenerationConfig, u32) {
+    let seed = s.seed.unwrap_or_else(random_seed);
+    let sampling = SamplingParams {
+        temperature: s.temperature,
+        top_k: (s.top_k > 0).then_some(s.top_k as usize),
+        top_p: s.top_p,
+        min_p: s.min_p,
+        repeat_penalty: s.repeat_penalty,
+        penalty_window: s.penalty_window as usize,
+        seed: seed as u64,
+        ..SamplingParams::default()
+    };
+    let mut config = engine.generation_config(sampling, s.max_new_tokens as usize);
+    config.stop_strings = s.stop_strings.clone();
+    config.top_logprobs = TOP_ALTERNATIVES;
+    (config, seed)
+}
+
+/// What a reply's run was computed from, for its records.
+pub(super) struct RunRecord<'a> {
+    pub prompt: &'a [u32],
+    pub passes: Vec<[u32; 3]>,
+    pub context: usize,
+    pub dropped: usize,
+    pub seed: u32,
+}
+
+/// Each sequence of a finished turn as a reply to store: its text, stats,
+/// replay record (variant b sampled with the seed + b) and token choices.
+pub(super) fn finished_replies(engine: &hearth_engine::Engine, job: &ReplyJob, run: &RunRecord, out: &hearth_engine::TurnOutput, mut choices: Vec<Vec<TokenChoice>>) -> Vec<Finished> {
+    let s = &job.settings;
+    let st = &out.stats;
+    let decode_s = st.decode_time.as_secs_f64();
+    out.sequences
+        .iter()
+        .enumerate()
+        .map(|(b, seq)| {
+            let seed = run.seed.wrapping_add(b as u32);
+            let replay = ReplayRecord {
+                model_sha256: engine.file_sha256().map(str::to_string),
+                model_path: engine.path().display().to_string(),
+                engine_build: hearth_engine::BUILD_ID.to_string(),
+                device: hearth_engine::device::describe(engine.model().device()),
+                prompt_sha256: hearth_engine::file_hash::ids_sha256(run.prompt),
+                prompt_tokens: run.prompt.len() as u32,
+                passes: run.passes.clone(),
+                context_length: run.context as u32,
+                prefix_bytes: job.prefix.len() as u32,
+                prefix_ids: job.prefix_ids.clone().unwrap_or_default(),
+                temperature: s.temperature,
+                top_k: s.top_k,
+                top_p: s.top_p,
+                min_p: s.min_p,
+                repeat_penalty: s.repeat_penalty,
+                penalty_window: s.penalty_window,
+                seed,
+                max_new_tokens: s.max_new_tokens,
+                stop_strings: s.stop_strings.clone(),
+                tokens: seq.tokens.clone(),
+            };
+            let generated = seq.tokens.len();
+            Finished {
+                choices: TokenChoices { tokens: choices.get_mut(b).map(std::mem::take).unwrap_or_default() },
+                text: format!("{}{}", job.prefix, seq.text),
+                reason: seq.finish,
+                stats: ReplyStats {
+                    prompt_tokens: st.prompt_tokens as u32,
+                    processed_tokens: st.processed_tokens as u32,
+                    generated_tokens: generated as u32,
+                    ttft_ms: st.time_to_first_token.as_secs_f64() * 1e3,
+                    tokens_per_s: if decode_s > 0.0 { generated.saturating_sub(1) as f64 / decode_s } else { 0.0 },
+                    finish_reason: seq.finish.as_str().to_string(),
+                    seed: Some(seed),
+                    temperature: Some(s.temperature),
+                    error: None,
+                    dropped_messages: run.dropped as u32,
+                    replay: Some(replay),
+                },
+            }
+        })
+        .collect()
 }
 
 /// The prompt's token ids for `job` under `settings`: the conversation
@@ -336,7 +363,7 @@ impl Unsent {
 }
 
 #[derive(Clone)]
-struct Finished {
+pub(super) struct Finished {
     /// Every token of the reply with its alternatives (the prefix's first).
     choices: TokenChoices,
     text: String,
@@ -345,7 +372,7 @@ struct Finished {
 }
 
 impl Finished {
-    fn stopped_before_start(prefix: &str) -> Self {
+    pub fn stopped_before_start(prefix: &str) -> Self {
         Self {
             choices: TokenChoices::default(),
             text: prefix.to_string(),

@@ -1,0 +1,212 @@
+//! Replies that run side by side: each owns its conversation's session
+//! (`OwnedTurn`) and the worker advances them in turn, one prefill chunk or
+//! one token each, so several conversations stream at once and a long
+//! prompt holds up the others for a chunk at most.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::Instant;
+
+use hearth_engine::sampler_loop::PAD;
+use hearth_engine::{Advance, Engine, OwnedTurn, TokenEvent};
+use hearth_store::{MessageStatus, TokenChoice};
+use tokio_util::sync::CancellationToken;
+
+use super::queue::{ActiveJob, Queued};
+use super::reply::{finished_replies, generation_config, prompt_ids, Finished, ReplyJob, RunRecord, Unsent, FLUSH_INTERVAL, FLUSH_TOKENS};
+use super::{panic_message, test_panic_hook, WorkerThread};
+use crate::error::{AppError, ErrorKind};
+use crate::events::GenerationEvent;
+
+/// Prompt tokens read per turn while other replies are running: about a
+/// second of prefill here, so their tokens keep coming. Alone, a reply
+/// reads llama.cpp's 512 at a time.
+const SHARED_PREFILL_ROWS: usize = 128;
+
+/// One reply of one sequence, between the worker's turns.
+pub(super) struct RunningReply {
+    job: ReplyJob,
+    cancel: CancellationToken,
+    /// Frees the conversation when the reply ends, however it ends.
+    active: Option<ActiveJob>,
+    engine: Arc<Engine>,
+    turn: Option<OwnedTurn>,
+    prompt: Vec<u32>,
+    context: usize,
+    dropped: usize,
+    seed: u32,
+    text: String,
+    choices: Vec<TokenChoice>,
+    unsent: Unsent,
+    unsaved: usize,
+    last_flush: Instant,
+}
+
+impl WorkerThread {
+    /// Starts a reply beside the others; `None` if it ended at once (stopped
+    /// while queued, no model, a prompt that does not fit, a panic).
+    pub(super) fn admit(&mut self, queued: Queued) -> Option<RunningReply> {
+        let Queued { job, cancel } = queued;
+        let active = ActiveJob { shared: self.shared.clone(), conversation_id: job.conversation_id };
+        if cancel.is_cancelled() {
+            drop(active);
+            let stopped = Finished::stopped_before_start(&job.prefix);
+            self.end_reply(&job, Ok(vec![stopped]), std::slice::from_ref(&job.prefix));
+            return None;
+        }
+        let started = catch_unwind(AssertUnwindSafe(|| self.start(&job))).unwrap_or_else(|panic| Err(internal(&job, &*panic)));
+        match started {
+            Ok(parts) => {
+                let (engine, turn, prompt, context, dropped, seed) = parts;
+                Some(RunningReply {
+                    text: job.prefix.clone(),
+                    choices: job.prefix_choices.clone(),
+                    job,
+                    cancel,
+                    active: Some(active),
+                    engine,
+                    turn: Some(turn),
+                    prompt,
+                    context,
+                    dropped,
+                    seed,
+                    unsent: Unsent::default(),
+                    unsaved: 0,
+                    last_flush: Instant::now(),
+                })
+            }
+            Err(error) => {
+                drop(active);
+                let text = job.prefix.clone();
+                self.end_reply(&job, Err(error), &[text]);
+                None
+            }
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn start(&mut self, job: &ReplyJob) -> Result<(Arc<Engine>, OwnedTurn, Vec<u32>, usize, usize, u32), AppError> {
+        let engine = self.engine.clone().ok_or_else(|| AppError::new(ErrorKind::NoModel, "no model is loaded; open a GGUF model first"))?;
+        (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
+        test_panic_hook(job.messages.last().map_or("", |m| m.content.as_str()));
+        let (prompt, context, dropped) = prompt_ids(&engine, job, &job.settings)?;
+        let session = self.caches.take(&engine, job.conversation_id, &prompt, context).unwrap_or_else(|| engine.new_session(Some(context)));
+        let (config, seed) = generation_config(&engine, &job.settings);
+        match session.into_turn(engine.model(), engine.tokenizer(), prompt.clone(), config) {
+            Ok(turn) => {
+                if let Some(p) = turn.prefill_progress() {
+                    (job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 });
+                }
+                Ok((engine, turn, prompt, context, dropped, seed))
+            }
+            Err((session, e)) => {
+                self.caches.put(job.conversation_id, session, context, false);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// One turn of `r` (`sharing`: how many replies are running); false
+    /// once it has ended and been recorded.
+    pub(super) fn advance(&mut self, r: &mut RunningReply, sharing: usize) -> bool {
+        let step = catch_unwind(AssertUnwindSafe(|| self.step(r, sharing)));
+        let result = match step {
+            Ok(Ok(true)) => return true,
+            Ok(Ok(false)) => Ok(()),
+            Ok(Err(e)) => Err(e),
+            Err(panic) => {
+                // Its session went with the turn: this conversation starts cold.
+                r.turn = None;
+                self.caches.forget(r.job.conversation_id);
+                Err(internal(&r.job, &*panic))
+            }
+        };
+        let ended = catch_unwind(AssertUnwindSafe(|| self.end(r, result)));
+        if let Err(panic) = ended {
+            let message = panic_message(&*panic);
+            tracing::error!("reply {} panicked while ending: {message}", r.job.reply_id);
+            r.active = None;
+            (r.job.events)(GenerationEvent::Error { error: internal(&r.job, &*panic) });
+        }
+        false
+    }
+
+    /// Runs one prefill chunk or one token; true while there is more.
+    fn step(&mut self, r: &mut RunningReply, sharing: usize) -> Result<bool, AppError> {
+        let turn = r.turn.as_mut().expect("a running reply has its turn");
+        let (model, tokenizer) = (r.engine.model(), r.engine.tokenizer());
+        if r.cancel.is_cancelled() {
+            let events = turn.cancel(model, tokenizer);
+            r.take_events(events);
+            return Ok(false);
+        }
+        turn.set_prefill_rows(if sharing > 1 { SHARED_PREFILL_ROWS } else { hearth_engine::model::PREFILL_CHUNK });
+        match turn.advance(model, tokenizer)? {
+            Advance::Prefill(p) => (r.job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 }),
+            Advance::Tokens(events) => {
+                r.take_events(events);
+                r.unsent.send_if_due(&r.job.events, 0);
+                if r.unsaved >= FLUSH_TOKENS || r.last_flush.elapsed() >= FLUSH_INTERVAL {
+                    self.store.update_reply(r.job.reply_id, &r.text, MessageStatus::Streaming, None)?;
+                    r.unsaved = 0;
+                    r.last_flush = Instant::now();
+                }
+            }
+            Advance::Done => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Hands the session back to the caches and records how the reply ended.
+    fn end(&mut self, r: &mut RunningReply, result: Result<(), AppError>) {
+        r.unsent.send(&r.job.events, 0);
+        let finished = match (r.turn.take(), result) {
+            (Some(turn), result) => {
+                let passes: Vec<[u32; 3]> = turn.prompt_passes().runs().iter().map(|&p| p.into()).collect();
+                let (session, out) = turn.finish(r.engine.model(), r.engine.tokenizer());
+                let ok = result.is_ok() && out.is_ok();
+                self.caches.put(r.job.conversation_id, session, r.context, ok);
+                match (result, out) {
+                    (Err(e), _) => Err(e),
+                    (Ok(()), Err(e)) => Err(e.into()),
+                    (Ok(()), Ok(None)) => Ok(vec![Finished::stopped_before_start(&r.job.prefix)]),
+                    (Ok(()), Ok(Some(out))) => {
+                        let run = RunRecord { prompt: &r.prompt, passes, context: r.context, dropped: r.dropped, seed: r.seed };
+                        Ok(finished_replies(&r.engine, &r.job, &run, &out, vec![std::mem::take(&mut r.choices)]))
+                    }
+                }
+            }
+            (None, result) => result.map(|()| vec![Finished::stopped_before_start(&r.job.prefix)]),
+        };
+        // The conversation is free again before anyone hears the reply ended,
+        // so an immediate next message is not refused as busy.
+        r.active = None;
+        let last_message = r.job.messages.last().map_or("", |m| m.content.as_str());
+        test_panic_hook(last_message.strip_suffix(":after").unwrap_or(""));
+        let text = r.text.clone();
+        self.end_reply(&r.job, finished, &[text]);
+    }
+}
+
+impl RunningReply {
+    fn take_events(&mut self, events: Vec<TokenEvent>) {
+        for e in events {
+            if let Some(lp) = &e.logprobs {
+                self.choices.push(TokenChoice { id: e.token, logprob: lp.logprob, top: lp.top.clone() });
+            }
+            self.text.push_str(&e.text);
+            self.unsaved += 1;
+            self.unsent.text.push_str(&e.text);
+            // A stop releases held-back text with no token of its own.
+            if e.token != PAD {
+                self.unsent.ids.push(e.token);
+            }
+        }
+    }
+}
+
+fn internal(job: &ReplyJob, panic: &(dyn std::any::Any + Send)) -> AppError {
+    let message = panic_message(panic);
+    tracing::error!("reply {} in conversation {} panicked: {message}", job.reply_id, job.conversation_id);
+    AppError::new(ErrorKind::Internal, format!("this reply stopped on an internal error ({message}); other conversations are unaffected"))
+}
