@@ -68,6 +68,11 @@ enum Command {
         /// "Generate N" does) and compare the wall time with one sequence.
         #[arg(long, default_value_t = 1)]
         batch: usize,
+        /// Also run this many conversations' replies in turn (as the app's
+        /// worker does when several conversations write at once) and compare
+        /// each one's decode speed with one conversation alone.
+        #[arg(long, default_value_t = 1)]
+        concurrent: usize,
         #[arg(long)]
         json: bool,
     },
@@ -214,7 +219,7 @@ fn run(cli: Cli) -> Result<(), EngineError> {
         }
         Command::Chat { model, sampling, system } => chat(&model, &sampling, system),
         Command::Replay { record, model } => replay::run(&model, &record),
-        Command::Bench { model, prompt_tokens, gen_tokens, repeats, batch, json } => bench(&model, prompt_tokens, gen_tokens, repeats, batch, json),
+        Command::Bench { model, prompt_tokens, gen_tokens, repeats, batch, concurrent, json } => bench(&model, prompt_tokens, gen_tokens, repeats, batch, concurrent, json),
         Command::BenchCache { model, history_tokens, json } => bench_cache::run(&model, history_tokens, json),
         Command::Score { model, ids_file, out } => score::score(&open(&model)?, &ids_file, &out),
         Command::Perplexity { model, file, ctx, kl_base, json } => score::perplexity(&open(&model)?, &file, ctx, kl_base.as_deref(), json),
@@ -358,7 +363,7 @@ fn chat(model: &ModelArgs, sampling: &SamplingArgs, system: Option<String>) -> R
     Ok(())
 }
 
-fn bench(model: &ModelArgs, prompt_tokens: usize, gen_tokens: usize, repeats: usize, batch: usize, json_out: bool) -> Result<(), EngineError> {
+fn bench(model: &ModelArgs, prompt_tokens: usize, gen_tokens: usize, repeats: usize, batch: usize, concurrent: usize, json_out: bool) -> Result<(), EngineError> {
     let engine = open(model)?;
     let m = engine.model();
     // A fixed, ordinary English text, repeated to the requested length.
@@ -393,6 +398,17 @@ fn bench(model: &ModelArgs, prompt_tokens: usize, gen_tokens: usize, repeats: us
     } else {
         None
     };
+    let concurrently = if concurrent > 1 {
+        let alone = concurrent_decode_rates(&engine, &prompt, gen_tokens, 1)?[0];
+        let each = concurrent_decode_rates(&engine, &prompt, gen_tokens, concurrent)?;
+        let worst = each.iter().copied().fold(f64::MAX, f64::min);
+        Some(json!({"conversations": concurrent, "alone_tokens_per_s": alone, "each_tokens_per_s": each, "worst_ratio": worst / alone}))
+    } else {
+        None
+    };
+    if let (false, Some(c)) = (json_out, &concurrently) {
+        println!("{concurrent} conversations in turn: the slowest at {:.2}x the decode speed of one alone", c["worst_ratio"].as_f64().unwrap_or(0.0));
+    }
     if let (false, Some(b)) = (json_out, &batched) {
         println!("{batch} sequences: {:.2}x the wall time of one ({:.1} tok/s in all)", b["wall_ratio"].as_f64().unwrap_or(0.0), b["batch_tokens_per_s"].as_f64().unwrap_or(0.0));
     }
@@ -412,6 +428,7 @@ fn bench(model: &ModelArgs, prompt_tokens: usize, gen_tokens: usize, repeats: us
                 "decode_tokens_per_s": decode_tps,
                 "peak_rss_bytes": peak_rss_bytes(),
                 "batched": batched,
+                "concurrent": concurrently,
             })
         );
     } else {
@@ -434,6 +451,54 @@ fn batch_decode_seconds(engine: &Engine, prompt: &[u32], gen_tokens: usize, batc
         best = best.min(t.elapsed().as_secs_f64());
     }
     Ok(best)
+}
+
+/// Each of `n` conversations' decode speed (tokens after its first, per
+/// second from its first to its last) when their replies run in turn as the
+/// app's worker runs them: one prefill chunk or one token each, 128-token
+/// chunks while others are running.
+fn concurrent_decode_rates(engine: &Engine, prompt: &[u32], gen_tokens: usize, n: usize) -> Result<Vec<f64>, EngineError> {
+    use hearth_engine::Advance;
+    let (m, tok) = (engine.model(), engine.tokenizer());
+    let mut turns = Vec::new();
+    for i in 0..n {
+        let mut config = engine.generation_config(SamplingParams { temperature: 0.8, seed: 7 + i as u64, ..SamplingParams::default() }, gen_tokens);
+        config.end_tokens.clear();
+        // Each conversation its own prompt, so no cache is shared.
+        let mut own = prompt.to_vec();
+        own.rotate_left(i % prompt.len().max(1));
+        let turn = engine.new_session(Some(prompt.len() + gen_tokens + 8)).into_turn(m, tok, own, config).map_err(|(_, e)| e)?;
+        turns.push(turn);
+    }
+    let mut first: Vec<Option<Instant>> = vec![None; n];
+    let mut last: Vec<Option<Instant>> = vec![None; n];
+    let mut count = vec![0usize; n];
+    let mut done = vec![false; n];
+    while done.iter().any(|d| !d) {
+        let running = done.iter().filter(|d| !**d).count();
+        for i in 0..n {
+            if done[i] {
+                continue;
+            }
+            turns[i].set_prefill_rows(if running > 1 { 128 } else { hearth_engine::model::PREFILL_CHUNK });
+            match turns[i].advance(m, tok)? {
+                Advance::Tokens(events) => {
+                    let now = Instant::now();
+                    first[i].get_or_insert(now);
+                    last[i] = Some(now);
+                    count[i] += events.len();
+                }
+                Advance::Prefill(_) => {}
+                Advance::Done => done[i] = true,
+            }
+        }
+    }
+    Ok((0..n)
+        .map(|i| match (first[i], last[i]) {
+            (Some(a), Some(b)) if count[i] > 1 => (count[i] - 1) as f64 / (b - a).as_secs_f64(),
+            _ => 0.0,
+        })
+        .collect())
 }
 
 /// High-water mark of resident memory, where the OS reports it.
