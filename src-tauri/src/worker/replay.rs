@@ -10,12 +10,12 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use hearth_engine::sampler_loop::PAD;
-use hearth_engine::{EngineError, Pass, Passes, SamplingParams};
+use hearth_engine::{EngineError, Pass, Passes};
 use hearth_store::{ConversationSettings, ReplayRecord};
 use tokio_util::sync::CancellationToken;
 
 use super::queue::{ActiveJob, Queued};
-use super::reply::{prompt_ids, ReplyJob, Unsent};
+use super::reply::{generation_config, prompt_ids, ReplyJob, Unsent};
 use super::{panic_message, WorkerThread};
 use crate::error::{AppError, ErrorKind};
 use crate::events::{GenerationEvent, ReplayOutcome};
@@ -69,7 +69,21 @@ impl WorkerThread {
             notes.push(format!("recorded on {}, replayed on {device}", record.device));
         }
 
-        let settings = ConversationSettings { context_length: record.context_length, max_new_tokens: record.max_new_tokens, ..job.settings.clone() };
+        // The recorded sampler chain and context; the conversation's own
+        // settings only for what shaped the prompt (the overflow policy).
+        let settings = ConversationSettings {
+            temperature: record.temperature,
+            top_k: record.top_k,
+            top_p: record.top_p,
+            min_p: record.min_p,
+            repeat_penalty: record.repeat_penalty,
+            penalty_window: record.penalty_window,
+            seed: Some(record.seed),
+            max_new_tokens: record.max_new_tokens,
+            stop_strings: record.stop_strings.clone(),
+            context_length: record.context_length,
+            ..job.settings.clone()
+        };
         let (prompt, context, _) = prompt_ids(&engine, job, &settings)?;
         if hearth_engine::file_hash::ids_sha256(&prompt) != record.prompt_sha256 {
             return Err(cannot(
@@ -78,18 +92,7 @@ impl WorkerThread {
         }
         let passes = Passes::try_from(record.passes.iter().map(|&p| Pass::from(p)).collect::<Vec<_>>())
             .map_err(|e| cannot(format!("the record's passes are damaged: {e}")))?;
-        let sampling = SamplingParams {
-            temperature: record.temperature,
-            top_k: (record.top_k > 0).then_some(record.top_k as usize),
-            top_p: record.top_p,
-            min_p: record.min_p,
-            repeat_penalty: record.repeat_penalty,
-            penalty_window: record.penalty_window as usize,
-            seed: record.seed as u64,
-            ..SamplingParams::default()
-        };
-        let mut config = engine.generation_config(sampling, record.max_new_tokens as usize);
-        config.stop_strings = record.stop_strings.clone();
+        let (config, _) = generation_config(&engine, &settings);
 
         let entry = self.caches.take(&engine, job.conversation_id, &prompt, context);
         // A copy: the conversation's own cache stays as it was.

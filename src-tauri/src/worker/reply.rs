@@ -209,13 +209,8 @@ impl WorkerThread {
             for (b, u) in unsent.iter_mut().enumerate() {
                 u.send(&job.events, b);
             }
-            let out = if n == 1 {
-                turn.finish(0)?
-            } else {
-                let (out, rest) = turn.finish_variants()?;
-                others = rest;
-                out
-            };
+            let (out, rest) = turn.finish_variants()?;
+            others = rest;
             let record = RunRecord { prompt: &prompt, passes, context, dropped, seed };
             Ok(finished_replies(&engine, job, &record, &out, choices.iter_mut().map(std::mem::take).collect()))
         })();
