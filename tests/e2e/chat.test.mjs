@@ -83,6 +83,13 @@ describe('Hearth end to end', () => {
     assert.equal(await again.attr('data-finish'), 'cancelled');
     const continued = await (await (await lastReply(d)).$('[data-testid=message-body]')).text();
     assert.ok(continued.startsWith(stoppedText.slice(0, 40)), 'the earlier text is kept');
+    // A stopped, continued reply replays exactly as far as it went.
+    await (await (await lastReply(d)).$('[data-testid=replay]')).click();
+    const result = await d.waitFor(async () => {
+      const x = await (await lastReply(d)).$('[data-testid=replay-result]');
+      return x && (await x.attr('data-done')) === 'true' ? x : null;
+    }, 'the replay', 120000);
+    assert.equal(await result.attr('data-matched'), 'true', await result.text());
   });
 
   it('switching back, the next turn processes only the new tokens', async () => {

@@ -33,6 +33,9 @@ pub fn run(model: &ModelArgs, record_path: &Path) -> Result<(), EngineError> {
         Some(recorded) => return Err(bad(format!("the record was written by a model file with SHA-256 {recorded}; {} has {sha}", engine.path().display()))),
         None => return Err(bad("the record does not name its model file's hash".into())),
     }
+    if record.passes.is_empty() {
+        return Err(bad("the record was written before Hearth recorded how its prompt was computed, so it cannot be run again exactly".into()));
+    }
     let passes = Passes::try_from(record.passes.iter().map(|&p| Pass::from(p)).collect::<Vec<_>>())?;
     let sampling = SamplingParams {
         temperature: record.temperature,
@@ -41,11 +44,13 @@ pub fn run(model: &ModelArgs, record_path: &Path) -> Result<(), EngineError> {
         min_p: record.min_p,
         repeat_penalty: record.repeat_penalty,
         penalty_window: record.penalty_window as usize,
-        seed: record.seed as u64,
+        seed: record.seed as u64 + record.variant as u64,
         ..SamplingParams::default()
     };
     let mut config = engine.generation_config(sampling, record.max_new_tokens as usize);
     config.stop_strings = record.stop_strings.clone();
+    // As the app asks when it records: the same sampling path.
+    config.top_logprobs = hearth_store::KEPT_ALTERNATIVES;
     let mut session = engine.new_session(Some(record.context_length as usize));
     let mut turn = session.start_replay(engine.model(), engine.tokenizer(), &export.prompt_ids, &passes, config, &mut |_| true)?;
     let processed = turn.stats().processed_tokens;

@@ -52,7 +52,7 @@ impl Passes {
     fn push_runs(&mut self, pass: Pass) {
         self.len += pass.kept as usize * pass.count as usize;
         match self.runs.last_mut() {
-            Some(last) if last.rows == pass.rows && last.kept == pass.kept => last.count += pass.count,
+            Some(last) if last.rows == pass.rows && last.kept == pass.kept && last.count.checked_add(pass.count).is_some() => last.count += pass.count,
             _ => self.runs.push(pass),
         }
     }
@@ -138,6 +138,10 @@ impl TryFrom<Vec<Pass>> for Passes {
         for p in runs {
             if p.kept == 0 || p.kept > p.rows || p.count == 0 {
                 return Err(EngineError::CorruptCache(format!("a pass of {} rows keeping {} ({} times) is impossible", p.rows, p.kept, p.count)));
+            }
+            // No cache holds 2^32 positions: a total past that is hostile.
+            if passes.len.saturating_add(p.kept as usize * p.count as usize) > u32::MAX as usize {
+                return Err(EngineError::CorruptCache("passes covering more than 2^32 positions".into()));
             }
             passes.push_runs(p);
         }

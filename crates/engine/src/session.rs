@@ -222,6 +222,9 @@ impl Session {
         if prompt.len() > self.cache.max_len() {
             return Err(EngineError::PromptTooLong { tokens: prompt.len(), context: self.cache.max_len() });
         }
+        if let Some((start, rows, _)) = passes.each().find(|&(start, rows, _)| start + rows as usize > self.cache.max_len()) {
+            return Err(EngineError::setting("passes", format!("a recorded pass of {rows} rows at position {start} does not fit the context of {}", self.cache.max_len())));
+        }
         let wanted: Vec<(usize, u32, u32)> = passes.each().collect();
         let same = self
             .passes

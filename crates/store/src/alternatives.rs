@@ -26,6 +26,10 @@ pub struct TokenChoice {
 /// The most alternatives kept per token.
 pub const MAX_TOP: usize = 20;
 
+/// Alternatives the app keeps for each generated token (and asks the
+/// sampler for, so a replay samples on the same path).
+pub const KEPT_ALTERNATIVES: usize = 5;
+
 impl TokenChoices {
     fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(4 + self.tokens.len() * 9 * 8);
@@ -74,6 +78,12 @@ impl Store {
             "INSERT INTO token_alternatives(message_id, data) VALUES (?1, ?2) ON CONFLICT(message_id) DO UPDATE SET data = excluded.data",
             params![message_id, choices.encode()],
         )?;
+        Ok(())
+    }
+
+    /// Forgets a reply's token choices (its text was written without them).
+    pub fn clear_token_choices(&self, message_id: i64) -> Result<()> {
+        self.conn.execute("DELETE FROM token_alternatives WHERE message_id = ?1", [message_id])?;
         Ok(())
     }
 

@@ -14,7 +14,7 @@ mod models;
 mod settings;
 mod store;
 
-pub use alternatives::{TokenChoice, TokenChoices};
+pub use alternatives::{TokenChoice, TokenChoices, KEPT_ALTERNATIVES};
 pub use conversations::{Conversation, SearchHit};
 pub use error::{Result, StoreError};
 pub use messages::{Message, MessageStatus, ReplayExport, ReplayRecord, ReplyStats, Role, ThreadMessage};

@@ -90,7 +90,10 @@ pub struct ReplayRecord {
     pub min_p: f32,
     pub repeat_penalty: f32,
     pub penalty_window: u32,
+    /// The seed of the turn; variant `b` of "Generate N" sampled with
+    /// `seed + b` (in 64 bits, as the sampler adds it).
     pub seed: u32,
+    pub variant: u32,
     pub max_new_tokens: u32,
     pub stop_strings: Vec<String>,
     /// The generated token ids, in order.

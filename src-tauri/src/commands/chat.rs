@@ -172,9 +172,14 @@ pub async fn chat_continue(state: State<'_, AppState>, conversation_id: i64, rep
         return Err(AppError::new(ErrorKind::Busy, "this reply is still being written"));
     }
     let (messages, settings) = prompt_messages(&store, conversation_id, Some(parent))?;
-    // The tokens that wrote the text so far, when kept: the prompt is then
-    // exactly what the cache holds, and the choices stay aligned.
-    let kept = store.token_choices(reply_id)?.map(|c| c.tokens).unwrap_or_default();
+    // The tokens that wrote the text so far, when kept and still what the
+    // text says (a failed or cut-off run may have written more): the prompt
+    // is then exactly what the cache holds, and the choices stay aligned.
+    let mut kept = store.token_choices(reply_id)?.map(|c| c.tokens).unwrap_or_default();
+    let ids: Vec<u32> = kept.iter().map(|t| t.id).collect();
+    if state.worker.engine().is_none_or(|e| e.tokenizer().decode(&ids) != reply.content) {
+        kept.clear();
+    }
     store.update_reply(reply.id, &reply.content, MessageStatus::Streaming, None)?;
     let job = ReplyJob {
         prefix: reply.content.clone(),
@@ -193,9 +198,13 @@ pub async fn chat_continue(state: State<'_, AppState>, conversation_id: i64, rep
 /// to the reply, and the text the reply had when this run continued it).
 fn replay_job(store: &Store, conversation_id: i64, reply_id: i64, on_event: Channel<GenerationEvent>) -> AppResult<ReplyJob> {
     let (reply, parent) = reply_of(store, conversation_id, reply_id)?;
-    let record = reply.stats.as_ref().and_then(|s| s.replay.clone()).ok_or_else(|| {
+    let mut record = reply.stats.as_ref().and_then(|s| s.replay.clone()).ok_or_else(|| {
         AppError::new(ErrorKind::CannotReplay, "this reply has no record of what produced it (it failed, or was written before records were kept)")
     })?;
+    if reply.stats.as_ref().is_some_and(|s| s.finish_reason == hearth_engine::FinishReason::Cancelled.as_str()) {
+        // Stopped by the user: a replay goes as far as the reply did.
+        record.max_new_tokens = record.tokens.len() as u32;
+    }
     let prefix = reply.content.get(..record.prefix_bytes as usize).unwrap_or_default().to_string();
     let (messages, settings) = prompt_messages(store, conversation_id, Some(parent))?;
     let prefix_ids = (!record.prefix_ids.is_empty()).then(|| record.prefix_ids.clone());

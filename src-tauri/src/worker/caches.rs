@@ -260,7 +260,7 @@ impl Caches {
         let extends = |(prev, passes): &&(Vec<u32>, Passes)| {
             let mut now = session.passes().clone();
             now.truncate(prev.len());
-            tokens.starts_with(prev) && &now == passes
+            tokens.starts_with(prev) && &now == passes && session.passes().after(prev.len()).is_some()
         };
         let appended = self.saved.get(&conversation_id).filter(extends).map_or(0, |(p, _)| p.len());
         let needed = ((tokens.len() - appended) * session.cache().bytes_per_position()) as u64 + (1 << 20);

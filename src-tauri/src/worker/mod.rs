@@ -132,7 +132,7 @@ impl Worker {
         if busy {
             return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
         }
-        let must_wait = !q.active.is_empty() && (!job.runs_beside_others() || q.active.len() >= MAX_RUNNING);
+        let must_wait = !q.active.is_empty() && (!job.runs_beside_others() || q.alone || q.active.len() >= MAX_RUNNING);
         if must_wait || q.load.is_some() || q.loading || !q.jobs.is_empty() {
             (job.events)(GenerationEvent::Queued { position: q.jobs.len() as u32 + 1 });
         }
@@ -307,6 +307,7 @@ impl WorkerThread {
     fn pop(q: &mut queue::Queue) -> Option<Queued> {
         let queued = q.jobs.pop_front()?;
         q.active.push((queued.job.conversation_id, queued.cancel.clone()));
+        q.alone = !queued.job.runs_beside_others();
         for (i, waiting) in q.jobs.iter().enumerate() {
             (waiting.job.events)(GenerationEvent::Queued { position: i as u32 + 1 });
         }

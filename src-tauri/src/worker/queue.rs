@@ -48,6 +48,8 @@ pub(super) struct Queue {
     pub jobs: VecDeque<Queued>,
     /// Replies running now (several take turns), by conversation.
     pub active: Vec<(i64, CancellationToken)>,
+    /// The running job needs the thread alone ("Generate N", a replay).
+    pub alone: bool,
     pub load: Option<PathBuf>,
     /// Forget every conversation's cache, in memory and on disk.
     pub clear_caches: bool,
@@ -74,5 +76,8 @@ impl Drop for ActiveJob {
     fn drop(&mut self) {
         let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
         q.active.retain(|(c, _)| *c != self.conversation_id);
+        if q.active.is_empty() {
+            q.alone = false;
+        }
     }
 }

@@ -90,9 +90,13 @@ impl WorkerThread {
                 "the conversation before this reply is not what it was written from (the system prompt, an earlier message or the overflow policy changed)".into(),
             ));
         }
+        if record.passes.is_empty() {
+            return Err(cannot("this reply was written before Hearth recorded how its prompt was computed, so it cannot be run again exactly".into()));
+        }
         let passes = Passes::try_from(record.passes.iter().map(|&p| Pass::from(p)).collect::<Vec<_>>())
             .map_err(|e| cannot(format!("the record's passes are damaged: {e}")))?;
-        let (config, _) = generation_config(&engine, &settings);
+        let (mut config, _) = generation_config(&engine, &settings);
+        config.sampling.seed = record.seed as u64 + record.variant as u64;
 
         let entry = self.caches.take(&engine, job.conversation_id, &prompt, context);
         // A copy: the conversation's own cache stays as it was.

@@ -65,9 +65,6 @@ impl ReplyJob {
     }
 }
 
-/// Alternatives kept for each generated token.
-pub const TOP_ALTERNATIVES: usize = 5;
-
 /// Flush a streaming reply to disk at least this often...
 pub(super) const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 /// ...or after this many tokens, whichever comes first.
@@ -119,9 +116,14 @@ impl WorkerThread {
                 for (id, d) in job.reply_ids().into_iter().zip(&done) {
                     let status = if d.reason == FinishReason::Cancelled { MessageStatus::Interrupted } else { MessageStatus::Complete };
                     saved = saved.and(self.store.update_reply(id, &d.text, status, Some(&d.stats)));
-                    if !d.choices.tokens.is_empty() {
-                        saved = saved.and(self.store.set_token_choices(id, &d.choices));
-                    }
+                    // A reply continued from text it has no tokens for
+                    // would show choices that do not line up with it.
+                    let aligned = job.prefix.is_empty() || job.prefix_ids.is_some();
+                    saved = saved.and(if aligned && !d.choices.tokens.is_empty() {
+                        self.store.set_token_choices(id, &d.choices)
+                    } else {
+                        self.store.clear_token_choices(id)
+                    });
                 }
                 // Saved before the reply is reported done, so an app closed
                 // right after still finds its cache.
@@ -137,7 +139,7 @@ impl WorkerThread {
                 let stats = ReplyStats { finish_reason: "error".into(), error: Some(error.message.clone()), ..Default::default() };
                 for (id, text) in job.reply_ids().into_iter().zip(texts) {
                     let status = if text.is_empty() { MessageStatus::Error } else { MessageStatus::Interrupted };
-                    if let Err(e) = self.store.update_reply(id, text, status, Some(&stats)) {
+                    if let Err(e) = self.store.update_reply(id, text, status, Some(&stats)).and_then(|()| self.store.clear_token_choices(id)) {
                         tracing::error!("cannot record a failed reply: {e}");
                     }
                 }
@@ -240,7 +242,7 @@ pub(super) fn generation_config(engine: &hearth_engine::Engine, s: &Conversation
     };
     let mut config = engine.generation_config(sampling, s.max_new_tokens as usize);
     config.stop_strings = s.stop_strings.clone();
-    config.top_logprobs = TOP_ALTERNATIVES;
+    config.top_logprobs = hearth_store::KEPT_ALTERNATIVES;
     (config, seed)
 }
 
@@ -263,7 +265,6 @@ pub(super) fn finished_replies(engine: &hearth_engine::Engine, job: &ReplyJob, r
         .iter()
         .enumerate()
         .map(|(b, seq)| {
-            let seed = run.seed.wrapping_add(b as u32);
             let replay = ReplayRecord {
                 model_sha256: engine.file_sha256().map(str::to_string),
                 model_path: engine.path().display().to_string(),
@@ -281,10 +282,11 @@ pub(super) fn finished_replies(engine: &hearth_engine::Engine, job: &ReplyJob, r
                 min_p: s.min_p,
                 repeat_penalty: s.repeat_penalty,
                 penalty_window: s.penalty_window,
-                seed,
                 max_new_tokens: s.max_new_tokens,
                 stop_strings: s.stop_strings.clone(),
                 tokens: seq.tokens.clone(),
+                seed: run.seed,
+                variant: b as u32,
             };
             let generated = seq.tokens.len();
             Finished {
@@ -298,7 +300,8 @@ pub(super) fn finished_replies(engine: &hearth_engine::Engine, job: &ReplyJob, r
                     ttft_ms: st.time_to_first_token.as_secs_f64() * 1e3,
                     tokens_per_s: if decode_s > 0.0 { generated.saturating_sub(1) as f64 / decode_s } else { 0.0 },
                     finish_reason: seq.finish.as_str().to_string(),
-                    seed: Some(seed),
+                    // Shown as the seed this variant sampled with.
+                    seed: Some(run.seed.wrapping_add(b as u32)),
                     temperature: Some(s.temperature),
                     error: None,
                     dropped_messages: run.dropped as u32,

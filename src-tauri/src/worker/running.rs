@@ -54,7 +54,11 @@ impl WorkerThread {
             self.end_reply(&job, Ok(vec![stopped]), std::slice::from_ref(&job.prefix));
             return None;
         }
-        let started = catch_unwind(AssertUnwindSafe(|| self.start(&job))).unwrap_or_else(|panic| Err(internal(&job, &*panic)));
+        let started = catch_unwind(AssertUnwindSafe(|| self.start(&job))).unwrap_or_else(|panic| {
+            // Its cache may be what failed: this conversation starts cold.
+            self.caches.forget(job.conversation_id);
+            Err(internal(&job, &*panic))
+        });
         match started {
             Ok(parts) => {
                 let (engine, turn, prompt, context, dropped, seed) = parts;

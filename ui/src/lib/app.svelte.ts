@@ -190,6 +190,8 @@ export class AppState {
   private ended(conversationId: number) {
     return (error: string | null) => {
       if (error) this.error = error;
+      // A reply that grew has other tokens now.
+      this.tokenViews = {};
       void this.guard(async () => {
         if (this.activeId === conversationId) this.thread = await api.conversations.thread(conversationId);
         await this.refreshList();

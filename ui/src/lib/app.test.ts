@@ -144,22 +144,27 @@ describe('AppState', () => {
     expect(app.activeId).toBeNull();
   });
 
-  it('replays a reply: busy while it runs, then the verdict beside that reply', async () => {
+  it('replays a reply: busy while it runs, one at a time, then the verdict beside that reply', async () => {
     const outcome = { matched: true, compared: 2, recorded: 2, firstDifference: null, processedTokens: 5, stopped: false, notes: [] };
-    fakeShell({ replayEvents: [{ event: 'started', data: { replyId: 2 } }, { event: 'tokens', data: { text: 'Hi', ids: [8, 9], variant: 0 } }] });
+    const shell = fakeShell({ replayEvents: [{ event: 'started', data: { replyId: 2 } }, { event: 'tokens', data: { text: 'Hi', ids: [8, 9], variant: 0 } }] });
     const app = new AppState();
     await app.init();
     await app.create();
     await app.replay(2);
-    const r = app.replays[app.activeId!];
-    expect(r).toMatchObject({ replyId: 2, tokens: 2, done: false });
+    expect(app.replays[app.activeId!]).toMatchObject({ replyId: 2, tokens: 2, done: false });
     expect(app.activeBusy).toBe(true);
-    // The verdict arrives on the same channel; nothing else about the thread changes.
-    fakeShell({ replayEvents: [{ event: 'replayed', data: { outcome } }] });
+    // A second click while it runs does not take over its place.
     await app.replay(2);
-    expect(app.replays[app.activeId!]).toMatchObject({ done: true, outcome });
-    expect(app.activeBusy).toBe(false);
-    expect(app.activeStream).toBeUndefined();
+    expect(shell.calls.filter((c) => c === 'chat_replay')).toHaveLength(1);
+
+    fakeShell({ replayEvents: [{ event: 'started', data: { replyId: 2 } }, { event: 'tokens', data: { text: 'Hi', ids: [8, 9], variant: 0 } }, { event: 'replayed', data: { outcome } }] });
+    const other = new AppState();
+    await other.init();
+    await other.create();
+    await other.replay(2);
+    expect(other.replays[other.activeId!]).toMatchObject({ done: true, outcome, tokens: 2 });
+    expect(other.activeBusy).toBe(false);
+    expect(other.activeStream).toBeUndefined();
   });
 
   it('streams the replies of "Generate N" side by side', async () => {

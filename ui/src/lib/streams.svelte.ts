@@ -69,6 +69,8 @@ export class StreamStore {
 
   /** Runs a replay of `replyId` through `call`; `replays` follows it. */
   async replay(conversationId: number, replyId: number, recorded: number, call: (onEvent: OnEvent) => Promise<void>) {
+    // One at a time: a second would take over the first one's place.
+    if (this.busy(conversationId)) return;
     this.replays[conversationId] = { replyId, tokens: 0, recorded, done: false, outcome: null, error: null };
     const r = this.replays[conversationId];
     try {

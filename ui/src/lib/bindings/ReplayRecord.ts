@@ -40,7 +40,12 @@ prefixIds: Array<number>,
  * The sampler chain as it ran: the repeat penalty over the window,
  * then top-k, top-p and min-p, then temperature (0 is greedy).
  */
-temperature: number, topK: number, topP: number, minP: number, repeatPenalty: number, penaltyWindow: number, seed: number, maxNewTokens: number, stopStrings: Array<string>, 
+temperature: number, topK: number, topP: number, minP: number, repeatPenalty: number, penaltyWindow: number, 
+/**
+ * The seed of the turn; variant `b` of "Generate N" sampled with
+ * `seed + b` (in 64 bits, as the sampler adds it).
+ */
+seed: number, variant: number, maxNewTokens: number, stopStrings: Array<string>, 
 /**
  * The generated token ids, in order.
  */
