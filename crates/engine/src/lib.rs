@@ -35,7 +35,7 @@ pub use gguf::GgufFile;
 pub use kv_cache::KvCache;
 pub use model::{Architecture, Kernels, Model, ModelConfig};
 pub use passes::{Pass, Passes};
-pub use sampler_loop::{FinishReason, GenerationConfig, Logprobs, SamplerLoop, SamplingState, SequenceOutput, TokenEvent};
+pub use sampler_loop::{FinishReason, GenerationConfig, Logprobs, NextInput, SamplerLoop, SamplingState, SequenceOutput, TokenEvent};
 pub use sampling::{Rng, SamplingParams};
 pub use session::{Advance, OwnedTurn, PrefillStart, Progress, Session, Turn, TurnOutput, TurnStats};
 pub use session_file::{CacheIdentity, Restored};

@@ -93,6 +93,17 @@ pub struct SamplingState {
     text: Vec<TextState>,
 }
 
+/// What a state's next step needs (see `SamplerLoop::next_input`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextInput {
+    /// The loop has stopped.
+    Stopped,
+    /// No forward pass of the caller's: the step runs as `step` runs it.
+    Nothing,
+    /// The model run on this token over the state's cache.
+    Token(u32),
+}
+
 /// Marks buffer slots a sequence never filled.
 pub const PAD: u32 = u32::MAX;
 
@@ -224,13 +235,34 @@ impl<'a> SamplerLoop<'a> {
     /// after that every sequence has a finish reason. The events include the
     /// text still held back from sequences the stop check just finished.
     pub fn step(&self, state: &mut SamplingState) -> Result<Option<Vec<TokenEvent>>> {
+        self.step_given(state, None)
+    }
+
+    /// What the next step needs: nothing (the loop has stopped), no forward
+    /// pass (the prompt's logits are pending), or the model run on this
+    /// token of a one-sequence state (so a scheduler can batch that pass
+    /// with other states' and hand the logits to `step_given`).
+    pub fn next_input(&self, state: &mut SamplingState) -> NextInput {
+        if self.check_stop(state) {
+            NextInput::Stopped
+        } else if state.pending_logits.is_some() || state.done.len() != 1 {
+            NextInput::Nothing
+        } else {
+            NextInput::Token(state.last_token[0])
+        }
+    }
+
+    /// `step`, with the logits of a one-sequence state's forward pass
+    /// already run (over `state.cache`, on the token `next_input` named).
+    pub fn step_given(&self, state: &mut SamplingState, given: Option<Vec<f32>>) -> Result<Option<Vec<TokenEvent>>> {
         if self.check_stop(state) {
             return Ok(None);
         }
         let mut chosen_on_device = None;
-        let mut logits: Vec<Vec<f32>> = match state.pending_logits.take() {
-            Some(first) => vec![first; state.done.len()],
-            None => {
+        let mut logits: Vec<Vec<f32>> = match (state.pending_logits.take(), given) {
+            (Some(first), _) => vec![first; state.done.len()],
+            (None, Some(given)) => vec![given],
+            (None, None) => {
                 let inputs: Vec<Vec<u32>> = state.last_token.iter().map(|&t| vec![t]).collect();
                 let logits = self.model.forward(&inputs, &mut state.cache)?;
                 let s = &self.config.sampling;

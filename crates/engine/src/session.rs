@@ -11,7 +11,7 @@ use crate::error::{EngineError, Result};
 use crate::kv_cache::KvCache;
 use crate::model::{Model, PREFILL_CHUNK};
 use crate::passes::{Pass, Passes};
-use crate::sampler_loop::{sequence_tokens, GenerationConfig, SamplerLoop, SamplingState, SequenceOutput, TokenEvent};
+use crate::sampler_loop::{sequence_tokens, GenerationConfig, NextInput, SamplerLoop, SamplingState, SequenceOutput, TokenEvent};
 use crate::tokenizer::Tokenizer;
 
 /// One conversation's cache. Clone it to fork a branch: clones share the
@@ -399,6 +399,30 @@ impl OwnedTurn {
         })
     }
 
+    /// When the next `advance` is a decode step that runs the model: the
+    /// token it feeds and the cache it feeds it to. A scheduler runs these
+    /// for several turns as one pass (`Model::decode_step_many`) and gives
+    /// each its logits with `advance_given`.
+    pub fn decode_input(&mut self, model: &Model, tokenizer: &Tokenizer) -> Option<(u32, &mut KvCache)> {
+        if self.prefill_from.is_some() {
+            return None;
+        }
+        let sampler = SamplerLoop::new(model, tokenizer, self.config.clone()).ok()?;
+        let state = self.parts.state.as_mut()?;
+        match sampler.next_input(state) {
+            NextInput::Token(t) => Some((t, &mut state.cache)),
+            NextInput::Stopped | NextInput::Nothing => None,
+        }
+    }
+
+    /// The decode step `decode_input` asked for, with the logits of its pass.
+    pub fn advance_given(&mut self, model: &Model, tokenizer: &Tokenizer, logits: Vec<f32>) -> Result<Advance> {
+        Ok(match self.with_turn(model, tokenizer, |t| t.step_given(Some(logits)))? {
+            Some(events) => Advance::Tokens(events),
+            None => Advance::Done,
+        })
+    }
+
     /// Stops the turn between two steps; returns any text held back.
     pub fn cancel(&mut self, model: &Model, tokenizer: &Tokenizer) -> Vec<TokenEvent> {
         if self.prefill_from.take().is_some() {
@@ -521,8 +545,14 @@ impl Turn<'_> {
 
     /// One step of the sampling loop; `None` once every sequence has finished.
     pub fn step(&mut self) -> Result<Option<Vec<TokenEvent>>> {
+        self.step_given(None)
+    }
+
+    /// `step` with the logits of a forward pass the caller ran (see
+    /// `SamplerLoop::step_given`).
+    fn step_given(&mut self, given: Option<Vec<f32>>) -> Result<Option<Vec<TokenEvent>>> {
         let state = self.parts.state.as_mut().expect("state is present until the turn ends");
-        let out = self.sampler.step(state)?;
+        let out = self.sampler.step_given(state, given)?;
         if let Some(events) = &out {
             let now = Instant::now();
             let first = *self.parts.first_token_at.get_or_insert_with(|| {

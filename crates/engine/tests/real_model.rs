@@ -409,3 +409,68 @@ fn owned_turns_run_in_turn_give_what_each_gives_alone() {
     assert_eq!((sessions[0].tokens(), sessions[0].passes()), (long_session.tokens(), long_session.passes()));
     assert_eq!((sessions[1].tokens(), sessions[1].passes()), (short_session.tokens(), short_session.passes()));
 }
+
+#[test]
+fn owned_turns_decoding_in_one_pass_give_what_each_gives_alone() {
+    use hearth_engine::{Advance, KvCache};
+    let engine = open_default();
+    let (m, tok) = (engine.model(), engine.tokenizer());
+    let config = |seed| engine.generation_config(SamplingParams { temperature: 0.9, seed, ..SamplingParams::default() }, 20);
+    let prompts: Vec<Vec<u32>> = ["Name a colour.", "What is 2 + 2?", "Write a haiku about the sea."]
+        .iter()
+        .map(|q| engine.encode_chat(&[ChatMessage::user(*q)]).unwrap())
+        .collect();
+    let alone: Vec<(Vec<u32>, hearth_engine::Session)> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut s = engine.new_session(Some(1024));
+            let out = s.start_turn(m, tok, p, config(i as u64), 1).unwrap().run().unwrap();
+            (out.sequences[0].tokens.clone(), s)
+        })
+        .collect();
+
+    let mut turns: Vec<_> = prompts.iter().enumerate().map(|(i, p)| engine.new_session(Some(1024)).into_turn(m, tok, p.clone(), config(i as u64)).map_err(|(_, e)| e).unwrap()).collect();
+    let mut tokens = vec![Vec::new(); turns.len()];
+    let mut done = vec![false; turns.len()];
+    let mut joint_steps = 0;
+    while done.iter().any(|d| !d) {
+        // Those ready to decode run in one pass; the others advance alone.
+        let mut inputs: Vec<(usize, u32)> = Vec::new();
+        let mut caches: Vec<&mut KvCache> = Vec::new();
+        let mut alone_now = Vec::new();
+        for (i, t) in turns.iter_mut().enumerate() {
+            if done[i] {
+                continue;
+            }
+            match t.decode_input(m, tok) {
+                Some((token, cache)) => {
+                    inputs.push((i, token));
+                    caches.push(cache);
+                }
+                None => alone_now.push(i),
+            }
+        }
+        let logits = if inputs.is_empty() { Vec::new() } else { m.decode_step_many(&inputs.iter().map(|x| x.1).collect::<Vec<_>>(), &mut caches).unwrap() };
+        drop(caches);
+        if inputs.len() > 1 {
+            joint_steps += 1;
+        }
+        let mut outcomes: Vec<(usize, Advance)> = inputs.iter().zip(logits).map(|(&(i, _), l)| (i, turns[i].advance_given(m, tok, l).unwrap())).collect();
+        outcomes.extend(alone_now.into_iter().map(|i| (i, turns[i].advance(m, tok).unwrap())));
+        for (i, a) in outcomes {
+            match a {
+                Advance::Tokens(events) => tokens[i].extend(events.iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD).map(|e| e.token)),
+                Advance::Prefill(_) => {}
+                Advance::Done => done[i] = true,
+            }
+        }
+    }
+    assert!(joint_steps > 10, "decode steps ran together");
+    for (i, t) in turns.into_iter().enumerate() {
+        let (session, out) = t.finish(m, tok);
+        out.unwrap().unwrap();
+        assert_eq!(tokens[i], alone[i].0, "conversation {i}");
+        assert_eq!((session.tokens(), session.passes()), (alone[i].1.tokens(), alone[i].1.passes()), "conversation {i}");
+    }
+}

@@ -276,3 +276,30 @@ fn each_variant_of_a_batch_of_eight_is_the_reply_a_single_run_gives() {
         }
     }
 }
+
+#[test]
+fn one_decode_pass_over_several_caches_equals_a_step_each_for_every_family() {
+    // Histories of different lengths, past Gemma's sliding window for one.
+    for family in ALL {
+        for dtype in [candle_core::quantized::GgmlDType::Q8_0, candle_core::quantized::GgmlDType::Q4K] {
+            let spec = TinySpec { n_embd: 256, head_dim: 64, ffn: 512, dtype, ..TinySpec::new(family) };
+            let (_dir, path) = tiny(&spec);
+            let model = Engine::open(&path).unwrap();
+            let m = model.model();
+            let histories = [tokens(5), tokens(17), tokens(40)];
+            let mut apart: Vec<KvCache> = histories.iter().map(|h| {
+                let mut c = m.new_cache(256);
+                logits(m, h, &mut c);
+                c
+            }).collect();
+            let mut together: Vec<KvCache> = apart.clone();
+            for step in 0..3u32 {
+                let next: Vec<u32> = (0..3).map(|i| 7 + 11 * i + step).collect();
+                let want: Vec<Vec<f32>> = apart.iter_mut().zip(&next).map(|(c, &t)| logits(m, &[t], c)).collect();
+                let mut refs: Vec<&mut KvCache> = together.iter_mut().collect();
+                let got = m.decode_step_many(&next, &mut refs).unwrap();
+                assert_eq!(got, want, "{family:?} {dtype:?} step {step}: bit for bit");
+            }
+        }
+    }
+}

@@ -51,8 +51,7 @@ impl Model {
         let rows = batch * seq;
         cache.reserve(seq, batch)?;
         let pos0 = cache.len();
-        let (e, hd) = (c.n_embd, c.head_dim);
-        let (qd, kd) = (c.n_heads * hd, c.n_kv_heads * hd);
+        let e = c.n_embd;
         let flat: Vec<u32> = tokens.iter().flatten().copied().collect();
         let mut x = self.embed(&flat);
         if let Some(s) = self.embed_scale {
@@ -61,21 +60,13 @@ impl Model {
         let rope_global = self.rope_global.tables(pos0, seq);
         // Only sliding layers use the local tables.
         let rope_local = if c.sliding_window.is_some() { self.rope_local.tables(pos0, seq) } else { Default::default() };
-        let ffn = self.layers.first().map_or(0, |b| b.gate.rows());
-        let mut buf = Buffers {
-            h: vec![0f32; rows * e],
-            q: vec![0f32; rows * qd],
-            k: vec![0f32; rows * kd],
-            v: vec![0f32; rows * kd],
-            attn: vec![0f32; rows * qd],
-            o: vec![0f32; rows * e],
-            gate: vec![0f32; rows * ffn],
-            up: vec![0f32; rows * ffn],
-        };
+        let mut buf = Buffers::new(self, rows);
+        let mut kv = KvRows::Batch { cache, batch, seq, pos0 };
         for (layer, block) in self.layers.iter().enumerate() {
             let rope = if block.sliding { &rope_local } else { &rope_global };
-            self.block_host(pool, block, layer, &mut x, &mut buf, rope, (batch, seq, pos0), cache)?;
+            self.block_host(pool, block, layer, &mut x, &mut buf, rope, &mut kv)?;
         }
+        let KvRows::Batch { cache, .. } = kv else { unreachable!("built as a batch") };
         cache.advance(seq);
 
         let out_rows: Vec<usize> = if all { (0..rows).collect() } else { (0..batch).map(|b| b * seq + seq - 1).collect() };
@@ -88,6 +79,55 @@ impl Model {
         matmuls(pool, &last, out_rows.len(), sequence_rows, &mut [(&self.output, &mut logits)])?;
         pool.end_pass();
         Ok(logits)
+    }
+
+    /// One decode step for several sequences that each have their own
+    /// cache (conversations at different lengths): the matmuls read each
+    /// weight once for all rows, each row summed as it would be alone, and
+    /// each sequence attends to its own cache. Logits per sequence.
+    pub(super) fn forward_host_caches(&self, tokens: &[u32], caches: &mut [&mut KvCache]) -> Result<Vec<Vec<f32>>> {
+        let c = &self.config;
+        let pool = WorkerPool::global();
+        let rows = tokens.len();
+        let e = c.n_embd;
+        for cache in caches.iter_mut() {
+            cache.reserve(1, 1)?;
+        }
+        let positions: Vec<usize> = caches.iter().map(|c| c.len()).collect();
+        let mut x = self.embed(tokens);
+        if let Some(s) = self.embed_scale {
+            vec_ops::scale(&mut x, s as f32);
+        }
+        // One table row per sequence, at its own position.
+        let tables = |rope: &super::RopeFreqs| {
+            let mut out = (Vec::new(), Vec::new());
+            for &p in &positions {
+                let (cos, sin) = rope.tables(p, 1);
+                out.0.extend(cos);
+                out.1.extend(sin);
+            }
+            out
+        };
+        let rope_global = tables(&self.rope_global);
+        let rope_local = if c.sliding_window.is_some() { tables(&self.rope_local) } else { Default::default() };
+        let mut buf = Buffers::new(self, rows);
+        let mut kv = KvRows::Caches { caches, positions };
+        for (layer, block) in self.layers.iter().enumerate() {
+            let rope = if block.sliding { &rope_local } else { &rope_global };
+            self.block_host(pool, block, layer, &mut x, &mut buf, rope, &mut kv)?;
+        }
+        let KvRows::Caches { caches, .. } = kv else { unreachable!("built over caches") };
+        for cache in caches.iter_mut() {
+            cache.advance(1);
+        }
+        let mut last = vec![0f32; rows * e];
+        for r in 0..rows {
+            vec_ops::rms_norm(&mut last[r * e..(r + 1) * e], &x[r * e..(r + 1) * e], &self.norm.host, self.norm.eps);
+        }
+        let mut logits = vec![0f32; rows * self.vocab_size];
+        matmuls(pool, &last, rows, 1, &mut [(&self.output, &mut logits)])?;
+        pool.end_pass();
+        Ok(logits.chunks_exact(self.vocab_size).map(<[f32]>::to_vec).collect())
     }
 
     /// Embedding rows for `ids`, as f32.
@@ -113,11 +153,10 @@ impl Model {
         x: &mut [f32],
         buf: &mut Buffers,
         rope: &(Vec<f32>, Vec<f32>),
-        (batch, seq, pos0): (usize, usize, usize),
-        cache: &mut KvCache,
+        kv: &mut KvRows,
     ) -> Result<()> {
         let c = &self.config;
-        let rows = batch * seq;
+        let (rows, seq) = (kv.rows(), kv.sequence_rows());
         let (e, hd) = (c.n_embd, c.head_dim);
         let (qd, kd) = (c.n_heads * hd, c.n_kv_heads * hd);
 
@@ -135,17 +174,31 @@ impl Model {
             norm_in_place(n, &mut buf.k, hd);
         }
         let interleaved = c.architecture.interleaved_rope();
-        apply_rope(&mut buf.q, rope, seq, qd, hd, interleaved);
-        apply_rope(&mut buf.k, rope, seq, kd, hd, interleaved);
+        // A batch's rows share their positions' table rows; rows over
+        // several caches have a table row each.
+        let table_rows = if matches!(kv, KvRows::Batch { .. }) { seq } else { rows };
+        apply_rope(&mut buf.q, rope, table_rows, qd, hd, interleaved);
+        apply_rope(&mut buf.k, rope, table_rows, kd, hd, interleaved);
 
-        // New keys and values go straight into the cache's buffers.
-        {
-            let mut kv = cache.host_mut(layer);
-            for r in 0..rows {
-                let (bi, i) = (r / seq, r % seq);
-                for h in 0..c.n_kv_heads {
-                    let src = r * kd + h * hd;
-                    kv.store(bi * c.n_kv_heads + h, pos0 + i, &buf.k[src..src + hd], &buf.v[src..src + hd]);
+        // New keys and values go straight into the caches' buffers.
+        match kv {
+            KvRows::Batch { cache, seq, pos0, .. } => {
+                let mut store = cache.host_mut(layer);
+                for r in 0..rows {
+                    let (bi, i) = (r / *seq, r % *seq);
+                    for h in 0..c.n_kv_heads {
+                        let src = r * kd + h * hd;
+                        store.store(bi * c.n_kv_heads + h, *pos0 + i, &buf.k[src..src + hd], &buf.v[src..src + hd]);
+                    }
+                }
+            }
+            KvRows::Caches { caches, positions } => {
+                for (r, cache) in caches.iter_mut().enumerate() {
+                    let mut store = cache.host_mut(layer);
+                    for h in 0..c.n_kv_heads {
+                        let src = r * kd + h * hd;
+                        store.store(h, positions[r], &buf.k[src..src + hd], &buf.v[src..src + hd]);
+                    }
                 }
             }
         }
@@ -157,7 +210,16 @@ impl Model {
         // llama.cpp multiplies the f16 keys by the queries rounded to f16.
         attention::round_to_f16(&mut buf.q);
         let window = b.sliding.then_some(c.sliding_window).flatten();
-        self.attention(pool, cache, layer, &buf.q, &mut buf.attn, (batch, seq, pos0), window, scale);
+        match kv {
+            KvRows::Batch { cache, batch, seq, pos0 } => self.attention(pool, cache, layer, &buf.q, &mut buf.attn, (*batch, *seq, *pos0), window, scale),
+            KvRows::Caches { caches, positions } => {
+                // Each sequence against its own cache, as it would alone.
+                for (r, cache) in caches.iter().enumerate() {
+                    let range = r * qd..(r + 1) * qd;
+                    self.attention(pool, cache, layer, &buf.q[range.clone()], &mut buf.attn[range], (1, 1, positions[r]), window, scale);
+                }
+            }
+        }
 
         matmuls(pool, &buf.attn, rows, seq, &mut [(&b.wo, &mut buf.o)])?;
         if let Some(n) = &b.post_attn_norm {
@@ -319,6 +381,32 @@ fn attend(outs: &mut [&mut [f32]], queries: &[&[f32]], bounds: &[(usize, usize)]
     attention::weighted_values(outs, &probs, values_t, cap, 0..keys.len() / cap, start, order);
 }
 
+/// Where a forward pass's rows keep their keys and values.
+enum KvRows<'a, 'c> {
+    /// `batch` sequences of `seq` rows each, in the rows of one cache, all
+    /// from position `pos0`.
+    Batch { cache: &'a mut KvCache, batch: usize, seq: usize, pos0: usize },
+    /// One decode row per cache, each at its own position.
+    Caches { caches: &'a mut [&'c mut KvCache], positions: Vec<usize> },
+}
+
+impl KvRows<'_, '_> {
+    fn rows(&self) -> usize {
+        match self {
+            KvRows::Batch { batch, seq, .. } => batch * seq,
+            KvRows::Caches { positions, .. } => positions.len(),
+        }
+    }
+
+    /// Rows that belong to one sequence (see `QuantMatrix::matmul_cols`).
+    fn sequence_rows(&self) -> usize {
+        match self {
+            KvRows::Batch { seq, .. } => *seq,
+            KvRows::Caches { .. } => 1,
+        }
+    }
+}
+
 struct Buffers {
     h: Vec<f32>,
     q: Vec<f32>,
@@ -328,6 +416,24 @@ struct Buffers {
     o: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
+}
+
+impl Buffers {
+    fn new(model: &Model, rows: usize) -> Self {
+        let c = &model.config;
+        let (e, qd, kd) = (c.n_embd, c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
+        let ffn = model.layers.first().map_or(0, |b| b.gate.rows());
+        Self {
+            h: vec![0f32; rows * e],
+            q: vec![0f32; rows * qd],
+            k: vec![0f32; rows * kd],
+            v: vec![0f32; rows * kd],
+            attn: vec![0f32; rows * qd],
+            o: vec![0f32; rows * e],
+            gate: vec![0f32; rows * ffn],
+            up: vec![0f32; rows * ffn],
+        }
+    }
 }
 
 impl Matrix {
