@@ -68,9 +68,9 @@ enum Command {
         /// "Generate N" does) and compare the wall time with one sequence.
         #[arg(long, default_value_t = 1)]
         batch: usize,
-        /// Also run this many conversations' replies in turn (as the app's
-        /// worker does when several conversations write at once) and compare
-        /// each one's decode speed with one conversation alone.
+        /// Also run this many conversations' replies together (as the app's
+        /// worker does when several conversations write at once: one decode
+        /// pass for all) and compare each one's speed with one alone.
         #[arg(long, default_value_t = 1)]
         concurrent: usize,
         #[arg(long)]
@@ -454,9 +454,9 @@ fn batch_decode_seconds(engine: &Engine, prompt: &[u32], gen_tokens: usize, batc
 }
 
 /// Each of `n` conversations' decode speed (tokens after its first, per
-/// second from its first to its last) when their replies run in turn as the
-/// app's worker runs them: one prefill chunk or one token each, 128-token
-/// chunks while others are running.
+/// second from its first to its last) when their replies run as the app's
+/// worker runs them: their decode steps as one pass, prefill in 128-token
+/// chunks between them while others are running.
 fn concurrent_decode_rates(engine: &Engine, prompt: &[u32], gen_tokens: usize, n: usize) -> Result<Vec<f64>, EngineError> {
     use hearth_engine::Advance;
     let (m, tok) = (engine.model(), engine.tokenizer());
@@ -476,12 +476,37 @@ fn concurrent_decode_rates(engine: &Engine, prompt: &[u32], gen_tokens: usize, n
     let mut done = vec![false; n];
     while done.iter().any(|d| !d) {
         let running = done.iter().filter(|d| !**d).count();
+        // Those ready to decode run one pass together, as the worker runs them.
+        let mut ready = Vec::new();
+        let mut inputs = Vec::new();
+        let mut caches = Vec::new();
+        for (i, t) in turns.iter_mut().enumerate() {
+            if done[i] {
+                continue;
+            }
+            if let Some((token, cache)) = t.decode_input(m, tok) {
+                ready.push(i);
+                inputs.push(token);
+                caches.push(cache);
+            }
+        }
+        let mut given: Vec<Option<Vec<f32>>> = vec![None; n];
+        if ready.len() > 1 {
+            for (&i, l) in ready.iter().zip(m.decode_step_many(&inputs, &mut caches)?) {
+                given[i] = Some(l);
+            }
+        }
+        drop(caches);
         for i in 0..n {
             if done[i] {
                 continue;
             }
             turns[i].set_prefill_rows(if running > 1 { 128 } else { hearth_engine::model::PREFILL_CHUNK });
-            match turns[i].advance(m, tok)? {
+            let advanced = match given[i].take() {
+                Some(logits) => turns[i].advance_given(m, tok, logits)?,
+                None => turns[i].advance(m, tok)?,
+            };
+            match advanced {
                 Advance::Tokens(events) => {
                     let now = Instant::now();
                     first[i].get_or_insert(now);

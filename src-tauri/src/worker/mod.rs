@@ -258,15 +258,8 @@ impl WorkerThread {
                     q.clear_caches = false;
                 }
             }
-            // One step each, in turn.
-            let mut still = Vec::with_capacity(running.len());
-            let share = running.len();
-            for mut r in running.drain(..) {
-                if self.advance(&mut r, share) {
-                    still.push(r);
-                }
-            }
-            running = still;
+            // One step each; decode steps as one pass.
+            self.advance_all(&mut running);
         }
     }
 

@@ -110,10 +110,66 @@ impl WorkerThread {
         }
     }
 
-    /// One turn of `r` (`sharing`: how many replies are running); false
-    /// once it has ended and been recorded.
-    pub(super) fn advance(&mut self, r: &mut RunningReply, sharing: usize) -> bool {
-        let step = catch_unwind(AssertUnwindSafe(|| self.step(r, sharing)));
+    /// One turn of every running reply: those ready for a decode step run
+    /// it as one forward pass (the weights read once for all), the others
+    /// (reading their prompt, stopping, ending) a step each. Ended replies
+    /// are recorded and dropped.
+    pub(super) fn advance_all(&mut self, running: &mut Vec<RunningReply>) {
+        let sharing = running.len();
+        let mut given: Vec<Option<Result<Vec<f32>, AppError>>> = (0..sharing).map(|_| None).collect();
+        if let Some(engine) = running.first().map(|r| r.engine.clone()) {
+            let (model, tokenizer) = (engine.model(), engine.tokenizer());
+            let mut ready = Vec::new();
+            let mut tokens = Vec::new();
+            let mut caches = Vec::new();
+            for (i, r) in running.iter_mut().enumerate() {
+                if r.cancel.is_cancelled() {
+                    continue;
+                }
+                if let Some((token, cache)) = r.turn.as_mut().and_then(|t| t.decode_input(model, tokenizer)) {
+                    ready.push(i);
+                    tokens.push(token);
+                    caches.push(cache);
+                }
+            }
+            if ready.len() > 1 {
+                let pass = catch_unwind(AssertUnwindSafe(|| model.decode_step_many(&tokens, &mut caches)));
+                drop(caches);
+                match pass {
+                    Ok(Ok(logits)) => ready.iter().zip(logits).for_each(|(&i, l)| given[i] = Some(Ok(l))),
+                    Ok(Err(e)) => {
+                        let error: AppError = e.into();
+                        ready.iter().for_each(|&i| given[i] = Some(Err(error.clone())));
+                    }
+                    Err(panic) => {
+                        for &i in &ready {
+                            // Their caches may be half written: these conversations start cold.
+                            running[i].turn = None;
+                            self.caches.forget(running[i].job.conversation_id);
+                            given[i] = Some(Err(internal(&running[i].job, &*panic)));
+                        }
+                    }
+                }
+            }
+        }
+        let mut still = Vec::with_capacity(sharing);
+        for (mut r, given) in running.drain(..).zip(given) {
+            if self.advance(&mut r, sharing, given) {
+                still.push(r);
+            }
+        }
+        *running = still;
+    }
+
+    /// One turn of `r` (`sharing`: how many replies are running), with the
+    /// logits of its decode step when `advance_all` ran it with others;
+    /// false once it has ended and been recorded.
+    fn advance(&mut self, r: &mut RunningReply, sharing: usize, given: Option<Result<Vec<f32>, AppError>>) -> bool {
+        let step = match given {
+            Some(Err(e)) => Ok(Err(e)),
+            Some(Ok(logits)) => catch_unwind(AssertUnwindSafe(|| self.step(r, sharing, Some(logits)))),
+            None => catch_unwind(AssertUnwindSafe(|| self.step(r, sharing, None))),
+        };
         let result = match step {
             Ok(Ok(true)) => return true,
             Ok(Ok(false)) => Ok(()),
@@ -135,9 +191,10 @@ impl WorkerThread {
         false
     }
 
-    /// Runs one prefill chunk or one token; true while there is more.
-    fn step(&mut self, r: &mut RunningReply, sharing: usize) -> Result<bool, AppError> {
-        let turn = r.turn.as_mut().expect("a running reply has its turn");
+    /// Runs one prefill chunk or one token (from `given` logits when its
+    /// forward pass ran with others'); true while there is more.
+    fn step(&mut self, r: &mut RunningReply, sharing: usize, given: Option<Vec<f32>>) -> Result<bool, AppError> {
+        let Some(turn) = r.turn.as_mut() else { return Ok(false) };
         let (model, tokenizer) = (r.engine.model(), r.engine.tokenizer());
         if r.cancel.is_cancelled() {
             let events = turn.cancel(model, tokenizer);
@@ -145,7 +202,11 @@ impl WorkerThread {
             return Ok(false);
         }
         turn.set_prefill_rows(if sharing > 1 { SHARED_PREFILL_ROWS } else { hearth_engine::model::PREFILL_CHUNK });
-        match turn.advance(model, tokenizer)? {
+        let advanced = match given {
+            Some(logits) => turn.advance_given(model, tokenizer, logits)?,
+            None => turn.advance(model, tokenizer)?,
+        };
+        match advanced {
             Advance::Prefill(p) => (r.job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 }),
             Advance::Tokens(events) => {
                 r.take_events(events);
