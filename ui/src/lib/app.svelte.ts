@@ -2,15 +2,13 @@
 // conversation, the model, and the open conversation's settings. Components
 // read it and call its methods; only this file talks to the shell.
 import { api, asAppError } from './api';
+import { ModelStore } from './models.svelte';
+import { SettingsStore } from './settings.svelte';
 import { StreamStore, type Replay, type Stream } from './streams.svelte';
-import type { CacheBudgets } from './bindings/CacheBudgets';
 import type { CacheState } from './bindings/CacheState';
 import type { ContextUsage } from './bindings/ContextUsage';
 import type { Conversation } from './bindings/Conversation';
 import type { ConversationSettings } from './bindings/ConversationSettings';
-import type { ModelStatus } from './bindings/ModelStatus';
-import type { Preset } from './bindings/Preset';
-import type { RecentModel } from './bindings/RecentModel';
 import type { SearchHit } from './bindings/SearchHit';
 import type { ThreadMessage } from './bindings/ThreadMessage';
 import type { TokenView } from './bindings/TokenView';
@@ -28,16 +26,8 @@ export class AppState {
   thread = $state<ThreadMessage[]>([]);
   /** Replies and replays running, by conversation. */
   readonly live = new StreamStore();
-  model = $state<ModelStatus>({ state: 'none' });
-  recentModels = $state<RecentModel[]>([]);
-  settings = $state<ConversationSettings | null>(null);
-  fieldErrors = $state<Record<string, string>>({});
-  presets = $state<Preset[]>([]);
-  /** The default model's download, while one runs or after it failed. */
-  download = $state<{ downloaded: number; total: number | null; extracting: boolean; error: string | null } | null>(null);
-  /** The caches' budgets and the compute device, once loaded. */
-  budgets = $state<CacheBudgets | null>(null);
-  device = $state<string | null>(null);
+  readonly models = new ModelStore((f) => this.guard(f));
+  readonly settings = new SettingsStore((f) => this.guard(f));
   /** Replies' tokens with their alternatives, by reply id, once asked for. */
   tokenViews = $state<Record<number, TokenView[]>>({});
   /** Token views shade each token by how unlikely the model found it. */
@@ -64,32 +54,29 @@ export class AppState {
     return this.activeId === null ? undefined : this.streams[this.activeId];
   }
 
+  /** The open conversation's settings, once read. */
+  get activeSettings(): ConversationSettings | null {
+    return this.activeId === null ? null : (this.settings.byConversation[this.activeId] ?? null);
+  }
+
+  get activeFieldErrors(): Record<string, string> {
+    return this.activeId === null ? {} : (this.settings.fieldErrors[this.activeId] ?? {});
+  }
+
   /** The open conversation is writing a reply or replaying one. */
   get activeBusy(): boolean {
     return this.activeId !== null && this.live.busy(this.activeId);
   }
 
-  /** Counts model-status events, so a status query answered late cannot undo a newer event. */
-  private statusEvents = 0;
-
   /** Call after subscribing to model-status events. */
   async init() {
     await this.guard(async () => {
-      const seen = this.statusEvents;
-      const status = await api.models.status();
-      if (this.statusEvents === seen) this.model = status;
-      this.recentModels = await api.models.recent();
-      this.presets = await api.settings.presets();
+      await this.models.load();
+      await this.settings.loadPresets();
       this.conversations = await api.conversations.list();
       void this.refreshCaches();
       if (this.conversations.length > 0) await this.open(this.conversations[0].id);
     });
-  }
-
-  setModel(status: ModelStatus) {
-    this.statusEvents += 1;
-    this.model = status;
-    if (status.state === 'ready') void api.models.recent().then((r) => (this.recentModels = r));
   }
 
   async guard<T>(f: () => Promise<T>): Promise<T | undefined> {
@@ -146,8 +133,7 @@ export class AppState {
       const [thread, settings] = await Promise.all([api.conversations.thread(id), api.settings.get(id)]);
       if (this.activeId !== id) return;
       this.thread = thread;
-      this.settings = settings;
-      this.fieldErrors = {};
+      this.settings.show(id, settings);
     });
   }
 
@@ -163,13 +149,13 @@ export class AppState {
       const c = this.conversations.find((x) => x.id === id) ?? null;
       await api.conversations.delete(id);
       this.live.forget(id);
+      this.settings.forget(id);
       this.deleted = c;
       this.conversations = this.conversations.filter((x) => x.id !== id);
       if (this.searchHits) this.searchHits = this.searchHits.filter((h) => h.conversation.id !== id);
       if (this.activeId === id) {
         this.activeId = null;
         this.thread = [];
-        this.settings = null;
         if (this.conversations.length > 0) await this.open(this.conversations[0].id);
       }
     });
@@ -308,100 +294,18 @@ export class AppState {
     return api.chat.contextUsage(conversationId, draft);
   }
 
-  async loadMachineSettings() {
-    try {
-      this.budgets = await api.settings.budgets();
-      this.device = await api.settings.device();
-    } catch {
-      // The panel shows what it has.
-    }
-  }
-
-  /** Runs the model on `next` from now on; says why not, if it cannot. */
-  async setDevice(next: string): Promise<string | null> {
-    try {
-      await api.settings.setDevice(next);
-      this.device = next;
-      return null;
-    } catch (e) {
-      return asAppError(e).message;
-    }
-  }
-
-  /** Says why the budgets were refused, if they were. */
-  async setBudgets(next: CacheBudgets): Promise<string | null> {
-    try {
-      await api.settings.setBudgets(next);
-      this.budgets = next;
-      return null;
-    } catch (e) {
-      return asAppError(e).message;
-    }
-  }
-
-  /** Validates and, when every field is valid, saves the settings. */
+  /** Validates and, when every field is valid, saves the open conversation's settings. */
   async updateSettings(next: ConversationSettings) {
-    this.settings = next;
-    const id = this.activeId;
-    await this.guard(async () => {
-      const errors = await api.settings.validate(next);
-      this.fieldErrors = Object.fromEntries(errors.map((e) => [e.field, e.message]));
-      if (errors.length === 0 && id !== null) await api.settings.set(id, next);
-    });
+    if (this.activeId !== null) await this.settings.update(this.activeId, next);
   }
 
   async savePreset(name: string) {
-    if (!this.settings) return;
-    const settings = this.settings;
-    await this.guard(async () => {
-      this.presets = await api.settings.savePreset({ name, settings });
-    });
-  }
-
-  async deletePreset(name: string) {
-    await this.guard(async () => {
-      this.presets = await api.settings.deletePreset(name);
-    });
+    const settings = this.activeSettings;
+    if (settings) await this.settings.savePreset(name, settings);
   }
 
   async applyPreset(name: string) {
-    const p = this.presets.find((x) => x.name === name);
-    if (p) await this.updateSettings({ ...p.settings, stopStrings: [...p.settings.stopStrings] });
-  }
-
-  async downloadDefaultModel() {
-    this.download = { downloaded: 0, total: null, extracting: false, error: null };
-    const d = this.download;
-    await this.guard(() =>
-      api.models.downloadDefault((e) => {
-        if (!this.download) return;
-        switch (e.event) {
-          case 'progress':
-            this.download.downloaded = e.data.downloaded;
-            this.download.total = e.data.total;
-            break;
-          case 'extracting':
-            this.download.extracting = true;
-            break;
-          case 'done':
-            this.download = null;
-            break;
-          case 'failed':
-            this.download.error = e.data.error.message;
-            break;
-        }
-      }),
-    ).then(() => {
-      if (this.error && this.download === d) this.download = null;
-    });
-  }
-
-  async cancelDownload() {
-    await this.guard(() => api.models.cancelDownload());
-  }
-
-  async openModel(path: string) {
-    await this.guard(() => api.models.open(path));
+    if (this.activeId !== null) await this.settings.applyPreset(this.activeId, name);
   }
 }
 

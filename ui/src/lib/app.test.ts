@@ -89,7 +89,7 @@ describe('AppState', () => {
     await app.create();
     expect(app.conversations).toHaveLength(1);
     expect(app.activeId).toBe(app.conversations[0].id);
-    expect(app.settings).toEqual(defaults);
+    expect(app.activeSettings).toEqual(defaults);
     await app.refreshCaches();
     expect(app.cacheStates).toEqual({ 1: 'warm' });
   });
@@ -125,10 +125,10 @@ describe('AppState', () => {
     await app.init();
     await app.create();
     await app.updateSettings({ ...defaults, temperature: 9 });
-    expect(app.fieldErrors).toEqual({ temperature: 'must be between 0 and 5' });
+    expect(app.activeFieldErrors).toEqual({ temperature: 'must be between 0 and 5' });
     expect(shell.calls).not.toContain('settings_set');
     await app.updateSettings({ ...defaults, temperature: 0.3 });
-    expect(app.fieldErrors).toEqual({});
+    expect(app.activeFieldErrors).toEqual({});
     expect(shell.calls).toContain('settings_set');
   });
 

@@ -1,0 +1,96 @@
+// Settings: each conversation's sampling settings by conversation id, with
+// the field errors of an edit; presets; and the app's cache budgets and
+// compute device.
+import { api, asAppError } from './api';
+import type { CacheBudgets } from './bindings/CacheBudgets';
+import type { ConversationSettings } from './bindings/ConversationSettings';
+import type { Preset } from './bindings/Preset';
+
+/** Runs a command, showing its error in words instead of throwing. */
+export type Guard = <T>(f: () => Promise<T>) => Promise<T | undefined>;
+
+export class SettingsStore {
+  /** Each opened conversation's settings, by conversation id. */
+  byConversation = $state<Record<number, ConversationSettings>>({});
+  /** The field errors of each conversation's settings as last edited. */
+  fieldErrors = $state<Record<number, Record<string, string>>>({});
+  presets = $state<Preset[]>([]);
+  budgets = $state<CacheBudgets | null>(null);
+  device = $state<string | null>(null);
+
+  constructor(private guard: Guard) {}
+
+  async loadPresets() {
+    this.presets = await api.settings.presets();
+  }
+
+  /** Keeps `settings` as the conversation's, as just read. */
+  show(conversationId: number, settings: ConversationSettings) {
+    this.byConversation[conversationId] = settings;
+    this.fieldErrors[conversationId] = {};
+  }
+
+  forget(conversationId: number) {
+    delete this.byConversation[conversationId];
+    delete this.fieldErrors[conversationId];
+  }
+
+  /** Validates and, when every field is valid, saves the conversation's settings. */
+  async update(conversationId: number, next: ConversationSettings) {
+    this.byConversation[conversationId] = next;
+    await this.guard(async () => {
+      const errors = await api.settings.validate(next);
+      this.fieldErrors[conversationId] = Object.fromEntries(errors.map((e) => [e.field, e.message]));
+      if (errors.length === 0) await api.settings.set(conversationId, next);
+    });
+  }
+
+  async savePreset(name: string, settings: ConversationSettings) {
+    await this.guard(async () => {
+      this.presets = await api.settings.savePreset({ name, settings });
+    });
+  }
+
+  async deletePreset(name: string) {
+    await this.guard(async () => {
+      this.presets = await api.settings.deletePreset(name);
+    });
+  }
+
+  /** The preset's settings for `conversationId`, saved as an edit. */
+  async applyPreset(conversationId: number, name: string) {
+    const p = this.presets.find((x) => x.name === name);
+    if (p) await this.update(conversationId, { ...p.settings, stopStrings: [...p.settings.stopStrings] });
+  }
+
+  async loadMachine() {
+    try {
+      this.budgets = await api.settings.budgets();
+      this.device = await api.settings.device();
+    } catch {
+      // The panel shows what it has.
+    }
+  }
+
+  /** Runs the model on `next` from now on; says why not, if it cannot. */
+  async setDevice(next: string): Promise<string | null> {
+    try {
+      await api.settings.setDevice(next);
+      this.device = next;
+      return null;
+    } catch (e) {
+      return asAppError(e).message;
+    }
+  }
+
+  /** Says why the budgets were refused, if they were. */
+  async setBudgets(next: CacheBudgets): Promise<string | null> {
+    try {
+      await api.settings.setBudgets(next);
+      this.budgets = next;
+      return null;
+    } catch (e) {
+      return asAppError(e).message;
+    }
+  }
+}
