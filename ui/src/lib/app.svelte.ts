@@ -208,11 +208,17 @@ export class AppState {
     return ok === true;
   }
 
+  /** Writes another version of a reply, or `variantCount` of them side by side. */
   async regenerate(replyId: number) {
     const conversationId = this.activeId!;
+    const variants = this.variantCount;
     await this.guard(async () => {
-      const [reply] = await this.live.start(conversationId, {}, (on) => api.chat.regenerate(conversationId, replyId, 1, on), this.ended(conversationId));
-      if (this.streams[conversationId]) this.streams[conversationId].replyId = reply.id;
+      const [reply, ...others] = await this.live.start(conversationId, { variants }, (on) => api.chat.regenerate(conversationId, replyId, variants, on), this.ended(conversationId));
+      const s = this.streams[conversationId];
+      if (s) {
+        s.replyId = reply.id;
+        others.forEach((v, i) => s.variants[i] && (s.variants[i].replyId = v.id));
+      }
       this.thread = await api.conversations.thread(conversationId);
     });
   }

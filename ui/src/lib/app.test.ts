@@ -65,6 +65,10 @@ function fakeShell(opts: { events?: GenerationEvent[]; replayEvents?: Generation
         const variants = Array.from({ length: ((a.variants as number) ?? 1) - 1 }, () => ({ ...reply, id: next++ }));
         return { message: user, reply, variants };
       }
+      case 'chat_regenerate': {
+        const conv = a.conversationId as number;
+        return Array.from({ length: a.variants as number }, () => ({ id: next++, conversationId: conv, parentId: 1, role: 'assistant', content: '', status: 'streaming', stats: null, createdAt: 0 }));
+      }
       case 'chat_replay': {
         const channel = a.onEvent as { id: number };
         const internals = (window as unknown as { __TAURI_INTERNALS__: { runCallback: (id: number, m: unknown) => void } }).__TAURI_INTERNALS__;
@@ -184,5 +188,18 @@ describe('AppState', () => {
     expect([s.text, ...s.variants.map((v) => v.text)]).toEqual(['Red', 'Green', 'Blue']);
     expect(s.variants.map((v) => v.tokens)).toEqual([1, 2]);
     expect(s.variants.every((v) => v.replyId > 0)).toBe(true);
+  });
+
+  it('regenerates as many versions as the reply count asks for, side by side', async () => {
+    const shell = fakeShell();
+    const app = new AppState();
+    await app.init();
+    await app.create();
+    app.variantCount = 3;
+    await app.regenerate(2);
+    const s = app.activeStream!;
+    expect(s.variants).toHaveLength(2);
+    expect([s.replyId, ...s.variants.map((v) => v.replyId)].every((id) => id > 0)).toBe(true);
+    expect(shell.calls).toContain('chat_regenerate');
   });
 });
