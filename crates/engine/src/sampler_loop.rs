@@ -140,7 +140,8 @@ impl Logprobs {
     /// `token`'s log-probability and the `k` likeliest tokens under `logits`.
     pub fn of(logits: &[f32], token: u32, k: usize) -> Self {
         let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let log_sum = max + logits.iter().map(|&l| ((l - max) as f64).exp()).sum::<f64>().ln() as f32;
+        // Once per token over the whole vocabulary: f32 exponentials, an f64 sum.
+        let log_sum = max + logits.iter().map(|&l| (l - max).exp() as f64).sum::<f64>().ln() as f32;
         let mut top: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
         for (i, &l) in logits.iter().enumerate() {
             if top.len() < k || top.last().is_some_and(|&(_, w)| l > w) {

@@ -142,22 +142,32 @@ impl Session {
         if chunk.is_empty() {
             return Err(EngineError::setting("prompt", "the prompt is already in the cache"));
         }
-        let logits = match model.forward(&[chunk.to_vec()], &mut self.cache) {
-            Ok(l) => l,
-            Err(e) => {
-                // Keep the invariant even on failure: cache and tokens agree.
-                self.cache.truncate(self.tokens.len());
-                return Err(e);
-            }
-        };
-        self.tokens.extend_from_slice(chunk);
-        self.passes.push(chunk.len());
+        let logits = self.run_pass(model, chunk.to_vec(), chunk.len())?;
         if self.tokens.len() < prompt.len() {
             return Ok(None);
         }
         let logits = logits.to_vec2::<f32>()?.remove(0);
         self.prefill_logits = Some((prompt.len(), Arc::new(logits.clone())));
         Ok(Some(logits))
+    }
+
+    /// One forward pass of `ids` after the cache, keeping the first `kept`
+    /// rows (the tokens, their keys and values, and the pass) and returning
+    /// the logits after the last row run. On failure the cache is cut back
+    /// to the tokens: they always agree.
+    fn run_pass(&mut self, model: &Model, ids: Vec<u32>, kept: usize) -> Result<candle_core::Tensor> {
+        let rows = ids.len();
+        let logits = match model.forward(std::slice::from_ref(&ids), &mut self.cache) {
+            Ok(l) => l,
+            Err(e) => {
+                self.cache.truncate(self.tokens.len());
+                return Err(e);
+            }
+        };
+        self.cache.truncate(self.tokens.len() + kept);
+        self.tokens.extend_from_slice(&ids[..kept]);
+        self.passes.push_pass(Pass { rows: rows as u32, kept: kept as u32, count: 1 });
+        Ok(logits)
     }
 
     /// Starts a turn: prefills what is new in `prompt`, then hands back a
@@ -242,21 +252,11 @@ impl Session {
             if !progress(Progress { done: self.tokens.len() - from, total }) {
                 return Err(EngineError::Stopped);
             }
-            let kept_ids = &prompt[start..start + kept as usize];
             // Rows a later truncation dropped: any tokens give the kept rows
             // the same bits (attention is causal, each matmul row its own sum).
-            let mut ids = kept_ids.to_vec();
-            ids.resize(rows as usize, kept_ids[kept_ids.len() - 1]);
-            match model.forward(&[ids], &mut self.cache) {
-                Ok(l) => logits = Some(l),
-                Err(e) => {
-                    self.cache.truncate(self.tokens.len());
-                    return Err(e);
-                }
-            }
-            self.cache.truncate(start + kept as usize);
-            self.tokens.extend_from_slice(kept_ids);
-            self.passes.push_pass(Pass { rows, kept, count: 1 });
+            let mut ids = prompt[start..start + kept as usize].to_vec();
+            ids.resize(rows as usize, ids[ids.len() - 1]);
+            logits = Some(self.run_pass(model, ids, kept as usize)?);
         }
         let logits = logits.expect("at least one pass runs").to_vec2::<f32>()?.remove(0);
         self.prefill_logits = Some((prompt.len(), Arc::new(logits.clone())));

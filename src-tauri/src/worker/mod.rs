@@ -307,6 +307,11 @@ impl WorkerThread {
         Some(queued)
     }
 
+    /// The model replies run on, or why there is none.
+    fn loaded_engine(&self) -> AppResult<Arc<Engine>> {
+        self.engine.clone().ok_or_else(|| AppError::new(ErrorKind::NoModel, "no model is loaded; open a GGUF model first"))
+    }
+
     fn set_status(&self, status: ModelStatus) {
         (self.on_status)(&status);
         if let Ok(mut s) = self.shared.status.lock() {

@@ -42,7 +42,7 @@ impl WorkerThread {
     }
 
     fn run_replay(&mut self, job: &ReplyJob, record: &ReplayRecord, cancel: &CancellationToken) -> Result<ReplayOutcome, AppError> {
-        let engine = self.engine.clone().ok_or_else(|| AppError::new(ErrorKind::NoModel, "no model is loaded; open a GGUF model first"))?;
+        let engine = self.loaded_engine()?;
         (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
         let cannot = |why: String| AppError::new(ErrorKind::CannotReplay, why);
         let Some(recorded_model) = &record.model_sha256 else {

@@ -6,7 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use hearth_engine::sampler_loop::PAD;
-use hearth_engine::{ChatMessage, EngineError, FinishReason, SamplingParams};
+use hearth_engine::{ChatMessage, EngineError, FinishReason, SamplingParams, TokenEvent};
 use hearth_store::{ConversationSettings, MessageStatus, ReplayRecord, ReplyStats, TokenChoice, TokenChoices};
 use tokio_util::sync::CancellationToken;
 
@@ -78,18 +78,17 @@ impl WorkerThread {
         let Queued { job, cancel } = queued;
         let active = ActiveJob { shared: self.shared.clone(), conversation_id: job.conversation_id };
         let events = &job.events;
-        let mut texts = vec![job.prefix.clone(); 1 + job.variant_ids.len()];
+        let mut written: Vec<Written> = (0..1 + job.variant_ids.len()).map(|_| Written::new(&job)).collect();
         let result = if cancel.is_cancelled() {
-            Ok(vec![Finished::stopped_before_start(&job.prefix); texts.len()])
+            Ok(vec![Finished::stopped_before_start(&job.prefix); written.len()])
         } else {
-            catch_unwind(AssertUnwindSafe(|| self.generate(&job, &cancel, &mut texts))).unwrap_or_else(|panic| {
-                let message = panic_message(&*panic);
-                tracing::error!("reply {} in conversation {} panicked: {message}", job.reply_id, job.conversation_id);
+            catch_unwind(AssertUnwindSafe(|| self.generate(&job, &cancel, &mut written))).unwrap_or_else(|panic| {
                 // Its cache may be half written: this conversation starts cold.
                 self.caches.forget(job.conversation_id);
-                Err(AppError::new(ErrorKind::Internal, format!("this reply stopped on an internal error ({message}); other conversations are unaffected")))
+                Err(internal_error(&job, &*panic))
             })
         };
+        let texts: Vec<String> = written.into_iter().map(|w| w.text).collect();
         // The conversation is free again before anyone hears the reply ended,
         // so an immediate next message is not refused as busy.
         drop(active);
@@ -101,9 +100,7 @@ impl WorkerThread {
             self.end_reply(&job, result, &texts)
         }));
         if let Err(panic) = ended {
-            let message = panic_message(&*panic);
-            tracing::error!("reply {} in conversation {} panicked while ending: {message}", job.reply_id, job.conversation_id);
-            events(GenerationEvent::Error { error: AppError::new(ErrorKind::Internal, format!("this reply stopped on an internal error ({message}); other conversations are unaffected")) });
+            events(GenerationEvent::Error { error: internal_error(&job, &*panic) });
         }
     }
 
@@ -148,10 +145,10 @@ impl WorkerThread {
         }
     }
 
-    /// Runs one reply and its variants, keeping the text each has so far in
-    /// `texts` (which start as the job's prefix).
-    fn generate(&mut self, job: &ReplyJob, cancel: &CancellationToken, texts: &mut [String]) -> Result<Vec<Finished>, AppError> {
-        let engine = self.engine.clone().ok_or_else(|| AppError::new(ErrorKind::NoModel, "no model is loaded; open a GGUF model first"))?;
+    /// Runs one reply and its variants, keeping what each has written so far
+    /// in `written` (which starts as the job's prefix).
+    fn generate(&mut self, job: &ReplyJob, cancel: &CancellationToken, written: &mut [Written]) -> Result<Vec<Finished>, AppError> {
+        let engine = self.loaded_engine()?;
         (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
         test_panic_hook(job.messages.last().map_or("", |m| m.content.as_str()));
         let s = &job.settings;
@@ -161,8 +158,7 @@ impl WorkerThread {
         let session = entry.get_or_insert_with(|| engine.new_session(Some(context)));
         let (config, seed) = generation_config(&engine, s);
 
-        let n = texts.len();
-        let mut choices: Vec<Vec<TokenChoice>> = vec![job.prefix_choices.clone(); n];
+        let n = written.len();
         let mut others = Vec::new();
         let outcome = (|| -> Result<Vec<Finished>, AppError> {
             // Stop is checked between the prefill's chunks too.
@@ -174,47 +170,37 @@ impl WorkerThread {
                 Err(EngineError::Stopped) => return Ok(vec![Finished::stopped_before_start(&job.prefix); n]),
                 started => started?,
             };
-            let passes: Vec<[u32; 3]> = turn.prompt_passes().runs().iter().map(|&p| p.into()).collect();
+            let passes = record_passes(turn.prompt_passes());
             let mut unsaved = 0usize;
             let mut last_flush = Instant::now();
-            let mut unsent: Vec<Unsent> = (0..n).map(|_| Unsent::default()).collect();
             loop {
                 let step = if cancel.is_cancelled() { Some(turn.cancel()) } else { turn.step()? };
                 let Some(step) = step else { break };
-                for e in step {
-                    let b = e.sequence;
-                    if let Some(lp) = &e.logprobs {
-                        choices[b].push(TokenChoice { id: e.token, logprob: lp.logprob, top: lp.top.clone() });
-                    }
-                    texts[b].push_str(&e.text);
-                    unsaved += 1;
-                    unsent[b].text.push_str(&e.text);
-                    // A stop releases held-back text with no token of its own.
-                    if e.token != PAD {
-                        unsent[b].ids.push(e.token);
-                    }
+                unsaved += step.len();
+                for e in &step {
+                    written[e.sequence].take(e);
                 }
-                for (b, u) in unsent.iter_mut().enumerate() {
-                    u.send_if_due(&job.events, b);
+                for (b, w) in written.iter_mut().enumerate() {
+                    w.unsent.send_if_due(&job.events, b);
                 }
                 if cancel.is_cancelled() && turn.state().done.iter().all(|d| *d) {
                     break;
                 }
                 if unsaved >= FLUSH_TOKENS || last_flush.elapsed() >= FLUSH_INTERVAL {
-                    for (id, text) in job.reply_ids().into_iter().zip(texts.iter()) {
-                        self.store.update_reply(id, text, MessageStatus::Streaming, None)?;
+                    for (id, w) in job.reply_ids().into_iter().zip(written.iter()) {
+                        self.store.update_reply(id, &w.text, MessageStatus::Streaming, None)?;
                     }
                     unsaved = 0;
                     last_flush = Instant::now();
                 }
             }
-            for (b, u) in unsent.iter_mut().enumerate() {
-                u.send(&job.events, b);
+            for (b, w) in written.iter_mut().enumerate() {
+                w.unsent.send(&job.events, b);
             }
             let (out, rest) = turn.finish_variants()?;
             others = rest;
             let record = RunRecord { prompt: &prompt, passes, context, dropped, seed };
-            Ok(finished_replies(&engine, job, &record, &out, choices.iter_mut().map(std::mem::take).collect()))
+            Ok(finished_replies(&engine, job, &record, &out, written.iter_mut().map(|w| std::mem::take(&mut w.choices)).collect()))
         })();
         if let Some(session) = entry {
             self.caches.put(job.conversation_id, session, context, outcome.is_ok());
@@ -331,6 +317,45 @@ pub fn prompt_ids(engine: &hearth_engine::Engine, job: &ReplyJob, settings: &Con
         ));
     }
     Ok((prompt, context, fitted.dropped))
+}
+
+/// The passes as a reply record keeps them, `[rows, kept, count]` each.
+pub(super) fn record_passes(passes: &hearth_engine::Passes) -> Vec<[u32; 3]> {
+    passes.runs().iter().map(|&p| p.into()).collect()
+}
+
+/// What one sequence of a reply has written so far: its text, its tokens'
+/// choices, and the tokens not yet sent to the UI.
+pub(super) struct Written {
+    pub text: String,
+    pub choices: Vec<TokenChoice>,
+    pub unsent: Unsent,
+}
+
+impl Written {
+    /// Starting from what the reply already has.
+    pub fn new(job: &ReplyJob) -> Self {
+        Self { text: job.prefix.clone(), choices: job.prefix_choices.clone(), unsent: Unsent::default() }
+    }
+
+    pub fn take(&mut self, e: &TokenEvent) {
+        if let Some(lp) = &e.logprobs {
+            self.choices.push(TokenChoice { id: e.token, logprob: lp.logprob, top: lp.top.clone() });
+        }
+        self.text.push_str(&e.text);
+        self.unsent.text.push_str(&e.text);
+        // A stop releases held-back text with no token of its own.
+        if e.token != PAD {
+            self.unsent.ids.push(e.token);
+        }
+    }
+}
+
+/// A panic inside a reply, as the error its conversation shows.
+pub(super) fn internal_error(job: &ReplyJob, panic: &(dyn std::any::Any + Send)) -> AppError {
+    let message = panic_message(panic);
+    tracing::error!("reply {} in conversation {} panicked: {message}", job.reply_id, job.conversation_id);
+    AppError::new(ErrorKind::Internal, format!("this reply stopped on an internal error ({message}); other conversations are unaffected"))
 }
 
 /// How long generated tokens may wait to be sent with the ones after them.

@@ -1,21 +1,21 @@
 //! Replies that run side by side: each owns its conversation's session
-//! (`OwnedTurn`) and the worker advances them in turn, one prefill chunk or
-//! one token each, so several conversations stream at once and a long
-//! prompt holds up the others for a chunk at most.
+//! (`OwnedTurn`); the worker runs the decode steps of all that are ready as
+//! one forward pass and advances the others a prefill chunk each, so
+//! several conversations stream at once and a long prompt holds up the
+//! others for a chunk at most.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
-use hearth_engine::sampler_loop::PAD;
-use hearth_engine::{Advance, Engine, OwnedTurn, TokenEvent};
-use hearth_store::{MessageStatus, TokenChoice};
+use hearth_engine::{Advance, Engine, OwnedTurn};
+use hearth_store::MessageStatus;
 use tokio_util::sync::CancellationToken;
 
 use super::queue::{ActiveJob, Queued};
-use super::reply::{finished_replies, generation_config, prompt_ids, Finished, ReplyJob, RunRecord, Unsent, FLUSH_INTERVAL, FLUSH_TOKENS};
-use super::{panic_message, test_panic_hook, WorkerThread};
-use crate::error::{AppError, ErrorKind};
+use super::reply::{finished_replies, generation_config, internal_error, prompt_ids, record_passes, Finished, ReplyJob, RunRecord, Written, FLUSH_INTERVAL, FLUSH_TOKENS};
+use super::{test_panic_hook, WorkerThread};
+use crate::error::AppError;
 use crate::events::GenerationEvent;
 
 /// Prompt tokens read per turn while other replies are running: about a
@@ -35,9 +35,7 @@ pub(super) struct RunningReply {
     context: usize,
     dropped: usize,
     seed: u32,
-    text: String,
-    choices: Vec<TokenChoice>,
-    unsent: Unsent,
+    written: Written,
     unsaved: usize,
     last_flush: Instant,
 }
@@ -57,14 +55,13 @@ impl WorkerThread {
         let started = catch_unwind(AssertUnwindSafe(|| self.start(&job))).unwrap_or_else(|panic| {
             // Its cache may be what failed: this conversation starts cold.
             self.caches.forget(job.conversation_id);
-            Err(internal(&job, &*panic))
+            Err(internal_error(&job, &*panic))
         });
         match started {
             Ok(parts) => {
                 let (engine, turn, prompt, context, dropped, seed) = parts;
                 Some(RunningReply {
-                    text: job.prefix.clone(),
-                    choices: job.prefix_choices.clone(),
+                    written: Written::new(&job),
                     job,
                     cancel,
                     active: Some(active),
@@ -74,15 +71,13 @@ impl WorkerThread {
                     context,
                     dropped,
                     seed,
-                    unsent: Unsent::default(),
                     unsaved: 0,
                     last_flush: Instant::now(),
                 })
             }
             Err(error) => {
                 drop(active);
-                let text = job.prefix.clone();
-                self.end_reply(&job, Err(error), &[text]);
+                self.end_reply(&job, Err(error), std::slice::from_ref(&job.prefix));
                 None
             }
         }
@@ -90,7 +85,7 @@ impl WorkerThread {
 
     #[allow(clippy::type_complexity)]
     fn start(&mut self, job: &ReplyJob) -> Result<(Arc<Engine>, OwnedTurn, Vec<u32>, usize, usize, u32), AppError> {
-        let engine = self.engine.clone().ok_or_else(|| AppError::new(ErrorKind::NoModel, "no model is loaded; open a GGUF model first"))?;
+        let engine = self.loaded_engine()?;
         (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
         test_panic_hook(job.messages.last().map_or("", |m| m.content.as_str()));
         let (prompt, context, dropped) = prompt_ids(&engine, job, &job.settings)?;
@@ -146,7 +141,7 @@ impl WorkerThread {
                             // Their caches may be half written: these conversations start cold.
                             running[i].turn = None;
                             self.caches.forget(running[i].job.conversation_id);
-                            given[i] = Some(Err(internal(&running[i].job, &*panic)));
+                            given[i] = Some(Err(internal_error(&running[i].job, &*panic)));
                         }
                     }
                 }
@@ -178,15 +173,13 @@ impl WorkerThread {
                 // Its session went with the turn: this conversation starts cold.
                 r.turn = None;
                 self.caches.forget(r.job.conversation_id);
-                Err(internal(&r.job, &*panic))
+                Err(internal_error(&r.job, &*panic))
             }
         };
         let ended = catch_unwind(AssertUnwindSafe(|| self.end(r, result)));
         if let Err(panic) = ended {
-            let message = panic_message(&*panic);
-            tracing::error!("reply {} panicked while ending: {message}", r.job.reply_id);
             r.active = None;
-            (r.job.events)(GenerationEvent::Error { error: internal(&r.job, &*panic) });
+            (r.job.events)(GenerationEvent::Error { error: internal_error(&r.job, &*panic) });
         }
         false
     }
@@ -197,8 +190,9 @@ impl WorkerThread {
         let Some(turn) = r.turn.as_mut() else { return Ok(false) };
         let (model, tokenizer) = (r.engine.model(), r.engine.tokenizer());
         if r.cancel.is_cancelled() {
-            let events = turn.cancel(model, tokenizer);
-            r.take_events(events);
+            for e in &turn.cancel(model, tokenizer) {
+                r.written.take(e);
+            }
             return Ok(false);
         }
         turn.set_prefill_rows(if sharing > 1 { SHARED_PREFILL_ROWS } else { hearth_engine::model::PREFILL_CHUNK });
@@ -209,10 +203,13 @@ impl WorkerThread {
         match advanced {
             Advance::Prefill(p) => (r.job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 }),
             Advance::Tokens(events) => {
-                r.take_events(events);
-                r.unsent.send_if_due(&r.job.events, 0);
+                r.unsaved += events.len();
+                for e in &events {
+                    r.written.take(e);
+                }
+                r.written.unsent.send_if_due(&r.job.events, 0);
                 if r.unsaved >= FLUSH_TOKENS || r.last_flush.elapsed() >= FLUSH_INTERVAL {
-                    self.store.update_reply(r.job.reply_id, &r.text, MessageStatus::Streaming, None)?;
+                    self.store.update_reply(r.job.reply_id, &r.written.text, MessageStatus::Streaming, None)?;
                     r.unsaved = 0;
                     r.last_flush = Instant::now();
                 }
@@ -224,10 +221,10 @@ impl WorkerThread {
 
     /// Hands the session back to the caches and records how the reply ended.
     fn end(&mut self, r: &mut RunningReply, result: Result<(), AppError>) {
-        r.unsent.send(&r.job.events, 0);
+        r.written.unsent.send(&r.job.events, 0);
         let finished = match (r.turn.take(), result) {
             (Some(turn), result) => {
-                let passes: Vec<[u32; 3]> = turn.prompt_passes().runs().iter().map(|&p| p.into()).collect();
+                let passes = record_passes(turn.prompt_passes());
                 let (session, out) = turn.finish(r.engine.model(), r.engine.tokenizer());
                 let ok = result.is_ok() && out.is_ok();
                 self.caches.put(r.job.conversation_id, session, r.context, ok);
@@ -237,7 +234,7 @@ impl WorkerThread {
                     (Ok(()), Ok(None)) => Ok(vec![Finished::stopped_before_start(&r.job.prefix)]),
                     (Ok(()), Ok(Some(out))) => {
                         let run = RunRecord { prompt: &r.prompt, passes, context: r.context, dropped: r.dropped, seed: r.seed };
-                        Ok(finished_replies(&r.engine, &r.job, &run, &out, vec![std::mem::take(&mut r.choices)]))
+                        Ok(finished_replies(&r.engine, &r.job, &run, &out, vec![std::mem::take(&mut r.written.choices)]))
                     }
                 }
             }
@@ -248,30 +245,7 @@ impl WorkerThread {
         r.active = None;
         let last_message = r.job.messages.last().map_or("", |m| m.content.as_str());
         test_panic_hook(last_message.strip_suffix(":after").unwrap_or(""));
-        let text = r.text.clone();
+        let text = r.written.text.clone();
         self.end_reply(&r.job, finished, &[text]);
     }
-}
-
-impl RunningReply {
-    fn take_events(&mut self, events: Vec<TokenEvent>) {
-        for e in events {
-            if let Some(lp) = &e.logprobs {
-                self.choices.push(TokenChoice { id: e.token, logprob: lp.logprob, top: lp.top.clone() });
-            }
-            self.text.push_str(&e.text);
-            self.unsaved += 1;
-            self.unsent.text.push_str(&e.text);
-            // A stop releases held-back text with no token of its own.
-            if e.token != PAD {
-                self.unsent.ids.push(e.token);
-            }
-        }
-    }
-}
-
-fn internal(job: &ReplyJob, panic: &(dyn std::any::Any + Send)) -> AppError {
-    let message = panic_message(panic);
-    tracing::error!("reply {} in conversation {} panicked: {message}", job.reply_id, job.conversation_id);
-    AppError::new(ErrorKind::Internal, format!("this reply stopped on an internal error ({message}); other conversations are unaffected"))
 }

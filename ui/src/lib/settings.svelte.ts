@@ -74,23 +74,27 @@ export class SettingsStore {
 
   /** Runs the model on `next` from now on; says why not, if it cannot. */
   async setDevice(next: string): Promise<string | null> {
-    try {
+    return refusal(async () => {
       await api.settings.setDevice(next);
       this.device = next;
-      return null;
-    } catch (e) {
-      return asAppError(e).message;
-    }
+    });
   }
 
   /** Says why the budgets were refused, if they were. */
   async setBudgets(next: CacheBudgets): Promise<string | null> {
-    try {
+    return refusal(async () => {
       await api.settings.setBudgets(next);
       this.budgets = next;
-      return null;
-    } catch (e) {
-      return asAppError(e).message;
-    }
+    });
+  }
+}
+
+/** Why `f` was refused, in words, or null when it went through. */
+async function refusal(f: () => Promise<void>): Promise<string | null> {
+  try {
+    await f();
+    return null;
+  } catch (e) {
+    return asAppError(e).message;
   }
 }

@@ -1,7 +1,7 @@
 // Replies being written and replays being run, by conversation: each
 // conversation's generation events routed into its state, and tokens handed
 // to the page at most once a frame. The one place a stream starts.
-import type { OnEvent } from './api';
+import { asAppError, type OnEvent } from './api';
 import type { GenerationEvent } from './bindings/GenerationEvent';
 import type { ReplayOutcome } from './bindings/ReplayOutcome';
 
@@ -91,7 +91,7 @@ export class StreamStore {
       });
     } catch (e) {
       r.done = true;
-      r.error = e && typeof e === 'object' && 'message' in e ? String(e.message) : String(e);
+      r.error = asAppError(e).message;
     }
   }
 
