@@ -223,11 +223,11 @@ impl Session {
     /// Brings the cache to cover `prompt` through exactly `passes`; returns
     /// how many positions were run and the logits after the last.
     fn prefill_as(&mut self, model: &Model, prompt: &[u32], passes: &Passes, progress: &mut dyn FnMut(Progress) -> bool) -> Result<(usize, Vec<f32>)> {
-        if passes.len() != prompt.len() || passes.runs().last().is_none_or(|p| p.kept != p.rows) {
-            return Err(EngineError::setting(
-                "passes",
-                format!("the recorded passes cover {} positions, not the prompt's {}, or end in a cut pass", passes.len(), prompt.len()),
-            ));
+        if passes.len() != prompt.len() {
+            return Err(EngineError::setting("passes", format!("the recorded passes cover {} positions, not the prompt's {}", passes.len(), prompt.len())));
+        }
+        if passes.runs().last().is_some_and(|p| p.kept != p.rows) {
+            return Err(EngineError::setting("passes", "the recorded passes end in a pass that a later edit cut, so they did not compute this prompt's last logits"));
         }
         if prompt.len() > self.cache.max_len() {
             return Err(EngineError::PromptTooLong { tokens: prompt.len(), context: self.cache.max_len() });
