@@ -3,13 +3,13 @@
 //! thread; commands only read the database and enqueue.
 
 pub mod commands;
-pub mod context;
-pub mod error;
-pub mod events;
-pub mod priority;
 pub mod startup;
 pub mod state;
-pub mod worker;
+
+// The worker and what it shares with the commands live in `hearth-worker`,
+// so the CLI's API server runs the same worker without Tauri.
+pub use hearth_worker::{context, error, events, priority};
+pub use hearth_worker as worker;
 
 use tauri::{Emitter, Manager, Runtime};
 

@@ -8,6 +8,7 @@ use std::time::Instant;
 mod random_model;
 mod replay;
 mod score;
+mod serve;
 
 use clap::{Args, Parser, Subcommand};
 use hearth_engine::{paths, ChatMessage, Engine, EngineError, SamplingParams};
@@ -52,6 +53,18 @@ enum Command {
         /// The model file; defaults to the path in the record.
         #[command(flatten)]
         model: ModelArgs,
+    },
+    /// Serves the OpenAI-compatible API (`/v1/models`, `/v1/chat/completions`,
+    /// `/v1/completions`) on 127.0.0.1 through the app's worker; prints the
+    /// base URL once the model is ready.
+    Serve {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+        /// Every request must bear this key (`Authorization: Bearer KEY`).
+        #[arg(long, env = "HEARTH_API_KEY")]
+        api_key: Option<String>,
     },
     /// Measures prefill and decode speed.
     Bench {
@@ -153,13 +166,13 @@ enum Command {
 pub(crate) struct ModelArgs {
     /// A GGUF file; defaults to the default model fetched by scripts/fetch-model.sh.
     #[arg(long)]
-    model: Option<PathBuf>,
+    pub(crate) model: Option<PathBuf>,
     /// Worker threads for the CPU kernels (default: logical CPUs).
     #[arg(long)]
     threads: Option<usize>,
     /// auto (a GPU when this build and the machine have one), cpu, cuda, cuda:N or metal.
     #[arg(long, default_value = "auto")]
-    device: String,
+    pub(crate) device: String,
 }
 
 #[derive(Args)]
@@ -219,6 +232,10 @@ fn run(cli: Cli) -> Result<(), EngineError> {
         }
         Command::Chat { model, sampling, system } => chat(&model, &sampling, system),
         Command::Replay { record, model } => replay::run(&model, &record),
+        Command::Serve { model, port, api_key } => serve::run(&model, port, api_key).map_err(|e| {
+            eprintln!("error: {e}");
+            std::process::exit(1)
+        }),
         Command::Bench { model, prompt_tokens, gen_tokens, repeats, batch, concurrent, json } => bench(&model, prompt_tokens, gen_tokens, repeats, batch, concurrent, json),
         Command::BenchCache { model, history_tokens, json } => bench_cache::run(&model, history_tokens, json),
         Command::Score { model, ids_file, out } => score::score(&open(&model)?, &ids_file, &out),
@@ -232,6 +249,14 @@ fn run(cli: Cli) -> Result<(), EngineError> {
 }
 
 pub(crate) fn open(args: &ModelArgs) -> Result<Engine, EngineError> {
+    set_threads(args)?;
+    let path = args.model.clone().unwrap_or_else(paths::default_model_path);
+    let device = args.device.parse::<hearth_engine::DeviceChoice>()?.open()?;
+    Engine::open_on(&path, &device)
+}
+
+/// `--threads`, for the engine's pool and for candle.
+pub(crate) fn set_threads(args: &ModelArgs) -> Result<(), EngineError> {
     if let Some(n) = args.threads {
         if n == 0 {
             return Err(EngineError::InvalidSetting { field: "threads", reason: "must be at least 1".into() });
@@ -241,9 +266,7 @@ pub(crate) fn open(args: &ModelArgs) -> Result<Engine, EngineError> {
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
         let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
     }
-    let path = args.model.clone().unwrap_or_else(paths::default_model_path);
-    let device = args.device.parse::<hearth_engine::DeviceChoice>()?.open()?;
-    Engine::open_on(&path, &device)
+    Ok(())
 }
 
 fn sampling_params(a: &SamplingArgs) -> SamplingParams {

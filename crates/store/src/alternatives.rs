@@ -15,7 +15,8 @@ pub struct TokenChoices {
 }
 
 /// One generated token: what was sampled and what the model found likeliest.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, ts_rs::TS)]
+#[ts(export, export_to = "bindings/")]
 pub struct TokenChoice {
     pub id: u32,
     pub logprob: f32,

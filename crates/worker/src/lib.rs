@@ -12,6 +12,11 @@
 //! to SQLite as it streams, from this thread, so a crash loses at most the
 //! last quarter second.
 
+pub mod context;
+pub mod error;
+pub mod events;
+pub mod priority;
+
 mod caches;
 mod queue;
 mod replay;
@@ -28,10 +33,10 @@ use std::time::{Duration, Instant};
 
 use hearth_engine::{Engine, EngineError};
 use hearth_store::Store;
-use tokio_util::sync::CancellationToken;
 
 pub use caches::{CacheBudgets, CacheState};
-pub use reply::{prompt_ids, ReplyJob};
+pub use reply::{prompt_ids, ReplyJob, Request};
+pub use tokio_util::sync::{CancellationToken, DropGuard};
 
 use caches::Caches;
 use queue::{Queued, Shared};
@@ -126,7 +131,18 @@ impl Worker {
 
     /// Queues a reply; refuses a second one for the same conversation.
     pub fn enqueue(&self, job: ReplyJob) -> AppResult<()> {
+        self.submit(job).map(drop)
+    }
+
+    /// Queues a reply and returns the token that stops it (within one step
+    /// when running). An API request's job gets a queue id of its own here,
+    /// so any number of requests may wait beside the conversations.
+    pub fn submit(&self, mut job: ReplyJob) -> AppResult<CancellationToken> {
         let mut q = self.shared.queue.lock()?;
+        if job.request.is_some() {
+            q.last_request_id -= 1;
+            job.conversation_id = q.last_request_id;
+        }
         let busy = q.active.iter().any(|(c, _)| *c == job.conversation_id)
             || q.jobs.iter().any(|j| j.job.conversation_id == job.conversation_id);
         if busy {
@@ -136,9 +152,10 @@ impl Worker {
         if must_wait || q.load.is_some() || q.loading || !q.jobs.is_empty() {
             (job.events)(GenerationEvent::Queued { position: q.jobs.len() as u32 + 1 });
         }
-        q.jobs.push_back(Queued { job, cancel: CancellationToken::new() });
+        let cancel = CancellationToken::new();
+        q.jobs.push_back(Queued { job, cancel: cancel.clone() });
         self.shared.wake.notify_all();
-        Ok(())
+        Ok(cancel)
     }
 
     /// Stops the conversation's reply: the running one within one step, a
@@ -166,7 +183,13 @@ impl Worker {
     /// Conversations with a reply queued or running.
     pub fn busy_conversations(&self) -> Vec<i64> {
         let Ok(q) = self.shared.queue.lock() else { return Vec::new() };
-        q.active.iter().map(|(c, _)| *c).chain(q.jobs.iter().map(|j| j.job.conversation_id)).collect()
+        q.active.iter().map(|(c, _)| *c).chain(q.jobs.iter().map(|j| j.job.conversation_id)).filter(|c| *c > 0).collect()
+    }
+
+    /// API requests running and waiting now.
+    pub fn requests(&self) -> (usize, usize) {
+        let Ok(q) = self.shared.queue.lock() else { return (0, 0) };
+        (q.active.iter().filter(|(c, _)| *c < 0).count(), q.jobs.iter().filter(|j| j.job.request.is_some()).count())
     }
 
     /// Blocks until nothing is queued or running. For tests and shutdown.

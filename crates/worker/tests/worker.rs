@@ -4,8 +4,8 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use hearth_app::events::{GenerationEvent, ModelStatus};
-use hearth_app::worker::{CacheState, ReplyJob, Worker};
+use hearth_worker::events::{GenerationEvent, ModelStatus};
+use hearth_worker::{CacheState, ReplyJob, Worker};
 use hearth_engine::ChatMessage;
 use hearth_store::{ConversationSettings, MessageStatus, Role, Store};
 
@@ -63,7 +63,7 @@ fn streamed(events: &[GenerationEvent]) -> String {
 
 fn finished(events: &[GenerationEvent]) -> (String, hearth_store::ReplyStats) {
     match events.last() {
-        Some(GenerationEvent::Finished { reason, stats }) => (reason.clone(), stats.clone()),
+        Some(GenerationEvent::Finished { reason, stats, .. }) => (reason.clone(), stats.clone()),
         other => panic!("expected finished, got {other:?}"),
     }
 }
@@ -139,7 +139,7 @@ fn conversations_stream_side_by_side_and_one_conversation_runs_one_reply() {
     worker.enqueue(jb).unwrap();
     let (again, _rx) = job(a.id, ra, vec![ChatMessage::user("again")], greedy(8));
     let err = worker.enqueue(again).unwrap_err();
-    assert_eq!(err.kind, hearth_app::error::ErrorKind::Busy);
+    assert_eq!(err.kind, hearth_worker::error::ErrorKind::Busy);
     // b does not wait for a: the short reply ends while the long one streams.
     let eb = collect(&rxb);
     finished(&eb);
@@ -151,7 +151,7 @@ fn conversations_stream_side_by_side_and_one_conversation_runs_one_reply() {
 
     // Past MAX_RUNNING at once, the next waits, told its place (1 = next).
     let mut rxs = Vec::new();
-    for i in 0..=hearth_app::worker::MAX_RUNNING {
+    for i in 0..=hearth_worker::MAX_RUNNING {
         let c = store.create_conversation().unwrap();
         let r = reply_row(&store, c.id, "Say hello.");
         let (j, rx) = job(c.id, r, vec![ChatMessage::user(format!("Say hello {i}."))], greedy(12));
@@ -178,7 +178,7 @@ fn a_prompt_longer_than_the_context_is_a_clear_error() {
     let events = collect(&rx);
     match events.last() {
         Some(GenerationEvent::Error { error }) => {
-            assert_eq!(error.kind, hearth_app::error::ErrorKind::PromptTooLong);
+            assert_eq!(error.kind, hearth_worker::error::ErrorKind::PromptTooLong);
             assert!(error.message.contains("context holds 16"), "{}", error.message);
         }
         other => panic!("expected an error, got {other:?}"),
@@ -202,7 +202,7 @@ fn a_bad_model_file_is_reported_in_words() {
     assert!(matches!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), ModelStatus::Loading { .. }));
     match rx.recv_timeout(Duration::from_secs(10)).unwrap() {
         ModelStatus::Failed { error, .. } => {
-            assert_eq!(error.kind, hearth_app::error::ErrorKind::BadModel);
+            assert_eq!(error.kind, hearth_worker::error::ErrorKind::BadModel);
             assert!(error.message.contains("bad.gguf"), "{}", error.message);
         }
         other => panic!("expected failure, got {other:?}"),
@@ -213,7 +213,7 @@ fn a_bad_model_file_is_reported_in_words() {
     let (j, rx) = job(c.id, reply, vec![ChatMessage::user("hi")], greedy(4));
     worker.enqueue(j).unwrap();
     let events = collect(&rx);
-    assert!(matches!(events.last(), Some(GenerationEvent::Error { error }) if error.kind == hearth_app::error::ErrorKind::NoModel));
+    assert!(matches!(events.last(), Some(GenerationEvent::Error { error }) if error.kind == hearth_worker::error::ErrorKind::NoModel));
 }
 
 #[test]
@@ -263,7 +263,7 @@ fn a_new_worker_continues_from_the_saved_cache() {
 fn caches_past_their_budgets_leave_memory_then_disk() {
     let (dir, store, worker) = start();
     // A short chat's cache holds 256 positions of this model in f16: 5.6 MiB.
-    worker.set_budgets(hearth_app::worker::CacheBudgets { memory_mb: 32, disk_mb: 1 });
+    worker.set_budgets(hearth_worker::CacheBudgets { memory_mb: 32, disk_mb: 1 });
     let mut ids = Vec::new();
     for text in ["What is 2 + 2?", "Name a colour.", "Name a fruit.", "Name an animal.", "Name a city.", "Name a river."] {
         let c = store.create_conversation().unwrap();
@@ -466,7 +466,7 @@ fn every_reply_records_what_produced_it() {
 }
 
 /// Queues a replay of `reply` (whose prompt is `history`) and waits for its end.
-fn replay(worker: &Worker, store: &Store, conversation: i64, reply: i64, history: Vec<ChatMessage>, settings: ConversationSettings) -> Result<hearth_app::events::ReplayOutcome, hearth_app::error::AppError> {
+fn replay(worker: &Worker, store: &Store, conversation: i64, reply: i64, history: Vec<ChatMessage>, settings: ConversationSettings) -> Result<hearth_worker::events::ReplayOutcome, hearth_worker::error::AppError> {
     let record = store.message(reply).unwrap().stats.unwrap().replay.expect("a replay record");
     let (mut j, rx) = job(conversation, reply, history, settings);
     j.replay = Some(record);
@@ -526,7 +526,7 @@ fn a_reply_replays_exactly_from_a_warm_a_restored_and_a_cold_cache() {
     let mut changed = history;
     changed.insert(0, ChatMessage::system("Be brief."));
     let err = replay(&worker, &store, c.id, second, changed, settings).unwrap_err();
-    assert_eq!(err.kind, hearth_app::error::ErrorKind::CannotReplay, "{err:?}");
+    assert_eq!(err.kind, hearth_worker::error::ErrorKind::CannotReplay, "{err:?}");
 }
 
 #[test]

@@ -35,6 +35,21 @@ pub struct ReplyJob {
     /// Replies to write beside `reply_id` from the same prompt, as one batch
     /// ("Generate N"): variant b samples with the seed + b.
     pub variant_ids: Vec<i64>,
+    /// Set for a reply to an API request rather than in a conversation.
+    pub request: Option<Request>,
+}
+
+/// A reply to an API request: nothing is stored (its reply ids are 0), its
+/// queue id is one `Worker::submit` gives, and its cache is whichever
+/// request cache shares most of its prompt (`Caches::take_request`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Request {
+    /// `Some(k)`: each token's log-probability and k likeliest alternatives
+    /// go with it in `tokens` events.
+    pub logprobs: Option<usize>,
+    /// A prompt tokenized as it is (`/v1/completions`), in place of the
+    /// messages rendered through the chat template.
+    pub raw_prompt: Option<String>,
 }
 
 impl ReplyJob {
@@ -51,7 +66,19 @@ impl ReplyJob {
             events,
             replay: None,
             variant_ids: Vec::new(),
+            request: None,
         }
+    }
+
+    /// A reply to an API request: `sequences` (1–8) sampled from one
+    /// prompt as one batch, like "Generate N".
+    pub fn for_request(messages: Vec<ChatMessage>, settings: ConversationSettings, sequences: usize, request: Request, events: EventSink) -> Self {
+        Self { variant_ids: vec![0; sequences.clamp(1, 8) - 1], request: Some(request), ..Self::new(0, 0, messages, settings, events) }
+    }
+
+    /// Whether the reply is a conversation's, written to the database.
+    pub fn stored(&self) -> bool {
+        self.request.is_none()
     }
 
     /// One sequence, not a replay: it can take turns with other replies.
@@ -84,7 +111,7 @@ impl WorkerThread {
         } else {
             catch_unwind(AssertUnwindSafe(|| self.generate(&job, &cancel, &mut written))).unwrap_or_else(|panic| {
                 // Its cache may be half written: this conversation starts cold.
-                self.caches.forget(job.conversation_id);
+                self.caches.forget_for(&job);
                 Err(internal_error(&job, &*panic))
             })
         };
@@ -110,7 +137,7 @@ impl WorkerThread {
         match result {
             Ok(done) => {
                 let mut saved = Ok(());
-                for (id, d) in job.reply_ids().into_iter().zip(&done) {
+                for (id, d) in job.reply_ids().into_iter().zip(&done).filter(|_| job.stored()) {
                     let status = if d.reason == FinishReason::Cancelled { MessageStatus::Interrupted } else { MessageStatus::Complete };
                     saved = saved.and(self.store.update_reply(id, &d.text, status, Some(&d.stats)));
                     // A reply continued from text it has no tokens for
@@ -128,13 +155,17 @@ impl WorkerThread {
                     self.caches.save_pending(&engine);
                 }
                 match saved {
-                    Ok(()) => events(GenerationEvent::Finished { reason: done[0].reason.as_str().to_string(), stats: done[0].stats.clone() }),
+                    Ok(()) => events(GenerationEvent::Finished {
+                        reason: done[0].reason.as_str().to_string(),
+                        stats: done[0].stats.clone(),
+                        others: done[1..].iter().map(|d| d.stats.clone()).collect(),
+                    }),
                     Err(e) => events(GenerationEvent::Error { error: e.into() }),
                 }
             }
             Err(error) => {
                 let stats = ReplyStats { finish_reason: "error".into(), error: Some(error.message.clone()), ..Default::default() };
-                for (id, text) in job.reply_ids().into_iter().zip(texts) {
+                for (id, text) in job.reply_ids().into_iter().zip(texts).filter(|_| job.stored()) {
                     let status = if text.is_empty() { MessageStatus::Error } else { MessageStatus::Interrupted };
                     if let Err(e) = self.store.update_reply(id, text, status, Some(&stats)).and_then(|()| self.store.clear_token_choices(id)) {
                         tracing::error!("cannot record a failed reply: {e}");
@@ -154,9 +185,9 @@ impl WorkerThread {
         let s = &job.settings;
         let (prompt, context, dropped) = prompt_ids(&engine, job, s)?;
 
-        let mut entry = self.caches.take(&engine, job.conversation_id, &prompt, context);
+        let (cache_key, mut entry) = self.caches.take_for(&engine, job, &prompt, context);
         let session = entry.get_or_insert_with(|| engine.new_session(Some(context)));
-        let (config, seed) = generation_config(&engine, s);
+        let (config, seed) = job_config(&engine, job);
 
         let n = written.len();
         let mut others = Vec::new();
@@ -186,7 +217,7 @@ impl WorkerThread {
                 if cancel.is_cancelled() && turn.state().done.iter().all(|d| *d) {
                     break;
                 }
-                if unsaved >= FLUSH_TOKENS || last_flush.elapsed() >= FLUSH_INTERVAL {
+                if job.stored() && (unsaved >= FLUSH_TOKENS || last_flush.elapsed() >= FLUSH_INTERVAL) {
                     for (id, w) in job.reply_ids().into_iter().zip(written.iter()) {
                         self.store.update_reply(id, &w.text, MessageStatus::Streaming, None)?;
                     }
@@ -203,10 +234,12 @@ impl WorkerThread {
             Ok(finished_replies(&engine, job, &record, &out, written.iter_mut().map(|w| std::mem::take(&mut w.choices)).collect()))
         })();
         if let Some(session) = entry {
-            self.caches.put(job.conversation_id, session, context, outcome.is_ok());
+            self.caches.put(cache_key, session, context, outcome.is_ok() && job.stored());
         }
         // The other variants' caches, so that picking one continues from it.
-        self.caches.add_alternates(job.conversation_id, others);
+        if job.stored() {
+            self.caches.add_alternates(job.conversation_id, others);
+        }
         outcome
     }
 
@@ -229,6 +262,16 @@ pub(super) fn generation_config(engine: &hearth_engine::Engine, s: &Conversation
     let mut config = engine.generation_config(sampling, s.max_new_tokens as usize);
     config.stop_strings = s.stop_strings.clone();
     config.top_logprobs = hearth_store::KEPT_ALTERNATIVES;
+    (config, seed)
+}
+
+/// `generation_config` for a job: a request asking for more alternatives
+/// than a conversation keeps gets them.
+pub(super) fn job_config(engine: &hearth_engine::Engine, job: &ReplyJob) -> (hearth_engine::GenerationConfig, u32) {
+    let (mut config, seed) = generation_config(engine, &job.settings);
+    if let Some(r) = &job.request {
+        config.top_logprobs = config.top_logprobs.max(r.logprobs.unwrap_or(0));
+    }
     (config, seed)
 }
 
@@ -303,8 +346,13 @@ pub(super) fn finished_replies(engine: &hearth_engine::Engine, job: &ReplyJob, r
 /// far; with the context and how many messages were left out.
 pub fn prompt_ids(engine: &hearth_engine::Engine, job: &ReplyJob, settings: &ConversationSettings) -> Result<(Vec<u32>, usize, usize), AppError> {
     let (context, reserve) = crate::context::window(settings, engine.model().config().context_length);
-    let fitted = crate::context::fit(&job.messages, settings.overflow, context, reserve, |m| engine.encode_chat(m).map(|ids| ids.len()))?;
-    let mut prompt = engine.encode_chat(&fitted.messages)?;
+    let (mut prompt, dropped) = match job.request.as_ref().and_then(|r| r.raw_prompt.as_deref()) {
+        Some(text) => (engine.tokenizer().encode(text, true, false)?, 0),
+        None => {
+            let fitted = crate::context::fit(&job.messages, settings.overflow, context, reserve, |m| engine.encode_chat(m).map(|ids| ids.len()))?;
+            (engine.encode_chat(&fitted.messages)?, fitted.dropped)
+        }
+    };
     match &job.prefix_ids {
         Some(ids) => prompt.extend_from_slice(ids),
         None if !job.prefix.is_empty() => prompt.extend(engine.tokenizer().encode(&job.prefix, false, false)?),
@@ -316,7 +364,7 @@ pub fn prompt_ids(engine: &hearth_engine::Engine, job: &ReplyJob, settings: &Con
             format!("the conversation is {} tokens long but the context holds {context}; start a new conversation or raise the context length", prompt.len()),
         ));
     }
-    Ok((prompt, context, fitted.dropped))
+    Ok((prompt, context, dropped))
 }
 
 /// The passes as a reply record keeps them, `[rows, kept, count]` each.
@@ -335,12 +383,17 @@ pub(super) struct Written {
 impl Written {
     /// Starting from what the reply already has.
     pub fn new(job: &ReplyJob) -> Self {
-        Self { text: job.prefix.clone(), choices: job.prefix_choices.clone(), unsent: Unsent::default() }
+        let unsent = Unsent { top_logprobs: job.request.as_ref().and_then(|r| r.logprobs), ..Unsent::default() };
+        Self { text: job.prefix.clone(), choices: job.prefix_choices.clone(), unsent }
     }
 
     pub fn take(&mut self, e: &TokenEvent) {
         if let Some(lp) = &e.logprobs {
-            self.choices.push(TokenChoice { id: e.token, logprob: lp.logprob, top: lp.top.clone() });
+            let choice = TokenChoice { id: e.token, logprob: lp.logprob, top: lp.top.clone() };
+            if let Some(k) = self.unsent.top_logprobs {
+                self.unsent.choices.push(TokenChoice { top: choice.top.iter().take(k).cloned().collect(), ..choice.clone() });
+            }
+            self.choices.push(choice);
         }
         self.text.push_str(&e.text);
         self.unsent.text.push_str(&e.text);
@@ -366,6 +419,10 @@ pub const TOKEN_BATCH: Duration = Duration::from_millis(50);
 pub(super) struct Unsent {
     pub text: String,
     pub ids: Vec<u32>,
+    /// Each unsent token's log-probability and alternatives, when sent
+    /// (`Some(k)`: an API request, which sends k alternatives).
+    pub choices: Vec<TokenChoice>,
+    top_logprobs: Option<usize>,
     last_sent: Option<Instant>,
 }
 
@@ -380,7 +437,12 @@ impl Unsent {
         if self.text.is_empty() && self.ids.is_empty() {
             return;
         }
-        events(GenerationEvent::Tokens { text: std::mem::take(&mut self.text), ids: std::mem::take(&mut self.ids), variant: variant as u32 });
+        events(GenerationEvent::Tokens {
+            text: std::mem::take(&mut self.text),
+            ids: std::mem::take(&mut self.ids),
+            variant: variant as u32,
+            choices: std::mem::take(&mut self.choices),
+        });
         self.last_sent = Some(Instant::now());
     }
 }

@@ -88,11 +88,14 @@ pub(super) struct Caches {
     alternates: HashMap<i64, Vec<Session>>,
     /// A conversation whose cache to save once its reply has been reported.
     pending_save: Option<(i64, usize)>,
+    /// The key the next request cache gets (request caches have negative
+    /// keys, conversations their positive ids).
+    next_request_key: i64,
 }
 
 impl Caches {
     pub fn new(shared: Arc<Shared>, dir: Option<PathBuf>) -> Self {
-        Self { shared, sessions: HashMap::new(), tick: 0, dir, saved: HashMap::new(), alternates: HashMap::new(), pending_save: None }
+        Self { shared, sessions: HashMap::new(), tick: 0, dir, saved: HashMap::new(), alternates: HashMap::new(), pending_save: None, next_request_key: -1 }
     }
 
     /// The cache to continue `conversation_id` from for `prompt`: the one in
@@ -105,6 +108,59 @@ impl Caches {
         }
         self.pick_branch(conversation_id, &mut entry, prompt, context);
         entry
+    }
+
+    /// The cache to run an API request's `prompt` on, and the key to `put`
+    /// it back under: the request cache sharing most of the prompt. One the
+    /// prompt extends is taken over (that client's next turn); one it only
+    /// shares a beginning with (a system prompt, a conversation another
+    /// client branched) is cloned copy-on-write, so that client keeps its
+    /// own. Request caches live in memory only, under the same budget as
+    /// conversations' and evicted with them, least recently used first.
+    pub fn take_request(&mut self, prompt: &[u32], context: usize) -> (i64, Option<Session>) {
+        let common = |s: &Session| s.tokens().iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        let best = self
+            .sessions
+            .iter()
+            .filter(|(k, (s, _))| **k < 0 && s.context_length() == context)
+            .map(|(k, (s, t))| (common(s), *t, *k))
+            .max();
+        let mut fresh = || {
+            let key = self.next_request_key;
+            self.next_request_key -= 1;
+            key
+        };
+        match best {
+            Some((shared, _, key)) if shared > 0 => {
+                let whole = self.sessions.get(&key).is_some_and(|(s, _)| s.tokens().len() == shared);
+                if whole {
+                    let taken = self.sessions.remove(&key).map(|(s, _)| s);
+                    self.publish_resident();
+                    (key, taken)
+                } else {
+                    let clone = self.sessions.get(&key).map(|(s, _)| s.clone());
+                    (fresh(), clone)
+                }
+            }
+            _ => (fresh(), None),
+        }
+    }
+
+    /// The cache for `job`'s prompt and the key to `put` it back under: its
+    /// conversation's, or a request cache.
+    pub fn take_for(&mut self, engine: &Engine, job: &super::ReplyJob, prompt: &[u32], context: usize) -> (i64, Option<Session>) {
+        match job.request {
+            Some(_) => self.take_request(prompt, context),
+            None => (job.conversation_id, self.take(engine, job.conversation_id, prompt, context)),
+        }
+    }
+
+    /// Forgets the caches of `job`'s conversation (a request's cache is
+    /// in the job's hands, not here).
+    pub fn forget_for(&mut self, job: &super::ReplyJob) {
+        if job.stored() {
+            self.forget(job.conversation_id);
+        }
     }
 
     /// Keeps a conversation's cache after a turn (to be saved by

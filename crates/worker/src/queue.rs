@@ -59,6 +59,9 @@ pub(super) struct Queue {
     /// another model is opened).
     pub hashing: usize,
     pub shutdown: bool,
+    /// The queue id the last API request got (they count down from -1, apart
+    /// from conversations' positive ids).
+    pub last_request_id: i64,
 }
 
 pub(super) struct Queued {

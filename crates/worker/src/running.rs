@@ -13,7 +13,7 @@ use hearth_store::MessageStatus;
 use tokio_util::sync::CancellationToken;
 
 use super::queue::{ActiveJob, Queued};
-use super::reply::{finished_replies, generation_config, internal_error, prompt_ids, record_passes, Finished, ReplyJob, RunRecord, Written, FLUSH_INTERVAL, FLUSH_TOKENS};
+use super::reply::{finished_replies, internal_error, job_config, prompt_ids, record_passes, Finished, ReplyJob, RunRecord, Written, FLUSH_INTERVAL, FLUSH_TOKENS};
 use super::{test_panic_hook, WorkerThread};
 use crate::error::AppError;
 use crate::events::GenerationEvent;
@@ -30,6 +30,8 @@ pub(super) struct RunningReply {
     /// Frees the conversation when the reply ends, however it ends.
     active: Option<ActiveJob>,
     engine: Arc<Engine>,
+    /// Where its session goes back to in `Caches`.
+    cache_key: i64,
     turn: Option<OwnedTurn>,
     prompt: Vec<u32>,
     context: usize,
@@ -54,18 +56,19 @@ impl WorkerThread {
         }
         let started = catch_unwind(AssertUnwindSafe(|| self.start(&job))).unwrap_or_else(|panic| {
             // Its cache may be what failed: this conversation starts cold.
-            self.caches.forget(job.conversation_id);
+            self.caches.forget_for(&job);
             Err(internal_error(&job, &*panic))
         });
         match started {
             Ok(parts) => {
-                let (engine, turn, prompt, context, dropped, seed) = parts;
+                let (engine, cache_key, turn, prompt, context, dropped, seed) = parts;
                 Some(RunningReply {
                     written: Written::new(&job),
                     job,
                     cancel,
                     active: Some(active),
                     engine,
+                    cache_key,
                     turn: Some(turn),
                     prompt,
                     context,
@@ -84,22 +87,23 @@ impl WorkerThread {
     }
 
     #[allow(clippy::type_complexity)]
-    fn start(&mut self, job: &ReplyJob) -> Result<(Arc<Engine>, OwnedTurn, Vec<u32>, usize, usize, u32), AppError> {
+    fn start(&mut self, job: &ReplyJob) -> Result<(Arc<Engine>, i64, OwnedTurn, Vec<u32>, usize, usize, u32), AppError> {
         let engine = self.loaded_engine()?;
         (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
         test_panic_hook(job.messages.last().map_or("", |m| m.content.as_str()));
         let (prompt, context, dropped) = prompt_ids(&engine, job, &job.settings)?;
-        let session = self.caches.take(&engine, job.conversation_id, &prompt, context).unwrap_or_else(|| engine.new_session(Some(context)));
-        let (config, seed) = generation_config(&engine, &job.settings);
+        let (cache_key, session) = self.caches.take_for(&engine, job, &prompt, context);
+        let session = session.unwrap_or_else(|| engine.new_session(Some(context)));
+        let (config, seed) = job_config(&engine, job);
         match session.into_turn(engine.model(), engine.tokenizer(), prompt.clone(), config) {
             Ok(turn) => {
                 if let Some(p) = turn.prefill_progress() {
                     (job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 });
                 }
-                Ok((engine, turn, prompt, context, dropped, seed))
+                Ok((engine, cache_key, turn, prompt, context, dropped, seed))
             }
             Err((session, e)) => {
-                self.caches.put(job.conversation_id, session, context, false);
+                self.caches.put(cache_key, session, context, false);
                 Err(e.into())
             }
         }
@@ -140,7 +144,7 @@ impl WorkerThread {
                         for &i in &ready {
                             // Their caches may be half written: these conversations start cold.
                             running[i].turn = None;
-                            self.caches.forget(running[i].job.conversation_id);
+                            self.caches.forget_for(&running[i].job);
                             given[i] = Some(Err(internal_error(&running[i].job, &*panic)));
                         }
                     }
@@ -172,7 +176,7 @@ impl WorkerThread {
             Err(panic) => {
                 // Its session went with the turn: this conversation starts cold.
                 r.turn = None;
-                self.caches.forget(r.job.conversation_id);
+                self.caches.forget_for(&r.job);
                 Err(internal_error(&r.job, &*panic))
             }
         };
@@ -208,7 +212,7 @@ impl WorkerThread {
                     r.written.take(e);
                 }
                 r.written.unsent.send_if_due(&r.job.events, 0);
-                if r.unsaved >= FLUSH_TOKENS || r.last_flush.elapsed() >= FLUSH_INTERVAL {
+                if r.job.stored() && (r.unsaved >= FLUSH_TOKENS || r.last_flush.elapsed() >= FLUSH_INTERVAL) {
                     self.store.update_reply(r.job.reply_id, &r.written.text, MessageStatus::Streaming, None)?;
                     r.unsaved = 0;
                     r.last_flush = Instant::now();
@@ -227,7 +231,7 @@ impl WorkerThread {
                 let passes = record_passes(turn.prompt_passes());
                 let (session, out) = turn.finish(r.engine.model(), r.engine.tokenizer());
                 let ok = result.is_ok() && out.is_ok();
-                self.caches.put(r.job.conversation_id, session, r.context, ok);
+                self.caches.put(r.cache_key, session, r.context, ok && r.job.stored());
                 match (result, out) {
                     (Err(e), _) => Err(e),
                     (Ok(()), Err(e)) => Err(e.into()),

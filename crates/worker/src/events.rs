@@ -1,7 +1,7 @@
 //! What the worker tells the UI: per-reply generation events, sent over a
 //! `tauri::ipc::Channel`, and the model's status, broadcast as an app event.
 
-use hearth_store::ReplyStats;
+use hearth_store::{ReplyStats, TokenChoice};
 use serde::Serialize;
 use ts_rs::TS;
 
@@ -29,10 +29,26 @@ pub enum GenerationEvent {
     /// character or a possible stop string is held back, and `ids` may be
     /// empty when a stop releases held-back text.
     /// `variant`: which of the replies written together (0 unless "Generate N").
+    /// `choices`: each token's log-probability and alternatives, for an API
+    /// request that asked for them (the app reads them from the database).
     #[serde(rename_all = "camelCase")]
-    Tokens { text: String, ids: Vec<u32>, variant: u32 },
+    Tokens {
+        text: String,
+        ids: Vec<u32>,
+        variant: u32,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        #[ts(optional, as = "Option<Vec<TokenChoice>>")]
+        choices: Vec<TokenChoice>,
+    },
+    /// `stats`: the reply's (variant 0's); `others`: the other variants'.
     #[serde(rename_all = "camelCase")]
-    Finished { reason: String, stats: ReplyStats },
+    Finished {
+        reason: String,
+        stats: ReplyStats,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        #[ts(optional, as = "Option<Vec<ReplyStats>>")]
+        others: Vec<ReplyStats>,
+    },
     /// A replay ended (it ends with this instead of `finished`).
     #[serde(rename_all = "camelCase")]
     Replayed { outcome: ReplayOutcome },

@@ -1,0 +1,310 @@
+//! `Generation`: a `/v1/chat/completions` or `/v1/completions` body, checked
+//! field by field so that a bad one is a 400 naming it (serde's own errors
+//! name a line and column, not the field).
+
+use hearth_engine::{ChatMessage, Role};
+use hearth_store::{ConversationSettings, OverflowPolicy};
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+/// What a request asks the worker for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    /// The conversation, through the model's chat template (chat).
+    pub messages: Vec<ChatMessage>,
+    /// Text run as it is (completions).
+    pub raw_prompt: Option<String>,
+    pub settings: ConversationSettings,
+    /// Sequences sampled from the prompt (`n`), as one batch.
+    pub n: usize,
+    /// `Some(k)`: each token's log-probability and its k likeliest alternatives.
+    pub logprobs: Option<usize>,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+/// The most sequences one request may sample (the worker's batch).
+pub const MAX_N: usize = 8;
+/// The most alternatives per token (OpenAI's limit; the sampler's too).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+/// Stop strings per request (OpenAI allows 4; the sampler up to 16).
+pub const MAX_STOP: usize = 16;
+
+impl Generation {
+    /// A `/v1/chat/completions` body.
+    pub fn chat(body: &[u8]) -> Result<Self, ApiError> {
+        let fields = Fields::parse(body)?;
+        let messages = fields.messages()?;
+        let logprobs = if fields.bool("logprobs", false)? {
+            Some(fields.uint("top_logprobs", 0, MAX_TOP_LOGPROBS as u64)?.unwrap_or(0) as usize)
+        } else if fields.has("top_logprobs") {
+            return Err(ApiError::field("top_logprobs", "needs logprobs set to true"));
+        } else {
+            None
+        };
+        let max_tokens = match fields.uint("max_completion_tokens", 1, 1_000_000)? {
+            Some(m) => Some(m),
+            None => fields.uint("max_tokens", 1, 1_000_000)?,
+        };
+        fields.common(messages, None, logprobs, max_tokens)
+    }
+
+    /// A `/v1/completions` body: one prompt, continued as written.
+    pub fn completion(body: &[u8]) -> Result<Self, ApiError> {
+        let fields = Fields::parse(body)?;
+        let prompt = match fields.get("prompt") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => a[0].as_str().unwrap_or_default().to_string(),
+            Some(Value::Array(_)) => return Err(ApiError::field("prompt", "must be one string; send one request per prompt")),
+            Some(_) => return Err(ApiError::field("prompt", "must be a string")),
+            None => return Err(ApiError::field("prompt", "is required")),
+        };
+        if prompt.is_empty() {
+            return Err(ApiError::field("prompt", "must not be empty"));
+        }
+        for unsupported in ["suffix", "best_of"] {
+            if fields.get(unsupported).is_some_and(|v| !v.is_null()) {
+                return Err(ApiError::field(unsupported, "is not supported by Hearth"));
+            }
+        }
+        if fields.bool("echo", false)? {
+            return Err(ApiError::field("echo", "is not supported by Hearth"));
+        }
+        // The legacy API's `logprobs` is the number of alternatives.
+        let logprobs = fields.uint("logprobs", 0, 5)?.map(|k| k as usize);
+        let max_tokens = fields.uint("max_tokens", 1, 1_000_000)?.or(Some(16));
+        fields.common(Vec::new(), Some(prompt), logprobs, max_tokens)
+    }
+}
+
+/// A body's top-level fields.
+struct Fields(Map<String, Value>);
+
+impl Fields {
+    fn parse(body: &[u8]) -> Result<Self, ApiError> {
+        match serde_json::from_slice::<Value>(body) {
+            Ok(Value::Object(map)) => Ok(Self(map)),
+            Ok(_) => Err(ApiError { param: None, ..ApiError::field("body", "must be a JSON object") }),
+            Err(e) => Err(ApiError { param: None, ..ApiError::field("body", format!("is not valid JSON ({e})")) }),
+        }
+    }
+
+    /// A field, `null` counting as absent (as OpenAI's clients send it).
+    fn get(&self, name: &str) -> Option<&Value> {
+        self.0.get(name).filter(|v| !v.is_null())
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    fn bool(&self, name: &str, default: bool) -> Result<bool, ApiError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(ApiError::field(name, "must be true or false")),
+        }
+    }
+
+    fn number(&self, name: &str, range: std::ops::RangeInclusive<f64>) -> Result<Option<f32>, ApiError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::Number(n)) => match n.as_f64() {
+                Some(x) if range.contains(&x) => Ok(Some(x as f32)),
+                _ => Err(ApiError::field(name, format!("must be between {} and {}", range.start(), range.end()))),
+            },
+            Some(_) => Err(ApiError::field(name, "must be a number")),
+        }
+    }
+
+    fn uint(&self, name: &str, min: u64, max: u64) -> Result<Option<u64>, ApiError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::Number(n)) => match n.as_u64() {
+                Some(x) if (min..=max).contains(&x) => Ok(Some(x)),
+                _ => Err(ApiError::field(name, format!("must be a whole number between {min} and {max}"))),
+            },
+            Some(_) => Err(ApiError::field(name, "must be a whole number")),
+        }
+    }
+
+    fn messages(&self) -> Result<Vec<ChatMessage>, ApiError> {
+        let Some(Value::Array(list)) = self.get("messages") else {
+            return Err(ApiError::field("messages", "is required: a list of {role, content}"));
+        };
+        if list.is_empty() {
+            return Err(ApiError::field("messages", "must hold at least one message"));
+        }
+        list.iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let at = |what: &str| format!("messages[{i}].{what}");
+                let role = match m.get("role").and_then(Value::as_str) {
+                    Some("system" | "developer") => Role::System,
+                    Some("user") => Role::User,
+                    Some("assistant") => Role::Assistant,
+                    Some(other) => return Err(ApiError::field(&at("role"), format!("\"{other}\" is not supported; use system, developer, user or assistant"))),
+                    None => return Err(ApiError::field(&at("role"), "is required")),
+                };
+                let content = match m.get("content") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Array(parts)) => {
+                        let mut text = String::new();
+                        for part in parts {
+                            match (part.get("type").and_then(Value::as_str), part.get("text").and_then(Value::as_str)) {
+                                (Some("text"), Some(t)) => text.push_str(t),
+                                _ => return Err(ApiError::field(&at("content"), "only text parts are supported")),
+                            }
+                        }
+                        text
+                    }
+                    Some(Value::Null) | None if role == Role::Assistant => String::new(),
+                    _ => return Err(ApiError::field(&at("content"), "must be a string or a list of text parts")),
+                };
+                Ok(ChatMessage::new(role, content))
+            })
+            .collect()
+    }
+
+    fn stop(&self) -> Result<Vec<String>, ApiError> {
+        let stops = match self.get("stop") {
+            None => Vec::new(),
+            Some(Value::String(s)) => vec![s.clone()],
+            Some(Value::Array(a)) if a.iter().all(Value::is_string) => a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect(),
+            Some(_) => return Err(ApiError::field("stop", "must be a string or a list of strings")),
+        };
+        if stops.len() > MAX_STOP || stops.iter().any(String::is_empty) {
+            return Err(ApiError::field("stop", format!("must be at most {MAX_STOP} strings, none of them empty")));
+        }
+        Ok(stops)
+    }
+
+    /// The fields both endpoints share.
+    fn common(&self, messages: Vec<ChatMessage>, raw_prompt: Option<String>, logprobs: Option<usize>, max_tokens: Option<u64>) -> Result<Generation, ApiError> {
+        if let Some(m) = self.get("model") {
+            if !m.is_string() {
+                return Err(ApiError::field("model", "must be a string"));
+            }
+        }
+        for penalty in ["presence_penalty", "frequency_penalty"] {
+            if self.number(penalty, -2.0..=2.0)?.is_some_and(|p| p != 0.0) {
+                return Err(ApiError::field(penalty, "is not supported by Hearth; use repeat_penalty"));
+            }
+        }
+        if self.get("tools").is_some_and(|t| t.as_array().is_none_or(|a| !a.is_empty())) {
+            return Err(ApiError::field("tools", "tool calls are not supported by Hearth yet"));
+        }
+        if let Some(format) = self.get("response_format") {
+            if format.get("type").and_then(Value::as_str) != Some("text") {
+                return Err(ApiError::field("response_format", "only {\"type\": \"text\"} is supported"));
+            }
+        }
+        let stream = self.bool("stream", false)?;
+        let include_usage = match self.get("stream_options") {
+            None => false,
+            Some(Value::Object(o)) => match o.get("include_usage") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => return Err(ApiError::field("stream_options.include_usage", "must be true or false")),
+            },
+            Some(_) => return Err(ApiError::field("stream_options", "must be an object")),
+        };
+        if include_usage && !stream {
+            return Err(ApiError::field("stream_options", "is only allowed when stream is true"));
+        }
+        let defaults = ConversationSettings::default();
+        let seed = match self.get("seed") {
+            None => None,
+            Some(Value::Number(n)) => match n.as_i64() {
+                // OpenAI takes any 64-bit integer; the sampler's seed is 32 bits.
+                Some(x) => Some(x as u64 as u32 ^ (x as u64 >> 32) as u32),
+                None => return Err(ApiError::field("seed", "must be a whole number")),
+            },
+            Some(_) => return Err(ApiError::field("seed", "must be a whole number")),
+        };
+        let settings = ConversationSettings {
+            system_prompt: String::new(),
+            temperature: self.number("temperature", 0.0..=2.0)?.unwrap_or(defaults.temperature),
+            top_p: match self.number("top_p", 0.0..=1.0)? {
+                Some(p) if p == 0.0 => return Err(ApiError::field("top_p", "must be above 0")),
+                Some(p) => p,
+                None => defaults.top_p,
+            },
+            top_k: self.uint("top_k", 0, 100_000)?.map_or(defaults.top_k, |k| k as u32),
+            min_p: match self.number("min_p", 0.0..=1.0)? {
+                Some(p) if p >= 1.0 => return Err(ApiError::field("min_p", "must be below 1")),
+                Some(p) => p,
+                None => defaults.min_p,
+            },
+            repeat_penalty: match self.number("repeat_penalty", 0.0..=10.0)? {
+                Some(p) if p == 0.0 => return Err(ApiError::field("repeat_penalty", "must be above 0")),
+                Some(p) => p,
+                None => 1.0,
+            },
+            penalty_window: defaults.penalty_window,
+            // Until the context is full when not given.
+            max_new_tokens: max_tokens.unwrap_or(1_000_000) as u32,
+            seed,
+            stop_strings: self.stop()?,
+            context_length: 0,
+            overflow: OverflowPolicy::StopAtLimit,
+        };
+        if let Some(bad) = settings.validate().first() {
+            return Err(ApiError::field(&bad.field, bad.message.clone()));
+        }
+        let n = self.uint("n", 1, MAX_N as u64)?.unwrap_or(1) as usize;
+        Ok(Generation { messages, raw_prompt, settings, n, logprobs, stream, include_usage })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat(body: &str) -> Result<Generation, ApiError> {
+        Generation::chat(body.as_bytes())
+    }
+
+    #[test]
+    fn a_bad_field_is_named() {
+        for (body, param) in [
+            (r#"{"messages":[{"role":"user","content":"hi"}],"temperature":3}"#, "temperature"),
+            (r#"{"messages":[{"role":"user","content":"hi"}],"temperature":"hot"}"#, "temperature"),
+            (r#"{"messages":[{"role":"user","content":"hi"}],"n":9}"#, "n"),
+            (r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":0}"#, "max_tokens"),
+            (r#"{"messages":[{"role":"user","content":"hi"}],"top_logprobs":2}"#, "top_logprobs"),
+            (r#"{"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":21}"#, "top_logprobs"),
+            (r#"{"messages":[{"role":"user","content":"hi"}],"stop":[1]}"#, "stop"),
+            (r#"{"messages":[{"role":"user","content":"hi"}],"stream_options":{"include_usage":true}}"#, "stream_options"),
+            (r#"{"messages":[{"role":"user","content":"hi"}],"presence_penalty":0.5}"#, "presence_penalty"),
+            (r#"{"messages":[{"role":"tool","content":"hi"}]}"#, "messages[0].role"),
+            (r#"{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#, "messages[0].content"),
+            (r#"{"messages":[]}"#, "messages"),
+            (r#"{"model":"m"}"#, "messages"),
+        ] {
+            let e = chat(body).unwrap_err();
+            assert_eq!(e.status, 400, "{body}");
+            assert_eq!(e.param.as_deref(), Some(param), "{body}: {e:?}");
+        }
+        let e = chat("{not json").unwrap_err();
+        assert_eq!((e.status.as_u16(), e.param), (400, None));
+    }
+
+    #[test]
+    fn fields_become_settings() {
+        let g = chat(
+            r#"{"model":"x","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],
+                "temperature":0,"top_p":0.5,"top_k":7,"min_p":0.1,"repeat_penalty":1.1,"max_completion_tokens":12,"stop":"\n","seed":42,
+                "n":3,"logprobs":true,"top_logprobs":4,"stream":true,"stream_options":{"include_usage":true},"frequency_penalty":0,"user":"ignored"}"#,
+        )
+        .unwrap();
+        assert_eq!(g.messages, vec![ChatMessage::new(Role::System, "s"), ChatMessage::new(Role::User, "ab")]);
+        let s = &g.settings;
+        assert_eq!((s.temperature, s.top_p, s.top_k, s.min_p, s.repeat_penalty, s.max_new_tokens, s.seed), (0.0, 0.5, 7, 0.1, 1.1, 12, Some(42)));
+        assert_eq!(s.stop_strings, vec!["\n".to_string()]);
+        assert_eq!((g.n, g.logprobs, g.stream, g.include_usage), (3, Some(4), true, true));
+        let c = Generation::completion(br#"{"prompt":"Once","max_tokens":5,"logprobs":2}"#).unwrap();
+        assert_eq!((c.raw_prompt.as_deref(), c.settings.max_new_tokens, c.logprobs), (Some("Once"), 5, Some(2)));
+    }
+}

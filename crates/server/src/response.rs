@@ -1,0 +1,205 @@
+//! `Reply`: one request's worker events turned into OpenAI's shapes, as
+//! stream chunks while they come or as one response at the end.
+
+use std::sync::Arc;
+
+use hearth_engine::Engine;
+use hearth_store::{ReplyStats, TokenChoice};
+use serde_json::{json, Value};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Chat,
+    Completion,
+}
+
+/// What one request has produced so far.
+pub struct Reply {
+    endpoint: Endpoint,
+    id: String,
+    created: u64,
+    model: String,
+    engine: Arc<Engine>,
+    logprobs: Option<usize>,
+    include_usage: bool,
+    texts: Vec<String>,
+    choices: Vec<Vec<TokenChoice>>,
+    /// Whether a choice's first chunk (the chat role) went out.
+    opened: Vec<bool>,
+}
+
+/// How a request ended: each choice's finish reason and the usage.
+pub struct Ended {
+    reasons: Vec<&'static str>,
+    usage: Value,
+}
+
+impl Reply {
+    pub fn new(endpoint: Endpoint, model: String, engine: Arc<Engine>, n: usize, logprobs: Option<usize>, include_usage: bool) -> Self {
+        let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let prefix = if endpoint == Endpoint::Chat { "chatcmpl" } else { "cmpl" };
+        Self {
+            endpoint,
+            id: format!("{prefix}-{}", random_hex()),
+            created,
+            model,
+            engine,
+            logprobs,
+            include_usage,
+            texts: vec![String::new(); n],
+            choices: vec![Vec::new(); n],
+            opened: vec![false; n],
+        }
+    }
+
+    /// Keeps a `tokens` event's text and choices; returns the chunks to
+    /// stream for it.
+    pub fn tokens(&mut self, text: String, variant: usize, choices: Vec<TokenChoice>) -> Vec<Value> {
+        let Some(slot) = self.texts.get_mut(variant) else { return Vec::new() };
+        slot.push_str(&text);
+        let logprobs = self.logprobs.map(|_| self.logprobs_json(&choices));
+        self.choices[variant].extend(choices);
+        let mut chunks = Vec::new();
+        if self.endpoint == Endpoint::Chat && !self.opened[variant] {
+            self.opened[variant] = true;
+            chunks.push(self.chunk(json!({"index": variant, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null})));
+        }
+        let choice = match self.endpoint {
+            Endpoint::Chat => json!({"index": variant, "delta": {"content": text}, "logprobs": logprobs, "finish_reason": null}),
+            Endpoint::Completion => json!({"index": variant, "text": text, "logprobs": logprobs, "finish_reason": null}),
+        };
+        chunks.push(self.chunk(choice));
+        chunks
+    }
+
+    /// The end, from a `finished` event's stats (variant 0's and the others').
+    pub fn ended(&self, stats: &ReplyStats, others: &[ReplyStats]) -> Ended {
+        let all: Vec<&ReplyStats> = std::iter::once(stats).chain(others).collect();
+        let completion: u32 = all.iter().map(|s| s.generated_tokens).sum();
+        let usage = json!({
+            "prompt_tokens": stats.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": stats.prompt_tokens + completion,
+            // The prompt's tokens that came from a cache rather than being run.
+            "prompt_tokens_details": {"cached_tokens": stats.prompt_tokens.saturating_sub(stats.processed_tokens)},
+        });
+        Ended { reasons: all.iter().map(|s| finish_reason(&s.finish_reason)).collect(), usage }
+    }
+
+    /// The stream's last chunks: each choice's finish reason, then the usage
+    /// when asked for.
+    pub fn final_chunks(&mut self, ended: &Ended) -> Vec<Value> {
+        let mut chunks = Vec::new();
+        for (i, reason) in ended.reasons.iter().enumerate() {
+            if self.endpoint == Endpoint::Chat && !self.opened[i] {
+                self.opened[i] = true;
+                chunks.push(self.chunk(json!({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null})));
+            }
+            let choice = match self.endpoint {
+                Endpoint::Chat => json!({"index": i, "delta": {}, "logprobs": null, "finish_reason": reason}),
+                Endpoint::Completion => json!({"index": i, "text": "", "logprobs": null, "finish_reason": reason}),
+            };
+            chunks.push(self.chunk(choice));
+        }
+        if self.include_usage {
+            let mut usage = self.chunk(Value::Null);
+            usage["choices"] = json!([]);
+            usage["usage"] = ended.usage.clone();
+            chunks.push(usage);
+        }
+        chunks
+    }
+
+    /// The whole response, for a request that did not stream.
+    pub fn response(&self, ended: &Ended) -> Value {
+        let choices: Vec<Value> = (0..self.texts.len())
+            .map(|i| {
+                let logprobs = self.logprobs.map(|_| self.logprobs_json(&self.choices[i]));
+                let reason = ended.reasons.get(i).copied().unwrap_or("stop");
+                match self.endpoint {
+                    Endpoint::Chat => json!({"index": i, "message": {"role": "assistant", "content": self.texts[i], "refusal": null}, "logprobs": logprobs, "finish_reason": reason}),
+                    Endpoint::Completion => json!({"index": i, "text": self.texts[i], "logprobs": logprobs, "finish_reason": reason}),
+                }
+            })
+            .collect();
+        json!({
+            "id": self.id,
+            "object": if self.endpoint == Endpoint::Chat { "chat.completion" } else { "text_completion" },
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": hearth_engine::BUILD_ID,
+            "choices": choices,
+            "usage": ended.usage,
+        })
+    }
+
+    fn chunk(&self, choice: Value) -> Value {
+        let mut chunk = json!({
+            "id": self.id,
+            "object": if self.endpoint == Endpoint::Chat { "chat.completion.chunk" } else { "text_completion" },
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": hearth_engine::BUILD_ID,
+            "choices": [choice],
+        });
+        if self.include_usage {
+            chunk["usage"] = Value::Null;
+        }
+        chunk
+    }
+
+    /// Tokens' log-probabilities in the endpoint's shape.
+    fn logprobs_json(&self, choices: &[TokenChoice]) -> Value {
+        let tokenizer = self.engine.tokenizer();
+        let bytes = |id: u32| tokenizer.token_bytes(id).to_vec();
+        let text = |id: u32| String::from_utf8_lossy(tokenizer.token_bytes(id)).into_owned();
+        let k = self.logprobs.unwrap_or(0);
+        match self.endpoint {
+            Endpoint::Chat => json!({"content": choices
+                .iter()
+                .map(|c| json!({
+                    "token": text(c.id),
+                    "logprob": c.logprob,
+                    "bytes": bytes(c.id),
+                    "top_logprobs": c.top.iter().take(k).map(|&(id, lp)| json!({"token": text(id), "logprob": lp, "bytes": bytes(id)})).collect::<Vec<_>>(),
+                }))
+                .collect::<Vec<_>>(), "refusal": null}),
+            Endpoint::Completion => {
+                let mut offset = 0usize;
+                let offsets: Vec<usize> = choices
+                    .iter()
+                    .map(|c| {
+                        let at = offset;
+                        offset += tokenizer.token_bytes(c.id).len();
+                        at
+                    })
+                    .collect();
+                json!({
+                    "tokens": choices.iter().map(|c| text(c.id)).collect::<Vec<_>>(),
+                    "token_logprobs": choices.iter().map(|c| c.logprob).collect::<Vec<_>>(),
+                    "top_logprobs": choices.iter().map(|c| c.top.iter().take(k).map(|&(id, lp)| (text(id), json!(lp))).collect::<serde_json::Map<_, _>>()).collect::<Vec<_>>(),
+                    "text_offset": offsets,
+                })
+            }
+        }
+    }
+}
+
+/// The engine's finish reason in OpenAI's words.
+fn finish_reason(reason: &str) -> &'static str {
+    match reason {
+        "max_tokens" | "cache_full" => "length",
+        _ => "stop",
+    }
+}
+
+/// 24 hex digits for a response id: unique enough, from the OS-seeded hasher.
+fn random_hex() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let word = || {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+        h.finish()
+    };
+    format!("{:016x}{:08x}", word(), word() as u32)
+}

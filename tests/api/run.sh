@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs the `openai` client's tests against `hearth-cli serve` on the default
+# model. Needs the CLI built (`cargo build -p hearth-cli`) and the model fetched.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+TARGET="${CARGO_TARGET_DIR:-$PWD/target}"
+VENV="$HOME/.cache/hearth/api-venv"
+OPENAI_VERSION=3.51.0
+if ! "$VENV/bin/python" -c "import openai, sys; sys.exit(openai.__version__ != '$OPENAI_VERSION')" 2>/dev/null; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q "openai==$OPENAI_VERSION"
+fi
+LOG=$(mktemp)
+KEY="test-key-$RANDOM"
+"$TARGET/debug/hearth-cli" serve --port 0 --api-key "$KEY" >"$LOG" 2>&1 &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null; rm -f "$LOG"' EXIT
+for _ in $(seq 600); do
+  grep -q "^serving .* on http" "$LOG" && break
+  kill -0 $SERVER 2>/dev/null || { cat "$LOG" >&2; exit 1; }
+  sleep 0.1
+done
+URL=$(sed -n 's/^serving .* on \(http[^ ]*\)$/\1/p' "$LOG")
+[ -n "$URL" ] || { echo "hearth-cli serve did not start" >&2; cat "$LOG" >&2; exit 1; }
+HEARTH_API_URL="$URL" HEARTH_API_KEY="$KEY" "$VENV/bin/python" tests/api/test_openai_client.py

@@ -1,0 +1,188 @@
+"""Hearth's OpenAI-compatible API, driven by the official `openai` client.
+
+`tests/api/run.sh` starts `hearth-cli serve` on the default model with an
+API key and runs this file; HEARTH_API_URL and HEARTH_API_KEY say where.
+"""
+
+import json
+import os
+import threading
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+import openai
+
+URL = os.environ["HEARTH_API_URL"]  # http://127.0.0.1:PORT/v1
+KEY = os.environ["HEARTH_API_KEY"]
+ROOT = URL.rsplit("/v1", 1)[0]
+
+client = openai.OpenAI(base_url=URL, api_key=KEY, max_retries=0, timeout=300)
+
+
+def ask(text, **kw):
+    kw.setdefault("temperature", 0)
+    kw.setdefault("max_tokens", 24)
+    return client.chat.completions.create(model="default", messages=[{"role": "user", "content": text}], **kw)
+
+
+def raw(path, body, headers=None):
+    """POSTs bytes; returns (status, parsed JSON body)."""
+    request = urllib.request.Request(URL + path, data=body, method="POST", headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def health():
+    with urllib.request.urlopen(ROOT + "/health", timeout=10) as r:
+        return json.loads(r.read())
+
+
+class Api(unittest.TestCase):
+    def test_models_lists_the_loaded_model(self):
+        models = client.models.list().data
+        self.assertEqual(len(models), 1)
+        self.assertIn("SmolLM2", models[0].id)
+
+    def test_streamed_and_whole_replies_agree(self):
+        whole = ask("Name three colours.")
+        text = whole.choices[0].message.content
+        self.assertTrue(text)
+        self.assertEqual(whole.choices[0].finish_reason, "length")
+        self.assertEqual(whole.usage.completion_tokens, 24)
+        self.assertEqual(whole.usage.total_tokens, whole.usage.prompt_tokens + 24)
+
+        chunks = list(ask("Name three colours.", stream=True, stream_options={"include_usage": True}))
+        streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        self.assertEqual(streamed, text)
+        self.assertEqual(chunks[0].choices[0].delta.role, "assistant")
+        self.assertEqual([c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason], ["length"])
+        self.assertEqual(chunks[-1].choices, [])
+        self.assertEqual(chunks[-1].usage.completion_tokens, 24)
+
+    def test_completions_continue_raw_text(self):
+        a = client.completions.create(model="default", prompt="The capital of France is", max_tokens=8, temperature=0)
+        self.assertTrue(a.choices[0].text)
+        b = "".join(c.choices[0].text for c in client.completions.create(model="default", prompt="The capital of France is", max_tokens=8, temperature=0, stream=True))
+        self.assertEqual(b, a.choices[0].text)
+
+    def test_stop_ends_before_the_stop_string(self):
+        text = ask("Write a short poem about the sea.", max_tokens=40).choices[0].message.content
+        words = [w for w in text.split() if len(w) > 3]
+        self.assertTrue(words, text)
+        stop = words[len(words) // 2]
+        stopped = ask("Write a short poem about the sea.", max_tokens=40, stop=[stop])
+        self.assertEqual(stopped.choices[0].finish_reason, "stop")
+        self.assertEqual(stopped.choices[0].message.content, text[: text.index(stop)])
+
+    def test_the_same_seed_gives_the_same_text(self):
+        kw = dict(temperature=1.0, top_p=1.0, max_tokens=32, seed=1234)
+        first = ask("Tell me a fact about cats.", **kw).choices[0].message.content
+        second = ask("Tell me a fact about cats.", **kw).choices[0].message.content
+        self.assertEqual(first, second)
+
+    def test_n_samples_variants_each_with_its_seed(self):
+        kw = dict(temperature=1.0, top_p=1.0, max_tokens=16)
+        both = ask("Invent a name for a boat.", n=2, seed=50, **kw)
+        self.assertEqual([c.index for c in both.choices], [0, 1])
+        # Variant b samples with seed + b, as a request of its own would.
+        alone = ask("Invent a name for a boat.", n=1, seed=51, **kw)
+        self.assertEqual(both.choices[1].message.content, alone.choices[0].message.content)
+        # Both choices' tokens count (one that ended early, fewer).
+        self.assertGreater(both.usage.completion_tokens, 16)
+        self.assertLessEqual(both.usage.completion_tokens, 32)
+        self.assertEqual(both.choices[1].finish_reason, alone.choices[0].finish_reason)
+
+    def test_logprobs_give_the_likeliest_tokens(self):
+        r = ask("Say yes.", max_tokens=6, logprobs=True, top_logprobs=3)
+        content = r.choices[0].logprobs.content
+        self.assertEqual(len(content), 6)
+        for t in content:
+            self.assertEqual(len(t.top_logprobs), 3)
+            # Greedy: the chosen token is the likeliest.
+            self.assertEqual(t.top_logprobs[0].token, t.token)
+            self.assertAlmostEqual(t.top_logprobs[0].logprob, t.logprob, places=4)
+            self.assertLessEqual(t.logprob, 0)
+        # The tokens' bytes spell the reply.
+        self.assertEqual(bytes(b for t in content for b in t.bytes).decode("utf-8"), r.choices[0].message.content)
+
+    def test_a_second_turn_reuses_the_first_turns_cache(self):
+        first_q = "Tell me about the moon in one sentence. " + str(time.time())
+        first = ask(first_q, max_tokens=20)
+        history = [
+            {"role": "user", "content": first_q},
+            {"role": "assistant", "content": first.choices[0].message.content},
+            {"role": "user", "content": "And the sun?"},
+        ]
+        second = client.chat.completions.create(model="default", messages=history, max_tokens=8, temperature=0)
+        cached = second.usage.prompt_tokens_details.cached_tokens
+        # All of the first prompt, and the reply's tokens that the template renders the same way.
+        self.assertGreaterEqual(cached, first.usage.prompt_tokens)
+        self.assertLess(cached, second.usage.prompt_tokens)
+
+    def test_eight_clients_at_once(self):
+        results, errors = [None] * 8, []
+
+        def one(i):
+            try:
+                chunks = ask(f"Count from {i} to {i + 5}.", max_tokens=20, stream=True)
+                results[i] = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        self.assertEqual(errors, [])
+        self.assertTrue(all(results), results)
+        # Each equals its reply alone (greedy; a decode step shared with others sums as alone).
+        self.assertEqual(results[3], ask("Count from 3 to 8.", max_tokens=20).choices[0].message.content)
+
+    def test_a_client_that_disconnects_stops_its_reply(self):
+        stream = ask("Write a very long story about a dragon.", max_tokens=4000, temperature=0.8, stream=True)
+        for i, _ in enumerate(stream):
+            if i == 5:
+                break
+        self.assertEqual(health()["requests_running"], 1)
+        stream.close()
+        deadline = time.time() + 5
+        while health()["requests_running"] and time.time() < deadline:
+            time.sleep(0.02)
+        self.assertEqual(health(), {"status": "ok", "requests_running": 0, "requests_queued": 0})
+
+    def test_a_wrong_key_is_401(self):
+        bad = openai.OpenAI(base_url=URL, api_key="wrong", max_retries=0)
+        with self.assertRaises(openai.AuthenticationError) as e:
+            bad.chat.completions.create(model="default", messages=[{"role": "user", "content": "hi"}])
+        self.assertEqual(e.exception.status_code, 401)
+        self.assertEqual(e.exception.body["code"], "invalid_api_key")
+
+    def test_bad_requests_are_400_naming_the_field(self):
+        status, body = raw("/chat/completions", b"{not json")
+        self.assertEqual(status, 400)
+        self.assertIn("not valid JSON", body["error"]["message"])
+        with self.assertRaises(openai.BadRequestError) as e:
+            ask("hi", temperature=7)
+        self.assertEqual(e.exception.body["param"], "temperature")
+        with self.assertRaises(openai.BadRequestError) as e:
+            ask("hi", n=20)
+        self.assertEqual(e.exception.body["param"], "n")
+        with self.assertRaises(openai.BadRequestError) as e:
+            ask("word " * 9000, max_tokens=4)
+        self.assertEqual(e.exception.body["code"], "context_length_exceeded")
+
+    def test_an_oversized_body_is_413(self):
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * (9 << 20)}]}).encode()
+        status, answer = raw("/chat/completions", body)
+        self.assertEqual(status, 413)
+        self.assertEqual(answer["error"]["code"], "request_too_large")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
