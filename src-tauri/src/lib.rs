@@ -2,6 +2,7 @@
 //! model) and `hearth-store` (the database). The model runs on the worker
 //! thread; commands only read the database and enqueue.
 
+pub mod api_server;
 pub mod commands;
 pub mod startup;
 pub mod state;
@@ -91,6 +92,16 @@ pub fn manage_state<R: Runtime>(app: &tauri::AppHandle<R>) -> Result<(), startup
         let database = (e.kind == error::ErrorKind::Storage).then(|| dir.join(state::DATABASE_FILE).display().to_string());
         fail(e, database)
     })?;
+    // The local API server, if it was on when the app last ran.
+    let (worker, settings) = (state.worker.clone(), state.store().ok().and_then(|s| api_server::ApiServer::settings(&s).ok()));
     app.manage(state);
+    if let Some(settings) = settings.filter(|s| s.enabled) {
+        let handle = app.clone();
+        tauri::async_runtime::spawn(async move {
+            if let Err(e) = handle.state::<AppState>().api_server.apply(worker, &settings).await {
+                tracing::warn!("the local API server did not start: {}", e.message);
+            }
+        });
+    }
     Ok(())
 }

@@ -20,7 +20,9 @@ const LOCK_FILE: &str = "hearth.lock";
 
 pub struct AppState {
     store: Mutex<Store>,
-    pub worker: Worker,
+    pub worker: Arc<Worker>,
+    /// The local API server, when the user turned it on.
+    pub api_server: crate::api_server::ApiServer,
     /// Set to cancel the default model's download in progress, if any.
     pub download: Mutex<Option<Arc<AtomicBool>>>,
     /// Held for as long as the app runs: one process per data folder.
@@ -39,14 +41,14 @@ impl AppState {
         store.purge_deleted(started)?;
         let caches = data_dir.join("caches");
         forget_orphan_caches(&store, &caches);
-        let worker = Worker::start(store.reopen()?, Some(caches), on_status);
+        let worker = Arc::new(Worker::start(store.reopen()?, Some(caches), on_status));
         if let Some(b) = store.app_setting(BUDGETS_KEY)?.and_then(|j| serde_json::from_str::<CacheBudgets>(&j).ok()) {
             worker.set_budgets(b);
         }
         if let Some(path) = initial_model(&store) {
             worker.load_model(path);
         }
-        Ok(Self { store: Mutex::new(store), worker, download: Mutex::new(None), _lock: lock })
+        Ok(Self { store: Mutex::new(store), worker, api_server: Default::default(), download: Mutex::new(None), _lock: lock })
     }
 
     pub fn store(&self) -> AppResult<MutexGuard<'_, Store>> {

@@ -175,4 +175,39 @@ fn commands_over_ipc() {
         assert!(err["message"].as_str().unwrap().starts_with("variants"), "{err}");
     }
     assert_eq!(call(&w, "conversations_thread", json!({"id": id})).unwrap(), json!([]));
+
+    // The local API server: off by default with a key made once; on, it
+    // answers over HTTP (503 here: no model); a taken port is refused and
+    // leaves it off.
+    let state = call(&w, "api_server_get", json!({})).unwrap();
+    assert_eq!((state["settings"]["enabled"].clone(), state["url"].clone()), (json!(false), Value::Null));
+    let key = state["settings"]["key"].as_str().unwrap().to_string();
+    assert_eq!(call(&w, "api_server_get", json!({})).unwrap()["settings"]["key"], key, "the key is kept");
+    assert_eq!(call(&w, "api_server_set", json!({"enabled": true, "port": 80})).unwrap_err()["kind"], "invalidSettings");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let on = call(&w, "api_server_set", json!({"enabled": true, "port": port})).unwrap();
+    assert_eq!(on["url"], format!("http://127.0.0.1:{port}/v1"));
+    let answer = http(port, &format!("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"));
+    assert!(answer.starts_with("HTTP/1.1 400"), "a body without messages: {answer}");
+    let answer = http(port, &format!("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nContent-Length: 45\r\nConnection: close\r\n\r\n{{\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}"));
+    assert!(answer.starts_with("HTTP/1.1 503") && answer.contains("model_not_loaded"), "{answer}");
+    assert!(http(port, "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").starts_with("HTTP/1.1 401"));
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_port = taken.local_addr().unwrap().port();
+    let err = call(&w, "api_server_set", json!({"enabled": true, "port": busy_port})).unwrap_err();
+    assert!(err["message"].as_str().unwrap().contains("choose another port"), "{err}");
+    let off = call(&w, "api_server_get", json!({})).unwrap();
+    assert_eq!((off["settings"]["enabled"].clone(), off["url"].clone()), (json!(false), Value::Null));
+    let renewed = call(&w, "api_server_new_key", json!({})).unwrap();
+    assert_ne!(renewed["settings"]["key"], key);
+}
+
+/// One HTTP exchange with the local API server, as text.
+fn http(port: u16, request: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
 }

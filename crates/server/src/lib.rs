@@ -89,6 +89,11 @@ impl Server {
     }
 }
 
+/// A fresh API key: `hearth-` and 48 hex digits from the OS-seeded hasher.
+pub fn new_api_key() -> String {
+    format!("hearth-{}{}", response::random_hex(), response::random_hex())
+}
+
 /// What every handler shares.
 struct Api {
     worker: Arc<Worker>,

@@ -194,7 +194,7 @@ fn finish_reason(reason: &str) -> &'static str {
 }
 
 /// 24 hex digits for a response id: unique enough, from the OS-seeded hasher.
-fn random_hex() -> String {
+pub(crate) fn random_hex() -> String {
     use std::hash::{BuildHasher, Hasher};
     let word = || {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();

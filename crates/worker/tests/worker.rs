@@ -624,3 +624,43 @@ fn each_token_keeps_its_alternatives_and_a_branch_from_one_runs_only_what_follow
     assert_eq!(&branch_choices.tokens.iter().map(|t| t.id).collect::<Vec<_>>()[..4], &ids[..]);
     assert_eq!(branch_choices.tokens.len(), 4 + stats.generated_tokens as usize);
 }
+
+/// Submits an API request and waits for its events.
+fn request(worker: &Worker, messages: Vec<ChatMessage>, settings: ConversationSettings, sequences: usize) -> Vec<GenerationEvent> {
+    let (tx, rx) = mpsc::channel();
+    let job = ReplyJob::for_request(messages, settings, sequences, hearth_worker::Request::default(), Box::new(move |e| drop(tx.send(e))));
+    worker.submit(job).unwrap();
+    collect(&rx)
+}
+
+#[test]
+fn api_requests_store_nothing_and_each_client_keeps_its_own_cache() {
+    let (_dir, store, worker) = start();
+    let user = |t: &str| ChatMessage::new(hearth_engine::Role::User, t);
+    let a1 = vec![user("Tell me about rivers.")];
+    let first = request(&worker, a1.clone(), greedy(12), 1);
+    let (_, s1) = finished(&first);
+    assert_eq!(s1.processed_tokens, s1.prompt_tokens, "a cold cache runs the whole prompt");
+    let a_reply = streamed(&first);
+
+    // Another client, another question: it shares only the template's opening.
+    let b = request(&worker, vec![user("What is a prime number?")], greedy(12), 1);
+    let (_, sb) = finished(&b);
+    assert!(sb.processed_tokens < sb.prompt_tokens && sb.processed_tokens > 4, "{sb:?}");
+
+    // The first client's next turn still finds all of its own cache.
+    let a2 = [a1, vec![ChatMessage::new(hearth_engine::Role::Assistant, a_reply), user("And lakes?")]].concat();
+    let (_, s2) = finished(&request(&worker, a2, greedy(8), 1));
+    assert!(s2.prompt_tokens - s2.processed_tokens >= s1.prompt_tokens, "{s1:?} {s2:?}");
+
+    // Two sequences at once: both finish, with their stats.
+    let both = request(&worker, vec![user("Name a colour.")], ConversationSettings { temperature: 1.0, seed: Some(3), max_new_tokens: 6, ..Default::default() }, 2);
+    let Some(GenerationEvent::Finished { others, .. }) = both.last() else { panic!("{both:?}") };
+    assert_eq!(others.len(), 1);
+    assert!(both.iter().any(|e| matches!(e, GenerationEvent::Tokens { variant: 1, .. })));
+
+    assert!(worker.busy_conversations().is_empty());
+    assert_eq!(worker.requests(), (0, 0));
+    let conversations = store.conversations().unwrap();
+    assert!(conversations.is_empty(), "requests write no conversations: {conversations:?}");
+}

@@ -5,6 +5,7 @@ pub mod app;
 pub mod chat;
 pub mod conversations;
 pub mod models;
+pub mod server;
 pub mod settings;
 
 /// The handler that routes every command.
@@ -50,5 +51,8 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         models::models_recent,
         models::models_download_default,
         models::models_download_cancel,
+        server::api_server_get,
+        server::api_server_set,
+        server::api_server_new_key,
     ]
 }

@@ -1,6 +1,7 @@
 // Typed calls to the shell's commands. Every failure is an AppError
 // ({kind, message}); generation events stream over a Channel.
 import { Channel, invoke } from '@tauri-apps/api/core';
+import type { ApiServerState } from './bindings/ApiServerState';
 import type { AppError } from './bindings/AppError';
 import type { CacheBudgets } from './bindings/CacheBudgets';
 import type { Conversation } from './bindings/Conversation';
@@ -88,6 +89,9 @@ export const api = {
     setBudgets: (budgets: CacheBudgets) => invoke<void>('caches_budgets_set', { budgets }),
     device: () => invoke<string>('device_get'),
     setDevice: (device: string) => invoke<void>('device_set', { device }),
+    apiServer: () => invoke<ApiServerState>('api_server_get'),
+    setApiServer: (enabled: boolean, port: number) => invoke<ApiServerState>('api_server_set', { enabled, port }),
+    newApiKey: () => invoke<ApiServerState>('api_server_new_key'),
   },
   models: {
     status: () => invoke<ModelStatus>('models_status'),

@@ -1,7 +1,8 @@
 // Settings: each conversation's sampling settings by conversation id, with
-// the field errors of an edit; presets; and the app's cache budgets and
-// compute device.
+// the field errors of an edit; presets; and the app's cache budgets,
+// compute device and local API server.
 import { api, asAppError } from './api';
+import type { ApiServerState } from './bindings/ApiServerState';
 import type { CacheBudgets } from './bindings/CacheBudgets';
 import type { ConversationSettings } from './bindings/ConversationSettings';
 import type { Preset } from './bindings/Preset';
@@ -17,6 +18,8 @@ export class SettingsStore {
   presets = $state<Preset[]>([]);
   budgets = $state<CacheBudgets | null>(null);
   device = $state<string | null>(null);
+  /** The local API server's switch, port, key and URL while it runs. */
+  apiServer = $state<ApiServerState | null>(null);
 
   constructor(private guard: Guard) {}
 
@@ -67,6 +70,7 @@ export class SettingsStore {
     try {
       this.budgets = await api.settings.budgets();
       this.device = await api.settings.device();
+      this.apiServer = await api.settings.apiServer();
     } catch {
       // The panel shows what it has.
     }
@@ -77,6 +81,23 @@ export class SettingsStore {
     return refusal(async () => {
       await api.settings.setDevice(next);
       this.device = next;
+    });
+  }
+
+  /** Turns the local API server on or off, or moves it to `port`; says
+   * why not, if it cannot (a port in use leaves it off). */
+  async setApiServer(enabled: boolean, port: number): Promise<string | null> {
+    const refused = await refusal(async () => {
+      this.apiServer = await api.settings.setApiServer(enabled, port);
+    });
+    if (refused) this.apiServer = await api.settings.apiServer().catch(() => this.apiServer);
+    return refused;
+  }
+
+  /** Replaces the API key (clients with the old one are refused). */
+  async newApiKey(): Promise<string | null> {
+    return refusal(async () => {
+      this.apiServer = await api.settings.newApiKey();
     });
   }
 

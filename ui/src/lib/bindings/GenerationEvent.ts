@@ -2,9 +2,10 @@
 import type { AppError } from "./AppError";
 import type { ReplayOutcome } from "./ReplayOutcome";
 import type { ReplyStats } from "./ReplyStats";
+import type { TokenChoice } from "./TokenChoice";
 
 /**
  * One reply's progress, in order: `queued`* `started` `prefill`* `token`*
  * then `finished` or `error`.
  */
-export type GenerationEvent = { "event": "queued", "data": { position: number, } } | { "event": "started", "data": { replyId: number, } } | { "event": "prefill", "data": { done: number, total: number, } } | { "event": "tokens", "data": { text: string, ids: Array<number>, variant: number, } } | { "event": "finished", "data": { reason: string, stats: ReplyStats, } } | { "event": "replayed", "data": { outcome: ReplayOutcome, } } | { "event": "error", "data": { error: AppError, } };
+export type GenerationEvent = { "event": "queued", "data": { position: number, } } | { "event": "started", "data": { replyId: number, } } | { "event": "prefill", "data": { done: number, total: number, } } | { "event": "tokens", "data": { text: string, ids: Array<number>, variant: number, choices?: Array<TokenChoice>, } } | { "event": "finished", "data": { reason: string, stats: ReplyStats, others?: Array<ReplyStats>, } } | { "event": "replayed", "data": { outcome: ReplayOutcome, } } | { "event": "error", "data": { error: AppError, } };
