@@ -32,6 +32,10 @@ pub struct Reply {
 pub struct Ended {
     reasons: Vec<&'static str>,
     usage: Value,
+    /// As llama.cpp's server reports them: the prompt tokens run and how
+    /// long until the first token, and the generation speed (of the first
+    /// choice), measured inside the engine.
+    timings: Value,
 }
 
 impl Reply {
@@ -83,7 +87,13 @@ impl Reply {
             // The prompt's tokens that came from a cache rather than being run.
             "prompt_tokens_details": {"cached_tokens": stats.prompt_tokens.saturating_sub(stats.processed_tokens)},
         });
-        Ended { reasons: all.iter().map(|s| finish_reason(&s.finish_reason)).collect(), usage }
+        let timings = json!({
+            "prompt_n": stats.processed_tokens,
+            "prompt_ms": stats.ttft_ms,
+            "predicted_n": stats.generated_tokens,
+            "predicted_per_second": stats.tokens_per_s,
+        });
+        Ended { reasons: all.iter().map(|s| finish_reason(&s.finish_reason)).collect(), usage, timings }
     }
 
     /// The stream's last chunks: each choice's finish reason, then the usage
@@ -99,7 +109,9 @@ impl Reply {
                 Endpoint::Chat => json!({"index": i, "delta": {}, "logprobs": null, "finish_reason": reason}),
                 Endpoint::Completion => json!({"index": i, "text": "", "logprobs": null, "finish_reason": reason}),
             };
-            chunks.push(self.chunk(choice));
+            let mut chunk = self.chunk(choice);
+            chunk["timings"] = ended.timings.clone();
+            chunks.push(chunk);
         }
         if self.include_usage {
             let mut usage = self.chunk(Value::Null);
@@ -130,6 +142,7 @@ impl Reply {
             "system_fingerprint": hearth_engine::BUILD_ID,
             "choices": choices,
             "usage": ended.usage,
+            "timings": ended.timings,
         })
     }
 

@@ -265,12 +265,14 @@ pub(super) fn generation_config(engine: &hearth_engine::Engine, s: &Conversation
     (config, seed)
 }
 
-/// `generation_config` for a job: a request asking for more alternatives
-/// than a conversation keeps gets them.
+/// `generation_config` for a job: a request computes the alternatives it
+/// asks for and no others (nothing keeps them, and each costs a pass over
+/// the vocabulary per token).
 pub(super) fn job_config(engine: &hearth_engine::Engine, job: &ReplyJob) -> (hearth_engine::GenerationConfig, u32) {
     let (mut config, seed) = generation_config(engine, &job.settings);
     if let Some(r) = &job.request {
-        config.top_logprobs = config.top_logprobs.max(r.logprobs.unwrap_or(0));
+        // At least one, for the chosen token's own log-probability.
+        config.top_logprobs = r.logprobs.map_or(0, |k| k.max(1));
     }
     (config, seed)
 }
