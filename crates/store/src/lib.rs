@@ -7,6 +7,7 @@
 
 mod alternatives;
 mod conversations;
+mod endpoints;
 mod error;
 mod messages;
 mod migrations;
@@ -16,6 +17,7 @@ mod store;
 
 pub use alternatives::{TokenChoice, TokenChoices, KEPT_ALTERNATIVES};
 pub use conversations::{Conversation, SearchHit};
+pub use endpoints::{Backend, Endpoint, KeyStorage};
 pub use error::{Result, StoreError};
 pub use messages::{Message, MessageStatus, ReplayExport, ReplayRecord, ReplyStats, Role, ThreadMessage};
 pub use migrations::SCHEMA_VERSION;

@@ -59,6 +59,20 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         data BLOB NOT NULL
     );
     "#,
+    // 4: OpenAI-compatible endpoints, and which one (and which of its
+    // models) a conversation runs on; NULL is the local model.
+    r#"
+    CREATE TABLE endpoints (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        base_url TEXT NOT NULL,
+        key_storage TEXT NOT NULL CHECK (key_storage IN ('none', 'keychain', 'session', 'database')),
+        api_key TEXT,
+        created_at INTEGER NOT NULL
+    );
+    ALTER TABLE conversations ADD COLUMN endpoint_id INTEGER REFERENCES endpoints(id) ON DELETE SET NULL;
+    ALTER TABLE conversations ADD COLUMN remote_model TEXT;
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -37,6 +37,9 @@ pub enum ErrorKind {
     /// A recorded reply cannot be run again as it was: another model file,
     /// or the conversation before it changed.
     CannotReplay,
+    /// A remote endpoint failed: unreachable, refused the key, rate
+    /// limited, sent something malformed, or dropped the connection.
+    Remote,
     Internal,
 }
 

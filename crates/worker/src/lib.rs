@@ -19,6 +19,7 @@ pub mod priority;
 
 mod caches;
 mod queue;
+mod remote;
 mod replay;
 mod reply;
 mod running;
@@ -35,6 +36,7 @@ use hearth_engine::{Engine, EngineError};
 use hearth_store::Store;
 
 pub use caches::{CacheBudgets, CacheState};
+pub use remote::{chat_request, RemoteTarget};
 pub use reply::{prompt_ids, ReplyJob, Request};
 pub use tokio_util::sync::{CancellationToken, DropGuard};
 
@@ -58,6 +60,8 @@ pub type StatusSink = Box<dyn Fn(&ModelStatus) + Send>;
 /// The handle commands hold.
 pub struct Worker {
     shared: Arc<Shared>,
+    /// Where remote replies' threads take their database connections from.
+    remote_store: std::sync::Mutex<Option<Store>>,
     thread: Option<JoinHandle<()>>,
     caches_dir: Option<PathBuf>,
 }
@@ -67,13 +71,14 @@ impl Worker {
     /// are saved in `caches_dir` after every turn, when it is given.
     pub fn start(store: Store, caches_dir: Option<PathBuf>, on_status: StatusSink) -> Self {
         let shared = Arc::new(Shared::new());
+        let remote_store = std::sync::Mutex::new(store.reopen().map_err(|e| tracing::error!("remote replies cannot open the database: {e}")).ok());
         let caches = Caches::new(shared.clone(), caches_dir.clone());
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("hearth-worker".into())
             .spawn(move || WorkerThread { shared: thread_shared, store, on_status, engine: None, caches, stop_hashing: Arc::default() }.run())
             .expect("the worker thread starts");
-        Self { shared, thread: Some(thread), caches_dir }
+        Self { shared, remote_store, thread: Some(thread), caches_dir }
     }
 
     /// Each conversation's cache state.
@@ -143,7 +148,7 @@ impl Worker {
             q.last_request_id -= 1;
             job.conversation_id = q.last_request_id;
         }
-        let busy = q.active.iter().any(|(c, _)| *c == job.conversation_id)
+        let busy = q.active.iter().chain(&q.remote).any(|(c, _)| *c == job.conversation_id)
             || q.jobs.iter().any(|j| j.job.conversation_id == job.conversation_id);
         if busy {
             return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
@@ -158,6 +163,32 @@ impl Worker {
         Ok(cancel)
     }
 
+    /// Streams a conversation's reply from a remote endpoint, on a thread of
+    /// its own with its own database connection; refuses a second reply for
+    /// the same conversation, as `enqueue` does. Stop works as for a local
+    /// reply (`stop`).
+    pub fn start_remote(&self, job: ReplyJob, target: RemoteTarget) -> AppResult<()> {
+        let store = match self.remote_store.lock()?.as_ref() {
+            Some(s) => s.reopen()?,
+            None => return Err(AppError::new(ErrorKind::Storage, "remote replies cannot open the database; restart Hearth")),
+        };
+        let mut q = self.shared.queue.lock()?;
+        let busy = q.active.iter().chain(&q.remote).any(|(c, _)| *c == job.conversation_id) || q.jobs.iter().any(|j| j.job.conversation_id == job.conversation_id);
+        if busy {
+            return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
+        }
+        let cancel = CancellationToken::new();
+        q.remote.push((job.conversation_id, cancel.clone()));
+        let shared = self.shared.clone();
+        let conversation = job.conversation_id;
+        let spawned = std::thread::Builder::new().name("hearth-remote-reply".into()).spawn(move || remote::run(job, target, store, cancel, shared));
+        if let Err(e) = spawned {
+            q.remote.retain(|(c, _)| *c != conversation);
+            return Err(AppError::new(ErrorKind::Internal, format!("cannot start the remote reply: {e}")));
+        }
+        Ok(())
+    }
+
     /// Stops the conversation's reply: the running one within one step, a
     /// queued one at once. Returns whether there was one.
     pub fn stop(&self, conversation_id: i64) -> bool {
@@ -165,7 +196,7 @@ impl Worker {
             Ok(q) => q,
             Err(_) => return false,
         };
-        if let Some((_, cancel)) = q.active.iter().find(|(c, _)| *c == conversation_id) {
+        if let Some((_, cancel)) = q.active.iter().chain(&q.remote).find(|(c, _)| *c == conversation_id) {
             cancel.cancel();
             return true;
         }
@@ -183,7 +214,7 @@ impl Worker {
     /// Conversations with a reply queued or running.
     pub fn busy_conversations(&self) -> Vec<i64> {
         let Ok(q) = self.shared.queue.lock() else { return Vec::new() };
-        q.active.iter().map(|(c, _)| *c).chain(q.jobs.iter().map(|j| j.job.conversation_id)).filter(|c| *c > 0).collect()
+        q.active.iter().chain(&q.remote).map(|(c, _)| *c).chain(q.jobs.iter().map(|j| j.job.conversation_id)).filter(|c| *c > 0).collect()
     }
 
     /// API requests running and waiting now.
@@ -198,7 +229,7 @@ impl Worker {
         loop {
             {
                 let q = self.shared.queue.lock().expect("worker queue");
-                if q.active.is_empty() && q.jobs.is_empty() && q.load.is_none() && !q.loading && !q.clear_caches && q.hashing == 0 {
+                if q.active.is_empty() && q.remote.is_empty() && q.jobs.is_empty() && q.load.is_none() && !q.loading && !q.clear_caches && q.hashing == 0 {
                     return true;
                 }
             }

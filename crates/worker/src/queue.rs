@@ -48,6 +48,8 @@ pub(super) struct Queue {
     pub jobs: VecDeque<Queued>,
     /// Replies running now (several take turns), by conversation.
     pub active: Vec<(i64, CancellationToken)>,
+    /// Replies streaming from remote endpoints, on threads of their own.
+    pub remote: Vec<(i64, CancellationToken)>,
     /// The running job needs the thread alone ("Generate N", a replay).
     pub alone: bool,
     pub load: Option<PathBuf>,

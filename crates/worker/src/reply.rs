@@ -93,7 +93,7 @@ impl ReplyJob {
 }
 
 /// Flush a streaming reply to disk at least this often...
-pub(super) const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
+pub(crate) const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 /// ...or after this many tokens, whichever comes first.
 pub(super) const FLUSH_TOKENS: usize = 32;
 
@@ -418,7 +418,7 @@ pub const TOKEN_BATCH: Duration = Duration::from_millis(50);
 
 /// Tokens generated but not yet sent to the UI.
 #[derive(Default)]
-pub(super) struct Unsent {
+pub(crate) struct Unsent {
     pub text: String,
     pub ids: Vec<u32>,
     /// Each unsent token's log-probability and alternatives, when sent
