@@ -4,6 +4,7 @@
 
 pub mod api_server;
 pub mod commands;
+pub mod endpoints;
 pub mod startup;
 pub mod state;
 

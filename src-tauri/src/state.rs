@@ -23,6 +23,8 @@ pub struct AppState {
     pub worker: Arc<Worker>,
     /// The local API server, when the user turned it on.
     pub api_server: crate::api_server::ApiServer,
+    /// Remote endpoints' keys read or entered this session.
+    pub keys: crate::endpoints::Keys,
     /// Set to cancel the default model's download in progress, if any.
     pub download: Mutex<Option<Arc<AtomicBool>>>,
     /// Held for as long as the app runs: one process per data folder.
@@ -48,7 +50,7 @@ impl AppState {
         if let Some(path) = initial_model(&store) {
             worker.load_model(path);
         }
-        Ok(Self { store: Mutex::new(store), worker, api_server: Default::default(), download: Mutex::new(None), _lock: lock })
+        Ok(Self { store: Mutex::new(store), worker, api_server: Default::default(), keys: Default::default(), download: Mutex::new(None), _lock: lock })
     }
 
     pub fn store(&self) -> AppResult<MutexGuard<'_, Store>> {

@@ -200,6 +200,19 @@ fn commands_over_ipc() {
     assert_eq!((off["settings"]["enabled"].clone(), off["url"].clone()), (json!(false), Value::Null));
     let renewed = call(&w, "api_server_new_key", json!({})).unwrap();
     assert_ne!(renewed["settings"]["key"], key);
+
+    // Remote endpoints: a bad URL or one that does not answer is refused
+    // before anything is kept; a conversation runs locally until told otherwise.
+    let err = call(&w, "endpoints_add", json!({"name": "x", "baseUrl": "gpu:8000", "apiKey": null, "allowPlainText": false})).unwrap_err();
+    assert_eq!(err["kind"], "invalidSettings");
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let err = call(&w, "endpoints_add", json!({"name": "x", "baseUrl": format!("http://127.0.0.1:{dead}"), "apiKey": "k", "allowPlainText": false})).unwrap_err();
+    assert_eq!(err["kind"], "remote");
+    assert!(err["message"].as_str().unwrap().contains("cannot reach"), "{err}");
+    assert_eq!(call(&w, "endpoints_list", json!({})).unwrap(), json!([]));
+    assert_eq!(call(&w, "conversations_backend", json!({"id": id})).unwrap(), json!({"kind": "local"}));
+    let err = call(&w, "conversations_set_backend", json!({"id": id, "backend": {"kind": "remote", "endpointId": 42, "model": "m"}})).unwrap_err();
+    assert_eq!(err["kind"], "notFound");
 }
 
 /// One HTTP exchange with the local API server, as text.

@@ -95,6 +95,16 @@ impl Store {
         Ok(self.conn.query_row("SELECT api_key FROM endpoints WHERE id = ?1", [id], |r| r.get(0)).optional()?.flatten())
     }
 
+    /// Records where the endpoint's key now is (`api_key` kept only with `Database`).
+    pub fn set_endpoint_key_storage(&self, id: i64, key_storage: KeyStorage, api_key: Option<&str>) -> Result<()> {
+        let stored = if key_storage == KeyStorage::Database { api_key } else { None };
+        let changed = self.conn.execute("UPDATE endpoints SET key_storage = ?1, api_key = ?2 WHERE id = ?3", params![key_storage.as_str(), stored, id])?;
+        if changed == 0 {
+            return Err(StoreError::NotFound { what: "endpoint", id });
+        }
+        Ok(())
+    }
+
     /// Removes an endpoint; its conversations go back to the local model.
     pub fn remove_endpoint(&self, id: i64) -> Result<()> {
         self.conn.execute("UPDATE conversations SET endpoint_id = NULL, remote_model = NULL WHERE endpoint_id = ?1", [id])?;

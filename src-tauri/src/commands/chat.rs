@@ -66,13 +66,37 @@ fn start_reply(state: &AppState, store: &Store, conversation_id: i64, parent: i6
     store.select_version(conversation_id, replies[0].id)?;
     let mut job = ReplyJob::new(conversation_id, replies[0].id, messages, settings, sink(on_event));
     job.variant_ids = replies[1..].iter().map(|r| r.id).collect();
-    if let Err(e) = state.worker.enqueue(job) {
+    if let Err(e) = dispatch(state, store, job) {
         for r in &replies {
             store.update_reply(r.id, "", MessageStatus::Error, None)?;
         }
         return Err(e);
     }
     Ok(replies)
+}
+
+/// Hands a reply to the worker's queue, or to a thread streaming it from the
+/// conversation's remote endpoint. What only the local model can do (several
+/// variants at once, continuing a reply's text, replaying it) is refused for
+/// a remote one.
+fn dispatch(state: &AppState, store: &Store, job: ReplyJob) -> AppResult<()> {
+    match super::endpoints::remote_target(state, store, job.conversation_id)? {
+        None => state.worker.enqueue(job),
+        Some(_) if !job.variant_ids.is_empty() => Err(AppError::new(ErrorKind::InvalidSettings, "several replies at once run on the local model only; pick 1 reply")),
+        Some(_) if !job.prefix.is_empty() || job.replay.is_some() => {
+            Err(AppError::new(ErrorKind::InvalidSettings, "continuing or replaying a reply runs on the local model only; switch this conversation to it first"))
+        }
+        Some(target) => state.worker.start_remote(job, target),
+    }
+}
+
+/// Refuses "Generate N" in a conversation on a remote endpoint before
+/// anything is recorded.
+fn check_variants_local(store: &Store, conversation_id: i64, variants: u32) -> AppResult<()> {
+    if variants > 1 && store.conversation_backend(conversation_id)? != hearth_store::Backend::Local {
+        return Err(AppError::new(ErrorKind::InvalidSettings, "several replies at once run on the local model only; pick 1 reply"));
+    }
+    Ok(())
 }
 
 /// `variants` as given: 1 when absent, at most `MAX_VARIANTS`.
@@ -120,6 +144,7 @@ pub async fn chat_send(state: State<'_, AppState>, conversation_id: i64, text: S
     let variants = variant_count(variants)?;
     check_idle(&state, conversation_id)?;
     let store = state.store()?;
+    check_variants_local(&store, conversation_id, variants)?;
     let parent = last_message(&store, conversation_id)?;
     let message = store.add_message(conversation_id, parent, Role::User, &text, MessageStatus::Complete)?;
     let mut replies = start_reply(&state, &store, conversation_id, message.id, variants, on_event)?;
@@ -138,6 +163,7 @@ pub async fn chat_regenerate(
 ) -> AppResult<Vec<Message>> {
     let variants = variant_count(variants)?;
     let store = state.store()?;
+    check_variants_local(&store, conversation_id, variants)?;
     let (_, parent) = reply_of(&store, conversation_id, reply_id)?;
     start_reply(&state, &store, conversation_id, parent, variants, on_event)
 }
@@ -187,7 +213,7 @@ pub async fn chat_continue(state: State<'_, AppState>, conversation_id: i64, rep
         prefix_choices: kept,
         ..ReplyJob::new(conversation_id, reply_id, messages, settings, sink(on_event))
     };
-    if let Err(e) = state.worker.enqueue(job) {
+    if let Err(e) = dispatch(&state, &store, job) {
         store.update_reply(reply.id, &reply.content, reply.status, None)?;
         return Err(e);
     }
@@ -216,8 +242,9 @@ fn replay_job(store: &Store, conversation_id: i64, reply_id: i64, on_event: Chan
 #[tauri::command]
 pub async fn chat_replay(state: State<'_, AppState>, conversation_id: i64, reply_id: i64, on_event: Channel<GenerationEvent>) -> AppResult<()> {
     check_idle(&state, conversation_id)?;
-    let job = replay_job(&*state.store()?, conversation_id, reply_id, on_event)?;
-    state.worker.enqueue(job)
+    let store = state.store()?;
+    let job = replay_job(&store, conversation_id, reply_id, on_event)?;
+    dispatch(&state, &store, job)
 }
 
 /// Writes a reply's record, with its prompt's token ids, to `path` as JSON
@@ -330,7 +357,7 @@ pub async fn chat_continue_with(
     let (messages, settings) = prompt_messages(&store, conversation_id, Some(parent))?;
     let branch = store.add_message(conversation_id, Some(parent), Role::Assistant, &prefix, MessageStatus::Streaming)?;
     let job = ReplyJob { prefix, prefix_ids: Some(ids), prefix_choices: kept, ..ReplyJob::new(conversation_id, branch.id, messages, settings, sink(on_event)) };
-    if let Err(e) = state.worker.enqueue(job) {
+    if let Err(e) = dispatch(&state, &store, job) {
         store.update_reply(branch.id, &branch.content, MessageStatus::Error, None)?;
         return Err(e);
     }

@@ -4,6 +4,7 @@
 pub mod app;
 pub mod chat;
 pub mod conversations;
+pub mod endpoints;
 pub mod models;
 pub mod server;
 pub mod settings;
@@ -54,5 +55,12 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         server::api_server_get,
         server::api_server_set,
         server::api_server_new_key,
+        endpoints::endpoints_list,
+        endpoints::endpoints_add,
+        endpoints::endpoints_set_key,
+        endpoints::endpoints_models,
+        endpoints::endpoints_remove,
+        endpoints::conversations_backend,
+        endpoints::conversations_set_backend,
     ]
 }

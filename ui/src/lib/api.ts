@@ -2,7 +2,10 @@
 // ({kind, message}); generation events stream over a Channel.
 import { Channel, invoke } from '@tauri-apps/api/core';
 import type { ApiServerState } from './bindings/ApiServerState';
+import type { AddedEndpoint } from './bindings/AddedEndpoint';
 import type { AppError } from './bindings/AppError';
+import type { Backend } from './bindings/Backend';
+import type { Endpoint } from './bindings/Endpoint';
 import type { CacheBudgets } from './bindings/CacheBudgets';
 import type { Conversation } from './bindings/Conversation';
 import type { ConversationCache } from './bindings/ConversationCache';
@@ -51,6 +54,17 @@ export const api = {
     cacheStates: () => invoke<ConversationCache[]>('conversations_cache_states'),
     selectVersion: (id: number, messageId: number) =>
       invoke<ThreadMessage[]>('conversations_select_version', { id, messageId }),
+    backend: (id: number) => invoke<Backend>('conversations_backend', { id }),
+    setBackend: (id: number, backend: Backend) => invoke<void>('conversations_set_backend', { id, backend }),
+  },
+  endpoints: {
+    list: () => invoke<Endpoint[]>('endpoints_list'),
+    add: (name: string, baseUrl: string, apiKey: string | null, allowPlainText: boolean) =>
+      invoke<AddedEndpoint>('endpoints_add', { name, baseUrl, apiKey, allowPlainText }),
+    setKey: (id: number, apiKey: string | null, allowPlainText: boolean) =>
+      invoke<Endpoint>('endpoints_set_key', { id, apiKey, allowPlainText }),
+    models: (id: number) => invoke<string[]>('endpoints_models', { id }),
+    remove: (id: number) => invoke<void>('endpoints_remove', { id }),
   },
   chat: {
     send: (conversationId: number, text: string, variants: number, onEvent: OnEvent) =>

@@ -2,9 +2,11 @@
 // conversation, the model, and the open conversation's settings. Components
 // read it and call its methods; only this file talks to the shell.
 import { api, asAppError } from './api';
+import { EndpointStore } from './endpoints.svelte';
 import { ModelStore } from './models.svelte';
 import { SettingsStore } from './settings.svelte';
 import { StreamStore, type Replay, type Stream } from './streams.svelte';
+import type { Backend } from './bindings/Backend';
 import type { CacheState } from './bindings/CacheState';
 import type { ContextUsage } from './bindings/ContextUsage';
 import type { Conversation } from './bindings/Conversation';
@@ -28,6 +30,7 @@ export class AppState {
   readonly live = new StreamStore();
   readonly models = new ModelStore((f) => this.guard(f));
   readonly settings = new SettingsStore((f) => this.guard(f));
+  readonly endpoints = new EndpointStore((f) => this.guard(f));
   /** Replies' tokens with their alternatives, by reply id, once asked for. */
   tokenViews = $state<Record<number, TokenView[]>>({});
   /** Token views shade each token by how unlikely the model found it. */
@@ -55,6 +58,16 @@ export class AppState {
   }
 
   /** The open conversation's settings, once read. */
+  /** Where the open conversation's replies come from: the local model or an endpoint's. */
+  get activeBackend(): Backend {
+    return (this.activeId === null ? undefined : this.endpoints.backends[this.activeId]) ?? { kind: 'local' };
+  }
+
+  /** Whether the open conversation can be sent to: its remote endpoint, or a ready local model. */
+  get canSend(): boolean {
+    return this.activeBackend.kind === 'remote' || this.models.status.state === 'ready';
+  }
+
   get activeSettings(): ConversationSettings | null {
     return this.activeId === null ? null : (this.settings.byConversation[this.activeId] ?? null);
   }
@@ -73,6 +86,8 @@ export class AppState {
     await this.guard(async () => {
       await this.models.load();
       await this.settings.loadPresets();
+      await this.endpoints.load();
+      void this.endpoints.loadModels();
       this.conversations = await api.conversations.list();
       void this.refreshCaches();
       if (this.conversations.length > 0) await this.open(this.conversations[0].id);
@@ -130,7 +145,7 @@ export class AppState {
   async open(id: number) {
     await this.guard(async () => {
       this.activeId = id;
-      const [thread, settings] = await Promise.all([api.conversations.thread(id), api.settings.get(id)]);
+      const [thread, settings] = await Promise.all([api.conversations.thread(id), api.settings.get(id), this.endpoints.loadBackend(id)]);
       if (this.activeId !== id) return;
       this.thread = thread;
       this.settings.show(id, settings);

@@ -26,7 +26,10 @@ function fakeShell(opts: { events?: GenerationEvent[]; replayEvents?: Generation
       case 'models_recent':
       case 'presets_list':
       case 'chat_busy':
+      case 'endpoints_list':
         return [];
+      case 'conversations_backend':
+        return { kind: 'local' };
       case 'conversations_list':
         return [...conversations];
       case 'conversations_cache_states':
