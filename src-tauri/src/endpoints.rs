@@ -3,11 +3,14 @@
 //! there is one; else in memory until Hearth closes, or — only when the
 //! user ticks the box — in Hearth's database, unencrypted. The database row
 //! says which (`KeyStorage`), so the settings panel can say it too.
+//!
+//! A keychain call can wait on the user (an unlock prompt), so callers make
+//! it on a blocking thread and never while holding the database.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use hearth_store::{KeyStorage, Store};
+use hearth_store::KeyStorage;
 
 use crate::error::{AppError, AppResult, ErrorKind};
 
@@ -25,8 +28,9 @@ fn entry(endpoint_id: i64) -> Result<keyring::Entry, keyring::Error> {
 
 impl Keys {
     /// Keeps `key` for the endpoint where the platform allows, and returns
-    /// where it went.
-    pub fn keep(&self, store: &Store, endpoint_id: i64, key: Option<&str>, allow_plain_text: bool) -> AppResult<KeyStorage> {
+    /// where it went (the caller records that, and the key itself only for
+    /// `Database`). A key that leaves the keychain is deleted from it.
+    pub fn place(&self, endpoint_id: i64, previous: KeyStorage, key: Option<&str>, allow_plain_text: bool) -> AppResult<KeyStorage> {
         let key = key.map(str::trim).filter(|k| !k.is_empty());
         let storage = match key {
             None => KeyStorage::None,
@@ -42,7 +46,11 @@ impl Keys {
                 }
             },
         };
-        store.set_endpoint_key_storage(endpoint_id, storage, key)?;
+        if previous == KeyStorage::Keychain && storage != KeyStorage::Keychain {
+            if let Err(e) = entry(endpoint_id).and_then(|e| e.delete_credential()) {
+                tracing::warn!("cannot remove the old key from the keychain: {e}");
+            }
+        }
         let mut known = self.known.lock()?;
         match key {
             Some(k) => known.insert(endpoint_id, k.to_string()),
@@ -51,14 +59,15 @@ impl Keys {
         Ok(storage)
     }
 
-    /// The endpoint's key, from wherever it is kept.
-    pub fn get(&self, store: &Store, endpoint: &hearth_store::Endpoint) -> AppResult<Option<String>> {
+    /// The endpoint's key, from wherever it is kept (`stored`: the key the
+    /// database holds, for `Database`).
+    pub fn get(&self, endpoint: &hearth_store::Endpoint, stored: Option<String>) -> AppResult<Option<String>> {
         if let Some(k) = self.known.lock()?.get(&endpoint.id) {
             return Ok(Some(k.clone()));
         }
         let key = match endpoint.key_storage {
             KeyStorage::None => None,
-            KeyStorage::Database => store.endpoint_key(endpoint.id)?,
+            KeyStorage::Database => stored,
             KeyStorage::Keychain => Some(entry(endpoint.id).and_then(|e| e.get_password()).map_err(|e| {
                 AppError::new(ErrorKind::Remote, format!("cannot read the key of \"{}\" from the keychain ({e}); enter it again in Settings", endpoint.name))
             })?),

@@ -24,7 +24,7 @@ pub struct AppState {
     /// The local API server, when the user turned it on.
     pub api_server: crate::api_server::ApiServer,
     /// Remote endpoints' keys read or entered this session.
-    pub keys: crate::endpoints::Keys,
+    pub keys: Arc<crate::endpoints::Keys>,
     /// Set to cancel the default model's download in progress, if any.
     pub download: Mutex<Option<Arc<AtomicBool>>>,
     /// Held for as long as the app runs: one process per data folder.

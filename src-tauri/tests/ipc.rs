@@ -187,11 +187,17 @@ fn commands_over_ipc() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let on = call(&w, "api_server_set", json!({"enabled": true, "port": port})).unwrap();
     assert_eq!(on["url"], format!("http://127.0.0.1:{port}/v1"));
-    let answer = http(port, &format!("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"));
+    let answer = http(port, &format!("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {key}\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"));
     assert!(answer.starts_with("HTTP/1.1 400"), "a body without messages: {answer}");
-    let answer = http(port, &format!("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nContent-Length: 45\r\nConnection: close\r\n\r\n{{\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}"));
+    let answer = http(port, &format!("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {key}\r\nContent-Length: 45\r\nConnection: close\r\n\r\n{{\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}"));
     assert!(answer.starts_with("HTTP/1.1 503") && answer.contains("model_not_loaded"), "{answer}");
-    assert!(http(port, "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").starts_with("HTTP/1.1 401"));
+    assert!(http(port, &format!("GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n")).starts_with("HTTP/1.1 401"));
+    // Only to the loopback name, and never from another origin's page (a
+    // page cannot read the key, but a server without one must not be driven).
+    let forbidden = http(port, &format!("GET /v1/models HTTP/1.1\r\nHost: evil.example:{port}\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n\r\n"));
+    assert!(forbidden.starts_with("HTTP/1.1 403"), "{forbidden}");
+    let forbidden = http(port, &format!("GET /v1/models HTTP/1.1\r\nHost: localhost:{port}\r\nOrigin: https://evil.example\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n\r\n"));
+    assert!(forbidden.starts_with("HTTP/1.1 403"), "{forbidden}");
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let busy_port = taken.local_addr().unwrap().port();
     let err = call(&w, "api_server_set", json!({"enabled": true, "port": busy_port})).unwrap_err();

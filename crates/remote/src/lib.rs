@@ -8,7 +8,7 @@
 //! server that has gone quiet, and the connection closes as soon as that
 //! thread next hears from it.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -38,12 +38,18 @@ pub enum RemoteError {
     Malformed(String),
     #[error("the connection to the endpoint dropped mid-reply: {0}")]
     Dropped(String),
+    /// Stop, before the endpoint answered (`stream_chat` reports it as a
+    /// reply that finished `cancelled`).
+    #[error("stopped")]
+    Stopped,
 }
 
 /// How long a reply may go without a byte before it counts as dropped.
 pub const STALL: Duration = Duration::from_secs(120);
 /// How often a waiting call checks for Stop.
 pub const POLL: Duration = Duration::from_millis(50);
+/// The longest line (one SSE event) taken from an endpoint.
+pub const MAX_LINE: usize = 1 << 20;
 
 /// One chat completion request. Serialized with the messages last, and
 /// everything before them fixed for a conversation, so turn 2's body begins
@@ -115,7 +121,10 @@ pub fn list_models(endpoint: &Endpoint, cancel: &dyn Fn() -> bool) -> Result<Vec
 pub fn stream_chat(endpoint: &Endpoint, request: &ChatRequest, cancel: &dyn Fn() -> bool, on_text: &mut dyn FnMut(&str)) -> Result<Streamed, RemoteError> {
     let url = format!("{}/chat/completions", endpoint.base_url.trim_end_matches('/'));
     let started = Instant::now();
-    let lines = call(endpoint, &url, Some(request.body()), cancel)?;
+    let lines = match call(endpoint, &url, Some(request.body()), cancel) {
+        Err(RemoteError::Stopped) => return Ok(Streamed { finish_reason: "cancelled".into(), ..Streamed::default() }),
+        other => other?,
+    };
     if lines.status != 200 {
         let (status, body) = lines.collect(cancel)?;
         check(status, &body)?;
@@ -255,10 +264,29 @@ fn call(endpoint: &Endpoint, url: &str, body: Option<Vec<u8>>, cancel: &dyn Fn()
             if status_tx.send(Ok(response.status().as_u16())).is_err() {
                 return;
             }
-            let reader = BufReader::new(response.into_body().into_reader());
-            for line in reader.lines() {
-                let failed = line.is_err();
-                if tx.send(line.map_err(|e| e.to_string())).is_err() || failed {
+            let mut reader = BufReader::new(response.into_body().into_reader());
+            loop {
+                let mut line = Vec::new();
+                let read = (&mut reader).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut line);
+                let sent = match read {
+                    Ok(0) => return,
+                    Ok(_) if line.len() > MAX_LINE => {
+                        let _ = tx.send(Err(format!("a line of the answer is over {} MiB", MAX_LINE >> 20)));
+                        return;
+                    }
+                    Ok(_) => {
+                        while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                            line.pop();
+                        }
+                        tx.send(Ok(String::from_utf8_lossy(&line).into_owned()))
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e.to_string()));
+                        return;
+                    }
+                };
+                // Stop dropped the receiver: this drops the connection.
+                if sent.is_err() {
                     return;
                 }
             }
@@ -270,7 +298,7 @@ fn call(endpoint: &Endpoint, url: &str, body: Option<Vec<u8>>, cancel: &dyn Fn()
             Ok(Ok(status)) => return Ok(Lines { status, rx }),
             Ok(Err(reason)) => return Err(RemoteError::Unreachable { url: url.to_string(), reason }),
             Err(mpsc::RecvTimeoutError::Disconnected) => return Err(RemoteError::Unreachable { url: url.to_string(), reason: "the request failed".into() }),
-            Err(mpsc::RecvTimeoutError::Timeout) if cancel() => return Err(RemoteError::Dropped("stopped before the endpoint answered".into())),
+            Err(mpsc::RecvTimeoutError::Timeout) if cancel() => return Err(RemoteError::Stopped),
             Err(mpsc::RecvTimeoutError::Timeout) if waiting.elapsed() > STALL => {
                 return Err(RemoteError::Unreachable { url: url.to_string(), reason: format!("no answer in {} s", STALL.as_secs()) })
             }
@@ -309,7 +337,7 @@ impl Lines {
                     }
                 }
                 Next::End => return Ok((self.status, body)),
-                Next::Cancelled => return Err(RemoteError::Dropped("stopped".into())),
+                Next::Cancelled => return Err(RemoteError::Stopped),
                 Next::Failed(e) => return Err(RemoteError::Dropped(e)),
             }
         }

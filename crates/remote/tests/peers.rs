@@ -101,8 +101,9 @@ fn hearth_as_a_peer_models_streaming_prefix_reuse_stop_and_a_wrong_key() {
     assert!(t.elapsed() < Duration::from_secs(20));
     let deadline = Instant::now() + Duration::from_secs(5);
     let health = || {
-        let mut s = std::net::TcpStream::connect(peer.server.as_ref().unwrap().addr()).unwrap();
-        s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let addr = peer.server.as_ref().unwrap().addr();
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.write_all(format!("GET /health HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).unwrap();
         let mut a = String::new();
         s.read_to_string(&mut a).unwrap();
         a

@@ -33,6 +33,7 @@ impl ApiError {
     fn kind(&self) -> &'static str {
         match self.status.as_u16() {
             401 => "authentication_error",
+            403 => "permission_error",
             404 => "not_found_error",
             413 | 400 | 422 => "invalid_request_error",
             429 => "rate_limit_error",

@@ -27,7 +27,6 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use hearth_engine::Engine;
 use hearth_worker::events::{GenerationEvent, ModelStatus};
 use hearth_worker::{ReplyJob, Request, Worker};
 use serde_json::{json, Value};
@@ -44,6 +43,7 @@ pub const BODY_LIMIT: usize = 8 << 20;
 /// A running server on 127.0.0.1; `stop` ends it.
 pub struct Server {
     addr: SocketAddr,
+    shutdown: hearth_worker::CancellationToken,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -55,7 +55,8 @@ impl Server {
         let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await?;
         let addr = listener.local_addr()?;
         let (stop, stopped) = oneshot::channel::<()>();
-        let app = router(worker, api_key);
+        let shutdown = hearth_worker::CancellationToken::new();
+        let app = router(worker, api_key, Some(addr.port()), shutdown.clone());
         let task = tokio::spawn(async move {
             let serving = axum::serve(listener, app).with_graceful_shutdown(async {
                 let _ = stopped.await;
@@ -65,7 +66,7 @@ impl Server {
             }
         });
         tracing::info!("OpenAI-compatible API on http://{addr}/v1");
-        Ok(Self { addr, stop: Some(stop), task })
+        Ok(Self { addr, shutdown, stop: Some(stop), task })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -77,9 +78,11 @@ impl Server {
         format!("http://{}/v1", self.addr)
     }
 
-    /// Stops taking requests, lets running ones end for a moment, then
-    /// drops them (which cancels their jobs).
+    /// Stops taking requests and stops every request's job (each within a
+    /// step; a stream then ends with its finish reason), then waits a
+    /// moment for the connections to close.
     pub async fn stop(mut self) {
+        self.shutdown.cancel();
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -98,11 +101,16 @@ pub fn new_api_key() -> String {
 struct Api {
     worker: Arc<Worker>,
     api_key: Option<String>,
+    /// The port served, when known: requests must name it in `Host`.
+    port: Option<u16>,
+    /// Cancelled when the server stops: every request's job is its child.
+    shutdown: hearth_worker::CancellationToken,
 }
 
-/// The API's routes over `worker`.
-pub fn router(worker: Arc<Worker>, api_key: Option<String>) -> Router {
-    let api = Arc::new(Api { worker, api_key: api_key.filter(|k| !k.is_empty()) });
+/// The API's routes over `worker`, for a server on `port` (`None`: any
+/// `Host`), whose jobs stop when `shutdown` is cancelled.
+pub fn router(worker: Arc<Worker>, api_key: Option<String>, port: Option<u16>, shutdown: hearth_worker::CancellationToken) -> Router {
+    let api = Arc::new(Api { worker, api_key: api_key.filter(|k| !k.is_empty()), port, shutdown });
     Router::new()
         .route("/health", get(health))
         .route("/v1/models", get(models))
@@ -114,8 +122,25 @@ pub fn router(worker: Arc<Worker>, api_key: Option<String>) -> Router {
 }
 
 /// Every route but `/health` (which tells nothing but whether the server is
-/// up, for scripts that wait for it) needs the key when one is set.
+/// up, for scripts that wait for it) needs the key when one is set. Only
+/// requests to this machine's loopback name are taken, and none from a web
+/// page of another origin: without that, any page the user opens could
+/// drive the model (a plain form POST needs no CORS preflight), and with
+/// DNS rebinding read its answers.
 async fn authorize(State(api): State<Arc<Api>>, request: HttpRequest, next: Next) -> Response {
+    if let Some(port) = api.port {
+        let local = |value: Option<&str>, scheme: &str| {
+            value.is_none_or(|v| ["127.0.0.1", "localhost", "[::1]"].iter().any(|h| v.eq_ignore_ascii_case(&format!("{scheme}{h}:{port}"))))
+        };
+        let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok());
+        if host.is_none() || !local(host, "") {
+            return ApiError::new(StatusCode::FORBIDDEN, "forbidden_host", format!("this server answers only requests to 127.0.0.1:{port} or localhost:{port}")).into_response();
+        }
+        let origin = request.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok());
+        if !local(origin, "http://") {
+            return ApiError::new(StatusCode::FORBIDDEN, "forbidden_origin", "requests from web pages of other origins are refused").into_response();
+        }
+    }
     if let Some(key) = api.api_key.as_ref().filter(|_| request.uri().path() != "/health") {
         let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
         if !given.is_some_and(|g| same_secret(g.trim().as_bytes(), key.as_bytes())) {
@@ -173,13 +198,14 @@ async fn generate(api: Arc<Api>, body: Body, endpoint: Endpoint) -> Result<Respo
         Endpoint::Chat => Generation::chat(&body)?,
         Endpoint::Completion => Generation::completion(&body)?,
     };
-    let (model, engine) = loaded(&api.worker)?;
+    let model = loaded(&api.worker)?;
     let (tx, mut events) = mpsc::unbounded_channel();
     let request = Request { logprobs: g.logprobs, raw_prompt: g.raw_prompt.clone() };
     let job = ReplyJob::for_request(g.messages.clone(), g.settings.clone(), g.n, request, Box::new(move |e| drop(tx.send(e))));
-    // Dropped with the response (a client that goes away), it stops the job.
-    let guard = api.worker.submit(job)?.drop_guard();
-    let mut reply = Reply::new(endpoint, model, engine, g.n, g.logprobs, g.include_usage);
+    // Dropped with the response (a client that goes away), it stops the
+    // job; so does the server stopping.
+    let guard = api.worker.submit_under(job, &api.shutdown)?.drop_guard();
+    let mut reply = Reply::new(endpoint, model, api.worker.clone(), g.n, g.logprobs, g.include_usage);
 
     // Until the prompt is known to fit, a failure is still an HTTP status.
     let mut early = VecDeque::new();
@@ -291,10 +317,10 @@ async fn read_body(body: Body) -> Result<Vec<u8>, ApiError> {
     Ok(kept)
 }
 
-/// The loaded model's name and engine, or 503.
-fn loaded(worker: &Worker) -> Result<(String, Arc<Engine>), ApiError> {
+/// The loaded model's name, or 503.
+fn loaded(worker: &Worker) -> Result<String, ApiError> {
     match (worker.model_status(), worker.engine()) {
-        (ModelStatus::Ready { name, .. }, Some(engine)) => Ok((name, engine)),
+        (ModelStatus::Ready { name, .. }, Some(_)) => Ok(name),
         (ModelStatus::Loading { .. }, _) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "model_not_loaded", "the model is still loading; try again in a moment")),
         _ => Err(ApiError::no_model()),
     }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use hearth_engine::Engine;
+use hearth_worker::Worker;
 use hearth_store::{ReplyStats, TokenChoice};
 use serde_json::{json, Value};
 
@@ -19,11 +19,15 @@ pub struct Reply {
     id: String,
     created: u64,
     model: String,
-    engine: Arc<Engine>,
+    /// For the tokens' text: the engine is asked for when needed, never
+    /// held, so a waiting request does not keep a replaced model in memory.
+    worker: Arc<Worker>,
     logprobs: Option<usize>,
     include_usage: bool,
     texts: Vec<String>,
     choices: Vec<Vec<TokenChoice>>,
+    /// Each choice's text length so far in bytes (completions' `text_offset`).
+    offsets: Vec<usize>,
     /// Whether a choice's first chunk (the chat role) went out.
     opened: Vec<bool>,
 }
@@ -39,7 +43,7 @@ pub struct Ended {
 }
 
 impl Reply {
-    pub fn new(endpoint: Endpoint, model: String, engine: Arc<Engine>, n: usize, logprobs: Option<usize>, include_usage: bool) -> Self {
+    pub fn new(endpoint: Endpoint, model: String, worker: Arc<Worker>, n: usize, logprobs: Option<usize>, include_usage: bool) -> Self {
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let prefix = if endpoint == Endpoint::Chat { "chatcmpl" } else { "cmpl" };
         Self {
@@ -47,11 +51,12 @@ impl Reply {
             id: format!("{prefix}-{}", random_hex()),
             created,
             model,
-            engine,
+            worker,
             logprobs,
             include_usage,
             texts: vec![String::new(); n],
             choices: vec![Vec::new(); n],
+            offsets: vec![0; n],
             opened: vec![false; n],
         }
     }
@@ -61,7 +66,8 @@ impl Reply {
     pub fn tokens(&mut self, text: String, variant: usize, choices: Vec<TokenChoice>) -> Vec<Value> {
         let Some(slot) = self.texts.get_mut(variant) else { return Vec::new() };
         slot.push_str(&text);
-        let logprobs = self.logprobs.map(|_| self.logprobs_json(&choices));
+        let logprobs = self.logprobs.map(|_| self.logprobs_json(&choices, self.offsets[variant]));
+        self.offsets[variant] += text.len();
         self.choices[variant].extend(choices);
         let mut chunks = Vec::new();
         if self.endpoint == Endpoint::Chat && !self.opened[variant] {
@@ -126,7 +132,7 @@ impl Reply {
     pub fn response(&self, ended: &Ended) -> Value {
         let choices: Vec<Value> = (0..self.texts.len())
             .map(|i| {
-                let logprobs = self.logprobs.map(|_| self.logprobs_json(&self.choices[i]));
+                let logprobs = self.logprobs.map(|_| self.logprobs_json(&self.choices[i], 0));
                 let reason = ended.reasons.get(i).copied().unwrap_or("stop");
                 match self.endpoint {
                     Endpoint::Chat => json!({"index": i, "message": {"role": "assistant", "content": self.texts[i], "refusal": null}, "logprobs": logprobs, "finish_reason": reason}),
@@ -161,9 +167,11 @@ impl Reply {
         chunk
     }
 
-    /// Tokens' log-probabilities in the endpoint's shape.
-    fn logprobs_json(&self, choices: &[TokenChoice]) -> Value {
-        let tokenizer = self.engine.tokenizer();
+    /// Tokens' log-probabilities in the endpoint's shape; `at` is where
+    /// their text begins in the choice's text.
+    fn logprobs_json(&self, choices: &[TokenChoice], at: usize) -> Value {
+        let Some(engine) = self.worker.engine() else { return Value::Null };
+        let tokenizer = engine.tokenizer();
         let bytes = |id: u32| tokenizer.token_bytes(id).to_vec();
         let text = |id: u32| String::from_utf8_lossy(tokenizer.token_bytes(id)).into_owned();
         let k = self.logprobs.unwrap_or(0);
@@ -178,7 +186,7 @@ impl Reply {
                 }))
                 .collect::<Vec<_>>(), "refusal": null}),
             Endpoint::Completion => {
-                let mut offset = 0usize;
+                let mut offset = at;
                 let offsets: Vec<usize> = choices
                     .iter()
                     .map(|c| {

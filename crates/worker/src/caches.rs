@@ -74,6 +74,10 @@ pub enum CacheState {
 /// variant of "Generate 8" beside the main cache.
 const KEEP_ALTERNATES: usize = 7;
 
+/// The shortest shared beginning worth cloning another request's cache for
+/// (a chat template's opening is shorter).
+const MIN_SHARED_TO_CLONE: usize = 64;
+
 /// The worker thread's caches, one main cache per conversation.
 pub(super) struct Caches {
     shared: Arc<Shared>,
@@ -113,10 +117,12 @@ impl Caches {
     /// The cache to run an API request's `prompt` on, and the key to `put`
     /// it back under: the request cache sharing most of the prompt. One the
     /// prompt extends is taken over (that client's next turn); one it only
-    /// shares a beginning with (a system prompt, a conversation another
-    /// client branched) is cloned copy-on-write, so that client keeps its
-    /// own. Request caches live in memory only, under the same budget as
-    /// conversations' and evicted with them, least recently used first.
+    /// shares a long beginning with (a system prompt, a conversation another
+    /// client branched: `MIN_SHARED_TO_CLONE` tokens or more, since a clone
+    /// copies its source's buffers on first write) is cloned copy-on-write,
+    /// so that client keeps its own. Request caches live in memory only,
+    /// under the same budget as conversations' and evicted with them, least
+    /// recently used first.
     pub fn take_request(&mut self, prompt: &[u32], context: usize) -> (i64, Option<Session>) {
         let common = |s: &Session| s.tokens().iter().zip(prompt).take_while(|(a, b)| a == b).count();
         let best = self
@@ -133,6 +139,9 @@ impl Caches {
         match best {
             Some((shared, _, key)) if shared > 0 => {
                 let whole = self.sessions.get(&key).is_some_and(|(s, _)| s.tokens().len() == shared);
+                if !whole && shared < MIN_SHARED_TO_CLONE {
+                    return (fresh(), None);
+                }
                 if whole {
                     let taken = self.sessions.remove(&key).map(|(s, _)| s);
                     self.publish_resident();

@@ -142,7 +142,17 @@ impl Worker {
     /// Queues a reply and returns the token that stops it (within one step
     /// when running). An API request's job gets a queue id of its own here,
     /// so any number of requests may wait beside the conversations.
-    pub fn submit(&self, mut job: ReplyJob) -> AppResult<CancellationToken> {
+    pub fn submit(&self, job: ReplyJob) -> AppResult<CancellationToken> {
+        self.submit_with(job, CancellationToken::new())
+    }
+
+    /// `submit`, stopped also when `parent` is (a server shutting down
+    /// stops every request it took).
+    pub fn submit_under(&self, job: ReplyJob, parent: &CancellationToken) -> AppResult<CancellationToken> {
+        self.submit_with(job, parent.child_token())
+    }
+
+    fn submit_with(&self, mut job: ReplyJob, cancel: CancellationToken) -> AppResult<CancellationToken> {
         let mut q = self.shared.queue.lock()?;
         if job.request.is_some() {
             q.last_request_id -= 1;
@@ -157,7 +167,6 @@ impl Worker {
         if must_wait || q.load.is_some() || q.loading || !q.jobs.is_empty() {
             (job.events)(GenerationEvent::Queued { position: q.jobs.len() as u32 + 1 });
         }
-        let cancel = CancellationToken::new();
         q.jobs.push_back(Queued { job, cancel: cancel.clone() });
         self.shared.wake.notify_all();
         Ok(cancel)

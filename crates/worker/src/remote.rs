@@ -14,7 +14,7 @@ use crate::error::{AppError, ErrorKind};
 use crate::events::GenerationEvent;
 use crate::queue::Shared;
 use crate::reply::{ReplyJob, Unsent, FLUSH_INTERVAL};
-use crate::CancellationToken;
+use crate::{test_panic_hook, CancellationToken};
 
 /// Where a remote reply goes.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,17 +66,38 @@ impl Drop for RemoteActive {
     }
 }
 
-/// Runs one remote reply to its end on the calling thread.
+/// Runs one remote reply to its end on the calling thread. A panic fails
+/// this reply alone, as for local ones: it is recorded and reported.
 pub(crate) fn run(job: ReplyJob, target: RemoteTarget, store: Store, cancel: CancellationToken, shared: Arc<Shared>) {
     let active = RemoteActive { shared, conversation_id: job.conversation_id };
+    let written = std::sync::Mutex::new(String::new());
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stream(&job, &target, &store, &cancel, active, &written)));
+    if let Err(panic) = outcome {
+        let message = crate::panic_message(&*panic);
+        tracing::error!("remote reply {} panicked: {message}", job.reply_id);
+        let error = AppError::new(ErrorKind::Internal, format!("this reply stopped on an internal error ({message}); other conversations are unaffected"));
+        let text = written.lock().map(|t| t.clone()).unwrap_or_default();
+        let status = if text.is_empty() { MessageStatus::Error } else { MessageStatus::Interrupted };
+        let stats = ReplyStats { finish_reason: "error".into(), error: Some(error.message.clone()), ..Default::default() };
+        if let Err(e) = store.update_reply(job.reply_id, &text, status, Some(&stats)) {
+            tracing::error!("cannot record a failed reply: {e}");
+        }
+        (job.events)(GenerationEvent::Error { error });
+    }
+}
+
+fn stream(job: &ReplyJob, target: &RemoteTarget, store: &Store, cancel: &CancellationToken, active: RemoteActive, written: &std::sync::Mutex<String>) {
     (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
-    let request = chat_request(&job, &target.model);
+    let request = chat_request(job, &target.model);
     let mut text = String::new();
     let mut unsent = Unsent::default();
     let mut last_flush = Instant::now();
     let started = Instant::now();
     let result = hearth_remote::stream_chat(&target.endpoint, &request, &|| cancel.is_cancelled(), &mut |piece| {
         text.push_str(piece);
+        if let Ok(mut w) = written.lock() {
+            w.push_str(piece);
+        }
         unsent.text.push_str(piece);
         unsent.send_if_due(&job.events, 0);
         if last_flush.elapsed() >= FLUSH_INTERVAL {
@@ -104,6 +125,7 @@ pub(crate) fn run(job: ReplyJob, target: RemoteTarget, store: Store, cancel: Can
                 ..Default::default()
             };
             let status = if done.finish_reason == "cancelled" { MessageStatus::Interrupted } else { MessageStatus::Complete };
+            test_panic_hook(&text);
             (status, stats, None)
         }
         Err(e) => {

@@ -119,3 +119,18 @@ fn a_dropped_connection_keeps_the_reply_as_interrupted_and_an_unreachable_one_is
     assert!(error.message.contains("cannot reach"), "{}", error.message);
     assert_eq!(store.message(r2.id).unwrap().status, MessageStatus::Error);
 }
+
+#[test]
+fn a_panic_in_a_remote_reply_fails_it_alone_and_frees_the_conversation() {
+    // Only this test's reply says exactly this (see `test_panic_hook`).
+    std::env::set_var("HEARTH_TEST_PANIC", "remote boom");
+    let (_dir, store, worker, c, r) = setup();
+    let done = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
+    let ep = endpoint(vec![delta("remote boom"), done.into(), "[DONE]".into()], Duration::from_millis(5));
+    let events = until_end(&start(&worker, c, r, ep));
+    let Some(GenerationEvent::Error { error }) = events.last() else { panic!("{events:?}") };
+    assert_eq!(error.kind, hearth_worker::error::ErrorKind::Internal);
+    let saved = store.message(r).unwrap();
+    assert_eq!((saved.content.as_str(), saved.status), ("remote boom", MessageStatus::Interrupted));
+    assert!(worker.busy_conversations().is_empty(), "the conversation is free again");
+}

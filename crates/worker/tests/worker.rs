@@ -643,10 +643,17 @@ fn api_requests_store_nothing_and_each_client_keeps_its_own_cache() {
     assert_eq!(s1.processed_tokens, s1.prompt_tokens, "a cold cache runs the whole prompt");
     let a_reply = streamed(&first);
 
-    // Another client, another question: it shares only the template's opening.
+    // Another client, another question: it shares only the template's
+    // opening, too little to clone the first client's cache for.
     let b = request(&worker, vec![user("What is a prime number?")], greedy(12), 1);
     let (_, sb) = finished(&b);
-    assert!(sb.processed_tokens < sb.prompt_tokens && sb.processed_tokens > 4, "{sb:?}");
+    assert_eq!(sb.processed_tokens, sb.prompt_tokens, "{sb:?}");
+    // A third shares a long system prompt with the second: it starts from a copy of it.
+    let long_system = ChatMessage::new(hearth_engine::Role::System, "You answer questions about mathematics. ".repeat(12));
+    let (_, s3) = finished(&request(&worker, vec![long_system.clone(), user("What is a prime number?")], greedy(4), 1));
+    let (_, s4) = finished(&request(&worker, vec![long_system, user("What is a square number?")], greedy(4), 1));
+    assert_eq!(s3.processed_tokens, s3.prompt_tokens);
+    assert!(s4.prompt_tokens - s4.processed_tokens >= 64, "{s4:?}");
 
     // The first client's next turn still finds all of its own cache.
     let a2 = [a1, vec![ChatMessage::new(hearth_engine::Role::Assistant, a_reply), user("And lakes?")]].concat();

@@ -59,14 +59,22 @@ fn sink(channel: Channel<GenerationEvent>) -> crate::worker::EventSink {
 
 /// Adds `variants` empty replies under `parent` (the first one shown) and
 /// queues them as one batch.
-fn start_reply(state: &AppState, store: &Store, conversation_id: i64, parent: i64, variants: u32, on_event: Channel<GenerationEvent>) -> AppResult<Vec<Message>> {
+fn start_reply(
+    state: &AppState,
+    store: &Store,
+    conversation_id: i64,
+    parent: i64,
+    variants: u32,
+    target: Option<crate::worker::RemoteTarget>,
+    on_event: Channel<GenerationEvent>,
+) -> AppResult<Vec<Message>> {
     check_idle(state, conversation_id)?;
     let (messages, settings) = prompt_messages(store, conversation_id, Some(parent))?;
     let replies = (0..variants).map(|_| store.add_message(conversation_id, Some(parent), Role::Assistant, "", MessageStatus::Streaming)).collect::<Result<Vec<_>, _>>()?;
     store.select_version(conversation_id, replies[0].id)?;
     let mut job = ReplyJob::new(conversation_id, replies[0].id, messages, settings, sink(on_event));
     job.variant_ids = replies[1..].iter().map(|r| r.id).collect();
-    if let Err(e) = dispatch(state, store, job) {
+    if let Err(e) = dispatch(state, job, target) {
         for r in &replies {
             store.update_reply(r.id, "", MessageStatus::Error, None)?;
         }
@@ -76,25 +84,21 @@ fn start_reply(state: &AppState, store: &Store, conversation_id: i64, parent: i6
 }
 
 /// Hands a reply to the worker's queue, or to a thread streaming it from the
-/// conversation's remote endpoint. What only the local model can do (several
-/// variants at once, continuing a reply's text, replaying it) is refused for
-/// a remote one.
-fn dispatch(state: &AppState, store: &Store, job: ReplyJob) -> AppResult<()> {
-    match super::endpoints::remote_target(state, store, job.conversation_id)? {
+/// conversation's remote endpoint (`target`, from `remote_target`, which
+/// reads the key before the database is taken).
+fn dispatch(state: &AppState, job: ReplyJob, target: Option<crate::worker::RemoteTarget>) -> AppResult<()> {
+    match target {
         None => state.worker.enqueue(job),
-        Some(_) if !job.variant_ids.is_empty() => Err(AppError::new(ErrorKind::InvalidSettings, "several replies at once run on the local model only; pick 1 reply")),
-        Some(_) if !job.prefix.is_empty() || job.replay.is_some() => {
-            Err(AppError::new(ErrorKind::InvalidSettings, "continuing or replaying a reply runs on the local model only; switch this conversation to it first"))
-        }
         Some(target) => state.worker.start_remote(job, target),
     }
 }
 
-/// Refuses "Generate N" in a conversation on a remote endpoint before
-/// anything is recorded.
-fn check_variants_local(store: &Store, conversation_id: i64, variants: u32) -> AppResult<()> {
-    if variants > 1 && store.conversation_backend(conversation_id)? != hearth_store::Backend::Local {
-        return Err(AppError::new(ErrorKind::InvalidSettings, "several replies at once run on the local model only; pick 1 reply"));
+/// Refuses, in a conversation on a remote endpoint, what only the local
+/// engine does (several variants at once, continuing a reply's text,
+/// replaying it, branching from a token), before anything is recorded.
+fn local_only(store: &Store, conversation_id: i64, what: &str) -> AppResult<()> {
+    if store.conversation_backend(conversation_id)? != hearth_store::Backend::Local {
+        return Err(AppError::new(ErrorKind::InvalidSettings, format!("{what} runs on the local model only; switch this conversation to it first")));
     }
     Ok(())
 }
@@ -143,11 +147,14 @@ pub async fn chat_send(state: State<'_, AppState>, conversation_id: i64, text: S
     non_empty(&text)?;
     let variants = variant_count(variants)?;
     check_idle(&state, conversation_id)?;
+    let target = super::endpoints::remote_target(&state, conversation_id).await?;
     let store = state.store()?;
-    check_variants_local(&store, conversation_id, variants)?;
+    if variants > 1 {
+        local_only(&store, conversation_id, "writing several replies at once")?;
+    }
     let parent = last_message(&store, conversation_id)?;
     let message = store.add_message(conversation_id, parent, Role::User, &text, MessageStatus::Complete)?;
-    let mut replies = start_reply(&state, &store, conversation_id, message.id, variants, on_event)?;
+    let mut replies = start_reply(&state, &store, conversation_id, message.id, variants, target, on_event)?;
     let reply = replies.remove(0);
     Ok(Sent { message, reply: Some(reply), variants: replies })
 }
@@ -162,10 +169,13 @@ pub async fn chat_regenerate(
     on_event: Channel<GenerationEvent>,
 ) -> AppResult<Vec<Message>> {
     let variants = variant_count(variants)?;
+    let target = super::endpoints::remote_target(&state, conversation_id).await?;
     let store = state.store()?;
-    check_variants_local(&store, conversation_id, variants)?;
+    if variants > 1 {
+        local_only(&store, conversation_id, "writing several replies at once")?;
+    }
     let (_, parent) = reply_of(&store, conversation_id, reply_id)?;
-    start_reply(&state, &store, conversation_id, parent, variants, on_event)
+    start_reply(&state, &store, conversation_id, parent, variants, target, on_event)
 }
 
 /// Edits a message as a new version beside it. An edited user message gets
@@ -173,6 +183,7 @@ pub async fn chat_regenerate(
 #[tauri::command]
 pub async fn chat_edit(state: State<'_, AppState>, conversation_id: i64, message_id: i64, text: String, on_event: Channel<GenerationEvent>) -> AppResult<Sent> {
     non_empty(&text)?;
+    let target = super::endpoints::remote_target(&state, conversation_id).await?;
     let store = state.store()?;
     let old = store.message(message_id)?;
     if old.conversation_id != conversation_id {
@@ -183,7 +194,7 @@ pub async fn chat_edit(state: State<'_, AppState>, conversation_id: i64, message
     }
     let message = store.add_message(conversation_id, old.parent_id, old.role, &text, MessageStatus::Complete)?;
     let reply = match old.role {
-        Role::User => Some(start_reply(&state, &store, conversation_id, message.id, 1, on_event)?.remove(0)),
+        Role::User => Some(start_reply(&state, &store, conversation_id, message.id, 1, target, on_event)?.remove(0)),
         _ => None,
     };
     Ok(Sent { message, reply, variants: Vec::new() })
@@ -193,6 +204,7 @@ pub async fn chat_edit(state: State<'_, AppState>, conversation_id: i64, message
 #[tauri::command]
 pub async fn chat_continue(state: State<'_, AppState>, conversation_id: i64, reply_id: i64, on_event: Channel<GenerationEvent>) -> AppResult<Message> {
     let store = state.store()?;
+    local_only(&store, conversation_id, "continuing a reply")?;
     let (reply, parent) = reply_of(&store, conversation_id, reply_id)?;
     if reply.status == MessageStatus::Streaming {
         return Err(AppError::new(ErrorKind::Busy, "this reply is still being written"));
@@ -213,7 +225,7 @@ pub async fn chat_continue(state: State<'_, AppState>, conversation_id: i64, rep
         prefix_choices: kept,
         ..ReplyJob::new(conversation_id, reply_id, messages, settings, sink(on_event))
     };
-    if let Err(e) = dispatch(&state, &store, job) {
+    if let Err(e) = state.worker.enqueue(job) {
         store.update_reply(reply.id, &reply.content, reply.status, None)?;
         return Err(e);
     }
@@ -243,8 +255,9 @@ fn replay_job(store: &Store, conversation_id: i64, reply_id: i64, on_event: Chan
 pub async fn chat_replay(state: State<'_, AppState>, conversation_id: i64, reply_id: i64, on_event: Channel<GenerationEvent>) -> AppResult<()> {
     check_idle(&state, conversation_id)?;
     let store = state.store()?;
+    local_only(&store, conversation_id, "replaying a reply")?;
     let job = replay_job(&store, conversation_id, reply_id, on_event)?;
-    dispatch(&state, &store, job)
+    state.worker.enqueue(job)
 }
 
 /// Writes a reply's record, with its prompt's token ids, to `path` as JSON
@@ -342,6 +355,7 @@ pub async fn chat_continue_with(
 ) -> AppResult<Message> {
     check_idle(&state, conversation_id)?;
     let store = state.store()?;
+    local_only(&store, conversation_id, "branching from a token")?;
     let (reply, parent) = reply_of(&store, conversation_id, reply_id)?;
     let choices = store.token_choices(reply_id)?.ok_or_else(|| AppError::new(ErrorKind::NotFound, "this reply kept no token alternatives"))?;
     let at = choices.tokens.get(index as usize).ok_or_else(|| AppError::new(ErrorKind::InvalidSettings, format!("index: the reply has {} tokens", choices.tokens.len())))?;
@@ -357,7 +371,7 @@ pub async fn chat_continue_with(
     let (messages, settings) = prompt_messages(&store, conversation_id, Some(parent))?;
     let branch = store.add_message(conversation_id, Some(parent), Role::Assistant, &prefix, MessageStatus::Streaming)?;
     let job = ReplyJob { prefix, prefix_ids: Some(ids), prefix_choices: kept, ..ReplyJob::new(conversation_id, branch.id, messages, settings, sink(on_event)) };
-    if let Err(e) = dispatch(&state, &store, job) {
+    if let Err(e) = state.worker.enqueue(job) {
         store.update_reply(branch.id, &branch.content, MessageStatus::Error, None)?;
         return Err(e);
     }

@@ -23,11 +23,35 @@ fn remote_error(e: hearth_remote::RemoteError) -> AppError {
     AppError::new(ErrorKind::Remote, e.to_string())
 }
 
-/// The endpoint's models, on a blocking thread (the call waits on the network).
+/// Runs `f` on a blocking thread: network calls and keychain calls (which
+/// can wait on an unlock prompt) never hold up the async runtime.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> AppResult<T> + Send + 'static) -> AppResult<T> {
+    tauri::async_runtime::spawn_blocking(f).await.map_err(|e| AppError::new(ErrorKind::Internal, e.to_string()))?
+}
+
+/// The endpoint's models.
 async fn models_of(endpoint: hearth_remote::Endpoint) -> AppResult<Vec<String>> {
-    tauri::async_runtime::spawn_blocking(move || hearth_remote::list_models(&endpoint, &|| false).map_err(remote_error))
-        .await
-        .map_err(|e| AppError::new(ErrorKind::Internal, e.to_string()))?
+    blocking(move || hearth_remote::list_models(&endpoint, &|| false).map_err(remote_error)).await
+}
+
+/// The endpoint with its key, read from wherever the key is kept.
+async fn with_key(state: &AppState, endpoint: Endpoint) -> AppResult<(Endpoint, Option<String>)> {
+    let stored = state.store()?.endpoint_key(endpoint.id)?;
+    let keys = state.keys.clone();
+    blocking(move || {
+        let key = keys.get(&endpoint, stored)?;
+        Ok((endpoint, key))
+    })
+    .await
+}
+
+/// Places the key (keychain, session or database) and records where.
+async fn place_key(state: &AppState, endpoint: &Endpoint, api_key: Option<String>, allow_plain_text: bool) -> AppResult<hearth_store::KeyStorage> {
+    let (keys, id, previous) = (state.keys.clone(), endpoint.id, endpoint.key_storage);
+    let key = api_key.clone();
+    let storage = blocking(move || keys.place(id, previous, key.as_deref(), allow_plain_text)).await?;
+    state.store()?.set_endpoint_key_storage(id, storage, api_key.as_deref().map(str::trim))?;
+    Ok(storage)
 }
 
 #[tauri::command]
@@ -49,40 +73,41 @@ pub async fn endpoints_add(state: State<'_, AppState>, name: String, base_url: S
     if models.is_empty() {
         return Err(AppError::new(ErrorKind::Remote, format!("{base_url} lists no models")));
     }
-    let store = state.store()?;
-    let added = store.add_endpoint(&name, &base_url, hearth_store::KeyStorage::None, None)?;
-    let key_storage = state.keys.keep(&store, added.id, api_key.as_deref(), allow_plain_text)?;
+    let added = state.store()?.add_endpoint(&name, &base_url, hearth_store::KeyStorage::None, None)?;
+    let key_storage = place_key(&state, &added, api_key, allow_plain_text).await?;
     Ok(AddedEndpoint { endpoint: Endpoint { key_storage, ..added }, models })
 }
 
 /// Enters an endpoint's key again (one kept only for a session, or a new one).
 #[tauri::command]
 pub async fn endpoints_set_key(state: State<'_, AppState>, id: i64, api_key: Option<String>, allow_plain_text: bool) -> AppResult<Endpoint> {
-    let store = state.store()?;
-    store.endpoint(id)?;
-    state.keys.keep(&store, id, api_key.as_deref(), allow_plain_text)?;
-    Ok(store.endpoint(id)?)
+    let endpoint = state.store()?.endpoint(id)?;
+    place_key(&state, &endpoint, api_key, allow_plain_text).await?;
+    Ok(state.store()?.endpoint(id)?)
 }
 
 #[tauri::command]
 pub async fn endpoints_models(state: State<'_, AppState>, id: i64) -> AppResult<Vec<String>> {
-    let target = {
-        let store = state.store()?;
-        let endpoint = store.endpoint(id)?;
-        let api_key = state.keys.get(&store, &endpoint)?;
-        hearth_remote::Endpoint { base_url: endpoint.base_url, api_key }
-    };
-    models_of(target).await
+    let endpoint = state.store()?.endpoint(id)?;
+    let (endpoint, api_key) = with_key(&state, endpoint).await?;
+    models_of(hearth_remote::Endpoint { base_url: endpoint.base_url, api_key }).await
 }
 
 /// Removes an endpoint and its key; its conversations go back to the local model.
 #[tauri::command]
 pub async fn endpoints_remove(state: State<'_, AppState>, id: i64) -> AppResult<()> {
-    let store = state.store()?;
-    let endpoint = store.endpoint(id)?;
-    store.remove_endpoint(id)?;
-    state.keys.forget(&endpoint);
-    Ok(())
+    let endpoint = {
+        let store = state.store()?;
+        let endpoint = store.endpoint(id)?;
+        store.remove_endpoint(id)?;
+        endpoint
+    };
+    let keys = state.keys.clone();
+    blocking(move || {
+        keys.forget(&endpoint);
+        Ok(())
+    })
+    .await
 }
 
 #[tauri::command]
@@ -101,14 +126,15 @@ pub async fn conversations_set_backend(state: State<'_, AppState>, id: i64, back
 }
 
 /// Where a reply of this conversation runs: `None` for the local model, or
-/// the endpoint (with its key) and model.
-pub fn remote_target(state: &AppState, store: &hearth_store::Store, conversation_id: i64) -> AppResult<Option<crate::worker::RemoteTarget>> {
-    match store.conversation_backend(conversation_id)? {
-        Backend::Local => Ok(None),
-        Backend::Remote { endpoint_id, model } => {
-            let endpoint = store.endpoint(endpoint_id)?;
-            let api_key = state.keys.get(store, &endpoint)?;
-            Ok(Some(crate::worker::RemoteTarget { endpoint: hearth_remote::Endpoint { base_url: endpoint.base_url, api_key }, model }))
+/// the endpoint (with its key) and model. Takes the database only briefly.
+pub async fn remote_target(state: &AppState, conversation_id: i64) -> AppResult<Option<crate::worker::RemoteTarget>> {
+    let (endpoint, model) = {
+        let store = state.store()?;
+        match store.conversation_backend(conversation_id)? {
+            Backend::Local => return Ok(None),
+            Backend::Remote { endpoint_id, model } => (store.endpoint(endpoint_id)?, model),
         }
-    }
+    };
+    let (endpoint, api_key) = with_key(state, endpoint).await?;
+    Ok(Some(crate::worker::RemoteTarget { endpoint: hearth_remote::Endpoint { base_url: endpoint.base_url, api_key }, model }))
 }
