@@ -15,7 +15,7 @@ KEY="test-key-$RANDOM"
 "$TARGET/debug/hearth-cli" serve --port 0 --api-key "$KEY" >"$LOG" 2>&1 &
 SERVER=$!
 # The tests' status, not the stopped server's, is the script's.
-trap 'status=$?; kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null; rm -f "$LOG"; exit $status' EXIT
+trap 'status=$?; kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true; rm -f "$LOG"; exit $status' EXIT
 for _ in $(seq 600); do
   grep -q "^serving .* on http" "$LOG" && break
   kill -0 $SERVER 2>/dev/null || { cat "$LOG" >&2; exit 1; }
