@@ -36,7 +36,7 @@ use hearth_engine::{Engine, EngineError};
 use hearth_store::Store;
 
 pub use caches::{CacheBudgets, CacheState};
-pub use remote::{chat_request, RemoteTarget};
+pub use remote::RemoteTarget;
 pub use reply::{prompt_ids, ReplyJob, Request};
 pub use tokio_util::sync::{CancellationToken, DropGuard};
 
@@ -158,9 +158,7 @@ impl Worker {
             q.last_request_id -= 1;
             job.conversation_id = q.last_request_id;
         }
-        let busy = q.active.iter().chain(&q.remote).any(|(c, _)| *c == job.conversation_id)
-            || q.jobs.iter().any(|j| j.job.conversation_id == job.conversation_id);
-        if busy {
+        if q.busy(job.conversation_id) {
             return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
         }
         let must_wait = !q.active.is_empty() && (!job.runs_beside_others() || q.alone || q.active.len() >= MAX_RUNNING);
@@ -182,8 +180,7 @@ impl Worker {
             None => return Err(AppError::new(ErrorKind::Storage, "remote replies cannot open the database; restart Hearth")),
         };
         let mut q = self.shared.queue.lock()?;
-        let busy = q.active.iter().chain(&q.remote).any(|(c, _)| *c == job.conversation_id) || q.jobs.iter().any(|j| j.job.conversation_id == job.conversation_id);
-        if busy {
+        if q.busy(job.conversation_id) {
             return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
         }
         let cancel = CancellationToken::new();

@@ -66,6 +66,14 @@ pub(super) struct Queue {
     pub last_request_id: i64,
 }
 
+impl Queue {
+    /// Whether the conversation has a reply queued, running, or streaming
+    /// from a remote endpoint.
+    pub fn busy(&self, conversation_id: i64) -> bool {
+        self.active.iter().chain(&self.remote).any(|(c, _)| *c == conversation_id) || self.jobs.iter().any(|j| j.job.conversation_id == conversation_id)
+    }
+}
+
 pub(super) struct Queued {
     pub job: ReplyJob,
     pub cancel: CancellationToken,

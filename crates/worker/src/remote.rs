@@ -27,7 +27,7 @@ pub struct RemoteTarget {
 /// Nothing in it depends on the turn but the messages (which only grow), so
 /// each turn's body begins with the last one's and a server's prefix cache
 /// hits.
-pub fn chat_request(job: &ReplyJob, model: &str) -> ChatRequest {
+fn chat_request(job: &ReplyJob, model: &str) -> ChatRequest {
     let s = &job.settings;
     ChatRequest {
         model: model.to_string(),
@@ -76,7 +76,7 @@ pub(crate) fn run(job: ReplyJob, target: RemoteTarget, store: Store, cancel: Can
         let message = crate::panic_message(&*panic);
         tracing::error!("remote reply {} panicked: {message}", job.reply_id);
         let error = AppError::new(ErrorKind::Internal, format!("this reply stopped on an internal error ({message}); other conversations are unaffected"));
-        let text = written.lock().map(|t| t.clone()).unwrap_or_default();
+        let text = written.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let status = if text.is_empty() { MessageStatus::Error } else { MessageStatus::Interrupted };
         let stats = ReplyStats { finish_reason: "error".into(), error: Some(error.message.clone()), ..Default::default() };
         if let Err(e) = store.update_reply(job.reply_id, &text, status, Some(&stats)) {
@@ -89,15 +89,12 @@ pub(crate) fn run(job: ReplyJob, target: RemoteTarget, store: Store, cancel: Can
 fn stream(job: &ReplyJob, target: &RemoteTarget, store: &Store, cancel: &CancellationToken, active: RemoteActive, written: &std::sync::Mutex<String>) {
     (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
     let request = chat_request(job, &target.model);
-    let mut text = String::new();
     let mut unsent = Unsent::default();
     let mut last_flush = Instant::now();
     let started = Instant::now();
     let result = hearth_remote::stream_chat(&target.endpoint, &request, &|| cancel.is_cancelled(), &mut |piece| {
+        let mut text = written.lock().unwrap_or_else(|e| e.into_inner());
         text.push_str(piece);
-        if let Ok(mut w) = written.lock() {
-            w.push_str(piece);
-        }
         unsent.text.push_str(piece);
         unsent.send_if_due(&job.events, 0);
         if last_flush.elapsed() >= FLUSH_INTERVAL {
@@ -108,6 +105,7 @@ fn stream(job: &ReplyJob, target: &RemoteTarget, store: &Store, cancel: &Cancell
         }
     });
     unsent.send(&job.events, 0);
+    let text = written.lock().map(|t| t.clone()).unwrap_or_default();
     let settings = &job.settings;
     let (status, stats, error) = match result {
         Ok(done) => {
