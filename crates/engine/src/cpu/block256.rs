@@ -13,6 +13,7 @@
 //! (`Order`). The portable path performs the same floating-point operations.
 
 use super::block32::half;
+use super::isa::Isa;
 use super::q8::{Q8KBlock, QK_K};
 use super::vec_ops::hsum8;
 
@@ -232,17 +233,23 @@ pub(crate) fn dot<B: Block256>(x: &[B], y: &[Q8KBlock], order: Order) -> f32 {
 
 /// One weight row against `R` activation rows: each block is unpacked once
 /// for all of them (prefill); every product is computed as `dot` computes it.
-pub(crate) fn dot_rows<B: Block256, const R: usize>(x: &[B], y: [&[Q8KBlock]; R], order: Order, simd: bool) -> [f32; R] {
+pub(crate) fn dot_rows<B: Block256, const R: usize>(x: &[B], y: [&[Q8KBlock]; R], order: Order, isa: Isa) -> [f32; R] {
     #[cfg(target_arch = "x86_64")]
-    if simd {
+    if isa >= Isa::Avx2 {
         for ya in &y {
             assert!(ya.len() >= x.len());
         }
-        // SAFETY: the CPU has AVX2, FMA and F16C (checked by the caller at
+        // SAFETY: the CPU has the ISA's features (checked by the caller at
         // run time); every activation row is as long as the weight row.
-        return unsafe { x86::dot_rows::<B, R>(x, y, order) };
+        return unsafe {
+            if isa >= Isa::Avx512Vnni {
+                x86::dot_rows_avx512::<B, R>(x, y, order)
+            } else {
+                x86::dot_rows_avx2::<B, R>(x, y, order)
+            }
+        };
     }
-    let _ = simd;
+    let _ = isa;
     std::array::from_fn(|a| dot(x, y[a], order))
 }
 
@@ -270,9 +277,19 @@ pub(crate) mod x86 {
         _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(n)), _mm256_set1_epi8(mask))
     }
 
-    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dot_rows<B: Block256, const R: usize>(x: &[B], y: [&[Q8KBlock]; R], order: Order) -> [f32; R] {
+    pub unsafe fn dot_rows_avx2<B: Block256, const R: usize>(x: &[B], y: [&[Q8KBlock]; R], order: Order) -> [f32; R] {
+        dot_rows::<B, R, false>(x, y, order)
+    }
+
+    /// `dot_rows_avx2` with VNNI's fused 16-bit dot products: the same integers.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
+    pub unsafe fn dot_rows_avx512<B: Block256, const R: usize>(x: &[B], y: [&[Q8KBlock]; R], order: Order) -> [f32; R] {
+        dot_rows::<B, R, true>(x, y, order)
+    }
+
+    #[inline(always)]
+    unsafe fn dot_rows<B: Block256, const R: usize, const VNNI: bool>(x: &[B], y: [&[Q8KBlock]; R], order: Order) -> [f32; R] {
         let tiled = order != Order::Lanes;
         assert!(R <= 4);
         let mut sums = [_mm256_setzero_si256(); 4];
@@ -335,12 +352,12 @@ pub(crate) mod x86 {
                     } else {
                         _mm256_maddubs_epi16(q[c], yv)
                     };
-                    let p = _mm256_madd_epi16(sc[c], p16);
-                    if gemm {
-                        sb_sums[c / 2][a] = _mm256_add_epi32(sb_sums[c / 2][a], p);
+                    let acc32 = if gemm { &mut sb_sums[c / 2][a] } else { &mut sumi };
+                    *acc32 = if VNNI {
+                        _mm256_dpwssd_epi32(*acc32, sc[c], p16)
                     } else {
-                        sumi = _mm256_add_epi32(sumi, p);
-                    }
+                        _mm256_add_epi32(*acc32, _mm256_madd_epi16(sc[c], p16))
+                    };
                 }
                 if gemm {
                     for sb in 0..4 {

@@ -10,6 +10,7 @@
 
 use std::ops::Range;
 
+use super::isa::Isa;
 use super::q8::Q8Block;
 use super::vec_ops::hsum8;
 
@@ -105,21 +106,29 @@ pub(crate) fn dot<B: Block32>(x: &[B], y: &[Q8Block]) -> f32 {
 
 /// `out[i][a]` = weight row `cols.start + i` · activation row `a < r`
 /// (`r` is 4 when prefilling, 1 when decoding).
-pub(crate) fn column_range<B: Block32>(blocks: &[B], kb: usize, cols: Range<usize>, r: usize, y: [&[Q8Block]; 4], simd: bool, out: &mut [[f32; 4]]) {
+pub(crate) fn column_range<B: Block32>(blocks: &[B], kb: usize, cols: Range<usize>, r: usize, y: [&[Q8Block]; 4], isa: Isa, out: &mut [[f32; 4]]) {
     #[cfg(target_arch = "x86_64")]
-    if simd {
-        // SAFETY: the CPU has AVX2, FMA and F16C (checked at run time).
+    if isa >= Isa::Avx2 {
+        macro_rules! tiles {
+            ($columns:ident) => {
+                match r {
+                    4 => x86::$columns::<B, 1, 4>(blocks, kb, cols, y, out),
+                    3 => x86::$columns::<B, 1, 3>(blocks, kb, cols, [y[0], y[1], y[2]], out),
+                    2 => x86::$columns::<B, 2, 2>(blocks, kb, cols, [y[0], y[1]], out),
+                    _ => x86::$columns::<B, 1, 1>(blocks, kb, cols, [y[0]], out),
+                }
+            };
+        }
+        // SAFETY: the CPU has the ISA's features (checked at run time).
         unsafe {
-            match r {
-                4 => x86::columns::<B, 1, 4>(blocks, kb, cols, y, out),
-                3 => x86::columns::<B, 1, 3>(blocks, kb, cols, [y[0], y[1], y[2]], out),
-                2 => x86::columns::<B, 2, 2>(blocks, kb, cols, [y[0], y[1]], out),
-                _ => x86::columns::<B, 1, 1>(blocks, kb, cols, [y[0]], out),
+            if isa >= Isa::Avx512Vnni {
+                tiles!(columns_avx512)
+            } else {
+                tiles!(columns_avx2)
             }
         }
         return;
     }
-    let _ = simd;
     for (i, o) in out.iter_mut().enumerate() {
         let col = cols.start + i;
         for (a, v) in o.iter_mut().enumerate().take(r) {
@@ -172,18 +181,22 @@ pub(crate) mod x86 {
         _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1))
     }
 
-    /// Unsigned × signed bytes, summed in fours, as floats.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn us8_dot(ax: __m256i, sy: __m256i) -> __m256 {
-        _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy)))
+    /// Unsigned × signed bytes, summed in fours, as floats. VNNI does it in
+    /// one instruction with the same integers: no pair of products reaches
+    /// `maddubs`'s 16-bit saturation (|q| ≤ 128, |y| ≤ 127).
+    #[inline(always)]
+    pub unsafe fn us8_dot<const VNNI: bool>(ax: __m256i, sy: __m256i) -> __m256 {
+        if VNNI {
+            _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, sy))
+        } else {
+            _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy)))
+        }
     }
 
-
-    /// `W` weight rows × `R` activation rows.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn tile<B: Block32, const W: usize, const R: usize>(x: [&[B]; W], y: [&[Q8Block]; R]) -> [[f32; R]; W] {
+    /// `W` weight rows × `R` activation rows. Inlined into an entry point
+    /// that enables the ISA's features (`columns_avx2`, `columns_avx512`).
+    #[inline(always)]
+    pub unsafe fn tile<B: Block32, const W: usize, const R: usize, const VNNI: bool>(x: [&[B]; W], y: [&[Q8Block]; R]) -> [[f32; R]; W] {
         // Plain loops, not closures: a closure would not inherit this
         // function's target features, and its intrinsics would become calls.
         let mut acc = [[[_mm256_setzero_ps(); R]; W]; 2];
@@ -214,10 +227,10 @@ pub(crate) mod x86 {
                 for r in 0..W {
                     if B::SUM == Sum::WithMin {
                         summs[r][a] += m[r] * b.s;
-                        acc[0][r][a] = _mm256_fmadd_ps(_mm256_set1_ps(d[r] * b.d), us8_dot(q[r], qy), acc[0][r][a]);
+                        acc[0][r][a] = _mm256_fmadd_ps(_mm256_set1_ps(d[r] * b.d), us8_dot::<VNNI>(q[r], qy), acc[0][r][a]);
                     } else {
                         // IQ4_NL multiplies the scales the other way round; the product is the same.
-                        acc[slot][r][a] = _mm256_fmadd_ps(_mm256_set1_ps(d[r] * b.d), us8_dot(aq[r], _mm256_sign_epi8(qy, q[r])), acc[slot][r][a]);
+                        acc[slot][r][a] = _mm256_fmadd_ps(_mm256_set1_ps(d[r] * b.d), us8_dot::<VNNI>(aq[r], _mm256_sign_epi8(qy, q[r])), acc[slot][r][a]);
                     }
                 }
             }
@@ -248,9 +261,19 @@ pub(crate) mod x86 {
     }
 
     /// Every column of `cols` against `R` activation rows, `W` at a time.
-    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn columns<B: Block32, const W: usize, const R: usize>(blocks: &[B], kb: usize, cols: Range<usize>, y: [&[Q8Block]; R], out: &mut [[f32; 4]]) {
+    pub unsafe fn columns_avx2<B: Block32, const W: usize, const R: usize>(blocks: &[B], kb: usize, cols: Range<usize>, y: [&[Q8Block]; R], out: &mut [[f32; 4]]) {
+        columns::<B, W, R, false>(blocks, kb, cols, y, out)
+    }
+
+    /// `columns_avx2` with VNNI's byte dot products: the same results.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
+    pub unsafe fn columns_avx512<B: Block32, const W: usize, const R: usize>(blocks: &[B], kb: usize, cols: Range<usize>, y: [&[Q8Block]; R], out: &mut [[f32; 4]]) {
+        columns::<B, W, R, true>(blocks, kb, cols, y, out)
+    }
+
+    #[inline(always)]
+    unsafe fn columns<B: Block32, const W: usize, const R: usize, const VNNI: bool>(blocks: &[B], kb: usize, cols: Range<usize>, y: [&[Q8Block]; R], out: &mut [[f32; 4]]) {
         let row = |c: usize| &blocks[c * kb..(c + 1) * kb];
         let mut col = cols.start;
         let mut xs = [row(col); W];
@@ -263,14 +286,14 @@ pub(crate) mod x86 {
             for (i, x) in xs.iter_mut().enumerate() {
                 *x = row(col + i);
             }
-            let t = tile::<B, W, R>(xs, y);
+            let t = tile::<B, W, R, VNNI>(xs, y);
             for i in 0..W {
                 out[col - cols.start + i][..R].copy_from_slice(&t[i]);
             }
             col += W;
         }
         while col < cols.end {
-            let t = tile::<B, 1, R>([row(col)], y);
+            let t = tile::<B, 1, R, VNNI>([row(col)], y);
             out[col - cols.start][..R].copy_from_slice(&t[0]);
             col += 1;
         }

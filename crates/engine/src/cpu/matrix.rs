@@ -9,7 +9,7 @@ use super::float::FloatRows;
 use super::interleaved::{self, Interleaved, Nibbles};
 use super::iq4_nl::BlockIq4Nl;
 use super::iq4_xs::BlockIq4Xs;
-use super::isa::has_avx2_fma;
+use super::isa::{self, Isa};
 use super::prefetch::prefetch_row_ahead;
 use super::q2_k::BlockQ2K;
 use super::q3_k::BlockQ3K;
@@ -256,10 +256,10 @@ impl QuantMatrix {
     /// # Safety
     /// No other thread may write those elements of `out` meanwhile.
     pub(crate) unsafe fn matmul_cols(&self, acts: &Activations, rows: usize, sequence_rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize) {
-        let simd = has_avx2_fma();
+        let isa = isa::isa();
         by_format!(&self.weights,
-            b => cols32(b, self.k / 32, &acts.q8, rows, cols, out, ld, simd),
-            k => cols256(k, self.k / QK_K, &acts.q8k, rows, cols, out, ld, self.order(sequence_rows), sequence_rows == rows, simd),
+            b => cols32(b, self.k / 32, &acts.q8, rows, cols, out, ld, isa),
+            k => cols256(k, self.k / QK_K, &acts.q8k, rows, cols, out, ld, self.order(sequence_rows), sequence_rows == rows, isa),
             f => {
                 let x = acts.rounded_for(f);
                 let mut buf = Vec::new();
@@ -267,7 +267,7 @@ impl QuantMatrix {
                     f.dot_rows(self.k, x, rows, col, &mut buf, |r, v| out.write(r * ld + col, v));
                 }
             },
-            i => i.matmul_rows(&acts.q8, rows, cols, simd, |r, col, v| out.write(r * ld + col, v))
+            i => i.matmul_rows(&acts.q8, rows, cols, isa, |r, col, v| out.write(r * ld + col, v))
         )
     }
 
@@ -321,7 +321,7 @@ impl QuantMatrix {
 
 /// A 32-value format: four activation rows per tile when prefilling, one when decoding.
 #[allow(clippy::too_many_arguments)]
-unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, acts: &[Q8Block], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, simd: bool) {
+unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, acts: &[Q8Block], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, isa: Isa) {
     debug_assert_eq!(acts.len(), rows * kb);
     let mut row = 0;
     let mut tile = vec![[0f32; 4]; cols.len()];
@@ -331,7 +331,7 @@ unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, acts: &[Q8Block], rows: us
             let a = row + a.min(r - 1);
             &acts[a * kb..(a + 1) * kb]
         });
-        block32::column_range::<B>(blocks, kb, cols.clone(), r, y, simd, &mut tile);
+        block32::column_range::<B>(blocks, kb, cols.clone(), r, y, isa, &mut tile);
         for (i, t) in tile.iter().enumerate() {
             for (a, v) in t.iter().enumerate().take(r) {
                 out.write((row + a) * ld + cols.start + i, *v);
@@ -345,7 +345,7 @@ unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, acts: &[Q8Block], rows: us
 /// prefilling; one against one, prefetching ahead, when decoding.
 /// `one_sequence`: the rows are one sequence's, not a batch's decode rows.
 #[allow(clippy::too_many_arguments)]
-unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, order: Order, one_sequence: bool, simd: bool) {
+unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, order: Order, one_sequence: bool, isa: Isa) {
     let y = |r: usize| &acts[r * kb..(r + 1) * kb];
     // The repacked layout's GEMM takes one sequence's rows in fours, its
     // GEMV the rest (and every row of a batch's decode step).
@@ -353,7 +353,7 @@ unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows:
     let mut r = 0;
     while r + 4 <= rows {
         for col in cols.clone() {
-            let t = block256::dot_rows::<B, 4>(&blocks[col * kb..(col + 1) * kb], [y(r), y(r + 1), y(r + 2), y(r + 3)], order4, simd);
+            let t = block256::dot_rows::<B, 4>(&blocks[col * kb..(col + 1) * kb], [y(r), y(r + 1), y(r + 2), y(r + 3)], order4, isa);
             for (a, v) in t.into_iter().enumerate() {
                 out.write((r + a) * ld + col, v);
             }
@@ -363,7 +363,7 @@ unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows:
     for r in r..rows {
         for col in cols.clone() {
             prefetch_row_ahead(blocks, kb, col);
-            out.write(r * ld + col, block256::dot_rows::<B, 1>(&blocks[col * kb..(col + 1) * kb], [y(r)], order, simd)[0]);
+            out.write(r * ld + col, block256::dot_rows::<B, 1>(&blocks[col * kb..(col + 1) * kb], [y(r)], order, isa)[0]);
         }
     }
 }

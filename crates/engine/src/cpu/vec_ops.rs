@@ -36,9 +36,25 @@ multiversion! {
     /// accumulators over 32-value steps, then the rest one by one.
     pub fn dot(a: &[f32], b: &[f32]) -> f32 => dot_impl
 }
-multiversion! {
-    /// `gate = SiLU(gate) · up`, as `ggml_vec_swiglu_f32`.
-    pub fn silu_mul(gate: &mut [f32], up: &[f32]) => silu_mul_impl
+/// `gate = SiLU(gate) · up`, as `ggml_vec_swiglu_f32` on this CPU's
+/// llama.cpp build: sixteen lanes and its AVX-512 `ggml_v_expf` where the
+/// kernels run AVX-512, else eight and the AVX2 one.
+pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::cpu::isa::{isa, Isa};
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2(gate: &mut [f32], up: &[f32]) {
+            silu_mul_impl::<8>(gate, up)
+        }
+        match isa() {
+            // SAFETY: the CPU has the ISA's features (checked at run time).
+            Isa::Avx512Vnni => return unsafe { crate::cpu::attention::silu_mul_avx512(gate, up) },
+            Isa::Avx2 => return unsafe { avx2(gate, up) },
+            Isa::Portable => {}
+        }
+    }
+    silu_mul_impl::<8>(gate, up)
 }
 multiversion! {
     /// `x *= alpha`.
@@ -58,6 +74,18 @@ multiversion! {
 pub(crate) fn hsum8(a: [f32; 8]) -> f32 {
     let r = [a[4] + a[0], a[5] + a[1], a[6] + a[2], a[7] + a[3]];
     (r[0] + r[2]) + (r[1] + r[3])
+}
+
+/// A vector's horizontal sum in llama.cpp's order for its width: `hsum8`
+/// for eight lanes; for sixteen, `_mm512_reduce_add_ps` as GCC expands it
+/// (the halves added, then `hsum8`).
+#[inline(always)]
+pub(crate) fn hsum_w<const W: usize>(a: &[f32; W]) -> f32 {
+    match W {
+        8 => hsum8(std::array::from_fn(|l| a[l])),
+        16 => hsum8(std::array::from_fn(|l| a[l + 8] + a[l])),
+        _ => unreachable!("llama.cpp's x86 vectors are 8 or 16 lanes"),
+    }
 }
 
 #[inline(always)]
@@ -107,37 +135,71 @@ pub(crate) fn expf_lane(x: f32) -> f32 {
     s2.mul_add(j, s2) * s1
 }
 
+/// `ggml_v_expf` for one lane, its AVX-512 form: the polynomial ends in
+/// `+ 1` inside the last fused step, and 2^n is applied exactly by
+/// `scalef`, so only |n| > 192 is special.
+#[inline(always)]
+pub(crate) fn expf512_lane(x: f32) -> f32 {
+    let f = f32::from_bits;
+    let r = f(0x4b40_0000);
+    let z = x.mul_add(f(0x3fb8_aa3b), r);
+    let n = z - r;
+    let b = (-n).mul_add(f(0x35bf_be8e), (-n).mul_add(f(0x3f31_7200), x));
+    let u = b * b;
+    let j = f(0x3c07_2010).mul_add(b, f(0x3d2b_9f17)).mul_add(u, f(0x3e2a_af33).mul_add(b, f(0x3eff_fedb))).mul_add(u, f(0x3f7f_fff6).mul_add(b, 1.0));
+    if n.is_nan() {
+        return f32::NAN;
+    }
+    if n.abs() > 192.0 {
+        return if n <= 0.0 { 0.0 } else { f32::INFINITY };
+    }
+    // `scalef(j, n)`: j·2^n, rounded once (the f64 product is exact).
+    (j as f64 * f64::from_bits(((n as i64 + 1023) as u64) << 52)) as f32
+}
+
+/// `ggml_v_expf` in the form of the build with `W` lanes.
+#[inline(always)]
+pub(crate) fn expf_w<const W: usize>(x: f32) -> f32 {
+    if W == 16 {
+        expf512_lane(x)
+    } else {
+        expf_lane(x)
+    }
+}
+
 /// `x[i] = exp(x[i] - max)` with `ggml_v_expf`, returning the sum as
-/// `ggml_vec_soft_max_f32` forms it (eight at a time, in f64); inlined into
+/// `ggml_vec_soft_max_f32` forms it (`W` at a time, in f64); inlined into
 /// each build of the softmax that calls it.
 #[inline(always)]
-pub(super) fn exp_sum_impl(x: &mut [f32], max: f32) -> f64 {
+pub(super) fn exp_sum_impl<const W: usize>(x: &mut [f32], max: f32) -> f64 {
     let mut sum = 0f64;
-    let mut chunks = x.chunks_exact_mut(8);
+    let mut chunks = x.chunks_exact_mut(W);
     for c in &mut chunks {
-        let v: [f32; 8] = std::array::from_fn(|l| expf_lane(c[l] - max));
+        let v: [f32; W] = std::array::from_fn(|l| expf_w::<W>(c[l] - max));
         c.copy_from_slice(&v);
-        sum += hsum8(v) as f64;
+        sum += hsum_w::<W>(&v) as f64;
     }
-    // llama.cpp pads rows to 32 with masked (zero) entries, so a tail is
+    // llama.cpp pads rows to 256 with masked (zero) entries, so a tail is
     // still one SIMD block whose missing lanes add nothing.
     let rest = chunks.into_remainder();
     if !rest.is_empty() {
-        let mut v = [0f32; 8];
+        let mut v = [0f32; W];
         for (o, x) in v.iter_mut().zip(rest.iter_mut()) {
-            *x = expf_lane(*x - max);
+            *x = expf_w::<W>(*x - max);
             *o = *x;
         }
-        sum += hsum8(v) as f64;
+        sum += hsum_w::<W>(&v) as f64;
     }
     sum
 }
 
+/// `ggml_vec_swiglu_f32` with `W` lanes: whole vectors through
+/// `ggml_v_silu`, the tail through libm's `expf`.
 #[inline(always)]
-fn silu_mul_impl(gate: &mut [f32], up: &[f32]) {
-    let n = gate.len().min(up.len()) / 8 * 8;
+pub(crate) fn silu_mul_impl<const W: usize>(gate: &mut [f32], up: &[f32]) {
+    let n = gate.len().min(up.len()) / W * W;
     for (g, u) in gate[..n].iter_mut().zip(&up[..n]) {
-        *g = *g / (1.0 + expf_lane(0.0 - *g)) * u;
+        *g = *g / (1.0 + expf_w::<W>(0.0 - *g)) * u;
     }
     for (g, u) in gate[n..].iter_mut().zip(&up[n..]) {
         *g = *g / (1.0 + (-*g).exp()) * u;
@@ -240,8 +302,42 @@ mod tests {
         assert_eq!(expf_lane(-1000.0), 0.0);
         assert_eq!(expf_lane(0.0), 1.0);
         let mut v: Vec<f32> = (0..21).map(|i| -(i as f32) * 0.3).collect();
-        let sum = exp_sum_impl(&mut v, 0.0);
+        let sum = exp_sum_impl::<8>(&mut v, 0.0);
         assert!((sum - v.iter().map(|x| *x as f64).sum::<f64>()).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_avx512_expf_is_close_to_exp_handles_the_extremes_and_differs_from_the_avx2_one() {
+        let mut differ = 0;
+        for i in -2200..1760 {
+            let x = i as f32 * 0.05;
+            let (got, want) = (expf512_lane(x), (x as f64).exp());
+            assert!(((got as f64 - want) / want).abs() < 2e-6 || want < 1e-37, "{x}: {got} vs {want}");
+            differ += (got != expf_lane(x)) as usize;
+        }
+        assert!(differ > 0, "the two builds' expf should differ in some last bits");
+        assert_eq!(expf512_lane(f32::NEG_INFINITY), 0.0);
+        assert_eq!(expf512_lane(-1000.0), 0.0);
+        assert_eq!(expf512_lane(1000.0), f32::INFINITY);
+        assert_eq!(expf512_lane(0.0), 1.0);
+        assert!(expf512_lane(f32::NAN).is_nan());
+        // Subnormal results, which `scalef` rounds once.
+        assert!(expf512_lane(-100.0) > 0.0 && expf512_lane(-100.0) < f32::MIN_POSITIVE);
+    }
+
+    #[test]
+    fn silu_in_each_build_matches_its_portable_order() {
+        let (g, u) = (data(1536 + 13, 5), data(1536 + 13, 6));
+        let g: Vec<f32> = g.iter().map(|x| x * 40.0).collect();
+        let mut a = g.clone();
+        silu_mul(&mut a, &u);
+        let mut b = g.clone();
+        if crate::cpu::attention::width() == 16 {
+            silu_mul_impl::<16>(&mut b, &u);
+        } else {
+            silu_mul_impl::<8>(&mut b, &u);
+        }
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
     }
 
     #[test]
