@@ -282,14 +282,30 @@ pub(crate) mod x86 {
         dot_rows::<B, R, false>(x, y, order)
     }
 
-    /// `dot_rows_avx2` with VNNI's fused 16-bit dot products: the same integers.
+    /// `dot_rows_avx2` with VNNI's fused 16-bit dot products and two
+    /// 32-value chunks to a 512-bit register: the same integers, so the
+    /// same results.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
     pub unsafe fn dot_rows_avx512<B: Block256, const R: usize>(x: &[B], y: [&[Q8KBlock]; R], order: Order) -> [f32; R] {
         dot_rows::<B, R, true>(x, y, order)
     }
 
+    /// Two 256-bit halves as one register.
     #[inline(always)]
-    unsafe fn dot_rows<B: Block256, const R: usize, const VNNI: bool>(x: &[B], y: [&[Q8KBlock]; R], order: Order) -> [f32; R] {
+    unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
+        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+    }
+
+    /// The eight 32-bit lanes of both halves added (exact).
+    #[inline(always)]
+    unsafe fn fold(v: __m512i) -> __m256i {
+        _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v))
+    }
+
+    /// `AVX512`: the integer sums in 512-bit registers (the AVX-512 entry
+    /// point), else in 256-bit ones.
+    #[inline(always)]
+    unsafe fn dot_rows<B: Block256, const R: usize, const AVX512: bool>(x: &[B], y: [&[Q8KBlock]; R], order: Order) -> [f32; R] {
         let tiled = order != Order::Lanes;
         assert!(R <= 4);
         let mut sums = [_mm256_setzero_si256(); 4];
@@ -318,6 +334,19 @@ pub(crate) mod x86 {
             for c in 0..8 {
                 sc[c] = _mm256_set_m128i(_mm_set1_epi16(s.sc[2 * c + 1]), _mm_set1_epi16(s.sc[2 * c]));
             }
+            // Chunks 2c and 2c + 1 side by side, for the 512-bit sums.
+            let (mut q2, mut aq2, mut sc2) = ([_mm512_setzero_si512(); 4], [_mm512_setzero_si512(); 4], [_mm512_setzero_si512(); 4]);
+            let mut neg2 = [0u64; 4];
+            if AVX512 {
+                for c in 0..4 {
+                    q2[c] = join(q[2 * c], q[2 * c + 1]);
+                    sc2[c] = join(sc[2 * c], sc[2 * c + 1]);
+                    if B::SIGNED {
+                        aq2[c] = join(aq[2 * c], aq[2 * c + 1]);
+                        neg2[c] = _mm512_movepi8_mask(q2[c]);
+                    }
+                }
+            }
             let sc16 = _mm256_load_si256(s.sc.as_ptr() as *const __m256i);
             let mins16 = _mm256_load_si256(s.mins.as_ptr() as *const __m256i);
             let mins8 = _mm256_castsi256_si128(mins16);
@@ -345,19 +374,34 @@ pub(crate) mod x86 {
                 }
                 }
                 let mut sumi = _mm256_setzero_si256();
-                for c in 0..8 {
-                    let yv = _mm256_loadu_si256(yb.qs.as_ptr().add(32 * c) as *const __m256i);
-                    let p16 = if B::SIGNED {
-                        _mm256_maddubs_epi16(aq[c], _mm256_sign_epi8(yv, q[c]))
-                    } else {
-                        _mm256_maddubs_epi16(q[c], yv)
-                    };
-                    let acc32 = if gemm { &mut sb_sums[c / 2][a] } else { &mut sumi };
-                    *acc32 = if VNNI {
-                        _mm256_dpwssd_epi32(*acc32, sc[c], p16)
-                    } else {
-                        _mm256_add_epi32(*acc32, _mm256_madd_epi16(sc[c], p16))
-                    };
+                if AVX512 {
+                    let zero = _mm512_setzero_si512();
+                    let mut wide = zero;
+                    for c in 0..4 {
+                        let yv = _mm512_loadu_si512(yb.qs.as_ptr().add(64 * c) as *const __m512i);
+                        let p16 = if B::SIGNED {
+                            _mm512_maddubs_epi16(aq2[c], _mm512_mask_sub_epi8(yv, neg2[c], zero, yv))
+                        } else {
+                            _mm512_maddubs_epi16(q2[c], yv)
+                        };
+                        if gemm {
+                            sb_sums[c][a] = _mm256_add_epi32(sb_sums[c][a], fold(_mm512_dpwssd_epi32(zero, sc2[c], p16)));
+                        } else {
+                            wide = _mm512_dpwssd_epi32(wide, sc2[c], p16);
+                        }
+                    }
+                    sumi = fold(wide);
+                } else {
+                    for c in 0..8 {
+                        let yv = _mm256_loadu_si256(yb.qs.as_ptr().add(32 * c) as *const __m256i);
+                        let p16 = if B::SIGNED {
+                            _mm256_maddubs_epi16(aq[c], _mm256_sign_epi8(yv, q[c]))
+                        } else {
+                            _mm256_maddubs_epi16(q[c], yv)
+                        };
+                        let acc32 = if gemm { &mut sb_sums[c / 2][a] } else { &mut sumi };
+                        *acc32 = _mm256_add_epi32(*acc32, _mm256_madd_epi16(sc[c], p16));
+                    }
                 }
                 if gemm {
                     for sb in 0..4 {
