@@ -12,7 +12,7 @@ fn generate_json_answers_two_plus_two_and_stops_on_the_end_token() {
     let (ok, out, err) = cli(&["generate", "--prompt", "What is 2 + 2?", "--temperature", "0", "--json", "--threads", "2"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(v["text"], "The answer to this classic math problem is 4.");
+    assert_eq!(v["text"], two_plus_two());
     assert_eq!(v["finish_reason"], "end_token");
     for key in ["prompt_tokens", "generated_token_ids", "prefill_ms", "decode_ms", "prefill_tokens_per_s", "decode_tokens_per_s"] {
         assert!(!v[key].is_null(), "missing {key}");
@@ -24,7 +24,7 @@ fn generate_json_answers_two_plus_two_and_stops_on_the_end_token() {
 fn generate_streams_plain_text() {
     let (ok, out, err) = cli(&["generate", "--prompt", "What is 2 + 2?", "--temperature", "0", "--max-tokens", "16"]);
     assert!(ok, "{err}");
-    assert_eq!(out.trim_end(), "The answer to this classic math problem is 4.");
+    assert_eq!(out.trim_end(), two_plus_two());
 }
 
 #[test]
@@ -222,4 +222,14 @@ fn replay_runs_an_exported_record_again_and_says_whether_it_matched() {
     std::fs::write(&file, "{\"format\": \"something else\"}").unwrap();
     let (ok, _, err) = cli(&["replay", "--record", path]);
     assert!(!ok && err.contains("not a reply record"), "{err}");
+}
+
+/// The default model's greedy reply to "What is 2 + 2?" as llama.cpp's
+/// build for this CPU gives it, which the engine's kernels follow (see the
+/// engine's golden tests).
+fn two_plus_two() -> &'static str {
+    match hearth_engine::cpu::isa::isa() {
+        hearth_engine::cpu::isa::Isa::Avx512Vnni => "The answer is 4.",
+        _ => "The answer to this classic math problem is 4.",
+    }
 }

@@ -42,7 +42,7 @@ fn greedy(engine: &hearth_engine::Engine, prompt: &str, max: usize) -> hearth_en
 fn answers_two_plus_two_and_stops_on_im_end() {
     let engine = open_default();
     let out = greedy(&engine, "What is 2 + 2?", 64);
-    assert_eq!(out.text, "The answer to this classic math problem is 4.");
+    assert_eq!(out.text, common::two_plus_two());
     assert_eq!(out.finish, FinishReason::EndToken);
     assert_eq!(*out.tokens.last().unwrap(), 2);
 }
@@ -225,7 +225,7 @@ fn forbidden_tokens_are_never_sampled_and_stop_strings_stop() {
     cfg.stop_strings = vec!["is".into()];
     let out = engine.new_session(None).start_turn(m, tok, &ids, cfg, 1).unwrap().run().unwrap();
     assert_eq!(out.sequences[0].finish, FinishReason::StopString);
-    assert_eq!(out.sequences[0].text, "The answer to th");
+    assert_eq!(out.sequences[0].text, &baseline.text[..baseline.text.find("is").unwrap()]);
 }
 
 #[test]
@@ -338,7 +338,7 @@ fn each_token_can_come_with_its_log_probability_and_the_likeliest_alternatives()
         seen.extend(events.into_iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD));
     }
     drop(turn);
-    assert_eq!(seen.len(), 8);
+    assert_eq!(seen.len(), greedy(&engine, "What is 2 + 2?", 8).tokens.len());
     for e in &seen {
         let lp = e.logprobs.as_ref().expect("asked for");
         assert_eq!(lp.top.len(), 5);

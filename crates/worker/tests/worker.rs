@@ -81,7 +81,7 @@ fn a_reply_streams_is_saved_and_the_next_turn_reuses_the_cache() {
     let (reason, stats) = finished(&events);
     assert_eq!(reason, "end_token");
     // The engine's own golden answer for this prompt (see the engine's tests).
-    assert_eq!(streamed, "The answer to this classic math problem is 4.");
+    assert_eq!(streamed, two_plus_two());
     let saved = store.message(reply).unwrap();
     assert_eq!(saved.content, streamed);
     assert_eq!(saved.status, MessageStatus::Complete);
@@ -335,7 +335,7 @@ fn a_panicking_reply_fails_alone_and_the_next_conversation_streams() {
     assert_eq!(store.message(reply_a).unwrap().status, MessageStatus::Error);
     let events = collect(&rxb);
     assert_eq!(finished(&events).0, "end_token");
-    assert_eq!(streamed(&events), "The answer to this classic math problem is 4.");
+    assert_eq!(streamed(&events), two_plus_two());
     // The conversation that panicked is free again.
     let again = reply_row(&store, a.id, "What is 2 + 2?");
     let (j, rx) = job(a.id, again, vec![ChatMessage::user("What is 2 + 2?")], greedy(32));
@@ -670,4 +670,14 @@ fn api_requests_store_nothing_and_each_client_keeps_its_own_cache() {
     assert_eq!(worker.requests(), (0, 0));
     let conversations = store.conversations().unwrap();
     assert!(conversations.is_empty(), "requests write no conversations: {conversations:?}");
+}
+
+/// The default model's greedy reply to "What is 2 + 2?" as llama.cpp's
+/// build for this CPU gives it, which the engine's kernels follow (see the
+/// engine's golden tests).
+fn two_plus_two() -> &'static str {
+    match hearth_engine::cpu::isa::isa() {
+        hearth_engine::cpu::isa::Isa::Avx512Vnni => "The answer is 4.",
+        _ => "The answer to this classic math problem is 4.",
+    }
 }

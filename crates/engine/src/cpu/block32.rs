@@ -313,7 +313,7 @@ pub(crate) mod x86 {
 
     impl RowPairs {
         #[inline(always)]
-        unsafe fn new(y: [&[Q8Block]; 4], kb: usize) -> Self {
+        unsafe fn new(y: [&[Q8Block]; 4], kb: usize, signed: bool) -> Self {
             let mut qs = Vec::with_capacity(2 * kb);
             let mut d = Vec::with_capacity(2 * kb);
             let mut offset = Vec::with_capacity(2 * kb);
@@ -325,8 +325,10 @@ pub(crate) mod x86 {
                     let q = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
                     qs.push(q);
                     d.push(_mm512_insertf32x8::<1>(_mm512_set1_ps(a.d), _mm256_set1_ps(b.d)));
-                    let zero = _mm512_setzero_si512();
-                    offset.push(_mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(-128), q)));
+                    if signed {
+                        let zero = _mm512_setzero_si512();
+                        offset.push(_mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(-128), q)));
+                    }
                 }
             }
             Self { qs, d, offset }
@@ -339,7 +341,7 @@ pub(crate) mod x86 {
     /// same `hsum`), in half the instructions.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
     pub unsafe fn columns4_avx512<B: Block32>(blocks: &[B], kb: usize, cols: Range<usize>, y: [&[Q8Block]; 4], out: &mut [[f32; 4]]) {
-        let pairs = RowPairs::new(y, kb);
+        let pairs = RowPairs::new(y, kb, B::SUM == Sum::Signed);
         let zero = _mm512_setzero_si512();
         for col in cols.clone() {
             let x = &blocks[col * kb..(col + 1) * kb];

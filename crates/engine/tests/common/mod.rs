@@ -247,3 +247,14 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
+
+/// The default model's greedy reply to "What is 2 + 2?" as llama.cpp's
+/// build for this CPU gives it, which the kernels follow: the AVX-512 one
+/// where they run AVX-512, else the AVX2 one (`golden.rs` holds the ids).
+#[allow(dead_code)]
+pub fn two_plus_two() -> &'static str {
+    match hearth_engine::cpu::isa::isa() {
+        hearth_engine::cpu::isa::Isa::Avx512Vnni => "The answer is 4.",
+        _ => "The answer to this classic math problem is 4.",
+    }
+}
