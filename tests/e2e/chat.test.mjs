@@ -136,7 +136,7 @@ describe('Hearth end to end', () => {
   });
 
   it('shows the compute device and refuses one this build cannot use', async () => {
-    assert.match(await (await d.find('[data-testid=model-device]')).text(), /· cpu$/);
+    assert.match(await (await d.find('[data-testid=model-device]')).text(), /· cpu \((portable|avx2|avx512)\)$/);
     const select = await d.find('[data-testid=device]');
     assert.equal(await select.prop('value'), 'auto');
     // This build has no CUDA: the choice is refused inline and nothing changes.
@@ -144,7 +144,7 @@ describe('Hearth end to end', () => {
     const err = await d.find('[data-testid=device-error]');
     assert.match(await err.text(), /^CUDA is not available/);
     assert.equal(await select.prop('value'), 'auto', 'the refused choice is not shown as chosen');
-    assert.match(await (await d.find('[data-testid=model-device]')).text(), /· cpu$/);
+    assert.match(await (await d.find('[data-testid=model-device]')).text(), /· cpu \((portable|avx2|avx512)\)$/);
   });
 
   it('editing a message makes a branch with a version switcher', async () => {

@@ -45,7 +45,7 @@ fn bench_json_reports_speeds_and_peak_rss() {
     assert!(v["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
     assert!(v["peak_rss_bytes"].as_u64().unwrap() > 50 << 20);
     assert_eq!(v["prompt_token_ids"].as_array().unwrap().len(), 16);
-    assert_eq!(v["device"], "cpu");
+    assert_eq!(v["device"], format!("cpu ({})", hearth_engine::cpu::isa::isa().name()));
     // Every matrix once per token: SmolLM2's layers plus its tied output.
     let bytes = v["weight_bytes_per_token"].as_u64().unwrap();
     assert!((90_000_000..98_362_432).contains(&bytes), "{bytes}");

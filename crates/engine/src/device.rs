@@ -91,10 +91,11 @@ impl fmt::Display for DeviceChoice {
     }
 }
 
-/// A short name for a device, for status lines and benchmarks.
+/// A short name for a device, for status lines, benchmarks and replay
+/// records: on the CPU with the ISA its kernels run, which decides the bits.
 pub fn describe(device: &Device) -> String {
     match device {
-        Device::Cpu => "cpu".into(),
+        Device::Cpu => format!("cpu ({})", crate::cpu::isa::isa().name()),
         Device::Cuda(_) => "cuda".into(),
         Device::Metal(_) => "metal".into(),
     }

@@ -454,7 +454,7 @@ fn every_reply_records_what_produced_it() {
     let engine = worker.engine().unwrap();
     assert_eq!(r.model_sha256.as_deref(), engine.file_sha256());
     assert_eq!(r.engine_build, hearth_engine::BUILD_ID);
-    assert_eq!(r.device, "cpu");
+    assert_eq!(r.device, format!("cpu ({})", hearth_engine::cpu::isa::isa().name()));
     let prompt = engine.encode_chat(&[ChatMessage::user("What is 2 + 2?")]).unwrap();
     let bytes: Vec<u8> = prompt.iter().flat_map(|t| t.to_le_bytes()).collect();
     assert_eq!(r.prompt_sha256, hearth_engine::file_hash::sha256_hex(&bytes));

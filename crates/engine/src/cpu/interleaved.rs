@@ -106,9 +106,13 @@ impl Interleaved {
         #[cfg(target_arch = "x86_64")]
         if isa >= Isa::Avx2 {
             let vnni = isa >= Isa::Avx512Vnni;
+            // AVX-512: activation rows in fours against two groups at once;
+            // the eight-row kernel takes the rest.
+            let quads = if vnni { n_acts / 4 * 4 } else { 0 };
+            let paired = if quads > 0 { self.matmul_pairs_avx512(acts, quads, rows.clone(), &mut out) } else { rows.start / ROWS };
             for g in rows.start / ROWS..rows.end / ROWS {
                 let groups = &self.groups[g * kb..(g + 1) * kb];
-                let mut a = 0;
+                let mut a = if g < paired { quads } else { 0 };
                 while a < n_acts {
                     let take = if n_acts - a >= 4 { 4 } else { 1 };
                     let mut lanes = [[0f32; ROWS]; 4];
@@ -149,6 +153,40 @@ impl Interleaved {
                 out(a, row, self.dot(row, &acts[a * kb..(a + 1) * kb]));
             }
         }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Interleaved {
+    /// Activation rows `0..quads` (a multiple of four: prefill) against the
+    /// groups of `rows` two at a time, sixteen rows to a 512-bit register
+    /// (AVX-512). Returns the first group not done (a last odd group). A
+    /// decoding row stays with the eight-row kernel, which streams the
+    /// weights faster on Zen 4.
+    fn matmul_pairs_avx512(&self, acts: &[Q8Block], quads: usize, rows: std::ops::Range<usize>, out: &mut impl FnMut(usize, usize, f32)) -> usize {
+        let kb = self.kb;
+        // Each activation block's exact sum: the offset that makes the
+        // quants unsigned comes off through it.
+        let ysum: Vec<i32> = acts[..quads * kb].iter().map(|b| b.qs.iter().map(|&v| v as i32).sum()).collect();
+        let end = rows.end / ROWS;
+        let mut g = rows.start / ROWS;
+        while g + 2 <= end {
+            let (g0, g1) = (&self.groups[g * kb..(g + 1) * kb], &self.groups[(g + 1) * kb..(g + 2) * kb]);
+            for a in (0..quads).step_by(4) {
+                let mut lanes = [[0f32; 2 * ROWS]; 4];
+                let y: [&[Q8Block]; 4] = std::array::from_fn(|i| &acts[(a + i) * kb..(a + i + 1) * kb]);
+                let s: [&[i32]; 4] = std::array::from_fn(|i| &ysum[(a + i) * kb..(a + i + 1) * kb]);
+                // SAFETY: the CPU has AVX-512 with VNNI (checked by the caller at run time).
+                unsafe { x86::group_pair_avx512::<4>(g0, g1, y, s, self.kind, &mut lanes) };
+                for (i, l) in lanes.iter().enumerate() {
+                    for (r, v) in l.iter().enumerate() {
+                        out(a + i, g * ROWS + r, *v);
+                    }
+                }
+            }
+            g += 2;
+        }
+        g
     }
 }
 
@@ -227,6 +265,53 @@ mod x86 {
         }
         for a in 0..R {
             _mm256_storeu_ps(lanes[a].as_mut_ptr(), acc[a]);
+        }
+    }
+
+    /// Two groups (sixteen rows, the second in the upper half) against `R`
+    /// activation rows; `lanes[a][r]`. Each row's lane takes `group`'s exact
+    /// integer sum (its quants offset to unsigned bytes for VNNI, the
+    /// offset's products taken off through `ysum`) and the same float steps.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
+    pub(super) unsafe fn group_pair_avx512<const R: usize>(g0: &[Group8], g1: &[Group8], y: [&[Q8Block]; R], ysum: [&[i32]; R], kind: Nibbles, lanes: &mut [[f32; 2 * ROWS]; 4]) {
+        let m4 = _mm512_set1_epi8(0xF);
+        let flip = _mm512_set1_epi8(-128);
+        let table = _mm512_broadcast_i32x4(_mm_loadu_si128(TABLE.as_ptr() as *const __m128i));
+        let offset = if kind == Nibbles::Q4_0 { 8 } else { 128 };
+        let mut acc = [_mm512_setzero_ps(); R];
+        let mut q = [_mm512_setzero_si512(); 8];
+        for b in 0..g0.len() {
+            let (a0, a1) = (g0.get_unchecked(b), g1.get_unchecked(b));
+            let d0 = _mm256_cvtph_ps(_mm_loadu_si128(a0.d.as_ptr() as *const __m128i));
+            let d1 = _mm256_cvtph_ps(_mm_loadu_si128(a1.d.as_ptr() as *const __m128i));
+            let d = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(d0), d1);
+            for c in 0..4 {
+                let v0 = _mm256_loadu_si256(a0.qs.as_ptr().add(32 * c) as *const __m256i);
+                let v1 = _mm256_loadu_si256(a1.qs.as_ptr().add(32 * c) as *const __m256i);
+                let v = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(v0), v1);
+                let (lo, hi) = (_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4));
+                if kind == Nibbles::Q4_0 {
+                    q[c] = lo;
+                    q[4 + c] = hi;
+                } else {
+                    q[c] = _mm512_xor_si512(_mm512_shuffle_epi8(table, lo), flip);
+                    q[4 + c] = _mm512_xor_si512(_mm512_shuffle_epi8(table, hi), flip);
+                }
+            }
+            for a in 0..R {
+                let yb = y[a].get_unchecked(b);
+                let mut sumi = _mm512_set1_epi32(-offset * *ysum[a].get_unchecked(b));
+                for (c, qc) in q.iter().enumerate() {
+                    let off = if c < 4 { 4 * c } else { 16 + 4 * (c - 4) };
+                    let yv = _mm512_set1_epi32(std::ptr::read_unaligned(yb.qs.as_ptr().add(off) as *const i32));
+                    sumi = _mm512_dpbusd_epi32(sumi, *qc, yv);
+                }
+                let scale = _mm512_mul_ps(d, _mm512_set1_ps(yb.d));
+                acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), scale, acc[a]);
+            }
+        }
+        for a in 0..R {
+            _mm512_storeu_ps(lanes[a].as_mut_ptr(), acc[a]);
         }
     }
 }

@@ -216,19 +216,19 @@ unsafe fn values_tile<const Q: usize, const D: usize>(outs: &mut [&mut [f32]], p
             }
         }
     }
+    if wide < n {
+        let k: __mmask16 = (1u16 << (n - wide)) - 1;
+        let v: [__m512; D] = std::array::from_fn(|r| _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, vp.add(r * cap + wide).cast())));
+        for q in 0..Q {
+            let p = _mm512_maskz_loadu_ps(k, probs[q].as_ptr().add(wide));
+            for r in 0..D {
+                acc[q][r] = _mm512_mask3_fmadd_ps(v[r], p, acc[q][r], k);
+            }
+        }
+    }
     for q in 0..Q {
         for r in 0..D {
-            if wide == n {
-                outs[q][d + r - d0] = hsum(acc[q][r]);
-                continue;
-            }
-            let mut lanes = [0f32; 16];
-            _mm512_storeu_ps(lanes.as_mut_ptr(), acc[q][r]);
-            let row = &values_t[(d + r) * cap + base..];
-            for i in wide..n {
-                lanes[i % 16] = row[i].to_f32().mul_add(probs[q][i], lanes[i % 16]);
-            }
-            outs[q][d + r - d0] = hsum_w::<16>(&lanes);
+            outs[q][d + r - d0] = hsum(acc[q][r]);
         }
     }
 }
@@ -249,21 +249,23 @@ unsafe fn values_dot<const Q: usize>(outs: &mut [&mut [f32]], probs: &[&[f32]], 
                 }
             }
         }
-        let row = &values_t[d * cap + base..];
+        // The tail: each position in its lane, the lanes past `n` left as
+        // they are (a masked fused multiply-add, as the lane loop would).
+        if wide < n {
+            for a in 0..4 {
+                let at = wide + 16 * a;
+                if at >= n {
+                    break;
+                }
+                let k: __mmask16 = if n - at >= 16 { 0xFFFF } else { (1u16 << (n - at)) - 1 };
+                let v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, vp.add(at).cast()));
+                for q in 0..Q {
+                    acc[q][a] = _mm512_mask3_fmadd_ps(v, _mm512_maskz_loadu_ps(k, probs[q].as_ptr().add(at)), acc[q][a], k);
+                }
+            }
+        }
         for q in 0..Q {
-            let sum = if wide == n {
-                reduce(acc[q])
-            } else {
-                let mut lanes = [[0f32; 16]; 4];
-                for (a, l) in lanes.iter_mut().enumerate() {
-                    _mm512_storeu_ps(l.as_mut_ptr(), acc[q][a]);
-                }
-                for i in wide..n {
-                    let (a, l) = ((i % 64) / 16, i % 16);
-                    lanes[a][l] = row[i].to_f32().mul_add(probs[q][i], lanes[a][l]);
-                }
-                reduce_four::<16>(&lanes)
-            };
+            let sum = reduce(acc[q]);
             outs[q][d - dims.start] = sum;
         }
     }
