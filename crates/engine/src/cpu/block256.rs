@@ -331,16 +331,25 @@ pub(crate) mod x86 {
                     aq[c] = _mm256_sign_epi8(q[c], q[c]);
                 }
             }
-            for c in 0..8 {
-                sc[c] = _mm256_set_m128i(_mm_set1_epi16(s.sc[2 * c + 1]), _mm_set1_epi16(s.sc[2 * c]));
+            if !AVX512 {
+                for c in 0..8 {
+                    sc[c] = _mm256_set_m128i(_mm_set1_epi16(s.sc[2 * c + 1]), _mm_set1_epi16(s.sc[2 * c]));
+                }
             }
-            // Chunks 2c and 2c + 1 side by side, for the 512-bit sums.
+            // Chunks 2c and 2c + 1 side by side, for the 512-bit sums; the
+            // scales of their four 16-value runs, one per 128-bit quarter.
             let (mut q2, mut aq2, mut sc2) = ([_mm512_setzero_si512(); 4], [_mm512_setzero_si512(); 4], [_mm512_setzero_si512(); 4]);
             let mut neg2 = [0u64; 4];
             if AVX512 {
+                let sc512 = _mm512_castsi256_si512(_mm256_load_si256(s.sc.as_ptr() as *const __m256i));
                 for c in 0..4 {
                     q2[c] = join(q[2 * c], q[2 * c + 1]);
-                    sc2[c] = join(sc[2 * c], sc[2 * c + 1]);
+                    let run = 4 * c as i16;
+                    let idx = _mm512_inserti64x4::<1>(
+                        _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16(run + 1), _mm_set1_epi16(run))),
+                        _mm256_set_m128i(_mm_set1_epi16(run + 3), _mm_set1_epi16(run + 2)),
+                    );
+                    sc2[c] = _mm512_permutexvar_epi16(idx, sc512);
                     if B::SIGNED {
                         aq2[c] = join(aq[2 * c], aq[2 * c + 1]);
                         neg2[c] = _mm512_movepi8_mask(q2[c]);
