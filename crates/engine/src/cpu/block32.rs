@@ -342,45 +342,67 @@ pub(crate) mod x86 {
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
     pub unsafe fn columns4_avx512<B: Block32>(blocks: &[B], kb: usize, cols: Range<usize>, y: [&[Q8Block]; 4], out: &mut [[f32; 4]]) {
         let pairs = RowPairs::new(y, kb, B::SUM == Sum::Signed);
+        let row = |c: usize| &blocks[c * kb..(c + 1) * kb];
+        let mut col = cols.start;
+        // Two weight rows at a time share each activation pair's loads.
+        while col + 2 <= cols.end {
+            let t = tile4::<B, 2>([row(col), row(col + 1)], &pairs, y);
+            out[col - cols.start] = t[0];
+            out[col + 1 - cols.start] = t[1];
+            col += 2;
+        }
+        if col < cols.end {
+            out[col - cols.start] = tile4::<B, 1>([row(col)], &pairs, y)[0];
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn tile4<B: Block32, const W: usize>(x: [&[B]; W], pairs: &RowPairs, y: [&[Q8Block]; 4]) -> [[f32; 4]; W] {
         let zero = _mm512_setzero_si512();
-        for col in cols.clone() {
-            let x = &blocks[col * kb..(col + 1) * kb];
-            let mut acc = [_mm512_setzero_ps(); 2];
-            let mut summs = [0f32; 4];
-            for i in 0..kb {
-                let b = x.get_unchecked(i);
-                let q = b.quants_avx2();
-                let d = _mm512_set1_ps(half(b.d_bits()));
+        let mut acc = [[_mm512_setzero_ps(); 2]; W];
+        let mut summs = [[0f32; 4]; W];
+        let kb = x[0].len();
+        for i in 0..kb {
+            let mut uq = [zero; W];
+            let mut d = [_mm512_setzero_ps(); W];
+            for w in 0..W {
+                let b = x[w].get_unchecked(i);
+                let q = _mm512_broadcast_i64x4(b.quants_avx2());
+                d[w] = _mm512_set1_ps(half(b.d_bits()));
                 if B::SUM == Sum::WithMin {
                     let m = half(b.m_bits());
                     for a in 0..4 {
-                        summs[a] += m * y[a].get_unchecked(i).s;
+                        summs[w][a] += m * y[a].get_unchecked(i).s;
                     }
-                    let q2 = _mm512_broadcast_i64x4(q);
-                    for p in 0..2 {
-                        let s = _mm512_dpbusd_epi32(zero, q2, *pairs.qs.get_unchecked(2 * i + p));
-                        acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(d, *pairs.d.get_unchecked(2 * i + p)), _mm512_cvtepi32_ps(s), acc[p]);
-                    }
+                    uq[w] = q;
                 } else {
                     // q + 128 as unsigned bytes; the offset's products come off
                     // through `pairs.offset`: the same exact integers.
-                    let uq = _mm512_xor_si512(_mm512_broadcast_i64x4(q), _mm512_set1_epi8(-128));
-                    for p in 0..2 {
-                        let s = _mm512_dpbusd_epi32(*pairs.offset.get_unchecked(2 * i + p), uq, *pairs.qs.get_unchecked(2 * i + p));
-                        acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(d, *pairs.d.get_unchecked(2 * i + p)), _mm512_cvtepi32_ps(s), acc[p]);
-                    }
+                    uq[w] = _mm512_xor_si512(q, _mm512_set1_epi8(-128));
                 }
             }
-            let o = &mut out[col - cols.start];
             for p in 0..2 {
-                o[2 * p] = hsum(_mm512_castps512_ps256(acc[p]));
-                o[2 * p + 1] = hsum(_mm512_extractf32x8_ps::<1>(acc[p]));
-            }
-            if B::SUM == Sum::WithMin {
-                for a in 0..4 {
-                    o[a] += summs[a];
+                let yq = *pairs.qs.get_unchecked(2 * i + p);
+                let dy = *pairs.d.get_unchecked(2 * i + p);
+                let base = if B::SUM == Sum::WithMin { zero } else { *pairs.offset.get_unchecked(2 * i + p) };
+                for w in 0..W {
+                    let s = _mm512_dpbusd_epi32(base, uq[w], yq);
+                    acc[w][p] = _mm512_fmadd_ps(_mm512_mul_ps(d[w], dy), _mm512_cvtepi32_ps(s), acc[w][p]);
                 }
             }
         }
+        let mut out = [[0f32; 4]; W];
+        for w in 0..W {
+            for p in 0..2 {
+                out[w][2 * p] = hsum(_mm512_castps512_ps256(acc[w][p]));
+                out[w][2 * p + 1] = hsum(_mm512_extractf32x8_ps::<1>(acc[w][p]));
+            }
+            if B::SUM == Sum::WithMin {
+                for a in 0..4 {
+                    out[w][a] += summs[w][a];
+                }
+            }
+        }
+        out
     }
 }
