@@ -104,9 +104,86 @@ pub(crate) fn dot<B: Block32>(x: &[B], y: &[Q8Block]) -> f32 {
     }
 }
 
+/// Activation rows in fours, two rows to each 64-byte run (their quants,
+/// their scales, and −128 × each four-value lane's sum, which lets VNNI take
+/// signed quants offset to unsigned bytes), laid out once per matmul for the
+/// AVX-512 prefill kernel. Run `(g·kb + i)·2 + p` holds rows `4g + 2p` and
+/// `4g + 2p + 1` of block `i`.
+#[derive(Default)]
+pub(crate) struct RowPairs {
+    qs: Vec<Run64>,
+    d: Vec<Run64>,
+    offset: Vec<Run64>,
+    /// Rows covered, a multiple of four.
+    rows: usize,
+    kb: usize,
+}
+
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Run64([u8; 64]);
+
+impl RowPairs {
+    /// The whole fours of `rows` activation rows of `kb` blocks each.
+    pub(crate) fn new(q8: &[Q8Block], kb: usize) -> Self {
+        let rows = if kb == 0 { 0 } else { q8.len() / kb / 4 * 4 };
+        let mut p = Self { rows, kb, ..Self::default() };
+        for g in 0..rows / 4 {
+            for i in 0..kb {
+                for h in 0..2 {
+                    let (a, b) = (&q8[(4 * g + 2 * h) * kb + i], &q8[(4 * g + 2 * h + 1) * kb + i]);
+                    let mut qs = [0u8; 64];
+                    let mut d = [0u8; 64];
+                    let mut off = [0u8; 64];
+                    for (k, blk) in [a, b].into_iter().enumerate() {
+                        for (j, v) in blk.qs.iter().enumerate() {
+                            qs[32 * k + j] = *v as u8;
+                        }
+                        for l in 0..8 {
+                            d[32 * k + 4 * l..32 * k + 4 * l + 4].copy_from_slice(&blk.d.to_le_bytes());
+                            let sum: i32 = blk.qs[4 * l..4 * l + 4].iter().map(|&v| v as i32).sum();
+                            off[32 * k + 4 * l..32 * k + 4 * l + 4].copy_from_slice(&(-128 * sum).to_le_bytes());
+                        }
+                    }
+                    p.qs.push(Run64(qs));
+                    p.d.push(Run64(d));
+                    p.offset.push(Run64(off));
+                }
+            }
+        }
+        p
+    }
+
+    /// Appends `other`, built from the rows after this one's (`blocks_before`
+    /// activation blocks); if this one ends in a partial four, the layout
+    /// would not line up, so none is kept.
+    pub(crate) fn extend(&mut self, other: Self, blocks_before: usize) {
+        if blocks_before == 0 {
+            *self = other;
+            return;
+        }
+        if blocks_before != self.rows * self.kb || other.kb != self.kb {
+            *self = Self::default();
+            return;
+        }
+        self.qs.extend(other.qs);
+        self.d.extend(other.d);
+        self.offset.extend(other.offset);
+        self.rows += other.rows;
+    }
+
+    /// Whether rows `row..row + 4` are laid out.
+    pub(crate) fn covers(&self, row: usize) -> bool {
+        row % 4 == 0 && row + 4 <= self.rows
+    }
+}
+
 /// `out[i][a]` = weight row `cols.start + i` · activation row `a < r`
 /// (`r` is 4 when prefilling, 1 when decoding).
-pub(crate) fn column_range<B: Block32>(blocks: &[B], kb: usize, cols: Range<usize>, r: usize, y: [&[Q8Block]; 4], isa: Isa, out: &mut [[f32; 4]]) {
+///
+/// `pairs` may hold activation rows `row..row + 4` laid out for AVX-512.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn column_range<B: Block32>(blocks: &[B], kb: usize, cols: Range<usize>, r: usize, y: [&[Q8Block]; 4], (pairs, row): (&RowPairs, usize), isa: Isa, out: &mut [[f32; 4]]) {
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx2 {
         macro_rules! tiles {
@@ -121,8 +198,8 @@ pub(crate) fn column_range<B: Block32>(blocks: &[B], kb: usize, cols: Range<usiz
         }
         // SAFETY: the CPU has the ISA's features (checked at run time).
         unsafe {
-            if isa >= Isa::Avx512Vnni && r == 4 && B::SUM != Sum::SignedPairs {
-                x86::columns4_avx512::<B>(blocks, kb, cols, y, out)
+            if isa >= Isa::Avx512Vnni && r == 4 && B::SUM != Sum::SignedPairs && pairs.covers(row) {
+                x86::columns4_avx512::<B>(blocks, kb, cols, (pairs, row / 4 * kb * 2), y, out)
             } else if isa >= Isa::Avx512Vnni {
                 tiles!(columns_avx512)
             } else {
@@ -131,6 +208,7 @@ pub(crate) fn column_range<B: Block32>(blocks: &[B], kb: usize, cols: Range<usiz
         }
         return;
     }
+    let _ = (pairs, row);
     for (i, o) in out.iter_mut().enumerate() {
         let col = cols.start + i;
         for (a, v) in o.iter_mut().enumerate().take(r) {
@@ -144,7 +222,7 @@ pub(crate) mod x86 {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
-    use super::{Block32, Sum};
+    use super::{Block32, RowPairs, Sum};
     use crate::cpu::prefetch::prefetch_row_ahead;
     use crate::cpu::q8::Q8Block;
 
@@ -301,47 +379,13 @@ pub(crate) mod x86 {
         }
     }
 
-    /// Four activation rows, two to a 512-bit register, with their quants
-    /// and scales laid out once per call.
-    struct RowPairs {
-        qs: Vec<__m512i>,
-        d: Vec<__m512>,
-        /// −128 × each lane's four activations: with it, a signed quant
-        /// offset by 128 (an unsigned byte) gives the signed product.
-        offset: Vec<__m512i>,
-    }
-
-    impl RowPairs {
-        #[inline(always)]
-        unsafe fn new(y: [&[Q8Block]; 4], kb: usize, signed: bool) -> Self {
-            let mut qs = Vec::with_capacity(2 * kb);
-            let mut d = Vec::with_capacity(2 * kb);
-            let mut offset = Vec::with_capacity(2 * kb);
-            for i in 0..kb {
-                for p in 0..2 {
-                    let (a, b) = (y[2 * p].get_unchecked(i), y[2 * p + 1].get_unchecked(i));
-                    let lo = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
-                    let hi = _mm256_loadu_si256(b.qs.as_ptr() as *const __m256i);
-                    let q = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
-                    qs.push(q);
-                    d.push(_mm512_insertf32x8::<1>(_mm512_set1_ps(a.d), _mm256_set1_ps(b.d)));
-                    if signed {
-                        let zero = _mm512_setzero_si512();
-                        offset.push(_mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(-128), q)));
-                    }
-                }
-            }
-            Self { qs, d, offset }
-        }
-    }
-
     /// `columns_avx512::<B, 1, 4>` with two activation rows to a register:
     /// each row's eight lanes take exactly the same operations (one exact
     /// integer dot per four values, one fused multiply-add per block, the
     /// same `hsum`), in half the instructions.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
-    pub unsafe fn columns4_avx512<B: Block32>(blocks: &[B], kb: usize, cols: Range<usize>, y: [&[Q8Block]; 4], out: &mut [[f32; 4]]) {
-        let pairs = RowPairs::new(y, kb, B::SUM == Sum::Signed);
+    pub unsafe fn columns4_avx512<B: Block32>(blocks: &[B], kb: usize, cols: Range<usize>, (pairs, base): (&RowPairs, usize), y: [&[Q8Block]; 4], out: &mut [[f32; 4]]) {
+        let pairs = Runs { qs: pairs.qs.as_ptr().add(base) as *const __m512i, d: pairs.d.as_ptr().add(base) as *const __m512, offset: pairs.offset.as_ptr().add(base) as *const __m512i };
         let row = |c: usize| &blocks[c * kb..(c + 1) * kb];
         let mut col = cols.start;
         // Two weight rows at a time share each activation pair's loads.
@@ -356,8 +400,16 @@ pub(crate) mod x86 {
         }
     }
 
+    /// One four-row group's runs of `RowPairs`, from its first block.
+    #[derive(Clone, Copy)]
+    struct Runs {
+        qs: *const __m512i,
+        d: *const __m512,
+        offset: *const __m512i,
+    }
+
     #[inline(always)]
-    unsafe fn tile4<B: Block32, const W: usize>(x: [&[B]; W], pairs: &RowPairs, y: [&[Q8Block]; 4]) -> [[f32; 4]; W] {
+    unsafe fn tile4<B: Block32, const W: usize>(x: [&[B]; W], pairs: &Runs, y: [&[Q8Block]; 4]) -> [[f32; 4]; W] {
         let zero = _mm512_setzero_si512();
         let mut acc = [[_mm512_setzero_ps(); 2]; W];
         let mut summs = [[0f32; 4]; W];
@@ -382,9 +434,9 @@ pub(crate) mod x86 {
                 }
             }
             for p in 0..2 {
-                let yq = *pairs.qs.get_unchecked(2 * i + p);
-                let dy = *pairs.d.get_unchecked(2 * i + p);
-                let base = if B::SUM == Sum::WithMin { zero } else { *pairs.offset.get_unchecked(2 * i + p) };
+                let yq = _mm512_load_si512(pairs.qs.add(2 * i + p));
+                let dy = _mm512_load_ps(pairs.d.add(2 * i + p) as *const f32);
+                let base = if B::SUM == Sum::WithMin { zero } else { _mm512_load_si512(pairs.offset.add(2 * i + p)) };
                 for w in 0..W {
                     let s = _mm512_dpbusd_epi32(base, uq[w], yq);
                     acc[w][p] = _mm512_fmadd_ps(_mm512_mul_ps(d[w], dy), _mm512_cvtepi32_ps(s), acc[w][p]);

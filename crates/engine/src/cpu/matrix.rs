@@ -4,7 +4,7 @@
 use std::ops::Range;
 
 use super::block256::{self, Block256, Order};
-use super::block32::{self, Block32};
+use super::block32::{self, Block32, RowPairs};
 use super::float::FloatRows;
 use super::interleaved::{self, Interleaved, Nibbles};
 use super::iq4_nl::BlockIq4Nl;
@@ -95,6 +95,8 @@ fn blocks<B: Copy>(data: &[u8], bytes: usize) -> Vec<B> {
 #[derive(Default)]
 pub(crate) struct Activations {
     q8: Vec<Q8Block>,
+    /// `q8` in fours of rows for the AVX-512 prefill kernel.
+    q8_pairs: RowPairs,
     q8k: Vec<Q8KBlock>,
     f32: Vec<f32>,
     f16: Vec<f32>,
@@ -122,7 +124,12 @@ impl Activations {
             }
             done.push(r);
             match (r, &m.weights) {
-                (Rounding::Q8, _) => acts.q8 = q8::quantize(x),
+                (Rounding::Q8, _) => {
+                    acts.q8 = q8::quantize(x);
+                    if isa::isa() >= Isa::Avx512Vnni {
+                        acts.q8_pairs = RowPairs::new(&acts.q8, m.cols() / 32);
+                    }
+                }
                 (Rounding::Q8K, _) => acts.q8k = q8::quantize_k(x),
                 (Rounding::F32, Weights::Float(f)) => acts.f32 = f.round_activations(x),
                 (Rounding::F16, Weights::Float(f)) => acts.f16 = f.round_activations(x),
@@ -144,6 +151,7 @@ impl Activations {
 
     /// Appends `other`, rounded from the rows after this one's.
     pub(crate) fn extend(&mut self, other: Self) {
+        self.q8_pairs.extend(other.q8_pairs, self.q8.len());
         self.q8.extend(other.q8);
         self.q8k.extend(other.q8k);
         self.f32.extend(other.f32);
@@ -258,7 +266,7 @@ impl QuantMatrix {
     pub(crate) unsafe fn matmul_cols(&self, acts: &Activations, rows: usize, sequence_rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize) {
         let isa = isa::isa();
         by_format!(&self.weights,
-            b => cols32(b, self.k / 32, &acts.q8, rows, cols, out, ld, isa),
+            b => cols32(b, self.k / 32, (&acts.q8, &acts.q8_pairs), rows, cols, out, ld, isa),
             k => cols256(k, self.k / QK_K, &acts.q8k, rows, cols, out, ld, self.order(sequence_rows), sequence_rows == rows, isa),
             f => {
                 let x = acts.rounded_for(f);
@@ -321,7 +329,7 @@ impl QuantMatrix {
 
 /// A 32-value format: four activation rows per tile when prefilling, one when decoding.
 #[allow(clippy::too_many_arguments)]
-unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, acts: &[Q8Block], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, isa: Isa) {
+unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, (acts, pairs): (&[Q8Block], &RowPairs), rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, isa: Isa) {
     debug_assert_eq!(acts.len(), rows * kb);
     let mut row = 0;
     let mut tile = vec![[0f32; 4]; cols.len()];
@@ -331,7 +339,7 @@ unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, acts: &[Q8Block], rows: us
             let a = row + a.min(r - 1);
             &acts[a * kb..(a + 1) * kb]
         });
-        block32::column_range::<B>(blocks, kb, cols.clone(), r, y, isa, &mut tile);
+        block32::column_range::<B>(blocks, kb, cols.clone(), r, y, (pairs, row), isa, &mut tile);
         for (i, t) in tile.iter().enumerate() {
             for (a, v) in t.iter().enumerate().take(r) {
                 out.write((row + a) * ld + cols.start + i, *v);
