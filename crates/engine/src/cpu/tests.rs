@@ -155,3 +155,29 @@ fn dot_products_equal_llama_cpps_avx2_kernels_bit_for_bit() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+#[test]
+fn activations_rounded_in_chunks_multiply_as_if_rounded_at_once() {
+    use crate::worker_pool::DisjointSlice;
+    // Prefill rounds its rows in parallel chunks and appends them; the
+    // AVX-512 kernels' four-row layout must line up or not be used.
+    for c in cases().into_iter().map(|c| c.cycled(16)) {
+        let m = QuantMatrix::from_raw(c.dtype, &[c.rows, c.cols], &c.data).unwrap();
+        let rows = 13;
+        let x = random(rows * c.cols, 7);
+        let run = |acts: &Activations| {
+            let mut out = vec![0f32; rows * c.rows];
+            let slice = DisjointSlice::new(&mut out);
+            // SAFETY: one caller writes every element.
+            unsafe { m.matmul_cols(acts, rows, rows, 0..c.rows, &slice, c.rows) };
+            out
+        };
+        let whole = run(&Activations::for_matrices(&x, [&m]));
+        for split in [4, 5, 8, 12] {
+            let mut parts = Activations::for_matrices(&x[..split * c.cols], [&m]);
+            parts.extend(Activations::for_matrices(&x[split * c.cols..], [&m]));
+            let got = run(&parts);
+            assert!(whole.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "{}: rows split after {split}", c.dtype);
+        }
+    }
+}
