@@ -177,7 +177,7 @@ impl Interleaved {
                 let y: [&[Q8Block]; 4] = std::array::from_fn(|i| &acts[(a + i) * kb..(a + i + 1) * kb]);
                 let s: [&[i32]; 4] = std::array::from_fn(|i| &ysum[(a + i) * kb..(a + i + 1) * kb]);
                 // SAFETY: the CPU has AVX-512 with VNNI (checked by the caller at run time).
-                unsafe { x86::group_pair_avx512::<4>(g0, g1, y, s, self.kind, &mut lanes) };
+                unsafe { x86::group_pair_avx512(g0, g1, y, s, self.kind, &mut lanes) };
                 for (i, l) in lanes.iter().enumerate() {
                     for (r, v) in l.iter().enumerate() {
                         out(a + i, g * ROWS + r, *v);
@@ -268,17 +268,17 @@ mod x86 {
         }
     }
 
-    /// Two groups (sixteen rows, the second in the upper half) against `R`
+    /// Two groups (sixteen rows, the second in the upper half) against four
     /// activation rows; `lanes[a][r]`. Each row's lane takes `group`'s exact
     /// integer sum (its quants offset to unsigned bytes for VNNI, the
     /// offset's products taken off through `ysum`) and the same float steps.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
-    pub(super) unsafe fn group_pair_avx512<const R: usize>(g0: &[Group8], g1: &[Group8], y: [&[Q8Block]; R], ysum: [&[i32]; R], kind: Nibbles, lanes: &mut [[f32; 2 * ROWS]; 4]) {
+    pub(super) unsafe fn group_pair_avx512(g0: &[Group8], g1: &[Group8], y: [&[Q8Block]; 4], ysum: [&[i32]; 4], kind: Nibbles, lanes: &mut [[f32; 2 * ROWS]; 4]) {
         let m4 = _mm512_set1_epi8(0xF);
         let flip = _mm512_set1_epi8(-128);
         let table = _mm512_broadcast_i32x4(_mm_loadu_si128(TABLE.as_ptr() as *const __m128i));
         let offset = if kind == Nibbles::Q4_0 { 8 } else { 128 };
-        let mut acc = [_mm512_setzero_ps(); R];
+        let mut acc = [_mm512_setzero_ps(); 4];
         let mut q = [_mm512_setzero_si512(); 8];
         for b in 0..g0.len() {
             let (a0, a1) = (g0.get_unchecked(b), g1.get_unchecked(b));
@@ -298,7 +298,7 @@ mod x86 {
                     q[4 + c] = _mm512_xor_si512(_mm512_shuffle_epi8(table, hi), flip);
                 }
             }
-            for a in 0..R {
+            for a in 0..4 {
                 let yb = y[a].get_unchecked(b);
                 let mut sumi = _mm512_set1_epi32(-offset * *ysum[a].get_unchecked(b));
                 for (c, qc) in q.iter().enumerate() {
@@ -310,7 +310,7 @@ mod x86 {
                 acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), scale, acc[a]);
             }
         }
-        for a in 0..R {
+        for a in 0..4 {
             _mm512_storeu_ps(lanes[a].as_mut_ptr(), acc[a]);
         }
     }

@@ -115,26 +115,27 @@ enum Rounding {
 impl Activations {
     /// Rounds `x` for every matrix in `matrices`.
     pub(crate) fn for_matrices<'a>(x: &[f32], matrices: impl IntoIterator<Item = &'a QuantMatrix>) -> Self {
+        let matrices: Vec<&QuantMatrix> = matrices.into_iter().collect();
         let mut acts = Self::default();
         let mut done: Vec<Rounding> = Vec::new();
-        for m in matrices {
+        for &m in &matrices {
             let r = m.rounding();
             if done.contains(&r) {
                 continue;
             }
             done.push(r);
             match (r, &m.weights) {
-                (Rounding::Q8, _) => {
-                    acts.q8 = q8::quantize(x);
-                    if isa::isa() >= Isa::Avx512Vnni {
-                        acts.q8_pairs = RowPairs::new(&acts.q8, m.cols() / 32);
-                    }
-                }
+                (Rounding::Q8, _) => acts.q8 = q8::quantize(x),
                 (Rounding::Q8K, _) => acts.q8k = q8::quantize_k(x),
                 (Rounding::F32, Weights::Float(f)) => acts.f32 = f.round_activations(x),
                 (Rounding::F16, Weights::Float(f)) => acts.f16 = f.round_activations(x),
                 (Rounding::Bf16, Weights::Float(f)) => acts.bf16 = f.round_activations(x),
                 _ => unreachable!("float roundings come from float weights"),
+            }
+        }
+        if isa::isa() >= Isa::Avx512Vnni {
+            if let Some(m) = matrices.iter().find(|m| m.reads_row_pairs()) {
+                acts.q8_pairs = RowPairs::new(&acts.q8, m.cols() / 32);
             }
         }
         acts
@@ -218,6 +219,12 @@ impl QuantMatrix {
         } else {
             Order::for_rows(rows)
         }
+    }
+
+    /// Whether the AVX-512 prefill kernel of this type reads `RowPairs`
+    /// (the 32-value formats laid out as in the file).
+    fn reads_row_pairs(&self) -> bool {
+        matches!(self.weights, Weights::Q4_0(_) | Weights::Q4_1(_) | Weights::Q5_0(_) | Weights::Q5_1(_) | Weights::Q8_0(_))
     }
 
     fn rounding(&self) -> Rounding {
