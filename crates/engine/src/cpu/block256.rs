@@ -270,6 +270,15 @@ pub(crate) mod x86 {
         _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1))
     }
 
+    /// Rows of four 32-bit lanes to columns.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn transpose4(v: [__m128i; 4]) -> [__m128i; 4] {
+        let (lo01, lo23) = (_mm_unpacklo_epi32(v[0], v[1]), _mm_unpacklo_epi32(v[2], v[3]));
+        let (hi01, hi23) = (_mm_unpackhi_epi32(v[0], v[1]), _mm_unpackhi_epi32(v[2], v[3]));
+        [_mm_unpacklo_epi64(lo01, lo23), _mm_unpackhi_epi64(lo01, lo23), _mm_unpacklo_epi64(hi01, hi23), _mm_unpackhi_epi64(hi01, hi23)]
+    }
+
     /// Bytes of `v` shifted right by `n` (< 8) and masked to `mask`.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
@@ -307,14 +316,19 @@ pub(crate) mod x86 {
     #[inline(always)]
     unsafe fn dot_rows<B: Block256, const R: usize, const AVX512: bool>(x: &[B], y: [&[Q8KBlock]; R], order: Order) -> [f32; R] {
         let tiled = order != Order::Lanes;
-        assert!(R <= 4);
-        let mut sums = [_mm256_setzero_si256(); 4];
-        let mut mins = [_mm256_setzero_si256(); 4];
-        let mut yd = [0f32; 4];
-        let (mut acc4, mut min4) = (_mm_setzero_ps(), _mm_setzero_ps());
+        assert!(R <= 8);
+        // Float steps of the tiled orders run four rows at a time: `R`
+        // rows are `groups` fours (zero rows fill the last).
+        let groups = R.div_ceil(4);
+        let mut sums = [_mm256_setzero_si256(); 8];
+        let mut mins = [_mm256_setzero_si256(); 8];
+        let mut yd = [0f32; 8];
+        let (mut acc4, mut min4) = ([_mm_setzero_ps(); 2], [_mm_setzero_ps(); 2]);
         let gemm = order == Order::RepackedGemm;
-        let mut sb_sums = [[_mm256_setzero_si256(); 4]; 4];
-        let mut sb_mins = [[0i32; 4]; 4];
+        // The repacked GEMM's integer sums per 64-value sub-block, one
+        // vector of four per activation row (transposed once per block).
+        let mut sb_sums = [_mm_setzero_si128(); 8];
+        let mut sb_mins = [_mm_setzero_si128(); 8];
         let mut acc = [_mm256_setzero_ps(); R];
         let mut acc_m = [_mm_setzero_ps(); R];
         let mut summs = [0f32; R];
@@ -383,6 +397,7 @@ pub(crate) mod x86 {
                 }
                 }
                 let mut sumi = _mm256_setzero_si256();
+                let mut per_sb = [_mm256_setzero_si256(); 4];
                 if AVX512 {
                     let zero = _mm512_setzero_si512();
                     let mut wide = zero;
@@ -394,7 +409,7 @@ pub(crate) mod x86 {
                             _mm512_maddubs_epi16(q2[c], yv)
                         };
                         if gemm {
-                            sb_sums[c][a] = _mm256_add_epi32(sb_sums[c][a], fold(_mm512_dpwssd_epi32(zero, sc2[c], p16)));
+                            per_sb[c] = fold(_mm512_dpwssd_epi32(zero, sc2[c], p16));
                         } else {
                             wide = _mm512_dpwssd_epi32(wide, sc2[c], p16);
                         }
@@ -408,14 +423,16 @@ pub(crate) mod x86 {
                         } else {
                             _mm256_maddubs_epi16(q[c], yv)
                         };
-                        let acc32 = if gemm { &mut sb_sums[c / 2][a] } else { &mut sumi };
+                        let acc32 = if gemm { &mut per_sb[c / 2] } else { &mut sumi };
                         *acc32 = _mm256_add_epi32(*acc32, _mm256_madd_epi16(sc[c], p16));
                     }
                 }
                 if gemm {
-                    for sb in 0..4 {
-                        sb_mins[sb][a] = super::min_pair(&s.mins, &yb.bsums, sb);
-                    }
+                    sb_sums[a] = totals4(&per_sb);
+                    // `min_pair` for the four sub-blocks at once (exact: the
+                    // pair sums of `bsums` fit 16 bits).
+                    let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
+                    sb_mins[a] = _mm_madd_epi16(mins8, q8s);
                     yd[a] = yb.d;
                     continue;
                 }
@@ -437,38 +454,42 @@ pub(crate) mod x86 {
                     acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[a]);
                 }
             }
-            if gemm {
-                let ydv = _mm_loadu_ps(yd.as_ptr());
-                let (dv, dminv) = (_mm_mul_ps(_mm_set1_ps(xd), ydv), _mm_mul_ps(_mm_set1_ps(xdmin), ydv));
-                for sb in 0..4 {
-                    acc4 = _mm_fmadd_ps(_mm_cvtepi32_ps(totals4(&sb_sums[sb])), dv, acc4);
-                    min4 = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_loadu_si128(sb_mins[sb].as_ptr() as *const __m128i)), dminv, min4);
-                    sb_sums[sb] = [_mm256_setzero_si256(); 4];
-                }
-            } else if tiled {
-                // Integer sums are exact, so each product's lane total is its
-                // block's; the float steps then run for four products at once.
-                let s1 = _mm_cvtepi32_ps(totals4(&sums));
-                let ydv = _mm_loadu_ps(yd.as_ptr());
-                let has_min = matches!(B::FINISH, Finish::MinLanes | Finish::MinQuad | Finish::MinScalar);
-                if order == Order::Repacked {
-                    acc4 = _mm_fmadd_ps(s1, _mm_mul_ps(_mm_set1_ps(xd), ydv), acc4);
-                    min4 = _mm_fmadd_ps(_mm_cvtepi32_ps(totals4(&mins)), _mm_mul_ps(_mm_set1_ps(xdmin), ydv), min4);
-                } else {
-                    let mut res = _mm_mul_ps(_mm_set1_ps(xd), s1);
-                    if has_min {
-                        res = _mm_fnmadd_ps(_mm_set1_ps(xdmin), _mm_cvtepi32_ps(totals4(&mins)), res);
+            for g in 0..groups {
+                let four = |v: &[__m256i; 8]| [v[4 * g], v[4 * g + 1], v[4 * g + 2], v[4 * g + 3]];
+                let ydv = _mm_loadu_ps(yd.as_ptr().add(4 * g));
+                if gemm {
+                    let (dv, dminv) = (_mm_mul_ps(_mm_set1_ps(xd), ydv), _mm_mul_ps(_mm_set1_ps(xdmin), ydv));
+                    let (sums_t, mins_t) = (transpose4([sb_sums[4 * g], sb_sums[4 * g + 1], sb_sums[4 * g + 2], sb_sums[4 * g + 3]]), transpose4([sb_mins[4 * g], sb_mins[4 * g + 1], sb_mins[4 * g + 2], sb_mins[4 * g + 3]]));
+                    for sb in 0..4 {
+                        acc4[g] = _mm_fmadd_ps(_mm_cvtepi32_ps(sums_t[sb]), dv, acc4[g]);
+                        min4[g] = _mm_fmadd_ps(_mm_cvtepi32_ps(mins_t[sb]), dminv, min4[g]);
                     }
-                    acc4 = _mm_fmadd_ps(res, ydv, acc4);
+                } else if tiled {
+                    // Integer sums are exact, so each product's lane total is its
+                    // block's; the float steps then run for four products at once.
+                    let s1 = _mm_cvtepi32_ps(totals4(&four(&sums)));
+                    let has_min = matches!(B::FINISH, Finish::MinLanes | Finish::MinQuad | Finish::MinScalar);
+                    if order == Order::Repacked {
+                        acc4[g] = _mm_fmadd_ps(s1, _mm_mul_ps(_mm_set1_ps(xd), ydv), acc4[g]);
+                        min4[g] = _mm_fmadd_ps(_mm_cvtepi32_ps(totals4(&four(&mins))), _mm_mul_ps(_mm_set1_ps(xdmin), ydv), min4[g]);
+                    } else {
+                        let mut res = _mm_mul_ps(_mm_set1_ps(xd), s1);
+                        if has_min {
+                            res = _mm_fnmadd_ps(_mm_set1_ps(xdmin), _mm_cvtepi32_ps(totals4(&four(&mins))), res);
+                        }
+                        acc4[g] = _mm_fmadd_ps(res, ydv, acc4[g]);
+                    }
                 }
             }
         }
         if tiled {
-            if matches!(order, Order::Repacked | Order::RepackedGemm) {
-                acc4 = _mm_sub_ps(acc4, min4);
+            let mut t = [0f32; 8];
+            for g in 0..groups {
+                if matches!(order, Order::Repacked | Order::RepackedGemm) {
+                    acc4[g] = _mm_sub_ps(acc4[g], min4[g]);
+                }
+                _mm_storeu_ps(t.as_mut_ptr().add(4 * g), acc4[g]);
             }
-            let mut t = [0f32; 4];
-            _mm_storeu_ps(t.as_mut_ptr(), acc4);
             return std::array::from_fn(|a| t[a]);
         }
         let mut out = [0f32; R];

@@ -40,6 +40,14 @@ pub(crate) trait Block32: Copy + Send + Sync + 'static {
     /// The same quants in a register.
     #[cfg(target_arch = "x86_64")]
     unsafe fn quants_avx2(&self) -> std::arch::x86_64::__m256i;
+    /// Signed quants plus 128, as unsigned bytes (VNNI multiplies unsigned
+    /// by signed); called only where AVX-512 BW and VL are present.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn offset_quants_avx512(&self) -> std::arch::x86_64::__m256i {
+        use std::arch::x86_64::*;
+        _mm256_xor_si256(self.quants_avx2(), _mm256_set1_epi8(-128))
+    }
 
     fn dequantize(&self, out: &mut [f32]) {
         let (d, m) = (half(self.d_bits()), half(self.m_bits()));
@@ -199,7 +207,9 @@ pub(crate) fn column_range<B: Block32>(blocks: &[B], kb: usize, cols: Range<usiz
         // SAFETY: the CPU has the ISA's features (checked at run time).
         unsafe {
             if isa >= Isa::Avx512Vnni && r == 4 && B::SUM != Sum::SignedPairs && pairs.covers(row) {
-                x86::columns4_avx512::<B>(blocks, kb, cols, (pairs, row / 4 * kb * 2), y, out)
+                // SAFETY: `[[f32; 4]; 1]` is laid out as `[f32; 4]`.
+                let out = std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut [[f32; 4]; 1], out.len());
+                x86::columns_pairs_avx512::<B, 1>(blocks, kb, cols, (pairs, row / 4 * kb * 2), [y], out)
             } else if isa >= Isa::Avx512Vnni {
                 tiles!(columns_avx512)
             } else {
@@ -215,6 +225,26 @@ pub(crate) fn column_range<B: Block32>(blocks: &[B], kb: usize, cols: Range<usiz
             *v = dot(&blocks[col * kb..(col + 1) * kb], y[a]);
         }
     }
+}
+
+/// Whether `column_range8` runs activation rows `row..row + 8`: the
+/// AVX-512 kernel, where `pairs` lays out both fours.
+pub(crate) fn eight_rows<B: Block32>(pairs: &RowPairs, row: usize, isa: Isa) -> bool {
+    cfg!(target_arch = "x86_64") && isa >= Isa::Avx512Vnni && B::SUM != Sum::SignedPairs && pairs.covers(row) && pairs.covers(row + 4)
+}
+
+/// `out[i][g][a]` = weight row `cols.start + i` · activation row `row + 4g + a`,
+/// where `eight_rows` holds: each unpacked weight block serves eight rows,
+/// each product computed exactly as `column_range` computes it.
+pub(crate) fn column_range8<B: Block32>(blocks: &[B], kb: usize, cols: Range<usize>, y: [[&[Q8Block]; 4]; 2], (pairs, row): (&RowPairs, usize), isa: Isa, out: &mut [[[f32; 4]; 2]]) {
+    assert!(eight_rows::<B>(pairs, row, isa));
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the CPU has AVX-512 VNNI (checked at run time, asserted above).
+    unsafe {
+        x86::columns_pairs_avx512::<B, 2>(blocks, kb, cols, (pairs, row / 4 * kb * 2), y, out)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (blocks, kb, cols, y, out);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -379,24 +409,29 @@ pub(crate) mod x86 {
         }
     }
 
-    /// `columns_avx512::<B, 1, 4>` with two activation rows to a register:
-    /// each row's eight lanes take exactly the same operations (one exact
-    /// integer dot per four values, one fused multiply-add per block, the
-    /// same `hsum`), in half the instructions.
+    /// `columns_avx512::<B, 1, 4>` over `G` groups of four activation rows,
+    /// two rows to a register: each row's eight lanes take exactly the same
+    /// operations (one exact integer dot per four values, one fused
+    /// multiply-add per block, the same `hsum`), in half the instructions,
+    /// and each unpacked weight block serves `4·G` rows.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
-    pub unsafe fn columns4_avx512<B: Block32>(blocks: &[B], kb: usize, cols: Range<usize>, (pairs, base): (&RowPairs, usize), y: [&[Q8Block]; 4], out: &mut [[f32; 4]]) {
-        let pairs = Runs { qs: pairs.qs.as_ptr().add(base) as *const __m512i, d: pairs.d.as_ptr().add(base) as *const __m512, offset: pairs.offset.as_ptr().add(base) as *const __m512i };
+    pub unsafe fn columns_pairs_avx512<B: Block32, const G: usize>(blocks: &[B], kb: usize, cols: Range<usize>, (pairs, base): (&RowPairs, usize), y: [[&[Q8Block]; 4]; G], out: &mut [[[f32; 4]; G]]) {
+        let runs: [Runs; G] = std::array::from_fn(|g| {
+            let b = base + g * 2 * kb;
+            Runs { qs: pairs.qs.as_ptr().add(b) as *const __m512i, d: pairs.d.as_ptr().add(b) as *const __m512, offset: pairs.offset.as_ptr().add(b) as *const __m512i }
+        });
         let row = |c: usize| &blocks[c * kb..(c + 1) * kb];
         let mut col = cols.start;
-        // Two weight rows at a time share each activation pair's loads.
-        while col + 2 <= cols.end {
-            let t = tile4::<B, 2>([row(col), row(col + 1)], &pairs, y);
-            out[col - cols.start] = t[0];
-            out[col + 1 - cols.start] = t[1];
-            col += 2;
+        // Several weight rows at a time share each activation pair's loads.
+        const W: usize = 4;
+        while col + W <= cols.end {
+            let t = tile_pairs::<B, W, G>(std::array::from_fn(|i| row(col + i)), &runs, &y);
+            out[col - cols.start..col - cols.start + W].copy_from_slice(&t);
+            col += W;
         }
-        if col < cols.end {
-            out[col - cols.start] = tile4::<B, 1>([row(col)], &pairs, y)[0];
+        while col < cols.end {
+            out[col - cols.start] = tile_pairs::<B, 1, G>([row(col)], &runs, &y)[0];
+            col += 1;
         }
     }
 
@@ -409,49 +444,54 @@ pub(crate) mod x86 {
     }
 
     #[inline(always)]
-    unsafe fn tile4<B: Block32, const W: usize>(x: [&[B]; W], pairs: &Runs, y: [&[Q8Block]; 4]) -> [[f32; 4]; W] {
+    unsafe fn tile_pairs<B: Block32, const W: usize, const G: usize>(x: [&[B]; W], runs: &[Runs; G], y: &[[&[Q8Block]; 4]; G]) -> [[[f32; 4]; G]; W] {
         let zero = _mm512_setzero_si512();
-        let mut acc = [[_mm512_setzero_ps(); 2]; W];
-        let mut summs = [[0f32; 4]; W];
+        let mut acc = [[[_mm512_setzero_ps(); 2]; G]; W];
+        let mut summs = [[[0f32; 4]; G]; W];
         let kb = x[0].len();
         for i in 0..kb {
             let mut uq = [zero; W];
             let mut d = [_mm512_setzero_ps(); W];
             for w in 0..W {
                 let b = x[w].get_unchecked(i);
-                let q = _mm512_broadcast_i64x4(b.quants_avx2());
                 d[w] = _mm512_set1_ps(half(b.d_bits()));
                 if B::SUM == Sum::WithMin {
                     let m = half(b.m_bits());
-                    for a in 0..4 {
-                        summs[w][a] += m * y[a].get_unchecked(i).s;
+                    for g in 0..G {
+                        for a in 0..4 {
+                            summs[w][g][a] += m * y[g][a].get_unchecked(i).s;
+                        }
                     }
-                    uq[w] = q;
+                    uq[w] = _mm512_broadcast_i64x4(b.quants_avx2());
                 } else {
                     // q + 128 as unsigned bytes; the offset's products come off
                     // through `pairs.offset`: the same exact integers.
-                    uq[w] = _mm512_xor_si512(q, _mm512_set1_epi8(-128));
+                    uq[w] = _mm512_broadcast_i64x4(b.offset_quants_avx512());
                 }
             }
-            for p in 0..2 {
-                let yq = _mm512_load_si512(pairs.qs.add(2 * i + p));
-                let dy = _mm512_load_ps(pairs.d.add(2 * i + p) as *const f32);
-                let base = if B::SUM == Sum::WithMin { zero } else { _mm512_load_si512(pairs.offset.add(2 * i + p)) };
-                for w in 0..W {
-                    let s = _mm512_dpbusd_epi32(base, uq[w], yq);
-                    acc[w][p] = _mm512_fmadd_ps(_mm512_mul_ps(d[w], dy), _mm512_cvtepi32_ps(s), acc[w][p]);
+            for g in 0..G {
+                for p in 0..2 {
+                    let yq = _mm512_load_si512(runs[g].qs.add(2 * i + p));
+                    let dy = _mm512_load_ps(runs[g].d.add(2 * i + p) as *const f32);
+                    let base = if B::SUM == Sum::WithMin { zero } else { _mm512_load_si512(runs[g].offset.add(2 * i + p)) };
+                    for w in 0..W {
+                        let s = _mm512_dpbusd_epi32(base, uq[w], yq);
+                        acc[w][g][p] = _mm512_fmadd_ps(_mm512_mul_ps(d[w], dy), _mm512_cvtepi32_ps(s), acc[w][g][p]);
+                    }
                 }
             }
         }
-        let mut out = [[0f32; 4]; W];
+        let mut out = [[[0f32; 4]; G]; W];
         for w in 0..W {
-            for p in 0..2 {
-                out[w][2 * p] = hsum(_mm512_castps512_ps256(acc[w][p]));
-                out[w][2 * p + 1] = hsum(_mm512_extractf32x8_ps::<1>(acc[w][p]));
-            }
-            if B::SUM == Sum::WithMin {
-                for a in 0..4 {
-                    out[w][a] += summs[w][a];
+            for g in 0..G {
+                for p in 0..2 {
+                    out[w][g][2 * p] = hsum(_mm512_castps512_ps256(acc[w][g][p]));
+                    out[w][g][2 * p + 1] = hsum(_mm512_extractf32x8_ps::<1>(acc[w][g][p]));
+                }
+                if B::SUM == Sum::WithMin {
+                    for a in 0..4 {
+                        out[w][g][a] += summs[w][g][a];
+                    }
                 }
             }
         }

@@ -334,13 +334,26 @@ impl QuantMatrix {
     }
 }
 
-/// A 32-value format: four activation rows per tile when prefilling, one when decoding.
+/// A 32-value format: eight or four activation rows per tile when prefilling, one when decoding.
 #[allow(clippy::too_many_arguments)]
 unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, (acts, pairs): (&[Q8Block], &RowPairs), rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, isa: Isa) {
     debug_assert_eq!(acts.len(), rows * kb);
     let mut row = 0;
     let mut tile = vec![[0f32; 4]; cols.len()];
+    let mut tile8 = Vec::new();
     while row < rows {
+        if block32::eight_rows::<B>(pairs, row, isa) {
+            let y = std::array::from_fn(|g| std::array::from_fn(|a| &acts[(row + 4 * g + a) * kb..(row + 4 * g + a + 1) * kb]));
+            tile8.resize(cols.len(), [[0f32; 4]; 2]);
+            block32::column_range8::<B>(blocks, kb, cols.clone(), y, (pairs, row), isa, &mut tile8);
+            for (i, t) in tile8.iter().enumerate() {
+                for (a, v) in t.iter().flatten().enumerate() {
+                    out.write((row + a) * ld + cols.start + i, *v);
+                }
+            }
+            row += 8;
+            continue;
+        }
         let r = (rows - row).min(4);
         let y: [&[Q8Block]; 4] = std::array::from_fn(|a| {
             let a = row + a.min(r - 1);
@@ -356,8 +369,9 @@ unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, (acts, pairs): (&[Q8Block]
     }
 }
 
-/// A 256-value format: one weight row against four activation rows when
-/// prefilling; one against one, prefetching ahead, when decoding.
+/// A 256-value format: one weight row against eight activation rows when
+/// prefilling (four in the vector-dot order, and for what is left); one
+/// against one, prefetching ahead, when decoding.
 /// `one_sequence`: the rows are one sequence's, not a batch's decode rows.
 #[allow(clippy::too_many_arguments)]
 unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, order: Order, one_sequence: bool, isa: Isa) {
@@ -366,6 +380,17 @@ unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows:
     // GEMV the rest (and every row of a batch's decode step).
     let order4 = if order == Order::Repacked && one_sequence { Order::RepackedGemm } else { order };
     let mut r = 0;
+    // Eights where the float steps are per block (the tiled orders): each
+    // unpacked block serves twice the rows.
+    while r + 8 <= rows && order4 != Order::Lanes {
+        for col in cols.clone() {
+            let t = block256::dot_rows::<B, 8>(&blocks[col * kb..(col + 1) * kb], std::array::from_fn(|a| y(r + a)), order4, isa);
+            for (a, v) in t.into_iter().enumerate() {
+                out.write((r + a) * ld + col, v);
+            }
+        }
+        r += 8;
+    }
     while r + 4 <= rows {
         for col in cols.clone() {
             let t = block256::dot_rows::<B, 4>(&blocks[col * kb..(col + 1) * kb], [y(r), y(r + 1), y(r + 2), y(r + 3)], order4, isa);
