@@ -109,7 +109,10 @@ impl Interleaved {
             // AVX-512: activation rows in fours against two groups at once;
             // the eight-row kernel takes the rest.
             let quads = if vnni { n_acts / 4 * 4 } else { 0 };
-            let paired = if quads > 0 { self.matmul_pairs_avx512(acts, quads, rows.clone(), &mut out) } else { rows.start / ROWS };
+            // Each activation block's exact sum, for VNNI: the offset that
+            // makes the quants unsigned comes off through it.
+            let ysum: Vec<i32> = if vnni { acts[..n_acts * kb].iter().map(|b| b.qs.iter().map(|&v| v as i32).sum()).collect() } else { Vec::new() };
+            let paired = if quads > 0 { self.matmul_pairs_avx512(acts, &ysum, quads, rows.clone(), &mut out) } else { rows.start / ROWS };
             for g in rows.start / ROWS..rows.end / ROWS {
                 let groups = &self.groups[g * kb..(g + 1) * kb];
                 let mut a = if g < paired { quads } else { 0 };
@@ -121,17 +124,15 @@ impl Interleaved {
                         if take == 4 {
                             let y: [&[Q8Block]; 4] = std::array::from_fn(|i| &acts[(a + i) * kb..(a + i + 1) * kb]);
                             if vnni {
-                                x86::group_avx512::<4>(groups, y, self.kind, &mut lanes)
+                                let s = std::array::from_fn(|i| &ysum[(a + i) * kb..(a + i + 1) * kb]);
+                                x86::group_avx512::<4>(groups, y, s, self.kind, &mut lanes)
                             } else {
                                 x86::group_avx2::<4>(groups, y, self.kind, &mut lanes)
                             }
                         } else {
-                            if g + 1 < self.groups.len() / kb {
-                                x86::prefetch(&self.groups[(g + 1) * kb..(g + 2) * kb]);
-                            }
                             let y = [&acts[a * kb..(a + 1) * kb]];
                             if vnni {
-                                x86::group_avx512::<1>(groups, y, self.kind, &mut lanes)
+                                x86::group_avx512::<1>(groups, y, [&ysum[a * kb..(a + 1) * kb]], self.kind, &mut lanes)
                             } else {
                                 x86::group_avx2::<1>(groups, y, self.kind, &mut lanes)
                             }
@@ -163,11 +164,8 @@ impl Interleaved {
     /// (AVX-512). Returns the first group not done (a last odd group). A
     /// decoding row stays with the eight-row kernel, which streams the
     /// weights faster on Zen 4.
-    fn matmul_pairs_avx512(&self, acts: &[Q8Block], quads: usize, rows: std::ops::Range<usize>, out: &mut impl FnMut(usize, usize, f32)) -> usize {
+    fn matmul_pairs_avx512(&self, acts: &[Q8Block], ysum: &[i32], quads: usize, rows: std::ops::Range<usize>, out: &mut impl FnMut(usize, usize, f32)) -> usize {
         let kb = self.kb;
-        // Each activation block's exact sum: the offset that makes the
-        // quants unsigned comes off through it.
-        let ysum: Vec<i32> = acts[..quads * kb].iter().map(|b| b.qs.iter().map(|&v| v as i32).sum()).collect();
         let end = rows.end / ROWS;
         let mut g = rows.start / ROWS;
         while g + 2 <= end {
@@ -198,32 +196,27 @@ mod x86 {
     use crate::cpu::iq4_nl::TABLE;
     use crate::cpu::q8::Q8Block;
 
-    pub(super) fn prefetch(groups: &[Group8]) {
-        let bytes = std::mem::size_of_val(groups);
-        let p = groups.as_ptr() as *const i8;
-        for off in (0..bytes).step_by(64) {
-            // SAFETY: inside `groups`; a prefetch reads nothing.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(off)) };
-        }
-    }
-
     /// Eight weight rows against `R` activation rows; `lanes[a][r]`.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn group_avx2<const R: usize>(groups: &[Group8], y: [&[Q8Block]; R], kind: Nibbles, lanes: &mut [[f32; ROWS]; 4]) {
-        group::<R, false>(groups, y, kind, lanes)
+        group::<R, false>(groups, y, [&[]; R], kind, lanes)
     }
 
-    /// `group_avx2` with VNNI's byte dot products: the same results.
+    /// `group_avx2` with VNNI's byte dot products of the quants offset to
+    /// unsigned bytes, the offset's products taken off through each
+    /// activation block's sum (`ysum`): the same integers, so the same results.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
-    pub(super) unsafe fn group_avx512<const R: usize>(groups: &[Group8], y: [&[Q8Block]; R], kind: Nibbles, lanes: &mut [[f32; ROWS]; 4]) {
-        group::<R, true>(groups, y, kind, lanes)
+    pub(super) unsafe fn group_avx512<const R: usize>(groups: &[Group8], y: [&[Q8Block]; R], ysum: [&[i32]; R], kind: Nibbles, lanes: &mut [[f32; ROWS]; 4]) {
+        group::<R, true>(groups, y, ysum, kind, lanes)
     }
 
     #[inline(always)]
-    unsafe fn group<const R: usize, const VNNI: bool>(groups: &[Group8], y: [&[Q8Block]; R], kind: Nibbles, lanes: &mut [[f32; ROWS]; 4]) {
+    unsafe fn group<const R: usize, const VNNI: bool>(groups: &[Group8], y: [&[Q8Block]; R], ysum: [&[i32]; R], kind: Nibbles, lanes: &mut [[f32; ROWS]; 4]) {
         let m4 = _mm256_set1_epi8(0xF);
         let ones = _mm256_set1_epi16(1);
         let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(TABLE.as_ptr() as *const __m128i));
+        let flip = _mm256_set1_epi8(-128);
+        let offset = if kind == Nibbles::Q4_0 { 8 } else { 128 };
         let mut acc = [_mm256_setzero_ps(); R];
         let mut q = [_mm256_setzero_si256(); 8];
         let mut aq = [_mm256_setzero_si256(); 8];
@@ -232,7 +225,16 @@ mod x86 {
             for c in 0..4 {
                 let v = _mm256_loadu_si256(g.qs.as_ptr().add(32 * c) as *const __m256i);
                 let (lo, hi) = (_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4));
-                if kind == Nibbles::Q4_0 {
+                if VNNI {
+                    // Unsigned: the nibble itself (Q4_0, offset 8), or the
+                    // table's value plus 128 (IQ4_NL).
+                    if kind == Nibbles::Q4_0 {
+                        (q[c], q[4 + c]) = (lo, hi);
+                    } else {
+                        q[c] = _mm256_xor_si256(_mm256_shuffle_epi8(table, lo), flip);
+                        q[4 + c] = _mm256_xor_si256(_mm256_shuffle_epi8(table, hi), flip);
+                    }
+                } else if kind == Nibbles::Q4_0 {
                     q[c] = _mm256_sub_epi8(lo, _mm256_set1_epi8(8));
                     q[4 + c] = _mm256_sub_epi8(hi, _mm256_set1_epi8(8));
                 } else {
@@ -240,23 +242,24 @@ mod x86 {
                     q[4 + c] = _mm256_shuffle_epi8(table, hi);
                 }
             }
-            // |q| once per block, the signs moved onto each activation row.
-            for c in 0..8 {
-                aq[c] = _mm256_sign_epi8(q[c], q[c]);
+            if !VNNI {
+                // |q| once per block, the signs moved onto each activation row.
+                for c in 0..8 {
+                    aq[c] = _mm256_sign_epi8(q[c], q[c]);
+                }
             }
             for a in 0..R {
                 let yb = y[a].get_unchecked(b);
-                let mut sumi = _mm256_setzero_si256();
+                let mut sumi = if VNNI { _mm256_set1_epi32(-offset * *ysum[a].get_unchecked(b)) } else { _mm256_setzero_si256() };
                 for c in 0..8 {
                     // Values 4c..4c+4 (low nibbles) or 16+4(c−4).. (high), broadcast to every row.
                     let off = if c < 4 { 4 * c } else { 16 + 4 * (c - 4) };
                     let yv = _mm256_set1_epi32(std::ptr::read_unaligned(yb.qs.as_ptr().add(off) as *const i32));
-                    let sy = _mm256_sign_epi8(yv, q[c]);
                     // Exact integers either way (no 16-bit saturation: |q| ≤ 127, |y| ≤ 127).
                     sumi = if VNNI {
-                        _mm256_dpbusd_epi32(sumi, aq[c], sy)
+                        _mm256_dpbusd_epi32(sumi, q[c], yv)
                     } else {
-                        _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(aq[c], sy), ones))
+                        _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(aq[c], _mm256_sign_epi8(yv, q[c])), ones))
                     };
                 }
                 let scale = _mm256_mul_ps(d, _mm256_set1_ps(yb.d));
