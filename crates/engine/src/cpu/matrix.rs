@@ -346,9 +346,11 @@ unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, (acts, pairs): (&[Q8Block]
             let y = std::array::from_fn(|g| std::array::from_fn(|a| &acts[(row + 4 * g + a) * kb..(row + 4 * g + a + 1) * kb]));
             tile8.resize(cols.len(), [[0f32; 4]; 2]);
             block32::column_range8::<B>(blocks, kb, cols.clone(), y, (pairs, row), isa, &mut tile8);
-            for (i, t) in tile8.iter().enumerate() {
-                for (a, v) in t.iter().flatten().enumerate() {
-                    out.write((row + a) * ld + cols.start + i, *v);
+            // Row by row: along an output row the writes are contiguous.
+            for a in 0..8 {
+                let dst = out.slice((row + a) * ld + cols.start..(row + a) * ld + cols.end);
+                for (d, t) in dst.iter_mut().zip(&tile8) {
+                    *d = t[a / 4][a % 4];
                 }
             }
             row += 8;
@@ -360,9 +362,10 @@ unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, (acts, pairs): (&[Q8Block]
             &acts[a * kb..(a + 1) * kb]
         });
         block32::column_range::<B>(blocks, kb, cols.clone(), r, y, (pairs, row), isa, &mut tile);
-        for (i, t) in tile.iter().enumerate() {
-            for (a, v) in t.iter().enumerate().take(r) {
-                out.write((row + a) * ld + cols.start + i, *v);
+        for a in 0..r {
+            let dst = out.slice((row + a) * ld + cols.start..(row + a) * ld + cols.end);
+            for (d, t) in dst.iter_mut().zip(&tile) {
+                *d = t[a];
             }
         }
         row += r;
@@ -380,24 +383,32 @@ unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows:
     // GEMV the rest (and every row of a batch's decode step).
     let order4 = if order == Order::Repacked && one_sequence { Order::RepackedGemm } else { order };
     let mut r = 0;
+    let mut tile = if rows >= 4 { vec![[0f32; 8]; cols.len()] } else { Vec::new() };
+    // Row by row: along an output row the writes are contiguous.
+    let write = |r: usize, n: usize, tile: &[[f32; 8]]| {
+        for a in 0..n {
+            // SAFETY: these columns are this caller's alone (the function's contract).
+            let dst = unsafe { out.slice((r + a) * ld + cols.start..(r + a) * ld + cols.end) };
+            for (d, t) in dst.iter_mut().zip(tile) {
+                *d = t[a];
+            }
+        }
+    };
     // Eights where the float steps are per block (the tiled orders): each
     // unpacked block serves twice the rows.
     while r + 8 <= rows && order4 != Order::Lanes {
-        for col in cols.clone() {
-            let t = block256::dot_rows::<B, 8>(&blocks[col * kb..(col + 1) * kb], std::array::from_fn(|a| y(r + a)), order4, isa);
-            for (a, v) in t.into_iter().enumerate() {
-                out.write((r + a) * ld + col, v);
-            }
+        for (t, col) in tile.iter_mut().zip(cols.clone()) {
+            *t = block256::dot_rows::<B, 8>(&blocks[col * kb..(col + 1) * kb], std::array::from_fn(|a| y(r + a)), order4, isa);
         }
+        write(r, 8, &tile);
         r += 8;
     }
     while r + 4 <= rows {
-        for col in cols.clone() {
-            let t = block256::dot_rows::<B, 4>(&blocks[col * kb..(col + 1) * kb], [y(r), y(r + 1), y(r + 2), y(r + 3)], order4, isa);
-            for (a, v) in t.into_iter().enumerate() {
-                out.write((r + a) * ld + col, v);
-            }
+        for (t, col) in tile.iter_mut().zip(cols.clone()) {
+            let four = block256::dot_rows::<B, 4>(&blocks[col * kb..(col + 1) * kb], [y(r), y(r + 1), y(r + 2), y(r + 3)], order4, isa);
+            t[..4].copy_from_slice(&four);
         }
+        write(r, 4, &tile);
         r += 4;
     }
     for r in r..rows {
