@@ -125,7 +125,14 @@ pub(crate) struct RowPairs {
     /// Rows covered, a multiple of four.
     rows: usize,
     kb: usize,
+    /// With fewer than four rows (decoding), each row's blocks' offsets
+    /// alone (−128 × each lane's sum), for the one-row kernel.
+    single: Vec<Lanes8>,
 }
+
+#[repr(C, align(32))]
+#[derive(Clone, Copy)]
+struct Lanes8([i32; 8]);
 
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
@@ -135,7 +142,9 @@ impl RowPairs {
     /// The whole fours of `rows` activation rows of `kb` blocks each.
     pub(crate) fn new(q8: &[Q8Block], kb: usize) -> Self {
         let rows = if kb == 0 { 0 } else { q8.len() / kb / 4 * 4 };
-        let mut p = Self { rows, kb, ..Self::default() };
+        // Decoding's lone rows only: prefill rows take the four-row layout.
+        let single = if rows > 0 { Vec::new() } else { q8.iter().map(|b| Lanes8(std::array::from_fn(|l| -128 * b.qs[4 * l..4 * l + 4].iter().map(|&v| v as i32).sum::<i32>()))).collect() };
+        let mut p = Self { rows, kb, single, ..Self::default() };
         for g in 0..rows / 4 {
             for i in 0..kb {
                 for h in 0..2 {
@@ -177,12 +186,18 @@ impl RowPairs {
         self.qs.extend(other.qs);
         self.d.extend(other.d);
         self.offset.extend(other.offset);
+        self.single.extend(other.single);
         self.rows += other.rows;
     }
 
     /// Whether rows `row..row + 4` are laid out.
     pub(crate) fn covers(&self, row: usize) -> bool {
         row % 4 == 0 && row + 4 <= self.rows
+    }
+
+    /// Whether row `row`'s offsets alone are laid out.
+    fn covers_single(&self, row: usize) -> bool {
+        self.kb > 0 && (row + 1) * self.kb <= self.single.len()
     }
 }
 
@@ -210,6 +225,8 @@ pub(crate) fn column_range<B: Block32>(blocks: &[B], kb: usize, cols: Range<usiz
                 // SAFETY: `[[f32; 4]; 1]` is laid out as `[f32; 4]`.
                 let out = std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut [[f32; 4]; 1], out.len());
                 x86::columns_pairs_avx512::<B, 1>(blocks, kb, cols, (pairs, row / 4 * kb * 2), [y], out)
+            } else if isa >= Isa::Avx512Vnni && r == 1 && B::SUM == Sum::Signed && pairs.covers_single(row) {
+                x86::columns1_avx512::<B>(blocks, kb, cols, &pairs.single[row * kb..(row + 1) * kb], y[0], out)
             } else if isa >= Isa::Avx512Vnni {
                 tiles!(columns_avx512)
             } else {
@@ -406,6 +423,27 @@ pub(crate) mod x86 {
             let t = tile::<B, 1, R, VNNI>([row(col)], y);
             out[col - cols.start][..R].copy_from_slice(&t[0]);
             col += 1;
+        }
+    }
+
+    /// `columns_avx512::<B, 1, 1>` for signed formats with the quants offset
+    /// to unsigned bytes, the offset's products taken off through `offsets`
+    /// (the same exact integers, so the same results, without moving signs).
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
+    pub(super) unsafe fn columns1_avx512<B: Block32>(blocks: &[B], kb: usize, cols: Range<usize>, offsets: &[super::Lanes8], y: &[Q8Block], out: &mut [[f32; 4]]) {
+        debug_assert!(B::SUM == Sum::Signed && offsets.len() == kb && y.len() >= kb);
+        for col in cols.clone() {
+            prefetch_row_ahead(blocks, kb, col);
+            let x = &blocks[col * kb..(col + 1) * kb];
+            let mut acc = _mm256_setzero_ps();
+            for i in 0..kb {
+                let (b, yb) = (x.get_unchecked(i), y.get_unchecked(i));
+                let base = _mm256_load_si256(offsets.get_unchecked(i).0.as_ptr() as *const __m256i);
+                let qy = _mm256_loadu_si256(yb.qs.as_ptr() as *const __m256i);
+                let s = _mm256_dpbusd_epi32(base, b.offset_quants_avx512(), qy);
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(half(b.d_bits()) * yb.d), _mm256_cvtepi32_ps(s), acc);
+            }
+            out[col - cols.start][0] = hsum(acc);
         }
     }
 
