@@ -186,7 +186,12 @@ impl RowPairs {
         self.qs.extend(other.qs);
         self.d.extend(other.d);
         self.offset.extend(other.offset);
-        self.single.extend(other.single);
+        // Lone rows' offsets are indexed from row 0: kept only while complete.
+        if self.single.len() == blocks_before {
+            self.single.extend(other.single);
+        } else {
+            self.single.clear();
+        }
         self.rows += other.rows;
     }
 
