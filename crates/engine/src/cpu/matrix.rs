@@ -346,13 +346,7 @@ unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, (acts, pairs): (&[Q8Block]
             let y = std::array::from_fn(|g| std::array::from_fn(|a| &acts[(row + 4 * g + a) * kb..(row + 4 * g + a + 1) * kb]));
             tile8.resize(cols.len(), [[0f32; 4]; 2]);
             block32::column_range8::<B>(blocks, kb, cols.clone(), y, (pairs, row), isa, &mut tile8);
-            // Row by row: along an output row the writes are contiguous.
-            for a in 0..8 {
-                let dst = out.slice((row + a) * ld + cols.start..(row + a) * ld + cols.end);
-                for (d, t) in dst.iter_mut().zip(&tile8) {
-                    *d = t[a / 4][a % 4];
-                }
-            }
+            write_rows(out, ld, &cols, row, 8, &tile8, |t, a| t[a / 4][a % 4]);
             row += 8;
             continue;
         }
@@ -362,12 +356,7 @@ unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, (acts, pairs): (&[Q8Block]
             &acts[a * kb..(a + 1) * kb]
         });
         block32::column_range::<B>(blocks, kb, cols.clone(), r, y, (pairs, row), isa, &mut tile);
-        for a in 0..r {
-            let dst = out.slice((row + a) * ld + cols.start..(row + a) * ld + cols.end);
-            for (d, t) in dst.iter_mut().zip(&tile) {
-                *d = t[a];
-            }
-        }
+        write_rows(out, ld, &cols, row, r, &tile, |t, a| t[a]);
         row += r;
     }
 }
@@ -384,23 +373,13 @@ unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows:
     let order4 = if order == Order::Repacked && one_sequence { Order::RepackedGemm } else { order };
     let mut r = 0;
     let mut tile = if rows >= 4 { vec![[0f32; 8]; cols.len()] } else { Vec::new() };
-    // Row by row: along an output row the writes are contiguous.
-    let write = |r: usize, n: usize, tile: &[[f32; 8]]| {
-        for a in 0..n {
-            // SAFETY: these columns are this caller's alone (the function's contract).
-            let dst = unsafe { out.slice((r + a) * ld + cols.start..(r + a) * ld + cols.end) };
-            for (d, t) in dst.iter_mut().zip(tile) {
-                *d = t[a];
-            }
-        }
-    };
     // Eights where the float steps are per block (the tiled orders): each
     // unpacked block serves twice the rows.
     while r + 8 <= rows && order4 != Order::Lanes {
         for (t, col) in tile.iter_mut().zip(cols.clone()) {
             *t = block256::dot_rows::<B, 8>(&blocks[col * kb..(col + 1) * kb], std::array::from_fn(|a| y(r + a)), order4, isa);
         }
-        write(r, 8, &tile);
+        write_rows(out, ld, &cols, r, 8, &tile, |t, a| t[a]);
         r += 8;
     }
     while r + 4 <= rows {
@@ -408,13 +387,28 @@ unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows:
             let four = block256::dot_rows::<B, 4>(&blocks[col * kb..(col + 1) * kb], [y(r), y(r + 1), y(r + 2), y(r + 3)], order4, isa);
             t[..4].copy_from_slice(&four);
         }
-        write(r, 4, &tile);
+        write_rows(out, ld, &cols, r, 4, &tile, |t, a| t[a]);
         r += 4;
     }
     for r in r..rows {
         for col in cols.clone() {
             prefetch_row_ahead(blocks, kb, col);
             out.write(r * ld + col, block256::dot_rows::<B, 1>(&blocks[col * kb..(col + 1) * kb], [y(r)], order, isa)[0]);
+        }
+    }
+}
+
+/// Writes a tile back: `value(&tile[i], a)` to output row `row + a`, column
+/// `cols.start + i`, for `n` rows, row by row (contiguous along each output
+/// row; down columns, every value would touch its own cache line).
+///
+/// # Safety
+/// No other thread may write those elements of `out` meanwhile.
+unsafe fn write_rows<T>(out: &DisjointSlice<f32>, ld: usize, cols: &Range<usize>, row: usize, n: usize, tile: &[T], value: impl Fn(&T, usize) -> f32) {
+    for a in 0..n {
+        let dst = out.slice((row + a) * ld + cols.start..(row + a) * ld + cols.end);
+        for (d, t) in dst.iter_mut().zip(tile) {
+            *d = value(t, a);
         }
     }
 }
