@@ -41,10 +41,12 @@ pub(crate) enum Order {
     Tiled,
     /// Q4_K in llama.cpp's repacked 8-row layout, one activation row at a
     /// time (its GEMV: rows left over from groups of four): scale sums and
-    /// minimum sums in two float accumulators, one step per block.
+    /// minimum sums in two float accumulators, one step per block. Only
+    /// `dot` computes it here, as the reference for `interleaved_q4k`,
+    /// which holds such matrices.
     Repacked,
     /// The same layout's GEMM, for activation rows in groups of four: one
-    /// step per 64 values (two sub-blocks) instead of per block.
+    /// step per 64 values (two sub-blocks) instead of per block (`dot` only).
     RepackedGemm,
 }
 
@@ -234,6 +236,7 @@ pub(crate) fn dot<B: Block256>(x: &[B], y: &[Q8KBlock], order: Order) -> f32 {
 /// One weight row against `R` activation rows: each block is unpacked once
 /// for all of them (prefill); every product is computed as `dot` computes it.
 pub(crate) fn dot_rows<B: Block256, const R: usize>(x: &[B], y: [&[Q8KBlock]; R], order: Order, isa: Isa) -> [f32; R] {
+    debug_assert!(matches!(order, Order::Lanes | Order::Tiled), "the repacked orders run in interleaved_q4k");
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx2 {
         for ya in &y {
@@ -268,15 +271,6 @@ pub(crate) mod x86 {
     pub unsafe fn totals4(v: &[__m256i; 4]) -> __m128i {
         let h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
         _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1))
-    }
-
-    /// Rows of four 32-bit lanes to columns.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn transpose4(v: [__m128i; 4]) -> [__m128i; 4] {
-        let (lo01, lo23) = (_mm_unpacklo_epi32(v[0], v[1]), _mm_unpacklo_epi32(v[2], v[3]));
-        let (hi01, hi23) = (_mm_unpackhi_epi32(v[0], v[1]), _mm_unpackhi_epi32(v[2], v[3]));
-        [_mm_unpacklo_epi64(lo01, lo23), _mm_unpackhi_epi64(lo01, lo23), _mm_unpacklo_epi64(hi01, hi23), _mm_unpackhi_epi64(hi01, hi23)]
     }
 
     /// Bytes of `v` shifted right by `n` (< 8) and masked to `mask`.
@@ -323,12 +317,7 @@ pub(crate) mod x86 {
         let mut sums = [_mm256_setzero_si256(); 8];
         let mut mins = [_mm256_setzero_si256(); 8];
         let mut yd = [0f32; 8];
-        let (mut acc4, mut min4) = ([_mm_setzero_ps(); 2], [_mm_setzero_ps(); 2]);
-        let gemm = order == Order::RepackedGemm;
-        // The repacked GEMM's integer sums per 64-value sub-block, one
-        // vector of four per activation row (transposed once per block).
-        let mut sb_sums = [_mm_setzero_si128(); 8];
-        let mut sb_mins = [_mm_setzero_si128(); 8];
+        let mut acc4 = [_mm_setzero_ps(); 2];
         let mut acc = [_mm256_setzero_ps(); R];
         let mut acc_m = [_mm_setzero_ps(); R];
         let mut summs = [0f32; R];
@@ -397,7 +386,6 @@ pub(crate) mod x86 {
                 }
                 }
                 let mut sumi = _mm256_setzero_si256();
-                let mut per_sb = [_mm256_setzero_si256(); 4];
                 if AVX512 {
                     let zero = _mm512_setzero_si512();
                     let mut wide = zero;
@@ -408,11 +396,7 @@ pub(crate) mod x86 {
                         } else {
                             _mm512_maddubs_epi16(q2[c], yv)
                         };
-                        if gemm {
-                            per_sb[c] = fold(_mm512_dpwssd_epi32(zero, sc2[c], p16));
-                        } else {
-                            wide = _mm512_dpwssd_epi32(wide, sc2[c], p16);
-                        }
+                        wide = _mm512_dpwssd_epi32(wide, sc2[c], p16);
                     }
                     sumi = fold(wide);
                 } else {
@@ -423,18 +407,8 @@ pub(crate) mod x86 {
                         } else {
                             _mm256_maddubs_epi16(q[c], yv)
                         };
-                        let acc32 = if gemm { &mut per_sb[c / 2] } else { &mut sumi };
-                        *acc32 = _mm256_add_epi32(*acc32, _mm256_madd_epi16(sc[c], p16));
+                        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc[c], p16));
                     }
-                }
-                if gemm {
-                    sb_sums[a] = totals4(&per_sb);
-                    // `min_pair` for the four sub-blocks at once (exact: the
-                    // pair sums of `bsums` fit 16 bits).
-                    let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
-                    sb_mins[a] = _mm_madd_epi16(mins8, q8s);
-                    yd[a] = yb.d;
-                    continue;
                 }
                 if B::FINISH == Finish::Offset32 {
                     sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, sc16)));
@@ -457,37 +431,22 @@ pub(crate) mod x86 {
             for g in 0..groups {
                 let four = |v: &[__m256i; 8]| [v[4 * g], v[4 * g + 1], v[4 * g + 2], v[4 * g + 3]];
                 let ydv = _mm_loadu_ps(yd.as_ptr().add(4 * g));
-                if gemm {
-                    let (dv, dminv) = (_mm_mul_ps(_mm_set1_ps(xd), ydv), _mm_mul_ps(_mm_set1_ps(xdmin), ydv));
-                    let (sums_t, mins_t) = (transpose4([sb_sums[4 * g], sb_sums[4 * g + 1], sb_sums[4 * g + 2], sb_sums[4 * g + 3]]), transpose4([sb_mins[4 * g], sb_mins[4 * g + 1], sb_mins[4 * g + 2], sb_mins[4 * g + 3]]));
-                    for sb in 0..4 {
-                        acc4[g] = _mm_fmadd_ps(_mm_cvtepi32_ps(sums_t[sb]), dv, acc4[g]);
-                        min4[g] = _mm_fmadd_ps(_mm_cvtepi32_ps(mins_t[sb]), dminv, min4[g]);
-                    }
-                } else if tiled {
+                if tiled {
                     // Integer sums are exact, so each product's lane total is its
                     // block's; the float steps then run for four products at once.
                     let s1 = _mm_cvtepi32_ps(totals4(&four(&sums)));
                     let has_min = matches!(B::FINISH, Finish::MinLanes | Finish::MinQuad | Finish::MinScalar);
-                    if order == Order::Repacked {
-                        acc4[g] = _mm_fmadd_ps(s1, _mm_mul_ps(_mm_set1_ps(xd), ydv), acc4[g]);
-                        min4[g] = _mm_fmadd_ps(_mm_cvtepi32_ps(totals4(&four(&mins))), _mm_mul_ps(_mm_set1_ps(xdmin), ydv), min4[g]);
-                    } else {
-                        let mut res = _mm_mul_ps(_mm_set1_ps(xd), s1);
-                        if has_min {
-                            res = _mm_fnmadd_ps(_mm_set1_ps(xdmin), _mm_cvtepi32_ps(totals4(&four(&mins))), res);
-                        }
-                        acc4[g] = _mm_fmadd_ps(res, ydv, acc4[g]);
+                    let mut res = _mm_mul_ps(_mm_set1_ps(xd), s1);
+                    if has_min {
+                        res = _mm_fnmadd_ps(_mm_set1_ps(xdmin), _mm_cvtepi32_ps(totals4(&four(&mins))), res);
                     }
+                    acc4[g] = _mm_fmadd_ps(res, ydv, acc4[g]);
                 }
             }
         }
         if tiled {
             let mut t = [0f32; 8];
             for g in 0..groups {
-                if matches!(order, Order::Repacked | Order::RepackedGemm) {
-                    acc4[g] = _mm_sub_ps(acc4[g], min4[g]);
-                }
                 _mm_storeu_ps(t.as_mut_ptr().add(4 * g), acc4[g]);
             }
             return std::array::from_fn(|a| t[a]);

@@ -7,6 +7,7 @@ use super::block256::{self, Block256, Order};
 use super::block32::{self, Block32, RowPairs};
 use super::float::FloatRows;
 use super::interleaved::{self, Interleaved, Nibbles};
+use super::interleaved_q4k::{self, InterleavedQ4K};
 use super::iq4_nl::BlockIq4Nl;
 use super::iq4_xs::BlockIq4Xs;
 use super::isa::{self, Isa};
@@ -51,12 +52,15 @@ enum Weights {
     Float(FloatRows),
     /// Q4_0 or IQ4_NL with rows in eights, interleaved as llama.cpp repacks them.
     Interleaved(Interleaved),
+    /// Q4_K with rows in eights, interleaved as llama.cpp repacks them.
+    InterleavedQ4K(InterleavedQ4K),
 }
 
 /// Calls `$body` with `$b` bound to the block vector of a 32-value format,
-/// `$k` to that of a 256-value one, or `$f` to float rows.
+/// `$k` to that of a 256-value one, `$f` to float rows, or `$i` and `$j` to
+/// the interleaved 32-value and Q4_K layouts.
 macro_rules! by_format {
-    ($w:expr, $b:ident => $b32:expr, $k:ident => $b256:expr, $f:ident => $float:expr, $i:ident => $inter:expr) => {
+    ($w:expr, $b:ident => $b32:expr, $k:ident => $b256:expr, $f:ident => $float:expr, $i:ident => $inter:expr, $j:ident => $inter_k:expr) => {
         match $w {
             Weights::Q4_0($b) => $b32,
             Weights::Q4_1($b) => $b32,
@@ -72,6 +76,7 @@ macro_rules! by_format {
             Weights::Iq4Xs($k) => $b256,
             Weights::Float($f) => $float,
             Weights::Interleaved($i) => $inter,
+            Weights::InterleavedQ4K($j) => $inter_k,
         }
     };
 }
@@ -188,6 +193,7 @@ impl QuantMatrix {
             T::Iq4Nl => Weights::Iq4Nl(blocks(data, BlockIq4Nl::BYTES)),
             T::Q2K => Weights::Q2K(blocks(data, BlockQ2K::BYTES)),
             T::Q3K => Weights::Q3K(blocks(data, BlockQ3K::BYTES)),
+            T::Q4K if n % interleaved_q4k::ROWS == 0 => Weights::InterleavedQ4K(InterleavedQ4K::new(&blocks::<BlockQ4K>(data, BlockQ4K::BYTES), n, k / QK_K)),
             T::Q4K => Weights::Q4K(blocks(data, BlockQ4K::BYTES)),
             T::Q5K => Weights::Q5K(blocks(data, BlockQ5K::BYTES)),
             T::Q6K => Weights::Q6K(blocks(data, BlockQ6K::BYTES)),
@@ -207,18 +213,7 @@ impl QuantMatrix {
 
     /// Bytes the weights take in memory (as in the file).
     pub fn stored_bytes(&self) -> usize {
-        by_format!(&self.weights, b => std::mem::size_of_val(b.as_slice()), k => std::mem::size_of_val(k.as_slice()), f => f.stored_bytes(), i => i.stored_bytes())
-    }
-
-    /// The float order of a 256-value format over `rows` activation rows:
-    /// llama.cpp repacks Q4_K matrices whose rows come in eights (Q4_0 and
-    /// IQ4_NL ones are interleaved here, as there).
-    fn order(&self, rows: usize) -> Order {
-        if matches!(self.weights, Weights::Q4K(_)) && self.n % 8 == 0 {
-            Order::Repacked
-        } else {
-            Order::for_rows(rows)
-        }
+        by_format!(&self.weights, b => std::mem::size_of_val(b.as_slice()), k => std::mem::size_of_val(k.as_slice()), f => f.stored_bytes(), i => i.stored_bytes(), j => j.stored_bytes())
     }
 
     /// Whether the AVX-512 prefill kernel of this type reads `RowPairs`
@@ -274,7 +269,7 @@ impl QuantMatrix {
         let isa = isa::isa();
         by_format!(&self.weights,
             b => cols32(b, self.k / 32, (&acts.q8, &acts.q8_pairs), rows, cols, out, ld, isa),
-            k => cols256(k, self.k / QK_K, &acts.q8k, rows, cols, out, ld, self.order(sequence_rows), sequence_rows == rows, isa),
+            k => cols256(k, self.k / QK_K, &acts.q8k, rows, cols, out, ld, Order::for_rows(sequence_rows), isa),
             f => {
                 let x = acts.rounded_for(f);
                 let mut buf = Vec::new();
@@ -282,7 +277,8 @@ impl QuantMatrix {
                     f.dot_rows(self.k, x, rows, col, &mut buf, |r, v| out.write(r * ld + col, v));
                 }
             },
-            i => i.matmul_rows(&acts.q8, rows, cols, isa, |r, col, v| out.write(r * ld + col, v))
+            i => i.matmul_rows(&acts.q8, rows, cols, isa, |r, col, v| out.write(r * ld + col, v)),
+            j => j.matmul_rows(&acts.q8k, rows, sequence_rows == rows, cols, isa, |r, col, v| out.write(r * ld + col, v))
         )
     }
 
@@ -302,7 +298,8 @@ impl QuantMatrix {
                 let mut buf = Vec::new();
                 out.copy_from_slice(f.row(row, self.k, &mut buf))
             },
-            i => i.dequantize_row(row, out)
+            i => i.dequantize_row(row, out),
+            j => j.dequantize_row(row, out)
         )
     }
 
@@ -317,11 +314,7 @@ impl QuantMatrix {
             },
             k => {
                 let kb = self.k / QK_K;
-                let order = match self.order(rows) {
-                    Order::Repacked if row < rows - rows % 4 => Order::RepackedGemm,
-                    o => o,
-                };
-                block256::dot(&k[col * kb..(col + 1) * kb], &acts.q8k[row * kb..(row + 1) * kb], order)
+                block256::dot(&k[col * kb..(col + 1) * kb], &acts.q8k[row * kb..(row + 1) * kb], Order::for_rows(rows))
             },
             f => {
                 let x = acts.rounded_for(f);
@@ -329,7 +322,14 @@ impl QuantMatrix {
                 let w = f.row(col, self.k, &mut buf).to_vec();
                 super::vec_ops::dot(&x[row * self.k..(row + 1) * self.k], &w)
             },
-            i => i.dot(col, &acts.q8[row * (self.k / 32)..(row + 1) * (self.k / 32)])
+            i => i.dot(col, &acts.q8[row * (self.k / 32)..(row + 1) * (self.k / 32)]),
+            j => {
+                // The row-major kernel's own repacked orders, on the file's blocks.
+                let kb = self.k / QK_K;
+                let blocks: Vec<BlockQ4K> = (0..kb).map(|b| j.block(col, b)).collect();
+                let order = if row < rows - rows % 4 { Order::RepackedGemm } else { Order::Repacked };
+                block256::dot(&blocks, &acts.q8k[row * kb..(row + 1) * kb], order)
+            }
         )
     }
 }
@@ -364,27 +364,23 @@ unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, (acts, pairs): (&[Q8Block]
 /// A 256-value format: one weight row against eight activation rows when
 /// prefilling (four in the vector-dot order, and for what is left); one
 /// against one, prefetching ahead, when decoding.
-/// `one_sequence`: the rows are one sequence's, not a batch's decode rows.
 #[allow(clippy::too_many_arguments)]
-unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, order: Order, one_sequence: bool, isa: Isa) {
+unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, order: Order, isa: Isa) {
     let y = |r: usize| &acts[r * kb..(r + 1) * kb];
-    // The repacked layout's GEMM takes one sequence's rows in fours, its
-    // GEMV the rest (and every row of a batch's decode step).
-    let order4 = if order == Order::Repacked && one_sequence { Order::RepackedGemm } else { order };
     let mut r = 0;
     let mut tile = if rows >= 4 { vec![[0f32; 8]; cols.len()] } else { Vec::new() };
     // Eights where the float steps are per block (the tiled orders): each
     // unpacked block serves twice the rows.
-    while r + 8 <= rows && order4 != Order::Lanes {
+    while r + 8 <= rows && order != Order::Lanes {
         for (t, col) in tile.iter_mut().zip(cols.clone()) {
-            *t = block256::dot_rows::<B, 8>(&blocks[col * kb..(col + 1) * kb], std::array::from_fn(|a| y(r + a)), order4, isa);
+            *t = block256::dot_rows::<B, 8>(&blocks[col * kb..(col + 1) * kb], std::array::from_fn(|a| y(r + a)), order, isa);
         }
         write_rows(out, ld, &cols, r, 8, &tile, |t, a| t[a]);
         r += 8;
     }
     while r + 4 <= rows {
         for (t, col) in tile.iter_mut().zip(cols.clone()) {
-            let four = block256::dot_rows::<B, 4>(&blocks[col * kb..(col + 1) * kb], [y(r), y(r + 1), y(r + 2), y(r + 3)], order4, isa);
+            let four = block256::dot_rows::<B, 4>(&blocks[col * kb..(col + 1) * kb], [y(r), y(r + 1), y(r + 2), y(r + 3)], order, isa);
             t[..4].copy_from_slice(&four);
         }
         write_rows(out, ld, &cols, r, 4, &tile, |t, a| t[a]);

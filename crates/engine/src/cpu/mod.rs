@@ -4,8 +4,8 @@
 //! One file per block format says how to unpack a block; `block32` and
 //! `block256` hold the dot-product kernels written once over those, in
 //! llama.cpp's AVX2 orders with portable twins that compute the same
-//! floating-point operations; `interleaved` holds Q4_0 and IQ4_NL matrices eight rows to a group, as
-//! llama.cpp repacks them; `matrix` dispatches a matrix to its kernel;
+//! floating-point operations; `interleaved` and `interleaved_q4k` hold Q4_0,
+//! IQ4_NL and Q4_K matrices eight rows to a group, as llama.cpp repacks them; `matrix` dispatches a matrix to its kernel;
 //! `isa` is the one place that asks the CPU what it has.
 
 pub mod attention;
@@ -13,6 +13,7 @@ mod block256;
 mod block32;
 mod float;
 mod interleaved;
+mod interleaved_q4k;
 mod iq4_nl;
 mod iq4_xs;
 pub mod isa;

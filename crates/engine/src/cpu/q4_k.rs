@@ -13,21 +13,47 @@ pub(crate) struct BlockQ4K {
     qs: [u8; 128],
 }
 
+impl BlockQ4K {
+    /// `d`, `dmin`, the packed scales and the quants.
+    pub(crate) fn parts(&self) -> (u16, u16, &[u8; 12], &[u8; 128]) {
+        (self.d, self.dmin, &self.scales, &self.qs)
+    }
+
+    pub(crate) fn from_parts(d: u16, dmin: u16, scales: [u8; 12], qs: [u8; 128]) -> Self {
+        Self { d, dmin, scales, qs }
+    }
+}
+
 /// The eight 6-bit scales, then the eight minimums, of Q4_K and Q5_K.
 pub(crate) fn scales_and_mins(s: &[u8; 12]) -> Scales {
-    let mut sc = [0i16; 16];
-    let mut mins = [0i16; 16];
+    let (d, m) = unpack_scales(s);
+    Scales { sc: std::array::from_fn(|e| d[e / 2] as i16), mins: std::array::from_fn(|j| if j < 8 { m[j] as i16 } else { 0 }) }
+}
+
+/// The 12 bytes as eight scales and eight minimums of 6 bits each.
+pub(crate) fn unpack_scales(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    let mut sc = [0u8; 8];
+    let mut mins = [0u8; 8];
     for j in 0..8 {
-        let (d, m) = if j < 4 {
+        (sc[j], mins[j]) = if j < 4 {
             (s[j] & 63, s[j + 4] & 63)
         } else {
             ((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4))
         };
-        sc[2 * j] = d as i16;
-        sc[2 * j + 1] = d as i16;
-        mins[j] = m as i16;
     }
-    Scales { sc, mins }
+    (sc, mins)
+}
+
+/// `unpack_scales` undone: every one of the 96 bits is a scale's or a
+/// minimum's, so this gives back the file's bytes.
+pub(crate) fn pack_scales(sc: &[u8; 8], mins: &[u8; 8]) -> [u8; 12] {
+    let mut s = [0u8; 12];
+    for j in 0..4 {
+        s[j] = (sc[j] & 63) | ((sc[j + 4] >> 4) << 6);
+        s[j + 4] = (mins[j] & 63) | ((mins[j + 4] >> 4) << 6);
+        s[j + 8] = (sc[j + 4] & 0xF) | ((mins[j + 4] & 0xF) << 4);
+    }
+    s
 }
 
 /// Four-bit quants: each 32 bytes hold 32 values in low nibbles, then 32 in high.
