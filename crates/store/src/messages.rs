@@ -148,7 +148,7 @@ fn text_enum<T: serde::de::DeserializeOwned>(s: String) -> rusqlite::Result<T> {
         .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))
 }
 
-fn enum_text<T: Serialize>(v: &T) -> String {
+pub(crate) fn enum_text<T: Serialize>(v: &T) -> String {
     match serde_json::to_value(v) {
         Ok(serde_json::Value::String(s)) => s,
         _ => unreachable!("unit enums serialise to strings"),
@@ -219,6 +219,14 @@ impl Store {
             .query_row(&format!("SELECT {COLUMNS} FROM messages WHERE id = ?1"), [id], message_from_row)
             .optional()?
             .ok_or(StoreError::NotFound { what: "message", id })
+    }
+
+    /// Every message of a conversation, every branch, oldest first (so
+    /// parents before children).
+    pub(crate) fn messages_of(&self, conversation_id: i64) -> Result<Vec<Message>> {
+        let mut stmt = self.conn.prepare(&format!("SELECT {COLUMNS} FROM messages WHERE conversation_id = ?1 ORDER BY id"))?;
+        let all = stmt.query_map([conversation_id], message_from_row)?.collect::<rusqlite::Result<_>>()?;
+        Ok(all)
     }
 
     /// The messages from the root down to `id`, inclusive.
