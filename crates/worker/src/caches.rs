@@ -33,11 +33,15 @@ impl Default for CacheBudgets {
     }
 }
 
-/// Physical memory in MB, where the platform tells it cheaply.
+/// Physical memory in MB, on every platform (`sysinfo`; None where it reads 0).
 fn total_memory_mb() -> Option<u32> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: u64 = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?.split_whitespace().nth(1)?.parse().ok()?;
-    u32::try_from(kb / 1024).ok()
+    let mut system = sysinfo::System::new();
+    system.refresh_memory_specifics(sysinfo::MemoryRefreshKind::nothing().with_ram());
+    let mb = system.total_memory() / (1024 * 1024);
+    if mb == 0 {
+        return None;
+    }
+    u32::try_from(mb).ok()
 }
 
 impl CacheBudgets {
@@ -426,5 +430,20 @@ impl Caches {
             }
             total -= len;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn total_memory_is_read_and_agrees_with_the_kernel_where_it_can_be_checked() {
+        let mb = super::total_memory_mb().expect("every platform Hearth ships on reports its memory");
+        #[cfg(target_os = "linux")]
+        {
+            let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+            let kb: u64 = meminfo.lines().find(|l| l.starts_with("MemTotal:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+            assert_eq!(mb as u64, kb * 1024 / (1024 * 1024));
+        }
+        assert!(mb >= 64, "{mb} MB");
     }
 }
