@@ -12,7 +12,6 @@ use std::collections::HashSet;
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
 
-use crate::conversations::Conversation;
 use crate::error::{Result, StoreError};
 use crate::messages::{MessageStatus, ReplyStats, Role};
 use crate::settings::ConversationSettings;
@@ -322,10 +321,5 @@ impl Store {
         }
         tx.commit()?;
         Ok(report)
-    }
-
-    /// The imported conversations, as the list shows them.
-    pub fn imported(&self, report: &ImportReport) -> Result<Vec<Conversation>> {
-        report.imported.iter().map(|&id| self.conversation(id)).collect()
     }
 }
