@@ -14,8 +14,8 @@ const item: ThreadMessage = {
 describe('MessageView', () => {
   it('shows the variants of a stream side by side as they grow', () => {
     const stream: Stream = $state({
-      replyId: 7, text: 'Red', queuePosition: 0, started: true, tokens: 1, prefill: null,
-      variants: [{ replyId: 8, text: '', tokens: 0 }, { replyId: 9, text: 'Blue', tokens: 1 }],
+      replyId: 7, text: 'Red', queuePosition: 0, started: true, tokens: 1, prefill: null, firstTokenAt: null, thought: null,
+      variants: [{ replyId: 8, text: '', tokens: 0, firstTokenAt: null, thought: null }, { replyId: 9, text: 'Blue', tokens: 1, firstTokenAt: null, thought: null }],
     });
     const target = document.createElement('div');
     const view = mount(MessageView, { target, props: { item, stream } });
@@ -34,12 +34,112 @@ describe('MessageView', () => {
   });
 
   it('shows one stream as one body', () => {
-    const stream: Stream = $state({ replyId: 7, text: '**Hi**', queuePosition: 0, started: true, tokens: 1, prefill: null, variants: [] });
+    const stream: Stream = $state({ replyId: 7, text: '**Hi**', queuePosition: 0, started: true, tokens: 1, prefill: null, firstTokenAt: null, thought: null, variants: [] });
     const target = document.createElement('div');
     const view = mount(MessageView, { target, props: { item, stream } });
     flushSync();
     expect(target.querySelector('[data-testid=variants]')).toBeNull();
     expect(target.querySelector('[data-testid=message-body] strong')!.textContent).toBe('Hi');
+    unmount(view);
+  });
+});
+
+describe('reasoning blocks', () => {
+  const stats = {
+    promptTokens: 5, processedTokens: 5, generatedTokens: 130, ttftMs: 1, tokensPerS: 1, finishReason: 'end_token', seed: 1, temperature: 1,
+    error: null, droppedMessages: 0, replay: null, thinkingTokens: 120, thinkingMs: 3240,
+  };
+  const summary = (t: HTMLElement) => t.querySelector('[data-testid=thinking-summary]')!.textContent!.replace(/\s+/g, ' ').trim();
+
+  it('shows a finished reply\'s thinking collapsed, with its count and time, and the answer as Markdown', () => {
+    const done: ThreadMessage = {
+      ...item,
+      message: {
+        ...item.message, status: 'complete', stats,
+        content: '<think>\nThe user wants <img src=x onerror=alert(1)> and **bold**.\n</think>\n\nHere is **the answer**.',
+      },
+    };
+    const target = document.createElement('div');
+    const view = mount(MessageView, { target, props: { item: done } });
+    flushSync();
+    const block = target.querySelector<HTMLElement>('[data-testid=thinking]')!;
+    const body = target.querySelector<HTMLElement>('[data-testid=thinking-body]')!;
+    expect(block.dataset.open).toBe('false');
+    expect(body.hidden).toBe(true);
+    expect(summary(target)).toBe('▸ Thought for 3.2 s · 120 tokens');
+    const answer = target.querySelector('[data-testid=message-body]')!;
+    expect(answer.querySelector('strong')!.textContent).toBe('the answer');
+    expect(answer.textContent).not.toContain('think');
+
+    (target.querySelector('[data-testid=thinking-summary]') as HTMLButtonElement).click();
+    flushSync();
+    expect(block.dataset.open).toBe('true');
+    expect(body.hidden).toBe(false);
+    // Thinking is model text: shown as text, never as HTML.
+    expect(body.textContent).toBe('The user wants <img src=x onerror=alert(1)> and **bold**.');
+    expect(target.querySelector('img')).toBeNull();
+    expect(body.querySelector('strong')).toBeNull();
+    unmount(view);
+  });
+
+  it('shows no block for a reply without thinking, or with an empty one', () => {
+    for (const content of ['Just **an answer**.', '<think>\n\n</think>\n\nJust **an answer**.']) {
+      const target = document.createElement('div');
+      const view = mount(MessageView, { target, props: { item: { ...item, message: { ...item.message, status: 'complete', content } } } });
+      flushSync();
+      expect(target.querySelector('[data-testid=thinking]')).toBeNull();
+      expect(target.querySelector('[data-testid=message-body]')!.textContent!.trim()).toBe('Just an answer.');
+      unmount(view);
+    }
+  });
+
+  it('streams the thinking into the collapsed block, live, then the answer below it', () => {
+    const stream: Stream = $state({
+      replyId: 7, text: '<think>\nLet me', queuePosition: 0, started: true, tokens: 3, prefill: null,
+      firstTokenAt: performance.now() - 2500, thought: null, variants: [],
+    });
+    const target = document.createElement('div');
+    const view = mount(MessageView, { target, props: { item, stream } });
+    flushSync();
+    const block = target.querySelector<HTMLElement>('[data-testid=thinking]')!;
+    expect(block.dataset.open).toBe('false');
+    expect(block.classList.contains('live')).toBe(true);
+    expect(summary(target)).toBe('▸ Thinking… 2 s · 3 tokens');
+    expect(target.querySelector('[data-testid=thinking-body]')!.textContent).toBe('Let me');
+    expect(target.querySelector('[data-testid=message-body]')!.textContent!.trim()).toBe('');
+
+    stream.text += ' add.</th';
+    stream.tokens += 2;
+    flushSync();
+    expect(target.querySelector('[data-testid=thinking-body]')!.textContent).toBe('Let me add.');
+
+    stream.text += 'ink>\n\n**Fo';
+    stream.tokens += 2;
+    stream.thought = { tokens: 6, ms: 2700 };
+    flushSync();
+    expect(target.querySelector('[data-testid=thinking]')).toBe(block);
+    expect(block.classList.contains('live')).toBe(false);
+    expect(summary(target)).toBe('▸ Thought for 2.7 s · 6 tokens');
+    stream.text += 'ur**';
+    flushSync();
+    expect(target.querySelector('[data-testid=message-body] strong')!.textContent).toBe('Four');
+    expect(target.querySelector('[data-testid=thinking-body]')!.textContent).toBe('Let me add.');
+    unmount(view);
+  });
+
+  it('splits each variant column into its own thinking and answer', () => {
+    const stream: Stream = $state({
+      replyId: 7, text: '<think>\nHmm', queuePosition: 0, started: true, tokens: 2, prefill: null, firstTokenAt: performance.now(), thought: null,
+      variants: [{ replyId: 8, text: '<think>ok</think>\n\nBlue', tokens: 4, firstTokenAt: performance.now(), thought: { tokens: 3, ms: 900 } }],
+    });
+    const target = document.createElement('div');
+    const view = mount(MessageView, { target, props: { item, stream } });
+    flushSync();
+    const columns = [...target.querySelectorAll<HTMLElement>('[data-testid=variant]')];
+    expect(columns.map((c) => c.querySelector('[data-testid=thinking]') !== null)).toEqual([true, true]);
+    expect(summary(columns[0])).toBe('▸ Thinking… 0 s · 2 tokens');
+    expect(summary(columns[1])).toBe('▸ Thought for 0.9 s · 3 tokens');
+    expect(columns.map((c) => c.querySelector('.body')!.textContent!.trim())).toEqual(['', 'Blue']);
     unmount(view);
   });
 });
@@ -64,7 +164,7 @@ describe('the token view', () => {
       ...item,
       message: {
         ...item.message, content: 'The sea', status: 'complete',
-        stats: { promptTokens: 5, processedTokens: 5, generatedTokens: 2, ttftMs: 1, tokensPerS: 1, finishReason: 'end_token', seed: 1, temperature: 1, error: null, droppedMessages: 0, replay: {} as never },
+        stats: { promptTokens: 5, processedTokens: 5, generatedTokens: 2, ttftMs: 1, tokensPerS: 1, finishReason: 'end_token', seed: 1, temperature: 1, error: null, droppedMessages: 0, replay: {} as never, thinkingTokens: null, thinkingMs: null },
       },
     };
     const target = document.createElement('div');

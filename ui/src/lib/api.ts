@@ -14,6 +14,7 @@ import type { ConversationSettings } from './bindings/ConversationSettings';
 import type { DownloadEvent } from './bindings/DownloadEvent';
 import type { FieldError } from './bindings/FieldError';
 import type { GenerationEvent } from './bindings/GenerationEvent';
+import type { ImportResult } from './bindings/ImportResult';
 import type { Message } from './bindings/Message';
 import type { ModelStatus } from './bindings/ModelStatus';
 import type { Preset } from './bindings/Preset';
@@ -25,6 +26,11 @@ import type { ThreadMessage } from './bindings/ThreadMessage';
 import type { TokenView } from './bindings/TokenView';
 
 export type OnEvent = (event: GenerationEvent) => void;
+
+/** How a conversation is exported: Markdown of the shown branch, the whole
+ *  tree as JSON, or a `.hearth` bundle (the JSON, the KV cache and the
+ *  model's identity). */
+export type ExportFormat = 'markdown' | 'json' | 'bundle';
 
 /** Whatever a command threw, as an AppError. */
 export function asAppError(e: unknown): AppError {
@@ -56,6 +62,11 @@ export const api = {
       invoke<ThreadMessage[]>('conversations_select_version', { id, messageId }),
     backend: (id: number) => invoke<Backend>('conversations_backend', { id }),
     setBackend: (id: number, backend: Backend) => invoke<void>('conversations_set_backend', { id, backend }),
+    exportTo: (id: number, format: ExportFormat, path: string) => invoke<null>('conversations_export', { id, format, path }),
+    /** Every conversation in one JSON file; how many were written. */
+    backup: (path: string) => invoke<number>('conversations_backup', { path }),
+    /** A JSON export, a backup, a plain `[{role, content}]` list or a `.hearth` bundle. */
+    importFrom: (path: string) => invoke<ImportResult>('conversations_import', { path }),
   },
   endpoints: {
     list: () => invoke<Endpoint[]>('endpoints_list'),

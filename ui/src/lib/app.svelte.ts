@@ -1,19 +1,23 @@
 // The UI's state: conversations, the shown thread, replies streaming in any
 // conversation, the model, and the open conversation's settings. Components
 // read it and call its methods; only this file talks to the shell.
-import { api, asAppError } from './api';
+import { api, asAppError, type ExportFormat } from './api';
 import { EndpointStore } from './endpoints.svelte';
 import { ModelStore } from './models.svelte';
 import { SettingsStore } from './settings.svelte';
+import { DEFAULT_REASONING } from './reasoning';
 import { StreamStore, type Replay, type Stream } from './streams.svelte';
 import type { Backend } from './bindings/Backend';
 import type { CacheState } from './bindings/CacheState';
 import type { ContextUsage } from './bindings/ContextUsage';
 import type { Conversation } from './bindings/Conversation';
 import type { ConversationSettings } from './bindings/ConversationSettings';
+import type { ImportResult } from './bindings/ImportResult';
+import type { ReasoningFormat } from './bindings/ReasoningFormat';
 import type { SearchHit } from './bindings/SearchHit';
 import type { ThreadMessage } from './bindings/ThreadMessage';
 import type { TokenView } from './bindings/TokenView';
+import { importInWords } from './format';
 
 export type { Replay, Stream } from './streams.svelte';
 export { FRAME_MS } from './streams.svelte';
@@ -27,7 +31,7 @@ export class AppState {
   activeId = $state<number | null>(null);
   thread = $state<ThreadMessage[]>([]);
   /** Replies and replays running, by conversation. */
-  readonly live = new StreamStore();
+  readonly live = new StreamStore((id) => (this.reasoningFor(id) ?? DEFAULT_REASONING).close);
   readonly models = new ModelStore((f) => this.guard(f));
   readonly settings = new SettingsStore((f) => this.guard(f));
   readonly endpoints = new EndpointStore((f) => this.guard(f));
@@ -40,6 +44,8 @@ export class AppState {
   /** The last deleted conversation, while its undo is offered. */
   deleted = $state<Conversation | null>(null);
   error = $state<string | null>(null);
+  /** A short note on what the last import, export or backup did. */
+  notice = $state<{ kind: 'import' | 'export' | 'backup'; text: string } | null>(null);
 
   get active(): Conversation | undefined {
     return this.conversations.find((c) => c.id === this.activeId);
@@ -57,7 +63,6 @@ export class AppState {
     return this.activeId === null ? undefined : this.streams[this.activeId];
   }
 
-  /** The open conversation's settings, once read. */
   /** Where the open conversation's replies come from: the local model or an endpoint's. */
   get activeBackend(): Backend {
     return (this.activeId === null ? undefined : this.endpoints.backends[this.activeId]) ?? { kind: 'local' };
@@ -68,6 +73,19 @@ export class AppState {
     return this.activeBackend.kind === 'remote' || this.models.status.state === 'ready';
   }
 
+  /** How replies in a conversation mark their thinking: the loaded
+   *  model's template's tags; null (the `<think>` pair assumed) for a
+   *  remote model's conversation, or when the template names none. */
+  reasoningFor(conversationId: number | null): ReasoningFormat | null {
+    const backend = conversationId === null ? undefined : this.endpoints.backends[conversationId];
+    return backend?.kind === 'remote' ? null : this.models.reasoning;
+  }
+
+  get activeReasoning(): ReasoningFormat | null {
+    return this.reasoningFor(this.activeId);
+  }
+
+  /** The open conversation's settings, once read. */
   get activeSettings(): ConversationSettings | null {
     return this.activeId === null ? null : (this.settings.byConversation[this.activeId] ?? null);
   }
@@ -308,6 +326,40 @@ export class AppState {
   async exportReplay(replyId: number, path: string) {
     const conversationId = this.activeId!;
     await this.guard(() => api.chat.exportReplay(conversationId, replyId, path));
+  }
+
+  /** Writes a conversation to `path`: Markdown of the shown branch, the
+   *  whole tree as JSON, or a `.hearth` bundle with its KV cache. */
+  async exportConversation(id: number, format: ExportFormat, path: string): Promise<boolean> {
+    const ok = await this.guard(async () => {
+      await api.conversations.exportTo(id, format, path);
+      return true;
+    });
+    if (ok) this.notice = { kind: 'export', text: `Exported to ${path}` };
+    return ok === true;
+  }
+
+  /** Writes every conversation to one JSON file at `path`. */
+  async backup(path: string): Promise<number | undefined> {
+    const n = await this.guard(() => api.conversations.backup(path));
+    if (n !== undefined) this.notice = { kind: 'backup', text: `Backed up ${n} conversation${n === 1 ? '' : 's'} to ${path}` };
+    return n;
+  }
+
+  /** Imports the conversations in the file at `path` (a JSON export, a
+   *  backup, a plain message list or a `.hearth` bundle), then shows the
+   *  list with them and opens the first. A refused file changes nothing
+   *  and its error is shown. */
+  async importFrom(path: string): Promise<ImportResult | undefined> {
+    this.notice = null;
+    const result = await this.guard(() => api.conversations.importFrom(path));
+    if (!result) return undefined;
+    this.notice = { kind: 'import', text: importInWords(result) };
+    await this.guard(async () => {
+      await this.refreshList();
+      if (result.conversationIds.length > 0) await this.open(result.conversationIds[0]);
+    });
+    return result;
   }
 
   /** How full the context would be if `draft` were sent now in the conversation. */

@@ -4,25 +4,27 @@ import { AppState } from './app.svelte';
 import type { Conversation } from './bindings/Conversation';
 import type { ConversationSettings } from './bindings/ConversationSettings';
 import type { GenerationEvent } from './bindings/GenerationEvent';
+import type { ReasoningFormat } from './bindings/ReasoningFormat';
 import type { ThreadMessage } from './bindings/ThreadMessage';
 
 const defaults: ConversationSettings = {
   systemPrompt: '', temperature: 0.7, topK: 40, topP: 0.95, minP: 0.05, repeatPenalty: 1, penaltyWindow: 64,
-  maxNewTokens: 512, seed: null, stopStrings: [], contextLength: 0, overflow: 'stopAtLimit',
+  maxNewTokens: 512, seed: null, stopStrings: [], contextLength: 0, overflow: 'stopAtLimit', thinking: true,
 };
 
 /** A fake shell: conversations in memory; chat_send streams through the channel. */
-function fakeShell(opts: { events?: GenerationEvent[]; replayEvents?: GenerationEvent[]; failSend?: boolean } = {}) {
+function fakeShell(opts: { events?: GenerationEvent[]; replayEvents?: GenerationEvent[]; failSend?: boolean; reasoning?: ReasoningFormat | null } = {}) {
   const conversations: Conversation[] = [];
   const threads = new Map<number, ThreadMessage[]>();
   const calls: string[] = [];
+  const exported: Record<string, unknown>[] = [];
   let next = 1;
   mockIPC((cmd, args) => {
     calls.push(cmd);
     const a = args as Record<string, unknown>;
     switch (cmd) {
       case 'models_status':
-        return { state: 'ready', path: '/m.gguf', name: 'm', architecture: 'llama', contextLength: 8192, device: 'cpu' };
+        return { state: 'ready', path: '/m.gguf', name: 'm', architecture: 'llama', contextLength: 8192, device: 'cpu', reasoning: opts.reasoning ?? null };
       case 'models_recent':
       case 'presets_list':
       case 'chat_busy':
@@ -78,11 +80,28 @@ function fakeShell(opts: { events?: GenerationEvent[]; replayEvents?: Generation
         (opts.replayEvents ?? []).forEach((message, index) => internals.runCallback(channel.id, { index, message }));
         return null;
       }
+      case 'conversations_export':
+        exported.push(a);
+        return null;
+      case 'conversations_backup':
+        exported.push(a);
+        return conversations.length;
+      case 'conversations_import': {
+        // A bundle with two conversations, one of them already here; a
+        // foreign file is refused whole.
+        if (a.path !== '/in/chats.hearth') throw { kind: 'invalidInput', message: 'not a Hearth export: /in/evil.json' };
+        const added = [{ id: 40, title: 'Imported A', createdAt: 0, updatedAt: 9 }, { id: 41, title: 'Imported B', createdAt: 0, updatedAt: 8 }];
+        conversations.unshift(...added);
+        const user = { id: 400, conversationId: 40, parentId: null, role: 'user', content: 'hello from afar', status: 'complete', stats: null, createdAt: 0 };
+        threads.set(40, [{ message: user, versionIds: [400] }] as ThreadMessage[]);
+        threads.set(41, []);
+        return { conversationIds: [40, 41], skippedDuplicates: 1, cache: 'restored', cacheNote: null };
+      }
       default:
         throw { kind: 'internal', message: `unexpected ${cmd}` };
     }
   });
-  return { calls, conversations };
+  return { calls, conversations, exported };
 }
 
 describe('AppState', () => {
@@ -204,5 +223,79 @@ describe('AppState', () => {
     expect(s.variants).toHaveLength(2);
     expect([s.replyId, ...s.variants.map((v) => v.replyId)].every((id) => id > 0)).toBe(true);
     expect(shell.calls).toContain('chat_regenerate');
+  });
+
+  it('counts a streaming reply\'s thinking tokens until the close tag, per variant', async () => {
+    fakeShell({ reasoning: { open: '<think>', close: '</think>', switch: 'enable_thinking', openedByPrompt: false }, events: [
+      { event: 'started', data: { replyId: 0 } },
+      { event: 'tokens', data: { text: '<think>', ids: [1], variant: 0 } },
+      { event: 'tokens', data: { text: '\nHmm', ids: [2, 3], variant: 0 } },
+      { event: 'tokens', data: { text: '<think>\nOk', ids: [1, 4], variant: 1 } },
+      { event: 'tokens', data: { text: '</think>', ids: [5], variant: 0 } },
+      { event: 'tokens', data: { text: '\n\nFour', ids: [6, 7], variant: 0 } },
+    ] });
+    const app = new AppState();
+    await app.init();
+    await app.create();
+    expect(app.activeReasoning?.switch).toBe('enable_thinking');
+    app.variantCount = 2;
+    expect(await app.send('2+2?')).toBe(true);
+    await new Promise((r) => setTimeout(r, 50));
+    const s = app.activeStream!;
+    expect(s.text).toBe('<think>\nHmm</think>\n\nFour');
+    expect(s.tokens).toBe(6);
+    expect(s.thought?.tokens).toBe(4);
+    expect(s.thought!.ms).toBeGreaterThanOrEqual(0);
+    expect(s.firstTokenAt).not.toBeNull();
+    // The second reply is still thinking.
+    expect(s.variants[0].thought).toBeNull();
+    expect(s.variants[0].firstTokenAt).not.toBeNull();
+    expect(s.variants[0].tokens).toBe(2);
+  });
+
+  it('imports a file: the list refreshed, the first imported conversation open, a notice', async () => {
+    fakeShell();
+    const app = new AppState();
+    await app.init();
+    await app.create();
+    const result = await app.importFrom('/in/chats.hearth');
+    expect(result?.conversationIds).toEqual([40, 41]);
+    expect(app.conversations.map((c) => c.id)).toEqual([40, 41, 1]);
+    expect(app.activeId).toBe(40);
+    expect(app.thread.map((t) => t.message.content)).toEqual(['hello from afar']);
+    expect(app.activeSettings).toEqual(defaults);
+    expect(app.error).toBeNull();
+    expect(app.notice).toEqual({
+      kind: 'import',
+      text: 'Imported 2 conversations (already here: 1 skipped) — cache restored: the next turn reads only your new message',
+    });
+  });
+
+  it('shows a refused import\'s error and changes nothing', async () => {
+    const shell = fakeShell();
+    const app = new AppState();
+    await app.init();
+    await app.create();
+    await app.send('hi');
+    const state = () => JSON.parse(JSON.stringify({ conversations: app.conversations, activeId: app.activeId, thread: app.thread, settings: app.activeSettings }));
+    const before = state();
+    const listed = shell.calls.filter((c) => c === 'conversations_list').length;
+    expect(await app.importFrom('/in/evil.json')).toBeUndefined();
+    expect(app.error).toBe('not a Hearth export: /in/evil.json');
+    expect(app.notice).toBeNull();
+    expect(shell.calls.filter((c) => c === 'conversations_list')).toHaveLength(listed);
+    expect(state()).toEqual(before);
+  });
+
+  it('exports a conversation and backs everything up to the paths given', async () => {
+    const shell = fakeShell();
+    const app = new AppState();
+    await app.init();
+    await app.create();
+    const id = app.activeId!;
+    expect(await app.exportConversation(id, 'bundle', '/out/chat.hearth')).toBe(true);
+    expect(await app.backup('/out/hearth-backup-2025-01-07.json')).toBe(1);
+    expect(shell.exported).toEqual([{ id, format: 'bundle', path: '/out/chat.hearth' }, { path: '/out/hearth-backup-2025-01-07.json' }]);
+    expect(app.notice).toEqual({ kind: 'backup', text: 'Backed up 1 conversation to /out/hearth-backup-2025-01-07.json' });
   });
 });

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { finishInWords, replayInWords, statsInWords, titleOf, waitingInWords } from './format';
+import type { ImportResult } from './bindings/ImportResult';
+import { backupFileName, fileNameOf, finishInWords, importInWords, replayInWords, statsInWords, thinkingInWords, titleOf, waitingInWords } from './format';
 
 describe('format', () => {
   it('says what a reply is waiting for, with the prompt read so far', () => {
@@ -23,6 +24,7 @@ describe('format', () => {
     const words = statsInWords({
       promptTokens: 62, processedTokens: 18, generatedTokens: 10, ttftMs: 41.6, tokensPerS: 80.04,
       finishReason: 'end_token', seed: 7, temperature: 0.7, error: null, droppedMessages: 0, replay: null,
+      thinkingTokens: null, thinkingMs: null,
     });
     expect(words).toEqual(['prompt 62 tok', 'processed 18 this turn', 'first token 42 ms', '80.0 tok/s', 'seed 7', 'temp 0.7', 'finished']);
   });
@@ -40,5 +42,36 @@ describe('format', () => {
   it('names untitled chats', () => {
     expect(titleOf('')).toBe('New chat');
     expect(titleOf('Rust')).toBe('Rust');
+  });
+
+  it('says how long a model thought', () => {
+    expect(thinkingInWords({ live: true, closed: false, tokens: 42, ms: 3900 })).toBe('Thinking… 3 s · 42 tokens');
+    expect(thinkingInWords({ live: true, closed: false, tokens: null, ms: null })).toBe('Thinking… 0 s');
+    expect(thinkingInWords({ live: false, closed: true, tokens: 120, ms: 3240 })).toBe('Thought for 3.2 s · 120 tokens');
+    expect(thinkingInWords({ live: true, closed: true, tokens: 1, ms: 50 })).toBe('Thought for 0.1 s · 1 token');
+    expect(thinkingInWords({ live: false, closed: true, tokens: null, ms: null })).toBe('Thought');
+    expect(thinkingInWords({ live: false, closed: false, tokens: 512, ms: null })).toBe('Thinking (stopped before an answer) · 512 tokens');
+  });
+
+  it('says what an import did', () => {
+    const one: ImportResult = { conversationIds: [4], skippedDuplicates: 0, cache: 'none', cacheNote: null };
+    expect(importInWords(one)).toBe('Imported 1 conversation');
+    expect(importInWords({ ...one, conversationIds: [4, 5, 6], skippedDuplicates: 2 })).toBe('Imported 3 conversations (already here: 2 skipped)');
+    expect(importInWords({ ...one, conversationIds: [], skippedDuplicates: 1 })).toBe('Nothing new to import (already here: 1 skipped)');
+    expect(importInWords({ ...one, cache: 'restored' })).toBe('Imported 1 conversation — cache restored: the next turn reads only your new message');
+    expect(importInWords({ ...one, cache: 'skipped', cacheNote: 'made with another model (qwen3-0.6b)' }))
+      .toBe('Imported 1 conversation — text imported; cache skipped: made with another model (qwen3-0.6b)');
+  });
+
+  it('names exported files after the title, safely', () => {
+    expect(fileNameOf('Rust lifetimes', 'md')).toBe('Rust lifetimes.md');
+    expect(fileNameOf('a/b\\c: "d" <e>|f?*', 'json')).toBe('a b c d e f.json');
+    expect(fileNameOf('../../etc/passwd', 'hearth')).toBe('etc passwd.hearth');
+    expect(fileNameOf('line\nbreak\ttab', 'md')).toBe('line break tab.md');
+    expect(fileNameOf('...', 'md')).toBe('conversation.md');
+    expect(fileNameOf('   ', 'md')).toBe('conversation.md');
+    expect(fileNameOf('x'.repeat(200), 'md')).toBe(`${'x'.repeat(80)}.md`);
+    expect(fileNameOf('日本語のチャット', 'json')).toBe('日本語のチャット.json');
+    expect(backupFileName(new Date(2025, 0, 7, 23, 59))).toBe('hearth-backup-2025-01-07.json');
   });
 });

@@ -1,4 +1,5 @@
 // Words for what the engine reports.
+import type { ImportResult } from './bindings/ImportResult';
 import type { ReplyStats } from './bindings/ReplyStats';
 import type { Replay } from './app.svelte';
 
@@ -74,4 +75,50 @@ export function replayInWords(r: Replay): string {
   if (o.stopped) return `Replay stopped after ${o.compared} of ${o.recorded} tokens`;
   if (o.matched) return `Replay matched all ${o.recorded} tokens${ran}${notes}`;
   return `Replay differs from token ${(o.firstDifference ?? 0) + 1} of ${o.recorded}${notes}`;
+}
+
+/** A reasoning block's summary: live while it is being written, then how
+ *  long it took and how many tokens. */
+export function thinkingInWords(t: {
+  /** Still being written. */
+  live: boolean;
+  /** The close tag arrived. */
+  closed: boolean;
+  tokens: number | null;
+  /** The thinking's duration, or while live the time since it began. */
+  ms: number | null;
+}): string {
+  const tokens = t.tokens !== null ? ` · ${t.tokens.toLocaleString('en-US')} token${t.tokens === 1 ? '' : 's'}` : '';
+  if (t.live && !t.closed) return `Thinking… ${Math.floor((t.ms ?? 0) / 1000)} s${tokens}`;
+  if (!t.closed) return `Thinking (stopped before an answer)${tokens}`;
+  if (t.ms === null) return `Thought${tokens}`;
+  return `Thought for ${(t.ms / 1000).toFixed(1)} s${tokens}`;
+}
+
+/** What an import did, in words. */
+export function importInWords(r: ImportResult): string {
+  const n = r.conversationIds.length;
+  let words = n === 0 ? 'Nothing new to import' : `Imported ${n} conversation${n === 1 ? '' : 's'}`;
+  if (r.skippedDuplicates > 0) words += ` (already here: ${r.skippedDuplicates} skipped)`;
+  if (r.cache === 'restored') words += ' — cache restored: the next turn reads only your new message';
+  else if (r.cache === 'skipped') words += ` — text imported; cache skipped: ${r.cacheNote ?? 'it does not fit this model'}`;
+  return words;
+}
+
+/** A file name for a conversation titled `title`: no path separators,
+ *  reserved or control characters, at most 80 characters. */
+export function fileNameOf(title: string, extension: string): string {
+  const base = title
+    .replace(/[\\/:*?"<>|\u0000-\u001f\u007f]+/g, ' ')
+    .replace(/\s+/g, ' ')
+    .trim()
+    .slice(0, 80)
+    .replace(/^[.\s]+|[.\s]+$/g, '');
+  return `${base || 'conversation'}.${extension}`;
+}
+
+/** The default name of a backup made on `date` (local time). */
+export function backupFileName(date: Date): string {
+  const two = (n: number) => String(n).padStart(2, '0');
+  return `hearth-backup-${date.getFullYear()}-${two(date.getMonth() + 1)}-${two(date.getDate())}.json`;
 }

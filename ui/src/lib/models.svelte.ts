@@ -2,6 +2,7 @@
 // and the default model's download.
 import { api } from './api';
 import type { ModelStatus } from './bindings/ModelStatus';
+import type { ReasoningFormat } from './bindings/ReasoningFormat';
 import type { RecentModel } from './bindings/RecentModel';
 import type { Guard } from './settings.svelte';
 
@@ -21,6 +22,11 @@ export class ModelStore {
   private statusEvents = 0;
 
   constructor(private guard: Guard) {}
+
+  /** How the loaded model's template marks thinking, if it does. */
+  get reasoning(): ReasoningFormat | null {
+    return this.status.state === 'ready' ? (this.status.reasoning ?? null) : null;
+  }
 
   /** Call after subscribing to model-status events. */
   async load() {

@@ -4,9 +4,25 @@
 import { asAppError, type OnEvent } from './api';
 import type { GenerationEvent } from './bindings/GenerationEvent';
 import type { ReplayOutcome } from './bindings/ReplayOutcome';
+import { DEFAULT_REASONING, ThinkingCounter } from './reasoning';
+
+/** One reply's thinking as it streams: when its first token came
+ *  (`performance.now()`), and once the close tag has arrived, how many
+ *  tokens it took and how long. */
+export interface StreamThinking {
+  firstTokenAt: number | null;
+  thought: { tokens: number; ms: number } | null;
+}
+
+/** One of the replies written beside the first ("Generate N"). */
+export interface StreamVariant extends StreamThinking {
+  replyId: number;
+  text: string;
+  tokens: number;
+}
 
 /** A reply being written, in any conversation. */
-export interface Stream {
+export interface Stream extends StreamThinking {
   replyId: number;
   text: string;
   /** Position in the queue while waiting; 0 once started. */
@@ -16,7 +32,7 @@ export interface Stream {
   /** How far the prompt has been read, once the reply has started. */
   prefill: { done: number; total: number } | null;
   /** The other replies written beside this one ("Generate N"), in order. */
-  variants: { replyId: number; text: string; tokens: number }[];
+  variants: StreamVariant[];
 }
 
 /** A recorded reply being run again (or the result of the last run), in
@@ -38,6 +54,10 @@ export class StreamStore {
   byConversation = $state<Record<number, Stream>>({});
   replays = $state<Record<number, Replay>>({});
 
+  /** `closeTag`: the tag that ends a reply's thinking in a conversation
+   *  (its model's template's), so the stream can count thinking tokens. */
+  constructor(private closeTag: (conversationId: number) => string = () => DEFAULT_REASONING.close) {}
+
   /** A reply or a replay is running in the conversation. */
   busy(conversationId: number): boolean {
     const r = this.replays[conversationId];
@@ -55,14 +75,19 @@ export class StreamStore {
     call: (onEvent: OnEvent) => Promise<T>,
     ended: (error: string | null) => void,
   ): Promise<T> {
+    const variants = init.variants ?? 1;
     this.byConversation[conversationId] = {
       replyId: init.replyId ?? -1, text: init.text ?? '', queuePosition: 0, started: false, tokens: 0, prefill: null,
-      variants: Array.from({ length: (init.variants ?? 1) - 1 }, () => ({ replyId: -1, text: '', tokens: 0 })),
+      firstTokenAt: null, thought: null,
+      variants: Array.from({ length: variants - 1 }, () => ({ replyId: -1, text: '', tokens: 0, firstTokenAt: null, thought: null })),
     };
+    const close = this.closeTag(conversationId);
+    this.thinking.set(conversationId, Array.from({ length: variants }, (_, i) => ({ counter: new ThinkingCounter(close, i === 0 ? (init.text ?? '') : ''), firstAt: null })));
     try {
       return await call(this.listener(conversationId, ended));
     } catch (e) {
       delete this.byConversation[conversationId];
+      this.thinking.delete(conversationId);
       throw e;
     }
   }
@@ -97,6 +122,7 @@ export class StreamStore {
 
   forget(conversationId: number) {
     delete this.byConversation[conversationId];
+    this.thinking.delete(conversationId);
     delete this.replays[conversationId];
   }
 
@@ -123,6 +149,7 @@ export class StreamStore {
         case 'error':
           this.flushTokens();
           delete this.byConversation[conversationId];
+          this.thinking.delete(conversationId);
           ended(event.event === 'error' ? event.data.error.message : null);
           break;
       }
@@ -133,7 +160,10 @@ export class StreamStore {
    *  reach the page in an animation frame at most every `FRAME_MS`, however
    *  fast they arrive: each update costs the webview a layout and a paint,
    *  and on a machine with few cores that time comes out of the model's. */
-  private pendingTokens = new Map<number, Map<number, { text: string; tokens: number }>>();
+  private pendingTokens = new Map<number, Map<number, Pending>>();
+  /** Each running reply's thinking, by conversation and variant: counted
+   *  per event, outside the page's state. */
+  private thinking = new Map<number, { counter: ThinkingCounter; firstAt: number | null }[]>();
   private flushQueued = false;
   private lastFlush = 0;
 
@@ -148,6 +178,8 @@ export class StreamStore {
         if (!target) continue;
         target.text += p.text;
         target.tokens += p.tokens;
+        if (target.firstTokenAt === null && p.firstAt !== null) target.firstTokenAt = p.firstAt;
+        if (p.thought) target.thought = p.thought;
       }
     }
     this.pendingTokens.clear();
@@ -156,12 +188,19 @@ export class StreamStore {
   private queueTokens(conversationId: number, variant: number, text: string, tokens: number) {
     let byVariant = this.pendingTokens.get(conversationId);
     if (!byVariant) this.pendingTokens.set(conversationId, (byVariant = new Map()));
-    const p = byVariant.get(variant);
+    let p = byVariant.get(variant);
     if (p) {
       p.text += text;
       p.tokens += tokens;
     } else {
-      byVariant.set(variant, { text, tokens });
+      byVariant.set(variant, (p = { text, tokens, firstAt: null, thought: null }));
+    }
+    const t = this.thinking.get(conversationId)?.[variant];
+    if (t) {
+      const now = performance.now();
+      if (t.firstAt === null) p.firstAt = t.firstAt = now;
+      const thought = t.counter.push(text, tokens);
+      if (thought !== null) p.thought = { tokens: thought, ms: now - t.firstAt };
     }
     if (this.flushQueued) return;
     this.flushQueued = true;
@@ -170,4 +209,14 @@ export class StreamStore {
     if (wait > 0) setTimeout(inFrame, wait);
     else inFrame();
   }
+}
+
+/** Tokens of one reply received but not yet shown. */
+interface Pending {
+  text: string;
+  tokens: number;
+  /** When the reply's first token came, if it is among these. */
+  firstAt: number | null;
+  /** The thinking, if it closed among these. */
+  thought: { tokens: number; ms: number } | null;
 }

@@ -28,4 +28,8 @@ seed: number | null, stopStrings: Array<string>,
 /**
  * 0 uses the model's own context length.
  */
-contextLength: number, overflow: OverflowPolicy, };
+contextLength: number, overflow: OverflowPolicy, 
+/**
+ * Passed to the template's thinking switch (`enable_thinking`), where it has one.
+ */
+thinking: boolean, };

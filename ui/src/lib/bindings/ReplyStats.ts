@@ -28,4 +28,12 @@ droppedMessages: number,
 /**
  * What produced the reply, to run it again and compare token by token.
  */
-replay: ReplayRecord | null, };
+replay: ReplayRecord | null, 
+/**
+ * Tokens of the reply's thinking block, its close tag included, when it had one that closed.
+ */
+thinkingTokens: number | null, 
+/**
+ * How long the thinking took, when it had a block that closed.
+ */
+thinkingMs: number | null, };

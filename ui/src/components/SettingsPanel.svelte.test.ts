@@ -1,0 +1,54 @@
+// The thinking switch shows only for a model whose template has one.
+import { clearMocks, mockIPC } from '@tauri-apps/api/mocks';
+import { flushSync, mount, unmount } from 'svelte';
+import { afterEach, describe, expect, it } from 'vitest';
+import { app } from '../lib/app.svelte';
+import type { ConversationSettings } from '../lib/bindings/ConversationSettings';
+import SettingsPanel from './SettingsPanel.svelte';
+
+const settings: ConversationSettings = {
+  systemPrompt: '', temperature: 0.7, topK: 40, topP: 0.95, minP: 0.05, repeatPenalty: 1, penaltyWindow: 64,
+  maxNewTokens: 512, seed: null, stopStrings: [], contextLength: 0, overflow: 'stopAtLimit', thinking: true,
+};
+const ready = { state: 'ready', path: '/q.gguf', name: 'Qwen3', architecture: 'qwen3', contextLength: 4096, device: 'cpu' } as const;
+
+describe('SettingsPanel', () => {
+  afterEach(() => clearMocks());
+
+  it('offers "Think before answering" only where the template has a switch', async () => {
+    const saved: ConversationSettings[] = [];
+    mockIPC((cmd, args) => {
+      if (cmd === 'settings_validate') return [];
+      if (cmd === 'settings_set') {
+        saved.push((args as { settings: ConversationSettings }).settings);
+        return null;
+      }
+      throw new Error(`unexpected ${cmd}`);
+    });
+    app.activeId = 1;
+    app.settings.show(1, settings);
+    app.models.status = { ...ready, reasoning: null };
+    const target = document.createElement('div');
+    // A checkbox fires change only when it is in a document.
+    document.body.append(target);
+    const view = mount(SettingsPanel, { target });
+    flushSync();
+    expect(target.querySelector('[data-testid=setting-thinking]')).toBeNull();
+
+    app.models.status = { ...ready, reasoning: { open: '<think>', close: '</think>', switch: null, openedByPrompt: true } };
+    flushSync();
+    expect(target.querySelector('[data-testid=setting-thinking]')).toBeNull();
+
+    app.models.status = { ...ready, reasoning: { open: '<think>', close: '</think>', switch: 'enable_thinking', openedByPrompt: false } };
+    flushSync();
+    const box = target.querySelector<HTMLInputElement>('[data-testid=setting-thinking]')!;
+    expect(box.checked).toBe(true);
+    expect(box.closest('label')!.textContent).toContain('Think before answering');
+    box.click();
+    await new Promise((r) => setTimeout(r, 20));
+    expect(app.error).toBeNull();
+    expect(saved).toEqual([{ ...settings, thinking: false }]);
+    unmount(view);
+    target.remove();
+  });
+});

@@ -1,0 +1,77 @@
+import { describe, expect, it } from 'vitest';
+import type { ReasoningFormat } from './bindings/ReasoningFormat';
+import { splitThinking, ThinkingCounter } from './reasoning';
+
+const qwen3: ReasoningFormat = { open: '<think>', close: '</think>', switch: 'enable_thinking', openedByPrompt: false };
+const r1: ReasoningFormat = { open: '<think>', close: '</think>', switch: null, openedByPrompt: true };
+const other: ReasoningFormat = { open: '<|begin_of_thought|>', close: '<|end_of_thought|>', switch: null, openedByPrompt: false };
+
+describe('splitThinking', () => {
+  it('takes the thinking from a reply that opens with the tag', () => {
+    expect(splitThinking('<think>\nLet me add.\n2+2=4\n</think>\n\nIt is **4**.', qwen3, false))
+      .toEqual({ thinking: 'Let me add.\n2+2=4', closed: true, answer: 'It is **4**.' });
+    expect(splitThinking('\n  <think>x</think>y', null, false)).toEqual({ thinking: 'x', closed: true, answer: 'y' });
+  });
+
+  it('streams the thinking until the close tag arrives', () => {
+    expect(splitThinking('<think>\nHmm, the user', qwen3, true)).toEqual({ thinking: 'Hmm, the user', closed: false, answer: '' });
+    expect(splitThinking('<think>\nHmm</th', qwen3, true)).toEqual({ thinking: 'Hmm', closed: false, answer: '' });
+    expect(splitThinking('<think>\nHmm</think>\n\nThe ans', qwen3, true)).toEqual({ thinking: 'Hmm', closed: true, answer: 'The ans' });
+    // A tag still arriving is not shown as text.
+    expect(splitThinking('\n<thi', qwen3, true)).toEqual({ thinking: null, closed: false, answer: '' });
+    expect(splitThinking('<', qwen3, true)).toEqual({ thinking: null, closed: false, answer: '' });
+    expect(splitThinking('<think>', qwen3, true)).toEqual({ thinking: '', closed: false, answer: '' });
+  });
+
+  it('keeps a finished reply cut off while thinking as thinking', () => {
+    expect(splitThinking('<think>\nStep 1, step 2', qwen3, false)).toEqual({ thinking: 'Step 1, step 2', closed: false, answer: '' });
+    expect(splitThinking('<thi', qwen3, false)).toEqual({ thinking: null, closed: false, answer: '<thi' });
+  });
+
+  it('takes everything before a close tag with no open tag as thinking (the prompt opened it)', () => {
+    expect(splitThinking('Okay, so 2+2.\n</think>\n\n4', r1, false)).toEqual({ thinking: 'Okay, so 2+2.', closed: true, answer: '4' });
+    expect(splitThinking('Okay</think>4', null, true)).toEqual({ thinking: 'Okay', closed: true, answer: '4' });
+  });
+
+  it('treats a reply from a prompt-opened block as thinking until its close tag', () => {
+    expect(splitThinking('Okay, so the user', r1, true)).toEqual({ thinking: 'Okay, so the user', closed: false, answer: '' });
+    expect(splitThinking('Okay</', r1, true)).toEqual({ thinking: 'Okay', closed: false, answer: '' });
+    // Finished without a close tag (an earlier reply, another model): plain text.
+    expect(splitThinking('Just text', r1, false)).toEqual({ thinking: null, closed: false, answer: 'Just text' });
+  });
+
+  it('finds no thinking in other replies', () => {
+    expect(splitThinking('The answer is 4.', qwen3, false)).toEqual({ thinking: null, closed: false, answer: 'The answer is 4.' });
+    expect(splitThinking('The answer is 4.', qwen3, true)).toEqual({ thinking: null, closed: false, answer: 'The answer is 4.' });
+    expect(splitThinking('Use <think> then </think> tags', qwen3, false)).toEqual({ thinking: null, closed: false, answer: 'Use <think> then </think> tags' });
+    expect(splitThinking('', qwen3, true)).toEqual({ thinking: null, closed: false, answer: '' });
+  });
+
+  it('shows no block for empty thinking (Qwen3 with thinking off)', () => {
+    expect(splitThinking('<think>\n\n</think>\n\nHello!', qwen3, false)).toEqual({ thinking: null, closed: true, answer: 'Hello!' });
+    expect(splitThinking('<think>\n\n</think>\n\nHel', qwen3, true)).toEqual({ thinking: null, closed: true, answer: 'Hel' });
+  });
+
+  it("uses the template's own tags", () => {
+    expect(splitThinking('<|begin_of_thought|>hmm<|end_of_thought|>\nok', other, false)).toEqual({ thinking: 'hmm', closed: true, answer: 'ok' });
+    expect(splitThinking('<think>hmm</think>ok', other, false)).toEqual({ thinking: null, closed: false, answer: '<think>hmm</think>ok' });
+  });
+});
+
+describe('ThinkingCounter', () => {
+  it('counts tokens until the close tag, even split across events', () => {
+    const c = new ThinkingCounter('</think>');
+    expect(c.push('<think>', 1)).toBeNull();
+    expect(c.push('\nHmm', 2)).toBeNull();
+    expect(c.push('</th', 1)).toBeNull();
+    expect(c.push('ink>\n\n', 1)).toBe(5);
+    expect(c.closed).toBe(true);
+    expect(c.push('</think>', 1)).toBeNull();
+  });
+
+  it('knows a continued reply had closed already', () => {
+    expect(new ThinkingCounter('</think>', '<think>a</think>b').closed).toBe(true);
+    const c = new ThinkingCounter('</think>', '<think>a</thi');
+    expect(c.push('nk>', 1)).toBe(1);
+  });
+});
