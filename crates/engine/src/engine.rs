@@ -12,6 +12,7 @@ use crate::sampler_loop::GenerationConfig;
 use crate::sampling::SamplingParams;
 use crate::session::Session;
 use crate::session_file::CacheIdentity;
+use crate::reasoning::ReasoningFormat;
 use crate::template::{ChatMessage, ChatTemplate};
 
 /// The engine's version and a hash of its source (see `build.rs`): it
@@ -31,6 +32,8 @@ pub struct Engine {
     tokenizer: Tokenizer,
     template: ChatTemplate,
     end_tokens: Vec<u32>,
+    /// How the template marks thinking, if it is a reasoning model's.
+    reasoning: Option<ReasoningFormat>,
     /// The whole file's SHA-256, once known: computed by `hash_file` (gigabytes
     /// take a while, so the app does it in the background) or remembered.
     file_sha256: OnceLock<String>,
@@ -70,7 +73,8 @@ impl Engine {
                 }
             }
         }
-        Ok(Self { path: path.as_ref().to_path_buf(), model, tokenizer, template, end_tokens, file_sha256: OnceLock::new() })
+        let reasoning = ReasoningFormat::detect(&template);
+        Ok(Self { path: path.as_ref().to_path_buf(), model, tokenizer, template, end_tokens, reasoning, file_sha256: OnceLock::new() })
     }
 
     pub fn path(&self) -> &Path {
@@ -94,9 +98,28 @@ impl Engine {
         &self.end_tokens
     }
 
+    /// How the template marks thinking (`None`: not a reasoning model's).
+    pub fn reasoning(&self) -> Option<&ReasoningFormat> {
+        self.reasoning.as_ref()
+    }
+
     /// The prompt ids for a conversation, ending where the reply begins.
     pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
-        let text = self.template.render(messages, true)?;
+        self.encode_chat_with(messages, None)
+    }
+
+    /// The prompt text for a conversation, with thinking switched on or off
+    /// where the template has a switch (`None`: the template's default).
+    pub fn render_chat(&self, messages: &[ChatMessage], thinking: Option<bool>) -> Result<String> {
+        match (thinking, self.reasoning.as_ref().and_then(|r| r.switch.as_deref())) {
+            (Some(on), Some(switch)) => self.template.render_with(messages, true, &[(switch, on)]),
+            _ => self.template.render(messages, true),
+        }
+    }
+
+    /// `encode_chat`, with thinking switched as `render_chat` does.
+    pub fn encode_chat_with(&self, messages: &[ChatMessage], thinking: Option<bool>) -> Result<Vec<u32>> {
+        let text = self.render_chat(messages, thinking)?;
         let mut ids = self.tokenizer.encode(&text, true, true)?;
         // Templates that spell out the BOS token would otherwise get two.
         if let Some(bos) = self.tokenizer.bos() {

@@ -16,6 +16,7 @@ pub mod kv_cache;
 pub mod model;
 pub mod passes;
 pub mod paths;
+pub mod reasoning;
 pub mod sampler_loop;
 pub mod sampling;
 pub mod session;
@@ -39,5 +40,6 @@ pub use sampler_loop::{FinishReason, GenerationConfig, Logprobs, NextInput, Samp
 pub use sampling::{Rng, SamplingParams};
 pub use session::{Advance, OwnedTurn, PrefillStart, Progress, Session, Turn, TurnOutput, TurnStats};
 pub use session_file::{CacheIdentity, Restored};
+pub use reasoning::{ReasoningFormat, Thinking, ThinkingTracker};
 pub use template::{ChatMessage, ChatTemplate, Role};
 pub use tokenizer::Tokenizer;

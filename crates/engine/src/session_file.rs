@@ -64,6 +64,39 @@ fn corrupt(path: &Path, what: impl std::fmt::Display) -> EngineError {
     EngineError::CorruptCache(format!("{}: {what}", path.display()))
 }
 
+/// The identity a cache file was saved under, read from its checked
+/// header alone (a bundle from another machine names its model by hash).
+pub fn read_identity(path: &Path) -> Result<CacheIdentity> {
+    let file = File::open(path).map_err(|e| corrupt(path, format!("cannot open: {e}")))?;
+    read_header(path, &mut BufReader::new(file)).map(|(identity, _)| identity)
+}
+
+/// The header: the identity, and the digest the first chunk chains from.
+fn read_header(path: &Path, r: &mut impl Read) -> Result<(CacheIdentity, [u8; 32])> {
+    let mut fixed = [0u8; 16];
+    r.read_exact(&mut fixed).map_err(|e| corrupt(path, format!("header: {e}")))?;
+    if &fixed[..8] != MAGIC {
+        return Err(corrupt(path, "not a Hearth session cache"));
+    }
+    let version = u32::from_le_bytes(fixed[8..12].try_into().expect("4 bytes"));
+    let json_len = u32::from_le_bytes(fixed[12..16].try_into().expect("4 bytes")) as usize;
+    if version != FORMAT_VERSION || json_len > 1 << 20 {
+        return Err(corrupt(path, format!("format version {version}")));
+    }
+    let mut json = vec![0u8; json_len];
+    r.read_exact(&mut json).map_err(|e| corrupt(path, format!("header: {e}")))?;
+    let mut digest = [0u8; 32];
+    r.read_exact(&mut digest).map_err(|e| corrupt(path, format!("header: {e}")))?;
+    let mut hasher = Sha256::new();
+    hasher.update(fixed);
+    hasher.update(&json);
+    if hasher.finalize().as_slice() != digest {
+        return Err(corrupt(path, "header checksum mismatch"));
+    }
+    let identity = serde_json::from_slice(&json).map_err(|e| corrupt(path, e))?;
+    Ok((identity, digest))
+}
+
 /// Writes all of `session` to `path`, replacing it atomically.
 pub fn write(path: &Path, identity: &CacheIdentity, session: &Session) -> Result<()> {
     let tmp = tmp_path(path);
@@ -157,27 +190,7 @@ pub fn read(path: &Path, identity: &CacheIdentity, model: &Model) -> Result<Rest
     }
     let file = File::open(path).map_err(|e| corrupt(path, format!("cannot open: {e}")))?;
     let mut r = BufReader::new(file);
-    let mut fixed = [0u8; 16];
-    r.read_exact(&mut fixed).map_err(|e| corrupt(path, format!("header: {e}")))?;
-    if &fixed[..8] != MAGIC {
-        return Err(corrupt(path, "not a Hearth session cache"));
-    }
-    let version = u32::from_le_bytes(fixed[8..12].try_into().expect("4 bytes"));
-    let json_len = u32::from_le_bytes(fixed[12..16].try_into().expect("4 bytes")) as usize;
-    if version != FORMAT_VERSION || json_len > 1 << 20 {
-        return Err(corrupt(path, format!("format version {version}")));
-    }
-    let mut json = vec![0u8; json_len];
-    r.read_exact(&mut json).map_err(|e| corrupt(path, format!("header: {e}")))?;
-    let mut digest = [0u8; 32];
-    r.read_exact(&mut digest).map_err(|e| corrupt(path, format!("header: {e}")))?;
-    let mut hasher = Sha256::new();
-    hasher.update(fixed);
-    hasher.update(&json);
-    if hasher.finalize().as_slice() != digest {
-        return Err(corrupt(path, "header checksum mismatch"));
-    }
-    let saved: CacheIdentity = serde_json::from_slice(&json).map_err(|e| corrupt(path, e))?;
+    let (saved, digest) = read_header(path, &mut r)?;
     if &saved != identity {
         return Err(corrupt(path, "saved for another model, context length or engine version"));
     }

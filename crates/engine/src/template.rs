@@ -88,14 +88,22 @@ impl ChatTemplate {
     /// The prompt text for `messages`; with `add_generation_prompt` it ends
     /// where the assistant's reply should begin.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        self.render_with(messages, add_generation_prompt, &[])
+    }
+
+    /// `render` with template variables set as well, such as a reasoning
+    /// model's `enable_thinking` (`ReasoningFormat::switch`); a template
+    /// that does not read a variable is unaffected by it.
+    pub fn render_with(&self, messages: &[ChatMessage], add_generation_prompt: bool, switches: &[(&str, bool)]) -> Result<String> {
         let tmpl = self.env.get_template(NAME).map_err(|e| EngineError::Template(describe(&e)))?;
-        tmpl.render(context! {
+        let base = context! {
             messages => minijinja::value::Value::from(minijinja::value::Serde(messages)),
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
-        })
-        .map_err(|e| EngineError::Template(describe(&e)))
+        };
+        let extra: std::collections::BTreeMap<&str, bool> = switches.iter().copied().collect();
+        tmpl.render(context! { ..minijinja::value::Value::from(minijinja::value::Serde(&extra)), ..base }).map_err(|e| EngineError::Template(describe(&e)))
     }
 }
 

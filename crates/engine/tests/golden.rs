@@ -97,6 +97,48 @@ fn templates_render_like_python_jinja2() {
     assert!(checked >= 60);
 }
 
+/// Reasoning models' real templates (Qwen3, a DeepSeek-R1 distill) against
+/// jinja2: thinking switched on, off and left to the template, and earlier
+/// replies' thinking kept or dropped as each template says.
+#[test]
+fn reasoning_templates_render_like_python_jinja2_and_declare_their_tags() {
+    let golden = load("reasoning_template_golden.json");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let mut checked = 0;
+    for case in golden["cases"].as_array().unwrap() {
+        let name = case["template"].as_str().unwrap();
+        let t = &golden["templates"][name];
+        let source = std::fs::read_to_string(dir.join(t["file"].as_str().unwrap())).unwrap();
+        let tmpl = ChatTemplate::new(&source, t["bos_token"].as_str().unwrap(), t["eos_token"].as_str().unwrap()).unwrap();
+        let format = hearth_engine::ReasoningFormat::detect(&tmpl).expect("a reasoning template declares its tags");
+        assert_eq!((format.open.as_str(), format.close.as_str()), ("<think>", "</think>"));
+        assert_eq!(format.switch.as_deref(), (name == "qwen3").then_some("enable_thinking"), "{name}");
+        assert_eq!(format.opened_by_prompt, name != "qwen3", "{name}");
+        let messages: Vec<ChatMessage> = case["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                let role = match m["role"].as_str().unwrap() {
+                    "system" => Role::System,
+                    "user" => Role::User,
+                    _ => Role::Assistant,
+                };
+                ChatMessage::new(role, m["content"].as_str().unwrap())
+            })
+            .collect();
+        let agp = case["add_generation_prompt"].as_bool().unwrap();
+        let got = match case["enable_thinking"].as_bool() {
+            Some(on) => tmpl.render_with(&messages, agp, &[("enable_thinking", on)]),
+            None => tmpl.render(&messages, agp),
+        };
+        let want = case["ok"].as_str().unwrap_or_else(|| panic!("jinja2 failed on {case}"));
+        assert_eq!(got.unwrap(), want, "template {name}, thinking {}, messages {}", case["enable_thinking"], case["messages"]);
+        checked += 1;
+    }
+    assert_eq!(checked, 72);
+}
+
 /// Greedy ids against llama.cpp (its default f16 KV cache, as Hearth's) on
 /// the same prompt ids: its native AVX-512 build where the kernels run
 /// AVX-512 (and follow that build's order), else its AVX2 build.
