@@ -5,6 +5,7 @@
 pub mod api_server;
 pub mod commands;
 pub mod endpoints;
+pub mod open_file;
 pub mod startup;
 pub mod state;
 
@@ -23,10 +24,42 @@ pub fn run() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .try_init();
+    // `hearth model.gguf` (a file manager's "Open with") opens that model instead of the last one.
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let requested = open_file::model_in_args(std::env::args_os(), &cwd);
     // First among the plugins: a second launch must stop before anything else starts.
     builder(tauri::Builder::default().plugin(single_instance()))
-        .run(tauri::generate_context!())
-        .expect("Hearth failed to start");
+        .manage(open_file::OpenAtStart(requested))
+        .build(tauri::generate_context!())
+        .expect("Hearth failed to start")
+        .run(|_app, _event| {
+            // macOS hands Finder's "Open with" to the running app as an event, not as arguments.
+            #[cfg(target_os = "macos")]
+            if let tauri::RunEvent::Opened { urls } = _event {
+                if let Some(path) = urls.iter().filter_map(|u| u.to_file_path().ok()).find(|p| open_file::is_model_file(p)) {
+                    open_model(_app, path);
+                }
+            }
+        });
+}
+
+/// Opens a model file handed over by the system (a second launch's
+/// arguments, a macOS open event) and brings the window forward.
+pub fn open_model<R: Runtime>(app: &tauri::AppHandle<R>, path: std::path::PathBuf) {
+    tracing::info!("opening {} as asked by the system", path.display());
+    match app.try_state::<AppState>() {
+        Some(state) => state.worker.load_model(path),
+        None => tracing::warn!("cannot open {}: Hearth could not open its data", path.display()),
+    }
+    show_window(app);
+}
+
+fn show_window<R: Runtime>(app: &tauri::AppHandle<R>) {
+    if let Some(window) = app.get_webview_window("main") {
+        let _ = window.unminimize();
+        let _ = window.show();
+        let _ = window.set_focus();
+    }
 }
 
 /// Sent to the window when a second launch showed it instead of opening.
@@ -38,13 +71,13 @@ pub const ANOTHER_LAUNCH_EVENT: &str = "another-launch";
 /// Linux, the CLI.) On Linux the instances meet on a D-Bus name made from
 /// the folder, so test runs with folders of their own never meet.
 fn single_instance<R: Runtime>() -> tauri::plugin::TauriPlugin<R> {
-    let mut plugin = tauri_plugin_single_instance::Builder::new().callback(|app, _args, _cwd| {
+    let mut plugin = tauri_plugin_single_instance::Builder::new().callback(|app, args, cwd| {
         tracing::info!("another launch on this data folder: showing this window instead");
         let _ = app.emit(ANOTHER_LAUNCH_EVENT, ());
-        if let Some(window) = app.get_webview_window("main") {
-            let _ = window.unminimize();
-            let _ = window.show();
-            let _ = window.set_focus();
+        // `hearth model.gguf` while Hearth runs: the model opens here.
+        match open_file::model_in_args(args, std::path::Path::new(&cwd)) {
+            Some(path) => open_model(app, path),
+            None => show_window(app),
         }
     });
     if let Ok(dir) = state::data_dir() {
@@ -89,7 +122,8 @@ pub fn manage_state<R: Runtime>(app: &tauri::AppHandle<R>) -> Result<(), startup
     let dir = state::data_dir().map_err(|e| fail(e, None))?;
     // A folder or lock problem is not the database's: nothing to move aside.
     let lock = state::lock_data_dir(&dir).map_err(|e| fail(e, None))?;
-    let state = AppState::open(dir.clone(), lock, on_status).map_err(|e| {
+    let requested = app.try_state::<open_file::OpenAtStart>().and_then(|r| r.0.clone());
+    let state = AppState::open(dir.clone(), lock, on_status, requested).map_err(|e| {
         let database = (e.kind == error::ErrorKind::Storage).then(|| dir.join(state::DATABASE_FILE).display().to_string());
         fail(e, database)
     })?;

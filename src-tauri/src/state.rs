@@ -33,10 +33,11 @@ pub struct AppState {
 
 impl AppState {
     /// Opens the database in `data_dir`, starts the worker, and starts
-    /// loading the model the user had last (or the default one).
+    /// loading `requested` (a model file the app was launched with), else
+    /// the model the user had last (or the default one).
     /// `lock` is the data folder's, from [`lock_data_dir`]: taken apart,
     /// so that any error here is the database's or the worker's.
-    pub fn open(data_dir: PathBuf, lock: std::fs::File, on_status: StatusSink) -> AppResult<Self> {
+    pub fn open(data_dir: PathBuf, lock: std::fs::File, on_status: StatusSink, requested: Option<PathBuf>) -> AppResult<Self> {
         let store = Store::open(data_dir.join(DATABASE_FILE))?;
         // Conversations deleted in an earlier run are past their undo.
         let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
@@ -47,7 +48,7 @@ impl AppState {
         if let Some(b) = store.app_setting(BUDGETS_KEY)?.and_then(|j| serde_json::from_str::<CacheBudgets>(&j).ok()) {
             worker.set_budgets(b);
         }
-        if let Some(path) = initial_model(&store) {
+        if let Some(path) = requested.or_else(|| initial_model(&store)) {
             worker.load_model(path);
         }
         Ok(Self { store: Mutex::new(store), worker, api_server: Default::default(), keys: Default::default(), download: Mutex::new(None), _lock: lock })
