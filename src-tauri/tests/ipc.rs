@@ -219,6 +219,42 @@ fn commands_over_ipc() {
     assert_eq!(call(&w, "conversations_backend", json!({"id": id})).unwrap(), json!({"kind": "local"}));
     let err = call(&w, "conversations_set_backend", json!({"id": id, "backend": {"kind": "remote", "endpointId": 42, "model": "m"}})).unwrap_err();
     assert_eq!(err["kind"], "notFound");
+
+    // Conversations as files: each format written, and read back; a bad
+    // file is refused with kind badImport and adds nothing.
+    let files = dir.path().join("exports");
+    std::fs::create_dir_all(&files).unwrap();
+    let md = files.join("plans.md");
+    call(&w, "conversations_export", json!({"id": id, "format": "markdown", "path": md})).unwrap();
+    assert!(std::fs::read_to_string(&md).unwrap().starts_with("# Plans\n"));
+    let js = files.join("plans.json");
+    call(&w, "conversations_export", json!({"id": id, "format": "json", "path": js})).unwrap();
+    assert_eq!(serde_json::from_slice::<Value>(&std::fs::read(&js).unwrap()).unwrap()["format"], "hearth-conversation");
+    let bundle = files.join("plans.hearth");
+    call(&w, "conversations_export", json!({"id": id, "format": "bundle", "path": bundle})).unwrap();
+    assert_eq!(&std::fs::read(&bundle).unwrap()[..4], b"PK\x03\x04");
+    let err = call(&w, "conversations_export", json!({"id": id, "format": "pdf", "path": md})).unwrap_err();
+    assert!(err.as_str().is_some_and(|e| e.contains("pdf")) || err["message"].as_str().is_some_and(|e| e.contains("pdf")), "{err}");
+    let backup = files.join("backup.json");
+    assert_eq!(call(&w, "conversations_backup", json!({"path": backup})).unwrap(), json!(1));
+    // Already here: nothing added, twice over.
+    let same = call(&w, "conversations_import", json!({"path": backup})).unwrap();
+    assert_eq!((same["conversationIds"].clone(), same["skippedDuplicates"].clone(), same["cache"].clone()), (json!([]), json!(1), json!("none")));
+    let same = call(&w, "conversations_import", json!({"path": bundle})).unwrap();
+    assert_eq!((same["skippedDuplicates"].clone(), same["cache"].clone()), (json!(1), json!("none")), "an empty conversation has no cache");
+    let plain = files.join("plain.json");
+    std::fs::write(&plain, r#"[{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "<think>\nhm\n</think>\n\nHi!"}]"#).unwrap();
+    let added = call(&w, "conversations_import", json!({"path": plain})).unwrap();
+    let new_id = added["conversationIds"][0].as_i64().unwrap();
+    assert_eq!(call(&w, "conversations_thread", json!({"id": new_id})).unwrap().as_array().unwrap().len(), 2);
+    let junk = files.join("junk.json");
+    std::fs::write(&junk, b"{\"format\": \"hearth-conversation\", \"version\": 99}").unwrap();
+    let err = call(&w, "conversations_import", json!({"path": junk})).unwrap_err();
+    assert_eq!(err["kind"], "badImport");
+    assert!(err["message"].as_str().unwrap().contains("newer Hearth"), "{err}");
+    let err = call(&w, "conversations_import", json!({"path": files.join("missing.json")})).unwrap_err();
+    assert_eq!(err["kind"], "badImport");
+    assert_eq!(call(&w, "conversations_list", json!({})).unwrap().as_array().unwrap().len(), 2);
 }
 
 /// One HTTP exchange with the local API server, as text.

@@ -249,6 +249,7 @@ impl Fields {
             stop_strings: self.stop()?,
             context_length: 0,
             overflow: OverflowPolicy::StopAtLimit,
+            thinking: defaults.thinking,
         };
         if let Some(bad) = settings.validate().first() {
             return Err(ApiError::field(&bad.field, bad.message.clone()));

@@ -54,6 +54,11 @@ pub struct ReplyStats {
     pub dropped_messages: u32,
     /// What produced the reply, to run it again and compare token by token.
     pub replay: Option<ReplayRecord>,
+    /// Tokens of the reply's thinking block, its close tag included, when
+    /// the model thought and the block closed.
+    pub thinking_tokens: Option<u32>,
+    /// From the first token to the one that closed the thinking block.
+    pub thinking_ms: Option<f64>,
 }
 
 /// Everything a reply was computed from, and the tokens it gave.

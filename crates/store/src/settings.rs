@@ -26,6 +26,9 @@ pub struct ConversationSettings {
     /// 0 uses the model's own context length.
     pub context_length: u32,
     pub overflow: OverflowPolicy,
+    /// Think before answering, where the model's template has a switch for
+    /// it (Qwen3's `enable_thinking`); other models ignore it.
+    pub thinking: bool,
 }
 
 /// What happens when a conversation no longer fits the context.
@@ -56,6 +59,7 @@ impl Default for ConversationSettings {
             stop_strings: Vec::new(),
             context_length: 0,
             overflow: OverflowPolicy::StopAtLimit,
+            thinking: true,
         }
     }
 }
@@ -146,6 +150,7 @@ fn message(field: &str) -> &'static str {
         "stopStrings" => "must be at most 16 stop strings, none of them empty",
         "contextLength" => "must be 0 (the model's) or a whole number between 16 and 1048576",
         "overflow" => "must be stopAtLimit, truncateMiddle or rollingWindow",
+        "thinking" => "must be true or false",
         _ => "is not valid",
     }
 }

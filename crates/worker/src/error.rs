@@ -40,6 +40,9 @@ pub enum ErrorKind {
     /// A remote endpoint failed: unreachable, refused the key, rate
     /// limited, sent something malformed, or dropped the connection.
     Remote,
+    /// A file to import is malformed, too large, from a newer Hearth, or
+    /// not what it claims to be; nothing was imported.
+    BadImport,
     Internal,
 }
 

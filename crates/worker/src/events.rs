@@ -78,6 +78,26 @@ pub struct ReplayOutcome {
     pub notes: Vec<String>,
 }
 
+/// How the loaded model's chat template marks thinking
+/// (`hearth_engine::ReasoningFormat`), for the UI to fold it away.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, TS)]
+#[serde(rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
+pub struct ReasoningFormat {
+    pub open: String,
+    pub close: String,
+    /// The template variable that turns thinking on or off, where it reads one.
+    pub switch: Option<String>,
+    /// The generation prompt opens the block, so replies carry only the close tag.
+    pub opened_by_prompt: bool,
+}
+
+impl From<&hearth_engine::ReasoningFormat> for ReasoningFormat {
+    fn from(f: &hearth_engine::ReasoningFormat) -> Self {
+        Self { open: f.open.clone(), close: f.close.clone(), switch: f.switch.clone(), opened_by_prompt: f.opened_by_prompt }
+    }
+}
+
 /// The app's model, as the UI shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, TS)]
 #[serde(tag = "state", rename_all = "camelCase")]
@@ -89,7 +109,8 @@ pub enum ModelStatus {
     Loading { path: String },
     #[serde(rename_all = "camelCase")]
     /// `device`: where it runs (`cpu`, `cuda`, `metal`).
-    Ready { path: String, name: String, architecture: String, context_length: u32, device: String },
+    /// `reasoning`: how the model's template marks thinking, if it does.
+    Ready { path: String, name: String, architecture: String, context_length: u32, device: String, reasoning: Option<ReasoningFormat> },
     #[serde(rename_all = "camelCase")]
     Failed { path: String, error: AppError },
 }

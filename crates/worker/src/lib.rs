@@ -12,6 +12,7 @@
 //! to SQLite as it streams, from this thread, so a crash loses at most the
 //! last quarter second.
 
+pub mod bundle;
 pub mod context;
 pub mod error;
 pub mod events;
@@ -97,6 +98,21 @@ impl Worker {
                 (c, state)
             })
             .collect()
+    }
+
+    /// Writes conversation `id` as a `.hearth` bundle, its saved cache
+    /// included; refused while it is generating (its cache is being written).
+    pub fn export_bundle(&self, store: &Store, id: i64, out: &std::path::Path) -> AppResult<()> {
+        if self.busy_conversations().contains(&id) {
+            return Err(AppError::new(ErrorKind::Busy, "this conversation is writing a reply; export it when the reply ends"));
+        }
+        bundle::export(store, self.caches_dir.as_deref(), id, out)
+    }
+
+    /// Imports a `.hearth` bundle: its conversation, and its cache where the
+    /// loaded model is the one that computed it.
+    pub fn import_bundle(&self, store: &Store, path: &std::path::Path) -> AppResult<bundle::BundleImport> {
+        bundle::import(store, self.engine().as_deref(), self.caches_dir.as_deref(), path)
     }
 
     pub fn budgets(&self) -> CacheBudgets {
@@ -407,6 +423,7 @@ impl WorkerThread {
                     architecture: config.architecture.gguf_name().to_string(),
                     context_length: config.context_length as u32,
                     device: hearth_engine::device::describe(engine.model().device()),
+                    reasoning: engine.reasoning().map(Into::into),
                 };
                 let size = engine.file_fingerprint().map_or(0, |(size, _)| size as i64);
                 if let Err(e) = self.store.record_model(&shown, &name, size).and_then(|_| self.store.set_app_setting(LAST_MODEL_KEY, &shown)) {

@@ -6,7 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use hearth_engine::sampler_loop::PAD;
-use hearth_engine::{ChatMessage, EngineError, FinishReason, SamplingParams, TokenEvent};
+use hearth_engine::{ChatMessage, EngineError, FinishReason, SamplingParams, Thinking, ThinkingTracker, TokenEvent};
 use hearth_store::{ConversationSettings, MessageStatus, ReplayRecord, ReplyStats, TokenChoice, TokenChoices};
 use tokio_util::sync::CancellationToken;
 
@@ -184,6 +184,9 @@ impl WorkerThread {
         test_panic_hook(job.messages.last().map_or("", |m| m.content.as_str()));
         let s = &job.settings;
         let (prompt, context, dropped) = prompt_ids(&engine, job, s)?;
+        for w in written.iter_mut() {
+            w.watch_thinking(&engine, job, &prompt);
+        }
 
         let (cache_key, mut entry) = self.caches.take_for(&engine, job, &prompt, context);
         let session = entry.get_or_insert_with(|| engine.new_session(Some(context)));
@@ -231,7 +234,7 @@ impl WorkerThread {
             let (out, rest) = turn.finish_variants()?;
             others = rest;
             let record = RunRecord { prompt: &prompt, passes, context, dropped, seed };
-            Ok(finished_replies(&engine, job, &record, &out, written.iter_mut().map(|w| std::mem::take(&mut w.choices)).collect()))
+            Ok(finished_replies(&engine, job, &record, &out, written))
         })();
         if let Some(session) = entry {
             self.caches.put(cache_key, session, context, outcome.is_ok() && job.stored());
@@ -288,7 +291,8 @@ pub(super) struct RunRecord<'a> {
 
 /// Each sequence of a finished turn as a reply to store: its text, stats,
 /// replay record (variant b sampled with the seed + b) and token choices.
-pub(super) fn finished_replies(engine: &hearth_engine::Engine, job: &ReplyJob, run: &RunRecord, out: &hearth_engine::TurnOutput, mut choices: Vec<Vec<TokenChoice>>) -> Vec<Finished> {
+/// `written`: each sequence's choices and thinking, as `Written` kept them.
+pub(super) fn finished_replies(engine: &hearth_engine::Engine, job: &ReplyJob, run: &RunRecord, out: &hearth_engine::TurnOutput, written: &mut [Written]) -> Vec<Finished> {
     let s = &job.settings;
     let st = &out.stats;
     let decode_s = st.decode_time.as_secs_f64();
@@ -320,8 +324,10 @@ pub(super) fn finished_replies(engine: &hearth_engine::Engine, job: &ReplyJob, r
                 variant: b as u32,
             };
             let generated = seq.tokens.len();
+            let w = written.get_mut(b);
+            let thought = w.as_ref().and_then(|w| w.thought);
             Finished {
-                choices: TokenChoices { tokens: choices.get_mut(b).map(std::mem::take).unwrap_or_default() },
+                choices: TokenChoices { tokens: w.map(|w| std::mem::take(&mut w.choices)).unwrap_or_default() },
                 text: format!("{}{}", job.prefix, seq.text),
                 reason: seq.finish,
                 stats: ReplyStats {
@@ -337,6 +343,8 @@ pub(super) fn finished_replies(engine: &hearth_engine::Engine, job: &ReplyJob, r
                     error: None,
                     dropped_messages: run.dropped as u32,
                     replay: Some(replay),
+                    thinking_tokens: thought.map(|t| t.0),
+                    thinking_ms: thought.map(|t| t.1),
                 },
             }
         })
@@ -351,8 +359,9 @@ pub fn prompt_ids(engine: &hearth_engine::Engine, job: &ReplyJob, settings: &Con
     let (mut prompt, dropped) = match job.request.as_ref().and_then(|r| r.raw_prompt.as_deref()) {
         Some(text) => (engine.tokenizer().encode(text, true, false)?, 0),
         None => {
-            let fitted = crate::context::fit(&job.messages, settings.overflow, context, reserve, |m| engine.encode_chat(m).map(|ids| ids.len()))?;
-            (engine.encode_chat(&fitted.messages)?, fitted.dropped)
+            let thinking = Some(settings.thinking);
+            let fitted = crate::context::fit(&job.messages, settings.overflow, context, reserve, |m| engine.encode_chat_with(m, thinking).map(|ids| ids.len()))?;
+            (engine.encode_chat_with(&fitted.messages, thinking)?, fitted.dropped)
         }
     };
     match &job.prefix_ids {
@@ -380,16 +389,50 @@ pub(super) struct Written {
     pub text: String,
     pub choices: Vec<TokenChoice>,
     pub unsent: Unsent,
+    /// Where the reply is in its thinking, for a reasoning model.
+    thinking: Option<ThinkingTracker>,
+    /// Tokens generated this run, and when the first came.
+    tokens: usize,
+    first_token: Option<Instant>,
+    /// The thinking block's tokens and duration, once it closed.
+    pub thought: Option<(u32, f64)>,
 }
 
 impl Written {
     /// Starting from what the reply already has.
     pub fn new(job: &ReplyJob) -> Self {
         let unsent = Unsent { top_logprobs: job.request.as_ref().and_then(|r| r.logprobs), ..Unsent::default() };
-        Self { text: job.prefix.clone(), choices: job.prefix_choices.clone(), unsent }
+        Self { text: job.prefix.clone(), choices: job.prefix_choices.clone(), unsent, thinking: None, tokens: 0, first_token: None, thought: None }
+    }
+
+    /// Follows the reply's thinking, where the model's template marks it:
+    /// `prompt` is the reply's whole prompt, its text so far (the prefix) last.
+    pub fn watch_thinking(&mut self, engine: &hearth_engine::Engine, job: &ReplyJob, prompt: &[u32]) {
+        let Some(format) = engine.reasoning() else { return };
+        let prefix_tokens = match &job.prefix_ids {
+            Some(ids) => ids.len(),
+            None if job.prefix.is_empty() => 0,
+            None => engine.tokenizer().encode(&job.prefix, false, false).map_or(0, |ids| ids.len()),
+        };
+        let before = &prompt[..prompt.len().saturating_sub(prefix_tokens)];
+        // The tags are a few tokens each: the prompt's end says whether it opened a block.
+        let tail = engine.tokenizer().decode(&before[before.len().saturating_sub(32)..]);
+        let mut tracker = ThinkingTracker::new(format.clone(), format.prompt_opens(&tail));
+        tracker.push(&job.prefix, 0);
+        self.thinking = Some(tracker);
     }
 
     pub fn take(&mut self, e: &TokenEvent) {
+        if e.token != PAD {
+            self.tokens += 1;
+            self.first_token.get_or_insert_with(Instant::now);
+        }
+        if let (Some(tracker), None) = (self.thinking.as_mut(), self.thought) {
+            if let Thinking::Closed { tokens } = tracker.push(&e.text, self.tokens) {
+                let ms = self.first_token.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3);
+                self.thought = Some((tokens as u32, ms));
+            }
+        }
         if let Some(lp) = &e.logprobs {
             let choice = TokenChoice { id: e.token, logprob: lp.logprob, top: lp.top.clone() };
             if let Some(k) = self.unsent.top_logprobs {

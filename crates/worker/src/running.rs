@@ -62,8 +62,10 @@ impl WorkerThread {
         match started {
             Ok(parts) => {
                 let (engine, cache_key, turn, prompt, context, dropped, seed) = parts;
+                let mut written = Written::new(&job);
+                written.watch_thinking(&engine, &job, &prompt);
                 Some(RunningReply {
-                    written: Written::new(&job),
+                    written,
                     job,
                     cancel,
                     active: Some(active),
@@ -238,7 +240,7 @@ impl WorkerThread {
                     (Ok(()), Ok(None)) => Ok(vec![Finished::stopped_before_start(&r.job.prefix)]),
                     (Ok(()), Ok(Some(out))) => {
                         let run = RunRecord { prompt: &r.prompt, passes, context: r.context, dropped: r.dropped, seed: r.seed };
-                        Ok(finished_replies(&r.engine, &r.job, &run, &out, vec![std::mem::take(&mut r.written.choices)]))
+                        Ok(finished_replies(&r.engine, &r.job, &run, &out, std::slice::from_mut(&mut r.written)))
                     }
                 }
             }

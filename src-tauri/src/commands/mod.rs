@@ -5,6 +5,7 @@ pub mod app;
 pub mod chat;
 pub mod conversations;
 pub mod endpoints;
+pub mod export;
 pub mod models;
 pub mod server;
 pub mod settings;
@@ -23,6 +24,9 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         conversations::conversations_thread,
         conversations::conversations_select_version,
         conversations::conversations_cache_states,
+        export::conversations_export,
+        export::conversations_backup,
+        export::conversations_import,
         chat::chat_send,
         chat::chat_regenerate,
         chat::chat_replay,

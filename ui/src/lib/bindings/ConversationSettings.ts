@@ -30,6 +30,7 @@ seed: number | null, stopStrings: Array<string>,
  */
 contextLength: number, overflow: OverflowPolicy, 
 /**
- * Passed to the template's thinking switch (`enable_thinking`), where it has one.
+ * Think before answering, where the model's template has a switch for
+ * it (Qwen3's `enable_thinking`); other models ignore it.
  */
 thinking: boolean, };

@@ -30,10 +30,11 @@ droppedMessages: number,
  */
 replay: ReplayRecord | null, 
 /**
- * Tokens of the reply's thinking block, its close tag included, when it had one that closed.
+ * Tokens of the reply's thinking block, its close tag included, when
+ * the model thought and the block closed.
  */
 thinkingTokens: number | null, 
 /**
- * How long the thinking took, when it had a block that closed.
+ * From the first token to the one that closed the thinking block.
  */
 thinkingMs: number | null, };
