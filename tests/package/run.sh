@@ -17,8 +17,7 @@ mime=application/x-gguf
 
 # --- Build. An earlier version's packages must not be the ones tested.
 rm -f "$bundle"/deb/*.deb "$bundle"/rpm/*.rpm
-# --ignore-version-mismatches: the npm @tauri-apps/plugin-opener (2.6) lags the crate (2.7).
-npx --prefix ui tauri build --bundles deb,rpm --ignore-version-mismatches
+npx --prefix ui tauri build --bundles deb,rpm
 debs=("$bundle"/deb/*.deb) rpms=("$bundle"/rpm/*.rpm)
 [ ${#debs[@]} = 1 ] && [ -f "${debs[0]}" ] || fail "expected one .deb in $bundle/deb"
 [ ${#rpms[@]} = 1 ] && [ -f "${rpms[0]}" ] || fail "expected one .rpm in $bundle/rpm"
