@@ -1,0 +1,130 @@
+//! What a model file is, read from its header alone: no tensor data is read,
+//! so a library of large files is listed in milliseconds.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::gguf::GgufFile;
+use crate::model::Architecture;
+
+/// A model file's header facts, and what it needs in memory.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelFacts {
+    /// `general.architecture`, as the file spells it.
+    pub architecture: String,
+    /// Whether Hearth runs this architecture.
+    pub supported: bool,
+    /// `general.name`, if the file has one.
+    pub name: Option<String>,
+    /// Every tensor's element count, summed (tied embeddings count once).
+    pub parameter_count: u64,
+    /// The bytes of every tensor, summed: what the weights take in memory.
+    pub tensor_bytes: u64,
+    /// Tensor bytes by type, largest first.
+    pub quant_types: Vec<QuantShare>,
+    /// `<arch>.context_length` (4096 where the file does not say, as the engine assumes).
+    pub context_length: u32,
+    pub file_size: u64,
+    pub n_layers: u32,
+    pub n_heads: u32,
+    pub n_kv_heads: u32,
+    pub head_dim: u32,
+    pub embedding_length: u32,
+    /// The KV cache's bytes per position: f16 keys and values of every
+    /// layer (sliding-window layers keep every position too).
+    pub kv_bytes_per_token: u64,
+}
+
+/// One tensor type's part of a file's tensor bytes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QuantShare {
+    /// GGML's name for the type (`Q4_1`, `F32`, …).
+    pub name: String,
+    pub bytes: u64,
+    /// `bytes` over the file's tensor bytes, 0 to 1.
+    pub fraction: f64,
+    pub tensors: u32,
+}
+
+impl ModelFacts {
+    /// Reads `path`'s header (never its weights). A damaged or truncated
+    /// file gives the loader's own error.
+    pub fn read(path: impl AsRef<Path>) -> Result<Self> {
+        let file = GgufFile::open(path.as_ref())?;
+        Self::from_file(&file)
+    }
+
+    pub fn from_file(file: &GgufFile) -> Result<Self> {
+        let file_size = std::fs::metadata(file.path()).map_err(|source| crate::EngineError::Io { path: file.path().to_path_buf(), source })?.len();
+        let architecture = file.string("general.architecture")?.to_string();
+        let key = |k: &str| format!("{architecture}.{k}");
+        // The same derivation as `ModelConfig::from_gguf`, without refusing
+        // architectures Hearth does not run.
+        let embedding_length = file.u32(&key("embedding_length"))?;
+        let n_heads = file.u32(&key("attention.head_count"))?;
+        let n_kv_heads = file.u32_opt(&key("attention.head_count_kv"))?.unwrap_or(n_heads);
+        let n_layers = file.u32(&key("block_count"))?;
+        let head_dim = match file.u32_opt(&key("attention.key_length"))? {
+            Some(d) => d,
+            None if n_heads > 0 && embedding_length % n_heads == 0 => embedding_length / n_heads,
+            None => return Err(file.corrupt("head size is not given and does not divide the embedding")),
+        };
+        let context_length = file.u32_opt(&key("context_length"))?.unwrap_or(4096);
+
+        let mut parameter_count = 0u64;
+        let mut tensor_bytes = 0u64;
+        let mut by_type: Vec<QuantShare> = Vec::new();
+        for name in file.tensor_names() {
+            let info = file.tensor_info(name).expect("a listed tensor");
+            // Each dimension and byte count was checked against the file's length.
+            // Saturating: a hostile header may point many tensors at the same bytes.
+            parameter_count = parameter_count.saturating_add(info.dims.iter().map(|&d| d as u64).product::<u64>());
+            tensor_bytes = tensor_bytes.saturating_add(info.bytes);
+            let type_name = info.dtype.name();
+            match by_type.iter_mut().find(|s| s.name == type_name) {
+                Some(s) => {
+                    s.bytes = s.bytes.saturating_add(info.bytes);
+                    s.tensors += 1;
+                }
+                None => by_type.push(QuantShare { name: type_name.to_string(), bytes: info.bytes, fraction: 0.0, tensors: 1 }),
+            }
+        }
+        for s in &mut by_type {
+            s.fraction = if tensor_bytes == 0 { 0.0 } else { s.bytes as f64 / tensor_bytes as f64 };
+        }
+        by_type.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.name.cmp(&b.name)));
+
+        let kv_bytes_per_token = [n_layers, n_kv_heads, head_dim].iter().fold(2 * 2u64, |acc, &n| acc.saturating_mul(n as u64));
+        Ok(Self {
+            supported: Architecture::from_gguf_name(&architecture).is_some(),
+            name: file.string_opt("general.name").map(str::to_string),
+            architecture,
+            parameter_count,
+            tensor_bytes,
+            quant_types: by_type,
+            context_length,
+            file_size,
+            n_layers,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            embedding_length,
+            kv_bytes_per_token,
+        })
+    }
+
+    /// The KV cache's bytes at `context` positions (f16 keys and values).
+    pub fn kv_bytes(&self, context: u32) -> u64 {
+        self.kv_bytes_per_token.saturating_mul(context as u64)
+    }
+
+    /// An estimate of the memory a conversation of `context` positions
+    /// needs: the weights plus a full KV cache.
+    pub fn memory_estimate(&self, context: u32) -> u64 {
+        self.tensor_bytes.saturating_add(self.kv_bytes(context))
+    }
+}
