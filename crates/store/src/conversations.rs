@@ -19,6 +19,8 @@ pub struct Conversation {
     pub title: String,
     pub created_at: i64,
     pub updated_at: i64,
+    /// The local model file that wrote its last local reply, if any.
+    pub model_path: Option<String>,
 }
 
 /// A conversation that matches a search, with where it matched.
@@ -53,7 +55,7 @@ fn like_pattern(query: &str) -> String {
 }
 
 fn conversation_from_row(r: &rusqlite::Row) -> rusqlite::Result<Conversation> {
-    Ok(Conversation { id: r.get(0)?, title: r.get(1)?, created_at: r.get(2)?, updated_at: r.get(3)? })
+    Ok(Conversation { id: r.get(0)?, title: r.get(1)?, created_at: r.get(2)?, updated_at: r.get(3)?, model_path: r.get(4)? })
 }
 
 const DEFAULTS_KEY: &str = "default_settings";
@@ -73,7 +75,7 @@ impl Store {
     pub fn conversation(&self, id: i64) -> Result<Conversation> {
         self.conn
             .query_row(
-                "SELECT id, title, created_at, updated_at FROM conversations WHERE id = ?1 AND deleted_at IS NULL",
+                "SELECT id, title, created_at, updated_at, model_path FROM conversations WHERE id = ?1 AND deleted_at IS NULL",
                 [id],
                 conversation_from_row,
             )
@@ -84,7 +86,7 @@ impl Store {
     /// Conversations not deleted, most recently used first.
     pub fn conversations(&self) -> Result<Vec<Conversation>> {
         let mut stmt = self.conn.prepare(
-            "SELECT id, title, created_at, updated_at FROM conversations WHERE deleted_at IS NULL ORDER BY updated_at DESC, id DESC",
+            "SELECT id, title, created_at, updated_at, model_path FROM conversations WHERE deleted_at IS NULL ORDER BY updated_at DESC, id DESC",
         )?;
         let rows = stmt.query_map([], conversation_from_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -128,7 +130,7 @@ impl Store {
         }
         let pattern = like_pattern(query);
         let mut stmt = self.conn.prepare(
-            "SELECT c.id, c.title, c.created_at, c.updated_at,
+            "SELECT c.id, c.title, c.created_at, c.updated_at, c.model_path,
                     CASE WHEN c.title LIKE ?1 ESCAPE '\\' THEN NULL ELSE
                         (SELECT m.content FROM messages m WHERE m.conversation_id = c.id AND m.content LIKE ?1 ESCAPE '\\' ORDER BY m.id LIMIT 1)
                     END
@@ -137,13 +139,27 @@ impl Store {
                    OR EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND m.content LIKE ?1 ESCAPE '\\'))
              ORDER BY c.updated_at DESC, c.id DESC",
         )?;
-        let rows = stmt.query_map([&pattern], |r| Ok((conversation_from_row(r)?, r.get::<_, Option<String>>(4)?)))?;
+        let rows = stmt.query_map([&pattern], |r| Ok((conversation_from_row(r)?, r.get::<_, Option<String>>(5)?)))?;
         let mut hits = Vec::new();
         for row in rows {
             let (conversation, content) = row?;
             hits.push(SearchHit { conversation, snippet: content.map(|c| snippet(&c, query)) });
         }
         Ok(hits)
+    }
+
+    /// Remembers the local model file that replied in a conversation (its
+    /// `updated_at` is left alone: this is not the user's activity).
+    pub fn set_conversation_model(&self, id: i64, model_path: &str) -> Result<()> {
+        self.expect_one(self.conn.execute("UPDATE conversations SET model_path = ?1 WHERE id = ?2", params![model_path, id])?, id)
+    }
+
+    /// The local model file that last replied in a conversation.
+    pub fn conversation_model(&self, id: i64) -> Result<Option<String>> {
+        self.conn
+            .query_row("SELECT model_path FROM conversations WHERE id = ?1", [id], |r| r.get(0))
+            .optional()?
+            .ok_or(StoreError::NotFound { what: "conversation", id })
     }
 
     pub fn conversation_settings(&self, id: i64) -> Result<ConversationSettings> {

@@ -73,6 +73,11 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ALTER TABLE conversations ADD COLUMN endpoint_id INTEGER REFERENCES endpoints(id) ON DELETE SET NULL;
     ALTER TABLE conversations ADD COLUMN remote_model TEXT;
     "#,
+    // 5: the local model file a conversation last replied with; NULL until
+    // its first local reply.
+    r#"
+    ALTER TABLE conversations ADD COLUMN model_path TEXT;
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

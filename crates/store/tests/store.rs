@@ -229,3 +229,24 @@ fn two_connections_see_each_others_writes() {
     let m = other.add_message(c.id, None, Role::User, "from the worker", MessageStatus::Complete).unwrap();
     assert_eq!(store.message(m.id).unwrap().content, "from the worker");
 }
+
+#[test]
+fn a_conversation_remembers_its_model() {
+    let (_dir, store) = temp_store();
+    let c = store.create_conversation().unwrap();
+    assert_eq!(c.model_path, None);
+    assert_eq!(store.conversation_model(c.id).unwrap(), None);
+    store.add_message(c.id, None, Role::User, "hello there", MessageStatus::Complete).unwrap();
+    let before = store.conversation(c.id).unwrap().updated_at;
+    store.set_conversation_model(c.id, "/models/a.gguf").unwrap();
+    assert_eq!(store.conversation_model(c.id).unwrap().as_deref(), Some("/models/a.gguf"));
+    let after = store.conversation(c.id).unwrap();
+    assert_eq!(after.model_path.as_deref(), Some("/models/a.gguf"));
+    assert_eq!(after.updated_at, before, "remembering the model is not activity");
+    assert_eq!(store.conversations().unwrap()[0].model_path.as_deref(), Some("/models/a.gguf"));
+    assert_eq!(store.search("hello").unwrap()[0].conversation.model_path.as_deref(), Some("/models/a.gguf"));
+    store.set_conversation_model(c.id, "/models/b.gguf").unwrap();
+    assert_eq!(store.conversation_model(c.id).unwrap().as_deref(), Some("/models/b.gguf"));
+    assert!(matches!(store.set_conversation_model(c.id + 100, "/x.gguf"), Err(StoreError::NotFound { .. })));
+    assert!(matches!(store.conversation_model(c.id + 100), Err(StoreError::NotFound { .. })));
+}

@@ -4,4 +4,8 @@ export type Conversation = { id: number,
 /**
  * Empty until the first user message names it.
  */
-title: string, createdAt: number, updatedAt: number, };
+title: string, createdAt: number, updatedAt: number, 
+/**
+ * The local model file that wrote its last local reply, if any.
+ */
+modelPath: string | null, };
