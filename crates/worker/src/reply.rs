@@ -149,6 +149,10 @@ impl WorkerThread {
                         self.store.clear_token_choices(id)
                     });
                 }
+                // A conversation remembers the model that replied in it.
+                if let (true, Some(engine)) = (job.stored(), &self.engine) {
+                    saved = saved.and(self.store.set_conversation_model(job.conversation_id, &engine.path().display().to_string()));
+                }
                 // Saved before the reply is reported done, so an app closed
                 // right after still finds its cache.
                 if let Some(engine) = self.engine.clone() {

@@ -86,6 +86,9 @@ fn a_reply_streams_is_saved_and_the_next_turn_reuses_the_cache() {
     assert_eq!(saved.content, streamed);
     assert_eq!(saved.status, MessageStatus::Complete);
     assert_eq!(stats.processed_tokens, stats.prompt_tokens, "the first turn runs the whole prompt");
+    // The conversation remembers the model that replied in it.
+    let model = hearth_engine::paths::default_model_path().display().to_string();
+    assert_eq!(store.conversation(c.id).unwrap().model_path.as_deref(), Some(model.as_str()));
 
     let reply2 = reply_row(&store, c.id, "And 3 + 3?");
     let history = vec![ChatMessage::user("What is 2 + 2?"), ChatMessage::assistant(streamed), ChatMessage::user("And 3 + 3?")];
