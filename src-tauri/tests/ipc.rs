@@ -37,7 +37,7 @@ fn call(webview: &tauri::WebviewWindow<tauri::test::MockRuntime>, cmd: &str, arg
 
 #[test]
 fn commands_over_ipc() {
-    let (dir, _app, w) = app();
+    let (dir, app, w) = app();
     assert!(dir.path().join("hearth.db").exists(), "the database lives in HEARTH_DATA_DIR");
     assert_eq!(call(&w, "app_startup_error", json!({})).unwrap(), Value::Null);
     let err = call(&w, "app_move_database_aside", json!({})).unwrap_err();
@@ -140,6 +140,55 @@ fn commands_over_ipc() {
     };
     assert_eq!(status["state"], "failed", "{status}");
     assert_eq!(status["error"]["kind"], "badModel");
+
+    // The model library: header facts for each file opened before, an
+    // error for one that is cut short or gone, never a failed list.
+    assert_eq!(call(&w, "models_library", json!({})).unwrap(), json!([]));
+    // HEARTH_MODEL points at a missing file here; the real one is in the models folder.
+    let default_model = hearth_engine::paths::models_dir().join(hearth_engine::paths::DEFAULT_MODEL_FILE);
+    let cut = dir.path().join("cut.gguf");
+    let mut head = vec![0u8; 1 << 20];
+    std::io::Read::read_exact(&mut std::fs::File::open(&default_model).unwrap(), &mut head).unwrap();
+    std::fs::write(&cut, &head).unwrap();
+    let gone = dir.path().join("gone.gguf");
+    {
+        use tauri::Manager;
+        let state = app.state::<hearth_app::state::AppState>();
+        let store = state.store().unwrap();
+        store.record_model(&gone.display().to_string(), "gone", 10).unwrap();
+        store.record_model(&cut.display().to_string(), "cut", 98_362_432).unwrap();
+        store.record_model(&default_model.display().to_string(), "SmolLM2-135M-Instruct.Q4_1", 98_362_432).unwrap();
+    }
+    let library = call(&w, "models_library", json!({})).unwrap();
+    let rows = library.as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{library}");
+    assert_eq!(rows[0]["path"], default_model.display().to_string());
+    assert_eq!((rows[0]["exists"].clone(), rows[0]["error"].clone()), (json!(true), Value::Null));
+    let facts = &rows[0]["facts"];
+    assert_eq!(facts["architecture"], "llama");
+    assert_eq!(facts["parameterCount"], 134_515_008);
+    assert_eq!(facts["contextLength"], 8192);
+    assert_eq!(facts["fileSize"], 98_362_432);
+    assert_eq!(facts["kvBytesPerToken"], 23_040);
+    assert_eq!(facts["memoryBytes"], 96_576_768 + 23_040 * 8192);
+    let types: Vec<&str> = facts["quantTypes"].as_array().unwrap().iter().map(|q| q["name"].as_str().unwrap()).collect();
+    assert_eq!(types, ["Q4_1", "Q8_0", "F32"]);
+    assert_eq!((rows[1]["exists"].clone(), rows[1]["facts"].clone(), rows[1]["error"]["kind"].clone()), (json!(true), Value::Null, json!("badModel")));
+    assert!(rows[1]["error"]["message"].as_str().unwrap().contains("truncated"), "{}", rows[1]);
+    assert_eq!((rows[2]["exists"].clone(), rows[2]["error"]["kind"].clone()), (json!(false), json!("badModel")));
+    // Forgetting: the file stays unless asked; a path not in the list is
+    // never deleted.
+    let stray = dir.path().join("stray.gguf");
+    std::fs::write(&stray, b"GGUF").unwrap();
+    let err = call(&w, "models_forget", json!({"path": stray, "deleteFile": true})).unwrap_err();
+    assert_eq!(err["kind"], "notFound");
+    assert!(stray.exists());
+    call(&w, "models_forget", json!({"path": default_model, "deleteFile": false})).unwrap();
+    assert!(default_model.is_file(), "removing from the list keeps the file");
+    call(&w, "models_forget", json!({"path": cut, "deleteFile": true})).unwrap();
+    assert!(!cut.exists(), "deleted when asked");
+    call(&w, "models_forget", json!({"path": gone, "deleteFile": true})).unwrap();
+    assert_eq!(call(&w, "models_library", json!({})).unwrap(), json!([]));
 
     // Cache budgets: checked, kept, and read back.
     let err = call(&w, "caches_budgets_set", json!({"budgets": {"memoryMb": 1, "diskMb": 10}})).unwrap_err();

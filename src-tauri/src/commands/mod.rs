@@ -54,6 +54,8 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         models::models_status,
         models::models_open,
         models::models_recent,
+        models::models_library,
+        models::models_forget,
         models::models_download_default,
         models::models_download_cancel,
         server::api_server_get,

@@ -2,9 +2,12 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use hearth_store::RecentModel;
+use hearth_engine::ModelFacts;
+use hearth_store::{RecentModel, Store};
+use serde::Serialize;
 use tauri::ipc::Channel;
 use tauri::{Manager, Runtime, State};
+use ts_rs::TS;
 
 use crate::error::{AppError, AppResult, ErrorKind};
 use crate::events::{DownloadEvent, ModelStatus};
@@ -33,6 +36,155 @@ pub async fn models_recent(state: State<'_, AppState>) -> AppResult<Vec<RecentMo
     let recent = store.recent_models(20)?;
     // Files that were moved or deleted since are not offered.
     Ok(recent.into_iter().filter(|m| std::path::Path::new(&m.path).is_file()).collect())
+}
+
+/// How many recent models the library lists (and `models_forget` searches).
+const LIBRARY_LIMIT: usize = 200;
+
+/// One model of the library: what the list remembers, and what its file's
+/// header says now (or why it cannot be read).
+#[derive(Debug, Clone, Serialize, TS)]
+#[serde(rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
+pub struct LibraryModel {
+    pub path: String,
+    pub name: String,
+    /// The size when it was last opened.
+    pub size_bytes: i64,
+    pub last_opened_at: i64,
+    /// Whether the file is still there.
+    pub exists: bool,
+    pub facts: Option<LibraryFacts>,
+    /// Why the header could not be read (a moved, damaged or truncated file).
+    pub error: Option<AppError>,
+}
+
+/// A model file's header facts (`hearth_engine::ModelFacts`), for the UI.
+#[derive(Debug, Clone, Serialize, TS)]
+#[serde(rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
+pub struct LibraryFacts {
+    pub architecture: String,
+    /// Whether Hearth runs this architecture.
+    pub supported: bool,
+    /// `general.name`, if the file has one.
+    pub name: Option<String>,
+    pub parameter_count: u64,
+    /// The weights' bytes (every tensor).
+    pub tensor_bytes: u64,
+    /// Tensor bytes by type, largest first.
+    pub quant_types: Vec<QuantShare>,
+    pub context_length: u32,
+    pub file_size: u64,
+    pub n_layers: u32,
+    pub n_heads: u32,
+    pub n_kv_heads: u32,
+    pub head_dim: u32,
+    pub embedding_length: u32,
+    /// The f16 KV cache's bytes per position: the memory at `n` positions
+    /// is `tensorBytes + n * kvBytesPerToken`.
+    pub kv_bytes_per_token: u64,
+    /// Weights plus a KV cache of the model's own context length.
+    pub memory_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, TS)]
+#[serde(rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
+pub struct QuantShare {
+    /// GGML's name for the type (`Q4_1`, `F32`, …).
+    pub name: String,
+    pub bytes: u64,
+    /// Of the tensor bytes, 0 to 1.
+    pub fraction: f64,
+    pub tensors: u32,
+}
+
+impl From<ModelFacts> for LibraryFacts {
+    fn from(f: ModelFacts) -> Self {
+        Self {
+            memory_bytes: f.memory_estimate(f.context_length),
+            architecture: f.architecture,
+            supported: f.supported,
+            name: f.name,
+            parameter_count: f.parameter_count,
+            tensor_bytes: f.tensor_bytes,
+            quant_types: f.quant_types.into_iter().map(|q| QuantShare { name: q.name, bytes: q.bytes, fraction: q.fraction, tensors: q.tensors }).collect(),
+            context_length: f.context_length,
+            file_size: f.file_size,
+            n_layers: f.n_layers,
+            n_heads: f.n_heads,
+            n_kv_heads: f.n_kv_heads,
+            head_dim: f.head_dim,
+            embedding_length: f.embedding_length,
+            kv_bytes_per_token: f.kv_bytes_per_token,
+        }
+    }
+}
+
+/// Reads each recent model's header (never its weights).
+pub fn library(recent: Vec<RecentModel>) -> Vec<LibraryModel> {
+    recent
+        .into_iter()
+        .map(|m| {
+            let exists = std::path::Path::new(&m.path).is_file();
+            let (facts, error) = match ModelFacts::read(&m.path) {
+                Ok(f) => (Some(f.into()), None),
+                Err(e) => (None, Some(AppError::from(e))),
+            };
+            LibraryModel { path: m.path, name: m.name, size_bytes: m.size_bytes, last_opened_at: m.last_opened_at, exists, facts, error }
+        })
+        .collect()
+}
+
+/// The models opened before, with their header facts; a file that is gone
+/// or unreadable carries its error rather than failing the list.
+#[tauri::command]
+pub async fn models_library(state: State<'_, AppState>) -> AppResult<Vec<LibraryModel>> {
+    let recent = state.store()?.recent_models(LIBRARY_LIMIT)?;
+    tauri::async_runtime::spawn_blocking(move || library(recent)).await.map_err(|e| AppError::new(ErrorKind::Internal, e.to_string()))
+}
+
+/// Removes `path` from the list, and deletes the file too only when
+/// `delete_file` is set: never a file the list does not hold, and never the
+/// model loaded (or loading) now. `loaded` is that model's path.
+pub fn forget(store: &Store, loaded: Option<&str>, path: &str, delete_file: bool) -> AppResult<()> {
+    if !store.recent_models(LIBRARY_LIMIT)?.iter().any(|m| m.path == path) {
+        return Err(AppError::new(ErrorKind::NotFound, format!("{path} is not in the model list")));
+    }
+    if delete_file {
+        let same = |a: &str| a == path || matches!((std::fs::canonicalize(a), std::fs::canonicalize(path)), (Ok(x), Ok(y)) if x == y);
+        if loaded.is_some_and(same) {
+            return Err(AppError::new(ErrorKind::Busy, format!("{path} is the model in use; open another model before deleting it")));
+        }
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.is_file() => {
+                std::fs::remove_file(path).map_err(|e| AppError::new(ErrorKind::Storage, format!("cannot delete {path}: {e}")))?
+            }
+            Ok(_) => return Err(AppError::new(ErrorKind::InvalidSettings, format!("{path} is not a plain file; nothing was deleted"))),
+            // Already gone: removing it from the list is all that is left.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(AppError::new(ErrorKind::Storage, format!("cannot delete {path}: {e}"))),
+        }
+    }
+    store.forget_model(path)?;
+    Ok(())
+}
+
+/// The model file loaded or being loaded now, if any.
+fn loaded_path(status: &ModelStatus) -> Option<&str> {
+    match status {
+        ModelStatus::Ready { path, .. } | ModelStatus::Loading { path } => Some(path),
+        ModelStatus::None | ModelStatus::Failed { .. } => None,
+    }
+}
+
+/// Removes a model from the list; deletes its file only if asked.
+#[tauri::command]
+pub async fn models_forget(state: State<'_, AppState>, path: String, delete_file: bool) -> AppResult<()> {
+    let status = state.worker.model_status();
+    let store = state.store()?;
+    forget(&store, loaded_path(&status), &path, delete_file)
 }
 
 /// Downloads the default model (resuming an earlier try), checks it against
@@ -88,4 +240,33 @@ pub async fn models_download_cancel(state: State<'_, AppState>) -> AppResult<boo
         }
         None => false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_model_in_use_is_never_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("hearth.db")).unwrap();
+        let model = dir.path().join("m.gguf");
+        std::fs::write(&model, b"GGUF").unwrap();
+        let path = model.display().to_string();
+        store.record_model(&path, "m", 4).unwrap();
+        // Through another spelling of the same file, too.
+        let other = dir.path().join(".").join("m.gguf").display().to_string();
+        for loaded in [path.as_str(), other.as_str()] {
+            let err = forget(&store, Some(loaded), &path, true).unwrap_err();
+            assert_eq!(err.kind, ErrorKind::Busy);
+            assert!(model.exists());
+            assert_eq!(store.recent_models(10).unwrap().len(), 1, "a refusal changes nothing");
+        }
+        // Removing it from the list is fine; the file stays.
+        forget(&store, Some(&path), &path, false).unwrap();
+        assert!(model.exists());
+        assert!(store.recent_models(10).unwrap().is_empty());
+        assert_eq!(forget(&store, None, &path, true).unwrap_err().kind, ErrorKind::NotFound);
+        assert!(model.exists());
+    }
 }
