@@ -19,7 +19,7 @@ describe('Sidebar', () => {
       if (cmd === 'conversations_export') return null;
       throw new Error(`unexpected ${cmd}`);
     });
-    app.conversations = [{ id: 3, title: 'Plans: Q3/Q4?', createdAt: 0, updatedAt: 0 }];
+    app.conversations = [{ id: 3, title: 'Plans: Q3/Q4?', createdAt: 0, updatedAt: 0, modelPath: null }];
     const target = document.createElement('div');
     const view = mount(Sidebar, { target });
     flushSync();

@@ -19,6 +19,7 @@ import type { Message } from './bindings/Message';
 import type { ModelStatus } from './bindings/ModelStatus';
 import type { Preset } from './bindings/Preset';
 import type { RecentModel } from './bindings/RecentModel';
+import type { LibraryModel } from './bindings/LibraryModel';
 import type { SearchHit } from './bindings/SearchHit';
 import type { StartupError } from './bindings/StartupError';
 import type { Sent } from './bindings/Sent';
@@ -122,6 +123,10 @@ export const api = {
     status: () => invoke<ModelStatus>('models_status'),
     open: (path: string) => invoke<void>('models_open', { path }),
     recent: () => invoke<RecentModel[]>('models_recent'),
+    /** The models opened before, with their header facts (or why they cannot be read). */
+    library: () => invoke<LibraryModel[]>('models_library'),
+    /** Removes a model from the list; deletes its file only when `deleteFile`. */
+    forget: (path: string, deleteFile: boolean) => invoke<void>('models_forget', { path, deleteFile }),
     downloadDefault: (onEvent: (e: DownloadEvent) => void) => {
       const ch = new Channel<DownloadEvent>();
       ch.onmessage = onEvent;

@@ -94,6 +94,14 @@ export class AppState {
     return this.activeId === null ? {} : (this.settings.fieldErrors[this.activeId] ?? {});
   }
 
+  /** The open conversation's own model (the one that last replied in it),
+   *  when another is loaded now: the notice above the composer offers both. */
+  get activeModelMismatch(): { path: string; name: string; current: string } | null {
+    const c = this.active;
+    if (!c || this.activeBackend.kind === 'remote') return null;
+    return this.models.mismatch(c.id, c.modelPath);
+  }
+
   /** The open conversation is writing a reply or replaying one. */
   get activeBusy(): boolean {
     return this.activeId !== null && this.live.busy(this.activeId);
@@ -161,6 +169,7 @@ export class AppState {
   }
 
   async open(id: number) {
+    this.models.hideLibrary();
     await this.guard(async () => {
       this.activeId = id;
       const [thread, settings] = await Promise.all([api.conversations.thread(id), api.settings.get(id), this.endpoints.loadBackend(id)]);

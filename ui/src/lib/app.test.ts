@@ -37,7 +37,7 @@ function fakeShell(opts: { events?: GenerationEvent[]; replayEvents?: Generation
       case 'conversations_cache_states':
         return conversations.map((c) => ({ conversationId: c.id, state: c.id === 1 ? 'warm' : 'cold' }));
       case 'conversations_create': {
-        const c = { id: next++, title: '', createdAt: 0, updatedAt: 0 };
+        const c = { id: next++, title: '', createdAt: 0, updatedAt: 0, modelPath: null };
         conversations.unshift(c);
         threads.set(c.id, []);
         return c;
@@ -90,7 +90,7 @@ function fakeShell(opts: { events?: GenerationEvent[]; replayEvents?: Generation
         // A bundle with two conversations, one of them already here; a
         // foreign file is refused whole.
         if (a.path !== '/in/chats.hearth') throw { kind: 'invalidInput', message: 'not a Hearth export: /in/evil.json' };
-        const added = [{ id: 40, title: 'Imported A', createdAt: 0, updatedAt: 9 }, { id: 41, title: 'Imported B', createdAt: 0, updatedAt: 8 }];
+        const added = [{ id: 40, title: 'Imported A', createdAt: 0, updatedAt: 9, modelPath: null }, { id: 41, title: 'Imported B', createdAt: 0, updatedAt: 8, modelPath: null }];
         conversations.unshift(...added);
         const user = { id: 400, conversationId: 40, parentId: null, role: 'user', content: 'hello from afar', status: 'complete', stats: null, createdAt: 0 };
         threads.set(40, [{ message: user, versionIds: [400] }] as ThreadMessage[]);
