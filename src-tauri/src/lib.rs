@@ -28,19 +28,46 @@ pub fn run() {
     let cwd = std::env::current_dir().unwrap_or_default();
     let requested = open_file::model_in_args(std::env::args_os(), &cwd);
     // First among the plugins: a second launch must stop before anything else starts.
-    builder(tauri::Builder::default().plugin(single_instance()))
-        .manage(open_file::OpenAtStart(requested))
-        .build(tauri::generate_context!())
-        .expect("Hearth failed to start")
-        .run(|_app, _event| {
-            // macOS hands Finder's "Open with" to the running app as an event, not as arguments.
-            #[cfg(target_os = "macos")]
-            if let tauri::RunEvent::Opened { urls } = _event {
-                if let Some(path) = urls.iter().filter_map(|u| u.to_file_path().ok()).find(|p| open_file::is_model_file(p)) {
-                    open_model(_app, path);
-                }
+    let app = match builder(tauri::Builder::default().plugin(single_instance())).manage(open_file::OpenAtStart(requested)).build(tauri::generate_context!()) {
+        Err(tauri::Error::PluginInitialization(plugin, reason)) if plugin == "single-instance" && reason.contains("forward") => launch_again(&reason),
+        app => app.expect("Hearth failed to start"),
+    };
+    app.run(|_app, _event| {
+        // macOS hands Finder's "Open with" to the running app as an event, not as arguments.
+        #[cfg(target_os = "macos")]
+        if let tauri::RunEvent::Opened { urls } = _event {
+            if let Some(path) = urls.iter().filter_map(|u| u.to_file_path().ok()).find(|p| open_file::is_model_file(p)) {
+                open_model(_app, path);
             }
-        });
+        }
+    });
+}
+
+/// A Hearth that is exiting still holds the data folder's D-Bus name but no
+/// longer answers, so this launch could neither hand over to it nor start.
+/// It starts again in a moment (the same process, arguments and
+/// environment), by when the other has gone, rather than failing.
+fn launch_again(reason: &str) -> ! {
+    const ATTEMPT: &str = "HEARTH_LAUNCH_ATTEMPT";
+    let attempt: u32 = std::env::var(ATTEMPT).ok().and_then(|a| a.parse().ok()).unwrap_or(0);
+    if attempt >= 20 {
+        panic!("Hearth failed to start: the Hearth already running on this data folder does not answer ({reason})");
+    }
+    tracing::info!("the other Hearth on this data folder did not answer ({reason}); starting again");
+    std::thread::sleep(std::time::Duration::from_millis(250));
+    let exe = std::env::current_exe().expect("the running program has a path");
+    let mut command = std::process::Command::new(exe);
+    command.args(std::env::args_os().skip(1)).env(ATTEMPT, (attempt + 1).to_string());
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        panic!("Hearth failed to start again: {}", command.exec());
+    }
+    #[cfg(not(unix))]
+    {
+        command.spawn().expect("Hearth starts again");
+        std::process::exit(0);
+    }
 }
 
 /// Opens a model file handed over by the system (a second launch's
