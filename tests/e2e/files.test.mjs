@@ -3,6 +3,7 @@
 // bundle resumes with no prefill, and a reply with thinking shows it folded.
 // The file dialogs are the OS's; the tests call the commands they lead to.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -132,6 +133,46 @@ describe('conversations as files', () => {
     assert.match(await (await reply.$('[data-testid=thinking-body]')).text(), /<img src=x onerror=/);
     assert.equal(await d.execute('return document.title'), 'Hearth');
     assert.equal((await reply.$$('img')).length, 0);
+  });
+
+  it('lists the models opened here with facts from their headers, and offers a chat\'s own model back', async () => {
+    // The real Gemma 3 file (./hearth test fetches it), a second architecture.
+    const gemma = execFileSync('scripts/fetch-gemma.sh', { encoding: 'utf8' }).trim();
+    const status = async () => d.find('[data-testid=model-status]');
+    await invoke(d, 'models_open', { path: gemma });
+    await d.waitFor(async () => (await (await status()).attr('data-state')) === 'ready' && /gemma3/.test(await (await status()).text()), 'Gemma 3 to load', 120000);
+    await (await d.find('[data-testid=open-models]')).click();
+    const row = async (name) => {
+      for (const r of await d.$$('[data-testid=model-row]')) if ((await r.attr('data-path')).endsWith(name)) return r;
+      return null;
+    };
+    const g = await d.waitFor(async () => row('gemma-3-270m-q4_k_m.gguf'), 'Gemma 3 in the Models view');
+    const s = await d.waitFor(async () => row('SmolLM2-135M-Instruct.Q4_1.gguf'), 'the default model in the Models view');
+    const fact = async (r, id) => (await r.$(`[data-testid=${id}]`)).text();
+    assert.equal(await fact(s, 'model-arch'), 'llama');
+    assert.equal(await fact(s, 'model-params'), '135M');
+    assert.match(await fact(s, 'model-quants'), /^Q4_1 69% · Q8_0 31%/);
+    assert.equal(await fact(s, 'model-context'), '8,192 tokens');
+    assert.match(await fact(s, 'model-memory'), /GB at [\d,]+ tokens/);
+    assert.equal(await fact(g, 'model-arch'), 'gemma3');
+    assert.match(await fact(g, 'model-quants'), /Q4_K|Q5_0|Q8_0|Q6_K/);
+    assert.equal(await fact(g, 'model-context'), '32,768 tokens');
+    await (await d.find('[data-testid=models-close]')).click();
+
+    // The chat resumed from the bundle was written with the default model: it offers it back.
+    for (const c of await d.$$('[data-testid=conversation]')) {
+      const id = Number(await c.attr('data-id'));
+      await openChat(d, id);
+      const notice = await d.$('[data-testid=model-mismatch]');
+      if (notice) {
+        assert.match(await notice.text(), /Switch to SmolLM2-135M-Instruct/);
+        await (await d.find('[data-testid=model-mismatch-switch]')).click();
+        await d.waitFor(async () => (await (await status()).attr('data-state')) === 'ready' && /llama/.test(await (await status()).text()), 'the chat\'s own model', 120000);
+        await d.waitFor(async () => (await d.$('[data-testid=model-mismatch]')) === null, 'the notice to go');
+        return;
+      }
+    }
+    assert.fail('no conversation offered its own model back');
   });
 
   it('refuses a hostile bundle and changes nothing', async () => {

@@ -47,7 +47,7 @@ describe('the installed package', () => {
     await setSetting(d, 'maxNewTokens', 48);
     await send(d, 'What is 2 + 2?');
     const stats = await waitForReply(d);
-    assert.match(await stats.attr('data-finish'), /^(end_token|length)$/);
+    assert.match(await stats.attr('data-finish'), /^(end_token|max_tokens)$/);
     const text = await (await (await lastReply(d)).$('[data-testid=message-body]')).text();
     assert.ok(text.trim().length > 0, 'the reply has text');
   });
