@@ -32,6 +32,8 @@ pub fn run() {
         Err(tauri::Error::PluginInitialization(plugin, reason)) if plugin == "single-instance" && reason.contains("forward") => launch_again(&reason),
         app => app.expect("Hearth failed to start"),
     };
+    // Started: a later launch from this one (a restart) counts its own tries.
+    std::env::remove_var("HEARTH_LAUNCH_ATTEMPT");
     app.run(|_app, _event| {
         // macOS hands Finder's "Open with" to the running app as an event, not as arguments.
         #[cfg(target_os = "macos")]

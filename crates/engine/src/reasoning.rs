@@ -45,16 +45,6 @@ impl ReasoningFormat {
             .is_ok_and(|prompt| prompt.trim_end().ends_with(open));
         Some(Self { open: open.to_string(), close: close.to_string(), switch, opened_by_prompt })
     }
-
-    /// Whether a prompt ends inside a thinking block (its last open tag
-    /// after its last close tag), so the reply starts there.
-    pub fn prompt_opens(&self, prompt: &str) -> bool {
-        match (prompt.rfind(&self.open), prompt.rfind(&self.close)) {
-            (Some(o), Some(c)) => o > c,
-            (Some(_), None) => true,
-            _ => false,
-        }
-    }
 }
 
 /// Follows a reply as it streams and tells when its thinking ends: at the
@@ -162,14 +152,5 @@ mod tests {
         let mut t = ThinkingTracker::new(think(), true);
         assert_eq!(t.push("First, ", 1), Thinking::Inside);
         assert_eq!(t.push("naïve 日本 </think>", 2), Thinking::Closed { tokens: 2 });
-    }
-
-    #[test]
-    fn prompt_opens_reads_the_last_tags() {
-        let f = think();
-        assert!(f.prompt_opens("<|Assistant|><think>\n"));
-        assert!(!f.prompt_opens("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
-        assert!(!f.prompt_opens("<|im_start|>assistant\n"));
-        assert!(f.prompt_opens("a</think>b<think>"));
     }
 }

@@ -20,6 +20,7 @@ use hearth_engine::{CacheIdentity, Engine};
 use hearth_store::{ConversationExport, Import, Store};
 use serde::{Deserialize, Serialize};
 
+use crate::caches::{disk_reserve, CacheBudgets};
 use crate::error::{AppError, AppResult, ErrorKind};
 
 /// The bundle's description of itself and of the model its cache needs.
@@ -103,7 +104,7 @@ pub fn export(store: &Store, caches_dir: Option<&Path>, id: i64, out: &Path) -> 
     let model = cached.as_ref().map(|(_, identity)| model_identity(store, identity));
     let manifest = Manifest { format: Manifest::FORMAT.into(), version: Manifest::VERSION, model };
 
-    let tmp = out.with_extension("hearth.part");
+    let tmp = part_path(out);
     let write = || -> AppResult<()> {
         let file = File::create(&tmp).map_err(io(&tmp))?;
         let mut zip = zip::ZipWriter::new(file);
@@ -129,27 +130,37 @@ pub fn export(store: &Store, caches_dir: Option<&Path>, id: i64, out: &Path) -> 
     })
 }
 
+/// Where a file is written before it is renamed to `out`: beside it, hidden,
+/// under a name no one else's file has (a failed write deletes it).
+pub fn part_path(out: &Path) -> PathBuf {
+    let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    out.with_file_name(format!(".{name}.{}.hearth-part", std::process::id()))
+}
+
 fn model_identity(store: &Store, identity: &CacheIdentity) -> ModelIdentity {
     let sha256 = identity.model_sha256.clone().unwrap_or_default();
     let name = store.model_name_by_sha256(&sha256).ok().flatten().unwrap_or_default();
     ModelIdentity { sha256, name, size_bytes: identity.model_size, architecture: identity.architecture.clone(), engine_build: identity.engine_version.clone() }
 }
 
-/// A bundle's members, read and checked.
+/// A bundle's members, read and checked; the cache only located (it is
+/// read only where it can be used).
 struct Opened {
+    zip: zip::ZipArchive<File>,
     manifest: Manifest,
     conversation: ConversationExport,
-    /// The cache, copied out to a temporary file beside the caches.
-    cache: Option<tempfile::NamedTempFile>,
+    /// The cache member's index and declared size.
+    cache: Option<(usize, u64)>,
 }
 
-/// Reads every member of the bundle at `path` within its limits.
-fn open(path: &Path, scratch: &Path) -> AppResult<Opened> {
+/// Reads the bundle at `path`: every member's name and size, and the
+/// manifest and conversation within their limits.
+fn open(path: &Path) -> AppResult<Opened> {
     let file = File::open(path).map_err(|e| bad(path, format!("cannot open it: {e}")))?;
     let mut zip = zip::ZipArchive::new(file).map_err(|e| bad(path, format!("not a zip archive ({e})")))?;
     let mut manifest = None;
     let mut conversation = None;
-    let mut cache: Option<tempfile::NamedTempFile> = None;
+    let mut cache: Option<(usize, u64)> = None;
     for i in 0..zip.len() {
         let mut member = zip.by_index(i).map_err(|e| bad(path, e))?;
         let name = member.name().map_err(|e| bad(path, format!("a member has an unreadable name ({e})")))?.to_string();
@@ -175,26 +186,20 @@ fn open(path: &Path, scratch: &Path) -> AppResult<Opened> {
         if member.size() > limit {
             return Err(bad(path, format!("{name:?} is {} MB; the limit is {} MB", member.size() >> 20, limit >> 20)));
         }
-        // The declared size may lie: never read past the limit.
-        let too_big = || bad(path, format!("{name:?} is larger than it says, or than {} MB", limit >> 20));
         if name == CACHE {
-            let mut tmp = tempfile::NamedTempFile::new_in(scratch).map_err(io(scratch))?;
-            let copied = std::io::copy(&mut (&mut member).take(limit + 1), tmp.as_file_mut()).map_err(|e| bad(path, format!("{name:?}: {e}")))?;
-            if copied > limit || copied != member.size() {
-                return Err(too_big());
-            }
-            cache = Some(tmp);
+            cache = Some((i, member.size()));
+            continue;
+        }
+        // The declared size may lie: never read past the limit.
+        let mut bytes = Vec::new();
+        (&mut member).take(limit + 1).read_to_end(&mut bytes).map_err(|e| bad(path, format!("{name:?}: {e}")))?;
+        if bytes.len() as u64 > limit {
+            return Err(bad(path, format!("{name:?} is larger than it says, or than {} MB", limit >> 20)));
+        }
+        if name == MANIFEST {
+            manifest = Some(bytes);
         } else {
-            let mut bytes = Vec::new();
-            (&mut member).take(limit + 1).read_to_end(&mut bytes).map_err(|e| bad(path, format!("{name:?}: {e}")))?;
-            if bytes.len() as u64 > limit {
-                return Err(too_big());
-            }
-            if name == MANIFEST {
-                manifest = Some(bytes);
-            } else {
-                conversation = Some(bytes);
-            }
+            conversation = Some(bytes);
         }
     }
     let manifest_bytes = manifest.ok_or_else(|| bad(path, format!("it has no {MANIFEST}")))?;
@@ -215,21 +220,30 @@ fn open(path: &Path, scratch: &Path) -> AppResult<Opened> {
     if cache.is_some() != manifest.model.is_some() {
         return Err(bad(path, "its manifest and its cache disagree"));
     }
-    Ok(Opened { manifest, conversation, cache })
+    Ok(Opened { zip, manifest, conversation, cache })
 }
 
 /// Imports the bundle at `path`: the conversation always (unless the
 /// database holds it already), its cache where `engine` is the model that
 /// computed it. `caches_dir` is where the worker looks for saved caches.
-pub fn import(store: &Store, engine: Option<&Engine>, caches_dir: Option<&Path>, path: &Path) -> AppResult<BundleImport> {
-    let scratch: PathBuf = caches_dir.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
-    std::fs::create_dir_all(&scratch).map_err(io(&scratch))?;
-    let opened = open(path, &scratch)?;
+pub fn import(store: &Store, engine: Option<&Engine>, caches_dir: Option<&Path>, budgets: CacheBudgets, path: &Path) -> AppResult<BundleImport> {
+    let mut opened = open(path)?;
     // The cache is checked whole before the conversation is written, so
-    // what the import says of it is what the next turn finds.
-    let cache = match (&opened.cache, &opened.manifest.model) {
-        (Some(file), Some(model)) => Some(check_cache(engine, file.path(), model, caches_dir)),
+    // what the import says of it is what the next turn finds. It is read
+    // only where it can be used, and a cache that cannot be costs only the cache.
+    let cache = match (opened.cache, &opened.manifest.model) {
+        (Some((index, size)), Some(model)) => Some((|| {
+            let (engine, dir) = usable(engine, model, caches_dir, budgets, size)?;
+            let copy = copy_out(path, &mut opened.zip, index, size, dir)?;
+            check_cache(engine, copy.path())
+        })()),
         _ => None,
+    };
+    let cache = match cache {
+        Some(Err(Refusal::Hostile(e))) => return Err(e),
+        Some(Err(Refusal::Skip(note))) => Some(Err(note)),
+        Some(Ok(session)) => Some(Ok(session)),
+        None => None,
     };
     let report = store.import(&Import::Conversations(vec![opened.conversation]))?;
     let (cache, cache_note) = match (cache, report.imported.first()) {
@@ -254,34 +268,83 @@ pub fn import(store: &Store, engine: Option<&Engine>, caches_dir: Option<&Path>,
     Ok(BundleImport { report, cache, cache_note })
 }
 
-/// The bundle's cache as a session of the loaded model, or why not.
-fn check_cache(engine: Option<&Engine>, file: &Path, model: &ModelIdentity, caches_dir: Option<&Path>) -> Result<hearth_engine::Session, String> {
-    let wanted = if model.name.is_empty() { "the model it was made with".to_string() } else { model.name.clone() };
-    let Some(engine) = engine else { return Err(format!("no model is loaded; it needs {wanted}")) };
-    if caches_dir.is_none() {
-        return Err("caches are not saved in this session".into());
+/// Why a bundle's cache is not installed: a bundle that lies about it is
+/// refused whole; anything else costs only the cache.
+enum Refusal {
+    Hostile(AppError),
+    Skip(String),
+}
+
+impl From<String> for Refusal {
+    fn from(note: String) -> Self {
+        Refusal::Skip(note)
     }
+}
+
+/// Whether a cache of `size` bytes for `model` can be used here at all,
+/// before a byte of it is read: the loaded model's file and build, saved
+/// caches on, room on disk and in the memory budget.
+fn usable<'e>(engine: Option<&'e Engine>, model: &ModelIdentity, caches_dir: Option<&Path>, budgets: CacheBudgets, size: u64) -> Result<(&'e Engine, PathBuf), Refusal> {
+    let wanted = if model.name.is_empty() { "the model it was made with".to_string() } else { model.name.clone() };
+    let Some(engine) = engine else { return Err(format!("no model is loaded; it needs {wanted}").into()) };
+    let Some(dir) = caches_dir else { return Err(Refusal::Skip("caches are not saved in this session".into())) };
     let Some(loaded) = engine.file_sha256() else {
-        return Err("the loaded model is still being checked (hashed); import again in a moment".into());
+        return Err(Refusal::Skip("the loaded model is still being checked (hashed); import again in a moment".into()));
     };
     if loaded != model.sha256 {
-        return Err(format!("it was computed with another model ({wanted})"));
+        return Err(format!("it was computed with another model ({wanted})").into());
     }
     if model.engine_build != hearth_engine::BUILD_ID {
-        return Err(format!("it was computed by another Hearth build ({})", model.engine_build));
+        return Err(format!("it was computed by another Hearth build ({})", model.engine_build).into());
     }
+    if budgets.disk_mb == 0 {
+        return Err(Refusal::Skip("saved caches are turned off (disk budget 0)".into()));
+    }
+    if size > (budgets.disk_mb as u64) << 20 || size > (budgets.memory_mb as u64) << 20 {
+        return Err(format!("it is {} MB, more than the cache budgets allow", size >> 20).into());
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Refusal::Skip(format!("the caches folder cannot be made ({e})")))?;
+    // A copy to check, then the cache itself, and the disk's reserve kept.
+    if fs4::available_space(dir).is_ok_and(|free| free < 2 * size + disk_reserve()) {
+        return Err(Refusal::Skip("there is not enough free disk space for it".into()));
+    }
+    Ok((engine, dir.to_path_buf()))
+}
+
+/// Copies the cache member out beside the caches (as `import-*.tmp`, which
+/// the next start deletes if this one dies), reading no more than it declares.
+fn copy_out(path: &Path, zip: &mut zip::ZipArchive<File>, index: usize, size: u64, dir: PathBuf) -> Result<tempfile::NamedTempFile, Refusal> {
+    let mut member = zip.by_index(index).map_err(|e| Refusal::Hostile(bad(path, e)))?;
+    let mut tmp = tempfile::Builder::new().prefix("import-").suffix(".tmp").tempfile_in(&dir).map_err(|e| format!("it could not be copied ({e})"))?;
+    let copied = match std::io::copy(&mut (&mut member).take(size + 1), tmp.as_file_mut()) {
+        Ok(n) => n,
+        // A member that fails to inflate is the bundle's fault; a full disk is not.
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof) => {
+            return Err(Refusal::Hostile(bad(path, format!("{CACHE:?}: {e}"))))
+        }
+        Err(e) => return Err(format!("it could not be copied ({e})").into()),
+    };
+    if copied != size {
+        return Err(Refusal::Hostile(bad(path, format!("{CACHE:?} is larger or smaller than it says"))));
+    }
+    Ok(tmp)
+}
+
+/// The copied cache as a session of the loaded model, or why not.
+fn check_cache(engine: &Engine, file: &Path) -> Result<hearth_engine::Session, Refusal> {
+    let loaded = engine.file_sha256().unwrap_or_default();
     let identity = hearth_engine::session_file::read_identity(file).map_err(|e| format!("it is damaged ({e})"))?;
     if identity.model_sha256.as_deref() != Some(loaded) || identity.engine_version != hearth_engine::BUILD_ID {
-        return Err("its cache file names another model than its manifest".into());
+        return Err("its cache file names another model than its manifest".to_string().into());
     }
     // Same bytes, same build: the device's cache type must agree as well.
     let here = engine.cache_identity(identity.context_length).map_err(|e| e.to_string())?;
     if (here.architecture.as_str(), here.dtype.as_str()) != (identity.architecture.as_str(), identity.dtype.as_str()) {
-        return Err(format!("it was computed as {} {}; here it would be {} {}", identity.architecture, identity.dtype, here.architecture, here.dtype));
+        return Err(format!("it was computed as {} {}; here it would be {} {}", identity.architecture, identity.dtype, here.architecture, here.dtype).into());
     }
     let restored = hearth_engine::session_file::read(file, &identity, engine.model()).map_err(|e| format!("it is damaged ({e})"))?;
     if !restored.complete {
-        return Err("it is damaged (a chunk failed its checksum)".into());
+        return Err("it is damaged (a chunk failed its checksum)".to_string().into());
     }
     Ok(restored.session)
 }

@@ -58,7 +58,7 @@ impl CacheBudgets {
 
 /// Disk space cache files never take: 1 GB, or `HEARTH_DISK_RESERVE_MB`
 /// (so tests can stand for a full disk).
-fn disk_reserve() -> u64 {
+pub(crate) fn disk_reserve() -> u64 {
     std::env::var("HEARTH_DISK_RESERVE_MB").ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(1024) << 20
 }
 
@@ -410,8 +410,10 @@ impl Caches {
         let Some(dir) = &self.dir else { return };
         let budget = self.shared.budgets().disk_mb as u64 * (1 << 20);
         let Ok(entries) = std::fs::read_dir(dir) else { return };
+        // Cache files only: an import's temporary copy is not a cache yet.
         let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
             .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "session"))
             .filter_map(|e| {
                 let m = e.metadata().ok()?;
                 Some((m.modified().ok()?, m.len(), e.path()))

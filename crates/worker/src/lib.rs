@@ -112,7 +112,7 @@ impl Worker {
     /// Imports a `.hearth` bundle: its conversation, and its cache where the
     /// loaded model is the one that computed it.
     pub fn import_bundle(&self, store: &Store, path: &std::path::Path) -> AppResult<bundle::BundleImport> {
-        bundle::import(store, self.engine().as_deref(), self.caches_dir.as_deref(), path)
+        bundle::import(store, self.engine().as_deref(), self.caches_dir.as_deref(), self.budgets(), path)
     }
 
     pub fn budgets(&self) -> CacheBudgets {

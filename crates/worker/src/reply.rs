@@ -189,7 +189,7 @@ impl WorkerThread {
         let s = &job.settings;
         let (prompt, context, dropped) = prompt_ids(&engine, job, s)?;
         for w in written.iter_mut() {
-            w.watch_thinking(&engine, job, &prompt);
+            w.watch_thinking(&engine, job);
         }
 
         let (cache_key, mut entry) = self.caches.take_for(&engine, job, &prompt, context);
@@ -409,20 +409,17 @@ impl Written {
         Self { text: job.prefix.clone(), choices: job.prefix_choices.clone(), unsent, thinking: None, tokens: 0, first_token: None, thought: None }
     }
 
-    /// Follows the reply's thinking, where the model's template marks it:
-    /// `prompt` is the reply's whole prompt, its text so far (the prefix) last.
-    pub fn watch_thinking(&mut self, engine: &hearth_engine::Engine, job: &ReplyJob, prompt: &[u32]) {
+    /// Follows the reply's thinking, where the model's template marks it.
+    /// The block is open at the start where the template's generation
+    /// prompt opens it (never because a user's message ends with the tag);
+    /// a reply continued after its block closed has nothing left to time.
+    pub fn watch_thinking(&mut self, engine: &hearth_engine::Engine, job: &ReplyJob) {
         let Some(format) = engine.reasoning() else { return };
-        let prefix_tokens = match &job.prefix_ids {
-            Some(ids) => ids.len(),
-            None if job.prefix.is_empty() => 0,
-            None => engine.tokenizer().encode(&job.prefix, false, false).map_or(0, |ids| ids.len()),
-        };
-        let before = &prompt[..prompt.len().saturating_sub(prefix_tokens)];
-        // The tags are a few tokens each: the prompt's end says whether it opened a block.
-        let tail = engine.tokenizer().decode(&before[before.len().saturating_sub(32)..]);
-        let mut tracker = ThinkingTracker::new(format.clone(), format.prompt_opens(&tail));
-        tracker.push(&job.prefix, 0);
+        let raw = job.request.as_ref().is_some_and(|r| r.raw_prompt.is_some());
+        let mut tracker = ThinkingTracker::new(format.clone(), format.opened_by_prompt && !raw);
+        if let Thinking::Closed { .. } | Thinking::None = tracker.push(&job.prefix, 0) {
+            return;
+        }
         self.thinking = Some(tracker);
     }
 

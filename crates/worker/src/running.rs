@@ -63,7 +63,7 @@ impl WorkerThread {
             Ok(parts) => {
                 let (engine, cache_key, turn, prompt, context, dropped, seed) = parts;
                 let mut written = Written::new(&job);
-                written.watch_thinking(&engine, &job, &prompt);
+                written.watch_thinking(&engine, &job);
                 Some(RunningReply {
                     written,
                     job,

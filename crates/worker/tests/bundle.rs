@@ -160,6 +160,13 @@ fn a_bundle_without_its_model_imports_the_text_and_says_the_cache_was_skipped() 
     assert!(imported.cache_note.as_deref().unwrap().contains("another model (Qwen3-0.6B-Q4_K_M.gguf)"), "{:?}", imported.cache_note);
     assert_eq!(b.store.thread(imported.report.imported[0]).unwrap().len(), 2);
 
+    // Saved caches turned off: the text, not the cache.
+    let off = folder(&hearth_engine::paths::default_model_path());
+    off.worker.set_budgets(hearth_worker::CacheBudgets { memory_mb: 512, disk_mb: 0 });
+    let imported = off.worker.import_bundle(&off.store, &bundle).unwrap();
+    assert_eq!((imported.cache, imported.cache_note.as_deref()), (CacheImport::Skipped, Some("saved caches are turned off (disk budget 0)")));
+    assert_eq!(conversation_count(&off.store), 1);
+
     // The same conversation again adds nothing, nor its cache.
     let again = b.worker.import_bundle(&b.store, &bundle).unwrap();
     assert_eq!((again.report.imported.len(), again.report.skipped_duplicates), (0, 1));

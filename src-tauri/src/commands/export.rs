@@ -46,7 +46,7 @@ const MAX_JSON: u64 = hearth_store::MAX_IMPORT_BYTES as u64;
 fn write_file(path: &Path, bytes: &[u8]) -> AppResult<()> {
     // Written beside, then renamed: a failed export never leaves half a file
     // where a good one was.
-    let tmp = path.with_extension("part");
+    let tmp = crate::worker::bundle::part_path(path);
     let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
     result.map_err(|e| {
         let _ = std::fs::remove_file(&tmp);

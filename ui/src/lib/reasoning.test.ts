@@ -30,7 +30,10 @@ describe('splitThinking', () => {
 
   it('takes everything before a close tag with no open tag as thinking (the prompt opened it)', () => {
     expect(splitThinking('Okay, so 2+2.\n</think>\n\n4', r1, false)).toEqual({ thinking: 'Okay, so 2+2.', closed: true, answer: '4' });
-    expect(splitThinking('Okay</think>4', null, true)).toEqual({ thinking: 'Okay', closed: true, answer: '4' });
+    expect(splitThinking('Okay</think>4', null, false, true)).toEqual({ thinking: 'Okay', closed: true, answer: '4' });
+    // Without a prompt that opens the block, a reply that mentions the tag keeps its text.
+    expect(splitThinking('Close it with </think> like so.', null, true)).toEqual({ thinking: null, closed: false, answer: 'Close it with </think> like so.' });
+    expect(splitThinking('Okay</think>4', null, false)).toEqual({ thinking: null, closed: false, answer: 'Okay</think>4' });
   });
 
   it('treats a reply from a prompt-opened block as thinking until its close tag', () => {

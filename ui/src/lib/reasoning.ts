@@ -34,14 +34,16 @@ function partialTagAtEnd(text: string, tag: string): number {
  * pair when null):
  * 1. whitespace, then the open tag: thinking until the close tag (to the
  *    end when there is none yet);
- * 2. a close tag with no open tag before it (the prompt opened the block):
- *    everything before the close tag;
+ * 2. a close tag with no open tag before it, where the prompt opened the
+ *    block (`openedByPrompt`, or `thought`: the worker saw the block close):
+ *    everything before the close tag; elsewhere a reply that merely
+ *    mentions the close tag keeps all its text;
  * 3. `openedByPrompt`, no close tag yet, still streaming: all of it so far;
  * 4. otherwise no thinking.
  * While `streaming`, a tag still arriving (`<thi`) is held back rather than
  * shown as text.
  */
-export function splitThinking(text: string, format: ReasoningFormat | null, streaming: boolean): ThinkingSplit {
+export function splitThinking(text: string, format: ReasoningFormat | null, streaming: boolean, thought = false): ThinkingSplit {
   const { open, close, openedByPrompt } = format ?? DEFAULT_REASONING;
   const start = text.trimStart();
   let body: string | null = null;
@@ -53,7 +55,7 @@ export function splitThinking(text: string, format: ReasoningFormat | null, stre
   } else {
     const c = text.indexOf(close);
     const o = text.indexOf(open);
-    if (c >= 0 && (o < 0 || o > c)) body = text;
+    if (c >= 0 && (o < 0 || o > c) && (openedByPrompt || thought)) body = text;
     else if (openedByPrompt && streaming && c < 0) body = text;
   }
   if (body === null) return { thinking: null, closed: false, answer: text };
