@@ -414,13 +414,7 @@ impl Written {
     /// prompt opens it (never because a user's message ends with the tag);
     /// a reply continued after its block closed has nothing left to time.
     pub fn watch_thinking(&mut self, engine: &hearth_engine::Engine, job: &ReplyJob) {
-        let Some(format) = engine.reasoning() else { return };
-        let raw = job.request.as_ref().is_some_and(|r| r.raw_prompt.is_some());
-        let mut tracker = ThinkingTracker::new(format.clone(), format.opened_by_prompt && !raw);
-        if let Thinking::Closed { .. } | Thinking::None = tracker.push(&job.prefix, 0) {
-            return;
-        }
-        self.thinking = Some(tracker);
+        self.thinking = engine.reasoning().and_then(|format| thinking_tracker(format, job));
     }
 
     pub fn take(&mut self, e: &TokenEvent) {
@@ -447,6 +441,17 @@ impl Written {
         if e.token != PAD {
             self.unsent.ids.push(e.token);
         }
+    }
+}
+
+/// The tracker for a reply of `job` under `format`, unless what the reply
+/// already has (its prefix) ended its thinking or showed it has none.
+fn thinking_tracker(format: &hearth_engine::ReasoningFormat, job: &ReplyJob) -> Option<ThinkingTracker> {
+    let raw = job.request.as_ref().is_some_and(|r| r.raw_prompt.is_some());
+    let mut tracker = ThinkingTracker::new(format.clone(), format.opened_by_prompt && !raw);
+    match tracker.push(&job.prefix, 0) {
+        Thinking::Closed { .. } | Thinking::None => None,
+        _ => Some(tracker),
     }
 }
 
@@ -519,4 +524,62 @@ fn random_seed() -> u32 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
     h.finish() as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn format(opened_by_prompt: bool) -> hearth_engine::ReasoningFormat {
+        hearth_engine::ReasoningFormat { open: "<think>".into(), close: "</think>".into(), switch: None, opened_by_prompt }
+    }
+
+    fn job(prefix: &str) -> ReplyJob {
+        ReplyJob { prefix: prefix.into(), ..ReplyJob::new(1, 2, Vec::new(), ConversationSettings::default(), Box::new(|_| {})) }
+    }
+
+    fn token(text: &str) -> TokenEvent {
+        TokenEvent { sequence: 0, token: 7, text: text.into(), finish: None, logprobs: None }
+    }
+
+    fn written(format: &hearth_engine::ReasoningFormat, job: &ReplyJob) -> Written {
+        Written { thinking: thinking_tracker(format, job), ..Written::new(job) }
+    }
+
+    #[test]
+    fn a_reply_records_its_thinking_tokens_up_to_the_close_tag() {
+        let j = job("");
+        let mut w = written(&format(false), &j);
+        for t in ["<think>", "\nTwo", " and two", ".</", "think>", "\n\n4"] {
+            w.take(&token(t));
+        }
+        assert_eq!(w.thought.map(|t| t.0), Some(5));
+        assert_eq!(w.text, "<think>\nTwo and two.</think>\n\n4");
+    }
+
+    #[test]
+    fn only_a_prompt_that_opens_the_block_starts_a_reply_inside_it() {
+        let j = job("");
+        let mut w = written(&format(true), &j);
+        for t in ["Hmm", "</think>", "4"] {
+            w.take(&token(t));
+        }
+        assert_eq!(w.thought.map(|t| t.0), Some(2));
+        // Without it, a reply that mentions the tag did not think.
+        let mut w = written(&format(false), &j);
+        for t in ["Use", " </think>", " to close"] {
+            w.take(&token(t));
+        }
+        assert_eq!(w.thought, None);
+    }
+
+    #[test]
+    fn a_continued_reply_is_timed_only_while_its_block_is_still_open() {
+        assert!(thinking_tracker(&format(false), &job("<think>\ndone</think>\n\nThe answer")).is_none());
+        assert!(thinking_tracker(&format(false), &job("The answer")).is_none());
+        let j = job("<think>\nstill");
+        let mut w = written(&format(false), &j);
+        w.take(&token(" going</think>"));
+        assert_eq!(w.thought.map(|t| t.0), Some(1));
+    }
 }
