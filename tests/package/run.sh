@@ -70,17 +70,5 @@ ok "desktop entry $desktop, icons, and $mime for *.gguf"
 scripts/fetch-model.sh >/dev/null
 command -v tauri-driver >/dev/null || cargo install tauri-driver --version '^2' --locked
 export HEARTH_APP="$app"
-if [ -z "${DISPLAY:-}" ]; then
-  display=":$(( 80 + RANDOM % 9 ))"
-  Xvfb "$display" -screen 0 1280x800x24 -nolisten tcp >/dev/null 2>&1 &
-  xvfb=$!
-  trap 'kill $xvfb 2>/dev/null || true' EXIT
-  export DISPLAY="$display"
-  sleep 1
-fi
-# A D-Bus session, as a desktop has: the second launch finds the first on it.
-session=()
-if [ -z "${DBUS_SESSION_BUS_ADDRESS:-}" ] && command -v dbus-run-session >/dev/null; then
-  session=(dbus-run-session --)
-fi
-"${session[@]}" node --test --test-concurrency=1 --test-force-exit tests/package/
+# Under Xvfb and a D-Bus session: the second launch finds the first on it.
+tests/e2e/headless.sh node --test --test-concurrency=1 --test-force-exit tests/package/

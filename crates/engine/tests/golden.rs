@@ -62,6 +62,23 @@ fn bos_is_added_only_when_the_model_asks() {
     assert_eq!(tok.encode("Hi", true, true).unwrap(), tok.encode("Hi", false, true).unwrap());
 }
 
+/// A golden case's `messages`, as the engine takes them.
+fn case_messages(case: &Value) -> Vec<ChatMessage> {
+    case["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let role = match m["role"].as_str().unwrap() {
+                "system" => Role::System,
+                "user" => Role::User,
+                _ => Role::Assistant,
+            };
+            ChatMessage::new(role, m["content"].as_str().unwrap())
+        })
+        .collect()
+}
+
 #[test]
 fn templates_render_like_python_jinja2() {
     let golden = load("template_golden.json");
@@ -70,19 +87,7 @@ fn templates_render_like_python_jinja2() {
         let name = case["template"].as_str().unwrap();
         let t = &golden["templates"][name];
         let tmpl = ChatTemplate::new(t["source"].as_str().unwrap(), t["bos_token"].as_str().unwrap(), t["eos_token"].as_str().unwrap()).unwrap();
-        let messages: Vec<ChatMessage> = case["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| {
-                let role = match m["role"].as_str().unwrap() {
-                    "system" => Role::System,
-                    "user" => Role::User,
-                    _ => Role::Assistant,
-                };
-                ChatMessage::new(role, m["content"].as_str().unwrap())
-            })
-            .collect();
+        let messages = case_messages(case);
         let got = tmpl.render(&messages, case["add_generation_prompt"].as_bool().unwrap());
         match (&case["ok"], got) {
             (Value::String(want), Ok(got)) => assert_eq!(&got, want, "template {name}, messages {}", case["messages"]),
@@ -114,19 +119,7 @@ fn reasoning_templates_render_like_python_jinja2_and_declare_their_tags() {
         assert_eq!((format.open.as_str(), format.close.as_str()), ("<think>", "</think>"));
         assert_eq!(format.switch.as_deref(), (name == "qwen3").then_some("enable_thinking"), "{name}");
         assert_eq!(format.opened_by_prompt, name != "qwen3", "{name}");
-        let messages: Vec<ChatMessage> = case["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| {
-                let role = match m["role"].as_str().unwrap() {
-                    "system" => Role::System,
-                    "user" => Role::User,
-                    _ => Role::Assistant,
-                };
-                ChatMessage::new(role, m["content"].as_str().unwrap())
-            })
-            .collect();
+        let messages = case_messages(case);
         let agp = case["add_generation_prompt"].as_bool().unwrap();
         let got = match case["enable_thinking"].as_bool() {
             Some(on) => tmpl.render_with(&messages, agp, &[("enable_thinking", on)]),

@@ -85,10 +85,7 @@ fn bad(path: &Path, reason: impl std::fmt::Display) -> AppError {
 }
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> AppError + '_ {
-    move |e| {
-        let kind = if e.kind() == std::io::ErrorKind::StorageFull { ErrorKind::DiskFull } else { ErrorKind::Storage };
-        AppError::new(kind, format!("cannot write {}: {e}", path.display()))
-    }
+    move |e| AppError::write_failed(path, e)
 }
 
 /// Writes conversation `id` with its saved cache (from `caches_dir`, when

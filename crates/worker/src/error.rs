@@ -50,6 +50,12 @@ impl AppError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         Self { kind, message: message.into() }
     }
+
+    /// Writing `path` failed: kind `diskFull` when the disk is, else `storage`.
+    pub fn write_failed(path: &std::path::Path, e: std::io::Error) -> Self {
+        let kind = if e.kind() == std::io::ErrorKind::StorageFull { ErrorKind::DiskFull } else { ErrorKind::Storage };
+        Self::new(kind, format!("cannot write {}: {e}", path.display()))
+    }
 }
 
 pub type AppResult<T> = Result<T, AppError>;

@@ -50,8 +50,7 @@ fn write_file(path: &Path, bytes: &[u8]) -> AppResult<()> {
     let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
     result.map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
-        let kind = if e.kind() == std::io::ErrorKind::StorageFull { ErrorKind::DiskFull } else { ErrorKind::Storage };
-        AppError::new(kind, format!("cannot write {}: {e}", path.display()))
+        AppError::write_failed(path, e)
     })
 }
 
