@@ -122,6 +122,9 @@ pub(crate) struct RowPairs {
     qs: Vec<Run64>,
     d: Vec<Run64>,
     offset: Vec<Run64>,
+    /// Each four rows' Q8_1 sums of block `i` at `g·kb + i`, so that the
+    /// minimum's products take one vector multiply for all four.
+    s: Vec<Sums4>,
     /// Rows covered, a multiple of four.
     rows: usize,
     kb: usize,
@@ -138,6 +141,10 @@ struct Lanes8([i32; 8]);
 #[derive(Clone, Copy)]
 struct Run64([u8; 64]);
 
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct Sums4([f32; 4]);
+
 impl RowPairs {
     /// The whole fours of `rows` activation rows of `kb` blocks each.
     pub(crate) fn new(q8: &[Q8Block], kb: usize) -> Self {
@@ -147,6 +154,7 @@ impl RowPairs {
         let mut p = Self { rows, kb, single, ..Self::default() };
         for g in 0..rows / 4 {
             for i in 0..kb {
+                p.s.push(Sums4(std::array::from_fn(|a| q8[(4 * g + a) * kb + i].s)));
                 for h in 0..2 {
                     let (a, b) = (&q8[(4 * g + 2 * h) * kb + i], &q8[(4 * g + 2 * h + 1) * kb + i]);
                     let mut qs = [0u8; 64];
@@ -186,6 +194,7 @@ impl RowPairs {
         self.qs.extend(other.qs);
         self.d.extend(other.d);
         self.offset.extend(other.offset);
+        self.s.extend(other.s);
         // Lone rows' offsets are indexed from row 0: kept only while complete.
         if self.single.len() == blocks_before {
             self.single.extend(other.single);
@@ -229,7 +238,7 @@ pub(crate) fn column_range<B: Block32>(blocks: &[B], kb: usize, cols: Range<usiz
             if isa >= Isa::Avx512Vnni && r == 4 && B::SUM != Sum::SignedPairs && pairs.covers(row) {
                 // SAFETY: `[[f32; 4]; 1]` is laid out as `[f32; 4]`.
                 let out = std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut [[f32; 4]; 1], out.len());
-                x86::columns_pairs_avx512::<B, 1>(blocks, kb, cols, (pairs, row / 4 * kb * 2), [y], out)
+                x86::columns_pairs_avx512::<B, 1>(blocks, kb, cols, (pairs, row / 4 * kb * 2), out)
             } else if isa >= Isa::Avx512Vnni && r == 1 && B::SUM == Sum::Signed && pairs.covers_single(row) {
                 x86::columns1_avx512::<B>(blocks, kb, cols, &pairs.single[row * kb..(row + 1) * kb], y[0], out)
             } else if isa >= Isa::Avx512Vnni {
@@ -258,15 +267,15 @@ pub(crate) fn eight_rows<B: Block32>(pairs: &RowPairs, row: usize, isa: Isa) -> 
 /// `out[i][g][a]` = weight row `cols.start + i` · activation row `row + 4g + a`,
 /// where `eight_rows` holds: each unpacked weight block serves eight rows,
 /// each product computed exactly as `column_range` computes it.
-pub(crate) fn column_range8<B: Block32>(blocks: &[B], kb: usize, cols: Range<usize>, y: [[&[Q8Block]; 4]; 2], (pairs, row): (&RowPairs, usize), isa: Isa, out: &mut [[[f32; 4]; 2]]) {
+pub(crate) fn column_range8<B: Block32>(blocks: &[B], kb: usize, cols: Range<usize>, (pairs, row): (&RowPairs, usize), isa: Isa, out: &mut [[[f32; 4]; 2]]) {
     assert!(eight_rows::<B>(pairs, row, isa));
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the CPU has AVX-512 VNNI (checked at run time, asserted above).
     unsafe {
-        x86::columns_pairs_avx512::<B, 2>(blocks, kb, cols, (pairs, row / 4 * kb * 2), y, out)
+        x86::columns_pairs_avx512::<B, 2>(blocks, kb, cols, (pairs, row / 4 * kb * 2), out)
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (blocks, kb, cols, y, out);
+    let _ = (blocks, kb, cols, out);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -410,10 +419,8 @@ pub(crate) mod x86 {
         let mut col = cols.start;
         let mut xs = [row(col); W];
         while col + W <= cols.end {
-            if R == 1 {
-                for i in 0..W {
-                    prefetch_row_ahead(blocks, kb, col + i);
-                }
+            for i in 0..W {
+                prefetch_row_ahead(blocks, kb, col + i);
             }
             for (i, x) in xs.iter_mut().enumerate() {
                 *x = row(col + i);
@@ -458,22 +465,26 @@ pub(crate) mod x86 {
     /// multiply-add per block, the same `hsum`), in half the instructions,
     /// and each unpacked weight block serves `4·G` rows.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
-    pub unsafe fn columns_pairs_avx512<B: Block32, const G: usize>(blocks: &[B], kb: usize, cols: Range<usize>, (pairs, base): (&RowPairs, usize), y: [[&[Q8Block]; 4]; G], out: &mut [[[f32; 4]; G]]) {
+    pub unsafe fn columns_pairs_avx512<B: Block32, const G: usize>(blocks: &[B], kb: usize, cols: Range<usize>, (pairs, base): (&RowPairs, usize), out: &mut [[[f32; 4]; G]]) {
         let runs: [Runs; G] = std::array::from_fn(|g| {
             let b = base + g * 2 * kb;
-            Runs { qs: pairs.qs.as_ptr().add(b) as *const __m512i, d: pairs.d.as_ptr().add(b) as *const __m512, offset: pairs.offset.as_ptr().add(b) as *const __m512i }
+            Runs { qs: pairs.qs.as_ptr().add(b) as *const __m512i, d: pairs.d.as_ptr().add(b) as *const __m512, offset: pairs.offset.as_ptr().add(b) as *const __m512i, s: pairs.s.as_ptr().add(b / 2) as *const f32 }
         });
         let row = |c: usize| &blocks[c * kb..(c + 1) * kb];
         let mut col = cols.start;
         // Several weight rows at a time share each activation pair's loads.
         const W: usize = 4;
         while col + W <= cols.end {
-            let t = tile_pairs::<B, W, G>(std::array::from_fn(|i| row(col + i)), &runs, &y);
+            // Each pass over the columns streams every weight row once: ask for rows ahead.
+            for i in 0..W {
+                prefetch_row_ahead(blocks, kb, col + i);
+            }
+            let t = tile_pairs::<B, W, G>(std::array::from_fn(|i| row(col + i)), &runs);
             out[col - cols.start..col - cols.start + W].copy_from_slice(&t);
             col += W;
         }
         while col < cols.end {
-            out[col - cols.start] = tile_pairs::<B, 1, G>([row(col)], &runs, &y)[0];
+            out[col - cols.start] = tile_pairs::<B, 1, G>([row(col)], &runs)[0];
             col += 1;
         }
     }
@@ -484,13 +495,16 @@ pub(crate) mod x86 {
         qs: *const __m512i,
         d: *const __m512,
         offset: *const __m512i,
+        s: *const f32,
     }
 
     #[inline(always)]
-    unsafe fn tile_pairs<B: Block32, const W: usize, const G: usize>(x: [&[B]; W], runs: &[Runs; G], y: &[[&[Q8Block]; 4]; G]) -> [[[f32; 4]; G]; W] {
+    unsafe fn tile_pairs<B: Block32, const W: usize, const G: usize>(x: [&[B]; W], runs: &[Runs; G]) -> [[[f32; 4]; G]; W] {
         let zero = _mm512_setzero_si512();
         let mut acc = [[[_mm512_setzero_ps(); 2]; G]; W];
-        let mut summs = [[[0f32; 4]; G]; W];
+        // Each row's sum in its own lane: the same multiply and add per
+        // block as a lone row's scalar sum.
+        let mut summs = [[_mm_setzero_ps(); G]; W];
         let kb = x[0].len();
         for i in 0..kb {
             let mut uq = [zero; W];
@@ -499,11 +513,9 @@ pub(crate) mod x86 {
                 let b = x[w].get_unchecked(i);
                 d[w] = _mm512_set1_ps(half(b.d_bits()));
                 if B::SUM == Sum::WithMin {
-                    let m = half(b.m_bits());
+                    let m = _mm_set1_ps(half(b.m_bits()));
                     for g in 0..G {
-                        for a in 0..4 {
-                            summs[w][g][a] += m * y[g][a].get_unchecked(i).s;
-                        }
+                        summs[w][g] = _mm_add_ps(summs[w][g], _mm_mul_ps(m, _mm_load_ps(runs[g].s.add(4 * i))));
                     }
                     uq[w] = _mm512_broadcast_i64x4(b.quants_avx2());
                 } else {
@@ -532,8 +544,10 @@ pub(crate) mod x86 {
                     out[w][g][2 * p + 1] = hsum(_mm512_extractf32x8_ps::<1>(acc[w][g][p]));
                 }
                 if B::SUM == Sum::WithMin {
+                    let mut s = [0f32; 4];
+                    _mm_storeu_ps(s.as_mut_ptr(), summs[w][g]);
                     for a in 0..4 {
-                        out[w][g][a] += summs[w][g][a];
+                        out[w][g][a] += s[a];
                     }
                 }
             }

@@ -343,9 +343,8 @@ unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, (acts, pairs): (&[Q8Block]
     let mut tile8 = Vec::new();
     while row < rows {
         if block32::eight_rows::<B>(pairs, row, isa) {
-            let y = std::array::from_fn(|g| std::array::from_fn(|a| &acts[(row + 4 * g + a) * kb..(row + 4 * g + a + 1) * kb]));
             tile8.resize(cols.len(), [[0f32; 4]; 2]);
-            block32::column_range8::<B>(blocks, kb, cols.clone(), y, (pairs, row), isa, &mut tile8);
+            block32::column_range8::<B>(blocks, kb, cols.clone(), (pairs, row), isa, &mut tile8);
             write_rows(out, ld, &cols, row, 8, &tile8, |t, a| t[a / 4][a % 4]);
             row += 8;
             continue;
