@@ -212,6 +212,7 @@ impl Model {
         let window = b.sliding.then_some(c.sliding_window).flatten();
         match kv {
             KvRows::Batch { cache, batch, seq, pos0 } => self.attention(pool, cache, layer, &buf.q, &mut buf.attn, (*batch, *seq, *pos0), window, scale),
+            KvRows::Caches { caches, positions } if positions.iter().all(|&p| p < LONG_HISTORY) => self.attention_caches(pool, caches, positions, layer, &buf.q, &mut buf.attn, window, scale),
             KvRows::Caches { caches, positions } => {
                 // Each sequence against its own cache, as it would alone.
                 for (r, cache) in caches.iter().enumerate() {
@@ -295,6 +296,29 @@ impl Model {
                 }
             }
             attend(&mut outs, &queries, &bounds, keys, values_t, cap, scale, order);
+        });
+    }
+
+    /// One decode row per cache, none of them over a long history: a task
+    /// per (row, head) in one region, each computed as `attention` computes
+    /// it for that row alone (one region per row would leave a thread idle
+    /// at the end of each).
+    #[allow(clippy::too_many_arguments)]
+    fn attention_caches(&self, pool: &WorkerPool, caches: &[&mut KvCache], positions: &[usize], layer: usize, q: &[f32], out: &mut [f32], window: Option<usize>, scale: f32) {
+        let c = &self.config;
+        let (hd, nh, nkv) = (c.head_dim, c.n_heads, c.n_kv_heads);
+        let (n_rep, qd) = (nh / nkv, nh * hd);
+        let views: Vec<_> = caches.iter().map(|cache| cache.host(layer)).collect();
+        let out = DisjointSlice::new(out);
+        pool.run(caches.len() * nh, &|t| {
+            let (r, qh) = (t / nh, t % nh);
+            let (kv, p) = (&views[r], positions[r]);
+            let at = (qh / n_rep) * kv.capacity * hd;
+            let range = r * qd + qh * hd..r * qd + (qh + 1) * hd;
+            // SAFETY: each task writes only its own (row, head) slice.
+            let mut outs = [unsafe { out.slice(range.clone()) }];
+            let bounds = [(window.map_or(0, |w| window_start(p, w)), p)];
+            attend(&mut outs, &[&q[range]], &bounds, &kv.k[at..at + kv.capacity * hd], &kv.v_t[at..at + kv.capacity * hd], kv.capacity, scale, Order::Decode);
         });
     }
 
