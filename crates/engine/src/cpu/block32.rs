@@ -219,17 +219,19 @@ impl RowPairs {
 /// (`r` is 4 when prefilling, 1 when decoding).
 ///
 /// `pairs` may hold activation rows `row..row + 4` laid out for AVX-512.
+/// `decoding`: these are all the rows, so each weight row is read once and
+/// the kernel asks for rows ahead (a prefill's tiles reread them from cache).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn column_range<B: Block32>(blocks: &[B], kb: usize, cols: Range<usize>, r: usize, y: [&[Q8Block]; 4], (pairs, row): (&RowPairs, usize), isa: Isa, out: &mut [[f32; 4]]) {
+pub(crate) fn column_range<B: Block32>(blocks: &[B], kb: usize, cols: Range<usize>, r: usize, y: [&[Q8Block]; 4], (pairs, row): (&RowPairs, usize), isa: Isa, decoding: bool, out: &mut [[f32; 4]]) {
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx2 {
         macro_rules! tiles {
             ($columns:ident) => {
                 match r {
-                    4 => x86::$columns::<B, 1, 4>(blocks, kb, cols, y, out),
-                    3 => x86::$columns::<B, 1, 3>(blocks, kb, cols, [y[0], y[1], y[2]], out),
-                    2 => x86::$columns::<B, 2, 2>(blocks, kb, cols, [y[0], y[1]], out),
-                    _ => x86::$columns::<B, 1, 1>(blocks, kb, cols, [y[0]], out),
+                    4 => x86::$columns::<B, 1, 4>(blocks, kb, cols, y, decoding, out),
+                    3 => x86::$columns::<B, 1, 3>(blocks, kb, cols, [y[0], y[1], y[2]], decoding, out),
+                    2 => x86::$columns::<B, 2, 2>(blocks, kb, cols, [y[0], y[1]], decoding, out),
+                    _ => x86::$columns::<B, 1, 1>(blocks, kb, cols, [y[0]], decoding, out),
                 }
             };
         }
@@ -238,7 +240,7 @@ pub(crate) fn column_range<B: Block32>(blocks: &[B], kb: usize, cols: Range<usiz
             if isa >= Isa::Avx512Vnni && r == 4 && B::SUM != Sum::SignedPairs && pairs.covers(row) {
                 // SAFETY: `[[f32; 4]; 1]` is laid out as `[f32; 4]`.
                 let out = std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut [[f32; 4]; 1], out.len());
-                x86::columns_pairs_avx512::<B, 1>(blocks, kb, cols, (pairs, row / 4 * kb * 2), out)
+                x86::columns_pairs_avx512::<B, 1>(blocks, kb, cols, (pairs, row / 4 * kb * 2), decoding, out)
             } else if isa >= Isa::Avx512Vnni && r == 1 && B::SUM == Sum::Signed && pairs.covers_single(row) {
                 x86::columns1_avx512::<B>(blocks, kb, cols, &pairs.single[row * kb..(row + 1) * kb], y[0], out)
             } else if isa >= Isa::Avx512Vnni {
@@ -249,7 +251,7 @@ pub(crate) fn column_range<B: Block32>(blocks: &[B], kb: usize, cols: Range<usiz
         }
         return;
     }
-    let _ = (pairs, row);
+    let _ = (pairs, row, decoding);
     for (i, o) in out.iter_mut().enumerate() {
         let col = cols.start + i;
         for (a, v) in o.iter_mut().enumerate().take(r) {
@@ -272,7 +274,7 @@ pub(crate) fn column_range8<B: Block32>(blocks: &[B], kb: usize, cols: Range<usi
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the CPU has AVX-512 VNNI (checked at run time, asserted above).
     unsafe {
-        x86::columns_pairs_avx512::<B, 2>(blocks, kb, cols, (pairs, row / 4 * kb * 2), out)
+        x86::columns_pairs_avx512::<B, 2>(blocks, kb, cols, (pairs, row / 4 * kb * 2), false, out)
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (blocks, kb, cols, out);
@@ -403,24 +405,26 @@ pub(crate) mod x86 {
 
     /// Every column of `cols` against `R` activation rows, `W` at a time.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn columns_avx2<B: Block32, const W: usize, const R: usize>(blocks: &[B], kb: usize, cols: Range<usize>, y: [&[Q8Block]; R], out: &mut [[f32; 4]]) {
-        columns::<B, W, R, false>(blocks, kb, cols, y, out)
+    pub unsafe fn columns_avx2<B: Block32, const W: usize, const R: usize>(blocks: &[B], kb: usize, cols: Range<usize>, y: [&[Q8Block]; R], decoding: bool, out: &mut [[f32; 4]]) {
+        columns::<B, W, R, false>(blocks, kb, cols, y, decoding, out)
     }
 
     /// `columns_avx2` with VNNI's byte dot products: the same results.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
-    pub unsafe fn columns_avx512<B: Block32, const W: usize, const R: usize>(blocks: &[B], kb: usize, cols: Range<usize>, y: [&[Q8Block]; R], out: &mut [[f32; 4]]) {
-        columns::<B, W, R, true>(blocks, kb, cols, y, out)
+    pub unsafe fn columns_avx512<B: Block32, const W: usize, const R: usize>(blocks: &[B], kb: usize, cols: Range<usize>, y: [&[Q8Block]; R], decoding: bool, out: &mut [[f32; 4]]) {
+        columns::<B, W, R, true>(blocks, kb, cols, y, decoding, out)
     }
 
     #[inline(always)]
-    unsafe fn columns<B: Block32, const W: usize, const R: usize, const VNNI: bool>(blocks: &[B], kb: usize, cols: Range<usize>, y: [&[Q8Block]; R], out: &mut [[f32; 4]]) {
+    unsafe fn columns<B: Block32, const W: usize, const R: usize, const VNNI: bool>(blocks: &[B], kb: usize, cols: Range<usize>, y: [&[Q8Block]; R], decoding: bool, out: &mut [[f32; 4]]) {
         let row = |c: usize| &blocks[c * kb..(c + 1) * kb];
         let mut col = cols.start;
         let mut xs = [row(col); W];
         while col + W <= cols.end {
-            for i in 0..W {
-                prefetch_row_ahead(blocks, kb, col + i);
+            if decoding {
+                for i in 0..W {
+                    prefetch_row_ahead(blocks, kb, col + i);
+                }
             }
             for (i, x) in xs.iter_mut().enumerate() {
                 *x = row(col + i);
@@ -465,7 +469,7 @@ pub(crate) mod x86 {
     /// multiply-add per block, the same `hsum`), in half the instructions,
     /// and each unpacked weight block serves `4·G` rows.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
-    pub unsafe fn columns_pairs_avx512<B: Block32, const G: usize>(blocks: &[B], kb: usize, cols: Range<usize>, (pairs, base): (&RowPairs, usize), out: &mut [[[f32; 4]; G]]) {
+    pub unsafe fn columns_pairs_avx512<B: Block32, const G: usize>(blocks: &[B], kb: usize, cols: Range<usize>, (pairs, base): (&RowPairs, usize), decoding: bool, out: &mut [[[f32; 4]; G]]) {
         let runs: [Runs; G] = std::array::from_fn(|g| {
             let b = base + g * 2 * kb;
             Runs { qs: pairs.qs.as_ptr().add(b) as *const __m512i, d: pairs.d.as_ptr().add(b) as *const __m512, offset: pairs.offset.as_ptr().add(b) as *const __m512i, s: pairs.s.as_ptr().add(b / 2) as *const f32 }
@@ -475,9 +479,10 @@ pub(crate) mod x86 {
         // Several weight rows at a time share each activation pair's loads.
         const W: usize = 4;
         while col + W <= cols.end {
-            // Each pass over the columns streams every weight row once: ask for rows ahead.
-            for i in 0..W {
-                prefetch_row_ahead(blocks, kb, col + i);
+            if decoding {
+                for i in 0..W {
+                    prefetch_row_ahead(blocks, kb, col + i);
+                }
             }
             let t = tile_pairs::<B, W, G>(std::array::from_fn(|i| row(col + i)), &runs);
             out[col - cols.start..col - cols.start + W].copy_from_slice(&t);

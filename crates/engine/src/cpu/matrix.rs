@@ -354,7 +354,7 @@ unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, (acts, pairs): (&[Q8Block]
             let a = row + a.min(r - 1);
             &acts[a * kb..(a + 1) * kb]
         });
-        block32::column_range::<B>(blocks, kb, cols.clone(), r, y, (pairs, row), isa, &mut tile);
+        block32::column_range::<B>(blocks, kb, cols.clone(), r, y, (pairs, row), isa, rows <= 4, &mut tile);
         write_rows(out, ld, &cols, row, r, &tile, |t, a| t[a]);
         row += r;
     }
