@@ -216,7 +216,7 @@ impl RowPairs {
 }
 
 /// `out[i][a]` = weight row `cols.start + i` · activation row `a < r`
-/// (`r` is 4 when prefilling, 1 when decoding).
+/// (`r` is 4 in a prefill's tiles, 1 to 4 in a decode step: one row per sequence).
 ///
 /// `pairs` may hold activation rows `row..row + 4` laid out for AVX-512.
 /// `decoding`: these are all the rows, so each weight row is read once and
