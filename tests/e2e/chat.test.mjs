@@ -156,13 +156,21 @@ describe('Hearth end to end', () => {
     await input.clear();
     await input.type('What is 5 + 5?');
     await (await d.find('[data-testid=edit-save]')).click();
+    // Until the branch is shown, the old thread's finished reply is still
+    // the last one on the page: waiting for "a reply" alone would find it.
+    await d.waitFor(async () => (await messages(d)).length === 2, 'the branch to show', 60000);
     await waitForReply(d);
     const msgs = await messages(d);
     assert.equal(msgs.length, 2, 'the branch starts at the edited message');
     const label = await d.find('[data-testid=message][data-role=user] [data-testid=version-label]');
     assert.equal(await label.text(), '2/2');
     assert.equal(await (await (await d.find('[data-testid=message][data-role=user] [data-testid=message-body]')).text()), 'What is 5 + 5?');
-    await (await d.find('[data-testid=message][data-role=user] [data-testid=version-prev]')).click();
+    // The switcher is disabled until the reply's end reaches the page.
+    const prev = await d.waitFor(async () => {
+      const b = await d.$('[data-testid=message][data-role=user] [data-testid=version-prev]');
+      return b && (await b.prop('disabled')) === false ? b : null;
+    }, 'the version switcher', 30000);
+    await prev.click();
     await d.waitFor(async () => (await (await d.find('[data-testid=version-label]')).text()) === '1/2', 'version 1');
     assert.equal(await (await d.find('[data-testid=message][data-role=user] [data-testid=message-body]')).text(), original);
     assert.equal((await messages(d)).length, 4, 'version 1 keeps its whole thread');
@@ -186,7 +194,9 @@ describe('Hearth end to end', () => {
     assert.equal(await body.$('script'), null);
     assert.ok(await body.$('strong'), 'Markdown still renders');
     // A user message with HTML is text as well.
+    const shown = (await messages(d)).length;
     await send(d, '<img src=y onerror="window.__pwned=3">hello');
+    await d.waitFor(async () => (await messages(d)).length >= shown + 2, 'the new turn', 60000);
     await waitForReply(d);
     assert.equal(await d.$('[data-testid=messages] img'), null);
     await sleep(300);
