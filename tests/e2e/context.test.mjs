@@ -1,7 +1,7 @@
 // The context meter and the overflow policies, in a chat with a small context.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { Harness, lastReply, newChat, send, setSetting, waitForReply } from './harness.mjs';
+import { Harness, lastReply, messages, newChat, send, setSetting, waitForReply } from './harness.mjs';
 
 const h = new Harness({ port: 4474 });
 let d;
@@ -37,7 +37,10 @@ describe('context accounting', () => {
     await new Promise((r) => setTimeout(r, 400));
     let dropped = 0;
     for (let i = 0; i < 8 && dropped === 0; i++) {
+      const shown = (await messages(d)).length;
       await send(d, `Tell me one fact about the number ${i + 2}, in one sentence please.`);
+      // Until the turn shows, the last reply on the page is the one before.
+      await d.waitFor(async () => (await messages(d)).length > shown, 'the new turn', 60000);
       const stats = await waitForReply(d);
       const text = await stats.text();
       const m = text.match(/left out (\d+) earlier messages/);
