@@ -143,6 +143,19 @@ impl Worker {
         self.shared.status.lock().map(|s| s.clone()).unwrap_or(ModelStatus::None)
     }
 
+    /// The model files loaded, being loaded or waiting to load: a file to
+    /// leave alone on disk.
+    pub fn models_in_use(&self) -> Vec<PathBuf> {
+        let mut paths: Vec<PathBuf> = match self.model_status() {
+            ModelStatus::Ready { path, .. } | ModelStatus::Loading { path } => vec![PathBuf::from(path)],
+            ModelStatus::None | ModelStatus::Failed { .. } => Vec::new(),
+        };
+        if let Ok(q) = self.shared.queue.lock() {
+            paths.extend(q.load.iter().chain(&q.loading).cloned());
+        }
+        paths
+    }
+
     /// Loads a model after the reply in progress, replacing the current one.
     pub fn load_model(&self, path: PathBuf) {
         let mut q = self.shared.queue.lock().expect("worker queue");
@@ -178,7 +191,7 @@ impl Worker {
             return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
         }
         let must_wait = !q.active.is_empty() && (!job.runs_beside_others() || q.alone || q.active.len() >= MAX_RUNNING);
-        if must_wait || q.load.is_some() || q.loading || !q.jobs.is_empty() {
+        if must_wait || q.load.is_some() || q.loading.is_some() || !q.jobs.is_empty() {
             (job.events)(GenerationEvent::Queued { position: q.jobs.len() as u32 + 1 });
         }
         q.jobs.push_back(Queued { job, cancel: cancel.clone() });
@@ -251,7 +264,7 @@ impl Worker {
         loop {
             {
                 let q = self.shared.queue.lock().expect("worker queue");
-                if q.active.is_empty() && q.remote.is_empty() && q.jobs.is_empty() && q.load.is_none() && !q.loading && !q.clear_caches && q.hashing == 0 {
+                if q.active.is_empty() && q.remote.is_empty() && q.jobs.is_empty() && q.load.is_none() && q.loading.is_none() && !q.clear_caches && q.hashing == 0 {
                     return true;
                 }
             }
@@ -328,7 +341,7 @@ impl WorkerThread {
                 // A reply's `ActiveJob` frees its conversation, even on a panic.
                 let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
                 if loading {
-                    q.loading = false;
+                    q.loading = None;
                 }
                 if clearing {
                     q.clear_caches = false;
@@ -347,7 +360,7 @@ impl WorkerThread {
                 return None;
             }
             if let Some(path) = q.load.take() {
-                q.loading = true;
+                q.loading = Some(path.clone());
                 return Some(Work::Load(path));
             }
             if q.clear_caches {

@@ -55,8 +55,10 @@ pub(super) struct Queue {
     pub load: Option<PathBuf>,
     /// Forget every conversation's cache, in memory and on disk.
     pub clear_caches: bool,
-    /// A model is being loaded now.
-    pub loading: bool,
+    /// The model file being loaded now (held here from the moment the
+    /// worker takes it off `load` until the load ends, so the file is never
+    /// out of both while its status still names the one before).
+    pub loading: Option<PathBuf>,
     /// Threads hashing a model file (at most one but for a moment after
     /// another model is opened).
     pub hashing: usize,

@@ -1,6 +1,7 @@
 //! The generation worker on the real default model: streaming, saving as it
 //! streams, stopping within a step, queueing, and cache reuse across turns.
 
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -683,4 +684,28 @@ fn two_plus_two() -> &'static str {
         hearth_engine::cpu::isa::Isa::Avx512Vnni => "The answer is 4.",
         _ => "The answer to this classic math problem is 4.",
     }
+}
+
+#[test]
+fn a_model_waiting_to_load_is_in_use_until_its_load_ends() {
+    let (dir, store, worker) = start();
+    let c = store.create_conversation().unwrap();
+    let reply = reply_row(&store, c.id, "Write a long story about a dragon.");
+    let (j, rx) = job(c.id, reply, vec![ChatMessage::user("Write a long story about a dragon.")], greedy(400));
+    worker.enqueue(j).unwrap();
+    while !matches!(rx.recv_timeout(Duration::from_secs(60)).unwrap(), GenerationEvent::Tokens { .. }) {}
+    // Opened while a reply runs: it waits for the reply, and the status
+    // still names the model before it.
+    let next = dir.path().join("next.gguf");
+    std::fs::write(&next, b"GGUF but not really").unwrap();
+    worker.load_model(next.clone());
+    let loaded = hearth_engine::paths::default_model_path();
+    assert!(matches!(worker.model_status(), ModelStatus::Ready { .. }));
+    assert_eq!(worker.models_in_use(), [PathBuf::from(loaded.display().to_string()), next.clone()]);
+    worker.stop(c.id);
+    collect(&rx);
+    assert!(worker.wait_idle(Duration::from_secs(30)));
+    // The load failed: nothing is in use now.
+    assert!(matches!(worker.model_status(), ModelStatus::Failed { .. }), "{:?}", worker.model_status());
+    assert_eq!(worker.models_in_use(), Vec::<PathBuf>::new());
 }

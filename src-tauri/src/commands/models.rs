@@ -1,4 +1,4 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -147,14 +147,14 @@ pub async fn models_library(state: State<'_, AppState>) -> AppResult<Vec<Library
 
 /// Removes `path` from the list, and deletes the file too only when
 /// `delete_file` is set: never a file the list does not hold, and never the
-/// model loaded (or loading) now. `loaded` is that model's path.
-pub fn forget(store: &Store, loaded: Option<&str>, path: &str, delete_file: bool) -> AppResult<()> {
+/// model loaded, loading or waiting to load. `in_use` holds those paths.
+pub fn forget(store: &Store, in_use: &[PathBuf], path: &str, delete_file: bool) -> AppResult<()> {
     if !store.recent_models(LIBRARY_LIMIT)?.iter().any(|m| m.path == path) {
         return Err(AppError::new(ErrorKind::NotFound, format!("{path} is not in the model list")));
     }
     if delete_file {
-        let same = |a: &str| a == path || matches!((std::fs::canonicalize(a), std::fs::canonicalize(path)), (Ok(x), Ok(y)) if x == y);
-        if loaded.is_some_and(same) {
+        let same = |a: &PathBuf| a.as_path() == Path::new(path) || matches!((std::fs::canonicalize(a), std::fs::canonicalize(path)), (Ok(x), Ok(y)) if x == y);
+        if in_use.iter().any(same) {
             return Err(AppError::new(ErrorKind::Busy, format!("{path} is the model in use; open another model before deleting it")));
         }
         match std::fs::symlink_metadata(path) {
@@ -171,20 +171,11 @@ pub fn forget(store: &Store, loaded: Option<&str>, path: &str, delete_file: bool
     Ok(())
 }
 
-/// The model file loaded or being loaded now, if any.
-fn loaded_path(status: &ModelStatus) -> Option<&str> {
-    match status {
-        ModelStatus::Ready { path, .. } | ModelStatus::Loading { path } => Some(path),
-        ModelStatus::None | ModelStatus::Failed { .. } => None,
-    }
-}
-
 /// Removes a model from the list; deletes its file only if asked.
 #[tauri::command]
 pub async fn models_forget(state: State<'_, AppState>, path: String, delete_file: bool) -> AppResult<()> {
-    let status = state.worker.model_status();
     let store = state.store()?;
-    forget(&store, loaded_path(&status), &path, delete_file)
+    forget(&store, &state.worker.models_in_use(), &path, delete_file)
 }
 
 /// Downloads the default model (resuming an earlier try), checks it against
@@ -256,17 +247,17 @@ mod tests {
         store.record_model(&path, "m", 4).unwrap();
         // Through another spelling of the same file, too.
         let other = dir.path().join(".").join("m.gguf").display().to_string();
-        for loaded in [path.as_str(), other.as_str()] {
-            let err = forget(&store, Some(loaded), &path, true).unwrap_err();
+        for in_use in [vec![model.clone()], vec![dir.path().join("n.gguf"), PathBuf::from(&other)]] {
+            let err = forget(&store, &in_use, &path, true).unwrap_err();
             assert_eq!(err.kind, ErrorKind::Busy);
             assert!(model.exists());
             assert_eq!(store.recent_models(10).unwrap().len(), 1, "a refusal changes nothing");
         }
         // Removing it from the list is fine; the file stays.
-        forget(&store, Some(&path), &path, false).unwrap();
+        forget(&store, &[model.clone()], &path, false).unwrap();
         assert!(model.exists());
         assert!(store.recent_models(10).unwrap().is_empty());
-        assert_eq!(forget(&store, None, &path, true).unwrap_err().kind, ErrorKind::NotFound);
+        assert_eq!(forget(&store, &[], &path, true).unwrap_err().kind, ErrorKind::NotFound);
         assert!(model.exists());
     }
 }
