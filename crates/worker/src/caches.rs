@@ -315,6 +315,8 @@ impl Caches {
     /// rewrites it when the conversation branched to an earlier point.
     fn save(&mut self, engine: &Engine, conversation_id: i64, session: &Session, context: usize) {
         let Some(path) = self.cache_path(conversation_id) else { return };
+        let shared = self.shared.clone();
+        let _files = shared.cache_files.lock().unwrap_or_else(|e| e.into_inner());
         if self.shared.budgets().disk_mb == 0 {
             let _ = std::fs::remove_file(&path);
             self.saved.remove(&conversation_id);

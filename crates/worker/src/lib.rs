@@ -101,11 +101,13 @@ impl Worker {
     }
 
     /// Writes conversation `id` as a `.hearth` bundle, its saved cache
-    /// included; refused while it is generating (its cache is being written).
+    /// included; refused while it is generating, and after a cache save in
+    /// progress (the reply has ended, the file is still being appended to).
     pub fn export_bundle(&self, store: &Store, id: i64, out: &std::path::Path) -> AppResult<()> {
         if self.busy_conversations().contains(&id) {
             return Err(AppError::new(ErrorKind::Busy, "this conversation is writing a reply; export it when the reply ends"));
         }
+        let _files = self.shared.cache_files.lock().unwrap_or_else(|e| e.into_inner());
         bundle::export(store, self.caches_dir.as_deref(), id, out)
     }
 

@@ -22,6 +22,10 @@ pub(super) struct Shared {
     pub budgets: Mutex<CacheBudgets>,
     /// The loaded model, shared for counting tokens off the worker thread.
     pub engine: Mutex<Option<Arc<Engine>>>,
+    /// Held while a cache file is written and while one is copied into a
+    /// bundle: a reply's cache is saved just after its conversation is free
+    /// again, and a copy taken then would end in half a chunk.
+    pub cache_files: Mutex<()>,
 }
 
 impl Shared {
@@ -33,6 +37,7 @@ impl Shared {
             resident: Mutex::default(),
             budgets: Mutex::default(),
             engine: Mutex::default(),
+            cache_files: Mutex::default(),
         }
     }
 
