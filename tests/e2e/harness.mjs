@@ -93,6 +93,8 @@ export async function newChat(d) {
 export async function openChat(d, id) {
   await (await d.find(`[data-testid=conversation][data-id="${id}"] button.open`)).click();
   await d.waitFor(async () => (await activeConversationId(d)) === id, `chat ${id} to open`);
+  // Until its thread arrives, the page still shows the chat before.
+  await d.find(`[data-testid=messages][data-conversation="${id}"]`);
 }
 
 export async function send(d, text) {

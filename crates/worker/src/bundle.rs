@@ -15,6 +15,7 @@
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use hearth_engine::{CacheIdentity, Engine};
 use hearth_store::{ConversationExport, Import, Store};
@@ -90,15 +91,22 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> AppError + '_ {
 
 /// Writes conversation `id` with its saved cache (from `caches_dir`, when
 /// there is one computed with a model whose hash is known) to `out`.
-pub fn export(store: &Store, caches_dir: Option<&Path>, id: i64, out: &Path) -> AppResult<()> {
+/// `cache_files` is the lock cache saves hold: the file is opened and
+/// measured under it, so the copy ends where a save ended. (Saves only
+/// append to a file or replace it with a new one, so the bytes an open
+/// handle reads up to that length do not change after.)
+pub fn export(store: &Store, caches_dir: Option<&Path>, cache_files: &Mutex<()>, id: i64, out: &Path) -> AppResult<()> {
     let conversation = store.export_conversation(id)?;
-    let cache_file = caches_dir.map(|d| d.join(format!("{id}.session"))).filter(|p| p.is_file());
-    // The cache goes in only under an identity another machine can check.
-    let cached = cache_file.and_then(|p| match hearth_engine::session_file::read_identity(&p) {
-        Ok(identity) if identity.model_sha256.is_some() => Some((p, identity)),
-        _ => None,
+    let cache_file = caches_dir.map(|d| d.join(format!("{id}.session")));
+    let cached = cache_file.and_then(|p| {
+        let _saves = cache_files.lock().unwrap_or_else(|e| e.into_inner());
+        // The cache goes in only under an identity another machine can check.
+        let identity = hearth_engine::session_file::read_identity(&p).ok().filter(|i| i.model_sha256.is_some())?;
+        let file = File::open(&p).ok()?;
+        let len = file.metadata().ok()?.len();
+        Some((p, identity, file, len))
     });
-    let model = cached.as_ref().map(|(_, identity)| model_identity(store, identity));
+    let model = cached.as_ref().map(|(_, identity, ..)| model_identity(store, identity));
     let manifest = Manifest { format: Manifest::FORMAT.into(), version: Manifest::VERSION, model };
 
     let tmp = part_path(out);
@@ -113,10 +121,12 @@ pub fn export(store: &Store, caches_dir: Option<&Path>, id: i64, out: &Path) -> 
         zip.write_all(&serde_json::to_vec_pretty(&manifest).expect("manifests serialise")).map_err(io(&tmp))?;
         zip.start_file(CONVERSATION, deflated).map_err(zip_err)?;
         zip.write_all(&serde_json::to_vec_pretty(&conversation).expect("exports serialise")).map_err(io(&tmp))?;
-        if let Some((path, _)) = &cached {
+        if let Some((path, _, file, len)) = &cached {
             zip.start_file(CACHE, stored).map_err(zip_err)?;
-            let mut f = File::open(path).map_err(|e| AppError::new(ErrorKind::Storage, format!("cannot read {}: {e}", path.display())))?;
-            std::io::copy(&mut f, &mut zip).map_err(io(&tmp))?;
+            let copied = std::io::copy(&mut file.take(*len), &mut zip).map_err(|e| AppError::new(ErrorKind::Storage, format!("cannot read {}: {e}", path.display())))?;
+            if copied != *len {
+                return Err(AppError::new(ErrorKind::Storage, format!("{} ended after {copied} of its {len} bytes", path.display())));
+            }
         }
         let file = zip.finish().map_err(zip_err)?;
         file.sync_all().map_err(io(&tmp))?;

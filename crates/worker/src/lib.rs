@@ -107,8 +107,7 @@ impl Worker {
         if self.busy_conversations().contains(&id) {
             return Err(AppError::new(ErrorKind::Busy, "this conversation is writing a reply; export it when the reply ends"));
         }
-        let _files = self.shared.cache_files.lock().unwrap_or_else(|e| e.into_inner());
-        bundle::export(store, self.caches_dir.as_deref(), id, out)
+        bundle::export(store, self.caches_dir.as_deref(), &self.shared.cache_files, id, out)
     }
 
     /// Imports a `.hearth` bundle: its conversation, and its cache where the
@@ -148,12 +147,14 @@ impl Worker {
     /// The model files loaded, being loaded or waiting to load: a file to
     /// leave alone on disk.
     pub fn models_in_use(&self) -> Vec<PathBuf> {
-        let mut paths: Vec<PathBuf> = match self.model_status() {
-            ModelStatus::Ready { path, .. } | ModelStatus::Loading { path } => vec![PathBuf::from(path)],
-            ModelStatus::None | ModelStatus::Failed { .. } => Vec::new(),
+        // The queue first: a load sets its status before it leaves the
+        // queue, so a load ending between the two looks is seen in one.
+        let mut paths: Vec<PathBuf> = {
+            let q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+            q.load.iter().chain(&q.loading).cloned().collect()
         };
-        if let Ok(q) = self.shared.queue.lock() {
-            paths.extend(q.load.iter().chain(&q.loading).cloned());
+        if let ModelStatus::Ready { path, .. } | ModelStatus::Loading { path } = self.model_status() {
+            paths.insert(0, PathBuf::from(path));
         }
         paths
     }

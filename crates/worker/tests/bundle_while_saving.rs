@@ -67,17 +67,19 @@ fn a_bundle_exported_while_a_cache_is_saved_holds_it_before_or_after_never_half(
         let stop = AtomicBool::new(false);
         // Exports as fast as they go while the turn runs and its cache is
         // appended; one refused as busy is fine, a copy of half a chunk is not.
-        let copies = std::thread::scope(|s| {
+        let (copies, longest) = std::thread::scope(|s| {
             let (exporting, worker, stop, out) = (store.reopen().unwrap(), &worker, &stop, &out);
             let exporter = s.spawn(move || {
-                let mut copies = Vec::new();
+                let (mut copies, mut longest) = (Vec::new(), Duration::ZERO);
                 while !stop.load(Ordering::Relaxed) {
+                    let started = std::time::Instant::now();
                     if worker.export_bundle(&exporting, c, out).is_ok() {
+                        longest = longest.max(started.elapsed());
                         copies.extend(cache_member(out));
                     }
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                copies
+                (copies, longest)
             });
             turn(&store, worker, c, text);
             stop.store(true, Ordering::Relaxed);
@@ -85,6 +87,8 @@ fn a_bundle_exported_while_a_cache_is_saved_holds_it_before_or_after_never_half(
         });
         let after = std::fs::read(&saved).unwrap();
         assert!(after.len() > before.len() && after.starts_with(&before), "the turn appended to the file");
+        // One export came while the append was held open, and waited for it.
+        assert!(longest >= Duration::from_millis(200), "the longest export took {longest:?}");
         for copy in &copies {
             assert!(copy == &before || copy == &after, "a bundle held {} bytes of a cache that was {} bytes, then {}", copy.len(), before.len(), after.len());
         }

@@ -30,6 +30,9 @@ export class AppState {
   searchHits = $state<SearchHit[] | null>(null);
   activeId = $state<number | null>(null);
   thread = $state<ThreadMessage[]>([]);
+  /** The conversation `thread` was loaded for: while a chat opens, the
+   *  page still shows the one before until its thread arrives. */
+  threadOf = $state<number | null>(null);
   /** Replies and replays running, by conversation. */
   readonly live = new StreamStore((id) => (this.reasoningFor(id) ?? DEFAULT_REASONING).close);
   readonly models = new ModelStore((f) => this.guard(f));
@@ -175,6 +178,7 @@ export class AppState {
       const [thread, settings] = await Promise.all([api.conversations.thread(id), api.settings.get(id), this.endpoints.loadBackend(id)]);
       if (this.activeId !== id) return;
       this.thread = thread;
+      this.threadOf = id;
       this.settings.show(id, settings);
     });
   }
@@ -198,6 +202,7 @@ export class AppState {
       if (this.activeId === id) {
         this.activeId = null;
         this.thread = [];
+        this.threadOf = null;
         if (this.conversations.length > 0) await this.open(this.conversations[0].id);
       }
     });

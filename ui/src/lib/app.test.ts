@@ -115,6 +115,7 @@ describe('AppState', () => {
     await app.create();
     expect(app.conversations).toHaveLength(1);
     expect(app.activeId).toBe(app.conversations[0].id);
+    expect(app.threadOf).toBe(app.activeId);
     expect(app.activeSettings).toEqual(defaults);
     await app.refreshCaches();
     expect(app.cacheStates).toEqual({ 1: 'warm' });
@@ -168,6 +169,7 @@ describe('AppState', () => {
     expect(app.conversations).toHaveLength(0);
     expect(app.deleted?.id).toBe(id);
     expect(app.activeId).toBeNull();
+    expect(app.threadOf).toBeNull();
   });
 
   it('replays a reply: busy while it runs, one at a time, then the verdict beside that reply', async () => {
