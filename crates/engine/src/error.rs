@@ -38,8 +38,8 @@ pub enum EngineError {
     PromptTooLong { tokens: usize, context: usize },
     #[error("invalid cache data: {0}")]
     CorruptCache(String),
-    /// The caller stopped a prefill between chunks; the cache keeps what
-    /// was read so far.
+    /// The caller stopped a prefill, between chunks or between the layers
+    /// of one; the cache keeps the chunks read before.
     #[error("stopped while reading the prompt")]
     Stopped,
     #[error("tensor computation failed: {0}")]

@@ -40,7 +40,7 @@ pub use model::{Architecture, Kernels, Model, ModelConfig};
 pub use passes::{Pass, Passes};
 pub use sampler_loop::{FinishReason, GenerationConfig, Logprobs, NextInput, SamplerLoop, SamplingState, SequenceOutput, TokenEvent};
 pub use sampling::{Rng, SamplingParams};
-pub use session::{Advance, OwnedTurn, PrefillStart, Progress, Session, Turn, TurnOutput, TurnStats};
+pub use session::{Advance, OwnedTurn, PrefillStart, Progress, Session, StopFn, Turn, TurnOutput, TurnStats};
 pub use session_file::{CacheIdentity, Restored};
 pub use reasoning::{ReasoningFormat, Thinking, ThinkingTracker};
 pub use template::{ChatMessage, ChatTemplate, Role};

@@ -136,13 +136,20 @@ impl Session {
 
     /// `prefill_chunk` of at most `rows` tokens.
     pub fn prefill_rows(&mut self, model: &Model, prompt: &[u32], rows: usize) -> Result<Option<Vec<f32>>> {
+        self.prefill_rows_stoppable(model, prompt, rows, &|| false)
+    }
+
+    /// `prefill_rows`, ending with [`EngineError::Stopped`] between the
+    /// chunk's layers once `stop` says so, the cache as it was before the
+    /// chunk (see [`Model::forward_stoppable`]).
+    pub fn prefill_rows_stoppable(&mut self, model: &Model, prompt: &[u32], rows: usize, stop: &dyn Fn() -> bool) -> Result<Option<Vec<f32>>> {
         let from = self.tokens.len();
         debug_assert!(prompt.starts_with(&self.tokens));
         let chunk = &prompt[from..(from + rows.max(1)).min(prompt.len())];
         if chunk.is_empty() {
             return Err(EngineError::setting("prompt", "the prompt is already in the cache"));
         }
-        let logits = self.run_pass(model, chunk.to_vec(), chunk.len())?;
+        let logits = self.run_pass(model, chunk.to_vec(), chunk.len(), stop)?;
         if self.tokens.len() < prompt.len() {
             return Ok(None);
         }
@@ -155,9 +162,9 @@ impl Session {
     /// rows (the tokens, their keys and values, and the pass) and returning
     /// the logits after the last row run. On failure the cache is cut back
     /// to the tokens: they always agree.
-    fn run_pass(&mut self, model: &Model, ids: Vec<u32>, kept: usize) -> Result<candle_core::Tensor> {
+    fn run_pass(&mut self, model: &Model, ids: Vec<u32>, kept: usize, stop: &dyn Fn() -> bool) -> Result<candle_core::Tensor> {
         let rows = ids.len();
-        let logits = match model.forward(std::slice::from_ref(&ids), &mut self.cache) {
+        let logits = match model.forward_stoppable(std::slice::from_ref(&ids), &mut self.cache, stop) {
             Ok(l) => l,
             Err(e) => {
                 self.cache.truncate(self.tokens.len());
@@ -256,7 +263,7 @@ impl Session {
             // the same bits (attention is causal, each matmul row its own sum).
             let mut ids = prompt[start..start + kept as usize].to_vec();
             ids.resize(rows as usize, ids[ids.len() - 1]);
-            logits = Some(self.run_pass(model, ids, kept as usize)?);
+            logits = Some(self.run_pass(model, ids, kept as usize, &|| false)?);
         }
         let logits = logits.expect("at least one pass runs").to_vec2::<f32>()?.remove(0);
         self.prefill_logits = Some((prompt.len(), Arc::new(logits.clone())));
@@ -286,11 +293,11 @@ impl Session {
         let parts = TurnParts { prompt_passes: Passes::default(), state: None, stats, started, first_token_at: None };
         match self.prefill_begin(&prompt) {
             Err(e) => Err((self, e)),
-            Ok(PrefillStart::From(common)) => Ok(OwnedTurn { session: self, config, prompt, prefill_from: Some(common), prefill_rows: PREFILL_CHUNK, parts }),
+            Ok(PrefillStart::From(common)) => Ok(OwnedTurn { session: self, config, prompt, prefill_from: Some(common), prefill_rows: PREFILL_CHUNK, stop: None, parts }),
             Ok(PrefillStart::Cached(logits)) => match self.begin_state(model, &sampler, &prompt, logits, 1) {
                 Ok(state) => {
                     let parts = TurnParts { prompt_passes: self.passes.clone(), state: Some(state), ..parts };
-                    Ok(OwnedTurn { session: self, config, prompt, prefill_from: None, prefill_rows: PREFILL_CHUNK, parts })
+                    Ok(OwnedTurn { session: self, config, prompt, prefill_from: None, prefill_rows: PREFILL_CHUNK, stop: None, parts })
                 }
                 Err(e) => Err((self, e)),
             },
@@ -335,8 +342,13 @@ pub struct OwnedTurn {
     prefill_from: Option<usize>,
     /// Prompt tokens read per `advance`.
     prefill_rows: usize,
+    /// Asked between the layers of a prefill chunk (see `set_stop`).
+    stop: Option<StopFn>,
     parts: TurnParts,
 }
+
+/// Whether the caller wants a prefill to stop now.
+pub type StopFn = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// What one `OwnedTurn::advance` did.
 #[derive(Debug)]
@@ -375,11 +387,22 @@ impl OwnedTurn {
         self.prefill_rows = rows.max(1);
     }
 
+    /// Lets `advance` end a prefill chunk part way with
+    /// [`EngineError::Stopped`] once `stop` says so (the chunk is then not
+    /// read; `cancel` ends the turn), rather than only between chunks.
+    pub fn set_stop(&mut self, stop: StopFn) {
+        self.stop = Some(stop);
+    }
+
     /// The next prefill chunk or decode step.
     pub fn advance(&mut self, model: &Model, tokenizer: &Tokenizer) -> Result<Advance> {
         if let Some(common) = self.prefill_from {
             let total = self.prompt.len() - common;
-            let Some(logits) = self.session.prefill_rows(model, &self.prompt, self.prefill_rows)? else {
+            let stop: &dyn Fn() -> bool = match &self.stop {
+                Some(f) => f.as_ref(),
+                None => &|| false,
+            };
+            let Some(logits) = self.session.prefill_rows_stoppable(model, &self.prompt, self.prefill_rows, stop)? else {
                 return Ok(Advance::Prefill(Progress { done: self.session.tokens.len() - common, total }));
             };
             let sampler = SamplerLoop::new(model, tokenizer, self.config.clone())?;

@@ -474,3 +474,55 @@ fn owned_turns_decoding_in_one_pass_give_what_each_gives_alone() {
         assert_eq!((session.tokens(), session.passes()), (alone[i].1.tokens(), alone[i].1.passes()), "conversation {i}");
     }
 }
+
+#[test]
+fn a_prefill_stopped_between_layers_keeps_the_chunks_before_and_goes_on_to_the_same_tokens() {
+    use hearth_engine::{Advance, EngineError, OwnedTurn};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let engine = open_default();
+    let (m, tok) = (engine.model(), engine.tokenizer());
+    let prompt = engine.tokenizer().encode(include_str!("../../../ARCHITECTURE.md"), false, false).unwrap()[..200].to_vec();
+    let config = engine.generation_config(SamplingParams::greedy(), 8);
+    let run = |turn: &mut OwnedTurn| -> Vec<u32> {
+        let mut tokens = Vec::new();
+        loop {
+            match turn.advance(m, tok).unwrap() {
+                Advance::Prefill(_) => {}
+                Advance::Tokens(events) => tokens.extend(events.iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD).map(|e| e.token)),
+                Advance::Done => return tokens,
+            }
+        }
+    };
+    let mut whole = engine.new_session(Some(1024)).into_turn(m, tok, prompt.clone(), config.clone()).map_err(|(_, e)| e).unwrap();
+    whole.set_prefill_rows(64);
+    let want = run(&mut whole);
+    let (want_session, _) = whole.finish(m, tok);
+
+    // Asked once after each layer but the last: the second chunk stops
+    // after its fifth layer.
+    let layers = m.config().n_layers;
+    let asked = Arc::new(AtomicUsize::new(0));
+    let mut turn = engine.new_session(Some(1024)).into_turn(m, tok, prompt.clone(), config.clone()).map_err(|(_, e)| e).unwrap();
+    turn.set_prefill_rows(64);
+    let counter = asked.clone();
+    turn.set_stop(Arc::new(move || counter.fetch_add(1, Ordering::Relaxed) + 1 >= (layers - 1) + 5));
+    assert!(matches!(turn.advance(m, tok).unwrap(), Advance::Prefill(p) if p.done == 64));
+    assert!(matches!(turn.advance(m, tok), Err(EngineError::Stopped)));
+    assert_eq!(asked.load(Ordering::Relaxed), (layers - 1) + 5);
+    assert_eq!(turn.prefill_progress().unwrap().done, 64, "the stopped chunk is not read");
+    assert!(turn.cancel(m, tok).is_empty());
+    let (session, out) = turn.finish(m, tok);
+    assert!(out.unwrap().is_none());
+    assert_eq!(session.tokens(), &prompt[..64]);
+    assert_eq!(session.cache().len(), 64);
+
+    // Going on from there reads only the rest, and writes what the whole
+    // prefill did, bit for bit (the same passes).
+    let mut again = session.into_turn(m, tok, prompt.clone(), config).map_err(|(_, e)| e).unwrap();
+    again.set_prefill_rows(64);
+    assert_eq!(again.prefill_progress().unwrap().total, 200 - 64);
+    assert_eq!(run(&mut again), want);
+    let (session, _) = again.finish(m, tok);
+    assert_eq!((session.tokens(), session.passes()), (want_session.tokens(), want_session.passes()));
+}

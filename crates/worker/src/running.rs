@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
-use hearth_engine::{Advance, Engine, OwnedTurn};
+use hearth_engine::{Advance, Engine, EngineError, OwnedTurn};
 use hearth_store::MessageStatus;
 use tokio_util::sync::CancellationToken;
 
@@ -61,7 +61,10 @@ impl WorkerThread {
         });
         match started {
             Ok(parts) => {
-                let (engine, cache_key, turn, prompt, context, dropped, seed) = parts;
+                let (engine, cache_key, mut turn, prompt, context, dropped, seed) = parts;
+                // Stop reaches a long prefill within a layer, not a chunk.
+                let stopped = cancel.clone();
+                turn.set_stop(Arc::new(move || stopped.is_cancelled()));
                 let mut written = Written::new(&job);
                 written.watch_thinking(&engine, &job);
                 Some(RunningReply {
@@ -203,8 +206,18 @@ impl WorkerThread {
         }
         turn.set_prefill_rows(if sharing > 1 { SHARED_PREFILL_ROWS } else { hearth_engine::model::PREFILL_CHUNK });
         let advanced = match given {
-            Some(logits) => turn.advance_given(model, tokenizer, logits)?,
-            None => turn.advance(model, tokenizer)?,
+            Some(logits) => turn.advance_given(model, tokenizer, logits),
+            None => turn.advance(model, tokenizer),
+        };
+        let advanced = match advanced {
+            // Stopped part way through a prefill chunk: as if before it.
+            Err(EngineError::Stopped) => {
+                for e in &turn.cancel(model, tokenizer) {
+                    r.written.take(e);
+                }
+                return Ok(false);
+            }
+            other => other?,
         };
         match advanced {
             Advance::Prefill(p) => (r.job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 }),

@@ -36,15 +36,16 @@ const DIMS_PER_TASK: usize = 16;
 const ROWS_PER_TASK: usize = 16;
 
 impl Model {
-    pub(super) fn forward_host(&self, tokens: &[Vec<u32>], cache: &mut KvCache) -> Result<Tensor> {
+    pub(super) fn forward_host(&self, tokens: &[Vec<u32>], cache: &mut KvCache, stop: &dyn Fn() -> bool) -> Result<Tensor> {
         let batch = tokens.len();
-        let logits = self.forward_host_rows(tokens, cache, false)?;
+        let logits = self.forward_host_rows(tokens, cache, false, stop)?;
         Ok(Tensor::from_vec(logits, (batch, self.vocab_size), &Device::Cpu)?)
     }
 
     /// The forward pass; logits of every position (`all`) or of each
-    /// sequence's last, as `[rows, vocab]`.
-    pub(super) fn forward_host_rows(&self, tokens: &[Vec<u32>], cache: &mut KvCache, all: bool) -> Result<Vec<f32>> {
+    /// sequence's last, as `[rows, vocab]`. A pass of several positions
+    /// asks `stop` after each layer but the last (see `forward_stoppable`).
+    pub(super) fn forward_host_rows(&self, tokens: &[Vec<u32>], cache: &mut KvCache, all: bool, stop: &dyn Fn() -> bool) -> Result<Vec<f32>> {
         let c = &self.config;
         let pool = WorkerPool::global();
         let (batch, seq) = (tokens.len(), tokens[0].len());
@@ -65,6 +66,12 @@ impl Model {
         for (layer, block) in self.layers.iter().enumerate() {
             let rope = if block.sliding { &rope_local } else { &rope_global };
             self.block_host(pool, block, layer, &mut x, &mut buf, rope, &mut kv)?;
+            // A decode step is short and ends in a sample; a chunk of a long
+            // prompt near a full context can take seconds, and Stop should
+            // not wait for all of it. The cache's length has not moved yet.
+            if seq > 1 && layer + 1 < self.layers.len() && stop() {
+                return Err(crate::EngineError::Stopped);
+            }
         }
         let KvRows::Batch { cache, .. } = kv else { unreachable!("built as a batch") };
         cache.advance(seq);

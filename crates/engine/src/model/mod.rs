@@ -312,9 +312,18 @@ impl Model {
     /// cache's next positions, appends their keys and values, and returns the
     /// logits of the last position of each sequence as `[batch, vocab]`.
     pub fn forward(&self, tokens: &[Vec<u32>], cache: &mut KvCache) -> Result<Tensor> {
+        self.forward_stoppable(tokens, cache, &|| false)
+    }
+
+    /// `forward`, asking `stop` between layers of a pass of several
+    /// positions (a prefill chunk) and ending with [`EngineError::Stopped`]
+    /// when it says so: the cache then holds what it held before (keys and
+    /// values written past its length are not part of it). On the CPU only;
+    /// a GPU pass runs whole.
+    pub fn forward_stoppable(&self, tokens: &[Vec<u32>], cache: &mut KvCache, stop: &dyn Fn() -> bool) -> Result<Tensor> {
         self.check_tokens(tokens)?;
         if self.device.is_cpu() {
-            self.forward_host(tokens, cache)
+            self.forward_host(tokens, cache, stop)
         } else {
             self.forward_graph(tokens, cache)
         }
@@ -347,7 +356,7 @@ impl Model {
         for chunk in ids.chunks(PREFILL_CHUNK) {
             let tokens = [chunk.to_vec()];
             self.check_tokens(&tokens)?;
-            out.extend(self.forward_host_rows(&tokens, cache, true)?);
+            out.extend(self.forward_host_rows(&tokens, cache, true, &|| false)?);
         }
         Ok(out)
     }
