@@ -82,13 +82,14 @@ impl Session {
     /// Brings the cache to cover `prompt`, reusing the longest common prefix,
     /// and returns how many tokens were run and the logits after the last one.
     pub fn prefill(&mut self, model: &Model, prompt: &[u32]) -> Result<(usize, Vec<f32>)> {
-        self.prefill_observed(model, prompt, &mut |_| true)
+        self.prefill_observed(model, prompt, &mut |_| true, &|| false)
     }
 
     /// `prefill`, telling `progress` how far it has read after every chunk
-    /// (and once before the first); `progress` returning false stops it with
+    /// (and once before the first); `progress` returning false, or `stop`
+    /// (asked between the layers of a chunk) returning true, stops it with
     /// [`EngineError::Stopped`], keeping the chunks already read.
-    pub fn prefill_observed(&mut self, model: &Model, prompt: &[u32], progress: &mut dyn FnMut(Progress) -> bool) -> Result<(usize, Vec<f32>)> {
+    pub fn prefill_observed(&mut self, model: &Model, prompt: &[u32], progress: &mut dyn FnMut(Progress) -> bool, stop: &dyn Fn() -> bool) -> Result<(usize, Vec<f32>)> {
         let common = match self.prefill_begin(prompt)? {
             PrefillStart::Cached(logits) => return Ok((0, logits)),
             PrefillStart::From(common) => common,
@@ -98,7 +99,7 @@ impl Session {
             if !progress(Progress { done: self.tokens.len() - common, total }) {
                 return Err(EngineError::Stopped);
             }
-            if let Some(logits) = self.prefill_chunk(model, prompt)? {
+            if let Some(logits) = self.prefill_rows_stoppable(model, prompt, PREFILL_CHUNK, stop)? {
                 progress(Progress { done: total, total });
                 return Ok((total, logits));
             }
@@ -187,7 +188,7 @@ impl Session {
         config: GenerationConfig,
         batch: usize,
     ) -> Result<Turn<'a>> {
-        self.start_turn_observed(model, tokenizer, prompt, config, batch, &mut |_| true)
+        self.start_turn_observed(model, tokenizer, prompt, config, batch, &mut |_| true, &|| false)
     }
 
     /// `start_turn` with its prefill observed and stoppable, as
@@ -200,10 +201,11 @@ impl Session {
         config: GenerationConfig,
         batch: usize,
         progress: &mut dyn FnMut(Progress) -> bool,
+        stop: &dyn Fn() -> bool,
     ) -> Result<Turn<'a>> {
         let sampler = SamplerLoop::new(model, tokenizer, config)?;
         let started = Instant::now();
-        let (prefilled, logits) = self.prefill_observed(model, prompt, progress)?;
+        let (prefilled, logits) = self.prefill_observed(model, prompt, progress, stop)?;
         self.begin_turn(model, sampler, prompt, logits, prefilled, batch, started)
     }
 

@@ -199,12 +199,13 @@ impl WorkerThread {
         let n = written.len();
         let mut others = Vec::new();
         let outcome = (|| -> Result<Vec<Finished>, AppError> {
-            // Stop is checked between the prefill's chunks too.
+            // Stop is checked during the prefill too, between chunks and layers.
             let mut progress = |p: hearth_engine::Progress| {
                 (job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 });
                 !cancel.is_cancelled()
             };
-            let mut turn = match session.start_turn_observed(engine.model(), engine.tokenizer(), &prompt, config, n, &mut progress) {
+            let stop = || cancel.is_cancelled();
+            let mut turn = match session.start_turn_observed(engine.model(), engine.tokenizer(), &prompt, config, n, &mut progress, &stop) {
                 Err(EngineError::Stopped) => return Ok(vec![Finished::stopped_before_start(&job.prefix); n]),
                 started => started?,
             };

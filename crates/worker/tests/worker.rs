@@ -387,17 +387,30 @@ fn a_panic_while_loading_fails_that_model_and_the_next_one_opens() {
 
 #[test]
 fn stop_during_a_long_prefill_ends_the_reply_within_a_layer_and_keeps_the_chunks_read() {
+    stop_a_quarter_into_the_second_prefill_chunk(0);
+}
+
+/// "Generate N" runs alone, through the fused loop's prefill.
+#[test]
+fn stop_during_the_long_prefill_of_generate_n_ends_it_within_a_layer() {
+    stop_a_quarter_into_the_second_prefill_chunk(2);
+}
+
+/// A reply (with `variants` more) to a ~4,000-token message, stopped a
+/// quarter of the way into its second prefill chunk.
+fn stop_a_quarter_into_the_second_prefill_chunk(variants: usize) {
     let (_dir, store, worker) = start();
     let c = store.create_conversation().unwrap();
     // About 4,000 tokens: eight chunks of the prefill.
     let long = "The quick brown fox jumps over the lazy dog near the river bank. ".repeat(280);
     let reply = reply_row(&store, c.id, &long);
-    let (j, rx) = job(c.id, reply, vec![ChatMessage::user(long.clone())], greedy(16));
+    let (mut j, rx) = job(c.id, reply, vec![ChatMessage::user(long.clone())], greedy(16));
+    let parent = store.message(reply).unwrap().parent_id;
+    j.variant_ids = (0..variants).map(|_| store.add_message(c.id, parent, Role::Assistant, "", MessageStatus::Streaming).unwrap().id).collect();
     worker.enqueue(j).unwrap();
     let mut progress = Vec::new();
     let mut began = std::time::Instant::now();
-    let mut chunk = Duration::ZERO;
-    let stopped_at = loop {
+    let (stopped_at, chunk) = loop {
         match rx.recv_timeout(Duration::from_secs(120)).expect("prefill progress") {
             GenerationEvent::Prefill { done, total } => {
                 progress.push((done, total));
@@ -406,10 +419,10 @@ fn stop_during_a_long_prefill_ends_the_reply_within_a_layer_and_keeps_the_chunks
                 }
                 if done > 0 {
                     // Into the next chunk, a quarter of one in.
-                    chunk = began.elapsed();
+                    let chunk = began.elapsed();
                     std::thread::sleep(chunk / 4);
                     assert!(worker.stop(c.id));
-                    break std::time::Instant::now();
+                    break (std::time::Instant::now(), chunk);
                 }
             }
             GenerationEvent::Tokens { .. } => panic!("a token before any prefill progress"),
