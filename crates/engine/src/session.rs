@@ -99,7 +99,7 @@ impl Session {
             if !progress(Progress { done: self.tokens.len() - common, total }) {
                 return Err(EngineError::Stopped);
             }
-            if let Some(logits) = self.prefill_rows_stoppable(model, prompt, PREFILL_CHUNK, stop)? {
+            if let Some(logits) = self.prefill_rows(model, prompt, PREFILL_CHUNK, stop)? {
                 progress(Progress { done: total, total });
                 return Ok((total, logits));
             }
@@ -127,23 +127,14 @@ impl Session {
         Ok(PrefillStart::From(common))
     }
 
-    /// Runs the next chunk (at most `PREFILL_CHUNK` tokens, llama.cpp's
-    /// batch) of `prompt` after what the cache covers, which must be a
-    /// prefix of it (`prefill_begin` made it one). The logits after the
-    /// prompt once it is all covered.
-    pub fn prefill_chunk(&mut self, model: &Model, prompt: &[u32]) -> Result<Option<Vec<f32>>> {
-        self.prefill_rows(model, prompt, PREFILL_CHUNK)
-    }
-
-    /// `prefill_chunk` of at most `rows` tokens.
-    pub fn prefill_rows(&mut self, model: &Model, prompt: &[u32], rows: usize) -> Result<Option<Vec<f32>>> {
-        self.prefill_rows_stoppable(model, prompt, rows, &|| false)
-    }
-
-    /// `prefill_rows`, ending with [`EngineError::Stopped`] between the
-    /// chunk's layers once `stop` says so, the cache as it was before the
-    /// chunk (see [`Model::forward_stoppable`]).
-    pub fn prefill_rows_stoppable(&mut self, model: &Model, prompt: &[u32], rows: usize, stop: &dyn Fn() -> bool) -> Result<Option<Vec<f32>>> {
+    /// Runs the next chunk (at most `rows` tokens; `PREFILL_CHUNK`,
+    /// llama.cpp's batch, unless a scheduler asks for fewer) of `prompt`
+    /// after what the cache covers, which must be a prefix of it
+    /// (`prefill_begin` made it one). The logits after the prompt once it is
+    /// all covered. `stop`, asked between the chunk's layers, ends it with
+    /// [`EngineError::Stopped`], the cache as it was before the chunk (see
+    /// [`Model::forward_stoppable`]).
+    pub fn prefill_rows(&mut self, model: &Model, prompt: &[u32], rows: usize, stop: &dyn Fn() -> bool) -> Result<Option<Vec<f32>>> {
         let from = self.tokens.len();
         debug_assert!(prompt.starts_with(&self.tokens));
         let chunk = &prompt[from..(from + rows.max(1)).min(prompt.len())];
@@ -295,11 +286,11 @@ impl Session {
         let parts = TurnParts { prompt_passes: Passes::default(), state: None, stats, started, first_token_at: None };
         match self.prefill_begin(&prompt) {
             Err(e) => Err((self, e)),
-            Ok(PrefillStart::From(common)) => Ok(OwnedTurn { session: self, config, prompt, prefill_from: Some(common), prefill_rows: PREFILL_CHUNK, stop: None, parts }),
+            Ok(PrefillStart::From(common)) => Ok(OwnedTurn { session: self, config, prompt, prefill_from: Some(common), prefill_rows: PREFILL_CHUNK, stop: Arc::new(|| false), parts }),
             Ok(PrefillStart::Cached(logits)) => match self.begin_state(model, &sampler, &prompt, logits, 1) {
                 Ok(state) => {
                     let parts = TurnParts { prompt_passes: self.passes.clone(), state: Some(state), ..parts };
-                    Ok(OwnedTurn { session: self, config, prompt, prefill_from: None, prefill_rows: PREFILL_CHUNK, stop: None, parts })
+                    Ok(OwnedTurn { session: self, config, prompt, prefill_from: None, prefill_rows: PREFILL_CHUNK, stop: Arc::new(|| false), parts })
                 }
                 Err(e) => Err((self, e)),
             },
@@ -345,7 +336,7 @@ pub struct OwnedTurn {
     /// Prompt tokens read per `advance`.
     prefill_rows: usize,
     /// Asked between the layers of a prefill chunk (see `set_stop`).
-    stop: Option<StopFn>,
+    stop: StopFn,
     parts: TurnParts,
 }
 
@@ -393,18 +384,14 @@ impl OwnedTurn {
     /// [`EngineError::Stopped`] once `stop` says so (the chunk is then not
     /// read; `cancel` ends the turn), rather than only between chunks.
     pub fn set_stop(&mut self, stop: StopFn) {
-        self.stop = Some(stop);
+        self.stop = stop;
     }
 
     /// The next prefill chunk or decode step.
     pub fn advance(&mut self, model: &Model, tokenizer: &Tokenizer) -> Result<Advance> {
         if let Some(common) = self.prefill_from {
             let total = self.prompt.len() - common;
-            let stop: &dyn Fn() -> bool = match &self.stop {
-                Some(f) => f.as_ref(),
-                None => &|| false,
-            };
-            let Some(logits) = self.session.prefill_rows_stoppable(model, &self.prompt, self.prefill_rows, stop)? else {
+            let Some(logits) = self.session.prefill_rows(model, &self.prompt, self.prefill_rows, self.stop.as_ref())? else {
                 return Ok(Advance::Prefill(Progress { done: self.session.tokens.len() - common, total }));
             };
             let sampler = SamplerLoop::new(model, tokenizer, self.config.clone())?;
