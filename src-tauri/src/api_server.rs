@@ -73,9 +73,13 @@ impl ApiServer {
             server.stop().await;
         }
         if settings.enabled {
-            let server = hearth_server::Server::start(worker, settings.port, Some(settings.key.clone())).await.map_err(|e| {
-                AppError::new(ErrorKind::InvalidSettings, format!("cannot serve on 127.0.0.1:{}: {e}; choose another port", settings.port))
-            })?;
+            let server =
+                hearth_server::Server::start(worker, settings.port, Some(settings.key.clone())).await.map_err(|e| {
+                    AppError::new(
+                        ErrorKind::InvalidSettings,
+                        format!("cannot serve on 127.0.0.1:{}: {e}; choose another port", settings.port),
+                    )
+                })?;
             *running = Some(server);
         }
         Ok(())

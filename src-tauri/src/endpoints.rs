@@ -30,14 +30,27 @@ impl Keys {
     /// Keeps `key` for the endpoint where the platform allows, and returns
     /// where it went (the caller records that, and the key itself only for
     /// `Database`). A key that leaves the keychain is deleted from it.
-    pub fn place(&self, endpoint_id: i64, previous: KeyStorage, key: Option<&str>, allow_plain_text: bool) -> AppResult<KeyStorage> {
+    pub fn place(
+        &self,
+        endpoint_id: i64,
+        previous: KeyStorage,
+        key: Option<&str>,
+        allow_plain_text: bool,
+    ) -> AppResult<KeyStorage> {
         let key = key.map(str::trim).filter(|k| !k.is_empty());
         let storage = match key {
             None => KeyStorage::None,
             Some(k) => match entry(endpoint_id).and_then(|e| e.set_password(k)) {
                 Ok(()) => KeyStorage::Keychain,
                 Err(e) => {
-                    tracing::info!("no keychain for the endpoint's key ({e}); {}", if allow_plain_text { "keeping it in the database as asked" } else { "keeping it for this session" });
+                    tracing::info!(
+                        "no keychain for the endpoint's key ({e}); {}",
+                        if allow_plain_text {
+                            "keeping it in the database as asked"
+                        } else {
+                            "keeping it for this session"
+                        }
+                    );
                     if allow_plain_text {
                         KeyStorage::Database
                     } else {
@@ -102,8 +115,13 @@ pub fn normalize_url(url: &str) -> AppResult<String> {
     let url = url.trim().trim_end_matches('/');
     let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"));
     match rest {
-        Some(r) if !r.is_empty() && !r.starts_with('/') => Ok(if r.contains('/') { url.to_string() } else { format!("{url}/v1") }),
-        _ => Err(AppError::new(ErrorKind::InvalidSettings, "the base URL must start with http:// or https:// and name a host, e.g. http://192.168.1.20:8000/v1")),
+        Some(r) if !r.is_empty() && !r.starts_with('/') => {
+            Ok(if r.contains('/') { url.to_string() } else { format!("{url}/v1") })
+        }
+        _ => Err(AppError::new(
+            ErrorKind::InvalidSettings,
+            "the base URL must start with http:// or https:// and name a host, e.g. http://192.168.1.20:8000/v1",
+        )),
     }
 }
 

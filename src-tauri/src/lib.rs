@@ -11,8 +11,8 @@ pub mod state;
 
 // The worker and what it shares with the commands live in `hearth-worker`,
 // so the CLI's API server runs the same worker without Tauri.
-pub use hearth_worker::{context, error, events, priority};
 pub use hearth_worker as worker;
+pub use hearth_worker::{context, error, events, priority};
 
 use tauri::{Emitter, Manager, Runtime};
 
@@ -28,8 +28,15 @@ pub fn run() {
     let cwd = std::env::current_dir().unwrap_or_default();
     let requested = open_file::model_in_args(std::env::args_os(), &cwd);
     // First among the plugins: a second launch must stop before anything else starts.
-    let app = match builder(tauri::Builder::default().plugin(single_instance())).manage(open_file::OpenAtStart(requested)).build(tauri::generate_context!()) {
-        Err(tauri::Error::PluginInitialization(plugin, reason)) if plugin == "single-instance" && reason.contains("forward") => launch_again(&reason),
+    let app = match builder(tauri::Builder::default().plugin(single_instance()))
+        .manage(open_file::OpenAtStart(requested))
+        .build(tauri::generate_context!())
+    {
+        Err(tauri::Error::PluginInitialization(plugin, reason))
+            if plugin == "single-instance" && reason.contains("forward") =>
+        {
+            launch_again(&reason)
+        }
         app => app.expect("Hearth failed to start"),
     };
     // Started: a later launch from this one (a restart) counts its own tries.
@@ -38,7 +45,8 @@ pub fn run() {
         // macOS hands Finder's "Open with" to the running app as an event, not as arguments.
         #[cfg(target_os = "macos")]
         if let tauri::RunEvent::Opened { urls } = _event {
-            if let Some(path) = urls.iter().filter_map(|u| u.to_file_path().ok()).find(|p| open_file::is_model_file(p)) {
+            if let Some(path) = urls.iter().filter_map(|u| u.to_file_path().ok()).find(|p| open_file::is_model_file(p))
+            {
                 open_model(_app, path);
             }
         }
@@ -111,7 +119,10 @@ fn single_instance<R: Runtime>() -> tauri::plugin::TauriPlugin<R> {
     });
     if let Ok(dir) = state::data_dir() {
         // FNV-1a: stable across builds, so two versions of Hearth meet too.
-        let hash = dir.to_string_lossy().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+        let hash = dir
+            .to_string_lossy()
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
         plugin = plugin.dbus_id(format!("org.hearth.desktop.d{hash:016x}"));
     }
     plugin.build()
@@ -153,11 +164,13 @@ pub fn manage_state<R: Runtime>(app: &tauri::AppHandle<R>) -> Result<(), startup
     let lock = state::lock_data_dir(&dir).map_err(|e| fail(e, None))?;
     let requested = app.try_state::<open_file::OpenAtStart>().and_then(|r| r.0.clone());
     let state = AppState::open(dir.clone(), lock, on_status, requested).map_err(|e| {
-        let database = (e.kind == error::ErrorKind::Storage).then(|| dir.join(state::DATABASE_FILE).display().to_string());
+        let database =
+            (e.kind == error::ErrorKind::Storage).then(|| dir.join(state::DATABASE_FILE).display().to_string());
         fail(e, database)
     })?;
     // The local API server, if it was on when the app last ran.
-    let (worker, settings) = (state.worker.clone(), state.store().ok().and_then(|s| api_server::ApiServer::settings(&s).ok()));
+    let (worker, settings) =
+        (state.worker.clone(), state.store().ok().and_then(|s| api_server::ApiServer::settings(&s).ok()));
     app.manage(state);
     if let Some(settings) = settings.filter(|s| s.enabled) {
         let handle = app.clone();

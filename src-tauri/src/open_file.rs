@@ -63,10 +63,22 @@ mod tests {
         let m = model.to_str().unwrap();
 
         assert_eq!(model_in_args(["hearth", m], cwd), Some(model.clone()), "an absolute path, upper-case extension");
-        assert_eq!(model_in_args(["hearth", "--automation", m, other.to_str().unwrap()], cwd), Some(model.clone()), "flags skipped, the first file wins");
-        assert_eq!(model_in_args(["hearth", "other.gguf"], cwd), Some(other.clone()), "relative to the launch's directory");
+        assert_eq!(
+            model_in_args(["hearth", "--automation", m, other.to_str().unwrap()], cwd),
+            Some(model.clone()),
+            "flags skipped, the first file wins"
+        );
+        assert_eq!(
+            model_in_args(["hearth", "other.gguf"], cwd),
+            Some(other.clone()),
+            "relative to the launch's directory"
+        );
         assert_eq!(model_in_args(["hearth", "--", "other.gguf"], cwd), Some(other.clone()));
-        assert_eq!(model_in_args(["hearth", "missing.gguf", "notes.txt", "folder.gguf"], cwd), None, "missing, not a model, a folder");
+        assert_eq!(
+            model_in_args(["hearth", "missing.gguf", "notes.txt", "folder.gguf"], cwd),
+            None,
+            "missing, not a model, a folder"
+        );
         assert_eq!(model_in_args(["hearth"], cwd), None);
         assert_eq!(model_in_args([m], cwd), None, "the program's own name is not an argument");
         assert_eq!(model_in_args(Vec::<String>::new(), cwd), None);

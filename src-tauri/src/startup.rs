@@ -48,7 +48,8 @@ pub fn move_aside(database: &Path) -> AppResult<PathBuf> {
             continue;
         }
         let to = PathBuf::from(format!("{}.broken-{stamp}{suffix}", database.display()));
-        std::fs::rename(&from, &to).map_err(|e| AppError::new(ErrorKind::Storage, format!("cannot move {} aside: {e}", from.display())))?;
+        std::fs::rename(&from, &to)
+            .map_err(|e| AppError::new(ErrorKind::Storage, format!("cannot move {} aside: {e}", from.display())))?;
         if suffix.is_empty() {
             moved = Some(to);
         }

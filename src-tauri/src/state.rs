@@ -37,10 +37,18 @@ impl AppState {
     /// the model the user had last (or the default one).
     /// `lock` is the data folder's, from [`lock_data_dir`]: taken apart,
     /// so that any error here is the database's or the worker's.
-    pub fn open(data_dir: PathBuf, lock: std::fs::File, on_status: StatusSink, requested: Option<PathBuf>) -> AppResult<Self> {
+    pub fn open(
+        data_dir: PathBuf,
+        lock: std::fs::File,
+        on_status: StatusSink,
+        requested: Option<PathBuf>,
+    ) -> AppResult<Self> {
         let store = Store::open(data_dir.join(DATABASE_FILE))?;
         // Conversations deleted in an earlier run are past their undo.
-        let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
         store.purge_deleted(started)?;
         let caches = data_dir.join("caches");
         forget_orphan_caches(&store, &caches);
@@ -51,7 +59,14 @@ impl AppState {
         if let Some(path) = requested.or_else(|| initial_model(&store)) {
             worker.load_model(path);
         }
-        Ok(Self { store: Mutex::new(store), worker, api_server: Default::default(), keys: Default::default(), download: Mutex::new(None), _lock: lock })
+        Ok(Self {
+            store: Mutex::new(store),
+            worker,
+            api_server: Default::default(),
+            keys: Default::default(),
+            download: Mutex::new(None),
+            _lock: lock,
+        })
     }
 
     pub fn store(&self) -> AppResult<MutexGuard<'_, Store>> {
@@ -63,7 +78,8 @@ impl AppState {
 /// processes on one folder would purge each other's deleted conversations,
 /// mark each other's replies interrupted and write the same cache files.
 pub fn lock_data_dir(dir: &std::path::Path) -> AppResult<std::fs::File> {
-    std::fs::create_dir_all(dir).map_err(|e| AppError::new(ErrorKind::Storage, format!("cannot create {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| AppError::new(ErrorKind::Storage, format!("cannot create {}: {e}", dir.display())))?;
     let path = dir.join(LOCK_FILE);
     let file = std::fs::OpenOptions::new()
         .create(true)

@@ -11,7 +11,13 @@ use hearth_app::worker::{CacheBudgets, ReplyJob, Worker};
 use hearth_engine::ChatMessage;
 use hearth_store::{ConversationSettings, MessageStatus, Role, Store};
 
-fn reply(store: &Store, worker: &Worker, conversation: i64, text: &str, max_new_tokens: u32) -> (String, MessageStatus) {
+fn reply(
+    store: &Store,
+    worker: &Worker,
+    conversation: i64,
+    text: &str,
+    max_new_tokens: u32,
+) -> (String, MessageStatus) {
     let parent = store.thread(conversation).unwrap().last().map(|t| t.message.id);
     let u = store.add_message(conversation, parent, Role::User, text, MessageStatus::Complete).unwrap();
     let r = store.add_message(conversation, Some(u.id), Role::Assistant, "", MessageStatus::Streaming).unwrap().id;
@@ -50,7 +56,11 @@ fn a_full_disk_gets_no_cache_files_and_loses_nothing() {
     let (reason, status) = reply(&store, &worker, c.id, "Write a long story about a dragon.", 96);
     assert_eq!((reason.as_str(), status), ("max_tokens", MessageStatus::Complete));
     assert!(worker.wait_idle(Duration::from_secs(10)));
-    assert!(cache_files(&caches).is_empty(), "a ~2.5 MB cache cannot stay under a 1 MB budget: {:?}", cache_files(&caches));
+    assert!(
+        cache_files(&caches).is_empty(),
+        "a ~2.5 MB cache cannot stay under a 1 MB budget: {:?}",
+        cache_files(&caches)
+    );
 
     // Room for it: the file stays.
     worker.set_budgets(CacheBudgets { memory_mb: 512, disk_mb: 64 });

@@ -25,7 +25,11 @@ impl Drop for Mounted {
 
 fn mount_tmpfs(at: &Path, size: &str) -> Option<Mounted> {
     std::fs::create_dir_all(at).unwrap();
-    let ok = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(at).status().is_ok_and(|s| s.success());
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(at)
+        .status()
+        .is_ok_and(|s| s.success());
     ok.then(|| Mounted(at.to_path_buf()))
 }
 
@@ -88,7 +92,11 @@ fn a_full_disk_fails_the_reply_in_words_and_loses_nothing() {
         let events = Box::new(move |e| {
             let _ = tx.send(e);
         });
-        let history = vec![ChatMessage::user("Write a long story about a dragon."), ChatMessage::assistant(before.content.clone()), ChatMessage::user("And then?")];
+        let history = vec![
+            ChatMessage::user("Write a long story about a dragon."),
+            ChatMessage::assistant(before.content.clone()),
+            ChatMessage::user("And then?"),
+        ];
         worker.enqueue(ReplyJob::new(c.id, r, history, settings, events)).unwrap();
         let last = loop {
             let e = rx.recv_timeout(Duration::from_secs(120)).unwrap();

@@ -112,7 +112,10 @@ fn commands_over_ipc() {
             let err = call(&w, "settings_set", json!({"conversationId": id, "settings": s})).unwrap_err();
             assert_eq!(err["kind"], "invalidSettings", "{field} = {value}");
             let message = err["message"].as_str().unwrap();
-            assert!(message.starts_with(field) && !message.contains("invalid type") && !message.contains("expected"), "{field} = {value}: {message}");
+            assert!(
+                message.starts_with(field) && !message.contains("invalid type") && !message.contains("expected"),
+                "{field} = {value}: {message}"
+            );
             let err = call(&w, "settings_defaults_set", json!({"settings": s})).unwrap_err();
             assert_eq!(err["kind"], "invalidSettings");
             let err = call(&w, "presets_save", json!({"preset": {"name": "Bad", "settings": s}})).unwrap_err();
@@ -171,9 +174,13 @@ fn commands_over_ipc() {
     assert_eq!(facts["fileSize"], 98_362_432);
     assert_eq!(facts["kvBytesPerToken"], 23_040);
     assert_eq!(facts["memoryBytes"], 96_576_768 + 23_040 * 8192);
-    let types: Vec<&str> = facts["quantTypes"].as_array().unwrap().iter().map(|q| q["name"].as_str().unwrap()).collect();
+    let types: Vec<&str> =
+        facts["quantTypes"].as_array().unwrap().iter().map(|q| q["name"].as_str().unwrap()).collect();
     assert_eq!(types, ["Q4_1", "Q8_0", "F32"]);
-    assert_eq!((rows[1]["exists"].clone(), rows[1]["facts"].clone(), rows[1]["error"]["kind"].clone()), (json!(true), Value::Null, json!("badModel")));
+    assert_eq!(
+        (rows[1]["exists"].clone(), rows[1]["facts"].clone(), rows[1]["error"]["kind"].clone()),
+        (json!(true), Value::Null, json!("badModel"))
+    );
     assert!(rows[1]["error"]["message"].as_str().unwrap().contains("truncated"), "{}", rows[1]);
     assert_eq!((rows[2]["exists"].clone(), rows[2]["error"]["kind"].clone()), (json!(false), json!("badModel")));
     // Forgetting: the file stays unless asked; a path not in the list is
@@ -215,11 +222,17 @@ fn commands_over_ipc() {
     assert_eq!(call(&w, "conversations_list", json!({})).unwrap().as_array().unwrap().len(), 1);
 
     // Sending needs a channel argument; an empty message is refused before anything is stored.
-    let err = call(&w, "chat_send", json!({"conversationId": id, "text": "   ", "onEvent": "__CHANNEL__:1"})).unwrap_err();
+    let err =
+        call(&w, "chat_send", json!({"conversationId": id, "text": "   ", "onEvent": "__CHANNEL__:1"})).unwrap_err();
     assert_eq!(err["kind"], "invalidSettings");
     // "Generate N" takes 1 to 8 replies at once; anything else is refused by name.
     for n in [0, 9] {
-        let err = call(&w, "chat_send", json!({"conversationId": id, "text": "hi", "variants": n, "onEvent": "__CHANNEL__:1"})).unwrap_err();
+        let err = call(
+            &w,
+            "chat_send",
+            json!({"conversationId": id, "text": "hi", "variants": n, "onEvent": "__CHANNEL__:1"}),
+        )
+        .unwrap_err();
         assert_eq!(err["kind"], "invalidSettings");
         assert!(err["message"].as_str().unwrap().starts_with("variants"), "{err}");
     }
@@ -232,7 +245,10 @@ fn commands_over_ipc() {
     assert_eq!((state["settings"]["enabled"].clone(), state["url"].clone()), (json!(false), Value::Null));
     let key = state["settings"]["key"].as_str().unwrap().to_string();
     assert_eq!(call(&w, "api_server_get", json!({})).unwrap()["settings"]["key"], key, "the key is kept");
-    assert_eq!(call(&w, "api_server_set", json!({"enabled": true, "port": 80})).unwrap_err()["kind"], "invalidSettings");
+    assert_eq!(
+        call(&w, "api_server_set", json!({"enabled": true, "port": 80})).unwrap_err()["kind"],
+        "invalidSettings"
+    );
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let on = call(&w, "api_server_set", json!({"enabled": true, "port": port})).unwrap();
     assert_eq!(on["url"], format!("http://127.0.0.1:{port}/v1"));
@@ -240,7 +256,8 @@ fn commands_over_ipc() {
     assert!(answer.starts_with("HTTP/1.1 400"), "a body without messages: {answer}");
     let answer = http(port, &format!("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {key}\r\nContent-Length: 45\r\nConnection: close\r\n\r\n{{\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}"));
     assert!(answer.starts_with("HTTP/1.1 503") && answer.contains("model_not_loaded"), "{answer}");
-    assert!(http(port, &format!("GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n")).starts_with("HTTP/1.1 401"));
+    assert!(http(port, &format!("GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"))
+        .starts_with("HTTP/1.1 401"));
     // Only to the loopback name, and never from another origin's page (a
     // page cannot read the key, but a server without one must not be driven).
     let forbidden = http(port, &format!("GET /v1/models HTTP/1.1\r\nHost: evil.example:{port}\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n\r\n"));
@@ -258,15 +275,27 @@ fn commands_over_ipc() {
 
     // Remote endpoints: a bad URL or one that does not answer is refused
     // before anything is kept; a conversation runs locally until told otherwise.
-    let err = call(&w, "endpoints_add", json!({"name": "x", "baseUrl": "gpu:8000", "apiKey": null, "allowPlainText": false})).unwrap_err();
+    let err =
+        call(&w, "endpoints_add", json!({"name": "x", "baseUrl": "gpu:8000", "apiKey": null, "allowPlainText": false}))
+            .unwrap_err();
     assert_eq!(err["kind"], "invalidSettings");
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let err = call(&w, "endpoints_add", json!({"name": "x", "baseUrl": format!("http://127.0.0.1:{dead}"), "apiKey": "k", "allowPlainText": false})).unwrap_err();
+    let err = call(
+        &w,
+        "endpoints_add",
+        json!({"name": "x", "baseUrl": format!("http://127.0.0.1:{dead}"), "apiKey": "k", "allowPlainText": false}),
+    )
+    .unwrap_err();
     assert_eq!(err["kind"], "remote");
     assert!(err["message"].as_str().unwrap().contains("cannot reach"), "{err}");
     assert_eq!(call(&w, "endpoints_list", json!({})).unwrap(), json!([]));
     assert_eq!(call(&w, "conversations_backend", json!({"id": id})).unwrap(), json!({"kind": "local"}));
-    let err = call(&w, "conversations_set_backend", json!({"id": id, "backend": {"kind": "remote", "endpointId": 42, "model": "m"}})).unwrap_err();
+    let err = call(
+        &w,
+        "conversations_set_backend",
+        json!({"id": id, "backend": {"kind": "remote", "endpointId": 42, "model": "m"}}),
+    )
+    .unwrap_err();
     assert_eq!(err["kind"], "notFound");
 
     // Conversations as files: each format written, and read back; a bad
@@ -283,16 +312,30 @@ fn commands_over_ipc() {
     call(&w, "conversations_export", json!({"id": id, "format": "bundle", "path": bundle})).unwrap();
     assert_eq!(&std::fs::read(&bundle).unwrap()[..4], b"PK\x03\x04");
     let err = call(&w, "conversations_export", json!({"id": id, "format": "pdf", "path": md})).unwrap_err();
-    assert!(err.as_str().is_some_and(|e| e.contains("pdf")) || err["message"].as_str().is_some_and(|e| e.contains("pdf")), "{err}");
+    assert!(
+        err.as_str().is_some_and(|e| e.contains("pdf")) || err["message"].as_str().is_some_and(|e| e.contains("pdf")),
+        "{err}"
+    );
     let backup = files.join("backup.json");
     assert_eq!(call(&w, "conversations_backup", json!({"path": backup})).unwrap(), json!(1));
     // Already here: nothing added, twice over.
     let same = call(&w, "conversations_import", json!({"path": backup})).unwrap();
-    assert_eq!((same["conversationIds"].clone(), same["skippedDuplicates"].clone(), same["cache"].clone()), (json!([]), json!(1), json!("none")));
+    assert_eq!(
+        (same["conversationIds"].clone(), same["skippedDuplicates"].clone(), same["cache"].clone()),
+        (json!([]), json!(1), json!("none"))
+    );
     let same = call(&w, "conversations_import", json!({"path": bundle})).unwrap();
-    assert_eq!((same["skippedDuplicates"].clone(), same["cache"].clone()), (json!(1), json!("none")), "an empty conversation has no cache");
+    assert_eq!(
+        (same["skippedDuplicates"].clone(), same["cache"].clone()),
+        (json!(1), json!("none")),
+        "an empty conversation has no cache"
+    );
     let plain = files.join("plain.json");
-    std::fs::write(&plain, r#"[{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "<think>\nhm\n</think>\n\nHi!"}]"#).unwrap();
+    std::fs::write(
+        &plain,
+        r#"[{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "<think>\nhm\n</think>\n\nHi!"}]"#,
+    )
+    .unwrap();
     let added = call(&w, "conversations_import", json!({"path": plain})).unwrap();
     let new_id = added["conversationIds"][0].as_i64().unwrap();
     assert_eq!(call(&w, "conversations_thread", json!({"id": new_id})).unwrap().as_array().unwrap().len(), 2);

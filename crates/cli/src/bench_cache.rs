@@ -9,7 +9,8 @@ use serde_json::json;
 
 use crate::{open, ModelArgs};
 
-const FILLER_USER: &str = "Tell me more about the history of the old mill by the river, and the farmers who brought their grain there.";
+const FILLER_USER: &str =
+    "Tell me more about the history of the old mill by the river, and the farmers who brought their grain there.";
 const FILLER_ASSISTANT: &str = "The mill was built of stone in the valley, where the river runs fast. Farmers came each autumn with carts of wheat and barley, and the miller ground it into flour while they traded news, sold eggs and argued about the weather and the price of bread.";
 const NEXT: &str = "Summarise all of that in one sentence.";
 
@@ -77,9 +78,17 @@ pub fn run(model: &ModelArgs, history_tokens: usize, json_out: bool) -> Result<(
 
     // A fresh process: nothing in memory but the model it loads first.
     let prompt_file = dir.join("prompt.json");
-    std::fs::write(&prompt_file, json!({"ids": prompt, "context": context}).to_string()).map_err(|source| EngineError::Io { path: prompt_file.clone(), source })?;
-    let mut cmd = Command::new(std::env::current_exe().map_err(|source| EngineError::Io { path: "hearth-cli".into(), source })?);
-    cmd.arg("bench-cache-restored").arg("--cache").arg(&file).arg("--prompt").arg(&prompt_file).arg("--model").arg(engine.path());
+    std::fs::write(&prompt_file, json!({"ids": prompt, "context": context}).to_string())
+        .map_err(|source| EngineError::Io { path: prompt_file.clone(), source })?;
+    let mut cmd =
+        Command::new(std::env::current_exe().map_err(|source| EngineError::Io { path: "hearth-cli".into(), source })?);
+    cmd.arg("bench-cache-restored")
+        .arg("--cache")
+        .arg(&file)
+        .arg("--prompt")
+        .arg(&prompt_file)
+        .arg("--model")
+        .arg(engine.path());
     if let Some(t) = model.threads {
         cmd.arg("--threads").arg(t.to_string());
     }
@@ -87,8 +96,9 @@ pub fn run(model: &ModelArgs, history_tokens: usize, json_out: bool) -> Result<(
     let mut restored_processed = 0;
     for _ in 0..3 {
         let out = cmd.output().map_err(|source| EngineError::Io { path: "hearth-cli".into(), source })?;
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .map_err(|_| EngineError::CorruptCache(format!("restored run failed: {}", String::from_utf8_lossy(&out.stderr))))?;
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|_| {
+            EngineError::CorruptCache(format!("restored run failed: {}", String::from_utf8_lossy(&out.stderr)))
+        })?;
         restored_ms = restored_ms.min(v["ttft_ms"].as_f64().unwrap_or(f64::MAX));
         restored_read_ms = restored_read_ms.min(v["read_ms"].as_f64().unwrap_or(f64::MAX));
         restored_processed = v["processed_tokens"].as_u64().unwrap_or(0) as usize;
@@ -127,9 +137,12 @@ pub fn run(model: &ModelArgs, history_tokens: usize, json_out: bool) -> Result<(
 /// Reads the saved cache and answers the next turn's first token.
 pub fn restored(model: &ModelArgs, cache: &Path, prompt: &Path) -> Result<(), EngineError> {
     let engine = open(model)?;
-    let spec: serde_json::Value = serde_json::from_slice(&std::fs::read(prompt).map_err(|source| EngineError::Io { path: prompt.to_path_buf(), source })?)
-        .map_err(|e| EngineError::CorruptCache(e.to_string()))?;
-    let ids: Vec<u32> = serde_json::from_value(spec["ids"].clone()).map_err(|e| EngineError::CorruptCache(e.to_string()))?;
+    let spec: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(prompt).map_err(|source| EngineError::Io { path: prompt.to_path_buf(), source })?,
+    )
+    .map_err(|e| EngineError::CorruptCache(e.to_string()))?;
+    let ids: Vec<u32> =
+        serde_json::from_value(spec["ids"].clone()).map_err(|e| EngineError::CorruptCache(e.to_string()))?;
     let context = spec["context"].as_u64().unwrap_or(0) as usize;
     // A cache is written and read only under the model file's whole hash.
     engine.hash_file(&|| false)?;

@@ -236,10 +236,14 @@ fn run(cli: Cli) -> Result<(), EngineError> {
             eprintln!("error: {e}");
             std::process::exit(1)
         }),
-        Command::Bench { model, prompt_tokens, gen_tokens, repeats, batch, concurrent, json } => bench(&model, prompt_tokens, gen_tokens, repeats, batch, concurrent, json),
+        Command::Bench { model, prompt_tokens, gen_tokens, repeats, batch, concurrent, json } => {
+            bench(&model, prompt_tokens, gen_tokens, repeats, batch, concurrent, json)
+        }
         Command::BenchCache { model, history_tokens, json } => bench_cache::run(&model, history_tokens, json),
         Command::Score { model, ids_file, out } => score::score(&open(&model)?, &ids_file, &out),
-        Command::Perplexity { model, file, ctx, kl_base, json } => score::perplexity(&open(&model)?, &file, ctx, kl_base.as_deref(), json),
+        Command::Perplexity { model, file, ctx, kl_base, json } => {
+            score::perplexity(&open(&model)?, &file, ctx, kl_base.as_deref(), json)
+        }
         Command::BenchCacheRestored { model, cache, prompt } => bench_cache::restored(&model, &cache, &prompt),
         Command::WriteRandomModel { out, tokenizer_from, layers, embd, ffn, heads, kv_heads, dtype } => {
             let shape = random_model::Shape { layers, embd, ffn, heads, kv_heads };
@@ -286,7 +290,9 @@ fn sampling_params(a: &SamplingArgs) -> SamplingParams {
     if let Some(v) = a.repeat_penalty {
         p.repeat_penalty = v;
     }
-    p.seed = a.seed.unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64));
+    p.seed = a.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+    });
     p
 }
 
@@ -386,7 +392,15 @@ fn chat(model: &ModelArgs, sampling: &SamplingArgs, system: Option<String>) -> R
     Ok(())
 }
 
-fn bench(model: &ModelArgs, prompt_tokens: usize, gen_tokens: usize, repeats: usize, batch: usize, concurrent: usize, json_out: bool) -> Result<(), EngineError> {
+fn bench(
+    model: &ModelArgs,
+    prompt_tokens: usize,
+    gen_tokens: usize,
+    repeats: usize,
+    batch: usize,
+    concurrent: usize,
+    json_out: bool,
+) -> Result<(), EngineError> {
     let engine = open(model)?;
     let m = engine.model();
     // A fixed, ordinary English text, repeated to the requested length.
@@ -417,7 +431,9 @@ fn bench(model: &ModelArgs, prompt_tokens: usize, gen_tokens: usize, repeats: us
     let batched = if batch > 1 {
         let one = batch_decode_seconds(&engine, &prompt, gen_tokens, 1, repeats)?;
         let many = batch_decode_seconds(&engine, &prompt, gen_tokens, batch, repeats)?;
-        Some(json!({"batch": batch, "one_sequence_s": one, "batch_s": many, "wall_ratio": many / one, "batch_tokens_per_s": (batch * gen_tokens) as f64 / many}))
+        Some(
+            json!({"batch": batch, "one_sequence_s": one, "batch_s": many, "wall_ratio": many / one, "batch_tokens_per_s": (batch * gen_tokens) as f64 / many}),
+        )
     } else {
         None
     };
@@ -425,15 +441,24 @@ fn bench(model: &ModelArgs, prompt_tokens: usize, gen_tokens: usize, repeats: us
         let alone = concurrent_decode_rates(&engine, &prompt, gen_tokens, 1)?[0];
         let each = concurrent_decode_rates(&engine, &prompt, gen_tokens, concurrent)?;
         let worst = each.iter().copied().fold(f64::MAX, f64::min);
-        Some(json!({"conversations": concurrent, "alone_tokens_per_s": alone, "each_tokens_per_s": each, "worst_ratio": worst / alone}))
+        Some(
+            json!({"conversations": concurrent, "alone_tokens_per_s": alone, "each_tokens_per_s": each, "worst_ratio": worst / alone}),
+        )
     } else {
         None
     };
     if let (false, Some(c)) = (json_out, &concurrently) {
-        println!("{concurrent} conversations in turn: the slowest at {:.2}x the decode speed of one alone", c["worst_ratio"].as_f64().unwrap_or(0.0));
+        println!(
+            "{concurrent} conversations in turn: the slowest at {:.2}x the decode speed of one alone",
+            c["worst_ratio"].as_f64().unwrap_or(0.0)
+        );
     }
     if let (false, Some(b)) = (json_out, &batched) {
-        println!("{batch} sequences: {:.2}x the wall time of one ({:.1} tok/s in all)", b["wall_ratio"].as_f64().unwrap_or(0.0), b["batch_tokens_per_s"].as_f64().unwrap_or(0.0));
+        println!(
+            "{batch} sequences: {:.2}x the wall time of one ({:.1} tok/s in all)",
+            b["wall_ratio"].as_f64().unwrap_or(0.0),
+            b["batch_tokens_per_s"].as_f64().unwrap_or(0.0)
+        );
     }
     if json_out {
         println!(
@@ -462,11 +487,18 @@ fn bench(model: &ModelArgs, prompt_tokens: usize, gen_tokens: usize, repeats: us
 
 /// The best decode time of `gen_tokens` steps for `batch` sequences sampled
 /// (temperature 0.8, no end token) from one prefilled prompt.
-fn batch_decode_seconds(engine: &Engine, prompt: &[u32], gen_tokens: usize, batch: usize, repeats: usize) -> Result<f64, EngineError> {
+fn batch_decode_seconds(
+    engine: &Engine,
+    prompt: &[u32],
+    gen_tokens: usize,
+    batch: usize,
+    repeats: usize,
+) -> Result<f64, EngineError> {
     let mut best = f64::MAX;
     for _ in 0..repeats.max(1) {
         let mut session = engine.new_session(Some(prompt.len() + gen_tokens + 8));
-        let mut config = engine.generation_config(SamplingParams { temperature: 0.8, seed: 7, ..SamplingParams::default() }, gen_tokens);
+        let mut config = engine
+            .generation_config(SamplingParams { temperature: 0.8, seed: 7, ..SamplingParams::default() }, gen_tokens);
         config.end_tokens.clear();
         let mut turn = session.start_turn(engine.model(), engine.tokenizer(), prompt, config, batch)?;
         let t = Instant::now();
@@ -480,17 +512,28 @@ fn batch_decode_seconds(engine: &Engine, prompt: &[u32], gen_tokens: usize, batc
 /// second from its first to its last) when their replies run as the app's
 /// worker runs them: their decode steps as one pass, prefill in 128-token
 /// chunks between them while others are running.
-fn concurrent_decode_rates(engine: &Engine, prompt: &[u32], gen_tokens: usize, n: usize) -> Result<Vec<f64>, EngineError> {
+fn concurrent_decode_rates(
+    engine: &Engine,
+    prompt: &[u32],
+    gen_tokens: usize,
+    n: usize,
+) -> Result<Vec<f64>, EngineError> {
     use hearth_engine::Advance;
     let (m, tok) = (engine.model(), engine.tokenizer());
     let mut turns = Vec::new();
     for i in 0..n {
-        let mut config = engine.generation_config(SamplingParams { temperature: 0.8, seed: 7 + i as u64, ..SamplingParams::default() }, gen_tokens);
+        let mut config = engine.generation_config(
+            SamplingParams { temperature: 0.8, seed: 7 + i as u64, ..SamplingParams::default() },
+            gen_tokens,
+        );
         config.end_tokens.clear();
         // Each conversation its own prompt, so no cache is shared.
         let mut own = prompt.to_vec();
         own.rotate_left(i % prompt.len().max(1));
-        let turn = engine.new_session(Some(prompt.len() + gen_tokens + 8)).into_turn(m, tok, own, config).map_err(|(_, e)| e)?;
+        let turn = engine
+            .new_session(Some(prompt.len() + gen_tokens + 8))
+            .into_turn(m, tok, own, config)
+            .map_err(|(_, e)| e)?;
         turns.push(turn);
     }
     let mut first: Vec<Option<Instant>> = vec![None; n];

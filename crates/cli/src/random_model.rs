@@ -24,15 +24,30 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
         "q8_0" => GgmlDType::Q8_0,
         "q4_k" => GgmlDType::Q4K,
         "q6_k" => GgmlDType::Q6K,
-        other => return Err(EngineError::InvalidSetting { field: "dtype", reason: format!("{other:?} is not one of q4_0, q4_1, q8_0, q4_k, q6_k") }),
+        other => {
+            return Err(EngineError::InvalidSetting {
+                field: "dtype",
+                reason: format!("{other:?} is not one of q4_0, q4_1, q8_0, q4_k, q6_k"),
+            })
+        }
     };
     let io = |e: std::io::Error| EngineError::InvalidSetting { field: "out", reason: e.to_string() };
     let mut src = std::fs::File::open(tokenizer_from).map_err(io)?;
     let content = gguf_file::Content::read(&mut src).map_err(candle_core::Error::from)?;
-    let mut md: Vec<(String, Value)> = content.metadata.iter().filter(|(k, _)| k.starts_with("tokenizer.")).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let mut md: Vec<(String, Value)> = content
+        .metadata
+        .iter()
+        .filter(|(k, _)| k.starts_with("tokenizer."))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let vocab = match content.metadata.get("tokenizer.ggml.tokens") {
         Some(Value::Array(t)) => t.len(),
-        _ => return Err(EngineError::InvalidSetting { field: "tokenizer", reason: "the source model has no tokenizer.ggml.tokens".into() }),
+        _ => {
+            return Err(EngineError::InvalidSetting {
+                field: "tokenizer",
+                reason: "the source model has no tokenizer.ggml.tokens".into(),
+            })
+        }
     };
     let head_dim = shape.embd / shape.heads;
     let u = |k: &str, v: usize| (format!("llama.{k}"), Value::U32(v as u32));
@@ -62,7 +77,8 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
     let ones = |n: usize| Tensor::ones(n, candle_core::DType::F32, &Device::Cpu);
     let kv = shape.kv_heads * head_dim;
     let scale = 1.0 / (shape.embd as f32).sqrt();
-    let mut tensors: Vec<(String, QTensor)> = vec![("token_embd.weight".into(), QTensor::quantize(&random(vocab, shape.embd, 1.0)?, dtype)?)];
+    let mut tensors: Vec<(String, QTensor)> =
+        vec![("token_embd.weight".into(), QTensor::quantize(&random(vocab, shape.embd, 1.0)?, dtype)?)];
     for i in 0..shape.layers {
         let p = |n: &str| format!("blk.{i}.{n}");
         for (name, rows, cols) in [

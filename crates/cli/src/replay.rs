@@ -13,10 +13,18 @@ use crate::{open, ModelArgs};
 
 pub fn run(model: &ModelArgs, record_path: &Path) -> Result<(), EngineError> {
     let bad = |reason: String| EngineError::InvalidSetting { field: "record", reason };
-    let text = std::fs::read_to_string(record_path).map_err(|e| bad(format!("cannot read {}: {e}", record_path.display())))?;
-    let export: ReplayExport = serde_json::from_str(&text).map_err(|e| bad(format!("{} is not a reply record: {e}", record_path.display())))?;
+    let text =
+        std::fs::read_to_string(record_path).map_err(|e| bad(format!("cannot read {}: {e}", record_path.display())))?;
+    let export: ReplayExport = serde_json::from_str(&text)
+        .map_err(|e| bad(format!("{} is not a reply record: {e}", record_path.display())))?;
     if export.format != ReplayExport::FORMAT || export.version > ReplayExport::VERSION {
-        return Err(bad(format!("{} is format {:?} version {}, not a {} record this build reads", record_path.display(), export.format, export.version, ReplayExport::FORMAT)));
+        return Err(bad(format!(
+            "{} is format {:?} version {}, not a {} record this build reads",
+            record_path.display(),
+            export.format,
+            export.version,
+            ReplayExport::FORMAT
+        )));
     }
     let record = &export.record;
     if ids_sha256(&export.prompt_ids) != record.prompt_sha256 {
@@ -30,7 +38,12 @@ pub fn run(model: &ModelArgs, record_path: &Path) -> Result<(), EngineError> {
     let sha = engine.hash_file(&|| false)?.unwrap_or_default();
     match &record.model_sha256 {
         Some(recorded) if *recorded == sha => {}
-        Some(recorded) => return Err(bad(format!("the record was written by a model file with SHA-256 {recorded}; {} has {sha}", engine.path().display()))),
+        Some(recorded) => {
+            return Err(bad(format!(
+                "the record was written by a model file with SHA-256 {recorded}; {} has {sha}",
+                engine.path().display()
+            )))
+        }
         None => return Err(bad("the record does not name its model file's hash".into())),
     }
     if record.passes.is_empty() {
@@ -52,7 +65,8 @@ pub fn run(model: &ModelArgs, record_path: &Path) -> Result<(), EngineError> {
     // As the app asks when it records: the same sampling path.
     config.top_logprobs = hearth_store::KEPT_ALTERNATIVES;
     let mut session = engine.new_session(Some(record.context_length as usize));
-    let mut turn = session.start_replay(engine.model(), engine.tokenizer(), &export.prompt_ids, &passes, config, &mut |_| true)?;
+    let mut turn =
+        session.start_replay(engine.model(), engine.tokenizer(), &export.prompt_ids, &passes, config, &mut |_| true)?;
     let processed = turn.stats().processed_tokens;
     let mut produced = Vec::new();
     while let Some(step) = turn.step()? {
@@ -70,7 +84,11 @@ pub fn run(model: &ModelArgs, record_path: &Path) -> Result<(), EngineError> {
     let device = hearth_engine::device::describe(engine.model().device());
     let mut notes = Vec::new();
     if record.engine_build != hearth_engine::BUILD_ID {
-        notes.push(format!("recorded by engine build {}, replayed by {}", record.engine_build, hearth_engine::BUILD_ID));
+        notes.push(format!(
+            "recorded by engine build {}, replayed by {}",
+            record.engine_build,
+            hearth_engine::BUILD_ID
+        ));
     }
     if record.device != device {
         notes.push(format!("recorded on {}, replayed on {device}", record.device));

@@ -10,8 +10,11 @@ use serde_json::json;
 /// Writes the log-softmax at every position of the ids in `ids_file` (a
 /// JSON array) to `out` as an f32 `.npy` array of shape `[positions, vocab]`.
 pub fn score(engine: &Engine, ids_file: &Path, out: &Path) -> Result<(), EngineError> {
-    let text = std::fs::read_to_string(ids_file).map_err(|source| EngineError::Io { path: ids_file.to_path_buf(), source })?;
-    let ids: Vec<u32> = serde_json::from_str(&text).map_err(|e| EngineError::setting("ids-file", format!("{}: not a JSON array of token ids: {e}", ids_file.display())))?;
+    let text =
+        std::fs::read_to_string(ids_file).map_err(|source| EngineError::Io { path: ids_file.to_path_buf(), source })?;
+    let ids: Vec<u32> = serde_json::from_str(&text).map_err(|e| {
+        EngineError::setting("ids-file", format!("{}: not a JSON array of token ids: {e}", ids_file.display()))
+    })?;
     if ids.is_empty() {
         return Err(EngineError::setting("ids-file", "holds no ids"));
     }
@@ -33,7 +36,13 @@ pub fn score(engine: &Engine, ids_file: &Path, out: &Path) -> Result<(), EngineE
 /// `kl_base` (log-probabilities at those same positions, `[positions,
 /// vocab]`), also the mean KL divergence from the base, top-1 agreement,
 /// and the largest difference in the actual next token's log-probability.
-pub fn perplexity(engine: &Engine, file: &Path, ctx: usize, kl_base: Option<&Path>, as_json: bool) -> Result<(), EngineError> {
+pub fn perplexity(
+    engine: &Engine,
+    file: &Path,
+    ctx: usize,
+    kl_base: Option<&Path>,
+    as_json: bool,
+) -> Result<(), EngineError> {
     let text = std::fs::read_to_string(file).map_err(|source| EngineError::Io { path: file.to_path_buf(), source })?;
     if ctx < 4 {
         return Err(EngineError::setting("ctx", "must be at least 4"));
@@ -42,7 +51,10 @@ pub fn perplexity(engine: &Engine, file: &Path, ctx: usize, kl_base: Option<&Pat
     let tokens = tok.encode(&text, true, false)?;
     let chunks = tokens.len() / ctx;
     if chunks == 0 {
-        return Err(EngineError::setting("file", format!("has {} tokens, fewer than one chunk of {ctx}", tokens.len())));
+        return Err(EngineError::setting(
+            "file",
+            format!("has {} tokens, fewer than one chunk of {ctx}", tokens.len()),
+        ));
     }
     let model = engine.model();
     let vocab = model.vocab_size();
@@ -51,7 +63,10 @@ pub fn perplexity(engine: &Engine, file: &Path, ctx: usize, kl_base: Option<&Pat
     let scored_per_chunk = ctx - 1 - first;
     if let Some((rows, cols, _)) = &base {
         if *cols != vocab || *rows != chunks * scored_per_chunk {
-            return Err(EngineError::setting("kl-base", format!("has shape [{rows}, {cols}], expected [{}, {vocab}]", chunks * scored_per_chunk)));
+            return Err(EngineError::setting(
+                "kl-base",
+                format!("has shape [{rows}, {cols}], expected [{}, {vocab}]", chunks * scored_per_chunk),
+            ));
         }
     }
     let (mut nll, mut count) = (0f64, 0usize);
@@ -73,7 +88,19 @@ pub fn perplexity(engine: &Engine, file: &Path, ctx: usize, kl_base: Option<&Pat
             if let Some((_, _, b)) = &base {
                 let i = c * scored_per_chunk + (j - first);
                 let brow = &b[i * vocab..(i + 1) * vocab];
-                kl_sum += brow.iter().zip(row.iter()).map(|(&p, &q)| if p.is_finite() && p > -80.0 { (p as f64).exp() * (p as f64 - q as f64) } else { 0.0 }).sum::<f64>();
+                kl_sum += brow
+                    .iter()
+                    .zip(row.iter())
+                    .map(
+                        |(&p, &q)| {
+                            if p.is_finite() && p > -80.0 {
+                                (p as f64).exp() * (p as f64 - q as f64)
+                            } else {
+                                0.0
+                            }
+                        },
+                    )
+                    .sum::<f64>();
                 agree += (argmax(brow) == argmax(row)) as usize;
                 max_diff = max_diff.max((brow[next] as f64 - row[next] as f64).abs());
             }
@@ -83,7 +110,8 @@ pub fn perplexity(engine: &Engine, file: &Path, ctx: usize, kl_base: Option<&Pat
         }
     }
     let ppl = (nll / count as f64).exp();
-    let mut report = json!({ "tokens": tokens.len(), "ctx": ctx, "chunks": chunks, "scored": count, "perplexity": ppl });
+    let mut report =
+        json!({ "tokens": tokens.len(), "ctx": ctx, "chunks": chunks, "scored": count, "perplexity": ppl });
     if base.is_some() {
         report["mean_kl"] = json!(kl_sum / count as f64);
         report["top1_agreement"] = json!(agree as f64 / count as f64);
@@ -95,7 +123,12 @@ pub fn perplexity(engine: &Engine, file: &Path, ctx: usize, kl_base: Option<&Pat
         eprintln!();
         println!("perplexity {ppl:.4} over {count} positions ({chunks} chunks of {ctx})");
         if base.is_some() {
-            println!("mean KL {:.6}, top-1 agreement {:.2}%, largest log-prob difference {:.4}", kl_sum / count as f64, 100.0 * agree as f64 / count as f64, max_diff);
+            println!(
+                "mean KL {:.6}, top-1 agreement {:.2}%, largest log-prob difference {:.4}",
+                kl_sum / count as f64,
+                100.0 * agree as f64 / count as f64,
+                max_diff
+            );
         }
     }
     Ok(())
@@ -147,12 +180,18 @@ fn read_npy(path: &Path) -> Result<(usize, usize, Vec<f32>), EngineError> {
         2 | 3 if bytes.len() >= 12 => (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12),
         _ => return Err(bad("unknown .npy version")),
     };
-    let header = std::str::from_utf8(bytes.get(start..start + hlen).ok_or_else(|| bad("truncated header"))?).map_err(|_| bad("header is not text"))?;
+    let header = std::str::from_utf8(bytes.get(start..start + hlen).ok_or_else(|| bad("truncated header"))?)
+        .map_err(|_| bad("header is not text"))?;
     if !header.contains("'<f4'") || header.contains("'fortran_order': True") {
         return Err(bad("must be a C-order little-endian float32 array"));
     }
     let shape = header.split("'shape': (").nth(1).and_then(|s| s.split(')').next()).ok_or_else(|| bad("no shape"))?;
-    let dims: Vec<usize> = shape.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| s.parse().map_err(|_| bad("bad shape"))).collect::<Result<_, _>>()?;
+    let dims: Vec<usize> = shape
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().map_err(|_| bad("bad shape")))
+        .collect::<Result<_, _>>()?;
     let &[rows, cols] = dims.as_slice() else { return Err(bad("must be two-dimensional")) };
     let data = &bytes[start + hlen..];
     if Some(data.len()) != rows.checked_mul(cols).and_then(|n| n.checked_mul(4)) {

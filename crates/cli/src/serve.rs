@@ -30,9 +30,15 @@ pub fn run(model: &ModelArgs, port: u16, api_key: Option<String>) -> Result<(), 
             _ => std::thread::sleep(Duration::from_millis(20)),
         }
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
     runtime.block_on(async {
-        let server = hearth_server::Server::start(worker, port, api_key).await.map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
+        let server = hearth_server::Server::start(worker, port, api_key)
+            .await
+            .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
         // Scripts wait for this line.
         println!("serving {} on {}", path.display(), server.url());
         let _ = tokio::signal::ctrl_c().await;

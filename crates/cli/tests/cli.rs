@@ -4,17 +4,29 @@ use std::process::Command;
 
 fn cli(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_hearth-cli")).args(args).output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
 fn generate_json_answers_two_plus_two_and_stops_on_the_end_token() {
-    let (ok, out, err) = cli(&["generate", "--prompt", "What is 2 + 2?", "--temperature", "0", "--json", "--threads", "2"]);
+    let (ok, out, err) =
+        cli(&["generate", "--prompt", "What is 2 + 2?", "--temperature", "0", "--json", "--threads", "2"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["text"], two_plus_two());
     assert_eq!(v["finish_reason"], "end_token");
-    for key in ["prompt_tokens", "generated_token_ids", "prefill_ms", "decode_ms", "prefill_tokens_per_s", "decode_tokens_per_s"] {
+    for key in [
+        "prompt_tokens",
+        "generated_token_ids",
+        "prefill_ms",
+        "decode_ms",
+        "prefill_tokens_per_s",
+        "decode_tokens_per_s",
+    ] {
         assert!(!v[key].is_null(), "missing {key}");
     }
     assert_eq!(v["generated_token_ids"].as_array().unwrap().last().unwrap(), 2);
@@ -38,7 +50,8 @@ fn tokenize_prints_ids_with_and_without_special_parsing() {
 
 #[test]
 fn bench_json_reports_speeds_and_peak_rss() {
-    let (ok, out, err) = cli(&["bench", "--prompt-tokens", "16", "--gen-tokens", "4", "--repeats", "1", "--json", "--threads", "1"]);
+    let (ok, out, err) =
+        cli(&["bench", "--prompt-tokens", "16", "--gen-tokens", "4", "--repeats", "1", "--json", "--threads", "1"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert!(v["prefill_tokens_per_s"].as_f64().unwrap() > 0.0);
@@ -53,7 +66,8 @@ fn bench_json_reports_speeds_and_peak_rss() {
 
 #[test]
 fn bench_batch_compares_n_sequences_with_one() {
-    let (ok, out, err) = cli(&["bench", "--prompt-tokens", "16", "--gen-tokens", "4", "--repeats", "1", "--batch", "3", "--json"]);
+    let (ok, out, err) =
+        cli(&["bench", "--prompt-tokens", "16", "--gen-tokens", "4", "--repeats", "1", "--batch", "3", "--json"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     let b = &v["batched"];
@@ -85,9 +99,24 @@ fn a_random_model_is_written_that_loads_and_runs() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("r.gguf");
     let p = path.to_str().unwrap();
-    let (ok, _, err) = cli(&["write-random-model", "--out", p, "--layers", "2", "--embd", "256", "--ffn", "512", "--heads", "4", "--kv-heads", "2"]);
+    let (ok, _, err) = cli(&[
+        "write-random-model",
+        "--out",
+        p,
+        "--layers",
+        "2",
+        "--embd",
+        "256",
+        "--ffn",
+        "512",
+        "--heads",
+        "4",
+        "--kv-heads",
+        "2",
+    ]);
     assert!(ok, "{err}");
-    let (ok, out, err) = cli(&["bench", "--model", p, "--prompt-tokens", "8", "--gen-tokens", "2", "--repeats", "1", "--json"]);
+    let (ok, out, err) =
+        cli(&["bench", "--model", p, "--prompt-tokens", "8", "--gen-tokens", "2", "--repeats", "1", "--json"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert!(v["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
@@ -127,30 +156,37 @@ fn bench_cache_reports_cold_warm_and_restored_turns() {
 fn score_writes_log_probabilities_and_perplexity_compares_with_a_base() {
     let dir = tempfile::tempdir().unwrap();
     let (ids, npy) = (dir.path().join("ids.json"), dir.path().join("s.npy"));
-    let (_, tokens, _) = cli(&["tokenize", "--text", "The quick brown fox jumps over the lazy dog. The quick brown fox"]);
+    let (_, tokens, _) =
+        cli(&["tokenize", "--text", "The quick brown fox jumps over the lazy dog. The quick brown fox"]);
     std::fs::write(&ids, tokens.trim()).unwrap();
     let n = serde_json::from_str::<Vec<u32>>(tokens.trim()).unwrap().len();
-    let (ok, _, err) = cli(&["score", "--ids-file", ids.to_str().unwrap(), "--out", npy.to_str().unwrap(), "--threads", "2"]);
+    let (ok, _, err) =
+        cli(&["score", "--ids-file", ids.to_str().unwrap(), "--out", npy.to_str().unwrap(), "--threads", "2"]);
     assert!(ok, "{err}");
     let bytes = std::fs::read(&npy).unwrap();
     assert_eq!(&bytes[..6], b"\x93NUMPY");
     let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
     let header = std::str::from_utf8(&bytes[10..10 + hlen]).unwrap();
     assert!(header.contains(&format!("'shape': ({n}, 49152)")), "{header}");
-    let row: Vec<f32> = bytes[10 + hlen..10 + hlen + 49152 * 4].chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+    let row: Vec<f32> = bytes[10 + hlen..10 + hlen + 49152 * 4]
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
     let total: f64 = row.iter().map(|&l| (l as f64).exp()).sum();
     assert!((total - 1.0).abs() < 1e-3, "a row of log-softmax sums to {total}");
 
     // Perplexity over a text, and against a base equal to Hearth itself: no divergence.
     let text = dir.path().join("t.txt");
     std::fs::write(&text, "The quick brown fox jumps over the lazy dog. ".repeat(8)).unwrap();
-    let (ok, out, err) = cli(&["perplexity", "--file", text.to_str().unwrap(), "--ctx", "32", "--json", "--threads", "2"]);
+    let (ok, out, err) =
+        cli(&["perplexity", "--file", text.to_str().unwrap(), "--ctx", "32", "--json", "--threads", "2"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     let ppl = v["perplexity"].as_f64().unwrap();
     assert!(ppl > 1.0 && ppl < 50.0, "a repeated sentence is predictable: {ppl}");
     assert!(v["scored"].as_u64().unwrap() > 0);
-    let (ok, _, err) = cli(&["perplexity", "--file", text.to_str().unwrap(), "--ctx", "32", "--kl-base", ids.to_str().unwrap()]);
+    let (ok, _, err) =
+        cli(&["perplexity", "--file", text.to_str().unwrap(), "--ctx", "32", "--kl-base", ids.to_str().unwrap()]);
     assert!(!ok && err.contains("kl-base"), "a base that is not an .npy is refused: {err}");
 }
 
@@ -162,9 +198,18 @@ fn replay_runs_an_exported_record_again_and_says_whether_it_matched() {
     let engine = Engine::open(paths::default_model_path()).unwrap();
     let sha = engine.hash_file(&|| false).unwrap().unwrap();
     let prompt = engine.encode_chat(&[ChatMessage::user("Name a colour.")]).unwrap();
-    let sampling = SamplingParams { temperature: 0.9, top_k: Some(40), top_p: 0.9, min_p: 0.02, seed: 5, ..SamplingParams::default() };
+    let sampling = SamplingParams {
+        temperature: 0.9,
+        top_k: Some(40),
+        top_p: 0.9,
+        min_p: 0.02,
+        seed: 5,
+        ..SamplingParams::default()
+    };
     let mut session = engine.new_session(Some(2048));
-    let mut turn = session.start_turn(engine.model(), engine.tokenizer(), &prompt, engine.generation_config(sampling, 20), 1).unwrap();
+    let mut turn = session
+        .start_turn(engine.model(), engine.tokenizer(), &prompt, engine.generation_config(sampling, 20), 1)
+        .unwrap();
     let passes = turn.prompt_passes().runs().iter().map(|&p| p.into()).collect();
     while turn.step().unwrap().is_some() {}
     let tokens = turn.finish(0).unwrap().sequences[0].tokens.clone();
@@ -191,7 +236,12 @@ fn replay_runs_an_exported_record_again_and_says_whether_it_matched() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("reply.json");
     let write = |record: &ReplayRecord| {
-        let export = ReplayExport { format: ReplayExport::FORMAT.into(), version: ReplayExport::VERSION, record: record.clone(), prompt_ids: prompt.clone() };
+        let export = ReplayExport {
+            format: ReplayExport::FORMAT.into(),
+            version: ReplayExport::VERSION,
+            record: record.clone(),
+            prompt_ids: prompt.clone(),
+        };
         std::fs::write(&file, serde_json::to_vec(&export).unwrap()).unwrap();
     };
     let path = file.to_str().unwrap();

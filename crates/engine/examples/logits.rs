@@ -16,12 +16,14 @@ fn main() {
     let ids: Vec<u32> = args[2].split(',').map(|s| s.parse().unwrap()).collect();
     let engine = hearth_engine::Engine::open(&args[1]).unwrap();
     let mut cache = engine.model().new_cache(4096);
-    let ours: Vec<f32> = engine.model().forward(&[ids.clone()], &mut cache).unwrap().to_vec2::<f32>().unwrap().remove(0);
+    let ours: Vec<f32> =
+        engine.model().forward(&[ids.clone()], &mut cache).unwrap().to_vec2::<f32>().unwrap().remove(0);
     println!("hearth one chunk: {:?}", top(&ours));
     let mut cache = engine.model().new_cache(4096);
     engine.model().forward(&[ids[..ids.len() - 2].to_vec()], &mut cache).unwrap();
     engine.model().forward(&[vec![ids[ids.len() - 2]]], &mut cache).unwrap();
-    let inc: Vec<f32> = engine.model().forward(&[vec![ids[ids.len() - 1]]], &mut cache).unwrap().to_vec2::<f32>().unwrap().remove(0);
+    let inc: Vec<f32> =
+        engine.model().forward(&[vec![ids[ids.len() - 1]]], &mut cache).unwrap().to_vec2::<f32>().unwrap().remove(0);
     println!("hearth steps:     {:?}", top(&inc));
     let mut cache = engine.model().new_cache(4096);
     let n = ids.len() - 3;
@@ -42,7 +44,8 @@ fn main() {
     }
     let mut f = std::fs::File::open(&args[1]).unwrap();
     let ct = candle_core::quantized::gguf_file::Content::read(&mut f).unwrap();
-    let mut r = candle_transformers::models::quantized_llama::ModelWeights::from_gguf(ct, &mut f, &Device::Cpu).unwrap();
+    let mut r =
+        candle_transformers::models::quantized_llama::ModelWeights::from_gguf(ct, &mut f, &Device::Cpu).unwrap();
     let x = Tensor::new(ids.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
     let theirs: Vec<f32> = r.forward(&x, 0).unwrap().flatten_all().unwrap().to_vec1().unwrap();
     println!("candle:           {:?}", top(&theirs));

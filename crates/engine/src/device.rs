@@ -52,7 +52,8 @@ fn cuda(ordinal: usize) -> Result<Device> {
     if !cfg!(feature = "cuda") {
         return Err(unavailable("CUDA", "cuda"));
     }
-    Device::new_cuda(ordinal).map_err(|e| EngineError::InvalidSetting { field: "device", reason: format!("CUDA device {ordinal}: {e}") })
+    Device::new_cuda(ordinal)
+        .map_err(|e| EngineError::InvalidSetting { field: "device", reason: format!("CUDA device {ordinal}: {e}") })
 }
 
 fn metal() -> Result<Device> {
@@ -74,7 +75,12 @@ impl FromStr for DeviceChoice {
             "metal" => Self::Metal,
             _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
                 Some(Ok(n)) => Self::Cuda(n),
-                _ => return Err(EngineError::InvalidSetting { field: "device", reason: format!("{s:?} is not one of auto, cpu, cuda, cuda:N, metal") }),
+                _ => {
+                    return Err(EngineError::InvalidSetting {
+                        field: "device",
+                        reason: format!("{s:?} is not one of auto, cpu, cuda, cuda:N, metal"),
+                    })
+                }
             },
         })
     }

@@ -8,11 +8,11 @@ use candle_core::Device;
 use crate::error::{EngineError, Result};
 use crate::gguf::GgufFile;
 use crate::model::{Kernels, Model};
+use crate::reasoning::ReasoningFormat;
 use crate::sampler_loop::GenerationConfig;
 use crate::sampling::SamplingParams;
 use crate::session::Session;
 use crate::session_file::CacheIdentity;
-use crate::reasoning::ReasoningFormat;
 use crate::template::{ChatMessage, ChatTemplate};
 
 /// The engine's version and a hash of its source (see `build.rs`): it
@@ -22,7 +22,8 @@ use crate::tokenizer::Tokenizer;
 
 /// Spellings of end-of-turn markers across families. One counts as an end
 /// token only if the model has it as a control token and its template uses it.
-const END_OF_TURN_MARKERS: &[&str] = &["<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<|endoftext|>"];
+const END_OF_TURN_MARKERS: &[&str] =
+    &["<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<|endoftext|>"];
 
 /// Everything needed to chat with one GGUF model. Immutable once opened, so
 /// many sessions share it.
@@ -74,7 +75,15 @@ impl Engine {
             }
         }
         let reasoning = ReasoningFormat::detect(&template);
-        Ok(Self { path: path.as_ref().to_path_buf(), model, tokenizer, template, end_tokens, reasoning, file_sha256: OnceLock::new() })
+        Ok(Self {
+            path: path.as_ref().to_path_buf(),
+            model,
+            tokenizer,
+            template,
+            end_tokens,
+            reasoning,
+            file_sha256: OnceLock::new(),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -133,8 +142,14 @@ impl Engine {
     /// The model file's size and modification time (ns since the Unix
     /// epoch), which say when a remembered hash still applies.
     pub fn file_fingerprint(&self) -> Result<(u64, u64)> {
-        let meta = std::fs::metadata(&self.path).map_err(|source| EngineError::Io { path: self.path.clone(), source })?;
-        let mtime = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_nanos() as u64).unwrap_or(0);
+        let meta =
+            std::fs::metadata(&self.path).map_err(|source| EngineError::Io { path: self.path.clone(), source })?;
+        let mtime = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
         Ok((meta.len(), mtime))
     }
 
@@ -151,7 +166,8 @@ impl Engine {
     /// Reads the whole model file and keeps its SHA-256; `None` if `stop`
     /// said to stop first.
     pub fn hash_file(&self, stop: &dyn Fn() -> bool) -> Result<Option<String>> {
-        let hash = crate::file_hash::sha256_file(&self.path, stop).map_err(|source| EngineError::Io { path: self.path.clone(), source })?;
+        let hash = crate::file_hash::sha256_file(&self.path, stop)
+            .map_err(|source| EngineError::Io { path: self.path.clone(), source })?;
         if let Some(h) = &hash {
             self.set_file_sha256(h.clone());
         }

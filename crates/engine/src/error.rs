@@ -15,19 +15,12 @@ pub enum EngineError {
     CorruptModel { path: PathBuf, reason: String },
     #[error("model file {path} is truncated: {reason}")]
     TruncatedModel { path: PathBuf, reason: String },
-    #[error("model file {path} has architecture {architecture:?}, which Hearth does not support (supported: {supported})")]
-    UnsupportedArchitecture {
-        path: PathBuf,
-        architecture: String,
-        supported: &'static str,
-    },
+    #[error(
+        "model file {path} has architecture {architecture:?}, which Hearth does not support (supported: {supported})"
+    )]
+    UnsupportedArchitecture { path: PathBuf, architecture: String, supported: &'static str },
     #[error("model file {path}: tensor {tensor} is {dtype}, which Hearth cannot run yet; {hint}")]
-    UnsupportedTensorType {
-        path: PathBuf,
-        tensor: String,
-        dtype: &'static str,
-        hint: &'static str,
-    },
+    UnsupportedTensorType { path: PathBuf, tensor: String, dtype: &'static str, hint: &'static str },
     #[error("model file {path} has no usable tokenizer: {reason}")]
     Tokenizer { path: PathBuf, reason: String },
     #[error("chat template error: {0}")]

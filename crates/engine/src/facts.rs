@@ -59,7 +59,9 @@ impl ModelFacts {
     }
 
     pub fn from_file(file: &GgufFile) -> Result<Self> {
-        let file_size = std::fs::metadata(file.path()).map_err(|source| crate::EngineError::Io { path: file.path().to_path_buf(), source })?.len();
+        let file_size = std::fs::metadata(file.path())
+            .map_err(|source| crate::EngineError::Io { path: file.path().to_path_buf(), source })?
+            .len();
         let architecture = file.string("general.architecture")?.to_string();
         let key = |k: &str| format!("{architecture}.{k}");
         // The same derivation as `ModelConfig::from_gguf`, without refusing
@@ -90,7 +92,12 @@ impl ModelFacts {
                     s.bytes = s.bytes.saturating_add(info.bytes);
                     s.tensors += 1;
                 }
-                None => by_type.push(QuantShare { name: type_name.to_string(), bytes: info.bytes, fraction: 0.0, tensors: 1 }),
+                None => by_type.push(QuantShare {
+                    name: type_name.to_string(),
+                    bytes: info.bytes,
+                    fraction: 0.0,
+                    tensors: 1,
+                }),
             }
         }
         for s in &mut by_type {
@@ -98,7 +105,8 @@ impl ModelFacts {
         }
         by_type.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.name.cmp(&b.name)));
 
-        let kv_bytes_per_token = [n_layers, n_kv_heads, head_dim].iter().fold(2 * 2u64, |acc, &n| acc.saturating_mul(n as u64));
+        let kv_bytes_per_token =
+            [n_layers, n_kv_heads, head_dim].iter().fold(2 * 2u64, |acc, &n| acc.saturating_mul(n as u64));
         Ok(Self {
             supported: Architecture::from_gguf_name(&architecture).is_some(),
             name: file.string_opt("general.name").map(str::to_string),

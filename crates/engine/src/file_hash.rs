@@ -55,7 +55,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         std::fs::write(&path, b"abc").unwrap();
-        assert_eq!(sha256_file(&path, &|| false).unwrap().unwrap(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(
+            sha256_file(&path, &|| false).unwrap().unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
         // Past the first piece too.
         let data: Vec<u8> = (0..(3u32 << 20) + 12345).map(|i| (i * 7 % 251) as u8).collect();
         std::fs::write(&path, data).unwrap();

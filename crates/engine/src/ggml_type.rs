@@ -170,7 +170,10 @@ impl GgmlType {
     /// Whether Hearth's CPU pass has a kernel for weights of this type.
     pub fn is_runnable(self) -> bool {
         use GgmlType::*;
-        matches!(self, F32 | F16 | Bf16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2K | Q3K | Q4K | Q5K | Q6K | Iq4Nl | Iq4Xs)
+        matches!(
+            self,
+            F32 | F16 | Bf16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2K | Q3K | Q4K | Q5K | Q6K | Iq4Nl | Iq4Xs
+        )
     }
 
     /// Bytes of `elems` values, or `None` when they do not fill whole blocks

@@ -61,7 +61,8 @@ impl GgufFile {
         let io = |source| EngineError::Io { path: path.clone(), source };
         let file = File::open(&path).map_err(io)?;
         let file_len = file.metadata().map_err(io)?.len();
-        let mut r = HeaderReader { inner: BufReader::new(file.try_clone().map_err(io)?), pos: 0, len: file_len, path: &path };
+        let mut r =
+            HeaderReader { inner: BufReader::new(file.try_clone().map_err(io)?), pos: 0, len: file_len, path: &path };
         let (metadata, tensors) = r.header()?;
         Ok(Self { path, file, metadata, tensors })
     }
@@ -89,9 +90,11 @@ impl GgufFile {
     /// A tensor's bytes, as stored.
     pub fn raw_tensor(&mut self, name: &str) -> Result<RawTensor> {
         let info = self.tensors.get(name).ok_or_else(|| self.corrupt(format!("missing tensor {name}")))?.clone();
-        let len = usize::try_from(info.bytes).map_err(|_| self.corrupt(format!("tensor {name} is too large for this machine")))?;
+        let len = usize::try_from(info.bytes)
+            .map_err(|_| self.corrupt(format!("tensor {name} is too large for this machine")))?;
         let mut data = Vec::new();
-        data.try_reserve_exact(len).map_err(|_| self.corrupt(format!("tensor {name} ({len} bytes) does not fit in memory")))?;
+        data.try_reserve_exact(len)
+            .map_err(|_| self.corrupt(format!("tensor {name} ({len} bytes) does not fit in memory")))?;
         data.resize(len, 0);
         let io = |source| EngineError::Io { path: self.path.clone(), source };
         self.file.seek(SeekFrom::Start(info.offset)).map_err(io)?;
@@ -111,11 +114,20 @@ impl GgufFile {
         let raw = self.raw_tensor(name)?;
         let fail = |e: candle_core::Error| self.corrupt(format!("tensor {name}: {e}"));
         match raw.dtype.to_candle() {
-            Some(dtype) => candle_core::quantized::ggml_file::qtensor_from_ggml(dtype, &raw.data, raw.dims, device).map_err(fail),
+            Some(dtype) => {
+                candle_core::quantized::ggml_file::qtensor_from_ggml(dtype, &raw.data, raw.dims, device).map_err(fail)
+            }
             None => {
-                let values = crate::cpu::dequantize(raw.dtype, &raw.data).ok_or_else(|| self.unsupported_type(name, raw.dtype))?;
+                let values = crate::cpu::dequantize(raw.dtype, &raw.data)
+                    .ok_or_else(|| self.unsupported_type(name, raw.dtype))?;
                 let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-                candle_core::quantized::ggml_file::qtensor_from_ggml(candle_core::quantized::GgmlDType::F32, &bytes, raw.dims, device).map_err(fail)
+                candle_core::quantized::ggml_file::qtensor_from_ggml(
+                    candle_core::quantized::GgmlDType::F32,
+                    &bytes,
+                    raw.dims,
+                    device,
+                )
+                .map_err(fail)
             }
         }
     }
@@ -130,7 +142,12 @@ impl GgufFile {
 
     /// The error for a tensor type Hearth has no kernel for.
     pub(crate) fn unsupported_type(&self, name: &str, dtype: GgmlType) -> EngineError {
-        EngineError::UnsupportedTensorType { path: self.path.clone(), tensor: name.to_string(), dtype: dtype.name(), hint: crate::ggml_type::RUNNABLE_HINT }
+        EngineError::UnsupportedTensorType {
+            path: self.path.clone(),
+            tensor: name.to_string(),
+            dtype: dtype.name(),
+            hint: crate::ggml_type::RUNNABLE_HINT,
+        }
     }
 
     pub fn string(&self, key: &str) -> Result<&str> {
@@ -331,14 +348,20 @@ impl HeaderReader<'_> {
             let mut elems = 1u64;
             for _ in 0..n_dims {
                 let d = self.u64()?;
-                elems = elems.checked_mul(d).ok_or_else(|| self.corrupt(format!("tensor {name}'s dimensions multiply past 2^64")))?;
+                elems = elems
+                    .checked_mul(d)
+                    .ok_or_else(|| self.corrupt(format!("tensor {name}'s dimensions multiply past 2^64")))?;
                 dims.push(usize::try_from(d).map_err(|_| self.corrupt(format!("tensor {name} is too large")))?);
             }
             dims.reverse();
             let id = self.u32()?;
-            let dtype = GgmlType::from_id(id).ok_or_else(|| self.corrupt(format!("tensor {name} has unknown type number {id}")))?;
+            let dtype = GgmlType::from_id(id)
+                .ok_or_else(|| self.corrupt(format!("tensor {name} has unknown type number {id}")))?;
             let bytes = dtype.bytes_for(elems).ok_or_else(|| {
-                self.corrupt(format!("tensor {name} has {elems} values, which do not fill whole {dtype} blocks of {}", dtype.block_size()))
+                self.corrupt(format!(
+                    "tensor {name} has {elems} values, which do not fill whole {dtype} blocks of {}",
+                    dtype.block_size()
+                ))
             })?;
             let offset = self.u64()?;
             if offset % alignment != 0 {

@@ -70,8 +70,14 @@ pub struct KvCache {
 
 enum LayerKv {
     /// `k`: `[batch, kv_heads, capacity, head_dim]`; `v`: `[batch, kv_heads, head_dim, capacity]`.
-    Host { k: Vec<f16>, v: Vec<f16> },
-    Device { k: Tensor, v: Tensor },
+    Host {
+        k: Vec<f16>,
+        v: Vec<f16>,
+    },
+    Device {
+        k: Tensor,
+        v: Tensor,
+    },
 }
 
 /// One layer's host buffers: keys `[batch, kv_heads, capacity, head_dim]`,
@@ -148,7 +154,9 @@ impl KvCache {
         if self.layers.is_empty() {
             self.batch = batch;
         } else if batch != self.batch {
-            return Err(candle_core::Error::Msg(format!("batch {batch} does not match the cache's {}", self.batch)).into());
+            return Err(
+                candle_core::Error::Msg(format!("batch {batch} does not match the cache's {}", self.batch)).into()
+            );
         }
         let shared = Arc::strong_count(&self.layers) > 1;
         if needed > self.capacity || shared || self.layers.is_empty() {
@@ -175,7 +183,8 @@ impl KvCache {
                         k[dst..dst + len * d].copy_from_slice(&ok[src..src + len * d]);
                     }
                     for row in 0..self.batch * self.n_kv_heads * d {
-                        v[row * capacity..row * capacity + len].copy_from_slice(&ov[row * old_cap..row * old_cap + len]);
+                        v[row * capacity..row * capacity + len]
+                            .copy_from_slice(&ov[row * old_cap..row * old_cap + len]);
                     }
                 }
                 LayerKv::Host { k, v }
@@ -267,14 +276,20 @@ impl KvCache {
     pub(crate) fn bits(&self, layer: usize, start: usize, end: usize) -> Result<(Vec<f16>, Vec<f16>)> {
         match &self.layers[layer] {
             LayerKv::Device { k, v } => {
-                let read = |t: &Tensor| -> candle_core::Result<Vec<f16>> { t.narrow(2, start, end - start)?.contiguous()?.flatten_all()?.to_vec1() };
+                let read = |t: &Tensor| -> candle_core::Result<Vec<f16>> {
+                    t.narrow(2, start, end - start)?.contiguous()?.flatten_all()?.to_vec1()
+                };
                 Ok((read(k)?, read(v)?))
             }
             LayerKv::Host { k, v } => {
                 let (d, cap) = (self.head_dim, self.capacity);
                 let runs = self.batch * self.n_kv_heads;
-                let keys = (0..runs).flat_map(|run| k[(run * cap + start) * d..(run * cap + end) * d].iter().copied()).collect();
-                let values = (0..runs).flat_map(|run| (start..end).flat_map(move |i| (0..d).map(move |j| v[(run * d + j) * cap + i]))).collect();
+                let keys = (0..runs)
+                    .flat_map(|run| k[(run * cap + start) * d..(run * cap + end) * d].iter().copied())
+                    .collect();
+                let values = (0..runs)
+                    .flat_map(|run| (start..end).flat_map(move |i| (0..d).map(move |j| v[(run * d + j) * cap + i])))
+                    .collect();
                 Ok((keys, values))
             }
         }
@@ -342,9 +357,14 @@ impl KvCache {
             .map(|l| match l {
                 LayerKv::Host { k, v } => {
                     let per_row = k.len() / self.batch;
-                    Ok(LayerKv::Host { k: k[row * per_row..(row + 1) * per_row].to_vec(), v: v[row * per_row..(row + 1) * per_row].to_vec() })
+                    Ok(LayerKv::Host {
+                        k: k[row * per_row..(row + 1) * per_row].to_vec(),
+                        v: v[row * per_row..(row + 1) * per_row].to_vec(),
+                    })
                 }
-                LayerKv::Device { k, v } => Ok(LayerKv::Device { k: k.narrow(0, row, 1)?.contiguous()?, v: v.narrow(0, row, 1)?.contiguous()? }),
+                LayerKv::Device { k, v } => {
+                    Ok(LayerKv::Device { k: k.narrow(0, row, 1)?.contiguous()?, v: v.narrow(0, row, 1)?.contiguous()? })
+                }
             })
             .collect::<candle_core::Result<Vec<_>>>()?;
         out.layers = Arc::new(layers);
@@ -355,7 +375,14 @@ impl KvCache {
     pub fn write_to(&self, w: &mut impl Write) -> Result<()> {
         let io = |e: std::io::Error| EngineError::CorruptCache(format!("write failed: {e}"));
         w.write_all(MAGIC).map_err(io)?;
-        for n in [FORMAT_VERSION as u64, self.n_layers as u64, self.batch as u64, self.n_kv_heads as u64, self.head_dim as u64, self.len as u64] {
+        for n in [
+            FORMAT_VERSION as u64,
+            self.n_layers as u64,
+            self.batch as u64,
+            self.n_kv_heads as u64,
+            self.head_dim as u64,
+            self.len as u64,
+        ] {
             w.write_all(&n.to_le_bytes()).map_err(io)?;
         }
         for i in 0..self.layers.len().min(self.n_layers) {
@@ -388,7 +415,10 @@ impl KvCache {
         if version != FORMAT_VERSION as usize {
             return Err(bad(format!("format version {version}, expected {FORMAT_VERSION}")));
         }
-        if (n_layers, n_kv_heads, head_dim) != (config.n_layers, config.n_kv_heads, config.head_dim) || batch == 0 || batch > 64 {
+        if (n_layers, n_kv_heads, head_dim) != (config.n_layers, config.n_kv_heads, config.head_dim)
+            || batch == 0
+            || batch > 64
+        {
             return Err(bad("cache shape does not match the model".into()));
         }
         if len > max_len {

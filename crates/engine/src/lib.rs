@@ -38,10 +38,12 @@ pub use gguf::GgufFile;
 pub use kv_cache::KvCache;
 pub use model::{Architecture, Kernels, Model, ModelConfig};
 pub use passes::{Pass, Passes};
-pub use sampler_loop::{FinishReason, GenerationConfig, Logprobs, NextInput, SamplerLoop, SamplingState, SequenceOutput, TokenEvent};
+pub use reasoning::{ReasoningFormat, Thinking, ThinkingTracker};
+pub use sampler_loop::{
+    FinishReason, GenerationConfig, Logprobs, NextInput, SamplerLoop, SamplingState, SequenceOutput, TokenEvent,
+};
 pub use sampling::{Rng, SamplingParams};
 pub use session::{Advance, OwnedTurn, PrefillStart, Progress, Session, StopFn, Turn, TurnOutput, TurnStats};
 pub use session_file::{CacheIdentity, Restored};
-pub use reasoning::{ReasoningFormat, Thinking, ThinkingTracker};
 pub use template::{ChatMessage, ChatTemplate, Role};
 pub use tokenizer::Tokenizer;

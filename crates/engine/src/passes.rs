@@ -52,7 +52,11 @@ impl Passes {
     fn push_runs(&mut self, pass: Pass) {
         self.len += pass.kept as usize * pass.count as usize;
         match self.runs.last_mut() {
-            Some(last) if last.rows == pass.rows && last.kept == pass.kept && last.count.checked_add(pass.count).is_some() => last.count += pass.count,
+            Some(last)
+                if last.rows == pass.rows && last.kept == pass.kept && last.count.checked_add(pass.count).is_some() =>
+            {
+                last.count += pass.count
+            }
             _ => self.runs.push(pass),
         }
     }
@@ -97,11 +101,13 @@ impl Passes {
     /// Each pass on its own: (first position, rows, kept).
     pub fn each(&self) -> impl Iterator<Item = (usize, u32, u32)> + '_ {
         let mut at = 0usize;
-        self.runs.iter().flat_map(|p| std::iter::repeat_n((p.rows, p.kept), p.count as usize)).map(move |(rows, kept)| {
-            let start = at;
-            at += kept as usize;
-            (start, rows, kept)
-        })
+        self.runs.iter().flat_map(|p| std::iter::repeat_n((p.rows, p.kept), p.count as usize)).map(
+            move |(rows, kept)| {
+                let start = at;
+                at += kept as usize;
+                (start, rows, kept)
+            },
+        )
     }
 
     /// The passes from position `from` on, if a pass starts there.
@@ -137,7 +143,10 @@ impl TryFrom<Vec<Pass>> for Passes {
         let mut passes = Passes::default();
         for p in runs {
             if p.kept == 0 || p.kept > p.rows || p.count == 0 {
-                return Err(EngineError::CorruptCache(format!("a pass of {} rows keeping {} ({} times) is impossible", p.rows, p.kept, p.count)));
+                return Err(EngineError::CorruptCache(format!(
+                    "a pass of {} rows keeping {} ({} times) is impossible",
+                    p.rows, p.kept, p.count
+                )));
             }
             // No cache holds 2^32 positions: a total past that is hostile.
             if passes.len.saturating_add(p.kept as usize * p.count as usize) > u32::MAX as usize {

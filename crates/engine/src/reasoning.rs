@@ -40,9 +40,8 @@ impl ReasoningFormat {
         let source = template.source();
         let (open, close) = TAG_PAIRS.iter().find(|(open, close)| source.contains(open) && source.contains(close))?;
         let switch = SWITCHES.iter().find(|s| source.contains(*s)).map(|s| s.to_string());
-        let opened_by_prompt = template
-            .render(&[ChatMessage::user("Hi")], true)
-            .is_ok_and(|prompt| prompt.trim_end().ends_with(open));
+        let opened_by_prompt =
+            template.render(&[ChatMessage::user("Hi")], true).is_ok_and(|prompt| prompt.trim_end().ends_with(open));
         Some(Self { open: open.to_string(), close: close.to_string(), switch, opened_by_prompt })
     }
 }

@@ -151,7 +151,10 @@ impl Logprobs {
             }
         }
         let lp = |l: f32| l - log_sum;
-        Self { logprob: logits.get(token as usize).map_or(f32::NEG_INFINITY, |&l| lp(l)), top: top.into_iter().map(|(i, l)| (i, lp(l))).collect() }
+        Self {
+            logprob: logits.get(token as usize).map_or(f32::NEG_INFINITY, |&l| lp(l)),
+            top: top.into_iter().map(|(i, l)| (i, lp(l))).collect(),
+        }
     }
 }
 
@@ -189,7 +192,14 @@ impl<'a> SamplerLoop<'a> {
     /// the whole prompt (ending in `last_token`); `prompt_logits` are the
     /// model's logits after it. `penalty_context` is the recent history the
     /// penalties may look at.
-    pub fn init_state(&self, cache: KvCache, last_token: u32, prompt_logits: Vec<f32>, penalty_context: &[u32], batch: usize) -> Result<SamplingState> {
+    pub fn init_state(
+        &self,
+        cache: KvCache,
+        last_token: u32,
+        prompt_logits: Vec<f32>,
+        penalty_context: &[u32],
+        batch: usize,
+    ) -> Result<SamplingState> {
         let batch = batch.max(1);
         let cache = if batch > 1 && cache.batch() == 1 { cache.expand_batch(batch)? } else { cache };
         let pos = cache.len();
@@ -267,7 +277,8 @@ impl<'a> SamplerLoop<'a> {
                 let inputs: Vec<Vec<u32>> = state.last_token.iter().map(|&t| vec![t]).collect();
                 let logits = self.model.forward(&inputs, &mut state.cache)?;
                 let s = &self.config.sampling;
-                if !logits.device().is_cpu() && s.is_greedy() && s.penalties_inactive() && self.config.top_logprobs == 0 {
+                if !logits.device().is_cpu() && s.is_greedy() && s.penalties_inactive() && self.config.top_logprobs == 0
+                {
                     chosen_on_device = Some(crate::sampling::greedy_on_device(&logits, &self.config.forbidden_tokens)?);
                     vec![Vec::new(); inputs.len()]
                 } else {
@@ -289,7 +300,11 @@ impl<'a> SamplerLoop<'a> {
                             *l = f32::NEG_INFINITY;
                         }
                     }
-                    let recent = recent_tokens(&state.penalty_context, &state.predicted_tokens[b][..state.step], self.config.sampling.penalty_window);
+                    let recent = recent_tokens(
+                        &state.penalty_context,
+                        &state.predicted_tokens[b][..state.step],
+                        self.config.sampling.penalty_window,
+                    );
                     if self.config.top_logprobs > 0 {
                         // Sampling rewrites the row; the model's own view is kept first.
                         let model_view = row.clone();
@@ -356,7 +371,13 @@ impl<'a> SamplerLoop<'a> {
                 state.done[b] = true;
                 state.finish[b] = Some(FinishReason::Cancelled);
                 let text = flush(&mut state.text[b]);
-                events.push(TokenEvent { sequence: b, token: PAD, text, finish: Some(FinishReason::Cancelled), logprobs: None });
+                events.push(TokenEvent {
+                    sequence: b,
+                    token: PAD,
+                    text,
+                    finish: Some(FinishReason::Cancelled),
+                    logprobs: None,
+                });
             }
         }
         events

@@ -56,7 +56,13 @@ impl SamplingParams {
     }
 
     pub fn validate(&self) -> Result<()> {
-        let finite = |field, v: f32| if v.is_finite() { Ok(()) } else { Err(EngineError::setting(field, "must be a finite number")) };
+        let finite = |field, v: f32| {
+            if v.is_finite() {
+                Ok(())
+            } else {
+                Err(EngineError::setting(field, "must be a finite number"))
+            }
+        };
         finite("temperature", self.temperature)?;
         finite("top_p", self.top_p)?;
         finite("min_p", self.min_p)?;
@@ -64,7 +70,10 @@ impl SamplingParams {
         finite("presence_penalty", self.presence_penalty)?;
         finite("frequency_penalty", self.frequency_penalty)?;
         if self.temperature < 0.0 {
-            return Err(EngineError::setting("temperature", format!("{} is negative; use 0 for greedy", self.temperature)));
+            return Err(EngineError::setting(
+                "temperature",
+                format!("{} is negative; use 0 for greedy", self.temperature),
+            ));
         }
         if self.temperature > 100.0 {
             return Err(EngineError::setting("temperature", format!("{} is above 100", self.temperature)));
@@ -79,13 +88,22 @@ impl SamplingParams {
             return Err(EngineError::setting("min_p", format!("{} is outside [0, 1]", self.min_p)));
         }
         if self.repeat_penalty <= 0.0 {
-            return Err(EngineError::setting("repeat_penalty", format!("{} must be positive (1 is off)", self.repeat_penalty)));
+            return Err(EngineError::setting(
+                "repeat_penalty",
+                format!("{} must be positive (1 is off)", self.repeat_penalty),
+            ));
         }
         if !(-2.0..=2.0).contains(&self.presence_penalty) {
-            return Err(EngineError::setting("presence_penalty", format!("{} is outside [-2, 2]", self.presence_penalty)));
+            return Err(EngineError::setting(
+                "presence_penalty",
+                format!("{} is outside [-2, 2]", self.presence_penalty),
+            ));
         }
         if !(-2.0..=2.0).contains(&self.frequency_penalty) {
-            return Err(EngineError::setting("frequency_penalty", format!("{} is outside [-2, 2]", self.frequency_penalty)));
+            return Err(EngineError::setting(
+                "frequency_penalty",
+                format!("{} is outside [-2, 2]", self.frequency_penalty),
+            ));
         }
         Ok(())
     }
@@ -165,12 +183,8 @@ pub fn sample(logits: &mut [f32], recent: &[u32], params: &SamplingParams, rng: 
     if params.is_greedy() {
         return argmax(logits);
     }
-    let mut cands: Vec<(u32, f32)> = logits
-        .iter()
-        .enumerate()
-        .filter(|(_, l)| **l > f32::NEG_INFINITY)
-        .map(|(i, &l)| (i as u32, l))
-        .collect();
+    let mut cands: Vec<(u32, f32)> =
+        logits.iter().enumerate().filter(|(_, l)| **l > f32::NEG_INFINITY).map(|(i, &l)| (i as u32, l)).collect();
     if cands.is_empty() {
         return argmax(logits);
     }
@@ -257,7 +271,8 @@ mod device_tests {
 
     #[test]
     fn greedy_on_device_matches_the_host_sampler() {
-        let rows: Vec<Vec<f32>> = (0..3).map(|r| (0..500).map(|i| ((i * 7919 + r * 31) % 997) as f32 / 10.0).collect()).collect();
+        let rows: Vec<Vec<f32>> =
+            (0..3).map(|r| (0..500).map(|i| ((i * 7919 + r * 31) % 997) as f32 / 10.0).collect()).collect();
         let t = candle_core::Tensor::new(rows.clone(), &candle_core::Device::Cpu).unwrap();
         let forbidden = [argmax(&rows[0]), argmax(&rows[2])];
         let on_device = greedy_on_device(&t, &forbidden).unwrap();
@@ -294,7 +309,8 @@ mod tests {
     #[test]
     fn top_k_top_p_and_min_p_narrow_the_candidates() {
         let logits = [5.0, 4.0, 3.0, 0.0, -1.0];
-        let base = SamplingParams { temperature: 5.0, top_k: None, top_p: 1.0, min_p: 0.0, seed: 1, ..Default::default() };
+        let base =
+            SamplingParams { temperature: 5.0, top_k: None, top_p: 1.0, min_p: 0.0, seed: 1, ..Default::default() };
         let all = draws(&logits, &base, 400);
         assert!(all.contains(&4), "a hot temperature reaches every token");
         let k2 = draws(&logits, &SamplingParams { top_k: Some(2), ..base.clone() }, 400);

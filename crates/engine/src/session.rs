@@ -11,7 +11,9 @@ use crate::error::{EngineError, Result};
 use crate::kv_cache::KvCache;
 use crate::model::{Model, PREFILL_CHUNK};
 use crate::passes::{Pass, Passes};
-use crate::sampler_loop::{sequence_tokens, GenerationConfig, NextInput, SamplerLoop, SamplingState, SequenceOutput, TokenEvent};
+use crate::sampler_loop::{
+    sequence_tokens, GenerationConfig, NextInput, SamplerLoop, SamplingState, SequenceOutput, TokenEvent,
+};
 use crate::tokenizer::Tokenizer;
 
 /// One conversation's cache. Clone it to fork a branch: clones share the
@@ -89,7 +91,13 @@ impl Session {
     /// (and once before the first); `progress` returning false, or `stop`
     /// (asked between the layers of a chunk) returning true, stops it with
     /// [`EngineError::Stopped`], keeping the chunks already read.
-    pub fn prefill_observed(&mut self, model: &Model, prompt: &[u32], progress: &mut dyn FnMut(Progress) -> bool, stop: &dyn Fn() -> bool) -> Result<(usize, Vec<f32>)> {
+    pub fn prefill_observed(
+        &mut self,
+        model: &Model,
+        prompt: &[u32],
+        progress: &mut dyn FnMut(Progress) -> bool,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<(usize, Vec<f32>)> {
         let common = match self.prefill_begin(prompt)? {
             PrefillStart::Cached(logits) => return Ok((0, logits)),
             PrefillStart::From(common) => common,
@@ -118,7 +126,9 @@ impl Session {
             return Err(EngineError::PromptTooLong { tokens: prompt.len(), context: self.cache.max_len() });
         }
         let shared = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
-        if let Some((_, logits)) = self.prefill_logits.clone().filter(|(n, _)| shared == prompt.len() && *n == prompt.len()) {
+        if let Some((_, logits)) =
+            self.prefill_logits.clone().filter(|(n, _)| shared == prompt.len() && *n == prompt.len())
+        {
             self.truncate(prompt.len());
             return Ok(PrefillStart::Cached(logits.to_vec()));
         }
@@ -134,7 +144,13 @@ impl Session {
     /// all covered. `stop`, asked between the chunk's layers, ends it with
     /// [`EngineError::Stopped`], the cache as it was before the chunk (see
     /// [`Model::forward_stoppable`]).
-    pub fn prefill_rows(&mut self, model: &Model, prompt: &[u32], rows: usize, stop: &dyn Fn() -> bool) -> Result<Option<Vec<f32>>> {
+    pub fn prefill_rows(
+        &mut self,
+        model: &Model,
+        prompt: &[u32],
+        rows: usize,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Option<Vec<f32>>> {
         let from = self.tokens.len();
         debug_assert!(prompt.starts_with(&self.tokens));
         let chunk = &prompt[from..(from + rows.max(1)).min(prompt.len())];
@@ -154,7 +170,13 @@ impl Session {
     /// rows (the tokens, their keys and values, and the pass) and returning
     /// the logits after the last row run. On failure the cache is cut back
     /// to the tokens: they always agree.
-    fn run_pass(&mut self, model: &Model, ids: Vec<u32>, kept: usize, stop: &dyn Fn() -> bool) -> Result<candle_core::Tensor> {
+    fn run_pass(
+        &mut self,
+        model: &Model,
+        ids: Vec<u32>,
+        kept: usize,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<candle_core::Tensor> {
         let rows = ids.len();
         let logits = match model.forward_stoppable(std::slice::from_ref(&ids), &mut self.cache, stop) {
             Ok(l) => l,
@@ -222,9 +244,18 @@ impl Session {
 
     /// Brings the cache to cover `prompt` through exactly `passes`; returns
     /// how many positions were run and the logits after the last.
-    fn prefill_as(&mut self, model: &Model, prompt: &[u32], passes: &Passes, progress: &mut dyn FnMut(Progress) -> bool) -> Result<(usize, Vec<f32>)> {
+    fn prefill_as(
+        &mut self,
+        model: &Model,
+        prompt: &[u32],
+        passes: &Passes,
+        progress: &mut dyn FnMut(Progress) -> bool,
+    ) -> Result<(usize, Vec<f32>)> {
         if passes.len() != prompt.len() {
-            return Err(EngineError::setting("passes", format!("the recorded passes cover {} positions, not the prompt's {}", passes.len(), prompt.len())));
+            return Err(EngineError::setting(
+                "passes",
+                format!("the recorded passes cover {} positions, not the prompt's {}", passes.len(), prompt.len()),
+            ));
         }
         if passes.runs().last().is_some_and(|p| p.kept != p.rows) {
             return Err(EngineError::setting("passes", "the recorded passes end in a pass that a later edit cut, so they did not compute this prompt's last logits"));
@@ -232,15 +263,26 @@ impl Session {
         if prompt.len() > self.cache.max_len() {
             return Err(EngineError::PromptTooLong { tokens: prompt.len(), context: self.cache.max_len() });
         }
-        if let Some((start, rows, _)) = passes.each().find(|&(start, rows, _)| start + rows as usize > self.cache.max_len()) {
-            return Err(EngineError::setting("passes", format!("a recorded pass of {rows} rows at position {start} does not fit the context of {}", self.cache.max_len())));
+        if let Some((start, rows, _)) =
+            passes.each().find(|&(start, rows, _)| start + rows as usize > self.cache.max_len())
+        {
+            return Err(EngineError::setting(
+                "passes",
+                format!(
+                    "a recorded pass of {rows} rows at position {start} does not fit the context of {}",
+                    self.cache.max_len()
+                ),
+            ));
         }
         let wanted: Vec<(usize, u32, u32)> = passes.each().collect();
         let same = self
             .passes
             .each()
             .zip(&wanted)
-            .take_while(|(have, want)| have == *want && self.tokens[have.0..have.0 + have.2 as usize] == prompt[have.0..have.0 + have.2 as usize])
+            .take_while(|(have, want)| {
+                have == *want
+                    && self.tokens[have.0..have.0 + have.2 as usize] == prompt[have.0..have.0 + have.2 as usize]
+            })
             .count();
         // The last pass runs again: its logits seed the first step.
         let reuse = same.min(wanted.len() - 1);
@@ -266,7 +308,14 @@ impl Session {
 
     /// The sampling loop's state for a turn over the prefilled `prompt`: the
     /// cache moves into it (and back if that fails).
-    fn begin_state(&mut self, model: &Model, sampler: &SamplerLoop, prompt: &[u32], logits: Vec<f32>, batch: usize) -> Result<SamplingState> {
+    fn begin_state(
+        &mut self,
+        model: &Model,
+        sampler: &SamplerLoop,
+        prompt: &[u32],
+        logits: Vec<f32>,
+        batch: usize,
+    ) -> Result<SamplingState> {
         let max_len = self.cache.max_len();
         let cache = std::mem::replace(&mut self.cache, model.new_cache(max_len));
         let last = *prompt.last().expect("prefill checked the prompt is non-empty");
@@ -276,7 +325,13 @@ impl Session {
     /// A turn that owns this session, for a scheduler that runs several
     /// conversations' turns in turn (`OwnedTurn::advance`). On failure the
     /// session comes back with the error.
-    pub fn into_turn(mut self, model: &Model, tokenizer: &Tokenizer, prompt: Vec<u32>, config: GenerationConfig) -> std::result::Result<OwnedTurn, (Session, EngineError)> {
+    pub fn into_turn(
+        mut self,
+        model: &Model,
+        tokenizer: &Tokenizer,
+        prompt: Vec<u32>,
+        config: GenerationConfig,
+    ) -> std::result::Result<OwnedTurn, (Session, EngineError)> {
         let sampler = match SamplerLoop::new(model, tokenizer, config.clone()) {
             Ok(s) => s,
             Err(e) => return Err((self, e)),
@@ -286,11 +341,27 @@ impl Session {
         let parts = TurnParts { prompt_passes: Passes::default(), state: None, stats, started, first_token_at: None };
         match self.prefill_begin(&prompt) {
             Err(e) => Err((self, e)),
-            Ok(PrefillStart::From(common)) => Ok(OwnedTurn { session: self, config, prompt, prefill_from: Some(common), prefill_rows: PREFILL_CHUNK, stop: Arc::new(|| false), parts }),
+            Ok(PrefillStart::From(common)) => Ok(OwnedTurn {
+                session: self,
+                config,
+                prompt,
+                prefill_from: Some(common),
+                prefill_rows: PREFILL_CHUNK,
+                stop: Arc::new(|| false),
+                parts,
+            }),
             Ok(PrefillStart::Cached(logits)) => match self.begin_state(model, &sampler, &prompt, logits, 1) {
                 Ok(state) => {
                     let parts = TurnParts { prompt_passes: self.passes.clone(), state: Some(state), ..parts };
-                    Ok(OwnedTurn { session: self, config, prompt, prefill_from: None, prefill_rows: PREFILL_CHUNK, stop: Arc::new(|| false), parts })
+                    Ok(OwnedTurn {
+                        session: self,
+                        config,
+                        prompt,
+                        prefill_from: None,
+                        prefill_rows: PREFILL_CHUNK,
+                        stop: Arc::new(|| false),
+                        parts,
+                    })
                 }
                 Err(e) => Err((self, e)),
             },
@@ -370,7 +441,8 @@ impl OwnedTurn {
 
     /// How far the prefill has read, while it runs.
     pub fn prefill_progress(&self) -> Option<Progress> {
-        self.prefill_from.map(|common| Progress { done: self.session.tokens.len() - common, total: self.prompt.len() - common })
+        self.prefill_from
+            .map(|common| Progress { done: self.session.tokens.len() - common, total: self.prompt.len() - common })
     }
 
     /// Reads at most `rows` prompt tokens per `advance` from now on
@@ -391,7 +463,8 @@ impl OwnedTurn {
     pub fn advance(&mut self, model: &Model, tokenizer: &Tokenizer) -> Result<Advance> {
         if let Some(common) = self.prefill_from {
             let total = self.prompt.len() - common;
-            let Some(logits) = self.session.prefill_rows(model, &self.prompt, self.prefill_rows, self.stop.as_ref())? else {
+            let Some(logits) = self.session.prefill_rows(model, &self.prompt, self.prefill_rows, self.stop.as_ref())?
+            else {
                 return Ok(Advance::Prefill(Progress { done: self.session.tokens.len() - common, total }));
             };
             let sampler = SamplerLoop::new(model, tokenizer, self.config.clone())?;
@@ -464,7 +537,8 @@ impl OwnedTurn {
 
     /// Runs `f` on this turn as a borrowed `Turn`, keeping its state after.
     fn with_turn<R>(&mut self, model: &Model, tokenizer: &Tokenizer, f: impl FnOnce(&mut Turn) -> R) -> R {
-        let sampler = SamplerLoop::new(model, tokenizer, self.config.clone()).expect("the config was validated when the turn began");
+        let sampler = SamplerLoop::new(model, tokenizer, self.config.clone())
+            .expect("the config was validated when the turn began");
         let parts = std::mem::replace(&mut self.parts, TurnParts::spent());
         let mut turn = Turn { session: &mut self.session, sampler, parts };
         let r = f(&mut turn);
@@ -530,7 +604,13 @@ struct TurnParts {
 impl TurnParts {
     /// Parts whose turn has nothing left to write back.
     fn spent() -> Self {
-        Self { prompt_passes: Passes::default(), state: None, stats: TurnStats::default(), started: Instant::now(), first_token_at: None }
+        Self {
+            prompt_passes: Passes::default(),
+            state: None,
+            stats: TurnStats::default(),
+            started: Instant::now(),
+            first_token_at: None,
+        }
     }
 }
 

@@ -162,7 +162,10 @@ fn write_chunk(w: &mut impl Write, session: &Session, from: usize, prev: [u8; 32
     if cache.batch() != 1 {
         return Err(EngineError::CorruptCache("only a batch-1 cache can be saved".into()));
     }
-    let passes = session.passes().after(from).ok_or_else(|| EngineError::CorruptCache(format!("no pass of the cache starts at position {from}")))?;
+    let passes = session
+        .passes()
+        .after(from)
+        .ok_or_else(|| EngineError::CorruptCache(format!("no pass of the cache starts at position {from}")))?;
     let mut hasher = Sha256::new();
     hasher.update(prev);
     let mut put = |w: &mut dyn Write, bytes: &[u8]| -> Result<()> {
@@ -175,7 +178,8 @@ fn write_chunk(w: &mut impl Write, session: &Session, from: usize, prev: [u8; 32
     let ids: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
     put(w, &ids)?;
     put(w, &(passes.runs().len() as u32).to_le_bytes())?;
-    let runs: Vec<u8> = passes.runs().iter().flat_map(|p| [p.rows, p.kept, p.count]).flat_map(u32::to_le_bytes).collect();
+    let runs: Vec<u8> =
+        passes.runs().iter().flat_map(|p| [p.rows, p.kept, p.count]).flat_map(u32::to_le_bytes).collect();
     put(w, &runs)?;
     for layer in 0..cache.n_layers() {
         let (k, v) = cache.bits(layer, from, from + tokens.len())?;
@@ -208,7 +212,14 @@ pub fn read(path: &Path, identity: &CacheIdentity, model: &Model) -> Result<Rest
     let per_position = config.n_kv_heads * config.head_dim;
     let mut prev: [u8; 32] = digest;
     let complete = loop {
-        match read_chunk(&mut r, config.n_layers, per_position, tokens.len(), identity.context_length - tokens.len(), &mut prev) {
+        match read_chunk(
+            &mut r,
+            config.n_layers,
+            per_position,
+            tokens.len(),
+            identity.context_length - tokens.len(),
+            &mut prev,
+        ) {
             Ok(None) => break true,
             Ok(Some((ids, chunk_passes, layers))) => {
                 let n = ids.len();
@@ -231,7 +242,14 @@ type ChunkData = (Vec<u32>, Passes, Vec<(Vec<f16>, Vec<f16>)>);
 /// One verified chunk starting at position `at` and chained to the digest
 /// `prev` (which it then replaces), `None` at a clean end of file, or an
 /// error for a torn, misplaced or corrupt one.
-fn read_chunk(r: &mut impl Read, n_layers: usize, per_position: usize, at: usize, room: usize, prev: &mut [u8; 32]) -> std::result::Result<Option<ChunkData>, String> {
+fn read_chunk(
+    r: &mut impl Read,
+    n_layers: usize,
+    per_position: usize,
+    at: usize,
+    room: usize,
+    prev: &mut [u8; 32],
+) -> std::result::Result<Option<ChunkData>, String> {
     let mut tag = [0u8; 4];
     match r.read(&mut tag[..1]) {
         Ok(0) => return Ok(None),
@@ -272,8 +290,12 @@ fn read_chunk(r: &mut impl Read, n_layers: usize, per_position: usize, at: usize
     r.read_exact(&mut run_bytes).map_err(|e| e.to_string())?;
     hasher.update(&run_bytes);
     let word = |i: usize| u32::from_le_bytes(run_bytes[4 * i..4 * i + 4].try_into().expect("4 bytes"));
-    let passes = Passes::try_from((0..runs).map(|i| Pass { rows: word(3 * i), kept: word(3 * i + 1), count: word(3 * i + 2) }).collect::<Vec<_>>())
-        .map_err(|e| e.to_string())?;
+    let passes = Passes::try_from(
+        (0..runs)
+            .map(|i| Pass { rows: word(3 * i), kept: word(3 * i + 1), count: word(3 * i + 2) })
+            .collect::<Vec<_>>(),
+    )
+    .map_err(|e| e.to_string())?;
     if passes.len() != n {
         return Err(format!("passes cover {} positions of a chunk of {n}", passes.len()));
     }

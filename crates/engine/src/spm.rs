@@ -47,7 +47,9 @@ impl SpmEncoder {
             // A later duplicate wins, as in llama.cpp's map.
             ids.insert(t.clone(), i as u32);
         }
-        let bytes = std::array::from_fn(|b| ids.get(&format!("<0x{b:02X}>")).copied().or_else(|| ids.get(&(b as u8 as char).to_string()).copied()));
+        let bytes = std::array::from_fn(|b| {
+            ids.get(&format!("<0x{b:02X}>")).copied().or_else(|| ids.get(&(b as u8 as char).to_string()).copied())
+        });
         let mut specials: Vec<(String, u32, bool)> = tokens
             .iter()
             .zip(special)
@@ -137,14 +139,20 @@ impl SpmEncoder {
             })
             .collect();
         let mut queue = BinaryHeap::new();
-        let try_pair = |symbols: &[Symbol], queue: &mut BinaryHeap<Bigram>, left: Option<usize>, right: Option<usize>| {
-            let (Some(l), Some(r)) = (left, right) else { return };
-            let (a, b) = (&symbols[l], &symbols[r]);
-            let merged = &text[a.start..a.start + a.len + b.len];
-            if let Some(&id) = self.ids.get(merged) {
-                queue.push(Bigram { score: self.scores.get(id as usize).copied().unwrap_or(0.0), left: l, right: r, size: merged.len() });
-            }
-        };
+        let try_pair =
+            |symbols: &[Symbol], queue: &mut BinaryHeap<Bigram>, left: Option<usize>, right: Option<usize>| {
+                let (Some(l), Some(r)) = (left, right) else { return };
+                let (a, b) = (&symbols[l], &symbols[r]);
+                let merged = &text[a.start..a.start + a.len + b.len];
+                if let Some(&id) = self.ids.get(merged) {
+                    queue.push(Bigram {
+                        score: self.scores.get(id as usize).copied().unwrap_or(0.0),
+                        left: l,
+                        right: r,
+                        size: merged.len(),
+                    });
+                }
+            };
         for i in 1..symbols.len() {
             try_pair(&symbols, &mut queue, Some(i - 1), Some(i));
         }
@@ -209,9 +217,26 @@ mod tests {
     use super::*;
 
     fn vocab() -> SpmEncoder {
-        let toks = ["<unk>", "<s>", "▁", "h", "e", "l", "o", "▁h", "he", "ll", "llo", "▁hello", "<0x21>", "<|x|>", "<ctl>"];
+        let toks =
+            ["<unk>", "<s>", "▁", "h", "e", "l", "o", "▁h", "he", "ll", "llo", "▁hello", "<0x21>", "<|x|>", "<ctl>"];
         let scores = vec![0.0, 0.0, -1.0, -2.0, -2.0, -2.0, -2.0, -1.5, -1.2, -1.1, -0.5, -0.1, 0.0, 0.0, 0.0];
-        let special = [Special::WhenParsing, Special::WhenParsing, Special::No, Special::No, Special::No, Special::No, Special::No, Special::No, Special::No, Special::No, Special::No, Special::No, Special::No, Special::Always, Special::WhenParsing];
+        let special = [
+            Special::WhenParsing,
+            Special::WhenParsing,
+            Special::No,
+            Special::No,
+            Special::No,
+            Special::No,
+            Special::No,
+            Special::No,
+            Special::No,
+            Special::No,
+            Special::No,
+            Special::No,
+            Special::No,
+            Special::Always,
+            Special::WhenParsing,
+        ];
         SpmEncoder::new(&toks.map(String::from), scores, &special, true)
     }
 

@@ -94,7 +94,12 @@ impl ChatTemplate {
     /// `render` with template variables set as well, such as a reasoning
     /// model's `enable_thinking` (`ReasoningFormat::switch`); a template
     /// that does not read a variable is unaffected by it.
-    pub fn render_with(&self, messages: &[ChatMessage], add_generation_prompt: bool, switches: &[(&str, bool)]) -> Result<String> {
+    pub fn render_with(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        switches: &[(&str, bool)],
+    ) -> Result<String> {
         let tmpl = self.env.get_template(NAME).map_err(|e| EngineError::Template(describe(&e)))?;
         let base = context! {
             messages => minijinja::value::Value::from(minijinja::value::Serde(messages)),
@@ -103,7 +108,8 @@ impl ChatTemplate {
             eos_token => self.eos_token.as_str(),
         };
         let extra: std::collections::BTreeMap<&str, bool> = switches.iter().copied().collect();
-        tmpl.render(context! { ..minijinja::value::Value::from(minijinja::value::Serde(&extra)), ..base }).map_err(|e| EngineError::Template(describe(&e)))
+        tmpl.render(context! { ..minijinja::value::Value::from(minijinja::value::Serde(&extra)), ..base })
+            .map_err(|e| EngineError::Template(describe(&e)))
     }
 }
 

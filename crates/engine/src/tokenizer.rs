@@ -131,7 +131,9 @@ impl Tokenizer {
             Encoder::Spm(spm) => ids.extend(spm.encode(text, parse_special)),
             Encoder::Hf { special, plain } => {
                 let tok = if parse_special { special } else { plain };
-                let enc = tok.encode(text, false).map_err(|e| EngineError::Tokenizer { path: "<encode>".into(), reason: e.to_string() })?;
+                let enc = tok
+                    .encode(text, false)
+                    .map_err(|e| EngineError::Tokenizer { path: "<encode>".into(), reason: e.to_string() })?;
                 ids.extend_from_slice(enc.get_ids());
             }
         }
@@ -209,7 +211,8 @@ fn spm_scores(file: &GgufFile, n: usize) -> std::result::Result<Vec<f32>, String
 
 /// Pre-tokenizer regexes from llama.cpp's `llama-vocab.cpp`, keyed by `tokenizer.ggml.pre`.
 const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_REGEX: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 fn build_bpe(file: &GgufFile, tokens: &[String], pre: &str) -> std::result::Result<tokenizers::Tokenizer, String> {
     let merges: Vec<(String, String)> = file
@@ -217,26 +220,30 @@ fn build_bpe(file: &GgufFile, tokens: &[String], pre: &str) -> std::result::Resu
         .map_err(|e| e.to_string())?
         .iter()
         .map(|v| match v {
-            Value::String(s) => s.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())).ok_or_else(|| format!("bad merge {s:?}")),
+            Value::String(s) => {
+                s.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())).ok_or_else(|| format!("bad merge {s:?}"))
+            }
             _ => Err("tokenizer.ggml.merges holds a non-string".to_string()),
         })
         .collect::<std::result::Result<_, _>>()?;
     let vocab: ahash::AHashMap<String, u32> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
-    let bpe = BPE::builder()
-        .vocab_and_merges(vocab, merges)
-        .ignore_merges(false)
-        .build()
-        .map_err(|e| e.to_string())?;
+    let bpe = BPE::builder().vocab_and_merges(vocab, merges).ignore_merges(false).build().map_err(|e| e.to_string())?;
     let byte_level = ByteLevel::new(false, true, false);
     let split = |re: &str| -> std::result::Result<PreTokenizerWrapper, String> {
-        Ok(Split::new(SplitPattern::Regex(re.into()), SplitDelimiterBehavior::Isolated, false).map_err(|e| e.to_string())?.into())
+        Ok(Split::new(SplitPattern::Regex(re.into()), SplitDelimiterBehavior::Isolated, false)
+            .map_err(|e| e.to_string())?
+            .into())
     };
     let pre_tokenizer: PreTokenizerWrapper = match pre {
         "smollm" => PreSequence::new(vec![Digits::new(true).into(), ByteLevel::new(false, true, true).into()]).into(),
         "gpt-2" | "gpt2" => ByteLevel::new(false, true, true).into(),
         "llama3" | "llama-bpe" | "llama-v3" => PreSequence::new(vec![split(LLAMA3_REGEX)?, byte_level.into()]).into(),
         "qwen2" | "deepseek-r1-qwen" => PreSequence::new(vec![split(QWEN2_REGEX)?, byte_level.into()]).into(),
-        other => return Err(format!("pre-tokenizer {other:?} is not supported; refusing to guess (supported: smollm, gpt-2, llama-bpe, qwen2)")),
+        other => {
+            return Err(format!(
+            "pre-tokenizer {other:?} is not supported; refusing to guess (supported: smollm, gpt-2, llama-bpe, qwen2)"
+        ))
+        }
     };
     let mut tok = tokenizers::Tokenizer::new(bpe);
     tok.with_pre_tokenizer(Some(pre_tokenizer));
@@ -272,7 +279,11 @@ fn byte_level_table(tokens: &[String], types: &[i32]) -> Vec<Vec<u8>> {
             TYPE_CONTROL => Vec::new(),
             // User-defined tokens are stored as plain text, not byte-mapped.
             TYPE_USER_DEFINED => t.as_bytes().to_vec(),
-            _ => t.chars().map(|c| char_to_byte.get(&c).copied().map_or_else(|| c.to_string().into_bytes(), |b| vec![b])).flatten().collect(),
+            _ => t
+                .chars()
+                .map(|c| char_to_byte.get(&c).copied().map_or_else(|| c.to_string().into_bytes(), |b| vec![b]))
+                .flatten()
+                .collect(),
         })
         .collect()
 }

@@ -106,7 +106,20 @@ impl WorkerPool {
                     .expect("spawn a CPU worker")
             })
             .collect();
-        Self { shared, handles, threads, region: Mutex::new(()), adaptive: Mutex::new(Adaptive { current: threads, passes_since_change: 0, work: Duration::ZERO, stalled: Duration::ZERO, own_tasks: 0, tasks: 0 }) }
+        Self {
+            shared,
+            handles,
+            threads,
+            region: Mutex::new(()),
+            adaptive: Mutex::new(Adaptive {
+                current: threads,
+                passes_since_change: 0,
+                work: Duration::ZERO,
+                stalled: Duration::ZERO,
+                own_tasks: 0,
+                tasks: 0,
+            }),
+        }
     }
 
     /// The process-wide pool, sized by [`set_threads`] or else by the

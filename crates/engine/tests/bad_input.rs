@@ -34,7 +34,10 @@ fn truncated_files_at_many_points() {
     let full = std::fs::read(&path).unwrap();
     for cut in [4, 16, 100, full.len() / 3, full.len() / 2, full.len() - 1] {
         let err = open_err(&full[..cut]);
-        assert!(matches!(err, EngineError::TruncatedModel { .. } | EngineError::CorruptModel { .. }), "cut at {cut}: {err}");
+        assert!(
+            matches!(err, EngineError::TruncatedModel { .. } | EngineError::CorruptModel { .. }),
+            "cut at {cut}: {err}"
+        );
     }
     // The tensor data is where a partial download ends: that must say truncated.
     assert!(matches!(open_err(&full[..full.len() - 1]), EngineError::TruncatedModel { .. }));
@@ -131,7 +134,10 @@ fn a_tensor_type_hearth_cannot_run_is_refused_by_name() {
     match open_err(&bytes) {
         e @ EngineError::UnsupportedTensorType { .. } => {
             let msg = e.to_string();
-            assert!(msg.contains("blk.0.ffn_down.weight") && msg.contains("IQ2_XXS") && msg.contains("Q4_K_M"), "{msg}");
+            assert!(
+                msg.contains("blk.0.ffn_down.weight") && msg.contains("IQ2_XXS") && msg.contains("Q4_K_M"),
+                "{msg}"
+            );
         }
         e => panic!("wrong error: {e}"),
     }
@@ -158,7 +164,10 @@ fn a_tensor_whose_shape_does_not_match_the_model_is_refused() {
     bytes[dims..dims + 8].copy_from_slice(&b);
     bytes[dims + 8..dims + 16].copy_from_slice(&a);
     let err = open_err(&bytes);
-    assert!(matches!(err, EngineError::CorruptModel { .. }) && err.to_string().contains("blk.0.ffn_down.weight"), "{err}");
+    assert!(
+        matches!(err, EngineError::CorruptModel { .. }) && err.to_string().contains("blk.0.ffn_down.weight"),
+        "{err}"
+    );
 }
 
 #[test]

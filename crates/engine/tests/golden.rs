@@ -86,7 +86,12 @@ fn templates_render_like_python_jinja2() {
     for case in golden["cases"].as_array().unwrap() {
         let name = case["template"].as_str().unwrap();
         let t = &golden["templates"][name];
-        let tmpl = ChatTemplate::new(t["source"].as_str().unwrap(), t["bos_token"].as_str().unwrap(), t["eos_token"].as_str().unwrap()).unwrap();
+        let tmpl = ChatTemplate::new(
+            t["source"].as_str().unwrap(),
+            t["bos_token"].as_str().unwrap(),
+            t["eos_token"].as_str().unwrap(),
+        )
+        .unwrap();
         let messages = case_messages(case);
         let got = tmpl.render(&messages, case["add_generation_prompt"].as_bool().unwrap());
         match (&case["ok"], got) {
@@ -114,7 +119,8 @@ fn reasoning_templates_render_like_python_jinja2_and_declare_their_tags() {
         let name = case["template"].as_str().unwrap();
         let t = &golden["templates"][name];
         let source = std::fs::read_to_string(dir.join(t["file"].as_str().unwrap())).unwrap();
-        let tmpl = ChatTemplate::new(&source, t["bos_token"].as_str().unwrap(), t["eos_token"].as_str().unwrap()).unwrap();
+        let tmpl =
+            ChatTemplate::new(&source, t["bos_token"].as_str().unwrap(), t["eos_token"].as_str().unwrap()).unwrap();
         let format = hearth_engine::ReasoningFormat::detect(&tmpl).expect("a reasoning template declares its tags");
         assert_eq!((format.open.as_str(), format.close.as_str()), ("<think>", "</think>"));
         assert_eq!(format.switch.as_deref(), (name == "qwen3").then_some("enable_thinking"), "{name}");
@@ -126,7 +132,13 @@ fn reasoning_templates_render_like_python_jinja2_and_declare_their_tags() {
             None => tmpl.render(&messages, agp),
         };
         let want = case["ok"].as_str().unwrap_or_else(|| panic!("jinja2 failed on {case}"));
-        assert_eq!(got.unwrap(), want, "template {name}, thinking {}, messages {}", case["enable_thinking"], case["messages"]);
+        assert_eq!(
+            got.unwrap(),
+            want,
+            "template {name}, thinking {}, messages {}",
+            case["enable_thinking"],
+            case["messages"]
+        );
         checked += 1;
     }
     assert_eq!(checked, 72);
@@ -153,10 +165,18 @@ fn greedy_tokens_agree_with_llama_cpp_until_a_near_tie() {
     for case in golden["cases"].as_array().unwrap() {
         let prompt = ids(&case["prompt_ids"]);
         let want = ids(&case["llama_cpp_greedy"]);
-        let gaps: Vec<f64> = case["llama_cpp_top2_gap"].as_array().unwrap().iter().map(|g| g.as_f64().unwrap()).collect();
+        let gaps: Vec<f64> =
+            case["llama_cpp_top2_gap"].as_array().unwrap().iter().map(|g| g.as_f64().unwrap()).collect();
         let mut session = engine.new_session(None);
         let config = engine.generation_config(hearth_engine::SamplingParams::greedy(), want.len());
-        let got = session.start_turn(engine.model(), engine.tokenizer(), &prompt, config, 1).unwrap().run().unwrap().sequences.remove(0).tokens;
+        let got = session
+            .start_turn(engine.model(), engine.tokenizer(), &prompt, config, 1)
+            .unwrap()
+            .run()
+            .unwrap()
+            .sequences
+            .remove(0)
+            .tokens;
         let first_tie = gaps.iter().position(|&g| g < 0.2).unwrap_or(want.len());
         let agree = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
         assert!(

@@ -34,7 +34,15 @@ fn renders_the_files_chatml_template() {
 fn greedy(engine: &hearth_engine::Engine, prompt: &str, max: usize) -> hearth_engine::SequenceOutput {
     let ids = engine.encode_chat(&[ChatMessage::user(prompt)]).unwrap();
     let mut session = engine.new_session(None);
-    let turn = session.start_turn(engine.model(), engine.tokenizer(), &ids, engine.generation_config(SamplingParams::greedy(), max), 1).unwrap();
+    let turn = session
+        .start_turn(
+            engine.model(),
+            engine.tokenizer(),
+            &ids,
+            engine.generation_config(SamplingParams::greedy(), max),
+            1,
+        )
+        .unwrap();
     turn.run().unwrap().sequences.remove(0)
 }
 
@@ -51,20 +59,23 @@ fn answers_two_plus_two_and_stops_on_im_end() {
 fn first_step_logits_match_candle_quantized_llama() {
     // With candle's kernels the transformer must reproduce candle's module;
     // with Hearth's own (llama.cpp's rounding) it stays close to it.
-    let candle_kernels = hearth_engine::Engine::open_with(default_model(), &Device::Cpu, hearth_engine::Kernels::Candle).unwrap();
+    let candle_kernels =
+        hearth_engine::Engine::open_with(default_model(), &Device::Cpu, hearth_engine::Kernels::Candle).unwrap();
     let engine = open_default();
     let ids = engine.encode_chat(&[ChatMessage::user("What is the capital of France?")]).unwrap();
     let first = |e: &hearth_engine::Engine, graph: bool| -> Vec<f32> {
         let mut cache = e.model().new_cache(8192);
         let m = e.model();
-        let logits = if graph { m.forward_graph(&[ids.clone()], &mut cache) } else { m.forward(&[ids.clone()], &mut cache) };
+        let logits =
+            if graph { m.forward_graph(&[ids.clone()], &mut cache) } else { m.forward(&[ids.clone()], &mut cache) };
         logits.unwrap().to_vec2::<f32>().unwrap().remove(0)
     };
     let ours = first(&candle_kernels, true);
     let own = first(&engine, false);
     let mut f = std::fs::File::open(default_model()).unwrap();
     let ct = candle_core::quantized::gguf_file::Content::read(&mut f).unwrap();
-    let mut reference = candle_transformers::models::quantized_llama::ModelWeights::from_gguf(ct, &mut f, &Device::Cpu).unwrap();
+    let mut reference =
+        candle_transformers::models::quantized_llama::ModelWeights::from_gguf(ct, &mut f, &Device::Cpu).unwrap();
     let x = Tensor::new(ids.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
     let theirs: Vec<f32> = reference.forward(&x, 0).unwrap().flatten_all().unwrap().to_vec1().unwrap();
     // Hearth builds RoPE angles as llama.cpp does (repeated f32 products),
@@ -127,7 +138,12 @@ fn streaming_and_run_to_end_give_the_same_tokens_for_a_seed() {
     let (m, tok) = (engine.model(), engine.tokenizer());
     let ids = engine.encode_chat(&[ChatMessage::user("Write a short poem about the sea.")]).unwrap();
     let sampling = SamplingParams { temperature: 0.9, seed: 42, ..SamplingParams::default() };
-    let run = engine.new_session(None).start_turn(m, tok, &ids, engine.generation_config(sampling.clone(), 32), 1).unwrap().run().unwrap();
+    let run = engine
+        .new_session(None)
+        .start_turn(m, tok, &ids, engine.generation_config(sampling.clone(), 32), 1)
+        .unwrap()
+        .run()
+        .unwrap();
     let mut session = engine.new_session(None);
     let mut turn = session.start_turn(m, tok, &ids, engine.generation_config(sampling.clone(), 32), 1).unwrap();
     let mut streamed = Vec::new();
@@ -157,16 +173,23 @@ fn regenerating_with_the_same_seed_gives_the_same_reply_from_the_cache() {
     let ids = engine.encode_chat(&[ChatMessage::user("Say something surprising.")]).unwrap();
     let sampling = SamplingParams { temperature: 1.3, seed: 4242, ..SamplingParams::default() };
     let mut session = engine.new_session(None);
-    let first = session.start_turn(m, tok, &ids, engine.generation_config(sampling.clone(), 48), 1).unwrap().run().unwrap();
+    let first =
+        session.start_turn(m, tok, &ids, engine.generation_config(sampling.clone(), 48), 1).unwrap().run().unwrap();
     // The cache now holds the prompt and the reply; the same prompt again
     // starts from the prefill's own logits, so nothing is re-run.
     for _ in 0..2 {
-        let again = session.start_turn(m, tok, &ids, engine.generation_config(sampling.clone(), 48), 1).unwrap().run().unwrap();
+        let again =
+            session.start_turn(m, tok, &ids, engine.generation_config(sampling.clone(), 48), 1).unwrap().run().unwrap();
         assert_eq!(again.stats.processed_tokens, 0);
         assert_eq!(again.sequences[0].tokens, first.sequences[0].tokens, "the same seed, the same reply");
     }
     // A cold session agrees too: it batches the prompt as the first turn did.
-    let cold = engine.new_session(None).start_turn(m, tok, &ids, engine.generation_config(sampling, 48), 1).unwrap().run().unwrap();
+    let cold = engine
+        .new_session(None)
+        .start_turn(m, tok, &ids, engine.generation_config(sampling, 48), 1)
+        .unwrap()
+        .run()
+        .unwrap();
     assert_eq!(cold.sequences[0].tokens, first.sequences[0].tokens);
 }
 
@@ -177,7 +200,10 @@ fn a_batch_of_variants_shares_the_prompt_and_matches_single_runs() {
     let ids = engine.encode_chat(&[ChatMessage::user("What is 2 + 2?")]).unwrap();
     let single = greedy(&engine, "What is 2 + 2?", 16);
     let mut session = engine.new_session(None);
-    let batch = session.start_turn(m, tok, &ids, engine.generation_config(SamplingParams::greedy(), 16), 3).unwrap().finish_after_run();
+    let batch = session
+        .start_turn(m, tok, &ids, engine.generation_config(SamplingParams::greedy(), 16), 3)
+        .unwrap()
+        .finish_after_run();
     for seq in &batch.sequences {
         assert_eq!(seq.tokens, single.tokens);
         assert_eq!(seq.finish, FinishReason::EndToken);
@@ -189,13 +215,15 @@ fn a_batch_of_variants_shares_the_prompt_and_matches_single_runs() {
     // Sampled variants differ from each other.
     let sampling = SamplingParams { temperature: 1.2, seed: 5, ..SamplingParams::default() };
     let mut session = engine.new_session(None);
-    let out = session.start_turn(m, tok, &ids, engine.generation_config(sampling.clone(), 12), 3).unwrap().finish_after_run();
+    let out =
+        session.start_turn(m, tok, &ids, engine.generation_config(sampling.clone(), 12), 3).unwrap().finish_after_run();
     assert!(out.sequences.iter().any(|s| s.tokens != out.sequences[0].tokens), "three samples were identical");
     // Each has its own seed: variant b is the reply a single run with seed 5 + b gives.
     for (b, variant) in out.sequences.iter().enumerate() {
         let mut alone = engine.new_session(None);
         let sampling = SamplingParams { seed: 5 + b as u64, ..sampling.clone() };
-        let single = alone.start_turn(m, tok, &ids, engine.generation_config(sampling, 12), 1).unwrap().finish_after_run();
+        let single =
+            alone.start_turn(m, tok, &ids, engine.generation_config(sampling, 12), 1).unwrap().finish_after_run();
         assert_eq!(variant.tokens, single.sequences[0].tokens, "variant {b}");
     }
 }
@@ -233,12 +261,18 @@ fn max_tokens_and_cancel_finish_cleanly_and_keep_the_session_consistent() {
     let engine = open_default();
     let (m, tok) = (engine.model(), engine.tokenizer());
     let ids = engine.encode_chat(&[ChatMessage::user("Count from one to fifty.")]).unwrap();
-    let out = engine.new_session(None).start_turn(m, tok, &ids, engine.generation_config(SamplingParams::greedy(), 5), 1).unwrap().run().unwrap();
+    let out = engine
+        .new_session(None)
+        .start_turn(m, tok, &ids, engine.generation_config(SamplingParams::greedy(), 5), 1)
+        .unwrap()
+        .run()
+        .unwrap();
     assert_eq!(out.sequences[0].finish, FinishReason::MaxTokens);
     assert_eq!(out.sequences[0].tokens.len(), 5);
 
     let mut session = engine.new_session(None);
-    let mut turn = session.start_turn(m, tok, &ids, engine.generation_config(SamplingParams::greedy(), 100), 1).unwrap();
+    let mut turn =
+        session.start_turn(m, tok, &ids, engine.generation_config(SamplingParams::greedy(), 100), 1).unwrap();
     turn.step().unwrap();
     turn.step().unwrap();
     turn.cancel();
@@ -256,7 +290,11 @@ fn a_full_cache_stops_with_cache_full() {
     let (m, tok) = (engine.model(), engine.tokenizer());
     let ids = engine.encode_chat(&[ChatMessage::user("Count from one to fifty.")]).unwrap();
     let mut session = engine.new_session(Some(ids.len() + 3));
-    let out = session.start_turn(m, tok, &ids, engine.generation_config(SamplingParams::greedy(), 100), 1).unwrap().run().unwrap();
+    let out = session
+        .start_turn(m, tok, &ids, engine.generation_config(SamplingParams::greedy(), 100), 1)
+        .unwrap()
+        .run()
+        .unwrap();
     assert_eq!(out.sequences[0].finish, FinishReason::CacheFull);
     assert_eq!(out.sequences[0].tokens.len(), 4);
 }
@@ -266,11 +304,24 @@ fn a_prompt_longer_than_the_context_is_refused() {
     let engine = open_default();
     let ids = engine.encode_chat(&[ChatMessage::user("word ".repeat(100))]).unwrap();
     let mut session = engine.new_session(Some(50));
-    let err = session.start_turn(engine.model(), engine.tokenizer(), &ids, engine.generation_config(SamplingParams::greedy(), 4), 1).err().unwrap();
+    let err = session
+        .start_turn(engine.model(), engine.tokenizer(), &ids, engine.generation_config(SamplingParams::greedy(), 4), 1)
+        .err()
+        .unwrap();
     assert!(matches!(err, hearth_engine::EngineError::PromptTooLong { context: 50, .. }), "{err}");
     // The session is untouched and still usable.
     let short = engine.encode_chat(&[ChatMessage::user("Hi")]).unwrap();
-    session.start_turn(engine.model(), engine.tokenizer(), &short, engine.generation_config(SamplingParams::greedy(), 2), 1).unwrap().run().unwrap();
+    session
+        .start_turn(
+            engine.model(),
+            engine.tokenizer(),
+            &short,
+            engine.generation_config(SamplingParams::greedy(), 2),
+            1,
+        )
+        .unwrap()
+        .run()
+        .unwrap();
 }
 
 #[test]
@@ -320,7 +371,11 @@ fn each_variant_of_a_turn_continues_from_its_own_cache() {
     let mut next: Vec<u32> = ids.clone();
     next.extend_from_slice(&out.sequences[2].tokens);
     next.extend(engine.tokenizer().encode("\nAnother?", false, false).unwrap());
-    let turn = picked.start_turn(m, tok, &next, engine.generation_config(SamplingParams::greedy(), 4), 1).unwrap().run().unwrap();
+    let turn = picked
+        .start_turn(m, tok, &next, engine.generation_config(SamplingParams::greedy(), 4), 1)
+        .unwrap()
+        .run()
+        .unwrap();
     assert_eq!(turn.stats.processed_tokens, next.len() - others[1].tokens().len());
 }
 
@@ -364,7 +419,8 @@ fn owned_turns_run_in_turn_give_what_each_gives_alone() {
     // A long prompt (three prefill chunks) beside a short one.
     let long = engine.tokenizer().encode(text, false, false).unwrap()[..1300].to_vec();
     let short = engine.encode_chat(&[ChatMessage::user("Name a colour.")]).unwrap();
-    let config = |seed| engine.generation_config(SamplingParams { temperature: 0.9, seed, ..SamplingParams::default() }, 16);
+    let config =
+        |seed| engine.generation_config(SamplingParams { temperature: 0.9, seed, ..SamplingParams::default() }, 16);
     let alone = |prompt: &[u32], seed| {
         let mut s = engine.new_session(Some(2048));
         let out = s.start_turn(m, tok, prompt, config(seed), 1).unwrap().run().unwrap();
@@ -388,7 +444,8 @@ fn owned_turns_run_in_turn_give_what_each_gives_alone() {
             match turns[i].advance(m, tok).unwrap() {
                 Advance::Prefill(_) => {}
                 Advance::Tokens(events) => {
-                    tokens[i].extend(events.iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD).map(|e| e.token));
+                    tokens[i]
+                        .extend(events.iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD).map(|e| e.token));
                     if i == 1 && turns[0].is_prefilling() {
                         short_tokens_while_long_prefilled += 1;
                     }
@@ -415,7 +472,8 @@ fn owned_turns_decoding_in_one_pass_give_what_each_gives_alone() {
     use hearth_engine::{Advance, KvCache};
     let engine = open_default();
     let (m, tok) = (engine.model(), engine.tokenizer());
-    let config = |seed| engine.generation_config(SamplingParams { temperature: 0.9, seed, ..SamplingParams::default() }, 20);
+    let config =
+        |seed| engine.generation_config(SamplingParams { temperature: 0.9, seed, ..SamplingParams::default() }, 20);
     let prompts: Vec<Vec<u32>> = ["Name a colour.", "What is 2 + 2?", "Write a haiku about the sea."]
         .iter()
         .map(|q| engine.encode_chat(&[ChatMessage::user(*q)]).unwrap())
@@ -430,7 +488,13 @@ fn owned_turns_decoding_in_one_pass_give_what_each_gives_alone() {
         })
         .collect();
 
-    let mut turns: Vec<_> = prompts.iter().enumerate().map(|(i, p)| engine.new_session(Some(1024)).into_turn(m, tok, p.clone(), config(i as u64)).map_err(|(_, e)| e).unwrap()).collect();
+    let mut turns: Vec<_> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            engine.new_session(Some(1024)).into_turn(m, tok, p.clone(), config(i as u64)).map_err(|(_, e)| e).unwrap()
+        })
+        .collect();
     let mut tokens = vec![Vec::new(); turns.len()];
     let mut done = vec![false; turns.len()];
     let mut joint_steps = 0;
@@ -451,16 +515,22 @@ fn owned_turns_decoding_in_one_pass_give_what_each_gives_alone() {
                 None => alone_now.push(i),
             }
         }
-        let logits = if inputs.is_empty() { Vec::new() } else { m.decode_step_many(&inputs.iter().map(|x| x.1).collect::<Vec<_>>(), &mut caches).unwrap() };
+        let logits = if inputs.is_empty() {
+            Vec::new()
+        } else {
+            m.decode_step_many(&inputs.iter().map(|x| x.1).collect::<Vec<_>>(), &mut caches).unwrap()
+        };
         drop(caches);
         if inputs.len() > 1 {
             joint_steps += 1;
         }
-        let mut outcomes: Vec<(usize, Advance)> = inputs.iter().zip(logits).map(|(&(i, _), l)| (i, turns[i].advance_given(m, tok, l).unwrap())).collect();
+        let mut outcomes: Vec<(usize, Advance)> =
+            inputs.iter().zip(logits).map(|(&(i, _), l)| (i, turns[i].advance_given(m, tok, l).unwrap())).collect();
         outcomes.extend(alone_now.into_iter().map(|i| (i, turns[i].advance(m, tok).unwrap())));
         for (i, a) in outcomes {
             match a {
-                Advance::Tokens(events) => tokens[i].extend(events.iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD).map(|e| e.token)),
+                Advance::Tokens(events) => tokens[i]
+                    .extend(events.iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD).map(|e| e.token)),
                 Advance::Prefill(_) => {}
                 Advance::Done => done[i] = true,
             }
@@ -471,7 +541,11 @@ fn owned_turns_decoding_in_one_pass_give_what_each_gives_alone() {
         let (session, out) = t.finish(m, tok);
         out.unwrap().unwrap();
         assert_eq!(tokens[i], alone[i].0, "conversation {i}");
-        assert_eq!((session.tokens(), session.passes()), (alone[i].1.tokens(), alone[i].1.passes()), "conversation {i}");
+        assert_eq!(
+            (session.tokens(), session.passes()),
+            (alone[i].1.tokens(), alone[i].1.passes()),
+            "conversation {i}"
+        );
     }
 }
 
@@ -482,19 +556,22 @@ fn a_prefill_stopped_between_layers_keeps_the_chunks_before_and_goes_on_to_the_s
     use std::sync::Arc;
     let engine = open_default();
     let (m, tok) = (engine.model(), engine.tokenizer());
-    let prompt = engine.tokenizer().encode(include_str!("../../../ARCHITECTURE.md"), false, false).unwrap()[..200].to_vec();
+    let prompt =
+        engine.tokenizer().encode(include_str!("../../../ARCHITECTURE.md"), false, false).unwrap()[..200].to_vec();
     let config = engine.generation_config(SamplingParams::greedy(), 8);
     let run = |turn: &mut OwnedTurn| -> Vec<u32> {
         let mut tokens = Vec::new();
         loop {
             match turn.advance(m, tok).unwrap() {
                 Advance::Prefill(_) => {}
-                Advance::Tokens(events) => tokens.extend(events.iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD).map(|e| e.token)),
+                Advance::Tokens(events) => tokens
+                    .extend(events.iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD).map(|e| e.token)),
                 Advance::Done => return tokens,
             }
         }
     };
-    let mut whole = engine.new_session(Some(1024)).into_turn(m, tok, prompt.clone(), config.clone()).map_err(|(_, e)| e).unwrap();
+    let mut whole =
+        engine.new_session(Some(1024)).into_turn(m, tok, prompt.clone(), config.clone()).map_err(|(_, e)| e).unwrap();
     whole.set_prefill_rows(64);
     let want = run(&mut whole);
     let (want_session, _) = whole.finish(m, tok);
@@ -503,7 +580,8 @@ fn a_prefill_stopped_between_layers_keeps_the_chunks_before_and_goes_on_to_the_s
     // after its fifth layer.
     let layers = m.config().n_layers;
     let asked = Arc::new(AtomicUsize::new(0));
-    let mut turn = engine.new_session(Some(1024)).into_turn(m, tok, prompt.clone(), config.clone()).map_err(|(_, e)| e).unwrap();
+    let mut turn =
+        engine.new_session(Some(1024)).into_turn(m, tok, prompt.clone(), config.clone()).map_err(|(_, e)| e).unwrap();
     turn.set_prefill_rows(64);
     let counter = asked.clone();
     turn.set_stop(Arc::new(move || counter.fetch_add(1, Ordering::Relaxed) + 1 >= (layers - 1) + 5));

@@ -8,7 +8,10 @@ mod common;
 use hearth_engine::{session_file, Engine, GenerationConfig, Passes, SamplingParams, Session};
 
 fn config(engine: &Engine) -> GenerationConfig {
-    let mut config = engine.generation_config(SamplingParams { temperature: 0.9, top_k: Some(40), seed: 17, ..SamplingParams::default() }, 24);
+    let mut config = engine.generation_config(
+        SamplingParams { temperature: 0.9, top_k: Some(40), seed: 17, ..SamplingParams::default() },
+        24,
+    );
     config.end_tokens.clear();
     config
 }
@@ -23,7 +26,9 @@ fn turn(engine: &Engine, session: &mut Session, prompt: &[u32]) -> (Vec<u32>, Pa
 
 /// A replay of `prompt` through `passes`: its tokens and how many positions it ran.
 fn replay(engine: &Engine, session: &mut Session, prompt: &[u32], passes: &Passes) -> (Vec<u32>, usize) {
-    let mut t = session.start_replay(engine.model(), engine.tokenizer(), prompt, passes, config(engine), &mut |_| true).unwrap();
+    let mut t = session
+        .start_replay(engine.model(), engine.tokenizer(), prompt, passes, config(engine), &mut |_| true)
+        .unwrap();
     while t.step().unwrap().is_some() {}
     let out = t.finish(0).unwrap();
     (out.sequences[0].tokens.clone(), out.stats.processed_tokens)
@@ -60,7 +65,10 @@ fn replays_exactly(engine: Engine) {
     let same_file = |s: &Session, what: &str| {
         let other = dir.path().join("other.session");
         session_file::write(&other, &identity, s).unwrap();
-        assert!(std::fs::read(&other).unwrap() == std::fs::read(&file).unwrap(), "{what}: the cache differs from the recorded turn's");
+        assert!(
+            std::fs::read(&other).unwrap() == std::fs::read(&file).unwrap(),
+            "{what}: the cache differs from the recorded turn's"
+        );
     };
     let mut cold_session = engine.new_session(Some(context));
     let (cold, processed) = replay(&engine, &mut cold_session, &p3, &passes);
@@ -89,7 +97,11 @@ fn replays_exactly(engine: Engine) {
     // Passes that are not the prompt's are refused, not guessed at.
     let mut short = passes.clone();
     short.truncate(p3.len() - 1);
-    let err = engine.new_session(Some(context)).start_replay(engine.model(), engine.tokenizer(), &p3, &short, config(&engine), &mut |_| true).err().unwrap();
+    let err = engine
+        .new_session(Some(context))
+        .start_replay(engine.model(), engine.tokenizer(), &p3, &short, config(&engine), &mut |_| true)
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("passes"), "{err}");
 }
 

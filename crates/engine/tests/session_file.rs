@@ -140,7 +140,10 @@ fn a_cache_written_before_the_model_is_hashed_is_never_read() {
     session_file::write(&file, &identity, &session).unwrap();
     assert!(session_file::read(&file, &identity, unhashed.model()).is_err(), "not even by the process that wrote it");
     let engine = hashed(Engine::open(&path).unwrap());
-    assert!(session_file::read(&file, &engine.cache_identity(context).unwrap(), engine.model()).is_err(), "nor once the hash is known");
+    assert!(
+        session_file::read(&file, &engine.cache_identity(context).unwrap(), engine.model()).is_err(),
+        "nor once the hash is known"
+    );
     assert_eq!(engine.file_sha256().unwrap().len(), 64);
 }
 
@@ -212,7 +215,12 @@ fn a_file_spliced_from_two_histories_is_rejected_at_the_splice() {
 }
 
 /// Tokens in the verified chunks of a file's bytes.
-fn chunks_tokens(engine: &Engine, bytes: &[u8], identity: &hearth_engine::CacheIdentity, dir: &std::path::Path) -> usize {
+fn chunks_tokens(
+    engine: &Engine,
+    bytes: &[u8],
+    identity: &hearth_engine::CacheIdentity,
+    dir: &std::path::Path,
+) -> usize {
     let f = dir.join("count.session");
     std::fs::write(&f, bytes).unwrap();
     session_file::read(&f, identity, engine.model()).unwrap().session.tokens().len()

@@ -42,7 +42,11 @@ fn cache_steps_and_chunks_match_a_full_prefill_for_every_family() {
         }
         let inc = logits(m, &t[14..30], &mut cache);
         let full = fresh(m, &t);
-        assert!(max_abs_diff(&inc, &full) < 1e-3, "{family:?}: chunk after steps differs by {}", max_abs_diff(&inc, &full));
+        assert!(
+            max_abs_diff(&inc, &full) < 1e-3,
+            "{family:?}: chunk after steps differs by {}",
+            max_abs_diff(&inc, &full)
+        );
     }
 }
 
@@ -54,15 +58,18 @@ fn reference_logits(family: Family, path: &std::path::Path, toks: &[u32]) -> Vec
     let x = Tensor::new(toks, &dev).unwrap().unsqueeze(0).unwrap();
     let out = match family {
         Family::Llama => {
-            let mut m = candle_transformers::models::quantized_llama::ModelWeights::from_gguf(ct, &mut f, &dev).unwrap();
+            let mut m =
+                candle_transformers::models::quantized_llama::ModelWeights::from_gguf(ct, &mut f, &dev).unwrap();
             m.forward(&x, 0).unwrap()
         }
         Family::Qwen2 => {
-            let mut m = candle_transformers::models::quantized_qwen2::ModelWeights::from_gguf(ct, &mut f, &dev).unwrap();
+            let mut m =
+                candle_transformers::models::quantized_qwen2::ModelWeights::from_gguf(ct, &mut f, &dev).unwrap();
             m.forward(&x, 0).unwrap()
         }
         Family::Qwen3 => {
-            let mut m = candle_transformers::models::quantized_qwen3::ModelWeights::from_gguf(ct, &mut f, &dev).unwrap();
+            let mut m =
+                candle_transformers::models::quantized_qwen3::ModelWeights::from_gguf(ct, &mut f, &dev).unwrap();
             m.forward(&x, 0).unwrap()
         }
         Family::Gemma3 => unreachable!("candle's gemma3 is not a valid reference; see ARCHITECTURE.md"),
@@ -85,7 +92,11 @@ fn first_step_logits_match_candle_reference_modules() {
         // layout or head would be off by the logits' own size. (candle's qwen3
         // also runs its own CPU flash-attention kernel, which rounds differently.)
         let d = relative_diff(&ours, &theirs);
-        assert!(d < 3e-2, "{family:?}: logits differ from candle-transformers by {} ({d} of their range)", max_abs_diff(&ours, &theirs));
+        assert!(
+            d < 3e-2,
+            "{family:?}: logits differ from candle-transformers by {} ({d} of their range)",
+            max_abs_diff(&ours, &theirs)
+        );
         let own = fresh(Engine::open(&path).unwrap().model(), &t);
         assert!(max_abs_diff(&own, &theirs) < 0.2, "{family:?}: Hearth's kernels drift from candle's");
     }
@@ -175,7 +186,10 @@ fn cache_serialisation_round_trips_and_rejects_damage() {
         let mut bad = bytes.clone();
         bad[0] ^= 0xff;
         assert!(KvCache::read_from(&mut bad.as_slice(), m.config(), 4096, &Device::Cpu).is_err());
-        assert!(KvCache::read_from(&mut bytes.as_slice(), m.config(), 10, &Device::Cpu).is_err(), "longer than the context");
+        assert!(
+            KvCache::read_from(&mut bytes.as_slice(), m.config(), 10, &Device::Cpu).is_err(),
+            "longer than the context"
+        );
     }
 }
 
@@ -196,14 +210,24 @@ fn the_cpu_pass_matches_the_tensor_graph_for_every_family_batch_and_chunk() {
         let a = m.forward(&batch, &mut host).unwrap().to_vec2::<f32>().unwrap();
         let b = m.forward_graph(&batch, &mut graph).unwrap().to_vec2::<f32>().unwrap();
         for (x, y) in a.iter().zip(&b) {
-            assert!(relative_diff(x, y) < 2e-2, "{family:?}: prefill differs by {} ({} of the range)", max_abs_diff(x, y), relative_diff(x, y));
+            assert!(
+                relative_diff(x, y) < 2e-2,
+                "{family:?}: prefill differs by {} ({} of the range)",
+                max_abs_diff(x, y),
+                relative_diff(x, y)
+            );
         }
         for step in 0..3u32 {
             let next = vec![vec![10 + step], vec![20 + step]];
             let a = m.forward(&next, &mut host).unwrap().to_vec2::<f32>().unwrap();
             let b = m.forward_graph(&next, &mut graph).unwrap().to_vec2::<f32>().unwrap();
             for (x, y) in a.iter().zip(&b) {
-                assert!(relative_diff(x, y) < 2e-2, "{family:?}: step {step} differs by {} ({} of the range)", max_abs_diff(x, y), relative_diff(x, y));
+                assert!(
+                    relative_diff(x, y) < 2e-2,
+                    "{family:?}: step {step} differs by {} ({} of the range)",
+                    max_abs_diff(x, y),
+                    relative_diff(x, y)
+                );
             }
         }
     }
@@ -211,7 +235,13 @@ fn the_cpu_pass_matches_the_tensor_graph_for_every_family_batch_and_chunk() {
 
 #[test]
 fn q4_k_weights_run_on_hearths_kernel_and_agree_with_candles() {
-    let spec = TinySpec { n_embd: 256, head_dim: 64, ffn: 512, dtype: candle_core::quantized::GgmlDType::Q4K, ..TinySpec::new(Family::Llama) };
+    let spec = TinySpec {
+        n_embd: 256,
+        head_dim: 64,
+        ffn: 512,
+        dtype: candle_core::quantized::GgmlDType::Q4K,
+        ..TinySpec::new(Family::Llama)
+    };
     let (_dir, path) = tiny(&spec);
     let own = Engine::open(&path).unwrap();
     let candle = Engine::open_with(&path, &Device::Cpu, hearth_engine::Kernels::Candle).unwrap();
@@ -246,7 +276,12 @@ fn decode_steps_over_a_long_history_match_the_tensor_graph() {
         for step in 0..3u32 {
             let a = logits(m, &[5 + step], &mut host);
             let b = m.forward_graph(&[vec![5 + step]], &mut graph).unwrap().to_vec2::<f32>().unwrap().remove(0);
-            assert!(relative_diff(&a, &b) < 2e-2, "{family:?}: step {step} differs by {} ({} of the range)", max_abs_diff(&a, &b), relative_diff(&a, &b));
+            assert!(
+                relative_diff(&a, &b) < 2e-2,
+                "{family:?}: step {step} differs by {} ({} of the range)",
+                max_abs_diff(&a, &b),
+                relative_diff(&a, &b)
+            );
         }
     }
 }
@@ -271,7 +306,12 @@ fn each_variant_of_a_batch_of_eight_is_the_reply_a_single_run_gives() {
         let batch = turn.finish(0).unwrap();
         for (b, variant) in batch.sequences.iter().enumerate() {
             let sampling = SamplingParams { seed: 11 + b as u64, ..sampling.clone() };
-            let single = engine.new_session(Some(256)).start_turn(m, tok, &prompt, engine.generation_config(sampling, 12), 1).unwrap().run().unwrap();
+            let single = engine
+                .new_session(Some(256))
+                .start_turn(m, tok, &prompt, engine.generation_config(sampling, 12), 1)
+                .unwrap()
+                .run()
+                .unwrap();
             assert_eq!(variant.tokens, single.sequences[0].tokens, "{dtype:?}: variant {b}");
         }
     }
@@ -287,11 +327,14 @@ fn one_decode_pass_over_several_caches_equals_a_step_each_for_every_family() {
             let model = Engine::open(&path).unwrap();
             let m = model.model();
             let histories = [tokens(5), tokens(17), tokens(40)];
-            let mut apart: Vec<KvCache> = histories.iter().map(|h| {
-                let mut c = m.new_cache(256);
-                logits(m, h, &mut c);
-                c
-            }).collect();
+            let mut apart: Vec<KvCache> = histories
+                .iter()
+                .map(|h| {
+                    let mut c = m.new_cache(256);
+                    logits(m, h, &mut c);
+                    c
+                })
+                .collect();
             let mut together: Vec<KvCache> = apart.clone();
             for step in 0..3u32 {
                 let next: Vec<u32> = (0..3).map(|i| 7 + 11 * i + step).collect();

@@ -108,8 +108,12 @@ pub fn list_models(endpoint: &Endpoint, cancel: &dyn Fn() -> bool) -> Result<Vec
     let url = format!("{}/models", endpoint.base_url.trim_end_matches('/'));
     let (status, body) = call(endpoint, &url, None, cancel)?.collect(cancel)?;
     check(status, &body)?;
-    let v: Value = serde_json::from_slice(&body).map_err(|e| RemoteError::Malformed(format!("the model list is not JSON ({e})")))?;
-    let data = v.get("data").and_then(Value::as_array).ok_or_else(|| RemoteError::Malformed("the model list has no `data`".into()))?;
+    let v: Value = serde_json::from_slice(&body)
+        .map_err(|e| RemoteError::Malformed(format!("the model list is not JSON ({e})")))?;
+    let data = v
+        .get("data")
+        .and_then(Value::as_array)
+        .ok_or_else(|| RemoteError::Malformed("the model list has no `data`".into()))?;
     Ok(data.iter().filter_map(|m| m.get("id").and_then(Value::as_str).map(str::to_string)).collect())
 }
 
@@ -118,7 +122,12 @@ pub fn list_models(endpoint: &Endpoint, cancel: &dyn Fn() -> bool) -> Result<Vec
 /// the finish reason `cancelled`. A connection that ends before the
 /// server's `[DONE]` (or finish reason) is `Dropped`, after the text that
 /// came.
-pub fn stream_chat(endpoint: &Endpoint, request: &ChatRequest, cancel: &dyn Fn() -> bool, on_text: &mut dyn FnMut(&str)) -> Result<Streamed, RemoteError> {
+pub fn stream_chat(
+    endpoint: &Endpoint,
+    request: &ChatRequest,
+    cancel: &dyn Fn() -> bool,
+    on_text: &mut dyn FnMut(&str),
+) -> Result<Streamed, RemoteError> {
     let url = format!("{}/chat/completions", endpoint.base_url.trim_end_matches('/'));
     let started = Instant::now();
     let lines = match call(endpoint, &url, Some(request.body()), cancel) {
@@ -141,7 +150,9 @@ pub fn stream_chat(endpoint: &Endpoint, request: &ChatRequest, cancel: &dyn Fn()
                 break;
             }
             Next::End if finished => break,
-            Next::End => return Err(RemoteError::Dropped("the server closed the stream before the end of the reply".into())),
+            Next::End => {
+                return Err(RemoteError::Dropped("the server closed the stream before the end of the reply".into()))
+            }
             Next::Failed(e) => return Err(RemoteError::Dropped(e)),
         };
         let Some(data) = line.strip_prefix("data:").map(str::trim) else { continue };
@@ -151,7 +162,8 @@ pub fn stream_chat(endpoint: &Endpoint, request: &ChatRequest, cancel: &dyn Fn()
             }
             break;
         }
-        let chunk: Value = serde_json::from_str(data).map_err(|e| RemoteError::Malformed(format!("a stream chunk is not JSON ({e}): {}", clip(data))))?;
+        let chunk: Value = serde_json::from_str(data)
+            .map_err(|e| RemoteError::Malformed(format!("a stream chunk is not JSON ({e}): {}", clip(data))))?;
         if let Some(error) = chunk.get("error") {
             return Err(RemoteError::Http { status: 200, message: error_message(error) });
         }
@@ -161,7 +173,10 @@ pub fn stream_chat(endpoint: &Endpoint, request: &ChatRequest, cancel: &dyn Fn()
             out.completion_tokens = n(usage.get("completion_tokens"));
             out.cached_tokens = n(usage.pointer("/prompt_tokens_details/cached_tokens"));
         }
-        let choices = chunk.get("choices").and_then(Value::as_array).ok_or_else(|| RemoteError::Malformed(format!("a stream chunk has no `choices`: {}", clip(data))))?;
+        let choices = chunk
+            .get("choices")
+            .and_then(Value::as_array)
+            .ok_or_else(|| RemoteError::Malformed(format!("a stream chunk has no `choices`: {}", clip(data))))?;
         for choice in choices.iter().filter(|c| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0) {
             if let Some(text) = choice.pointer("/delta/content").and_then(Value::as_str).filter(|t| !t.is_empty()) {
                 let now = Instant::now();
@@ -224,7 +239,12 @@ enum Next {
 }
 
 /// Starts a GET (or a POST of `body`) and waits for the status.
-fn call(endpoint: &Endpoint, url: &str, body: Option<Vec<u8>>, cancel: &dyn Fn() -> bool) -> Result<Lines, RemoteError> {
+fn call(
+    endpoint: &Endpoint,
+    url: &str,
+    body: Option<Vec<u8>>,
+    cancel: &dyn Fn() -> bool,
+) -> Result<Lines, RemoteError> {
     let (tx, rx) = mpsc::sync_channel::<Result<String, String>>(64);
     let (status_tx, status_rx) = mpsc::sync_channel::<Result<u16, String>>(1);
     let (url_owned, key) = (url.to_string(), endpoint.api_key.clone());
@@ -240,7 +260,10 @@ fn call(endpoint: &Endpoint, url: &str, body: Option<Vec<u8>>, cancel: &dyn Fn()
             let auth = key.filter(|k| !k.is_empty()).map(|k| format!("Bearer {k}"));
             let response = match body {
                 Some(body) => {
-                    let mut r = agent.post(&url_owned).header("Content-Type", "application/json").header("Accept", "text/event-stream");
+                    let mut r = agent
+                        .post(&url_owned)
+                        .header("Content-Type", "application/json")
+                        .header("Accept", "text/event-stream");
                     if let Some(a) = &auth {
                         r = r.header("Authorization", a);
                     }
@@ -297,10 +320,15 @@ fn call(endpoint: &Endpoint, url: &str, body: Option<Vec<u8>>, cancel: &dyn Fn()
         match status_rx.recv_timeout(POLL) {
             Ok(Ok(status)) => return Ok(Lines { status, rx }),
             Ok(Err(reason)) => return Err(RemoteError::Unreachable { url: url.to_string(), reason }),
-            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(RemoteError::Unreachable { url: url.to_string(), reason: "the request failed".into() }),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(RemoteError::Unreachable { url: url.to_string(), reason: "the request failed".into() })
+            }
             Err(mpsc::RecvTimeoutError::Timeout) if cancel() => return Err(RemoteError::Stopped),
             Err(mpsc::RecvTimeoutError::Timeout) if waiting.elapsed() > STALL => {
-                return Err(RemoteError::Unreachable { url: url.to_string(), reason: format!("no answer in {} s", STALL.as_secs()) })
+                return Err(RemoteError::Unreachable {
+                    url: url.to_string(),
+                    reason: format!("no answer in {} s", STALL.as_secs()),
+                })
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
@@ -318,7 +346,9 @@ impl Lines {
                 Ok(Ok(line)) => return Ok(Next::Line(line)),
                 Ok(Err(e)) => return Ok(Next::Failed(e)),
                 Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(Next::End),
-                Err(mpsc::RecvTimeoutError::Timeout) if waiting.elapsed() > STALL => return Ok(Next::Failed(format!("nothing for {} s", STALL.as_secs()))),
+                Err(mpsc::RecvTimeoutError::Timeout) if waiting.elapsed() > STALL => {
+                    return Ok(Next::Failed(format!("nothing for {} s", STALL.as_secs())))
+                }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
             }
         }

@@ -79,7 +79,15 @@ fn hearth_as_a_peer_models_streaming_prefix_reuse_stop_and_a_wrong_key() {
     assert!(!text.is_empty());
     assert_eq!(s1.finish_reason, "length");
     assert_eq!(s1.completion_tokens, Some(16));
-    let turn2 = request(&models[0], vec![user("Name three rivers."), Message { role: "assistant", content: text.clone() }, user("Which is longest?")], 16);
+    let turn2 = request(
+        &models[0],
+        vec![
+            user("Name three rivers."),
+            Message { role: "assistant", content: text.clone() },
+            user("Which is longest?"),
+        ],
+        16,
+    );
     let (b1, b2) = (turn1.body(), turn2.body());
     assert!(b2.starts_with(&b1[..b1.len() - 2]), "turn 2's request begins with turn 1's exact bytes");
     let s2 = stream_chat(&ep, &turn2, &never, &mut |_| {}).unwrap();
@@ -144,8 +152,12 @@ fn sse(chunks: &[&str]) -> Vec<u8> {
 #[test]
 fn each_failure_is_named() {
     let req = request("m", vec![user("hi")], 4);
-    let limited = fake(|_| b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{\"error\":{\"message\":\"slow down\"}}".to_vec());
-    assert!(matches!(stream_chat(&limited, &req, &never, &mut |_| {}), Err(RemoteError::RateLimited { message }) if message == "slow down"));
+    let limited = fake(|_| {
+        b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{\"error\":{\"message\":\"slow down\"}}".to_vec()
+    });
+    assert!(
+        matches!(stream_chat(&limited, &req, &never, &mut |_| {}), Err(RemoteError::RateLimited { message }) if message == "slow down")
+    );
 
     let garbled = fake(|_| sse(&[r#"{"choices":[{"index":0,"delta":{"content":"Hel"}}]}"#, "{not json"]));
     let mut got = String::new();
@@ -157,7 +169,13 @@ fn each_failure_is_named() {
     assert!(matches!(stream_chat(&dropped, &req, &never, &mut |t| got.push_str(t)), Err(RemoteError::Dropped(_))));
     assert_eq!(got, "Hello");
 
-    let complete = fake(|_| sse(&[r#"{"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}"#, r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#, "[DONE]"]));
+    let complete = fake(|_| {
+        sse(&[
+            r#"{"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+            "[DONE]",
+        ])
+    });
     let done = stream_chat(&complete, &req, &never, &mut |_| {}).unwrap();
     assert_eq!((done.finish_reason.as_str(), done.chunks, done.completion_tokens), ("stop", 1, None));
 
@@ -165,25 +183,48 @@ fn each_failure_is_named() {
     let nobody = Endpoint { base_url: format!("http://127.0.0.1:{port}/v1"), api_key: None };
     assert!(matches!(list_models(&nobody, &never), Err(RemoteError::Unreachable { .. })));
 
-    let not_openai = fake(|_| b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nConnection: close\r\n\r\n<html>hello</html>".to_vec());
+    let not_openai =
+        fake(|_| b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nConnection: close\r\n\r\n<html>hello</html>".to_vec());
     assert!(matches!(list_models(&not_openai, &never), Err(RemoteError::Malformed(_))));
 }
 
 /// llama.cpp's server through llama-cpp-python, where `bench/setup-llamacpp.sh` installed it.
 #[test]
 fn llama_cpp_as_a_peer() {
-    let python = std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/hearth/llama-venv/bin/python");
-    let installed = std::process::Command::new(&python).args(["-c", "import llama_cpp.server.app"]).status().is_ok_and(|s| s.success());
+    let python =
+        std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/hearth/llama-venv/bin/python");
+    let installed = std::process::Command::new(&python)
+        .args(["-c", "import llama_cpp.server.app"])
+        .status()
+        .is_ok_and(|s| s.success());
     if !installed {
         // `./hearth test` installs it and sets this, so there it cannot be skipped.
-        assert!(std::env::var("HEARTH_REQUIRE_LLAMACPP").is_err(), "llama-cpp-python's server is required: run bench/setup-llamacpp.sh");
+        assert!(
+            std::env::var("HEARTH_REQUIRE_LLAMACPP").is_err(),
+            "llama-cpp-python's server is required: run bench/setup-llamacpp.sh"
+        );
         eprintln!("llama-cpp-python's server is not installed (bench/setup-llamacpp.sh): skipped");
         return;
     }
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let model = hearth_engine::paths::default_model_path();
     let mut child = std::process::Command::new(&python)
-        .args(["-m", "llama_cpp.server", "--model", model.to_str().unwrap(), "--n_threads", "2", "--n_ctx", "2048", "--host", "127.0.0.1", "--port", &port.to_string(), "--api_key", "llama-key"])
+        .args([
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            model.to_str().unwrap(),
+            "--n_threads",
+            "2",
+            "--n_ctx",
+            "2048",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--api_key",
+            "llama-key",
+        ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -198,7 +239,8 @@ fn llama_cpp_as_a_peer() {
         }
     };
     let mut text = String::new();
-    let done = stream_chat(&ep, &request(&models[0], vec![user("What is 2 + 2?")], 12), &never, &mut |t| text.push_str(t));
+    let done =
+        stream_chat(&ep, &request(&models[0], vec![user("What is 2 + 2?")], 12), &never, &mut |t| text.push_str(t));
     let wrong = list_models(&Endpoint { api_key: Some("nope".into()), ..ep.clone() }, &never);
     let _ = child.kill();
     let done = done.unwrap();

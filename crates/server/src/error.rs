@@ -18,7 +18,12 @@ pub struct ApiError {
 impl ApiError {
     /// 400 for the field `param`.
     pub fn field(param: &str, message: impl Into<String>) -> Self {
-        Self { status: StatusCode::BAD_REQUEST, message: format!("{param}: {}", message.into()), param: Some(param.into()), code: Some("invalid_value") }
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            message: format!("{param}: {}", message.into()),
+            param: Some(param.into()),
+            code: Some("invalid_value"),
+        }
     }
 
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
@@ -26,7 +31,11 @@ impl ApiError {
     }
 
     pub fn no_model() -> Self {
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, "model_not_loaded", "no model is loaded in Hearth; open one in the app or pass --model")
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "model_not_loaded",
+            "no model is loaded in Hearth; open one in the app or pass --model",
+        )
     }
 
     /// OpenAI's `type`, by status.

@@ -109,14 +109,25 @@ struct Api {
 
 /// The API's routes over `worker`, for a server on `port` (`None`: any
 /// `Host`), whose jobs stop when `shutdown` is cancelled.
-pub fn router(worker: Arc<Worker>, api_key: Option<String>, port: Option<u16>, shutdown: hearth_worker::CancellationToken) -> Router {
+pub fn router(
+    worker: Arc<Worker>,
+    api_key: Option<String>,
+    port: Option<u16>,
+    shutdown: hearth_worker::CancellationToken,
+) -> Router {
     let api = Arc::new(Api { worker, api_key: api_key.filter(|k| !k.is_empty()), port, shutdown });
     Router::new()
         .route("/health", get(health))
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint; Hearth serves /v1/models, /v1/chat/completions and /v1/completions") })
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such endpoint; Hearth serves /v1/models, /v1/chat/completions and /v1/completions",
+            )
+        })
         .layer(middleware::from_fn_with_state(api.clone(), authorize))
         .with_state(api)
 }
@@ -130,21 +141,43 @@ pub fn router(worker: Arc<Worker>, api_key: Option<String>, port: Option<u16>, s
 async fn authorize(State(api): State<Arc<Api>>, request: HttpRequest, next: Next) -> Response {
     if let Some(port) = api.port {
         let local = |value: Option<&str>, scheme: &str| {
-            value.is_none_or(|v| ["127.0.0.1", "localhost", "[::1]"].iter().any(|h| v.eq_ignore_ascii_case(&format!("{scheme}{h}:{port}"))))
+            value.is_none_or(|v| {
+                ["127.0.0.1", "localhost", "[::1]"]
+                    .iter()
+                    .any(|h| v.eq_ignore_ascii_case(&format!("{scheme}{h}:{port}")))
+            })
         };
         let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok());
         if host.is_none() || !local(host, "") {
-            return ApiError::new(StatusCode::FORBIDDEN, "forbidden_host", format!("this server answers only requests to 127.0.0.1:{port} or localhost:{port}")).into_response();
+            return ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden_host",
+                format!("this server answers only requests to 127.0.0.1:{port} or localhost:{port}"),
+            )
+            .into_response();
         }
         let origin = request.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok());
         if !local(origin, "http://") {
-            return ApiError::new(StatusCode::FORBIDDEN, "forbidden_origin", "requests from web pages of other origins are refused").into_response();
+            return ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden_origin",
+                "requests from web pages of other origins are refused",
+            )
+            .into_response();
         }
     }
     if let Some(key) = api.api_key.as_ref().filter(|_| request.uri().path() != "/health") {
-        let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
         if !given.is_some_and(|g| same_secret(g.trim().as_bytes(), key.as_bytes())) {
-            let message = if given.is_some() { "the API key is wrong" } else { "this server needs an API key: send it as \"Authorization: Bearer KEY\"" };
+            let message = if given.is_some() {
+                "the API key is wrong"
+            } else {
+                "this server needs an API key: send it as \"Authorization: Bearer KEY\""
+            };
             return ApiError::new(StatusCode::UNAUTHORIZED, "invalid_api_key", message).into_response();
         }
     }
@@ -201,7 +234,13 @@ async fn generate(api: Arc<Api>, body: Body, endpoint: Endpoint) -> Result<Respo
     let model = loaded(&api.worker)?;
     let (tx, mut events) = mpsc::unbounded_channel();
     let request = Request { logprobs: g.logprobs, raw_prompt: g.raw_prompt.clone() };
-    let job = ReplyJob::for_request(g.messages.clone(), g.settings.clone(), g.n, request, Box::new(move |e| drop(tx.send(e))));
+    let job = ReplyJob::for_request(
+        g.messages.clone(),
+        g.settings.clone(),
+        g.n,
+        request,
+        Box::new(move |e| drop(tx.send(e))),
+    );
     // Dropped with the response (a client that goes away), it stops the
     // job; so does the server stopping.
     let guard = api.worker.submit_under(job, &api.shutdown)?.drop_guard();
@@ -229,7 +268,9 @@ async fn generate(api: Arc<Api>, body: Body, endpoint: Endpoint) -> Result<Respo
             };
             match event {
                 None => return Err(worker_gone()),
-                Some(GenerationEvent::Tokens { text, variant, choices, .. }) => drop(reply.tokens(text, variant as usize, choices)),
+                Some(GenerationEvent::Tokens { text, variant, choices, .. }) => {
+                    drop(reply.tokens(text, variant as usize, choices))
+                }
                 Some(GenerationEvent::Finished { stats, others, .. }) => break reply.ended(&stats, &others),
                 Some(GenerationEvent::Error { error }) => return Err(error.into()),
                 Some(_) => {}
@@ -240,7 +281,9 @@ async fn generate(api: Arc<Api>, body: Body, endpoint: Endpoint) -> Result<Respo
     }
 
     let stream = Streaming { events, early, reply, out: VecDeque::new(), guard: Some(guard), done: false };
-    let chunks = futures_util::stream::unfold(stream, |mut s| async move { s.next().await.map(|event| (Ok::<_, Infallible>(event), s)) });
+    let chunks = futures_util::stream::unfold(stream, |mut s| async move {
+        s.next().await.map(|event| (Ok::<_, Infallible>(event), s))
+    });
     Ok(Sse::new(chunks).keep_alive(KeepAlive::default()).into_response())
 }
 
@@ -303,7 +346,9 @@ async fn read_body(body: Body) -> Result<Vec<u8>, ApiError> {
     let mut stream = body.into_data_stream();
     let (mut kept, mut total) = (Vec::new(), 0usize);
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", format!("cannot read the request body: {e}")))?;
+        let chunk = chunk.map_err(|e| {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", format!("cannot read the request body: {e}"))
+        })?;
         total += chunk.len();
         if total <= BODY_LIMIT {
             kept.extend_from_slice(&chunk);
@@ -312,7 +357,11 @@ async fn read_body(body: Body) -> Result<Vec<u8>, ApiError> {
         }
     }
     if total > BODY_LIMIT {
-        return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large", format!("the request body is over the {} MiB limit", BODY_LIMIT >> 20)));
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request_too_large",
+            format!("the request body is over the {} MiB limit", BODY_LIMIT >> 20),
+        ));
     }
     Ok(kept)
 }
@@ -321,11 +370,19 @@ async fn read_body(body: Body) -> Result<Vec<u8>, ApiError> {
 fn loaded(worker: &Worker) -> Result<String, ApiError> {
     match (worker.model_status(), worker.engine()) {
         (ModelStatus::Ready { name, .. }, Some(_)) => Ok(name),
-        (ModelStatus::Loading { .. }, _) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "model_not_loaded", "the model is still loading; try again in a moment")),
+        (ModelStatus::Loading { .. }, _) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "model_not_loaded",
+            "the model is still loading; try again in a moment",
+        )),
         _ => Err(ApiError::no_model()),
     }
 }
 
 fn worker_gone() -> ApiError {
-    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "the request ended without a reply (Hearth is shutting down or the model was replaced)")
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal_error",
+        "the request ended without a reply (Hearth is shutting down or the model was replaced)",
+    )
 }

@@ -56,7 +56,9 @@ impl Generation {
         let prompt = match fields.get("prompt") {
             Some(Value::String(s)) => s.clone(),
             Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => a[0].as_str().unwrap_or_default().to_string(),
-            Some(Value::Array(_)) => return Err(ApiError::field("prompt", "must be one string; send one request per prompt")),
+            Some(Value::Array(_)) => {
+                return Err(ApiError::field("prompt", "must be one string; send one request per prompt"))
+            }
             Some(_) => return Err(ApiError::field("prompt", "must be a string")),
             None => return Err(ApiError::field("prompt", "is required")),
         };
@@ -144,7 +146,12 @@ impl Fields {
                     Some("system" | "developer") => Role::System,
                     Some("user") => Role::User,
                     Some("assistant") => Role::Assistant,
-                    Some(other) => return Err(ApiError::field(&at("role"), format!("\"{other}\" is not supported; use system, developer, user or assistant"))),
+                    Some(other) => {
+                        return Err(ApiError::field(
+                            &at("role"),
+                            format!("\"{other}\" is not supported; use system, developer, user or assistant"),
+                        ))
+                    }
                     None => return Err(ApiError::field(&at("role"), "is required")),
                 };
                 let content = match m.get("content") {
@@ -171,7 +178,9 @@ impl Fields {
         let stops = match self.get("stop") {
             None => Vec::new(),
             Some(Value::String(s)) => vec![s.clone()],
-            Some(Value::Array(a)) if a.iter().all(Value::is_string) => a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect(),
+            Some(Value::Array(a)) if a.iter().all(Value::is_string) => {
+                a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect()
+            }
             Some(_) => return Err(ApiError::field("stop", "must be a string or a list of strings")),
         };
         if stops.len() > MAX_STOP || stops.iter().any(String::is_empty) {
@@ -181,7 +190,13 @@ impl Fields {
     }
 
     /// The fields both endpoints share.
-    fn common(&self, messages: Vec<ChatMessage>, raw_prompt: Option<String>, logprobs: Option<usize>, max_tokens: Option<u64>) -> Result<Generation, ApiError> {
+    fn common(
+        &self,
+        messages: Vec<ChatMessage>,
+        raw_prompt: Option<String>,
+        logprobs: Option<usize>,
+        max_tokens: Option<u64>,
+    ) -> Result<Generation, ApiError> {
         if let Some(m) = self.get("model") {
             if !m.is_string() {
                 return Err(ApiError::field("model", "must be a string"));
@@ -277,7 +292,10 @@ mod tests {
             (r#"{"messages":[{"role":"user","content":"hi"}],"top_logprobs":2}"#, "top_logprobs"),
             (r#"{"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":21}"#, "top_logprobs"),
             (r#"{"messages":[{"role":"user","content":"hi"}],"stop":[1]}"#, "stop"),
-            (r#"{"messages":[{"role":"user","content":"hi"}],"stream_options":{"include_usage":true}}"#, "stream_options"),
+            (
+                r#"{"messages":[{"role":"user","content":"hi"}],"stream_options":{"include_usage":true}}"#,
+                "stream_options",
+            ),
             (r#"{"messages":[{"role":"user","content":"hi"}],"presence_penalty":0.5}"#, "presence_penalty"),
             (r#"{"messages":[{"role":"tool","content":"hi"}]}"#, "messages[0].role"),
             (r#"{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#, "messages[0].content"),
@@ -302,7 +320,10 @@ mod tests {
         .unwrap();
         assert_eq!(g.messages, vec![ChatMessage::new(Role::System, "s"), ChatMessage::new(Role::User, "ab")]);
         let s = &g.settings;
-        assert_eq!((s.temperature, s.top_p, s.top_k, s.min_p, s.repeat_penalty, s.max_new_tokens, s.seed), (0.0, 0.5, 7, 0.1, 1.1, 12, Some(42)));
+        assert_eq!(
+            (s.temperature, s.top_p, s.top_k, s.min_p, s.repeat_penalty, s.max_new_tokens, s.seed),
+            (0.0, 0.5, 7, 0.1, 1.1, 12, Some(42))
+        );
         assert_eq!(s.stop_strings, vec!["\n".to_string()]);
         assert_eq!((g.n, g.logprobs, g.stream, g.include_usage), (3, Some(4), true, true));
         let c = Generation::completion(br#"{"prompt":"Once","max_tokens":5,"logprobs":2}"#).unwrap();

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use hearth_worker::Worker;
 use hearth_store::{ReplyStats, TokenChoice};
+use hearth_worker::Worker;
 use serde_json::{json, Value};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +43,14 @@ pub struct Ended {
 }
 
 impl Reply {
-    pub fn new(endpoint: Endpoint, model: String, worker: Arc<Worker>, n: usize, logprobs: Option<usize>, include_usage: bool) -> Self {
+    pub fn new(
+        endpoint: Endpoint,
+        model: String,
+        worker: Arc<Worker>,
+        n: usize,
+        logprobs: Option<usize>,
+        include_usage: bool,
+    ) -> Self {
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let prefix = if endpoint == Endpoint::Chat { "chatcmpl" } else { "cmpl" };
         Self {
@@ -75,8 +82,12 @@ impl Reply {
             chunks.push(self.chunk(json!({"index": variant, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null})));
         }
         let choice = match self.endpoint {
-            Endpoint::Chat => json!({"index": variant, "delta": {"content": text}, "logprobs": logprobs, "finish_reason": null}),
-            Endpoint::Completion => json!({"index": variant, "text": text, "logprobs": logprobs, "finish_reason": null}),
+            Endpoint::Chat => {
+                json!({"index": variant, "delta": {"content": text}, "logprobs": logprobs, "finish_reason": null})
+            }
+            Endpoint::Completion => {
+                json!({"index": variant, "text": text, "logprobs": logprobs, "finish_reason": null})
+            }
         };
         chunks.push(self.chunk(choice));
         chunks

@@ -91,8 +91,15 @@ impl Store {
     /// A reply's token choices, if they were kept (`None` for replies
     /// written before they were, or that failed).
     pub fn token_choices(&self, message_id: i64) -> Result<Option<TokenChoices>> {
-        let data: Option<Vec<u8>> = self.conn.query_row("SELECT data FROM token_alternatives WHERE message_id = ?1", [message_id], |r| r.get(0)).optional()?;
-        data.map(|d| TokenChoices::decode(&d).ok_or(StoreError::Corrupt(format!("the token alternatives of message {message_id} are damaged")))).transpose()
+        let data: Option<Vec<u8>> = self
+            .conn
+            .query_row("SELECT data FROM token_alternatives WHERE message_id = ?1", [message_id], |r| r.get(0))
+            .optional()?;
+        data.map(|d| {
+            TokenChoices::decode(&d)
+                .ok_or(StoreError::Corrupt(format!("the token alternatives of message {message_id} are damaged")))
+        })
+        .transpose()
     }
 }
 
@@ -109,7 +116,13 @@ mod tests {
         let m = store.add_message(c.id, None, Role::Assistant, "hi", MessageStatus::Complete).unwrap();
         assert_eq!(store.token_choices(m.id).unwrap(), None);
         let choices = TokenChoices {
-            tokens: (0..100).map(|i| TokenChoice { id: i, logprob: -0.5 * i as f32, top: (0..5).map(|j| (i + j, -(j as f32))).collect() }).collect(),
+            tokens: (0..100)
+                .map(|i| TokenChoice {
+                    id: i,
+                    logprob: -0.5 * i as f32,
+                    top: (0..5).map(|j| (i + j, -(j as f32))).collect(),
+                })
+                .collect(),
         };
         store.set_token_choices(m.id, &choices).unwrap();
         assert_eq!(store.token_choices(m.id).unwrap().as_ref(), Some(&choices));

@@ -55,7 +55,13 @@ fn like_pattern(query: &str) -> String {
 }
 
 fn conversation_from_row(r: &rusqlite::Row) -> rusqlite::Result<Conversation> {
-    Ok(Conversation { id: r.get(0)?, title: r.get(1)?, created_at: r.get(2)?, updated_at: r.get(3)?, model_path: r.get(4)? })
+    Ok(Conversation {
+        id: r.get(0)?,
+        title: r.get(1)?,
+        created_at: r.get(2)?,
+        updated_at: r.get(3)?,
+        model_path: r.get(4)?,
+    })
 }
 
 const DEFAULTS_KEY: &str = "default_settings";
@@ -97,13 +103,25 @@ impl Store {
         if title.is_empty() {
             return Err(StoreError::Invalid("a title cannot be empty".into()));
         }
-        self.expect_one(self.conn.execute("UPDATE conversations SET title = ?1 WHERE id = ?2 AND deleted_at IS NULL", params![title, id])?, id)
+        self.expect_one(
+            self.conn.execute(
+                "UPDATE conversations SET title = ?1 WHERE id = ?2 AND deleted_at IS NULL",
+                params![title, id],
+            )?,
+            id,
+        )
     }
 
     /// Hides a conversation; `restore_conversation` brings it back until
     /// `purge_deleted` removes it for good.
     pub fn delete_conversation(&self, id: i64) -> Result<()> {
-        self.expect_one(self.conn.execute("UPDATE conversations SET deleted_at = ?1 WHERE id = ?2 AND deleted_at IS NULL", params![now_ms(), id])?, id)
+        self.expect_one(
+            self.conn.execute(
+                "UPDATE conversations SET deleted_at = ?1 WHERE id = ?2 AND deleted_at IS NULL",
+                params![now_ms(), id],
+            )?,
+            id,
+        )
     }
 
     pub fn restore_conversation(&self, id: i64) -> Result<()> {
@@ -112,7 +130,9 @@ impl Store {
 
     /// Removes conversations deleted before `before_ms`, with their messages.
     pub fn purge_deleted(&self, before_ms: i64) -> Result<usize> {
-        Ok(self.conn.execute("DELETE FROM conversations WHERE deleted_at IS NOT NULL AND deleted_at < ?1", [before_ms])?)
+        Ok(self
+            .conn
+            .execute("DELETE FROM conversations WHERE deleted_at IS NOT NULL AND deleted_at < ?1", [before_ms])?)
     }
 
     fn expect_one(&self, changed: usize, id: i64) -> Result<()> {
@@ -126,7 +146,11 @@ impl Store {
     pub fn search(&self, query: &str) -> Result<Vec<SearchHit>> {
         let query = query.trim();
         if query.is_empty() {
-            return Ok(self.conversations()?.into_iter().map(|conversation| SearchHit { conversation, snippet: None }).collect());
+            return Ok(self
+                .conversations()?
+                .into_iter()
+                .map(|conversation| SearchHit { conversation, snippet: None })
+                .collect());
         }
         let pattern = like_pattern(query);
         let mut stmt = self.conn.prepare(
@@ -151,7 +175,10 @@ impl Store {
     /// Remembers the local model file that replied in a conversation (its
     /// `updated_at` is left alone: this is not the user's activity).
     pub fn set_conversation_model(&self, id: i64, model_path: &str) -> Result<()> {
-        self.expect_one(self.conn.execute("UPDATE conversations SET model_path = ?1 WHERE id = ?2", params![model_path, id])?, id)
+        self.expect_one(
+            self.conn.execute("UPDATE conversations SET model_path = ?1 WHERE id = ?2", params![model_path, id])?,
+            id,
+        )
     }
 
     /// The local model file that last replied in a conversation.
@@ -173,7 +200,10 @@ impl Store {
 
     pub fn set_conversation_settings(&self, id: i64, settings: &ConversationSettings) -> Result<()> {
         let json = serde_json::to_string(settings)?;
-        self.expect_one(self.conn.execute("UPDATE conversations SET settings = ?1 WHERE id = ?2", params![json, id])?, id)
+        self.expect_one(
+            self.conn.execute("UPDATE conversations SET settings = ?1 WHERE id = ?2", params![json, id])?,
+            id,
+        )
     }
 
     /// What new conversations start with.

@@ -64,12 +64,21 @@ impl KeyStorage {
 pub enum Backend {
     Local,
     #[serde(rename_all = "camelCase")]
-    Remote { endpoint_id: i64, model: String },
+    Remote {
+        endpoint_id: i64,
+        model: String,
+    },
 }
 
 impl Store {
     /// Adds an endpoint; `api_key` is stored only with `KeyStorage::Database`.
-    pub fn add_endpoint(&self, name: &str, base_url: &str, key_storage: KeyStorage, api_key: Option<&str>) -> Result<Endpoint> {
+    pub fn add_endpoint(
+        &self,
+        name: &str,
+        base_url: &str,
+        key_storage: KeyStorage,
+        api_key: Option<&str>,
+    ) -> Result<Endpoint> {
         let stored = if key_storage == KeyStorage::Database { api_key } else { None };
         self.conn.execute(
             "INSERT INTO endpoints(name, base_url, key_storage, api_key, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -81,7 +90,12 @@ impl Store {
     pub fn endpoints(&self) -> Result<Vec<Endpoint>> {
         let mut stmt = self.conn.prepare("SELECT id, name, base_url, key_storage FROM endpoints ORDER BY id")?;
         let rows = stmt.query_map([], |r| {
-            Ok(Endpoint { id: r.get(0)?, name: r.get(1)?, base_url: r.get(2)?, key_storage: KeyStorage::parse(&r.get::<_, String>(3)?) })
+            Ok(Endpoint {
+                id: r.get(0)?,
+                name: r.get(1)?,
+                base_url: r.get(2)?,
+                key_storage: KeyStorage::parse(&r.get::<_, String>(3)?),
+            })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -98,7 +112,10 @@ impl Store {
     /// Records where the endpoint's key now is (`api_key` kept only with `Database`).
     pub fn set_endpoint_key_storage(&self, id: i64, key_storage: KeyStorage, api_key: Option<&str>) -> Result<()> {
         let stored = if key_storage == KeyStorage::Database { api_key } else { None };
-        let changed = self.conn.execute("UPDATE endpoints SET key_storage = ?1, api_key = ?2 WHERE id = ?3", params![key_storage.as_str(), stored, id])?;
+        let changed = self.conn.execute(
+            "UPDATE endpoints SET key_storage = ?1, api_key = ?2 WHERE id = ?3",
+            params![key_storage.as_str(), stored, id],
+        )?;
         if changed == 0 {
             return Err(StoreError::NotFound { what: "endpoint", id });
         }
@@ -107,7 +124,8 @@ impl Store {
 
     /// Removes an endpoint; its conversations go back to the local model.
     pub fn remove_endpoint(&self, id: i64) -> Result<()> {
-        self.conn.execute("UPDATE conversations SET endpoint_id = NULL, remote_model = NULL WHERE endpoint_id = ?1", [id])?;
+        self.conn
+            .execute("UPDATE conversations SET endpoint_id = NULL, remote_model = NULL WHERE endpoint_id = ?1", [id])?;
         if self.conn.execute("DELETE FROM endpoints WHERE id = ?1", [id])? == 0 {
             return Err(StoreError::NotFound { what: "endpoint", id });
         }
@@ -115,8 +133,12 @@ impl Store {
     }
 
     pub fn conversation_backend(&self, conversation_id: i64) -> Result<Backend> {
-        let row: Option<(Option<i64>, Option<String>)> =
-            self.conn.query_row("SELECT endpoint_id, remote_model FROM conversations WHERE id = ?1", [conversation_id], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
+        let row: Option<(Option<i64>, Option<String>)> = self
+            .conn
+            .query_row("SELECT endpoint_id, remote_model FROM conversations WHERE id = ?1", [conversation_id], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?;
         match row {
             None => Err(StoreError::NotFound { what: "conversation", id: conversation_id }),
             Some((Some(endpoint_id), Some(model))) => Ok(Backend::Remote { endpoint_id, model }),
@@ -132,7 +154,10 @@ impl Store {
                 (Some(*endpoint_id), Some(model.as_str()))
             }
         };
-        let changed = self.conn.execute("UPDATE conversations SET endpoint_id = ?1, remote_model = ?2 WHERE id = ?3", params![endpoint, model, conversation_id])?;
+        let changed = self.conn.execute(
+            "UPDATE conversations SET endpoint_id = ?1, remote_model = ?2 WHERE id = ?3",
+            params![endpoint, model, conversation_id],
+        )?;
         if changed == 0 {
             return Err(StoreError::NotFound { what: "conversation", id: conversation_id });
         }
@@ -159,9 +184,15 @@ mod tests {
         let remote = Backend::Remote { endpoint_id: kept.id, model: "qwen".into() };
         store.set_conversation_backend(c.id, &remote).unwrap();
         assert_eq!(store.conversation_backend(c.id).unwrap(), remote);
-        assert!(store.set_conversation_backend(c.id, &Backend::Remote { endpoint_id: 999, model: "x".into() }).is_err());
+        assert!(store
+            .set_conversation_backend(c.id, &Backend::Remote { endpoint_id: 999, model: "x".into() })
+            .is_err());
         store.remove_endpoint(kept.id).unwrap();
-        assert_eq!(store.conversation_backend(c.id).unwrap(), Backend::Local, "its conversations go back to the local model");
+        assert_eq!(
+            store.conversation_backend(c.id).unwrap(),
+            Backend::Local,
+            "its conversations go back to the local model"
+        );
         assert!(store.remove_endpoint(kept.id).is_err());
     }
 }

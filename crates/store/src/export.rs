@@ -115,12 +115,18 @@ impl Import {
     /// this build knows, is refused with the reason.
     pub fn parse(bytes: &[u8]) -> Result<Self> {
         if bytes.len() > MAX_IMPORT_BYTES {
-            return Err(invalid(format!("the file is {} MB; imports are limited to {} MB", bytes.len() >> 20, MAX_IMPORT_BYTES >> 20)));
+            return Err(invalid(format!(
+                "the file is {} MB; imports are limited to {} MB",
+                bytes.len() >> 20,
+                MAX_IMPORT_BYTES >> 20
+            )));
         }
-        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| invalid(format!("the file is not JSON: {e}")))?;
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| invalid(format!("the file is not JSON: {e}")))?;
         let conversations = match &value {
             serde_json::Value::Array(_) => {
-                let plain: Vec<PlainMessage> = serde_json::from_value(value).map_err(|e| invalid(format!("the file is a list, but not of {{role, content}} messages: {e}")))?;
+                let plain: Vec<PlainMessage> = serde_json::from_value(value)
+                    .map_err(|e| invalid(format!("the file is a list, but not of {{role, content}} messages: {e}")))?;
                 vec![from_plain(plain)?]
             }
             serde_json::Value::Object(o) => {
@@ -141,10 +147,12 @@ impl Import {
                     return Err(invalid("the file has no valid \"version\""));
                 }
                 if format == Backup::FORMAT {
-                    let b: Backup = serde_json::from_value(value).map_err(|e| invalid(format!("the backup is malformed: {e}")))?;
+                    let b: Backup =
+                        serde_json::from_value(value).map_err(|e| invalid(format!("the backup is malformed: {e}")))?;
                     b.conversations
                 } else {
-                    vec![serde_json::from_value(value).map_err(|e| invalid(format!("the conversation is malformed: {e}")))?]
+                    vec![serde_json::from_value(value)
+                        .map_err(|e| invalid(format!("the conversation is malformed: {e}")))?]
                 }
             }
             _ => return Err(invalid("the file holds neither a Hearth export nor a list of messages")),
@@ -164,9 +172,20 @@ fn from_plain(plain: Vec<PlainMessage>) -> Result<ConversationExport> {
     let messages: Vec<ExportedMessage> = plain
         .into_iter()
         .enumerate()
-        .map(|(i, m)| ExportedMessage { parent: i.checked_sub(1), role: m.role, content: m.content, status: MessageStatus::Complete, stats: None, created_at: now })
+        .map(|(i, m)| ExportedMessage {
+            parent: i.checked_sub(1),
+            role: m.role,
+            content: m.content,
+            status: MessageStatus::Complete,
+            stats: None,
+            created_at: now,
+        })
         .collect();
-    let title = messages.iter().find(|m| m.role == Role::User).map(|m| crate::conversations::title_from(&m.content)).unwrap_or_default();
+    let title = messages
+        .iter()
+        .find(|m| m.role == Role::User)
+        .map(|m| crate::conversations::title_from(&m.content))
+        .unwrap_or_default();
     Ok(ConversationExport {
         format: ConversationExport::FORMAT.into(),
         version: ConversationExport::VERSION,
@@ -186,12 +205,18 @@ impl ConversationExport {
     fn check(&self) -> Result<()> {
         let n = self.messages.len();
         if n > MAX_IMPORT_MESSAGES {
-            return Err(invalid(format!("\"{}\" holds {n} messages; at most {MAX_IMPORT_MESSAGES} are imported", self.title)));
+            return Err(invalid(format!(
+                "\"{}\" holds {n} messages; at most {MAX_IMPORT_MESSAGES} are imported",
+                self.title
+            )));
         }
         for (i, m) in self.messages.iter().enumerate() {
             if let Some(p) = m.parent {
                 if p >= i {
-                    return Err(invalid(format!("message {i} of \"{}\" names parent {p}, which does not come before it", self.title)));
+                    return Err(invalid(format!(
+                        "message {i} of \"{}\" names parent {p}, which does not come before it",
+                        self.title
+                    )));
                 }
             }
         }
@@ -221,7 +246,8 @@ impl Store {
     pub fn export_conversation(&self, id: i64) -> Result<ConversationExport> {
         let c = self.conversation(id)?;
         let settings = self.conversation_settings(id)?;
-        let leaf: Option<i64> = self.conn.query_row("SELECT active_leaf FROM conversations WHERE id = ?1", [id], |r| r.get(0))?;
+        let leaf: Option<i64> =
+            self.conn.query_row("SELECT active_leaf FROM conversations WHERE id = ?1", [id], |r| r.get(0))?;
         let all = self.messages_of(id)?;
         let position: std::collections::HashMap<i64, usize> = all.iter().enumerate().map(|(i, m)| (m.id, i)).collect();
         let messages = all
@@ -250,7 +276,8 @@ impl Store {
 
     /// Every conversation not in the trash.
     pub fn backup(&self) -> Result<Backup> {
-        let conversations = self.conversations()?.iter().map(|c| self.export_conversation(c.id)).collect::<Result<_>>()?;
+        let conversations =
+            self.conversations()?.iter().map(|c| self.export_conversation(c.id)).collect::<Result<_>>()?;
         Ok(Backup { format: Backup::FORMAT.into(), version: Backup::VERSION, exported_at: now_ms(), conversations })
     }
 
@@ -315,7 +342,10 @@ impl Store {
                 )?;
                 ids.push(tx.last_insert_rowid());
             }
-            tx.execute("UPDATE conversations SET active_leaf = ?1 WHERE id = ?2", params![c.active_leaf.map(|l| ids[l]), conversation_id])?;
+            tx.execute(
+                "UPDATE conversations SET active_leaf = ?1 WHERE id = ?2",
+                params![c.active_leaf.map(|l| ids[l]), conversation_id],
+            )?;
             existing.insert(key);
             report.imported.push(conversation_id);
         }

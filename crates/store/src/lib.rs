@@ -20,7 +20,9 @@ pub use alternatives::{TokenChoice, TokenChoices, KEPT_ALTERNATIVES};
 pub use conversations::{Conversation, SearchHit};
 pub use endpoints::{Backend, Endpoint, KeyStorage};
 pub use error::{Result, StoreError};
-pub use export::{Backup, ConversationExport, ExportedMessage, Import, ImportReport, MAX_IMPORT_BYTES, MAX_IMPORT_MESSAGES};
+pub use export::{
+    Backup, ConversationExport, ExportedMessage, Import, ImportReport, MAX_IMPORT_BYTES, MAX_IMPORT_MESSAGES,
+};
 pub use messages::{Message, MessageStatus, ReplayExport, ReplayRecord, ReplyStats, Role, ThreadMessage};
 pub use migrations::SCHEMA_VERSION;
 pub use models::RecentModel;

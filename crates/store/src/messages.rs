@@ -178,11 +178,19 @@ fn message_from_row(r: &Row) -> rusqlite::Result<Message> {
 impl Store {
     /// Adds a message under `parent` and makes it the conversation's active
     /// leaf. The first user message names an untitled conversation.
-    pub fn add_message(&self, conversation_id: i64, parent_id: Option<i64>, role: Role, content: &str, status: MessageStatus) -> Result<Message> {
+    pub fn add_message(
+        &self,
+        conversation_id: i64,
+        parent_id: Option<i64>,
+        role: Role,
+        content: &str,
+        status: MessageStatus,
+    ) -> Result<Message> {
         let now = now_ms();
         let tx = self.conn.unchecked_transaction()?;
         if let Some(p) = parent_id {
-            let owner: Option<i64> = tx.query_row("SELECT conversation_id FROM messages WHERE id = ?1", [p], |r| r.get(0)).optional()?;
+            let owner: Option<i64> =
+                tx.query_row("SELECT conversation_id FROM messages WHERE id = ?1", [p], |r| r.get(0)).optional()?;
             if owner != Some(conversation_id) {
                 return Err(StoreError::NotFound { what: "parent message", id: p });
             }
@@ -192,7 +200,10 @@ impl Store {
             params![conversation_id, parent_id, enum_text(&role), content, enum_text(&status), now],
         )?;
         let id = tx.last_insert_rowid();
-        let changed = tx.execute("UPDATE conversations SET active_leaf = ?1, updated_at = ?2 WHERE id = ?3", params![id, now, conversation_id])?;
+        let changed = tx.execute(
+            "UPDATE conversations SET active_leaf = ?1, updated_at = ?2 WHERE id = ?3",
+            params![id, now, conversation_id],
+        )?;
         if changed == 0 {
             return Err(StoreError::NotFound { what: "conversation", id: conversation_id });
         }
@@ -207,7 +218,13 @@ impl Store {
     }
 
     /// Rewrites a reply as it streams and when it ends.
-    pub fn update_reply(&self, id: i64, content: &str, status: MessageStatus, stats: Option<&ReplyStats>) -> Result<()> {
+    pub fn update_reply(
+        &self,
+        id: i64,
+        content: &str,
+        status: MessageStatus,
+        stats: Option<&ReplyStats>,
+    ) -> Result<()> {
         let stats = stats.map(serde_json::to_string).transpose()?;
         let n = self.conn.execute(
             "UPDATE messages SET content = ?1, status = ?2, stats = COALESCE(?3, stats) WHERE id = ?4",
@@ -229,7 +246,8 @@ impl Store {
     /// Every message of a conversation, every branch, oldest first (so
     /// parents before children).
     pub(crate) fn messages_of(&self, conversation_id: i64) -> Result<Vec<Message>> {
-        let mut stmt = self.conn.prepare(&format!("SELECT {COLUMNS} FROM messages WHERE conversation_id = ?1 ORDER BY id"))?;
+        let mut stmt =
+            self.conn.prepare(&format!("SELECT {COLUMNS} FROM messages WHERE conversation_id = ?1 ORDER BY id"))?;
         let all = stmt.query_map([conversation_id], message_from_row)?.collect::<rusqlite::Result<_>>()?;
         Ok(all)
     }
@@ -259,7 +277,8 @@ impl Store {
             .ok_or(StoreError::NotFound { what: "conversation", id: conversation_id })?;
         let Some(leaf) = leaf else { return Ok(Vec::new()) };
         let mut siblings: HashMap<Option<i64>, Vec<i64>> = HashMap::new();
-        let mut stmt = self.conn.prepare("SELECT id, parent_id FROM messages WHERE conversation_id = ?1 ORDER BY id")?;
+        let mut stmt =
+            self.conn.prepare("SELECT id, parent_id FROM messages WHERE conversation_id = ?1 ORDER BY id")?;
         for row in stmt.query_map([conversation_id], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Option<i64>>(1)?)))? {
             let (id, parent) = row?;
             siblings.entry(parent).or_default().push(id);

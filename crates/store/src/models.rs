@@ -64,7 +64,11 @@ impl Store {
 
     /// The file name a model with this SHA-256 was last seen under.
     pub fn model_name_by_sha256(&self, sha256: &str) -> Result<Option<String>> {
-        let found = self.conn.query_row("SELECT path FROM model_hashes WHERE sha256 = ?1 ORDER BY rowid DESC LIMIT 1", [sha256], |r| r.get::<_, String>(0));
+        let found = self.conn.query_row(
+            "SELECT path FROM model_hashes WHERE sha256 = ?1 ORDER BY rowid DESC LIMIT 1",
+            [sha256],
+            |r| r.get::<_, String>(0),
+        );
         match found {
             Ok(path) => Ok(std::path::Path::new(&path).file_name().map(|n| n.to_string_lossy().into_owned())),
             Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),

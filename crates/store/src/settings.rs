@@ -85,7 +85,8 @@ impl ConversationSettings {
         let serde_json::Value::Object(fields) = value else {
             return Err(vec![FieldError { field: "settings".into(), message: "must be an object of settings".into() }]);
         };
-        let serde_json::Value::Object(defaults) = serde_json::to_value(Self::default()).expect("settings serialise") else {
+        let serde_json::Value::Object(defaults) = serde_json::to_value(Self::default()).expect("settings serialise")
+        else {
             unreachable!("settings serialise to an object")
         };
         // Each field is tried alone over the defaults, so one bad field
@@ -104,7 +105,8 @@ impl ConversationSettings {
                 errors.push(FieldError { message: message(&field).into(), field });
             }
         }
-        let settings: Self = serde_json::from_value(serde_json::Value::Object(merged)).expect("each field was checked alone");
+        let settings: Self =
+            serde_json::from_value(serde_json::Value::Object(merged)).expect("each field was checked alone");
         errors.extend(settings.validate());
         if errors.is_empty() {
             Ok(settings)
@@ -125,7 +127,10 @@ impl ConversationSettings {
         check(self.top_k <= 100_000, "topK");
         check(self.top_p.is_finite() && self.top_p > 0.0 && self.top_p <= 1.0, "topP");
         check(self.min_p.is_finite() && (0.0..1.0).contains(&self.min_p), "minP");
-        check(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0 && self.repeat_penalty <= 10.0, "repeatPenalty");
+        check(
+            self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0 && self.repeat_penalty <= 10.0,
+            "repeatPenalty",
+        );
         check(self.penalty_window <= 1_000_000, "penaltyWindow");
         check((1..=1_000_000).contains(&self.max_new_tokens), "maxNewTokens");
         check(self.stop_strings.iter().all(|s| !s.is_empty()) && self.stop_strings.len() <= 16, "stopStrings");
@@ -185,7 +190,10 @@ mod tests {
             ..Default::default()
         };
         let fields: Vec<_> = s.validate().into_iter().map(|e| e.field).collect();
-        assert_eq!(fields, ["temperature", "topP", "minP", "repeatPenalty", "maxNewTokens", "stopStrings", "contextLength"]);
+        assert_eq!(
+            fields,
+            ["temperature", "topP", "minP", "repeatPenalty", "maxNewTokens", "stopStrings", "contextLength"]
+        );
     }
 
     #[test]
@@ -208,11 +216,32 @@ mod tests {
         .unwrap_err();
         let mut fields: Vec<_> = errors.iter().map(|e| e.field.as_str()).collect();
         fields.sort();
-        assert_eq!(fields, ["contextLength", "maxNewTokens", "overflow", "penaltyWindow", "seed", "stopStrings", "systemPrompt", "temperature", "topK", "topP"]);
-        assert!(errors.iter().all(|e| !e.message.contains("invalid type") && !e.message.contains("expected")), "{errors:?}");
+        assert_eq!(
+            fields,
+            [
+                "contextLength",
+                "maxNewTokens",
+                "overflow",
+                "penaltyWindow",
+                "seed",
+                "stopStrings",
+                "systemPrompt",
+                "temperature",
+                "topK",
+                "topP"
+            ]
+        );
+        assert!(
+            errors.iter().all(|e| !e.message.contains("invalid type") && !e.message.contains("expected")),
+            "{errors:?}"
+        );
 
-        let ok = ConversationSettings::from_json(json!({"temperature": 0, "seed": 4_294_967_295u64, "minP": 0.1})).unwrap();
-        assert_eq!(ok, ConversationSettings { temperature: 0.0, seed: Some(u32::MAX), min_p: 0.1, ..Default::default() });
+        let ok =
+            ConversationSettings::from_json(json!({"temperature": 0, "seed": 4_294_967_295u64, "minP": 0.1})).unwrap();
+        assert_eq!(
+            ok,
+            ConversationSettings { temperature: 0.0, seed: Some(u32::MAX), min_p: 0.1, ..Default::default() }
+        );
         assert_eq!(ConversationSettings::from_json(json!([1])).unwrap_err()[0].field, "settings");
     }
 

@@ -42,7 +42,6 @@ impl Store {
         Ok(Self { conn: connect(&self.path)?, path: self.path.clone() })
     }
 
-
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -17,7 +17,9 @@ fn branched(store: &Store) -> i64 {
     let a1 = store.add_message(c.id, Some(q.id), Role::Assistant, "", MessageStatus::Streaming).unwrap();
     let stats = ReplyStats { generated_tokens: 7, seed: Some(42), finish_reason: "stop".into(), ..Default::default() };
     store.update_reply(a1.id, "First answer.", MessageStatus::Complete, Some(&stats)).unwrap();
-    let a2 = store.add_message(c.id, Some(q.id), Role::Assistant, "Second answer, cut off", MessageStatus::Interrupted).unwrap();
+    let a2 = store
+        .add_message(c.id, Some(q.id), Role::Assistant, "Second answer, cut off", MessageStatus::Interrupted)
+        .unwrap();
     store.add_message(c.id, Some(a2.id), Role::User, "Go on.", MessageStatus::Complete).unwrap();
     let q2 = store.add_message(c.id, None, Role::User, "An edited first question", MessageStatus::Complete).unwrap();
     store.add_message(c.id, Some(q2.id), Role::Assistant, "Reply to the edit.", MessageStatus::Complete).unwrap();
@@ -47,7 +49,10 @@ fn a_branched_conversation_round_trips_through_json() {
     assert_eq!(without_time(again), without_time(first.clone()));
     // The shown branch is the same one, and its versions are all there.
     let thread = b.thread(report.imported[0]).unwrap();
-    assert_eq!(thread.iter().map(|t| t.message.content.as_str()).collect::<Vec<_>>(), ["What is <b>bold</b>?", "Second answer, cut off", "Go on."]);
+    assert_eq!(
+        thread.iter().map(|t| t.message.content.as_str()).collect::<Vec<_>>(),
+        ["What is <b>bold</b>?", "Second answer, cut off", "Go on."]
+    );
     assert_eq!(thread[1].version_ids.len(), 2);
     assert_eq!(thread[0].version_ids.len(), 2);
     assert_eq!(b.conversation_settings(report.imported[0]).unwrap().temperature, 0.25);
@@ -124,7 +129,8 @@ fn bad_imports_are_refused_with_the_reason_and_change_nothing() {
         (vec![b' '; MAX_IMPORT_BYTES + 1], "limited to"),
     ];
     for (bytes, reason) in cases {
-        let err = Import::parse(&bytes).err().unwrap_or_else(|| panic!("accepted a file that should fail with {reason:?}"));
+        let err =
+            Import::parse(&bytes).err().unwrap_or_else(|| panic!("accepted a file that should fail with {reason:?}"));
         assert!(err.to_string().contains(reason), "{err} (wanted {reason:?})");
     }
     assert_eq!(s.conversations().unwrap().len(), 1);

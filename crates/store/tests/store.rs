@@ -17,7 +17,11 @@ fn a_new_database_is_in_wal_mode_at_the_latest_schema() {
 fn rusqlite_journal_mode(path: &std::path::Path) -> String {
     // Read the header as SQLite writes it: bytes 18 and 19 are 2 in WAL mode.
     let bytes = std::fs::read(path).unwrap();
-    if bytes[18] == 2 && bytes[19] == 2 { "wal".into() } else { format!("{}/{}", bytes[18], bytes[19]) }
+    if bytes[18] == 2 && bytes[19] == 2 {
+        "wal".into()
+    } else {
+        format!("{}/{}", bytes[18], bytes[19])
+    }
 }
 
 #[test]
@@ -69,7 +73,9 @@ fn first_user_message_names_the_conversation() {
     let (_dir, store) = temp_store();
     let c = store.create_conversation().unwrap();
     assert_eq!(store.conversation(c.id).unwrap().title, "");
-    let u = store.add_message(c.id, None, Role::User, "Explain borrow checking\nin detail", MessageStatus::Complete).unwrap();
+    let u = store
+        .add_message(c.id, None, Role::User, "Explain borrow checking\nin detail", MessageStatus::Complete)
+        .unwrap();
     store.add_message(c.id, Some(u.id), Role::User, "Another question", MessageStatus::Complete).unwrap();
     assert_eq!(store.conversation(c.id).unwrap().title, "Explain borrow checking");
     store.rename_conversation(c.id, "  Borrowing ").unwrap();
@@ -155,7 +161,9 @@ fn search_finds_titles_and_text() {
     store.add_message(a.id, None, Role::User, "Rust lifetimes", MessageStatus::Complete).unwrap();
     let b = store.create_conversation().unwrap();
     let u = store.add_message(b.id, None, Role::User, "Cooking", MessageStatus::Complete).unwrap();
-    store.add_message(b.id, Some(u.id), Role::Assistant, "Add 100% of the salt_and pepper", MessageStatus::Complete).unwrap();
+    store
+        .add_message(b.id, Some(u.id), Role::Assistant, "Add 100% of the salt_and pepper", MessageStatus::Complete)
+        .unwrap();
     let hits = store.search("LIFETIMES").unwrap();
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].conversation.id, a.id);

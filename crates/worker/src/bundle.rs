@@ -115,17 +115,25 @@ pub fn export(store: &Store, caches_dir: Option<&Path>, cache_files: &Mutex<()>,
         let mut zip = zip::ZipWriter::new(file);
         let deflated = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
         // f16 keys and values barely compress; storing them costs nothing to read.
-        let stored = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored).large_file(true);
-        let zip_err = |e: zip::result::ZipError| AppError::new(ErrorKind::Storage, format!("cannot write {}: {e}", tmp.display()));
+        let stored = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored)
+            .large_file(true);
+        let zip_err = |e: zip::result::ZipError| {
+            AppError::new(ErrorKind::Storage, format!("cannot write {}: {e}", tmp.display()))
+        };
         zip.start_file(MANIFEST, deflated).map_err(zip_err)?;
         zip.write_all(&serde_json::to_vec_pretty(&manifest).expect("manifests serialise")).map_err(io(&tmp))?;
         zip.start_file(CONVERSATION, deflated).map_err(zip_err)?;
         zip.write_all(&serde_json::to_vec_pretty(&conversation).expect("exports serialise")).map_err(io(&tmp))?;
         if let Some((path, _, file, len)) = &cached {
             zip.start_file(CACHE, stored).map_err(zip_err)?;
-            let copied = std::io::copy(&mut file.take(*len), &mut zip).map_err(|e| AppError::new(ErrorKind::Storage, format!("cannot read {}: {e}", path.display())))?;
+            let copied = std::io::copy(&mut file.take(*len), &mut zip)
+                .map_err(|e| AppError::new(ErrorKind::Storage, format!("cannot read {}: {e}", path.display())))?;
             if copied != *len {
-                return Err(AppError::new(ErrorKind::Storage, format!("{} ended after {copied} of its {len} bytes", path.display())));
+                return Err(AppError::new(
+                    ErrorKind::Storage,
+                    format!("{} ended after {copied} of its {len} bytes", path.display()),
+                ));
             }
         }
         let file = zip.finish().map_err(zip_err)?;
@@ -147,7 +155,13 @@ pub fn part_path(out: &Path) -> PathBuf {
 fn model_identity(store: &Store, identity: &CacheIdentity) -> ModelIdentity {
     let sha256 = identity.model_sha256.clone().unwrap_or_default();
     let name = store.model_name_by_sha256(&sha256).ok().flatten().unwrap_or_default();
-    ModelIdentity { sha256, name, size_bytes: identity.model_size, architecture: identity.architecture.clone(), engine_build: identity.engine_version.clone() }
+    ModelIdentity {
+        sha256,
+        name,
+        size_bytes: identity.model_size,
+        architecture: identity.architecture.clone(),
+        engine_build: identity.engine_version.clone(),
+    }
 }
 
 /// A bundle's members, read and checked; the cache only located (it is
@@ -210,15 +224,23 @@ fn open(path: &Path) -> AppResult<Opened> {
         }
     }
     let manifest_bytes = manifest.ok_or_else(|| bad(path, format!("it has no {MANIFEST}")))?;
-    let value: serde_json::Value = serde_json::from_slice(&manifest_bytes).map_err(|e| bad(path, format!("{MANIFEST} is not JSON: {e}")))?;
+    let value: serde_json::Value =
+        serde_json::from_slice(&manifest_bytes).map_err(|e| bad(path, format!("{MANIFEST} is not JSON: {e}")))?;
     if value.get("format").and_then(|f| f.as_str()) != Some(Manifest::FORMAT) {
         return Err(bad(path, format!("{MANIFEST} does not name the format {}", Manifest::FORMAT)));
     }
     let version = value.get("version").and_then(|v| v.as_u64()).unwrap_or(0);
     if version > Manifest::VERSION as u64 {
-        return Err(bad(path, format!("it was written by a newer Hearth (bundle version {version}; this build reads up to {})", Manifest::VERSION)));
+        return Err(bad(
+            path,
+            format!(
+                "it was written by a newer Hearth (bundle version {version}; this build reads up to {})",
+                Manifest::VERSION
+            ),
+        ));
     }
-    let manifest: Manifest = serde_json::from_value(value).map_err(|e| bad(path, format!("{MANIFEST} is malformed: {e}")))?;
+    let manifest: Manifest =
+        serde_json::from_value(value).map_err(|e| bad(path, format!("{MANIFEST} is malformed: {e}")))?;
     let conversation_bytes = conversation.ok_or_else(|| bad(path, format!("it has no {CONVERSATION}")))?;
     let conversation = match Import::parse(&conversation_bytes).map_err(|e| bad(path, e))? {
         Import::Conversations(mut list) if list.len() == 1 && conversation_bytes.starts_with(b"{") => list.remove(0),
@@ -233,7 +255,13 @@ fn open(path: &Path) -> AppResult<Opened> {
 /// Imports the bundle at `path`: the conversation always (unless the
 /// database holds it already), its cache where `engine` is the model that
 /// computed it. `caches_dir` is where the worker looks for saved caches.
-pub fn import(store: &Store, engine: Option<&Engine>, caches_dir: Option<&Path>, budgets: CacheBudgets, path: &Path) -> AppResult<BundleImport> {
+pub fn import(
+    store: &Store,
+    engine: Option<&Engine>,
+    caches_dir: Option<&Path>,
+    budgets: CacheBudgets,
+    path: &Path,
+) -> AppResult<BundleImport> {
     let mut opened = open(path)?;
     // The cache is checked whole before the conversation is written, so
     // what the import says of it is what the next turn finds. It is read
@@ -258,7 +286,8 @@ pub fn import(store: &Store, engine: Option<&Engine>, caches_dir: Option<&Path>,
         (Some(_), None) => (CacheImport::Skipped, Some("this conversation is already here".to_string())),
         (Some(Err(note)), Some(_)) => (CacheImport::Skipped, Some(note)),
         (Some(Ok(session)), Some(&id)) => {
-            let (engine, dir) = (engine.expect("a checked cache has an engine"), caches_dir.expect("a checked cache has a folder"));
+            let (engine, dir) =
+                (engine.expect("a checked cache has an engine"), caches_dir.expect("a checked cache has a folder"));
             let dest = dir.join(format!("{id}.session"));
             let written = engine
                 .cache_identity(session.context_length())
@@ -291,7 +320,13 @@ impl From<String> for Refusal {
 /// Whether a cache of `size` bytes for `model` can be used here at all,
 /// before a byte of it is read: the loaded model's file and build, saved
 /// caches on, room on disk and in the memory budget.
-fn usable<'e>(engine: Option<&'e Engine>, model: &ModelIdentity, caches_dir: Option<&Path>, budgets: CacheBudgets, size: u64) -> Result<(&'e Engine, PathBuf), Refusal> {
+fn usable<'e>(
+    engine: Option<&'e Engine>,
+    model: &ModelIdentity,
+    caches_dir: Option<&Path>,
+    budgets: CacheBudgets,
+    size: u64,
+) -> Result<(&'e Engine, PathBuf), Refusal> {
     let wanted = if model.name.is_empty() { "the model it was made with".to_string() } else { model.name.clone() };
     let Some(engine) = engine else { return Err(format!("no model is loaded; it needs {wanted}").into()) };
     let Some(dir) = caches_dir else { return Err(Refusal::Skip("caches are not saved in this session".into())) };
@@ -320,9 +355,19 @@ fn usable<'e>(engine: Option<&'e Engine>, model: &ModelIdentity, caches_dir: Opt
 
 /// Copies the cache member out beside the caches (as `import-*.tmp`, which
 /// the next start deletes if this one dies), reading no more than it declares.
-fn copy_out(path: &Path, zip: &mut zip::ZipArchive<File>, index: usize, size: u64, dir: PathBuf) -> Result<tempfile::NamedTempFile, Refusal> {
+fn copy_out(
+    path: &Path,
+    zip: &mut zip::ZipArchive<File>,
+    index: usize,
+    size: u64,
+    dir: PathBuf,
+) -> Result<tempfile::NamedTempFile, Refusal> {
     let mut member = zip.by_index(index).map_err(|e| Refusal::Hostile(bad(path, e)))?;
-    let mut tmp = tempfile::Builder::new().prefix("import-").suffix(".tmp").tempfile_in(&dir).map_err(|e| format!("it could not be copied ({e})"))?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix("import-")
+        .suffix(".tmp")
+        .tempfile_in(&dir)
+        .map_err(|e| format!("it could not be copied ({e})"))?;
     let copied = match std::io::copy(&mut (&mut member).take(size + 1), tmp.as_file_mut()) {
         Ok(n) => n,
         // A member that fails to inflate is the bundle's fault; a full disk is not.
@@ -347,9 +392,14 @@ fn check_cache(engine: &Engine, file: &Path) -> Result<hearth_engine::Session, R
     // Same bytes, same build: the device's cache type must agree as well.
     let here = engine.cache_identity(identity.context_length).map_err(|e| e.to_string())?;
     if (here.architecture.as_str(), here.dtype.as_str()) != (identity.architecture.as_str(), identity.dtype.as_str()) {
-        return Err(format!("it was computed as {} {}; here it would be {} {}", identity.architecture, identity.dtype, here.architecture, here.dtype).into());
+        return Err(format!(
+            "it was computed as {} {}; here it would be {} {}",
+            identity.architecture, identity.dtype, here.architecture, here.dtype
+        )
+        .into());
     }
-    let restored = hearth_engine::session_file::read(file, &identity, engine.model()).map_err(|e| format!("it is damaged ({e})"))?;
+    let restored = hearth_engine::session_file::read(file, &identity, engine.model())
+        .map_err(|e| format!("it is damaged ({e})"))?;
     if !restored.complete {
         return Err("it is damaged (a chunk failed its checksum)".to_string().into());
     }

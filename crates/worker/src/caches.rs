@@ -73,7 +73,6 @@ pub enum CacheState {
     Cold,
 }
 
-
 /// Caches of other versions kept per conversation: enough for every
 /// variant of "Generate 8" beside the main cache.
 const KEEP_ALTERNATES: usize = 7;
@@ -103,14 +102,24 @@ pub(super) struct Caches {
 
 impl Caches {
     pub fn new(shared: Arc<Shared>, dir: Option<PathBuf>) -> Self {
-        Self { shared, sessions: HashMap::new(), tick: 0, dir, saved: HashMap::new(), alternates: HashMap::new(), pending_save: None, next_request_key: -1 }
+        Self {
+            shared,
+            sessions: HashMap::new(),
+            tick: 0,
+            dir,
+            saved: HashMap::new(),
+            alternates: HashMap::new(),
+            pending_save: None,
+            next_request_key: -1,
+        }
     }
 
     /// The cache to continue `conversation_id` from for `prompt`: the one in
     /// memory, else the saved one, whichever version shares most of the
     /// prompt. The caller runs the turn on it and gives it back with `put`.
     pub fn take(&mut self, engine: &Engine, conversation_id: i64, prompt: &[u32], context: usize) -> Option<Session> {
-        let mut entry = self.sessions.remove(&conversation_id).filter(|(s, _)| s.context_length() == context).map(|(s, _)| s);
+        let mut entry =
+            self.sessions.remove(&conversation_id).filter(|(s, _)| s.context_length() == context).map(|(s, _)| s);
         if entry.is_none() {
             entry = self.restore(engine, conversation_id, context);
         }
@@ -161,7 +170,13 @@ impl Caches {
 
     /// The cache for `job`'s prompt and the key to `put` it back under: its
     /// conversation's, or a request cache.
-    pub fn take_for(&mut self, engine: &Engine, job: &super::ReplyJob, prompt: &[u32], context: usize) -> (i64, Option<Session>) {
+    pub fn take_for(
+        &mut self,
+        engine: &Engine,
+        job: &super::ReplyJob,
+        prompt: &[u32],
+        context: usize,
+    ) -> (i64, Option<Session>) {
         match job.request {
             Some(_) => self.take_request(prompt, context),
             None => (job.conversation_id, self.take(engine, job.conversation_id, prompt, context)),
@@ -290,14 +305,18 @@ impl Caches {
         if !path.exists() {
             return None;
         }
-        let restored = engine.cache_identity(context).and_then(|id| hearth_engine::session_file::read(&path, &id, engine.model()));
+        let restored =
+            engine.cache_identity(context).and_then(|id| hearth_engine::session_file::read(&path, &id, engine.model()));
         match restored {
             Ok(r) => {
                 if r.complete {
                     self.saved.insert(conversation_id, (r.session.tokens().to_vec(), r.session.passes().clone()));
                 } else {
                     // Keep what verified; the next save rewrites the file whole.
-                    tracing::warn!("cache for conversation {conversation_id} was damaged; kept {} verified tokens", r.session.tokens().len());
+                    tracing::warn!(
+                        "cache for conversation {conversation_id} was damaged; kept {} verified tokens",
+                        r.session.tokens().len()
+                    );
                     self.saved.remove(&conversation_id);
                 }
                 Some(r.session)
@@ -338,14 +357,19 @@ impl Caches {
         let probe = path.parent().map(Path::to_path_buf).filter(|d| d.exists()).or_else(|| self.dir.clone());
         if let Some(free) = probe.and_then(|d| fs4::available_space(&d).ok()) {
             if free < needed + disk_reserve() {
-                tracing::warn!("not saving the cache of conversation {conversation_id}: {} MB free on disk", free >> 20);
+                tracing::warn!(
+                    "not saving the cache of conversation {conversation_id}: {} MB free on disk",
+                    free >> 20
+                );
                 let _ = std::fs::remove_file(&path);
                 self.saved.remove(&conversation_id);
                 return;
             }
         }
         let result = match self.saved.get(&conversation_id) {
-            Some(prev) if appended > 0 && path.exists() => hearth_engine::session_file::append(&path, session, prev.0.len()),
+            Some(prev) if appended > 0 && path.exists() => {
+                hearth_engine::session_file::append(&path, session, prev.0.len())
+            }
             _ => {
                 if let Some(dir) = path.parent() {
                     let _ = std::fs::create_dir_all(dir);
@@ -445,7 +469,15 @@ mod tests {
         #[cfg(target_os = "linux")]
         {
             let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
-            let kb: u64 = meminfo.lines().find(|l| l.starts_with("MemTotal:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+            let kb: u64 = meminfo
+                .lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .unwrap()
+                .split_whitespace()
+                .nth(1)
+                .unwrap()
+                .parse()
+                .unwrap();
             assert_eq!(mb as u64, kb * 1024 / (1024 * 1024));
         }
         assert!(mb >= 64, "{mb} MB");

@@ -7,7 +7,11 @@ use hearth_store::{ConversationSettings, OverflowPolicy};
 /// The context a conversation runs with (its setting, capped by the
 /// model's; 0 means the model's) and the tokens reserved for the reply.
 pub fn window(settings: &ConversationSettings, model_context: usize) -> (usize, usize) {
-    let context = if settings.context_length == 0 { model_context } else { (settings.context_length as usize).min(model_context) };
+    let context = if settings.context_length == 0 {
+        model_context
+    } else {
+        (settings.context_length as usize).min(model_context)
+    };
     let reserve = (settings.max_new_tokens as usize).min(context / 4);
     (context, reserve)
 }
@@ -60,7 +64,9 @@ pub fn fit<E>(
         }
         steps.push(d);
     }
-    let kept = |d: usize| -> Vec<ChatMessage> { messages[..protected.min(n)].iter().chain(&messages[(protected + d).min(n)..]).cloned().collect() };
+    let kept = |d: usize| -> Vec<ChatMessage> {
+        messages[..protected.min(n)].iter().chain(&messages[(protected + d).min(n)..]).cloned().collect()
+    };
     // The fewest steps whose prompt fits, or every step when none does.
     let (mut lo, mut hi) = (1, steps.len() - 1);
     let mut best = None;

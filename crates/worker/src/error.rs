@@ -64,10 +64,14 @@ impl From<EngineError> for AppError {
     fn from(e: EngineError) -> Self {
         let kind = match &e {
             // A chat template is part of the model file.
-            EngineError::Io { .. } | EngineError::CorruptModel { .. } | EngineError::TruncatedModel { .. } | EngineError::Tokenizer { .. } | EngineError::Template(_) => {
-                ErrorKind::BadModel
+            EngineError::Io { .. }
+            | EngineError::CorruptModel { .. }
+            | EngineError::TruncatedModel { .. }
+            | EngineError::Tokenizer { .. }
+            | EngineError::Template(_) => ErrorKind::BadModel,
+            EngineError::UnsupportedArchitecture { .. } | EngineError::UnsupportedTensorType { .. } => {
+                ErrorKind::UnsupportedModel
             }
-            EngineError::UnsupportedArchitecture { .. } | EngineError::UnsupportedTensorType { .. } => ErrorKind::UnsupportedModel,
             EngineError::InvalidSetting { .. } => ErrorKind::InvalidSettings,
             EngineError::PromptTooLong { .. } => ErrorKind::PromptTooLong,
             // Stopped is handled where a prefill is stopped; it is not an error to show.
@@ -92,7 +96,9 @@ impl From<StoreError> for AppError {
 impl From<hearth_download::DownloadError> for AppError {
     fn from(e: hearth_download::DownloadError) -> Self {
         let kind = match &e {
-            hearth_download::DownloadError::Io { source, .. } if source.raw_os_error() == Some(28) => ErrorKind::DiskFull,
+            hearth_download::DownloadError::Io { source, .. } if source.raw_os_error() == Some(28) => {
+                ErrorKind::DiskFull
+            }
             _ => ErrorKind::Download,
         };
         Self::new(kind, e.to_string())

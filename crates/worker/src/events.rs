@@ -94,7 +94,12 @@ pub struct ReasoningFormat {
 
 impl From<&hearth_engine::ReasoningFormat> for ReasoningFormat {
     fn from(f: &hearth_engine::ReasoningFormat) -> Self {
-        Self { open: f.open.clone(), close: f.close.clone(), switch: f.switch.clone(), opened_by_prompt: f.opened_by_prompt }
+        Self {
+            open: f.open.clone(),
+            close: f.close.clone(),
+            switch: f.switch.clone(),
+            opened_by_prompt: f.opened_by_prompt,
+        }
     }
 }
 
@@ -110,7 +115,14 @@ pub enum ModelStatus {
     #[serde(rename_all = "camelCase")]
     /// `device`: where it runs (`cpu`, `cuda`, `metal`).
     /// `reasoning`: how the model's template marks thinking, if it does.
-    Ready { path: String, name: String, architecture: String, context_length: u32, device: String, reasoning: Option<ReasoningFormat> },
+    Ready {
+        path: String,
+        name: String,
+        architecture: String,
+        context_length: u32,
+        device: String,
+        reasoning: Option<ReasoningFormat>,
+    },
     #[serde(rename_all = "camelCase")]
     Failed { path: String, error: AppError },
 }

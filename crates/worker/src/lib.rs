@@ -41,11 +41,11 @@ pub use remote::RemoteTarget;
 pub use reply::{prompt_ids, ReplyJob, Request};
 pub use tokio_util::sync::{CancellationToken, DropGuard};
 
+use crate::error::{AppError, AppResult, ErrorKind};
+use crate::events::{GenerationEvent, ModelStatus};
 use caches::Caches;
 use queue::{Queued, Shared};
 use running::RunningReply;
-use crate::error::{AppError, AppResult, ErrorKind};
-use crate::events::{GenerationEvent, ModelStatus};
 
 /// Replies of one sequence that run side by side, taking turns.
 pub const MAX_RUNNING: usize = 4;
@@ -72,12 +72,24 @@ impl Worker {
     /// are saved in `caches_dir` after every turn, when it is given.
     pub fn start(store: Store, caches_dir: Option<PathBuf>, on_status: StatusSink) -> Self {
         let shared = Arc::new(Shared::new());
-        let remote_store = std::sync::Mutex::new(store.reopen().map_err(|e| tracing::error!("remote replies cannot open the database: {e}")).ok());
+        let remote_store = std::sync::Mutex::new(
+            store.reopen().map_err(|e| tracing::error!("remote replies cannot open the database: {e}")).ok(),
+        );
         let caches = Caches::new(shared.clone(), caches_dir.clone());
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("hearth-worker".into())
-            .spawn(move || WorkerThread { shared: thread_shared, store, on_status, engine: None, caches, stop_hashing: Arc::default() }.run())
+            .spawn(move || {
+                WorkerThread {
+                    shared: thread_shared,
+                    store,
+                    on_status,
+                    engine: None,
+                    caches,
+                    stop_hashing: Arc::default(),
+                }
+                .run()
+            })
             .expect("the worker thread starts");
         Self { shared, remote_store, thread: Some(thread), caches_dir }
     }
@@ -105,7 +117,10 @@ impl Worker {
     /// progress (the reply has ended, the file is still being appended to).
     pub fn export_bundle(&self, store: &Store, id: i64, out: &std::path::Path) -> AppResult<()> {
         if self.busy_conversations().contains(&id) {
-            return Err(AppError::new(ErrorKind::Busy, "this conversation is writing a reply; export it when the reply ends"));
+            return Err(AppError::new(
+                ErrorKind::Busy,
+                "this conversation is writing a reply; export it when the reply ends",
+            ));
         }
         bundle::export(store, self.caches_dir.as_deref(), &self.shared.cache_files, id, out)
     }
@@ -209,7 +224,12 @@ impl Worker {
     pub fn start_remote(&self, job: ReplyJob, target: RemoteTarget) -> AppResult<()> {
         let store = match self.remote_store.lock()?.as_ref() {
             Some(s) => s.reopen()?,
-            None => return Err(AppError::new(ErrorKind::Storage, "remote replies cannot open the database; restart Hearth")),
+            None => {
+                return Err(AppError::new(
+                    ErrorKind::Storage,
+                    "remote replies cannot open the database; restart Hearth",
+                ))
+            }
         };
         let mut q = self.shared.queue.lock()?;
         if q.busy(job.conversation_id) {
@@ -219,7 +239,9 @@ impl Worker {
         q.remote.push((job.conversation_id, cancel.clone()));
         let shared = self.shared.clone();
         let conversation = job.conversation_id;
-        let spawned = std::thread::Builder::new().name("hearth-remote-reply".into()).spawn(move || remote::run(job, target, store, cancel, shared));
+        let spawned = std::thread::Builder::new()
+            .name("hearth-remote-reply".into())
+            .spawn(move || remote::run(job, target, store, cancel, shared));
         if let Err(e) = spawned {
             q.remote.retain(|(c, _)| *c != conversation);
             return Err(AppError::new(ErrorKind::Internal, format!("cannot start the remote reply: {e}")));
@@ -252,7 +274,13 @@ impl Worker {
     /// Conversations with a reply queued or running.
     pub fn busy_conversations(&self) -> Vec<i64> {
         let Ok(q) = self.shared.queue.lock() else { return Vec::new() };
-        q.active.iter().chain(&q.remote).map(|(c, _)| *c).chain(q.jobs.iter().map(|j| j.job.conversation_id)).filter(|c| *c > 0).collect()
+        q.active
+            .iter()
+            .chain(&q.remote)
+            .map(|(c, _)| *c)
+            .chain(q.jobs.iter().map(|j| j.job.conversation_id))
+            .filter(|c| *c > 0)
+            .collect()
     }
 
     /// API requests running and waiting now.
@@ -267,7 +295,14 @@ impl Worker {
         loop {
             {
                 let q = self.shared.queue.lock().expect("worker queue");
-                if q.active.is_empty() && q.remote.is_empty() && q.jobs.is_empty() && q.load.is_none() && q.loading.is_none() && !q.clear_caches && q.hashing == 0 {
+                if q.active.is_empty()
+                    && q.remote.is_empty()
+                    && q.jobs.is_empty()
+                    && q.load.is_none()
+                    && q.loading.is_none()
+                    && !q.clear_caches
+                    && q.hashing == 0
+                {
                     return true;
                 }
             }
@@ -401,7 +436,9 @@ impl WorkerThread {
 
     /// The model replies run on, or why there is none.
     fn loaded_engine(&self) -> AppResult<Arc<Engine>> {
-        self.engine.clone().ok_or_else(|| AppError::new(ErrorKind::NoModel, "no model is loaded; open a GGUF model first"))
+        self.engine
+            .clone()
+            .ok_or_else(|| AppError::new(ErrorKind::NoModel, "no model is loaded; open a GGUF model first"))
     }
 
     fn set_status(&self, status: ModelStatus) {
@@ -423,12 +460,23 @@ impl WorkerThread {
         }
         self.caches.clear_memory();
         // HEARTH_DEVICE, else the app setting `device`, else auto.
-        let choice = std::env::var("HEARTH_DEVICE").ok().or_else(|| self.store.app_setting(DEVICE_KEY).ok().flatten()).unwrap_or_default();
+        let choice = std::env::var("HEARTH_DEVICE")
+            .ok()
+            .or_else(|| self.store.app_setting(DEVICE_KEY).ok().flatten())
+            .unwrap_or_default();
         let opened = catch_unwind(|| {
             test_panic_hook(path.file_name().and_then(|n| n.to_str()).unwrap_or(""));
-            choice.parse::<hearth_engine::DeviceChoice>().and_then(|c| c.open()).and_then(|device| Engine::open_on(&path, &device))
+            choice
+                .parse::<hearth_engine::DeviceChoice>()
+                .and_then(|c| c.open())
+                .and_then(|device| Engine::open_on(&path, &device))
         })
-        .unwrap_or_else(|panic| Err(EngineError::CorruptModel { path: path.clone(), reason: format!("opening it failed inside Hearth: {}", panic_message(&*panic)) }));
+        .unwrap_or_else(|panic| {
+            Err(EngineError::CorruptModel {
+                path: path.clone(),
+                reason: format!("opening it failed inside Hearth: {}", panic_message(&*panic)),
+            })
+        });
         match opened {
             Ok(engine) => {
                 let config = engine.model().config();
@@ -442,7 +490,11 @@ impl WorkerThread {
                     reasoning: engine.reasoning().map(Into::into),
                 };
                 let size = engine.file_fingerprint().map_or(0, |(size, _)| size as i64);
-                if let Err(e) = self.store.record_model(&shown, &name, size).and_then(|_| self.store.set_app_setting(LAST_MODEL_KEY, &shown)) {
+                if let Err(e) = self
+                    .store
+                    .record_model(&shown, &name, size)
+                    .and_then(|_| self.store.set_app_setting(LAST_MODEL_KEY, &shown))
+                {
                     tracing::warn!("cannot record the model as recent: {e}");
                 }
                 let engine = Arc::new(engine);
@@ -474,7 +526,8 @@ impl WorkerThread {
             Ok(s) => s,
             Err(e) => return tracing::warn!("cannot hash the model file: {e}"),
         };
-        let (engine, stop, shared, path) = (engine.clone(), self.stop_hashing.clone(), self.shared.clone(), path.to_string());
+        let (engine, stop, shared, path) =
+            (engine.clone(), self.stop_hashing.clone(), self.shared.clone(), path.to_string());
         shared.queue.lock().unwrap_or_else(|e| e.into_inner()).hashing += 1;
         let hashing = move || {
             crate::priority::lower_this_thread();
@@ -488,7 +541,9 @@ impl WorkerThread {
                 }
                 Ok(Some(_)) => tracing::warn!("the model file changed while it was hashed; not remembering its hash"),
                 Ok(None) => {}
-                Err(e) => tracing::warn!("cannot hash the model file (its caches will not be reused after a restart): {e}"),
+                Err(e) => {
+                    tracing::warn!("cannot hash the model file (its caches will not be reused after a restart): {e}")
+                }
             }
             shared.queue.lock().unwrap_or_else(|e| e.into_inner()).hashing -= 1;
         };
@@ -504,7 +559,11 @@ pub const LAST_MODEL_KEY: &str = "last_model";
 
 /// The text of a caught panic.
 fn panic_message(panic: &(dyn Any + Send)) -> String {
-    panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_else(|| "unknown panic".into())
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
 }
 
 /// Test-only: with `HEARTH_TEST_PANIC` set, a reply whose last message is
@@ -516,4 +575,3 @@ fn test_panic_hook(subject: &str) {
         panic!("injected by HEARTH_TEST_PANIC");
     }
 }
-

@@ -77,7 +77,8 @@ impl Queue {
     /// Whether the conversation has a reply queued, running, or streaming
     /// from a remote endpoint.
     pub fn busy(&self, conversation_id: i64) -> bool {
-        self.active.iter().chain(&self.remote).any(|(c, _)| *c == conversation_id) || self.jobs.iter().any(|j| j.job.conversation_id == conversation_id)
+        self.active.iter().chain(&self.remote).any(|(c, _)| *c == conversation_id)
+            || self.jobs.iter().any(|j| j.job.conversation_id == conversation_id)
     }
 }
 

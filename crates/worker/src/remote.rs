@@ -71,14 +71,20 @@ impl Drop for RemoteActive {
 pub(crate) fn run(job: ReplyJob, target: RemoteTarget, store: Store, cancel: CancellationToken, shared: Arc<Shared>) {
     let active = RemoteActive { shared, conversation_id: job.conversation_id };
     let written = std::sync::Mutex::new(String::new());
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stream(&job, &target, &store, &cancel, active, &written)));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        stream(&job, &target, &store, &cancel, active, &written)
+    }));
     if let Err(panic) = outcome {
         let message = crate::panic_message(&*panic);
         tracing::error!("remote reply {} panicked: {message}", job.reply_id);
-        let error = AppError::new(ErrorKind::Internal, format!("this reply stopped on an internal error ({message}); other conversations are unaffected"));
+        let error = AppError::new(
+            ErrorKind::Internal,
+            format!("this reply stopped on an internal error ({message}); other conversations are unaffected"),
+        );
         let text = written.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let status = if text.is_empty() { MessageStatus::Error } else { MessageStatus::Interrupted };
-        let stats = ReplyStats { finish_reason: "error".into(), error: Some(error.message.clone()), ..Default::default() };
+        let stats =
+            ReplyStats { finish_reason: "error".into(), error: Some(error.message.clone()), ..Default::default() };
         if let Err(e) = store.update_reply(job.reply_id, &text, status, Some(&stats)) {
             tracing::error!("cannot record a failed reply: {e}");
         }
@@ -86,7 +92,14 @@ pub(crate) fn run(job: ReplyJob, target: RemoteTarget, store: Store, cancel: Can
     }
 }
 
-fn stream(job: &ReplyJob, target: &RemoteTarget, store: &Store, cancel: &CancellationToken, active: RemoteActive, written: &std::sync::Mutex<String>) {
+fn stream(
+    job: &ReplyJob,
+    target: &RemoteTarget,
+    store: &Store,
+    cancel: &CancellationToken,
+    active: RemoteActive,
+    written: &std::sync::Mutex<String>,
+) {
     (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
     let request = chat_request(job, &target.model);
     let mut unsent = Unsent::default();
@@ -122,12 +135,14 @@ fn stream(job: &ReplyJob, target: &RemoteTarget, store: &Store, cancel: &Cancell
                 temperature: Some(settings.temperature),
                 ..Default::default()
             };
-            let status = if done.finish_reason == "cancelled" { MessageStatus::Interrupted } else { MessageStatus::Complete };
+            let status =
+                if done.finish_reason == "cancelled" { MessageStatus::Interrupted } else { MessageStatus::Complete };
             test_panic_hook(&text);
             (status, stats, None)
         }
         Err(e) => {
-            let error = AppError::new(ErrorKind::Remote, format!("{} ({}): {e}", target.model, target.endpoint.base_url));
+            let error =
+                AppError::new(ErrorKind::Remote, format!("{} ({}): {e}", target.model, target.endpoint.base_url));
             // What came before a dropped connection stays, as interrupted.
             let reason = if matches!(e, RemoteError::Dropped(_)) && !text.is_empty() { "interrupted" } else { "error" };
             let stats = ReplyStats {
@@ -140,13 +155,17 @@ fn stream(job: &ReplyJob, target: &RemoteTarget, store: &Store, cancel: &Cancell
             (status, stats, Some(error))
         }
     };
-    let saved = store.update_reply(job.reply_id, &text, status, Some(&stats)).and_then(|()| store.clear_token_choices(job.reply_id));
+    let saved = store
+        .update_reply(job.reply_id, &text, status, Some(&stats))
+        .and_then(|()| store.clear_token_choices(job.reply_id));
     // Free before anyone hears it ended, so a next message is not refused as busy.
     drop(active);
     match (error, saved) {
         (Some(error), _) => (job.events)(GenerationEvent::Error { error }),
         (None, Err(e)) => (job.events)(GenerationEvent::Error { error: e.into() }),
-        (None, Ok(())) => (job.events)(GenerationEvent::Finished { reason: stats.finish_reason.clone(), stats, others: Vec::new() }),
+        (None, Ok(())) => {
+            (job.events)(GenerationEvent::Finished { reason: stats.finish_reason.clone(), stats, others: Vec::new() })
+        }
     }
 }
 

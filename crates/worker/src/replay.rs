@@ -25,12 +25,13 @@ impl WorkerThread {
         let Queued { job, cancel } = queued;
         let active = ActiveJob { shared: self.shared.clone(), conversation_id: job.conversation_id };
         let record = job.replay.clone().expect("a replay job carries its record");
-        let result = catch_unwind(AssertUnwindSafe(|| self.run_replay(&job, &record, &cancel))).unwrap_or_else(|panic| {
-            let message = panic_message(&*panic);
-            tracing::error!("replay of reply {} panicked: {message}", job.reply_id);
-            self.caches.forget(job.conversation_id);
-            Err(AppError::new(ErrorKind::Internal, format!("the replay stopped on an internal error ({message})")))
-        });
+        let result =
+            catch_unwind(AssertUnwindSafe(|| self.run_replay(&job, &record, &cancel))).unwrap_or_else(|panic| {
+                let message = panic_message(&*panic);
+                tracing::error!("replay of reply {} panicked: {message}", job.reply_id);
+                self.caches.forget(job.conversation_id);
+                Err(AppError::new(ErrorKind::Internal, format!("the replay stopped on an internal error ({message})")))
+            });
         drop(active);
         if let Some(engine) = self.engine.clone() {
             self.caches.save_pending(&engine);
@@ -41,17 +42,26 @@ impl WorkerThread {
         });
     }
 
-    fn run_replay(&mut self, job: &ReplyJob, record: &ReplayRecord, cancel: &CancellationToken) -> Result<ReplayOutcome, AppError> {
+    fn run_replay(
+        &mut self,
+        job: &ReplyJob,
+        record: &ReplayRecord,
+        cancel: &CancellationToken,
+    ) -> Result<ReplayOutcome, AppError> {
         let engine = self.loaded_engine()?;
         (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
         let cannot = |why: String| AppError::new(ErrorKind::CannotReplay, why);
         let Some(recorded_model) = &record.model_sha256 else {
-            return Err(cannot("this reply was written before its model file was hashed, so which file wrote it is not known".into()));
+            return Err(cannot(
+                "this reply was written before its model file was hashed, so which file wrote it is not known".into(),
+            ));
         };
         let model_sha256 = match engine.file_sha256() {
             Some(h) => h.to_string(),
             // Still hashing in the background: hash now rather than guess.
-            None => engine.hash_file(&|| cancel.is_cancelled())?.ok_or_else(|| cannot("stopped while hashing the model file".into()))?,
+            None => engine
+                .hash_file(&|| cancel.is_cancelled())?
+                .ok_or_else(|| cannot("stopped while hashing the model file".into()))?,
         };
         if &model_sha256 != recorded_model {
             return Err(cannot(format!(
@@ -62,7 +72,11 @@ impl WorkerThread {
         }
         let mut notes = Vec::new();
         if record.engine_build != hearth_engine::BUILD_ID {
-            notes.push(format!("recorded by engine build {}, replayed by {}", record.engine_build, hearth_engine::BUILD_ID));
+            notes.push(format!(
+                "recorded by engine build {}, replayed by {}",
+                record.engine_build,
+                hearth_engine::BUILD_ID
+            ));
         }
         let device = hearth_engine::device::describe(engine.model().device());
         if record.device != device {
@@ -107,13 +121,15 @@ impl WorkerThread {
                 !cancel.is_cancelled()
             };
             let mut outcome = ReplayOutcome { recorded: record.tokens.len() as u32, notes, ..ReplayOutcome::default() };
-            let mut turn = match session.start_replay(engine.model(), engine.tokenizer(), &prompt, &passes, config, &mut progress) {
-                Err(EngineError::Stopped) => {
-                    outcome.stopped = true;
-                    return Ok(outcome);
-                }
-                started => started?,
-            };
+            let mut turn =
+                match session.start_replay(engine.model(), engine.tokenizer(), &prompt, &passes, config, &mut progress)
+                {
+                    Err(EngineError::Stopped) => {
+                        outcome.stopped = true;
+                        return Ok(outcome);
+                    }
+                    started => started?,
+                };
             outcome.processed_tokens = turn.stats().processed_tokens as u32;
             let mut produced: Vec<u32> = Vec::new();
             let mut unsent = Unsent::default();
@@ -149,7 +165,9 @@ impl WorkerThread {
             Some(original) => self.caches.put(job.conversation_id, original, context, false),
             // A cold conversation keeps what the replay computed: the same
             // cache its reply was written from.
-            None if outcome.as_ref().is_ok_and(|o| o.matched) => self.caches.put(job.conversation_id, session, context, true),
+            None if outcome.as_ref().is_ok_and(|o| o.matched) => {
+                self.caches.put(job.conversation_id, session, context, true)
+            }
             None => {}
         }
         outcome

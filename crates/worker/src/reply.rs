@@ -54,7 +54,13 @@ pub struct Request {
 
 impl ReplyJob {
     /// A reply from scratch: no prefix, no variants, not a replay.
-    pub fn new(conversation_id: i64, reply_id: i64, messages: Vec<ChatMessage>, settings: ConversationSettings, events: EventSink) -> Self {
+    pub fn new(
+        conversation_id: i64,
+        reply_id: i64,
+        messages: Vec<ChatMessage>,
+        settings: ConversationSettings,
+        events: EventSink,
+    ) -> Self {
         Self {
             conversation_id,
             reply_id,
@@ -72,8 +78,18 @@ impl ReplyJob {
 
     /// A reply to an API request: `sequences` (1–8) sampled from one
     /// prompt as one batch, like "Generate N".
-    pub fn for_request(messages: Vec<ChatMessage>, settings: ConversationSettings, sequences: usize, request: Request, events: EventSink) -> Self {
-        Self { variant_ids: vec![0; sequences.clamp(1, 8) - 1], request: Some(request), ..Self::new(0, 0, messages, settings, events) }
+    pub fn for_request(
+        messages: Vec<ChatMessage>,
+        settings: ConversationSettings,
+        sequences: usize,
+        request: Request,
+        events: EventSink,
+    ) -> Self {
+        Self {
+            variant_ids: vec![0; sequences.clamp(1, 8) - 1],
+            request: Some(request),
+            ..Self::new(0, 0, messages, settings, events)
+        }
     }
 
     /// Whether the reply is a conversation's, written to the database.
@@ -138,7 +154,11 @@ impl WorkerThread {
             Ok(done) => {
                 let mut saved = Ok(());
                 for (id, d) in job.reply_ids().into_iter().zip(&done).filter(|_| job.stored()) {
-                    let status = if d.reason == FinishReason::Cancelled { MessageStatus::Interrupted } else { MessageStatus::Complete };
+                    let status = if d.reason == FinishReason::Cancelled {
+                        MessageStatus::Interrupted
+                    } else {
+                        MessageStatus::Complete
+                    };
                     saved = saved.and(self.store.update_reply(id, &d.text, status, Some(&d.stats)));
                     // A reply continued from text it has no tokens for
                     // would show choices that do not line up with it.
@@ -151,7 +171,9 @@ impl WorkerThread {
                 }
                 // A conversation remembers the model that replied in it.
                 if let (true, Some(engine)) = (job.stored(), &self.engine) {
-                    saved = saved.and(self.store.set_conversation_model(job.conversation_id, &engine.path().display().to_string()));
+                    saved = saved.and(
+                        self.store.set_conversation_model(job.conversation_id, &engine.path().display().to_string()),
+                    );
                 }
                 // Saved before the reply is reported done, so an app closed
                 // right after still finds its cache.
@@ -168,10 +190,18 @@ impl WorkerThread {
                 }
             }
             Err(error) => {
-                let stats = ReplyStats { finish_reason: "error".into(), error: Some(error.message.clone()), ..Default::default() };
+                let stats = ReplyStats {
+                    finish_reason: "error".into(),
+                    error: Some(error.message.clone()),
+                    ..Default::default()
+                };
                 for (id, text) in job.reply_ids().into_iter().zip(texts).filter(|_| job.stored()) {
                     let status = if text.is_empty() { MessageStatus::Error } else { MessageStatus::Interrupted };
-                    if let Err(e) = self.store.update_reply(id, text, status, Some(&stats)).and_then(|()| self.store.clear_token_choices(id)) {
+                    if let Err(e) = self
+                        .store
+                        .update_reply(id, text, status, Some(&stats))
+                        .and_then(|()| self.store.clear_token_choices(id))
+                    {
                         tracing::error!("cannot record a failed reply: {e}");
                     }
                 }
@@ -182,7 +212,12 @@ impl WorkerThread {
 
     /// Runs one reply and its variants, keeping what each has written so far
     /// in `written` (which starts as the job's prefix).
-    fn generate(&mut self, job: &ReplyJob, cancel: &CancellationToken, written: &mut [Written]) -> Result<Vec<Finished>, AppError> {
+    fn generate(
+        &mut self,
+        job: &ReplyJob,
+        cancel: &CancellationToken,
+        written: &mut [Written],
+    ) -> Result<Vec<Finished>, AppError> {
         let engine = self.loaded_engine()?;
         (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
         test_panic_hook(job.messages.last().map_or("", |m| m.content.as_str()));
@@ -205,7 +240,15 @@ impl WorkerThread {
                 !cancel.is_cancelled()
             };
             let stop = || cancel.is_cancelled();
-            let mut turn = match session.start_turn_observed(engine.model(), engine.tokenizer(), &prompt, config, n, &mut progress, &stop) {
+            let mut turn = match session.start_turn_observed(
+                engine.model(),
+                engine.tokenizer(),
+                &prompt,
+                config,
+                n,
+                &mut progress,
+                &stop,
+            ) {
                 Err(EngineError::Stopped) => return Ok(vec![Finished::stopped_before_start(&job.prefix); n]),
                 started => started?,
             };
@@ -250,12 +293,14 @@ impl WorkerThread {
         }
         outcome
     }
-
 }
 
 /// The sampler's configuration for a reply under `s`, and the seed it
 /// samples with (the settings', or a fresh one).
-pub(super) fn generation_config(engine: &hearth_engine::Engine, s: &ConversationSettings) -> (hearth_engine::GenerationConfig, u32) {
+pub(super) fn generation_config(
+    engine: &hearth_engine::Engine,
+    s: &ConversationSettings,
+) -> (hearth_engine::GenerationConfig, u32) {
     let seed = s.seed.unwrap_or_else(random_seed);
     let sampling = SamplingParams {
         temperature: s.temperature,
@@ -297,7 +342,13 @@ pub(super) struct RunRecord<'a> {
 /// Each sequence of a finished turn as a reply to store: its text, stats,
 /// replay record (variant b sampled with the seed + b) and token choices.
 /// `written`: each sequence's choices and thinking, as `Written` kept them.
-pub(super) fn finished_replies(engine: &hearth_engine::Engine, job: &ReplyJob, run: &RunRecord, out: &hearth_engine::TurnOutput, written: &mut [Written]) -> Vec<Finished> {
+pub(super) fn finished_replies(
+    engine: &hearth_engine::Engine,
+    job: &ReplyJob,
+    run: &RunRecord,
+    out: &hearth_engine::TurnOutput,
+    written: &mut [Written],
+) -> Vec<Finished> {
     let s = &job.settings;
     let st = &out.stats;
     let decode_s = st.decode_time.as_secs_f64();
@@ -359,13 +410,19 @@ pub(super) fn finished_replies(engine: &hearth_engine::Engine, job: &ReplyJob, r
 /// The prompt's token ids for `job` under `settings`: the conversation
 /// fitted into its context by the overflow policy, then the reply's text so
 /// far; with the context and how many messages were left out.
-pub fn prompt_ids(engine: &hearth_engine::Engine, job: &ReplyJob, settings: &ConversationSettings) -> Result<(Vec<u32>, usize, usize), AppError> {
+pub fn prompt_ids(
+    engine: &hearth_engine::Engine,
+    job: &ReplyJob,
+    settings: &ConversationSettings,
+) -> Result<(Vec<u32>, usize, usize), AppError> {
     let (context, reserve) = crate::context::window(settings, engine.model().config().context_length);
     let (mut prompt, dropped) = match job.request.as_ref().and_then(|r| r.raw_prompt.as_deref()) {
         Some(text) => (engine.tokenizer().encode(text, true, false)?, 0),
         None => {
             let thinking = Some(settings.thinking);
-            let fitted = crate::context::fit(&job.messages, settings.overflow, context, reserve, |m| engine.encode_chat_with(m, thinking).map(|ids| ids.len()))?;
+            let fitted = crate::context::fit(&job.messages, settings.overflow, context, reserve, |m| {
+                engine.encode_chat_with(m, thinking).map(|ids| ids.len())
+            })?;
             (engine.encode_chat_with(&fitted.messages, thinking)?, fitted.dropped)
         }
     };
@@ -407,7 +464,15 @@ impl Written {
     /// Starting from what the reply already has.
     pub fn new(job: &ReplyJob) -> Self {
         let unsent = Unsent { top_logprobs: job.request.as_ref().and_then(|r| r.logprobs), ..Unsent::default() };
-        Self { text: job.prefix.clone(), choices: job.prefix_choices.clone(), unsent, thinking: None, tokens: 0, first_token: None, thought: None }
+        Self {
+            text: job.prefix.clone(),
+            choices: job.prefix_choices.clone(),
+            unsent,
+            thinking: None,
+            tokens: 0,
+            first_token: None,
+            thought: None,
+        }
     }
 
     /// Follows the reply's thinking, where the model's template marks it.
@@ -432,7 +497,9 @@ impl Written {
         if let Some(lp) = &e.logprobs {
             let choice = TokenChoice { id: e.token, logprob: lp.logprob, top: lp.top.clone() };
             if let Some(k) = self.unsent.top_logprobs {
-                self.unsent.choices.push(TokenChoice { top: choice.top.iter().take(k).cloned().collect(), ..choice.clone() });
+                self.unsent
+                    .choices
+                    .push(TokenChoice { top: choice.top.iter().take(k).cloned().collect(), ..choice.clone() });
             }
             self.choices.push(choice);
         }
@@ -460,7 +527,10 @@ fn thinking_tracker(format: &hearth_engine::ReasoningFormat, job: &ReplyJob) -> 
 pub(super) fn internal_error(job: &ReplyJob, panic: &(dyn std::any::Any + Send)) -> AppError {
     let message = panic_message(panic);
     tracing::error!("reply {} in conversation {} panicked: {message}", job.reply_id, job.conversation_id);
-    AppError::new(ErrorKind::Internal, format!("this reply stopped on an internal error ({message}); other conversations are unaffected"))
+    AppError::new(
+        ErrorKind::Internal,
+        format!("this reply stopped on an internal error ({message}); other conversations are unaffected"),
+    )
 }
 
 /// How long generated tokens may wait to be sent with the ones after them.
@@ -532,11 +602,19 @@ mod tests {
     use super::*;
 
     fn format(opened_by_prompt: bool) -> hearth_engine::ReasoningFormat {
-        hearth_engine::ReasoningFormat { open: "<think>".into(), close: "</think>".into(), switch: None, opened_by_prompt }
+        hearth_engine::ReasoningFormat {
+            open: "<think>".into(),
+            close: "</think>".into(),
+            switch: None,
+            opened_by_prompt,
+        }
     }
 
     fn job(prefix: &str) -> ReplyJob {
-        ReplyJob { prefix: prefix.into(), ..ReplyJob::new(1, 2, Vec::new(), ConversationSettings::default(), Box::new(|_| {})) }
+        ReplyJob {
+            prefix: prefix.into(),
+            ..ReplyJob::new(1, 2, Vec::new(), ConversationSettings::default(), Box::new(|_| {}))
+        }
     }
 
     fn token(text: &str) -> TokenEvent {

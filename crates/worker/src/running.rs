@@ -13,7 +13,10 @@ use hearth_store::MessageStatus;
 use tokio_util::sync::CancellationToken;
 
 use super::queue::{ActiveJob, Queued};
-use super::reply::{finished_replies, internal_error, job_config, prompt_ids, record_passes, Finished, ReplyJob, RunRecord, Written, FLUSH_INTERVAL, FLUSH_TOKENS};
+use super::reply::{
+    finished_replies, internal_error, job_config, prompt_ids, record_passes, Finished, ReplyJob, RunRecord, Written,
+    FLUSH_INTERVAL, FLUSH_TOKENS,
+};
 use super::{test_panic_hook, WorkerThread};
 use crate::error::AppError;
 use crate::events::GenerationEvent;
@@ -92,7 +95,10 @@ impl WorkerThread {
     }
 
     #[allow(clippy::type_complexity)]
-    fn start(&mut self, job: &ReplyJob) -> Result<(Arc<Engine>, i64, OwnedTurn, Vec<u32>, usize, usize, u32), AppError> {
+    fn start(
+        &mut self,
+        job: &ReplyJob,
+    ) -> Result<(Arc<Engine>, i64, OwnedTurn, Vec<u32>, usize, usize, u32), AppError> {
         let engine = self.loaded_engine()?;
         (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
         test_panic_hook(job.messages.last().map_or("", |m| m.content.as_str()));
@@ -220,7 +226,9 @@ impl WorkerThread {
             other => other?,
         };
         match advanced {
-            Advance::Prefill(p) => (r.job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 }),
+            Advance::Prefill(p) => {
+                (r.job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 })
+            }
             Advance::Tokens(events) => {
                 r.unsaved += events.len();
                 for e in &events {
@@ -252,7 +260,13 @@ impl WorkerThread {
                     (Ok(()), Err(e)) => Err(e.into()),
                     (Ok(()), Ok(None)) => Ok(vec![Finished::stopped_before_start(&r.job.prefix)]),
                     (Ok(()), Ok(Some(out))) => {
-                        let run = RunRecord { prompt: &r.prompt, passes, context: r.context, dropped: r.dropped, seed: r.seed };
+                        let run = RunRecord {
+                            prompt: &r.prompt,
+                            passes,
+                            context: r.context,
+                            dropped: r.dropped,
+                            seed: r.seed,
+                        };
                         Ok(finished_replies(&r.engine, &r.job, &run, &out, std::slice::from_mut(&mut r.written)))
                     }
                 }

@@ -157,20 +157,30 @@ fn a_bundle_without_its_model_imports_the_text_and_says_the_cache_was_skipped() 
     let b = folder(&hearth_engine::paths::default_model_path());
     let imported = b.worker.import_bundle(&b.store, &other).unwrap();
     assert_eq!(imported.cache, CacheImport::Skipped);
-    assert!(imported.cache_note.as_deref().unwrap().contains("another model (Qwen3-0.6B-Q4_K_M.gguf)"), "{:?}", imported.cache_note);
+    assert!(
+        imported.cache_note.as_deref().unwrap().contains("another model (Qwen3-0.6B-Q4_K_M.gguf)"),
+        "{:?}",
+        imported.cache_note
+    );
     assert_eq!(b.store.thread(imported.report.imported[0]).unwrap().len(), 2);
 
     // Saved caches turned off: the text, not the cache.
     let off = folder(&hearth_engine::paths::default_model_path());
     off.worker.set_budgets(hearth_worker::CacheBudgets { memory_mb: 512, disk_mb: 0 });
     let imported = off.worker.import_bundle(&off.store, &bundle).unwrap();
-    assert_eq!((imported.cache, imported.cache_note.as_deref()), (CacheImport::Skipped, Some("saved caches are turned off (disk budget 0)")));
+    assert_eq!(
+        (imported.cache, imported.cache_note.as_deref()),
+        (CacheImport::Skipped, Some("saved caches are turned off (disk budget 0)"))
+    );
     assert_eq!(conversation_count(&off.store), 1);
 
     // The same conversation again adds nothing, nor its cache.
     let again = b.worker.import_bundle(&b.store, &bundle).unwrap();
     assert_eq!((again.report.imported.len(), again.report.skipped_duplicates), (0, 1));
-    assert_eq!((again.cache, again.cache_note.as_deref()), (CacheImport::Skipped, Some("this conversation is already here")));
+    assert_eq!(
+        (again.cache, again.cache_note.as_deref()),
+        (CacheImport::Skipped, Some("this conversation is already here"))
+    );
     assert_eq!(conversation_count(&b.store), 1);
 }
 
@@ -190,7 +200,8 @@ fn rewrite(from: &Path, to: PathBuf, edit: impl Fn(&str, Vec<u8>) -> Vec<u8>) ->
 
 fn write_zip(to: &Path, members: Vec<(String, Vec<u8>)>) {
     let mut w = zip::ZipWriter::new(std::fs::File::create(to).unwrap());
-    let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated).large_file(true);
+    let opts =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated).large_file(true);
     for (name, bytes) in members {
         w.start_file(name, opts).unwrap();
         w.write_all(&bytes).unwrap();
@@ -232,14 +243,69 @@ fn hostile_and_broken_bundles_are_refused_and_change_nothing() {
     let bomb = vec![b' '; 300 << 20];
 
     let cases: Vec<(PathBuf, &str)> = vec![
-        (case("zip-slip", vec![("bundle.json", manifest.clone()), ("conversation.json", conversation.clone()), ("../../evil.json", b"{}".to_vec())]), "\"../../evil.json\", which is not part of a bundle"),
-        (case("absolute", vec![("/etc/cron.d/evil", b"x".to_vec()), ("bundle.json", manifest.clone()), ("conversation.json", conversation.clone())]), "\"/etc/cron.d/evil\", which is not part of a bundle"),
-        (case("big-manifest", vec![("bundle.json", vec![b' '; 2 << 20]), ("conversation.json", conversation.clone())]), "\"bundle.json\" is 2 MB; the limit is 1 MB"),
-        (case("bomb", vec![("bundle.json", manifest.clone()), ("conversation.json", bomb)]), "\"conversation.json\" is 300 MB; the limit is 256 MB"),
-        (case("newer", vec![("bundle.json", serde_json::to_vec(&newer).unwrap()), ("conversation.json", conversation.clone()), ("cache.session", cache.clone())]), "newer Hearth"),
-        (case("no-conversation", vec![("bundle.json", manifest.clone()), ("cache.session", cache.clone())]), "no conversation.json"),
-        (case("bad-json", vec![("bundle.json", manifest.clone()), ("conversation.json", b"{\"format\": \"hearth-conversation\"".to_vec()), ("cache.session", cache.clone())]), "not JSON"),
-        (case("no-cache", vec![("bundle.json", manifest.clone()), ("conversation.json", conversation.clone())]), "manifest and its cache disagree"),
+        (
+            case(
+                "zip-slip",
+                vec![
+                    ("bundle.json", manifest.clone()),
+                    ("conversation.json", conversation.clone()),
+                    ("../../evil.json", b"{}".to_vec()),
+                ],
+            ),
+            "\"../../evil.json\", which is not part of a bundle",
+        ),
+        (
+            case(
+                "absolute",
+                vec![
+                    ("/etc/cron.d/evil", b"x".to_vec()),
+                    ("bundle.json", manifest.clone()),
+                    ("conversation.json", conversation.clone()),
+                ],
+            ),
+            "\"/etc/cron.d/evil\", which is not part of a bundle",
+        ),
+        (
+            case(
+                "big-manifest",
+                vec![("bundle.json", vec![b' '; 2 << 20]), ("conversation.json", conversation.clone())],
+            ),
+            "\"bundle.json\" is 2 MB; the limit is 1 MB",
+        ),
+        (
+            case("bomb", vec![("bundle.json", manifest.clone()), ("conversation.json", bomb)]),
+            "\"conversation.json\" is 300 MB; the limit is 256 MB",
+        ),
+        (
+            case(
+                "newer",
+                vec![
+                    ("bundle.json", serde_json::to_vec(&newer).unwrap()),
+                    ("conversation.json", conversation.clone()),
+                    ("cache.session", cache.clone()),
+                ],
+            ),
+            "newer Hearth",
+        ),
+        (
+            case("no-conversation", vec![("bundle.json", manifest.clone()), ("cache.session", cache.clone())]),
+            "no conversation.json",
+        ),
+        (
+            case(
+                "bad-json",
+                vec![
+                    ("bundle.json", manifest.clone()),
+                    ("conversation.json", b"{\"format\": \"hearth-conversation\"".to_vec()),
+                    ("cache.session", cache.clone()),
+                ],
+            ),
+            "not JSON",
+        ),
+        (
+            case("no-cache", vec![("bundle.json", manifest.clone()), ("conversation.json", conversation.clone())]),
+            "manifest and its cache disagree",
+        ),
         (truncated, "not a zip archive"),
         (not_zip, "not a zip archive"),
     ];
@@ -253,7 +319,10 @@ fn hostile_and_broken_bundles_are_refused_and_change_nothing() {
     }
 
     // A damaged cache costs only the cache: the text comes in, the cache is skipped.
-    let torn = case("torn-cache", vec![("bundle.json", manifest), ("conversation.json", conversation), ("cache.session", torn_cache)]);
+    let torn = case(
+        "torn-cache",
+        vec![("bundle.json", manifest), ("conversation.json", conversation), ("cache.session", torn_cache)],
+    );
     let imported = b.worker.import_bundle(&b.store, &torn).unwrap();
     assert_eq!(imported.cache, CacheImport::Skipped);
     assert!(imported.cache_note.as_deref().unwrap().contains("damaged"), "{:?}", imported.cache_note);

@@ -25,7 +25,8 @@ fn turn(store: &Store, worker: &Worker, c: i64, text: &str) {
         })
         .collect();
     history.push(ChatMessage::user(text));
-    let u = store.add_message(c, thread.last().map(|t| t.message.id), Role::User, text, MessageStatus::Complete).unwrap();
+    let u =
+        store.add_message(c, thread.last().map(|t| t.message.id), Role::User, text, MessageStatus::Complete).unwrap();
     let reply = store.add_message(c, Some(u.id), Role::Assistant, "", MessageStatus::Streaming).unwrap().id;
     let (tx, rx) = mpsc::channel();
     let settings = ConversationSettings { temperature: 0.0, max_new_tokens: 16, ..Default::default() };
@@ -90,7 +91,13 @@ fn a_bundle_exported_while_a_cache_is_saved_holds_it_before_or_after_never_half(
         // One export came while the append was held open, and waited for it.
         assert!(longest >= Duration::from_millis(200), "the longest export took {longest:?}");
         for copy in &copies {
-            assert!(copy == &before || copy == &after, "a bundle held {} bytes of a cache that was {} bytes, then {}", copy.len(), before.len(), after.len());
+            assert!(
+                copy == &before || copy == &after,
+                "a bundle held {} bytes of a cache that was {} bytes, then {}",
+                copy.len(),
+                before.len(),
+                after.len()
+            );
         }
         worker.export_bundle(&store, c, &out).unwrap();
         assert_eq!(cache_member(&out).as_ref(), Some(&after));

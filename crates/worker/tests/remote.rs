@@ -22,7 +22,8 @@ fn endpoint(chunks: Vec<String>, gap: Duration) -> hearth_remote::Endpoint {
             let Ok(mut stream) = stream else { continue };
             let mut buf = vec![0u8; 1 << 16];
             let _ = stream.read(&mut buf);
-            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n");
+            let _ =
+                stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n");
             for c in &chunks {
                 if stream.write_all(format!("data: {c}\n\n").as_bytes()).is_err() {
                     break;
@@ -48,9 +49,20 @@ fn setup() -> (tempfile::TempDir, Store, Worker, i64, i64) {
     (dir, store, worker, c.id, r.id)
 }
 
-fn start(worker: &Worker, conversation: i64, reply: i64, endpoint: hearth_remote::Endpoint) -> mpsc::Receiver<GenerationEvent> {
+fn start(
+    worker: &Worker,
+    conversation: i64,
+    reply: i64,
+    endpoint: hearth_remote::Endpoint,
+) -> mpsc::Receiver<GenerationEvent> {
     let (tx, rx) = mpsc::channel();
-    let job = ReplyJob::new(conversation, reply, vec![ChatMessage::user("Hello?")], ConversationSettings::default(), Box::new(move |e| drop(tx.send(e))));
+    let job = ReplyJob::new(
+        conversation,
+        reply,
+        vec![ChatMessage::user("Hello?")],
+        ConversationSettings::default(),
+        Box::new(move |e| drop(tx.send(e))),
+    );
     worker.start_remote(job, RemoteTarget { endpoint, model: "m".into() }).unwrap();
     rx
 }
@@ -93,7 +105,10 @@ fn stop_ends_a_remote_reply_at_once_and_keeps_its_text() {
     assert!(worker.stop(c));
     let events = until_end(&rx);
     assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
-    assert!(matches!(events.last(), Some(GenerationEvent::Finished { reason, .. }) if reason == "cancelled"), "{events:?}");
+    assert!(
+        matches!(events.last(), Some(GenerationEvent::Finished { reason, .. }) if reason == "cancelled"),
+        "{events:?}"
+    );
     let saved = store.message(r).unwrap();
     assert_eq!(saved.status, MessageStatus::Interrupted);
     assert!(saved.content.starts_with("w0 "));

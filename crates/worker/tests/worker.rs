@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use hearth_worker::events::{GenerationEvent, ModelStatus};
-use hearth_worker::{CacheState, ReplyJob, Worker};
 use hearth_engine::ChatMessage;
 use hearth_store::{ConversationSettings, MessageStatus, Role, Store};
+use hearth_worker::events::{GenerationEvent, ModelStatus};
+use hearth_worker::{CacheState, ReplyJob, Worker};
 
 fn start() -> (tempfile::TempDir, Store, Worker) {
     let dir = tempfile::tempdir().unwrap();
@@ -31,7 +31,12 @@ fn reply_row(store: &Store, conversation: i64, text: &str) -> i64 {
     store.add_message(conversation, Some(u.id), Role::Assistant, "", MessageStatus::Streaming).unwrap().id
 }
 
-fn job(conversation: i64, reply: i64, messages: Vec<ChatMessage>, settings: ConversationSettings) -> (ReplyJob, mpsc::Receiver<GenerationEvent>) {
+fn job(
+    conversation: i64,
+    reply: i64,
+    messages: Vec<ChatMessage>,
+    settings: ConversationSettings,
+) -> (ReplyJob, mpsc::Receiver<GenerationEvent>) {
     let (tx, rx) = mpsc::channel();
     let job = ReplyJob::new(
         conversation,
@@ -59,7 +64,10 @@ fn collect(rx: &mpsc::Receiver<GenerationEvent>) -> Vec<GenerationEvent> {
 
 /// The text the token events carried.
 fn streamed(events: &[GenerationEvent]) -> String {
-    events.iter().filter_map(|e| if let GenerationEvent::Tokens { text, .. } = e { Some(text.as_str()) } else { None }).collect()
+    events
+        .iter()
+        .filter_map(|e| if let GenerationEvent::Tokens { text, .. } = e { Some(text.as_str()) } else { None })
+        .collect()
 }
 
 fn finished(events: &[GenerationEvent]) -> (String, hearth_store::ReplyStats) {
@@ -92,7 +100,8 @@ fn a_reply_streams_is_saved_and_the_next_turn_reuses_the_cache() {
     assert_eq!(store.conversation(c.id).unwrap().model_path.as_deref(), Some(model.as_str()));
 
     let reply2 = reply_row(&store, c.id, "And 3 + 3?");
-    let history = vec![ChatMessage::user("What is 2 + 2?"), ChatMessage::assistant(streamed), ChatMessage::user("And 3 + 3?")];
+    let history =
+        vec![ChatMessage::user("What is 2 + 2?"), ChatMessage::assistant(streamed), ChatMessage::user("And 3 + 3?")];
     let (j, rx) = job(c.id, reply2, history, greedy(16));
     worker.enqueue(j).unwrap();
     let (_, stats2) = finished(&collect(&rx));
@@ -120,7 +129,8 @@ fn stop_ends_a_reply_within_a_step_and_keeps_its_text() {
     assert!(worker.stop(c.id));
     let rest = collect(&rx);
     // What was generated before the stop may still be on its way, once.
-    let after_stop = rest.iter().filter(|e| matches!(e, GenerationEvent::Tokens { ids, .. } if !ids.is_empty())).count();
+    let after_stop =
+        rest.iter().filter(|e| matches!(e, GenerationEvent::Tokens { ids, .. } if !ids.is_empty())).count();
     assert!(after_stop <= 2, "{after_stop} token events came after the stop");
     let (reason, _) = finished(&rest);
     assert_eq!(reason, "cancelled");
@@ -149,7 +159,10 @@ fn conversations_stream_side_by_side_and_one_conversation_runs_one_reply() {
     finished(&eb);
     let a_so_far: Vec<GenerationEvent> = rxa.try_iter().collect();
     assert!(a_so_far.iter().any(|e| matches!(e, GenerationEvent::Tokens { .. })), "a streamed while b did");
-    assert!(!a_so_far.iter().any(|e| matches!(e, GenerationEvent::Finished { .. })), "b finished first: it ran beside a, not after it");
+    assert!(
+        !a_so_far.iter().any(|e| matches!(e, GenerationEvent::Finished { .. })),
+        "b finished first: it ran beside a, not after it"
+    );
     let (_, stats) = finished(&collect(&rxa));
     assert_eq!(stats.generated_tokens, 48);
 
@@ -164,7 +177,10 @@ fn conversations_stream_side_by_side_and_one_conversation_runs_one_reply() {
     }
     let last = collect(rxs.last().unwrap());
     let started = last.iter().position(|e| matches!(e, GenerationEvent::Started { .. })).unwrap();
-    let positions: Vec<u32> = last[..started].iter().filter_map(|e| if let GenerationEvent::Queued { position } = e { Some(*position) } else { None }).collect();
+    let positions: Vec<u32> = last[..started]
+        .iter()
+        .filter_map(|e| if let GenerationEvent::Queued { position } = e { Some(*position) } else { None })
+        .collect();
     assert_eq!(positions.last(), Some(&1), "{last:?}");
     for rx in &rxs[..rxs.len() - 1] {
         finished(&collect(rx));
@@ -177,7 +193,12 @@ fn a_prompt_longer_than_the_context_is_a_clear_error() {
     let c = store.create_conversation().unwrap();
     let reply = reply_row(&store, c.id, "long");
     let settings = ConversationSettings { context_length: 16, ..greedy(8) };
-    let (j, rx) = job(c.id, reply, vec![ChatMessage::user("this prompt is certainly longer than sixteen tokens once the template wraps it")], settings);
+    let (j, rx) = job(
+        c.id,
+        reply,
+        vec![ChatMessage::user("this prompt is certainly longer than sixteen tokens once the template wraps it")],
+        settings,
+    );
     worker.enqueue(j).unwrap();
     let events = collect(&rx);
     match events.last() {
@@ -199,9 +220,13 @@ fn a_bad_model_file_is_reported_in_words() {
     let bad = dir.path().join("bad.gguf");
     std::fs::write(&bad, b"GGUF but not really").unwrap();
     let (tx, rx) = mpsc::channel();
-    let worker = Worker::start(store.reopen().unwrap(), None, Box::new(move |s| {
-        let _ = tx.send(s.clone());
-    }));
+    let worker = Worker::start(
+        store.reopen().unwrap(),
+        None,
+        Box::new(move |s| {
+            let _ = tx.send(s.clone());
+        }),
+    );
     worker.load_model(bad);
     assert!(matches!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), ModelStatus::Loading { .. }));
     match rx.recv_timeout(Duration::from_secs(10)).unwrap() {
@@ -217,7 +242,9 @@ fn a_bad_model_file_is_reported_in_words() {
     let (j, rx) = job(c.id, reply, vec![ChatMessage::user("hi")], greedy(4));
     worker.enqueue(j).unwrap();
     let events = collect(&rx);
-    assert!(matches!(events.last(), Some(GenerationEvent::Error { error }) if error.kind == hearth_worker::error::ErrorKind::NoModel));
+    assert!(
+        matches!(events.last(), Some(GenerationEvent::Error { error }) if error.kind == hearth_worker::error::ErrorKind::NoModel)
+    );
 }
 
 #[test]
@@ -237,7 +264,11 @@ fn a_new_worker_continues_from_the_saved_cache() {
     worker.load_model(hearth_engine::paths::default_model_path());
     assert_eq!(worker.cache_states(&[c.id]), [(c.id, CacheState::Saved)]);
     let reply2 = reply_row(&store, c.id, "And 3 + 3?");
-    let history = vec![ChatMessage::user("What is 2 + 2?"), ChatMessage::assistant(store.message(reply).unwrap().content), ChatMessage::user("And 3 + 3?")];
+    let history = vec![
+        ChatMessage::user("What is 2 + 2?"),
+        ChatMessage::assistant(store.message(reply).unwrap().content),
+        ChatMessage::user("And 3 + 3?"),
+    ];
     let (j, rx) = job(c.id, reply2, history.clone(), greedy(16));
     worker.enqueue(j).unwrap();
     let events = collect(&rx);
@@ -269,7 +300,9 @@ fn caches_past_their_budgets_leave_memory_then_disk() {
     // A short chat's cache holds 256 positions of this model in f16: 5.6 MiB.
     worker.set_budgets(hearth_worker::CacheBudgets { memory_mb: 32, disk_mb: 1 });
     let mut ids = Vec::new();
-    for text in ["What is 2 + 2?", "Name a colour.", "Name a fruit.", "Name an animal.", "Name a city.", "Name a river."] {
+    for text in
+        ["What is 2 + 2?", "Name a colour.", "Name a fruit.", "Name an animal.", "Name a city.", "Name a river."]
+    {
         let c = store.create_conversation().unwrap();
         let reply = reply_row(&store, c.id, text);
         let (j, rx) = job(c.id, reply, vec![ChatMessage::user(text)], greedy(4));
@@ -284,7 +317,8 @@ fn caches_past_their_budgets_leave_memory_then_disk() {
     assert_eq!(states[0].1, CacheState::Cold, "{states:?}");
     assert_eq!(states.last().unwrap().1, CacheState::Warm, "{states:?}");
     // 1 MB of disk holds only the newest file (each is ~1 MB, kept because it is the newest).
-    let files: Vec<_> = std::fs::read_dir(dir.path().join("caches")).unwrap().flatten().map(|e| e.file_name()).collect();
+    let files: Vec<_> =
+        std::fs::read_dir(dir.path().join("caches")).unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(files, [std::ffi::OsString::from(format!("{}.session", ids.last().unwrap()))]);
 }
 
@@ -313,7 +347,10 @@ fn switching_back_to_another_version_reuses_its_cache() {
     back.push(ChatMessage::assistant(r2));
     back.push(ChatMessage::user("And 4 + 4?"));
     let (_, s4) = run(back);
-    assert!(s4.processed_tokens <= s4.prompt_tokens - s2.prompt_tokens, "version 1's turn is not run again: {s4:?} after {s2:?}");
+    assert!(
+        s4.processed_tokens <= s4.prompt_tokens - s2.prompt_tokens,
+        "version 1's turn is not run again: {s4:?} after {s2:?}"
+    );
 }
 
 /// The message (and model file name) that makes the worker panic in tests.
@@ -333,7 +370,9 @@ fn a_panicking_reply_fails_alone_and_the_next_conversation_streams() {
 
     let events = collect(&rxa);
     match events.last() {
-        Some(GenerationEvent::Error { error }) => assert!(error.message.contains("internal error"), "{}", error.message),
+        Some(GenerationEvent::Error { error }) => {
+            assert!(error.message.contains("internal error"), "{}", error.message)
+        }
         other => panic!("expected an error, got {other:?}"),
     }
     assert_eq!(store.message(reply_a).unwrap().status, MessageStatus::Error);
@@ -358,7 +397,9 @@ fn a_panic_while_a_reply_ends_still_ends_it_in_the_ui() {
     worker.enqueue(j).unwrap();
     let events = collect(&rx);
     match events.last() {
-        Some(GenerationEvent::Error { error }) => assert!(error.message.contains("internal error"), "{}", error.message),
+        Some(GenerationEvent::Error { error }) => {
+            assert!(error.message.contains("internal error"), "{}", error.message)
+        }
         other => panic!("expected an error, got {other:?}"),
     }
     // The worker goes on.
@@ -406,7 +447,9 @@ fn stop_a_quarter_into_the_second_prefill_chunk(variants: usize) {
     let reply = reply_row(&store, c.id, &long);
     let (mut j, rx) = job(c.id, reply, vec![ChatMessage::user(long.clone())], greedy(16));
     let parent = store.message(reply).unwrap().parent_id;
-    j.variant_ids = (0..variants).map(|_| store.add_message(c.id, parent, Role::Assistant, "", MessageStatus::Streaming).unwrap().id).collect();
+    j.variant_ids = (0..variants)
+        .map(|_| store.add_message(c.id, parent, Role::Assistant, "", MessageStatus::Streaming).unwrap().id)
+        .collect();
     worker.enqueue(j).unwrap();
     let mut progress = Vec::new();
     let mut began = std::time::Instant::now();
@@ -478,7 +521,13 @@ fn every_reply_records_what_produced_it() {
     let (_dir, store, worker) = start();
     let c = store.create_conversation().unwrap();
     let reply = reply_row(&store, c.id, "What is 2 + 2?");
-    let settings = ConversationSettings { temperature: 0.9, seed: Some(11), max_new_tokens: 24, stop_strings: vec!["zzz".into()], ..Default::default() };
+    let settings = ConversationSettings {
+        temperature: 0.9,
+        seed: Some(11),
+        max_new_tokens: 24,
+        stop_strings: vec!["zzz".into()],
+        ..Default::default()
+    };
     let (j, rx) = job(c.id, reply, vec![ChatMessage::user("What is 2 + 2?")], settings);
     worker.enqueue(j).unwrap();
     let events = collect(&rx);
@@ -499,7 +548,14 @@ fn every_reply_records_what_produced_it() {
 }
 
 /// Queues a replay of `reply` (whose prompt is `history`) and waits for its end.
-fn replay(worker: &Worker, store: &Store, conversation: i64, reply: i64, history: Vec<ChatMessage>, settings: ConversationSettings) -> Result<hearth_worker::events::ReplayOutcome, hearth_worker::error::AppError> {
+fn replay(
+    worker: &Worker,
+    store: &Store,
+    conversation: i64,
+    reply: i64,
+    history: Vec<ChatMessage>,
+    settings: ConversationSettings,
+) -> Result<hearth_worker::events::ReplayOutcome, hearth_worker::error::AppError> {
     let record = store.message(reply).unwrap().stats.unwrap().replay.expect("a replay record");
     let (mut j, rx) = job(conversation, reply, history, settings);
     j.replay = Some(record);
@@ -525,7 +581,11 @@ fn a_reply_replays_exactly_from_a_warm_a_restored_and_a_cold_cache() {
     worker.enqueue(j).unwrap();
     finished(&collect(&rx));
     let second = reply_row(&store, c.id, "And a fruit?");
-    let history = vec![ChatMessage::user("Name a colour."), ChatMessage::assistant(store.message(first).unwrap().content), ChatMessage::user("And a fruit?")];
+    let history = vec![
+        ChatMessage::user("Name a colour."),
+        ChatMessage::assistant(store.message(first).unwrap().content),
+        ChatMessage::user("And a fruit?"),
+    ];
     let (j, rx) = job(c.id, second, history.clone(), settings.clone());
     worker.enqueue(j).unwrap();
     let (_, stats) = finished(&collect(&rx));
@@ -544,7 +604,12 @@ fn a_reply_replays_exactly_from_a_warm_a_restored_and_a_cold_cache() {
     worker.load_model(hearth_engine::paths::default_model_path());
     let restored = replay(&worker, &store, c.id, second, history.clone(), settings.clone()).unwrap();
     assert!(restored.matched, "restored: {restored:?}");
-    assert!(restored.processed_tokens < stats.prompt_tokens / 2, "restored ran {} of {}", restored.processed_tokens, stats.prompt_tokens);
+    assert!(
+        restored.processed_tokens < stats.prompt_tokens / 2,
+        "restored ran {} of {}",
+        restored.processed_tokens,
+        stats.prompt_tokens
+    );
 
     // With no cache at all, every pass of the prompt runs again.
     drop(worker);
@@ -568,7 +633,9 @@ fn generate_n_writes_variants_from_one_prompt_each_with_its_cache() {
     let c = store.create_conversation().unwrap();
     let first = reply_row(&store, c.id, "Name a colour.");
     let parent = store.message(first).unwrap().parent_id;
-    let others: Vec<i64> = (0..2).map(|_| store.add_message(c.id, parent, Role::Assistant, "", MessageStatus::Streaming).unwrap().id).collect();
+    let others: Vec<i64> = (0..2)
+        .map(|_| store.add_message(c.id, parent, Role::Assistant, "", MessageStatus::Streaming).unwrap().id)
+        .collect();
     let settings = ConversationSettings { temperature: 1.0, seed: Some(21), max_new_tokens: 16, ..Default::default() };
     let history = vec![ChatMessage::user("Name a colour.")];
     let (mut j, rx) = job(c.id, first, history.clone(), settings.clone());
@@ -615,7 +682,12 @@ fn generate_n_writes_variants_from_one_prompt_each_with_its_cache() {
     let (j, rx) = job(c.id, next, more, settings);
     worker.enqueue(j).unwrap();
     let (_, stats) = finished(&collect(&rx));
-    assert!(stats.processed_tokens < 16, "picked variant: ran {} of {} prompt tokens", stats.processed_tokens, stats.prompt_tokens);
+    assert!(
+        stats.processed_tokens < 16,
+        "picked variant: ran {} of {} prompt tokens",
+        stats.processed_tokens,
+        stats.prompt_tokens
+    );
 }
 
 #[test]
@@ -659,9 +731,20 @@ fn each_token_keeps_its_alternatives_and_a_branch_from_one_runs_only_what_follow
 }
 
 /// Submits an API request and waits for its events.
-fn request(worker: &Worker, messages: Vec<ChatMessage>, settings: ConversationSettings, sequences: usize) -> Vec<GenerationEvent> {
+fn request(
+    worker: &Worker,
+    messages: Vec<ChatMessage>,
+    settings: ConversationSettings,
+    sequences: usize,
+) -> Vec<GenerationEvent> {
     let (tx, rx) = mpsc::channel();
-    let job = ReplyJob::for_request(messages, settings, sequences, hearth_worker::Request::default(), Box::new(move |e| drop(tx.send(e))));
+    let job = ReplyJob::for_request(
+        messages,
+        settings,
+        sequences,
+        hearth_worker::Request::default(),
+        Box::new(move |e| drop(tx.send(e))),
+    );
     worker.submit(job).unwrap();
     collect(&rx)
 }
@@ -682,7 +765,8 @@ fn api_requests_store_nothing_and_each_client_keeps_its_own_cache() {
     let (_, sb) = finished(&b);
     assert_eq!(sb.processed_tokens, sb.prompt_tokens, "{sb:?}");
     // A third shares a long system prompt with the second: it starts from a copy of it.
-    let long_system = ChatMessage::new(hearth_engine::Role::System, "You answer questions about mathematics. ".repeat(12));
+    let long_system =
+        ChatMessage::new(hearth_engine::Role::System, "You answer questions about mathematics. ".repeat(12));
     let (_, s3) = finished(&request(&worker, vec![long_system.clone(), user("What is a prime number?")], greedy(4), 1));
     let (_, s4) = finished(&request(&worker, vec![long_system, user("What is a square number?")], greedy(4), 1));
     assert_eq!(s3.processed_tokens, s3.prompt_tokens);
@@ -694,7 +778,12 @@ fn api_requests_store_nothing_and_each_client_keeps_its_own_cache() {
     assert!(s2.prompt_tokens - s2.processed_tokens >= s1.prompt_tokens, "{s1:?} {s2:?}");
 
     // Two sequences at once: both finish, with their stats.
-    let both = request(&worker, vec![user("Name a colour.")], ConversationSettings { temperature: 1.0, seed: Some(3), max_new_tokens: 6, ..Default::default() }, 2);
+    let both = request(
+        &worker,
+        vec![user("Name a colour.")],
+        ConversationSettings { temperature: 1.0, seed: Some(3), max_new_tokens: 6, ..Default::default() },
+        2,
+    );
     let Some(GenerationEvent::Finished { others, .. }) = both.last() else { panic!("{both:?}") };
     assert_eq!(others.len(), 1);
     assert!(both.iter().any(|e| matches!(e, GenerationEvent::Tokens { variant: 1, .. })));

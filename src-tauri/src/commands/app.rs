@@ -14,12 +14,14 @@ pub async fn app_startup_error(failure: State<'_, StartupFailure>) -> AppResult<
 /// Moves the database that failed to open aside (kept, renamed) and starts
 /// again with a fresh one. Returns where the old file went.
 #[tauri::command]
-pub async fn app_move_database_aside<R: Runtime>(app: AppHandle<R>, failure: State<'_, StartupFailure>) -> AppResult<String> {
+pub async fn app_move_database_aside<R: Runtime>(
+    app: AppHandle<R>,
+    failure: State<'_, StartupFailure>,
+) -> AppResult<String> {
     let mut current = failure.0.lock()?;
-    let database = current
-        .as_ref()
-        .and_then(|f| f.database.clone())
-        .ok_or_else(|| AppError::new(ErrorKind::InvalidSettings, "the database opened normally; there is nothing to move aside"))?;
+    let database = current.as_ref().and_then(|f| f.database.clone()).ok_or_else(|| {
+        AppError::new(ErrorKind::InvalidSettings, "the database opened normally; there is nothing to move aside")
+    })?;
     let moved = move_aside(std::path::Path::new(&database))?;
     match crate::manage_state(&app) {
         Ok(()) => {
@@ -29,7 +31,10 @@ pub async fn app_move_database_aside<R: Runtime>(app: AppHandle<R>, failure: Sta
         Err(again) => {
             let message = again.error.message.clone();
             *current = Some(again);
-            Err(AppError::new(ErrorKind::Storage, format!("moved the old database to {}, but a fresh one failed too: {message}", moved.display())))
+            Err(AppError::new(
+                ErrorKind::Storage,
+                format!("moved the old database to {}, but a fresh one failed too: {message}", moved.display()),
+            ))
         }
     }
 }

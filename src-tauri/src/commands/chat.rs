@@ -31,7 +31,11 @@ pub const MAX_VARIANTS: u32 = 8;
 
 /// The conversation as the model sees it: the system prompt, then the path
 /// from the root to `upto`.
-fn prompt_messages(store: &Store, conversation_id: i64, upto: Option<i64>) -> AppResult<(Vec<ChatMessage>, hearth_store::ConversationSettings)> {
+fn prompt_messages(
+    store: &Store,
+    conversation_id: i64,
+    upto: Option<i64>,
+) -> AppResult<(Vec<ChatMessage>, hearth_store::ConversationSettings)> {
     let settings = store.conversation_settings(conversation_id)?;
     let mut messages = Vec::new();
     if !settings.system_prompt.trim().is_empty() {
@@ -70,7 +74,9 @@ fn start_reply(
 ) -> AppResult<Vec<Message>> {
     check_idle(state, conversation_id)?;
     let (messages, settings) = prompt_messages(store, conversation_id, Some(parent))?;
-    let replies = (0..variants).map(|_| store.add_message(conversation_id, Some(parent), Role::Assistant, "", MessageStatus::Streaming)).collect::<Result<Vec<_>, _>>()?;
+    let replies = (0..variants)
+        .map(|_| store.add_message(conversation_id, Some(parent), Role::Assistant, "", MessageStatus::Streaming))
+        .collect::<Result<Vec<_>, _>>()?;
     store.select_version(conversation_id, replies[0].id)?;
     let mut job = ReplyJob::new(conversation_id, replies[0].id, messages, settings, sink(on_event));
     job.variant_ids = replies[1..].iter().map(|r| r.id).collect();
@@ -98,7 +104,10 @@ fn dispatch(state: &AppState, job: ReplyJob, target: Option<crate::worker::Remot
 /// replaying it, branching from a token), before anything is recorded.
 fn local_only(store: &Store, conversation_id: i64, what: &str) -> AppResult<()> {
     if store.conversation_backend(conversation_id)? != hearth_store::Backend::Local {
-        return Err(AppError::new(ErrorKind::InvalidSettings, format!("{what} runs on the local model only; switch this conversation to it first")));
+        return Err(AppError::new(
+            ErrorKind::InvalidSettings,
+            format!("{what} runs on the local model only; switch this conversation to it first"),
+        ));
     }
     Ok(())
 }
@@ -107,7 +116,10 @@ fn local_only(store: &Store, conversation_id: i64, what: &str) -> AppResult<()> 
 fn variant_count(variants: Option<u32>) -> AppResult<u32> {
     match variants.unwrap_or(1) {
         n @ 1..=MAX_VARIANTS => Ok(n),
-        n => Err(AppError::new(ErrorKind::InvalidSettings, format!("variants: {n} replies at once is out of range; 1 to {MAX_VARIANTS}"))),
+        n => Err(AppError::new(
+            ErrorKind::InvalidSettings,
+            format!("variants: {n} replies at once is out of range; 1 to {MAX_VARIANTS}"),
+        )),
     }
 }
 
@@ -125,7 +137,8 @@ fn reply_of(store: &Store, conversation_id: i64, reply_id: i64) -> AppResult<(Me
     if reply.conversation_id != conversation_id || reply.role != Role::Assistant {
         return Err(AppError::new(ErrorKind::NotFound, format!("reply {reply_id} is not in this conversation")));
     }
-    let parent = reply.parent_id.ok_or_else(|| AppError::new(ErrorKind::NotFound, "a reply without a message to answer"))?;
+    let parent =
+        reply.parent_id.ok_or_else(|| AppError::new(ErrorKind::NotFound, "a reply without a message to answer"))?;
     Ok((reply, parent))
 }
 
@@ -143,7 +156,13 @@ fn non_empty(text: &str) -> AppResult<()> {
 /// Sends a user message at the end of the shown branch and starts the
 /// reply, or `variants` replies written together from one prompt.
 #[tauri::command]
-pub async fn chat_send(state: State<'_, AppState>, conversation_id: i64, text: String, variants: Option<u32>, on_event: Channel<GenerationEvent>) -> AppResult<Sent> {
+pub async fn chat_send(
+    state: State<'_, AppState>,
+    conversation_id: i64,
+    text: String,
+    variants: Option<u32>,
+    on_event: Channel<GenerationEvent>,
+) -> AppResult<Sent> {
     non_empty(&text)?;
     let variants = variant_count(variants)?;
     check_idle(&state, conversation_id)?;
@@ -181,7 +200,13 @@ pub async fn chat_regenerate(
 /// Edits a message as a new version beside it. An edited user message gets
 /// a new reply; an edited reply is kept as written.
 #[tauri::command]
-pub async fn chat_edit(state: State<'_, AppState>, conversation_id: i64, message_id: i64, text: String, on_event: Channel<GenerationEvent>) -> AppResult<Sent> {
+pub async fn chat_edit(
+    state: State<'_, AppState>,
+    conversation_id: i64,
+    message_id: i64,
+    text: String,
+    on_event: Channel<GenerationEvent>,
+) -> AppResult<Sent> {
     non_empty(&text)?;
     let target = super::endpoints::remote_target(&state, conversation_id).await?;
     let store = state.store()?;
@@ -202,7 +227,12 @@ pub async fn chat_edit(state: State<'_, AppState>, conversation_id: i64, message
 
 /// Goes on writing a reply that was stopped, in place.
 #[tauri::command]
-pub async fn chat_continue(state: State<'_, AppState>, conversation_id: i64, reply_id: i64, on_event: Channel<GenerationEvent>) -> AppResult<Message> {
+pub async fn chat_continue(
+    state: State<'_, AppState>,
+    conversation_id: i64,
+    reply_id: i64,
+    on_event: Channel<GenerationEvent>,
+) -> AppResult<Message> {
     let store = state.store()?;
     local_only(&store, conversation_id, "continuing a reply")?;
     let (reply, parent) = reply_of(&store, conversation_id, reply_id)?;
@@ -234,10 +264,18 @@ pub async fn chat_continue(state: State<'_, AppState>, conversation_id: i64, rep
 
 /// A reply's record, and the job that runs it again (its conversation up
 /// to the reply, and the text the reply had when this run continued it).
-fn replay_job(store: &Store, conversation_id: i64, reply_id: i64, on_event: Channel<GenerationEvent>) -> AppResult<ReplyJob> {
+fn replay_job(
+    store: &Store,
+    conversation_id: i64,
+    reply_id: i64,
+    on_event: Channel<GenerationEvent>,
+) -> AppResult<ReplyJob> {
     let (reply, parent) = reply_of(store, conversation_id, reply_id)?;
     let mut record = reply.stats.as_ref().and_then(|s| s.replay.clone()).ok_or_else(|| {
-        AppError::new(ErrorKind::CannotReplay, "this reply has no record of what produced it (it failed, or was written before records were kept)")
+        AppError::new(
+            ErrorKind::CannotReplay,
+            "this reply has no record of what produced it (it failed, or was written before records were kept)",
+        )
     })?;
     if reply.stats.as_ref().is_some_and(|s| s.finish_reason == hearth_engine::FinishReason::Cancelled.as_str()) {
         // Stopped by the user: a replay goes as far as the reply did.
@@ -246,13 +284,23 @@ fn replay_job(store: &Store, conversation_id: i64, reply_id: i64, on_event: Chan
     let prefix = reply.content.get(..record.prefix_bytes as usize).unwrap_or_default().to_string();
     let (messages, settings) = prompt_messages(store, conversation_id, Some(parent))?;
     let prefix_ids = (!record.prefix_ids.is_empty()).then(|| record.prefix_ids.clone());
-    Ok(ReplyJob { prefix, prefix_ids, replay: Some(record), ..ReplyJob::new(conversation_id, reply_id, messages, settings, sink(on_event)) })
+    Ok(ReplyJob {
+        prefix,
+        prefix_ids,
+        replay: Some(record),
+        ..ReplyJob::new(conversation_id, reply_id, messages, settings, sink(on_event))
+    })
 }
 
 /// Runs a recorded reply again, streaming it, and ends with `replayed`:
 /// whether every token came again. Nothing in the conversation changes.
 #[tauri::command]
-pub async fn chat_replay(state: State<'_, AppState>, conversation_id: i64, reply_id: i64, on_event: Channel<GenerationEvent>) -> AppResult<()> {
+pub async fn chat_replay(
+    state: State<'_, AppState>,
+    conversation_id: i64,
+    reply_id: i64,
+    on_event: Channel<GenerationEvent>,
+) -> AppResult<()> {
     check_idle(&state, conversation_id)?;
     let store = state.store()?;
     local_only(&store, conversation_id, "replaying a reply")?;
@@ -263,19 +311,40 @@ pub async fn chat_replay(state: State<'_, AppState>, conversation_id: i64, reply
 /// Writes a reply's record, with its prompt's token ids, to `path` as JSON
 /// for `hearth-cli replay`.
 #[tauri::command]
-pub async fn chat_export_replay(state: State<'_, AppState>, conversation_id: i64, reply_id: i64, path: std::path::PathBuf) -> AppResult<()> {
-    let engine = state.worker.engine().ok_or_else(|| AppError::new(ErrorKind::NoModel, "no model is loaded; the prompt is tokenized with it"))?;
+pub async fn chat_export_replay(
+    state: State<'_, AppState>,
+    conversation_id: i64,
+    reply_id: i64,
+    path: std::path::PathBuf,
+) -> AppResult<()> {
+    let engine = state
+        .worker
+        .engine()
+        .ok_or_else(|| AppError::new(ErrorKind::NoModel, "no model is loaded; the prompt is tokenized with it"))?;
     let job = replay_job(&*state.store()?, conversation_id, reply_id, Channel::new(|_| Ok(())))?;
     tauri::async_runtime::spawn_blocking(move || -> AppResult<()> {
         let record = job.replay.clone().expect("replay_job sets the record");
-        let settings = hearth_store::ConversationSettings { context_length: record.context_length, max_new_tokens: record.max_new_tokens, ..job.settings.clone() };
+        let settings = hearth_store::ConversationSettings {
+            context_length: record.context_length,
+            max_new_tokens: record.max_new_tokens,
+            ..job.settings.clone()
+        };
         let (prompt_ids, _, _) = crate::worker::prompt_ids(&engine, &job, &settings)?;
         if hearth_engine::file_hash::ids_sha256(&prompt_ids) != record.prompt_sha256 {
-            return Err(AppError::new(ErrorKind::CannotReplay, "the conversation before this reply is not what it was written from, or another model is loaded"));
+            return Err(AppError::new(
+                ErrorKind::CannotReplay,
+                "the conversation before this reply is not what it was written from, or another model is loaded",
+            ));
         }
-        let export = hearth_store::ReplayExport { format: hearth_store::ReplayExport::FORMAT.into(), version: hearth_store::ReplayExport::VERSION, record, prompt_ids };
+        let export = hearth_store::ReplayExport {
+            format: hearth_store::ReplayExport::FORMAT.into(),
+            version: hearth_store::ReplayExport::VERSION,
+            record,
+            prompt_ids,
+        };
         let json = serde_json::to_vec_pretty(&export).map_err(|e| AppError::new(ErrorKind::Internal, e.to_string()))?;
-        std::fs::write(&path, json).map_err(|e| AppError::new(ErrorKind::Storage, format!("cannot write {}: {e}", path.display())))
+        std::fs::write(&path, json)
+            .map_err(|e| AppError::new(ErrorKind::Storage, format!("cannot write {}: {e}", path.display())))
     })
     .await
     .map_err(|e| AppError::new(ErrorKind::Internal, format!("exporting the record failed: {e}")))?
@@ -305,11 +374,17 @@ pub struct Alternative {
 /// The open model, if it is the one that wrote `reply` (its token ids mean
 /// nothing to another vocabulary).
 fn model_of(state: &AppState, reply: &Message) -> AppResult<std::sync::Arc<hearth_engine::Engine>> {
-    let engine = state.worker.engine().ok_or_else(|| AppError::new(ErrorKind::NoModel, "no model is loaded; open the model that wrote this reply"))?;
+    let engine = state
+        .worker
+        .engine()
+        .ok_or_else(|| AppError::new(ErrorKind::NoModel, "no model is loaded; open the model that wrote this reply"))?;
     let recorded = reply.stats.as_ref().and_then(|s| s.replay.as_ref()).and_then(|r| r.model_sha256.clone());
     if let (Some(recorded), Some(open)) = (recorded, engine.file_sha256()) {
         if recorded != open {
-            return Err(AppError::new(ErrorKind::CannotReplay, "this reply was written by another model file; open it to see its tokens"));
+            return Err(AppError::new(
+                ErrorKind::CannotReplay,
+                "this reply was written by another model file; open it to see its tokens",
+            ));
         }
     }
     Ok(engine)
@@ -318,7 +393,11 @@ fn model_of(state: &AppState, reply: &Message) -> AppResult<std::sync::Arc<heart
 /// A reply's tokens with their alternatives, or an empty list for a reply
 /// written before they were kept.
 #[tauri::command]
-pub async fn chat_token_choices(state: State<'_, AppState>, conversation_id: i64, reply_id: i64) -> AppResult<Vec<TokenView>> {
+pub async fn chat_token_choices(
+    state: State<'_, AppState>,
+    conversation_id: i64,
+    reply_id: i64,
+) -> AppResult<Vec<TokenView>> {
     let (reply, choices) = {
         let store = state.store()?;
         let (reply, _) = reply_of(&store, conversation_id, reply_id)?;
@@ -357,11 +436,19 @@ pub async fn chat_continue_with(
     let store = state.store()?;
     local_only(&store, conversation_id, "branching from a token")?;
     let (reply, parent) = reply_of(&store, conversation_id, reply_id)?;
-    let choices = store.token_choices(reply_id)?.ok_or_else(|| AppError::new(ErrorKind::NotFound, "this reply kept no token alternatives"))?;
-    let at = choices.tokens.get(index as usize).ok_or_else(|| AppError::new(ErrorKind::InvalidSettings, format!("index: the reply has {} tokens", choices.tokens.len())))?;
-    let logprob = at.top.iter().find(|(id, _)| *id == token).map(|&(_, lp)| lp).or((at.id == token).then_some(at.logprob));
+    let choices = store
+        .token_choices(reply_id)?
+        .ok_or_else(|| AppError::new(ErrorKind::NotFound, "this reply kept no token alternatives"))?;
+    let at = choices.tokens.get(index as usize).ok_or_else(|| {
+        AppError::new(ErrorKind::InvalidSettings, format!("index: the reply has {} tokens", choices.tokens.len()))
+    })?;
+    let logprob =
+        at.top.iter().find(|(id, _)| *id == token).map(|&(_, lp)| lp).or((at.id == token).then_some(at.logprob));
     let Some(logprob) = logprob else {
-        return Err(AppError::new(ErrorKind::InvalidSettings, format!("token: {token} is not among the alternatives at token {index}")));
+        return Err(AppError::new(
+            ErrorKind::InvalidSettings,
+            format!("token: {token} is not among the alternatives at token {index}"),
+        ));
     };
     let engine = model_of(&state, &reply)?;
     let mut kept = choices.tokens[..index as usize].to_vec();
@@ -369,8 +456,14 @@ pub async fn chat_continue_with(
     let ids: Vec<u32> = kept.iter().map(|t| t.id).collect();
     let prefix = engine.tokenizer().decode(&ids);
     let (messages, settings) = prompt_messages(&store, conversation_id, Some(parent))?;
-    let branch = store.add_message(conversation_id, Some(parent), Role::Assistant, &prefix, MessageStatus::Streaming)?;
-    let job = ReplyJob { prefix, prefix_ids: Some(ids), prefix_choices: kept, ..ReplyJob::new(conversation_id, branch.id, messages, settings, sink(on_event)) };
+    let branch =
+        store.add_message(conversation_id, Some(parent), Role::Assistant, &prefix, MessageStatus::Streaming)?;
+    let job = ReplyJob {
+        prefix,
+        prefix_ids: Some(ids),
+        prefix_choices: kept,
+        ..ReplyJob::new(conversation_id, branch.id, messages, settings, sink(on_event))
+    };
     if let Err(e) = state.worker.enqueue(job) {
         store.update_reply(branch.id, &branch.content, MessageStatus::Error, None)?;
         return Err(e);
@@ -409,7 +502,11 @@ pub struct ContextUsage {
 
 /// Counts, with the model's own tokenizer, what sending `draft` would use.
 #[tauri::command]
-pub async fn chat_context_usage(state: State<'_, AppState>, conversation_id: i64, draft: String) -> AppResult<ContextUsage> {
+pub async fn chat_context_usage(
+    state: State<'_, AppState>,
+    conversation_id: i64,
+    draft: String,
+) -> AppResult<ContextUsage> {
     let engine = state.worker.engine().ok_or_else(|| AppError::new(ErrorKind::NoModel, "no model is loaded"))?;
     let (mut messages, settings) = {
         let store = state.store()?;
@@ -421,7 +518,9 @@ pub async fn chat_context_usage(state: State<'_, AppState>, conversation_id: i64
         let draft_tokens = if draft.is_empty() { 0 } else { engine.tokenizer().encode(&draft, false, false)?.len() };
         messages.push(ChatMessage::user(draft));
         let (context, reserve) = crate::context::window(&settings, engine.model().config().context_length);
-        let fitted = crate::context::fit(&messages, settings.overflow, context, reserve, |m| engine.encode_chat(m).map(|ids| ids.len()))?;
+        let fitted = crate::context::fit(&messages, settings.overflow, context, reserve, |m| {
+            engine.encode_chat(m).map(|ids| ids.len())
+        })?;
         Ok(ContextUsage {
             prompt_tokens: fitted.tokens as u32,
             draft_tokens: draft_tokens as u32,

@@ -18,7 +18,12 @@ pub struct ConversationCache {
 #[tauri::command]
 pub async fn conversations_cache_states(state: State<'_, AppState>) -> AppResult<Vec<ConversationCache>> {
     let ids: Vec<i64> = state.store()?.conversations()?.iter().map(|c| c.id).collect();
-    Ok(state.worker.cache_states(&ids).into_iter().map(|(conversation_id, state)| ConversationCache { conversation_id, state }).collect())
+    Ok(state
+        .worker
+        .cache_states(&ids)
+        .into_iter()
+        .map(|(conversation_id, state)| ConversationCache { conversation_id, state })
+        .collect())
 }
 
 #[tauri::command]
@@ -66,7 +71,11 @@ pub async fn conversations_thread(state: State<'_, AppState>, id: i64) -> AppRes
 
 /// Shows another version of a message (and that version's latest replies).
 #[tauri::command]
-pub async fn conversations_select_version(state: State<'_, AppState>, id: i64, message_id: i64) -> AppResult<Vec<ThreadMessage>> {
+pub async fn conversations_select_version(
+    state: State<'_, AppState>,
+    id: i64,
+    message_id: i64,
+) -> AppResult<Vec<ThreadMessage>> {
     let store = state.store()?;
     store.select_version(id, message_id)?;
     Ok(store.thread(id)?)

@@ -46,7 +46,12 @@ async fn with_key(state: &AppState, endpoint: Endpoint) -> AppResult<(Endpoint, 
 }
 
 /// Places the key (keychain, session or database) and records where.
-async fn place_key(state: &AppState, endpoint: &Endpoint, api_key: Option<String>, allow_plain_text: bool) -> AppResult<hearth_store::KeyStorage> {
+async fn place_key(
+    state: &AppState,
+    endpoint: &Endpoint,
+    api_key: Option<String>,
+    allow_plain_text: bool,
+) -> AppResult<hearth_store::KeyStorage> {
     let (keys, id, previous) = (state.keys.clone(), endpoint.id, endpoint.key_storage);
     let key = api_key.clone();
     let storage = blocking(move || keys.place(id, previous, key.as_deref(), allow_plain_text)).await?;
@@ -63,7 +68,13 @@ pub async fn endpoints_list(state: State<'_, AppState>) -> AppResult<Vec<Endpoin
 /// The key goes to the keychain; where there is none, to memory for this
 /// session, or to the database only if `allow_plain_text`.
 #[tauri::command]
-pub async fn endpoints_add(state: State<'_, AppState>, name: String, base_url: String, api_key: Option<String>, allow_plain_text: bool) -> AppResult<AddedEndpoint> {
+pub async fn endpoints_add(
+    state: State<'_, AppState>,
+    name: String,
+    base_url: String,
+    api_key: Option<String>,
+    allow_plain_text: bool,
+) -> AppResult<AddedEndpoint> {
     let name = name.trim().to_string();
     if name.is_empty() {
         return Err(AppError::new(ErrorKind::InvalidSettings, "the endpoint needs a name"));
@@ -80,7 +91,12 @@ pub async fn endpoints_add(state: State<'_, AppState>, name: String, base_url: S
 
 /// Enters an endpoint's key again (one kept only for a session, or a new one).
 #[tauri::command]
-pub async fn endpoints_set_key(state: State<'_, AppState>, id: i64, api_key: Option<String>, allow_plain_text: bool) -> AppResult<Endpoint> {
+pub async fn endpoints_set_key(
+    state: State<'_, AppState>,
+    id: i64,
+    api_key: Option<String>,
+    allow_plain_text: bool,
+) -> AppResult<Endpoint> {
     let endpoint = state.store()?.endpoint(id)?;
     place_key(&state, &endpoint, api_key, allow_plain_text).await?;
     Ok(state.store()?.endpoint(id)?)
@@ -119,7 +135,10 @@ pub async fn conversations_backend(state: State<'_, AppState>, id: i64) -> AppRe
 #[tauri::command]
 pub async fn conversations_set_backend(state: State<'_, AppState>, id: i64, backend: Backend) -> AppResult<()> {
     if state.worker.busy_conversations().contains(&id) {
-        return Err(AppError::new(ErrorKind::Busy, "this conversation is writing a reply; stop it before switching models"));
+        return Err(AppError::new(
+            ErrorKind::Busy,
+            "this conversation is writing a reply; stop it before switching models",
+        ));
     }
     state.store()?.set_conversation_backend(id, &backend)?;
     Ok(())
@@ -136,5 +155,8 @@ pub async fn remote_target(state: &AppState, conversation_id: i64) -> AppResult<
         }
     };
     let (endpoint, api_key) = with_key(state, endpoint).await?;
-    Ok(Some(crate::worker::RemoteTarget { endpoint: hearth_remote::Endpoint { base_url: endpoint.base_url, api_key }, model }))
+    Ok(Some(crate::worker::RemoteTarget {
+        endpoint: hearth_remote::Endpoint { base_url: endpoint.base_url, api_key },
+        model,
+    }))
 }

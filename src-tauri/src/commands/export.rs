@@ -60,7 +60,12 @@ fn json_bytes(value: &impl Serialize) -> AppResult<Vec<u8>> {
 
 /// Writes conversation `id` to `path` in `format`.
 #[tauri::command]
-pub async fn conversations_export(state: State<'_, AppState>, id: i64, format: ExportFormat, path: PathBuf) -> AppResult<()> {
+pub async fn conversations_export(
+    state: State<'_, AppState>,
+    id: i64,
+    format: ExportFormat,
+    path: PathBuf,
+) -> AppResult<()> {
     let store = state.store()?.reopen()?;
     let worker = state.worker.clone();
     tauri::async_runtime::spawn_blocking(move || match format {
@@ -98,13 +103,19 @@ pub async fn conversations_import(state: State<'_, AppState>, path: PathBuf) -> 
 
 /// A bundle is told by its zip signature, whatever its name.
 pub fn import_file(store: &Store, worker: &crate::worker::Worker, path: &Path) -> AppResult<ImportResult> {
-    let refused = |reason: String| AppError::new(ErrorKind::BadImport, format!("cannot import {}: {reason}", path.display()));
+    let refused =
+        |reason: String| AppError::new(ErrorKind::BadImport, format!("cannot import {}: {reason}", path.display()));
     let mut file = std::fs::File::open(path).map_err(|e| refused(e.to_string()))?;
     let mut magic = [0u8; 4];
     let is_zip = std::io::Read::read_exact(&mut file, &mut magic).is_ok() && &magic == b"PK\x03\x04";
     if is_zip {
         let b = worker.import_bundle(store, path)?;
-        return Ok(ImportResult { conversation_ids: b.report.imported, skipped_duplicates: b.report.skipped_duplicates, cache: b.cache, cache_note: b.cache_note });
+        return Ok(ImportResult {
+            conversation_ids: b.report.imported,
+            skipped_duplicates: b.report.skipped_duplicates,
+            cache: b.cache,
+            cache_note: b.cache_note,
+        });
     }
     let size = file.metadata().map_err(|e| refused(e.to_string()))?.len();
     if size > MAX_JSON {
@@ -113,5 +124,10 @@ pub fn import_file(store: &Store, worker: &crate::worker::Worker, path: &Path) -
     let bytes = std::fs::read(path).map_err(|e| refused(e.to_string()))?;
     let import = Import::parse(&bytes).map_err(|e| refused(e.to_string()))?;
     let report = store.import(&import)?;
-    Ok(ImportResult { conversation_ids: report.imported, skipped_duplicates: report.skipped_duplicates, cache: CacheImport::None, cache_note: None })
+    Ok(ImportResult {
+        conversation_ids: report.imported,
+        skipped_duplicates: report.skipped_duplicates,
+        cache: CacheImport::None,
+        cache_note: None,
+    })
 }

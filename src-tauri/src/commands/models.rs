@@ -109,7 +109,11 @@ impl From<ModelFacts> for LibraryFacts {
             name: f.name,
             parameter_count: f.parameter_count,
             tensor_bytes: f.tensor_bytes,
-            quant_types: f.quant_types.into_iter().map(|q| QuantShare { name: q.name, bytes: q.bytes, fraction: q.fraction, tensors: q.tensors }).collect(),
+            quant_types: f
+                .quant_types
+                .into_iter()
+                .map(|q| QuantShare { name: q.name, bytes: q.bytes, fraction: q.fraction, tensors: q.tensors })
+                .collect(),
             context_length: f.context_length,
             file_size: f.file_size,
             n_layers: f.n_layers,
@@ -132,7 +136,15 @@ pub fn library(recent: Vec<RecentModel>) -> Vec<LibraryModel> {
                 Ok(f) => (Some(f.into()), None),
                 Err(e) => (None, Some(AppError::from(e))),
             };
-            LibraryModel { path: m.path, name: m.name, size_bytes: m.size_bytes, last_opened_at: m.last_opened_at, exists, facts, error }
+            LibraryModel {
+                path: m.path,
+                name: m.name,
+                size_bytes: m.size_bytes,
+                last_opened_at: m.last_opened_at,
+                exists,
+                facts,
+                error,
+            }
         })
         .collect()
 }
@@ -142,7 +154,9 @@ pub fn library(recent: Vec<RecentModel>) -> Vec<LibraryModel> {
 #[tauri::command]
 pub async fn models_library(state: State<'_, AppState>) -> AppResult<Vec<LibraryModel>> {
     let recent = state.store()?.recent_models(LIBRARY_LIMIT)?;
-    tauri::async_runtime::spawn_blocking(move || library(recent)).await.map_err(|e| AppError::new(ErrorKind::Internal, e.to_string()))
+    tauri::async_runtime::spawn_blocking(move || library(recent))
+        .await
+        .map_err(|e| AppError::new(ErrorKind::Internal, e.to_string()))
 }
 
 /// Removes `path` from the list, and deletes the file too only when
@@ -153,15 +167,25 @@ pub fn forget(store: &Store, in_use: &[PathBuf], path: &str, delete_file: bool) 
         return Err(AppError::new(ErrorKind::NotFound, format!("{path} is not in the model list")));
     }
     if delete_file {
-        let same = |a: &PathBuf| a.as_path() == Path::new(path) || matches!((std::fs::canonicalize(a), std::fs::canonicalize(path)), (Ok(x), Ok(y)) if x == y);
+        let same = |a: &PathBuf| {
+            a.as_path() == Path::new(path)
+                || matches!((std::fs::canonicalize(a), std::fs::canonicalize(path)), (Ok(x), Ok(y)) if x == y)
+        };
         if in_use.iter().any(same) {
-            return Err(AppError::new(ErrorKind::Busy, format!("{path} is the model in use; open another model before deleting it")));
+            return Err(AppError::new(
+                ErrorKind::Busy,
+                format!("{path} is the model in use; open another model before deleting it"),
+            ));
         }
         match std::fs::symlink_metadata(path) {
-            Ok(meta) if meta.is_file() => {
-                std::fs::remove_file(path).map_err(|e| AppError::new(ErrorKind::Storage, format!("cannot delete {path}: {e}")))?
+            Ok(meta) if meta.is_file() => std::fs::remove_file(path)
+                .map_err(|e| AppError::new(ErrorKind::Storage, format!("cannot delete {path}: {e}")))?,
+            Ok(_) => {
+                return Err(AppError::new(
+                    ErrorKind::InvalidSettings,
+                    format!("{path} is not a plain file; nothing was deleted"),
+                ))
             }
-            Ok(_) => return Err(AppError::new(ErrorKind::InvalidSettings, format!("{path} is not a plain file; nothing was deleted"))),
             // Already gone: removing it from the list is all that is left.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(AppError::new(ErrorKind::Storage, format!("cannot delete {path}: {e}"))),
@@ -182,7 +206,11 @@ pub async fn models_forget(state: State<'_, AppState>, path: String, delete_file
 /// its pinned SHA-256, and opens it. `HEARTH_MODEL_URL` overrides where it
 /// comes from.
 #[tauri::command]
-pub async fn models_download_default<R: Runtime>(app: tauri::AppHandle<R>, state: State<'_, AppState>, on_event: Channel<DownloadEvent>) -> AppResult<()> {
+pub async fn models_download_default<R: Runtime>(
+    app: tauri::AppHandle<R>,
+    state: State<'_, AppState>,
+    on_event: Channel<DownloadEvent>,
+) -> AppResult<()> {
     let cancel = Arc::new(AtomicBool::new(false));
     {
         let mut current = state.download.lock()?;

@@ -28,7 +28,11 @@ pub async fn settings_get(state: State<'_, AppState>, conversation_id: i64) -> A
 
 /// Saves a conversation's settings; a reply already running keeps its own.
 #[tauri::command]
-pub async fn settings_set(state: State<'_, AppState>, conversation_id: i64, settings: serde_json::Value) -> AppResult<()> {
+pub async fn settings_set(
+    state: State<'_, AppState>,
+    conversation_id: i64,
+    settings: serde_json::Value,
+) -> AppResult<()> {
     let settings = checked(settings)?;
     Ok(state.store()?.set_conversation_settings(conversation_id, &settings)?)
 }

@@ -199,7 +199,8 @@ pub(crate) fn dot<B: Block256>(x: &[B], y: &[Q8KBlock], order: Order) -> f32 {
         match B::FINISH {
             Finish::MinLanes => {
                 for (l, a) in acc.iter_mut().enumerate() {
-                    let p = s.mins[2 * l] as i32 * y.bsums[2 * l] as i32 + s.mins[2 * l + 1] as i32 * y.bsums[2 * l + 1] as i32;
+                    let p = s.mins[2 * l] as i32 * y.bsums[2 * l] as i32
+                        + s.mins[2 * l + 1] as i32 * y.bsums[2 * l + 1] as i32;
                     *a = dmin.mul_add(p as f32, *a);
                 }
             }
@@ -218,7 +219,8 @@ pub(crate) fn dot<B: Block256>(x: &[B], y: &[Q8KBlock], order: Order) -> f32 {
         }
         if B::FINISH == Finish::Offset32 {
             for (l, v) in sumi.iter_mut().enumerate() {
-                *v -= 32 * (y.bsums[2 * l] as i32 * s.sc[2 * l] as i32 + y.bsums[2 * l + 1] as i32 * s.sc[2 * l + 1] as i32);
+                *v -= 32
+                    * (y.bsums[2 * l] as i32 * s.sc[2 * l] as i32 + y.bsums[2 * l + 1] as i32 * s.sc[2 * l + 1] as i32);
             }
         }
         for (a, v) in acc.iter_mut().zip(sumi) {
@@ -308,7 +310,11 @@ pub(crate) mod x86 {
     /// `AVX512`: the integer sums in 512-bit registers (the AVX-512 entry
     /// point), else in 256-bit ones.
     #[inline(always)]
-    unsafe fn dot_rows<B: Block256, const R: usize, const AVX512: bool>(x: &[B], y: [&[Q8KBlock]; R], order: Order) -> [f32; R] {
+    unsafe fn dot_rows<B: Block256, const R: usize, const AVX512: bool>(
+        x: &[B],
+        y: [&[Q8KBlock]; R],
+        order: Order,
+    ) -> [f32; R] {
         let tiled = order != Order::Lanes;
         assert!(R <= 8);
         // Float steps of the tiled orders run four rows at a time: `R`
@@ -341,7 +347,8 @@ pub(crate) mod x86 {
             }
             // Chunks 2c and 2c + 1 side by side, for the 512-bit sums; the
             // scales of their four 16-value runs, one per 128-bit quarter.
-            let (mut q2, mut aq2, mut sc2) = ([_mm512_setzero_si512(); 4], [_mm512_setzero_si512(); 4], [_mm512_setzero_si512(); 4]);
+            let (mut q2, mut aq2, mut sc2) =
+                ([_mm512_setzero_si512(); 4], [_mm512_setzero_si512(); 4], [_mm512_setzero_si512(); 4]);
             let mut neg2 = [0u64; 4];
             if AVX512 {
                 let sc512 = _mm512_castsi256_si512(_mm256_load_si256(s.sc.as_ptr() as *const __m256i));
@@ -368,22 +375,26 @@ pub(crate) mod x86 {
                 let dmin = -yb.d * xdmin;
                 let bsums = _mm256_loadu_si256(yb.bsums.as_ptr() as *const __m256i);
                 if !tiled {
-                match B::FINISH {
-                    Finish::MinLanes => {
-                        acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_madd_epi16(mins16, bsums)), acc[a]);
-                    }
-                    Finish::MinQuad | Finish::MinScalar => {
-                        let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
-                        let prod = _mm_madd_epi16(mins8, q8s);
-                        if B::FINISH == Finish::MinQuad {
-                            acc_m[a] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[a]);
-                        } else {
-                            let h = _mm_hadd_epi32(_mm_hadd_epi32(prod, _mm_setzero_si128()), _mm_setzero_si128());
-                            summs[a] += dmin * _mm_cvtsi128_si32(h) as f32;
+                    match B::FINISH {
+                        Finish::MinLanes => {
+                            acc[a] = _mm256_fmadd_ps(
+                                _mm256_set1_ps(dmin),
+                                _mm256_cvtepi32_ps(_mm256_madd_epi16(mins16, bsums)),
+                                acc[a],
+                            );
                         }
+                        Finish::MinQuad | Finish::MinScalar => {
+                            let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
+                            let prod = _mm_madd_epi16(mins8, q8s);
+                            if B::FINISH == Finish::MinQuad {
+                                acc_m[a] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[a]);
+                            } else {
+                                let h = _mm_hadd_epi32(_mm_hadd_epi32(prod, _mm_setzero_si128()), _mm_setzero_si128());
+                                summs[a] += dmin * _mm_cvtsi128_si32(h) as f32;
+                            }
+                        }
+                        _ => {}
                     }
-                    _ => {}
-                }
                 }
                 let mut sumi = _mm256_setzero_si256();
                 if AVX512 {

@@ -150,7 +150,17 @@ impl RowPairs {
     pub(crate) fn new(q8: &[Q8Block], kb: usize) -> Self {
         let rows = if kb == 0 { 0 } else { q8.len() / kb / 4 * 4 };
         // Decoding's lone rows only: prefill rows take the four-row layout.
-        let single = if rows > 0 { Vec::new() } else { q8.iter().map(|b| Lanes8(std::array::from_fn(|l| -128 * b.qs[4 * l..4 * l + 4].iter().map(|&v| v as i32).sum::<i32>()))).collect() };
+        let single = if rows > 0 {
+            Vec::new()
+        } else {
+            q8.iter()
+                .map(|b| {
+                    Lanes8(std::array::from_fn(|l| {
+                        -128 * b.qs[4 * l..4 * l + 4].iter().map(|&v| v as i32).sum::<i32>()
+                    }))
+                })
+                .collect()
+        };
         let mut p = Self { rows, kb, single, ..Self::default() };
         for g in 0..rows / 4 {
             for i in 0..kb {
@@ -222,7 +232,17 @@ impl RowPairs {
 /// `decoding`: these are all the rows, so each weight row is read once and
 /// the kernel asks for rows ahead (a prefill's tiles reread them from cache).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn column_range<B: Block32>(blocks: &[B], kb: usize, cols: Range<usize>, r: usize, y: [&[Q8Block]; 4], (pairs, row): (&RowPairs, usize), isa: Isa, decoding: bool, out: &mut [[f32; 4]]) {
+pub(crate) fn column_range<B: Block32>(
+    blocks: &[B],
+    kb: usize,
+    cols: Range<usize>,
+    r: usize,
+    y: [&[Q8Block]; 4],
+    (pairs, row): (&RowPairs, usize),
+    isa: Isa,
+    decoding: bool,
+    out: &mut [[f32; 4]],
+) {
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx2 {
         macro_rules! tiles {
@@ -263,13 +283,24 @@ pub(crate) fn column_range<B: Block32>(blocks: &[B], kb: usize, cols: Range<usiz
 /// Whether `column_range8` runs activation rows `row..row + 8`: the
 /// AVX-512 kernel, where `pairs` lays out both fours.
 pub(crate) fn eight_rows<B: Block32>(pairs: &RowPairs, row: usize, isa: Isa) -> bool {
-    cfg!(target_arch = "x86_64") && isa >= Isa::Avx512Vnni && B::SUM != Sum::SignedPairs && pairs.covers(row) && pairs.covers(row + 4)
+    cfg!(target_arch = "x86_64")
+        && isa >= Isa::Avx512Vnni
+        && B::SUM != Sum::SignedPairs
+        && pairs.covers(row)
+        && pairs.covers(row + 4)
 }
 
 /// `out[i][g][a]` = weight row `cols.start + i` · activation row `row + 4g + a`,
 /// where `eight_rows` holds: each unpacked weight block serves eight rows,
 /// each product computed exactly as `column_range` computes it.
-pub(crate) fn column_range8<B: Block32>(blocks: &[B], kb: usize, cols: Range<usize>, (pairs, row): (&RowPairs, usize), isa: Isa, out: &mut [[[f32; 4]; 2]]) {
+pub(crate) fn column_range8<B: Block32>(
+    blocks: &[B],
+    kb: usize,
+    cols: Range<usize>,
+    (pairs, row): (&RowPairs, usize),
+    isa: Isa,
+    out: &mut [[[f32; 4]; 2]],
+) {
     assert!(eight_rows::<B>(pairs, row, isa));
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the CPU has AVX-512 VNNI (checked at run time, asserted above).
@@ -339,7 +370,10 @@ pub(crate) mod x86 {
     /// `W` weight rows × `R` activation rows. Inlined into an entry point
     /// that enables the ISA's features (`columns_avx2`, `columns_avx512`).
     #[inline(always)]
-    pub unsafe fn tile<B: Block32, const W: usize, const R: usize, const VNNI: bool>(x: [&[B]; W], y: [&[Q8Block]; R]) -> [[f32; R]; W] {
+    pub unsafe fn tile<B: Block32, const W: usize, const R: usize, const VNNI: bool>(
+        x: [&[B]; W],
+        y: [&[Q8Block]; R],
+    ) -> [[f32; R]; W] {
         // Plain loops, not closures: a closure would not inherit this
         // function's target features, and its intrinsics would become calls.
         let mut acc = [[[_mm256_setzero_ps(); R]; W]; 2];
@@ -370,10 +404,15 @@ pub(crate) mod x86 {
                 for r in 0..W {
                     if B::SUM == Sum::WithMin {
                         summs[r][a] += m[r] * b.s;
-                        acc[0][r][a] = _mm256_fmadd_ps(_mm256_set1_ps(d[r] * b.d), us8_dot::<VNNI>(q[r], qy), acc[0][r][a]);
+                        acc[0][r][a] =
+                            _mm256_fmadd_ps(_mm256_set1_ps(d[r] * b.d), us8_dot::<VNNI>(q[r], qy), acc[0][r][a]);
                     } else {
                         // IQ4_NL multiplies the scales the other way round; the product is the same.
-                        acc[slot][r][a] = _mm256_fmadd_ps(_mm256_set1_ps(d[r] * b.d), us8_dot::<VNNI>(aq[r], _mm256_sign_epi8(qy, q[r])), acc[slot][r][a]);
+                        acc[slot][r][a] = _mm256_fmadd_ps(
+                            _mm256_set1_ps(d[r] * b.d),
+                            us8_dot::<VNNI>(aq[r], _mm256_sign_epi8(qy, q[r])),
+                            acc[slot][r][a],
+                        );
                     }
                 }
             }
@@ -405,18 +444,39 @@ pub(crate) mod x86 {
 
     /// Every column of `cols` against `R` activation rows, `W` at a time.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn columns_avx2<B: Block32, const W: usize, const R: usize>(blocks: &[B], kb: usize, cols: Range<usize>, y: [&[Q8Block]; R], decoding: bool, out: &mut [[f32; 4]]) {
+    pub unsafe fn columns_avx2<B: Block32, const W: usize, const R: usize>(
+        blocks: &[B],
+        kb: usize,
+        cols: Range<usize>,
+        y: [&[Q8Block]; R],
+        decoding: bool,
+        out: &mut [[f32; 4]],
+    ) {
         columns::<B, W, R, false>(blocks, kb, cols, y, decoding, out)
     }
 
     /// `columns_avx2` with VNNI's byte dot products: the same results.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
-    pub unsafe fn columns_avx512<B: Block32, const W: usize, const R: usize>(blocks: &[B], kb: usize, cols: Range<usize>, y: [&[Q8Block]; R], decoding: bool, out: &mut [[f32; 4]]) {
+    pub unsafe fn columns_avx512<B: Block32, const W: usize, const R: usize>(
+        blocks: &[B],
+        kb: usize,
+        cols: Range<usize>,
+        y: [&[Q8Block]; R],
+        decoding: bool,
+        out: &mut [[f32; 4]],
+    ) {
         columns::<B, W, R, true>(blocks, kb, cols, y, decoding, out)
     }
 
     #[inline(always)]
-    unsafe fn columns<B: Block32, const W: usize, const R: usize, const VNNI: bool>(blocks: &[B], kb: usize, cols: Range<usize>, y: [&[Q8Block]; R], decoding: bool, out: &mut [[f32; 4]]) {
+    unsafe fn columns<B: Block32, const W: usize, const R: usize, const VNNI: bool>(
+        blocks: &[B],
+        kb: usize,
+        cols: Range<usize>,
+        y: [&[Q8Block]; R],
+        decoding: bool,
+        out: &mut [[f32; 4]],
+    ) {
         let row = |c: usize| &blocks[c * kb..(c + 1) * kb];
         let mut col = cols.start;
         let mut xs = [row(col); W];
@@ -446,7 +506,14 @@ pub(crate) mod x86 {
     /// to unsigned bytes, the offset's products taken off through `offsets`
     /// (the same exact integers, so the same results, without moving signs).
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
-    pub(super) unsafe fn columns1_avx512<B: Block32>(blocks: &[B], kb: usize, cols: Range<usize>, offsets: &[super::Lanes8], y: &[Q8Block], out: &mut [[f32; 4]]) {
+    pub(super) unsafe fn columns1_avx512<B: Block32>(
+        blocks: &[B],
+        kb: usize,
+        cols: Range<usize>,
+        offsets: &[super::Lanes8],
+        y: &[Q8Block],
+        out: &mut [[f32; 4]],
+    ) {
         debug_assert!(B::SUM == Sum::Signed && offsets.len() == kb && y.len() >= kb);
         for col in cols.clone() {
             prefetch_row_ahead(blocks, kb, col);
@@ -469,10 +536,22 @@ pub(crate) mod x86 {
     /// multiply-add per block, the same `hsum`), in half the instructions,
     /// and each unpacked weight block serves `4·G` rows.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
-    pub unsafe fn columns_pairs_avx512<B: Block32, const G: usize>(blocks: &[B], kb: usize, cols: Range<usize>, (pairs, base): (&RowPairs, usize), decoding: bool, out: &mut [[[f32; 4]; G]]) {
+    pub unsafe fn columns_pairs_avx512<B: Block32, const G: usize>(
+        blocks: &[B],
+        kb: usize,
+        cols: Range<usize>,
+        (pairs, base): (&RowPairs, usize),
+        decoding: bool,
+        out: &mut [[[f32; 4]; G]],
+    ) {
         let runs: [Runs; G] = std::array::from_fn(|g| {
             let b = base + g * 2 * kb;
-            Runs { qs: pairs.qs.as_ptr().add(b) as *const __m512i, d: pairs.d.as_ptr().add(b) as *const __m512, offset: pairs.offset.as_ptr().add(b) as *const __m512i, s: pairs.s.as_ptr().add(b / 2) as *const f32 }
+            Runs {
+                qs: pairs.qs.as_ptr().add(b) as *const __m512i,
+                d: pairs.d.as_ptr().add(b) as *const __m512,
+                offset: pairs.offset.as_ptr().add(b) as *const __m512i,
+                s: pairs.s.as_ptr().add(b / 2) as *const f32,
+            }
         });
         let row = |c: usize| &blocks[c * kb..(c + 1) * kb];
         let mut col = cols.start;
@@ -504,7 +583,10 @@ pub(crate) mod x86 {
     }
 
     #[inline(always)]
-    unsafe fn tile_pairs<B: Block32, const W: usize, const G: usize>(x: [&[B]; W], runs: &[Runs; G]) -> [[[f32; 4]; G]; W] {
+    unsafe fn tile_pairs<B: Block32, const W: usize, const G: usize>(
+        x: [&[B]; W],
+        runs: &[Runs; G],
+    ) -> [[[f32; 4]; G]; W] {
         let zero = _mm512_setzero_si512();
         let mut acc = [[[_mm512_setzero_ps(); 2]; G]; W];
         // Each row's sum in its own lane: the same multiply and add per
@@ -533,7 +615,8 @@ pub(crate) mod x86 {
                 for p in 0..2 {
                     let yq = _mm512_load_si512(runs[g].qs.add(2 * i + p));
                     let dy = _mm512_load_ps(runs[g].d.add(2 * i + p) as *const f32);
-                    let base = if B::SUM == Sum::WithMin { zero } else { _mm512_load_si512(runs[g].offset.add(2 * i + p)) };
+                    let base =
+                        if B::SUM == Sum::WithMin { zero } else { _mm512_load_si512(runs[g].offset.add(2 * i + p)) };
                     for w in 0..W {
                         let s = _mm512_dpbusd_epi32(base, uq[w], yq);
                         acc[w][g][p] = _mm512_fmadd_ps(_mm512_mul_ps(d[w], dy), _mm512_cvtepi32_ps(s), acc[w][g][p]);

@@ -19,7 +19,9 @@ impl FloatRows {
     pub(crate) fn from_bytes(dtype: GgmlType, data: &[u8]) -> Option<Self> {
         let u16s = || data.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
         Some(match dtype {
-            GgmlType::F32 => Self::F32(data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()),
+            GgmlType::F32 => {
+                Self::F32(data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+            }
             GgmlType::F16 => Self::F16(u16s()),
             GgmlType::Bf16 => Self::Bf16(u16s()),
             _ => return None,
@@ -54,7 +56,15 @@ impl FloatRows {
     }
 
     /// `out[a][i]` for weight rows `cols` against `rows` rounded activation rows.
-    pub(crate) fn dot_rows(&self, k: usize, x: &[f32], rows: usize, col: usize, buf: &mut Vec<f32>, mut write: impl FnMut(usize, f32)) {
+    pub(crate) fn dot_rows(
+        &self,
+        k: usize,
+        x: &[f32],
+        rows: usize,
+        col: usize,
+        buf: &mut Vec<f32>,
+        mut write: impl FnMut(usize, f32),
+    ) {
         let w = self.row(col, k, buf);
         for r in 0..rows {
             write(r, vec_ops::dot(&x[r * k..(r + 1) * k], w));

@@ -100,7 +100,14 @@ impl Interleaved {
 
     /// `out(a, row)` for every row of the groups covering `rows` (a multiple
     /// of eight) and every activation row `a`.
-    pub(crate) fn matmul_rows(&self, acts: &[Q8Block], n_acts: usize, rows: std::ops::Range<usize>, isa: Isa, mut out: impl FnMut(usize, usize, f32)) {
+    pub(crate) fn matmul_rows(
+        &self,
+        acts: &[Q8Block],
+        n_acts: usize,
+        rows: std::ops::Range<usize>,
+        isa: Isa,
+        mut out: impl FnMut(usize, usize, f32),
+    ) {
         debug_assert!(rows.start % ROWS == 0 && rows.end % ROWS == 0);
         let kb = self.kb;
         #[cfg(target_arch = "x86_64")]
@@ -111,8 +118,16 @@ impl Interleaved {
             let quads = if vnni { n_acts / 4 * 4 } else { 0 };
             // Each activation block's exact sum, for VNNI: the offset that
             // makes the quants unsigned comes off through it.
-            let ysum: Vec<i32> = if vnni { acts[..n_acts * kb].iter().map(|b| b.qs.iter().map(|&v| v as i32).sum()).collect() } else { Vec::new() };
-            let paired = if quads > 0 { self.matmul_pairs_avx512(acts, &ysum, quads, rows.clone(), &mut out) } else { rows.start / ROWS };
+            let ysum: Vec<i32> = if vnni {
+                acts[..n_acts * kb].iter().map(|b| b.qs.iter().map(|&v| v as i32).sum()).collect()
+            } else {
+                Vec::new()
+            };
+            let paired = if quads > 0 {
+                self.matmul_pairs_avx512(acts, &ysum, quads, rows.clone(), &mut out)
+            } else {
+                rows.start / ROWS
+            };
             for g in rows.start / ROWS..rows.end / ROWS {
                 let groups = &self.groups[g * kb..(g + 1) * kb];
                 let mut a = if g < paired { quads } else { 0 };
@@ -164,7 +179,14 @@ impl Interleaved {
     /// (AVX-512). Returns the first group not done (a last odd group). A
     /// decoding row stays with the eight-row kernel, which streams the
     /// weights faster on Zen 4.
-    fn matmul_pairs_avx512(&self, acts: &[Q8Block], ysum: &[i32], quads: usize, rows: std::ops::Range<usize>, out: &mut impl FnMut(usize, usize, f32)) -> usize {
+    fn matmul_pairs_avx512(
+        &self,
+        acts: &[Q8Block],
+        ysum: &[i32],
+        quads: usize,
+        rows: std::ops::Range<usize>,
+        out: &mut impl FnMut(usize, usize, f32),
+    ) -> usize {
         let kb = self.kb;
         let end = rows.end / ROWS;
         let mut g = rows.start / ROWS;
@@ -198,7 +220,12 @@ mod x86 {
 
     /// Eight weight rows against `R` activation rows; `lanes[a][r]`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn group_avx2<const R: usize>(groups: &[Group8], y: [&[Q8Block]; R], kind: Nibbles, lanes: &mut [[f32; ROWS]; 4]) {
+    pub(super) unsafe fn group_avx2<const R: usize>(
+        groups: &[Group8],
+        y: [&[Q8Block]; R],
+        kind: Nibbles,
+        lanes: &mut [[f32; ROWS]; 4],
+    ) {
         group::<R, false>(groups, y, [&[]; R], kind, lanes)
     }
 
@@ -206,12 +233,24 @@ mod x86 {
     /// unsigned bytes, the offset's products taken off through each
     /// activation block's sum (`ysum`): the same integers, so the same results.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
-    pub(super) unsafe fn group_avx512<const R: usize>(groups: &[Group8], y: [&[Q8Block]; R], ysum: [&[i32]; R], kind: Nibbles, lanes: &mut [[f32; ROWS]; 4]) {
+    pub(super) unsafe fn group_avx512<const R: usize>(
+        groups: &[Group8],
+        y: [&[Q8Block]; R],
+        ysum: [&[i32]; R],
+        kind: Nibbles,
+        lanes: &mut [[f32; ROWS]; 4],
+    ) {
         group::<R, true>(groups, y, ysum, kind, lanes)
     }
 
     #[inline(always)]
-    unsafe fn group<const R: usize, const VNNI: bool>(groups: &[Group8], y: [&[Q8Block]; R], ysum: [&[i32]; R], kind: Nibbles, lanes: &mut [[f32; ROWS]; 4]) {
+    unsafe fn group<const R: usize, const VNNI: bool>(
+        groups: &[Group8],
+        y: [&[Q8Block]; R],
+        ysum: [&[i32]; R],
+        kind: Nibbles,
+        lanes: &mut [[f32; ROWS]; 4],
+    ) {
         let m4 = _mm256_set1_epi8(0xF);
         let ones = _mm256_set1_epi16(1);
         let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(TABLE.as_ptr() as *const __m128i));
@@ -250,7 +289,8 @@ mod x86 {
             }
             for a in 0..R {
                 let yb = y[a].get_unchecked(b);
-                let mut sumi = if VNNI { _mm256_set1_epi32(-offset * *ysum[a].get_unchecked(b)) } else { _mm256_setzero_si256() };
+                let mut sumi =
+                    if VNNI { _mm256_set1_epi32(-offset * *ysum[a].get_unchecked(b)) } else { _mm256_setzero_si256() };
                 for c in 0..8 {
                     // Values 4c..4c+4 (low nibbles) or 16+4(c−4).. (high), broadcast to every row.
                     let off = if c < 4 { 4 * c } else { 16 + 4 * (c - 4) };
@@ -259,7 +299,10 @@ mod x86 {
                     sumi = if VNNI {
                         _mm256_dpbusd_epi32(sumi, q[c], yv)
                     } else {
-                        _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(aq[c], _mm256_sign_epi8(yv, q[c])), ones))
+                        _mm256_add_epi32(
+                            sumi,
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(aq[c], _mm256_sign_epi8(yv, q[c])), ones),
+                        )
                     };
                 }
                 let scale = _mm256_mul_ps(d, _mm256_set1_ps(yb.d));
@@ -276,7 +319,14 @@ mod x86 {
     /// integer sum (its quants offset to unsigned bytes for VNNI, the
     /// offset's products taken off through `ysum`) and the same float steps.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
-    pub(super) unsafe fn group_pair_avx512(g0: &[Group8], g1: &[Group8], y: [&[Q8Block]; 4], ysum: [&[i32]; 4], kind: Nibbles, lanes: &mut [[f32; 2 * ROWS]; 4]) {
+    pub(super) unsafe fn group_pair_avx512(
+        g0: &[Group8],
+        g1: &[Group8],
+        y: [&[Q8Block]; 4],
+        ysum: [&[i32]; 4],
+        kind: Nibbles,
+        lanes: &mut [[f32; 2 * ROWS]; 4],
+    ) {
         let m4 = _mm512_set1_epi8(0xF);
         let flip = _mm512_set1_epi8(-128);
         let table = _mm512_broadcast_i32x4(_mm_loadu_si128(TABLE.as_ptr() as *const __m128i));

@@ -47,7 +47,13 @@ impl InterleavedQ4K {
         let mut groups = Vec::with_capacity(n / ROWS * kb);
         for g in 0..n / ROWS {
             for b in 0..kb {
-                let mut group = GroupQ4K { d: [0; ROWS], dmin: [0; ROWS], sc: [0; 8 * ROWS], mins: [0; 8 * ROWS], qs: [0; 128 * ROWS] };
+                let mut group = GroupQ4K {
+                    d: [0; ROWS],
+                    dmin: [0; ROWS],
+                    sc: [0; 8 * ROWS],
+                    mins: [0; 8 * ROWS],
+                    qs: [0; 128 * ROWS],
+                };
                 for r in 0..ROWS {
                     let src = &blocks[(g * ROWS + r) * kb + b];
                     let (d, dmin, scales, qs) = src.parts();
@@ -118,7 +124,8 @@ impl InterleavedQ4K {
                         })
                         .sum();
                     s += g.sc[8 * (2 * p + h) + r] as i32 * part;
-                    m += g.mins[16 * p + 2 * r + h] as i32 * (y.bsums[4 * p + 2 * h] as i32 + y.bsums[4 * p + 2 * h + 1] as i32);
+                    m += g.mins[16 * p + 2 * r + h] as i32
+                        * (y.bsums[4 * p + 2 * h] as i32 + y.bsums[4 * p + 2 * h + 1] as i32);
                 }
                 if gemm {
                     acc = (s as f32).mul_add(d, acc);
@@ -139,7 +146,15 @@ impl InterleavedQ4K {
     /// `out(a, row)` for every row of the groups covering `rows` (a multiple
     /// of eight) and every activation row `a`. `one_sequence`: the rows are
     /// one sequence's (prefill), whose fours take the per-64-value order.
-    pub(crate) fn matmul_rows(&self, acts: &[Q8KBlock], n_acts: usize, one_sequence: bool, rows: std::ops::Range<usize>, isa: Isa, mut out: impl FnMut(usize, usize, f32)) {
+    pub(crate) fn matmul_rows(
+        &self,
+        acts: &[Q8KBlock],
+        n_acts: usize,
+        one_sequence: bool,
+        rows: std::ops::Range<usize>,
+        isa: Isa,
+        mut out: impl FnMut(usize, usize, f32),
+    ) {
         debug_assert!(rows.start % ROWS == 0 && rows.end % ROWS == 0);
         let kb = self.kb;
         let y = |a: usize| &acts[a * kb..(a + 1) * kb];
@@ -161,9 +176,15 @@ impl InterleavedQ4K {
                     // caller at run time); every activation row holds `kb` blocks.
                     unsafe {
                         match (take, vnni) {
-                            (8, _) => x86::group_avx512::<8>(groups, std::array::from_fn(|i| y(a + i)), gemm, &mut lanes),
-                            (4, true) => x86::group_avx512::<4>(groups, std::array::from_fn(|i| y(a + i)), gemm, &mut lanes),
-                            (4, false) => x86::group_avx2::<4>(groups, std::array::from_fn(|i| y(a + i)), gemm, &mut lanes),
+                            (8, _) => {
+                                x86::group_avx512::<8>(groups, std::array::from_fn(|i| y(a + i)), gemm, &mut lanes)
+                            }
+                            (4, true) => {
+                                x86::group_avx512::<4>(groups, std::array::from_fn(|i| y(a + i)), gemm, &mut lanes)
+                            }
+                            (4, false) => {
+                                x86::group_avx2::<4>(groups, std::array::from_fn(|i| y(a + i)), gemm, &mut lanes)
+                            }
                             (_, true) => x86::group_avx512::<1>(groups, [y(a)], gemm, &mut lanes),
                             (_, false) => x86::group_avx2::<1>(groups, [y(a)], gemm, &mut lanes),
                         }
@@ -197,7 +218,12 @@ mod x86 {
 
     /// Eight weight rows against `R` activation rows; `lanes[a][r]`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn group_avx2<const R: usize>(groups: &[GroupQ4K], y: [&[Q8KBlock]; R], gemm: bool, lanes: &mut [[f32; ROWS]; 8]) {
+    pub(super) unsafe fn group_avx2<const R: usize>(
+        groups: &[GroupQ4K],
+        y: [&[Q8KBlock]; R],
+        gemm: bool,
+        lanes: &mut [[f32; ROWS]; 8],
+    ) {
         group::<R, false>(groups, y, gemm, lanes)
     }
 
@@ -205,12 +231,22 @@ mod x86 {
     /// as VNNI wants them) and AVX-512VL's 32 registers: the same integers,
     /// so the same results.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
-    pub(super) unsafe fn group_avx512<const R: usize>(groups: &[GroupQ4K], y: [&[Q8KBlock]; R], gemm: bool, lanes: &mut [[f32; ROWS]; 8]) {
+    pub(super) unsafe fn group_avx512<const R: usize>(
+        groups: &[GroupQ4K],
+        y: [&[Q8KBlock]; R],
+        gemm: bool,
+        lanes: &mut [[f32; ROWS]; 8],
+    ) {
         group::<R, true>(groups, y, gemm, lanes)
     }
 
     #[inline(always)]
-    unsafe fn group<const R: usize, const VNNI: bool>(groups: &[GroupQ4K], y: [&[Q8KBlock]; R], gemm: bool, lanes: &mut [[f32; ROWS]; 8]) {
+    unsafe fn group<const R: usize, const VNNI: bool>(
+        groups: &[GroupQ4K],
+        y: [&[Q8KBlock]; R],
+        gemm: bool,
+        lanes: &mut [[f32; ROWS]; 8],
+    ) {
         let m4 = _mm256_set1_epi8(0xF);
         let ones = _mm256_set1_epi16(1);
         let zero = _mm256_setzero_si256();
@@ -224,11 +260,16 @@ mod x86 {
             for p in 0..4 {
                 let mut s = [zero; R];
                 for h in 0..2 {
-                    let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(g.sc.as_ptr().add(8 * (2 * p + h)) as *const __m128i));
+                    let sc =
+                        _mm256_cvtepu8_epi32(_mm_loadl_epi64(g.sc.as_ptr().add(8 * (2 * p + h)) as *const __m128i));
                     let mut q = [zero; 8];
                     for (c, qc) in q.iter_mut().enumerate() {
                         let v = _mm256_loadu_si256(g.qs.as_ptr().add(256 * p + 32 * c) as *const __m256i);
-                        *qc = if h == 0 { _mm256_and_si256(v, m4) } else { _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4) };
+                        *qc = if h == 0 {
+                            _mm256_and_si256(v, m4)
+                        } else {
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4)
+                        };
                     }
                     for a in 0..R {
                         let yq = y[a].get_unchecked(b).qs.as_ptr().add(64 * p + 32 * h);
@@ -237,7 +278,11 @@ mod x86 {
                             // Values 4c..4c+4 of the run, broadcast to every row.
                             let yv = _mm256_set1_epi32(std::ptr::read_unaligned(yq.add(4 * c) as *const i32));
                             // Exact either way: 15·127·2 fits 16 bits.
-                            t = if VNNI { _mm256_dpbusd_epi32(t, *qc, yv) } else { _mm256_add_epi32(t, _mm256_madd_epi16(_mm256_maddubs_epi16(*qc, yv), ones)) };
+                            t = if VNNI {
+                                _mm256_dpbusd_epi32(t, *qc, yv)
+                            } else {
+                                _mm256_add_epi32(t, _mm256_madd_epi16(_mm256_maddubs_epi16(*qc, yv), ones))
+                            };
                         }
                         s[a] = _mm256_add_epi32(s[a], _mm256_mullo_epi32(t, sc));
                     }
@@ -246,7 +291,8 @@ mod x86 {
                 for a in 0..R {
                     let yb = y[a].get_unchecked(b);
                     // The run's two 32-value activation sums (they fit 16 bits).
-                    let pair = |h: usize| (yb.bsums[4 * p + 2 * h] as i32 + yb.bsums[4 * p + 2 * h + 1] as i32) as u16 as u32;
+                    let pair =
+                        |h: usize| (yb.bsums[4 * p + 2 * h] as i32 + yb.bsums[4 * p + 2 * h + 1] as i32) as u16 as u32;
                     let m = _mm256_madd_epi16(mins, _mm256_set1_epi32((pair(0) | pair(1) << 16) as i32));
                     if gemm {
                         let yd = _mm256_set1_ps(yb.d);

@@ -23,7 +23,10 @@ pub(crate) unsafe fn lookup_avx2(qs: *const u8) -> std::arch::x86_64::__m256i {
     let table = _mm_loadu_si128(TABLE.as_ptr() as *const __m128i);
     let bits = _mm_loadu_si128(qs as *const __m128i);
     let m4 = _mm_set1_epi8(0xF);
-    _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(bits, 4), m4)), _mm_shuffle_epi8(table, _mm_and_si128(bits, m4)))
+    _mm256_set_m128i(
+        _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(bits, 4), m4)),
+        _mm_shuffle_epi8(table, _mm_and_si128(bits, m4)),
+    )
 }
 
 impl Block32 for BlockIq4Nl {

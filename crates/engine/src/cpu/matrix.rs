@@ -179,12 +179,20 @@ impl QuantMatrix {
         }
         let expected = n.checked_mul(k / bs).and_then(|b| b.checked_mul(dtype.block_bytes()));
         if expected != Some(data.len()) {
-            return Err(format!("holds {} bytes, but {n}×{k} {dtype} values take {}", data.len(), expected.map_or("more than 2^64".into(), |e| e.to_string())));
+            return Err(format!(
+                "holds {} bytes, but {n}×{k} {dtype} values take {}",
+                data.len(),
+                expected.map_or("more than 2^64".into(), |e| e.to_string())
+            ));
         }
         use GgmlType as T;
         let weights = match dtype {
-            T::Q4_0 if n % interleaved::ROWS == 0 => Weights::Interleaved(Interleaved::new(data, n, k / 32, Nibbles::Q4_0)),
-            T::Iq4Nl if n % interleaved::ROWS == 0 => Weights::Interleaved(Interleaved::new(data, n, k / 32, Nibbles::Iq4Nl)),
+            T::Q4_0 if n % interleaved::ROWS == 0 => {
+                Weights::Interleaved(Interleaved::new(data, n, k / 32, Nibbles::Q4_0))
+            }
+            T::Iq4Nl if n % interleaved::ROWS == 0 => {
+                Weights::Interleaved(Interleaved::new(data, n, k / 32, Nibbles::Iq4Nl))
+            }
             T::Q4_0 => Weights::Q4_0(blocks(data, BlockQ4_0::BYTES)),
             T::Q4_1 => Weights::Q4_1(blocks(data, BlockQ4_1::BYTES)),
             T::Q5_0 => Weights::Q5_0(blocks(data, BlockQ5_0::BYTES)),
@@ -193,7 +201,9 @@ impl QuantMatrix {
             T::Iq4Nl => Weights::Iq4Nl(blocks(data, BlockIq4Nl::BYTES)),
             T::Q2K => Weights::Q2K(blocks(data, BlockQ2K::BYTES)),
             T::Q3K => Weights::Q3K(blocks(data, BlockQ3K::BYTES)),
-            T::Q4K if n % interleaved_q4k::ROWS == 0 => Weights::InterleavedQ4K(InterleavedQ4K::new(&blocks::<BlockQ4K>(data, BlockQ4K::BYTES), n, k / QK_K)),
+            T::Q4K if n % interleaved_q4k::ROWS == 0 => {
+                Weights::InterleavedQ4K(InterleavedQ4K::new(&blocks::<BlockQ4K>(data, BlockQ4K::BYTES), n, k / QK_K))
+            }
             T::Q4K => Weights::Q4K(blocks(data, BlockQ4K::BYTES)),
             T::Q5K => Weights::Q5K(blocks(data, BlockQ5K::BYTES)),
             T::Q6K => Weights::Q6K(blocks(data, BlockQ6K::BYTES)),
@@ -219,12 +229,21 @@ impl QuantMatrix {
     /// Whether the AVX-512 prefill kernel of this type reads `RowPairs`
     /// (the 32-value formats laid out as in the file).
     fn reads_row_pairs(&self) -> bool {
-        matches!(self.weights, Weights::Q4_0(_) | Weights::Q4_1(_) | Weights::Q5_0(_) | Weights::Q5_1(_) | Weights::Q8_0(_))
+        matches!(
+            self.weights,
+            Weights::Q4_0(_) | Weights::Q4_1(_) | Weights::Q5_0(_) | Weights::Q5_1(_) | Weights::Q8_0(_)
+        )
     }
 
     fn rounding(&self) -> Rounding {
         match &self.weights {
-            Weights::Q4_0(_) | Weights::Q4_1(_) | Weights::Q5_0(_) | Weights::Q5_1(_) | Weights::Q8_0(_) | Weights::Iq4Nl(_) | Weights::Interleaved(_) => Rounding::Q8,
+            Weights::Q4_0(_)
+            | Weights::Q4_1(_)
+            | Weights::Q5_0(_)
+            | Weights::Q5_1(_)
+            | Weights::Q8_0(_)
+            | Weights::Iq4Nl(_)
+            | Weights::Interleaved(_) => Rounding::Q8,
             Weights::Float(FloatRows::F32(_)) => Rounding::F32,
             Weights::Float(FloatRows::F16(_)) => Rounding::F16,
             Weights::Float(FloatRows::Bf16(_)) => Rounding::Bf16,
@@ -265,7 +284,15 @@ impl QuantMatrix {
     ///
     /// # Safety
     /// No other thread may write those elements of `out` meanwhile.
-    pub(crate) unsafe fn matmul_cols(&self, acts: &Activations, rows: usize, sequence_rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize) {
+    pub(crate) unsafe fn matmul_cols(
+        &self,
+        acts: &Activations,
+        rows: usize,
+        sequence_rows: usize,
+        cols: Range<usize>,
+        out: &DisjointSlice<f32>,
+        ld: usize,
+    ) {
         let isa = isa::isa();
         by_format!(&self.weights,
             b => cols32(b, self.k / 32, (&acts.q8, &acts.q8_pairs), rows, cols, out, ld, isa),
@@ -336,7 +363,16 @@ impl QuantMatrix {
 
 /// A 32-value format: eight or four activation rows per tile when prefilling, one when decoding.
 #[allow(clippy::too_many_arguments)]
-unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, (acts, pairs): (&[Q8Block], &RowPairs), rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, isa: Isa) {
+unsafe fn cols32<B: Block32>(
+    blocks: &[B],
+    kb: usize,
+    (acts, pairs): (&[Q8Block], &RowPairs),
+    rows: usize,
+    cols: Range<usize>,
+    out: &DisjointSlice<f32>,
+    ld: usize,
+    isa: Isa,
+) {
     debug_assert_eq!(acts.len(), rows * kb);
     let mut row = 0;
     let mut tile = vec![[0f32; 4]; cols.len()];
@@ -364,7 +400,17 @@ unsafe fn cols32<B: Block32>(blocks: &[B], kb: usize, (acts, pairs): (&[Q8Block]
 /// prefilling (four in the vector-dot order, and for what is left); one
 /// against one, prefetching ahead, when decoding.
 #[allow(clippy::too_many_arguments)]
-unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows: usize, cols: Range<usize>, out: &DisjointSlice<f32>, ld: usize, order: Order, isa: Isa) {
+unsafe fn cols256<B: Block256>(
+    blocks: &[B],
+    kb: usize,
+    acts: &[Q8KBlock],
+    rows: usize,
+    cols: Range<usize>,
+    out: &DisjointSlice<f32>,
+    ld: usize,
+    order: Order,
+    isa: Isa,
+) {
     let y = |r: usize| &acts[r * kb..(r + 1) * kb];
     let mut r = 0;
     let mut tile = if rows >= 4 { vec![[0f32; 8]; cols.len()] } else { Vec::new() };
@@ -372,14 +418,24 @@ unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows:
     // unpacked block serves twice the rows.
     while r + 8 <= rows && order != Order::Lanes {
         for (t, col) in tile.iter_mut().zip(cols.clone()) {
-            *t = block256::dot_rows::<B, 8>(&blocks[col * kb..(col + 1) * kb], std::array::from_fn(|a| y(r + a)), order, isa);
+            *t = block256::dot_rows::<B, 8>(
+                &blocks[col * kb..(col + 1) * kb],
+                std::array::from_fn(|a| y(r + a)),
+                order,
+                isa,
+            );
         }
         write_rows(out, ld, &cols, r, 8, &tile, |t, a| t[a]);
         r += 8;
     }
     while r + 4 <= rows {
         for (t, col) in tile.iter_mut().zip(cols.clone()) {
-            let four = block256::dot_rows::<B, 4>(&blocks[col * kb..(col + 1) * kb], [y(r), y(r + 1), y(r + 2), y(r + 3)], order, isa);
+            let four = block256::dot_rows::<B, 4>(
+                &blocks[col * kb..(col + 1) * kb],
+                [y(r), y(r + 1), y(r + 2), y(r + 3)],
+                order,
+                isa,
+            );
             t[..4].copy_from_slice(&four);
         }
         write_rows(out, ld, &cols, r, 4, &tile, |t, a| t[a]);
@@ -388,7 +444,10 @@ unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows:
     for r in r..rows {
         for col in cols.clone() {
             prefetch_row_ahead(blocks, kb, col);
-            out.write(r * ld + col, block256::dot_rows::<B, 1>(&blocks[col * kb..(col + 1) * kb], [y(r)], order, isa)[0]);
+            out.write(
+                r * ld + col,
+                block256::dot_rows::<B, 1>(&blocks[col * kb..(col + 1) * kb], [y(r)], order, isa)[0],
+            );
         }
     }
 }
@@ -399,7 +458,15 @@ unsafe fn cols256<B: Block256>(blocks: &[B], kb: usize, acts: &[Q8KBlock], rows:
 ///
 /// # Safety
 /// No other thread may write those elements of `out` meanwhile.
-unsafe fn write_rows<T>(out: &DisjointSlice<f32>, ld: usize, cols: &Range<usize>, row: usize, n: usize, tile: &[T], value: impl Fn(&T, usize) -> f32) {
+unsafe fn write_rows<T>(
+    out: &DisjointSlice<f32>,
+    ld: usize,
+    cols: &Range<usize>,
+    row: usize,
+    n: usize,
+    tile: &[T],
+    value: impl Fn(&T, usize) -> f32,
+) {
     for a in 0..n {
         let dst = out.slice((row + a) * ld + cols.start..(row + a) * ld + cols.end);
         for (d, t) in dst.iter_mut().zip(tile) {

@@ -27,7 +27,10 @@ impl BlockQ4K {
 /// The eight 6-bit scales, then the eight minimums, of Q4_K and Q5_K.
 pub(crate) fn scales_and_mins(s: &[u8; 12]) -> Scales {
     let (d, m) = unpack_scales(s);
-    Scales { sc: std::array::from_fn(|e| d[e / 2] as i16), mins: std::array::from_fn(|j| if j < 8 { m[j] as i16 } else { 0 }) }
+    Scales {
+        sc: std::array::from_fn(|e| d[e / 2] as i16),
+        mins: std::array::from_fn(|j| if j < 8 { m[j] as i16 } else { 0 }),
+    }
 }
 
 /// The 12 bytes as eight scales and eight minimums of 6 bits each.

@@ -45,7 +45,8 @@ impl Block32 for BlockQ5_0 {
         use super::block32::x86::nibbles;
         use std::arch::x86_64::*;
         // q − 16 + 128 = the nibble plus 0x80 where the fifth bit is set, 0x70 where not.
-        let high = _mm256_mask_blend_epi8(u32::from_le_bytes(self.qh), _mm256_set1_epi8(0x70), _mm256_set1_epi8(0x80u8 as i8));
+        let high =
+            _mm256_mask_blend_epi8(u32::from_le_bytes(self.qh), _mm256_set1_epi8(0x70), _mm256_set1_epi8(0x80u8 as i8));
         _mm256_or_si256(nibbles(&self.qs), high)
     }
 }

@@ -42,7 +42,10 @@ fn cases() -> Vec<Case> {
         .into_iter()
         .map(|dtype| {
             let c = &json[dtype.name()];
-            let values = hex(c["values"].as_str().unwrap()).chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+            let values = hex(c["values"].as_str().unwrap())
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                .collect();
             Case {
                 dtype,
                 rows: c["rows"].as_u64().unwrap() as usize,
@@ -60,7 +63,8 @@ impl Case {
     fn cycled(&self, rows: usize) -> Case {
         let (rb, vb) = (self.data.len() / self.rows, self.cols);
         let data = (0..rows).flat_map(|r| self.data[(r % self.rows) * rb..(r % self.rows + 1) * rb].to_vec()).collect();
-        let values = (0..rows).flat_map(|r| self.values[(r % self.rows) * vb..(r % self.rows + 1) * vb].to_vec()).collect();
+        let values =
+            (0..rows).flat_map(|r| self.values[(r % self.rows) * vb..(r % self.rows + 1) * vb].to_vec()).collect();
         Case { rows, data, values, ..self.clone() }
     }
 }
@@ -107,13 +111,22 @@ fn every_type_multiplies_like_its_reference_values_and_the_paths_agree_bit_for_b
                 for col in 0..c.rows {
                     let got = out[r * c.rows + col];
                     let portable = m.portable_dot(&acts, rows, r, col);
-                    assert_eq!(got.to_bits(), portable.to_bits(), "{}: {rows} rows, row {r} col {col}: {got} vs portable {portable}", c.dtype);
+                    assert_eq!(
+                        got.to_bits(),
+                        portable.to_bits(),
+                        "{}: {rows} rows, row {r} col {col}: {got} vs portable {portable}",
+                        c.dtype
+                    );
                     let w = &c.values[col * c.cols..(col + 1) * c.cols];
                     let xr = &x[r * c.cols..(r + 1) * c.cols];
                     let exact: f64 = w.iter().zip(xr).map(|(a, b)| *a as f64 * *b as f64).sum();
                     let scale: f64 = w.iter().zip(xr).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
                     // Activations rounded to 8 bits: about 1/254 of each term at worst.
-                    assert!((got as f64 - exact).abs() <= scale / 100.0 + 1e-5, "{}: row {r} col {col}: {got} vs {exact} (scale {scale})", c.dtype);
+                    assert!(
+                        (got as f64 - exact).abs() <= scale / 100.0 + 1e-5,
+                        "{}: row {r} col {col}: {got} vs {exact} (scale {scale})",
+                        c.dtype
+                    );
                 }
             }
         }
@@ -140,7 +153,9 @@ fn dot_products_equal_llama_cpps_avx2_kernels_bit_for_bit() {
     let mut failures = Vec::new();
     for c in cases() {
         let Some(rec) = json.get(c.dtype.name()) else { continue };
-        let floats = |k: &str| -> Vec<f32> { hex(rec[k].as_str().unwrap()).chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect() };
+        let floats = |k: &str| -> Vec<f32> {
+            hex(rec[k].as_str().unwrap()).chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
+        };
         let (x, want) = (floats("x"), floats("dots"));
         let m = QuantMatrix::from_raw(c.dtype, &[c.rows, c.cols], &c.data).unwrap();
         let acts = Activations::for_matrices(&x, [&m]);
@@ -177,7 +192,11 @@ fn activations_rounded_in_chunks_multiply_as_if_rounded_at_once() {
             let mut parts = Activations::for_matrices(&x[..split * c.cols], [&m]);
             parts.extend(Activations::for_matrices(&x[split * c.cols..], [&m]));
             let got = run(&parts);
-            assert!(whole.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "{}: rows split after {split}", c.dtype);
+            assert!(
+                whole.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{}: rows split after {split}",
+                c.dtype
+            );
         }
     }
 }

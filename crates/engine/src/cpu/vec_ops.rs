@@ -122,7 +122,10 @@ pub(crate) fn expf_lane(x: f32) -> f32 {
     let e = z.to_bits() << 23;
     let k = f(e.wrapping_add(1f32.to_bits()));
     let u = b * b;
-    let j = f(0x3c07_2010).mul_add(b, f(0x3d2b_9f17)).mul_add(u, f(0x3e2a_af33).mul_add(b, f(0x3eff_fedb))).mul_add(u, f(0x3f7f_fff6) * b);
+    let j = f(0x3c07_2010)
+        .mul_add(b, f(0x3d2b_9f17))
+        .mul_add(u, f(0x3e2a_af33).mul_add(b, f(0x3eff_fedb)))
+        .mul_add(u, f(0x3f7f_fff6) * b);
     if n.abs() <= 126.0 || n.is_nan() {
         return j.mul_add(k, k);
     }
@@ -146,7 +149,10 @@ pub(crate) fn expf512_lane(x: f32) -> f32 {
     let n = z - r;
     let b = (-n).mul_add(f(0x35bf_be8e), (-n).mul_add(f(0x3f31_7200), x));
     let u = b * b;
-    let j = f(0x3c07_2010).mul_add(b, f(0x3d2b_9f17)).mul_add(u, f(0x3e2a_af33).mul_add(b, f(0x3eff_fedb))).mul_add(u, f(0x3f7f_fff6).mul_add(b, 1.0));
+    let j = f(0x3c07_2010)
+        .mul_add(b, f(0x3d2b_9f17))
+        .mul_add(u, f(0x3e2a_af33).mul_add(b, f(0x3eff_fedb)))
+        .mul_add(u, f(0x3f7f_fff6).mul_add(b, 1.0));
     if n.is_nan() {
         return f32::NAN;
     }
@@ -273,7 +279,9 @@ mod tests {
     use super::*;
 
     fn data(n: usize, seed: u32) -> Vec<f32> {
-        (0..n).map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) as f32 / (1 << 24) as f32) - 0.5).collect()
+        (0..n)
+            .map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) as f32 / (1 << 24) as f32) - 0.5)
+            .collect()
     }
 
     #[test]

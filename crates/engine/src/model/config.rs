@@ -75,22 +75,21 @@ pub struct ModelConfig {
 impl ModelConfig {
     pub fn from_gguf(file: &GgufFile) -> Result<Self> {
         let arch_name = file.string("general.architecture")?.to_string();
-        let architecture = Architecture::from_gguf_name(&arch_name).ok_or_else(|| {
-            EngineError::UnsupportedArchitecture {
+        let architecture =
+            Architecture::from_gguf_name(&arch_name).ok_or_else(|| EngineError::UnsupportedArchitecture {
                 path: file.path().to_path_buf(),
                 architecture: arch_name.clone(),
                 supported: super::config::SUPPORTED_ARCHITECTURES,
-            }
-        })?;
+            })?;
         let key = |k: &str| format!("{arch_name}.{k}");
         let n_embd = file.u32(&key("embedding_length"))? as usize;
         let n_heads = file.u32(&key("attention.head_count"))? as usize;
         let n_kv_heads = file.u32_opt(&key("attention.head_count_kv"))?.map_or(n_heads, |v| v as usize);
         let n_layers = file.u32(&key("block_count"))? as usize;
         if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 || n_layers == 0 {
-            return Err(file.corrupt(format!(
-                "bad attention shape: {n_heads} heads, {n_kv_heads} KV heads, {n_layers} layers"
-            )));
+            return Err(
+                file.corrupt(format!("bad attention shape: {n_heads} heads, {n_kv_heads} KV heads, {n_layers} layers"))
+            );
         }
         let head_dim = match file.u32_opt(&key("attention.key_length"))? {
             Some(d) => d as usize,

@@ -15,11 +15,11 @@ use std::ops::Range;
 use candle_core::{Device, Tensor};
 
 use super::{window_start, Architecture, Block, Embeddings, Matrix, Model, Norm};
+use crate::cpu::attention::{self, Order};
+use crate::cpu::vec_ops;
+use crate::cpu::{Activations, QuantMatrix};
 use crate::error::Result;
 use crate::kv_cache::KvCache;
-use crate::cpu::{Activations, QuantMatrix};
-use crate::cpu::vec_ops;
-use crate::cpu::attention::{self, Order};
 use crate::worker_pool::{DisjointSlice, WorkerPool};
 
 /// Cache positions from which a decode step's attention runs in three
@@ -36,7 +36,12 @@ const DIMS_PER_TASK: usize = 16;
 const ROWS_PER_TASK: usize = 16;
 
 impl Model {
-    pub(super) fn forward_host(&self, tokens: &[Vec<u32>], cache: &mut KvCache, stop: &dyn Fn() -> bool) -> Result<Tensor> {
+    pub(super) fn forward_host(
+        &self,
+        tokens: &[Vec<u32>],
+        cache: &mut KvCache,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Tensor> {
         let batch = tokens.len();
         let logits = self.forward_host_rows(tokens, cache, false, stop)?;
         Ok(Tensor::from_vec(logits, (batch, self.vocab_size), &Device::Cpu)?)
@@ -45,7 +50,13 @@ impl Model {
     /// The forward pass; logits of every position (`all`) or of each
     /// sequence's last, as `[rows, vocab]`. A pass of several positions
     /// asks `stop` after each layer but the last (see `forward_stoppable`).
-    pub(super) fn forward_host_rows(&self, tokens: &[Vec<u32>], cache: &mut KvCache, all: bool, stop: &dyn Fn() -> bool) -> Result<Vec<f32>> {
+    pub(super) fn forward_host_rows(
+        &self,
+        tokens: &[Vec<u32>],
+        cache: &mut KvCache,
+        all: bool,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Vec<f32>> {
         let c = &self.config;
         let pool = WorkerPool::global();
         let (batch, seq) = (tokens.len(), tokens[0].len());
@@ -60,7 +71,8 @@ impl Model {
         }
         let rope_global = self.rope_global.tables(pos0, seq);
         // Only sliding layers use the local tables.
-        let rope_local = if c.sliding_window.is_some() { self.rope_local.tables(pos0, seq) } else { Default::default() };
+        let rope_local =
+            if c.sliding_window.is_some() { self.rope_local.tables(pos0, seq) } else { Default::default() };
         let mut buf = Buffers::new(self, rows);
         let mut kv = KvRows::Batch { cache, batch, seq, pos0 };
         for (layer, block) in self.layers.iter().enumerate() {
@@ -76,7 +88,8 @@ impl Model {
         let KvRows::Batch { cache, .. } = kv else { unreachable!("built as a batch") };
         cache.advance(seq);
 
-        let out_rows: Vec<usize> = if all { (0..rows).collect() } else { (0..batch).map(|b| b * seq + seq - 1).collect() };
+        let out_rows: Vec<usize> =
+            if all { (0..rows).collect() } else { (0..batch).map(|b| b * seq + seq - 1).collect() };
         let mut last = vec![0f32; out_rows.len() * e];
         for (i, &r) in out_rows.iter().enumerate() {
             vec_ops::rms_norm(&mut last[i * e..(i + 1) * e], &x[r * e..(r + 1) * e], &self.norm.host, self.norm.eps);
@@ -168,7 +181,13 @@ impl Model {
         let (qd, kd) = (c.n_heads * hd, c.n_kv_heads * hd);
 
         norm_rows(pool, &b.attn_norm, x, &mut buf.h, e);
-        matmuls(pool, &buf.h, rows, seq, &mut [(&b.wq.weight, &mut buf.q), (&b.wk.weight, &mut buf.k), (&b.wv.weight, &mut buf.v)])?;
+        matmuls(
+            pool,
+            &buf.h,
+            rows,
+            seq,
+            &mut [(&b.wq.weight, &mut buf.q), (&b.wk.weight, &mut buf.k), (&b.wv.weight, &mut buf.v)],
+        )?;
         for (lin, out, width) in [(&b.wq, &mut buf.q, qd), (&b.wk, &mut buf.k, kd), (&b.wv, &mut buf.v, kd)] {
             if let Some((_, bias)) = &lin.bias {
                 out.chunks_exact_mut(width).for_each(|row| vec_ops::add(row, bias));
@@ -218,13 +237,26 @@ impl Model {
         attention::round_to_f16(&mut buf.q);
         let window = b.sliding.then_some(c.sliding_window).flatten();
         match kv {
-            KvRows::Batch { cache, batch, seq, pos0 } => self.attention(pool, cache, layer, &buf.q, &mut buf.attn, (*batch, *seq, *pos0), window, scale),
-            KvRows::Caches { caches, positions } if positions.iter().all(|&p| p < LONG_HISTORY) => self.attention_caches(pool, caches, positions, layer, &buf.q, &mut buf.attn, window, scale),
+            KvRows::Batch { cache, batch, seq, pos0 } => {
+                self.attention(pool, cache, layer, &buf.q, &mut buf.attn, (*batch, *seq, *pos0), window, scale)
+            }
+            KvRows::Caches { caches, positions } if positions.iter().all(|&p| p < LONG_HISTORY) => {
+                self.attention_caches(pool, caches, positions, layer, &buf.q, &mut buf.attn, window, scale)
+            }
             KvRows::Caches { caches, positions } => {
                 // Each sequence against its own cache, as it would alone.
                 for (r, cache) in caches.iter().enumerate() {
                     let range = r * qd..(r + 1) * qd;
-                    self.attention(pool, cache, layer, &buf.q[range.clone()], &mut buf.attn[range], (1, 1, positions[r]), window, scale);
+                    self.attention(
+                        pool,
+                        cache,
+                        layer,
+                        &buf.q[range.clone()],
+                        &mut buf.attn[range],
+                        (1, 1, positions[r]),
+                        window,
+                        scale,
+                    );
                 }
             }
         }
@@ -263,7 +295,17 @@ impl Model {
     /// position, softmax by head, weighted values by dimension), so that
     /// two threads share three KV heads evenly.
     #[allow(clippy::too_many_arguments)]
-    fn attention(&self, pool: &WorkerPool, cache: &KvCache, layer: usize, q: &[f32], out: &mut [f32], (batch, seq, pos0): (usize, usize, usize), window: Option<usize>, scale: f32) {
+    fn attention(
+        &self,
+        pool: &WorkerPool,
+        cache: &KvCache,
+        layer: usize,
+        q: &[f32],
+        out: &mut [f32],
+        (batch, seq, pos0): (usize, usize, usize),
+        window: Option<usize>,
+        scale: f32,
+    ) {
         let c = &self.config;
         let (hd, nh, nkv) = (c.head_dim, c.n_heads, c.n_kv_heads);
         let n_rep = nh / nkv;
@@ -280,7 +322,8 @@ impl Model {
         if seq == 1 && pos0 >= LONG_HISTORY {
             return self.attention_long_decode(pool, q, out, (batch, pos0, cap), bounds_of(pos0), scale, &head);
         }
-        let (order, rows_per_task, heads_per_task) = if seq == 1 { (Order::Decode, 1, 1) } else { (Order::Prefill, 4, n_rep) };
+        let (order, rows_per_task, heads_per_task) =
+            if seq == 1 { (Order::Decode, 1, 1) } else { (Order::Prefill, 4, n_rep) };
         let groups = nh / heads_per_task;
         let row_blocks = seq.div_ceil(rows_per_task);
         let out = DisjointSlice::new(out);
@@ -311,7 +354,17 @@ impl Model {
     /// it for that row alone (one region per row would leave a thread idle
     /// at the end of each).
     #[allow(clippy::too_many_arguments)]
-    fn attention_caches(&self, pool: &WorkerPool, caches: &[&mut KvCache], positions: &[usize], layer: usize, q: &[f32], out: &mut [f32], window: Option<usize>, scale: f32) {
+    fn attention_caches(
+        &self,
+        pool: &WorkerPool,
+        caches: &[&mut KvCache],
+        positions: &[usize],
+        layer: usize,
+        q: &[f32],
+        out: &mut [f32],
+        window: Option<usize>,
+        scale: f32,
+    ) {
         let c = &self.config;
         let (hd, nh, nkv) = (c.head_dim, c.n_heads, c.n_kv_heads);
         let (n_rep, qd) = (nh / nkv, nh * hd);
@@ -325,7 +378,16 @@ impl Model {
             // SAFETY: each task writes only its own (row, head) slice.
             let mut outs = [unsafe { out.slice(range.clone()) }];
             let bounds = [(window.map_or(0, |w| window_start(p, w)), p)];
-            attend(&mut outs, &[&q[range]], &bounds, &kv.k[at..at + kv.capacity * hd], &kv.v_t[at..at + kv.capacity * hd], kv.capacity, scale, Order::Decode);
+            attend(
+                &mut outs,
+                &[&q[range]],
+                &bounds,
+                &kv.k[at..at + kv.capacity * hd],
+                &kv.v_t[at..at + kv.capacity * hd],
+                kv.capacity,
+                scale,
+                Order::Decode,
+            );
         });
     }
 
@@ -353,7 +415,8 @@ impl Model {
             let chunks = width.div_ceil(POSITIONS_PER_TASK);
             pool.run(batch * nkv * chunks, &|t| {
                 let (bi, h, chunk) = (t / (nkv * chunks), (t / chunks) % nkv, t % chunks);
-                let positions = start + chunk * POSITIONS_PER_TASK..(start + (chunk + 1) * POSITIONS_PER_TASK).min(hi + 1);
+                let positions =
+                    start + chunk * POSITIONS_PER_TASK..(start + (chunk + 1) * POSITIONS_PER_TASK).min(hi + 1);
                 let n = positions.len();
                 let queries: Vec<&[f32]> = (0..n_rep).map(|r| &q[bi * qd + (h * n_rep + r) * hd..][..hd]).collect();
                 let mut scores = vec![0f32; n_rep * n];
@@ -396,7 +459,16 @@ impl Model {
 /// as llama.cpp's start at position 0; positions masked for one query but
 /// not another are scored and then set to −∞.
 #[allow(clippy::too_many_arguments)]
-fn attend(outs: &mut [&mut [f32]], queries: &[&[f32]], bounds: &[(usize, usize)], keys: &[half::f16], values_t: &[half::f16], cap: usize, scale: f32, order: Order) {
+fn attend(
+    outs: &mut [&mut [f32]],
+    queries: &[&[f32]],
+    bounds: &[(usize, usize)],
+    keys: &[half::f16],
+    values_t: &[half::f16],
+    cap: usize,
+    scale: f32,
+    order: Order,
+) {
     let first = bounds.iter().map(|b| b.0).min().unwrap_or(0);
     let last = bounds.iter().map(|b| b.1).max().unwrap_or(0);
     let start = first / order.lanes() * order.lanes();
@@ -473,7 +545,9 @@ impl Matrix {
             Matrix::Own(m) => m.rows(),
             Matrix::Candle(m) => match m {
                 candle_core::quantized::QMatMul::QTensor(t) => t.shape().dims()[0],
-                candle_core::quantized::QMatMul::Tensor(t) | candle_core::quantized::QMatMul::TensorF16(t) => t.dims()[0],
+                candle_core::quantized::QMatMul::Tensor(t) | candle_core::quantized::QMatMul::TensorF16(t) => {
+                    t.dims()[0]
+                }
             },
         }
     }
@@ -482,7 +556,13 @@ impl Matrix {
 /// `out_i = x · W_iᵀ` for several matrices that share the input `x`
 /// (`rows × k`, `sequence_rows` of them per sequence): one quantization of
 /// `x`, one parallel region for all.
-fn matmuls(pool: &WorkerPool, x: &[f32], rows: usize, sequence_rows: usize, jobs: &mut [(&Matrix, &mut Vec<f32>)]) -> Result<()> {
+fn matmuls(
+    pool: &WorkerPool,
+    x: &[f32],
+    rows: usize,
+    sequence_rows: usize,
+    jobs: &mut [(&Matrix, &mut Vec<f32>)],
+) -> Result<()> {
     let mut own = Vec::new();
     for (m, out) in jobs.iter_mut() {
         match m {
@@ -522,7 +602,8 @@ fn quantize_rows(pool: &WorkerPool, x: &[f32], rows: usize, matrices: &[&QuantMa
         return Activations::for_matrices(x, matrices.iter().copied());
     }
     let width = x.len() / rows;
-    let chunks: Vec<std::sync::Mutex<Activations>> = (0..rows.div_ceil(ROWS_PER_TASK)).map(|_| Default::default()).collect();
+    let chunks: Vec<std::sync::Mutex<Activations>> =
+        (0..rows.div_ceil(ROWS_PER_TASK)).map(|_| Default::default()).collect();
     pool.run(chunks.len(), &|t| {
         let r = t * ROWS_PER_TASK..((t + 1) * ROWS_PER_TASK).min(rows);
         let acts = Activations::for_matrices(&x[r.start * width..r.end * width], matrices.iter().copied());
@@ -537,7 +618,13 @@ fn quantize_rows(pool: &WorkerPool, x: &[f32], rows: usize, matrices: &[&QuantMa
 
 /// Runs `f(rows, slice)` over chunks of `width`-wide rows of `data`, in
 /// parallel when there are enough rows to be worth it.
-fn for_row_chunks(pool: &WorkerPool, rows: usize, data: &mut [f32], width: usize, f: impl Fn(Range<usize>, &mut [f32]) + Sync) {
+fn for_row_chunks(
+    pool: &WorkerPool,
+    rows: usize,
+    data: &mut [f32],
+    width: usize,
+    f: impl Fn(Range<usize>, &mut [f32]) + Sync,
+) {
     if rows < 2 * ROWS_PER_TASK {
         f(0..rows, &mut data[..rows * width]);
         return;
@@ -574,7 +661,14 @@ fn norm_in_place(n: &Norm, x: &mut [f32], width: usize) {
 /// `pos0 + r % seq`), pairing adjacent values (GGUF's permuted llama
 /// weights) or the two halves of each head (NeoX). The multiply-adds are
 /// fused the way GCC fuses llama.cpp's `rotate_pairs`.
-fn apply_rope(x: &mut [f32], (cos, sin): &(Vec<f32>, Vec<f32>), seq: usize, width: usize, hd: usize, interleaved: bool) {
+fn apply_rope(
+    x: &mut [f32],
+    (cos, sin): &(Vec<f32>, Vec<f32>),
+    seq: usize,
+    width: usize,
+    hd: usize,
+    interleaved: bool,
+) {
     let half = hd / 2;
     for (r, row) in x.chunks_exact_mut(width).enumerate() {
         let t = r % seq;

@@ -14,10 +14,10 @@ use std::sync::Arc;
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
+use crate::cpu::QuantMatrix;
 use crate::error::Result;
 use crate::gguf::GgufFile;
 use crate::kv_cache::KvCache;
-use crate::cpu::QuantMatrix;
 
 /// Longest chunk fed in one forward pass while prefilling; bounds the
 /// attention score matrix to `heads × chunk × context` floats.
@@ -169,7 +169,9 @@ impl Model {
     pub fn load_with(file: &mut GgufFile, device: &Device, kernels: Kernels) -> Result<Self> {
         let config = ModelConfig::from_gguf(file)?;
         let arch = config.architecture;
-        let norm = |file: &mut GgufFile, name: &str| -> Result<Norm> { Norm::new(file.tensor(name, device)?, config.rms_eps, device) };
+        let norm = |file: &mut GgufFile, name: &str| -> Result<Norm> {
+            Norm::new(file.tensor(name, device)?, config.rms_eps, device)
+        };
         let norm_opt = |file: &mut GgufFile, name: &str| -> Result<Option<Norm>> {
             match file.tensor_opt(name, device)? {
                 Some(t) => Ok(Some(Norm::new(t, config.rms_eps, device)?)),
@@ -186,8 +188,14 @@ impl Model {
             Ok(m)
         };
 
-        let embd_dims = file.tensor_info("token_embd.weight").ok_or_else(|| file.corrupt("missing tensor token_embd.weight"))?.dims.clone();
-        let &[vocab_size, embd_cols] = embd_dims.as_slice() else { return Err(file.corrupt("token_embd.weight is not a matrix")) };
+        let embd_dims = file
+            .tensor_info("token_embd.weight")
+            .ok_or_else(|| file.corrupt("missing tensor token_embd.weight"))?
+            .dims
+            .clone();
+        let &[vocab_size, embd_cols] = embd_dims.as_slice() else {
+            return Err(file.corrupt("token_embd.weight is not a matrix"));
+        };
         if embd_cols != config.n_embd {
             return Err(file.corrupt(format!("token_embd.weight has {embd_cols} columns, expected {}", config.n_embd)));
         }
@@ -266,7 +274,8 @@ impl Model {
         if freq_factors.as_ref().is_some_and(|f| f.len() != config.head_dim / 2) {
             return Err(file.corrupt("rope_freqs.weight has the wrong length"));
         }
-        let rope_global = RopeFreqs::new(config.head_dim, config.rope_base, freq_factors, 1.0 / config.rope_linear_scale);
+        let rope_global =
+            RopeFreqs::new(config.head_dim, config.rope_base, freq_factors, 1.0 / config.rope_linear_scale);
         let rope_local = RopeFreqs::new(config.head_dim, config.rope_base_local, None, 1.0);
         let embed_scale = (arch == Architecture::Gemma3).then(|| (config.n_embd as f64).sqrt());
         Ok(Self {
@@ -320,7 +329,12 @@ impl Model {
     /// when it says so: the cache then holds what it held before (keys and
     /// values written past its length are not part of it). On the CPU only;
     /// a GPU pass runs whole.
-    pub fn forward_stoppable(&self, tokens: &[Vec<u32>], cache: &mut KvCache, stop: &dyn Fn() -> bool) -> Result<Tensor> {
+    pub fn forward_stoppable(
+        &self,
+        tokens: &[Vec<u32>],
+        cache: &mut KvCache,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Tensor> {
         self.check_tokens(tokens)?;
         if self.device.is_cpu() {
             self.forward_host(tokens, cache, stop)
@@ -342,7 +356,11 @@ impl Model {
         if self.device.is_cpu() {
             return self.forward_host_caches(tokens, caches);
         }
-        tokens.iter().zip(caches.iter_mut()).map(|(&t, cache)| Ok(self.forward(&[vec![t]], cache)?.to_vec2::<f32>()?.remove(0))).collect()
+        tokens
+            .iter()
+            .zip(caches.iter_mut())
+            .map(|(&t, cache)| Ok(self.forward(&[vec![t]], cache)?.to_vec2::<f32>()?.remove(0)))
+            .collect()
     }
 
     /// Logits at every position of `ids` (`[ids.len(), vocab]`), run as a
@@ -363,9 +381,16 @@ impl Model {
 
     fn check_tokens(&self, tokens: &[Vec<u32>]) -> Result<()> {
         let seq_len = tokens.first().map_or(0, Vec::len);
-        assert!(seq_len > 0 && tokens.iter().all(|t| t.len() == seq_len), "forward needs a non-empty rectangular batch");
+        assert!(
+            seq_len > 0 && tokens.iter().all(|t| t.len() == seq_len),
+            "forward needs a non-empty rectangular batch"
+        );
         if let Some(bad) = tokens.iter().flatten().find(|&&t| t as usize >= self.vocab_size) {
-            return Err(candle_core::Error::Msg(format!("token id {bad} is outside the vocabulary of {}", self.vocab_size)).into());
+            return Err(candle_core::Error::Msg(format!(
+                "token id {bad} is outside the vocabulary of {}",
+                self.vocab_size
+            ))
+            .into());
         }
         Ok(())
     }
@@ -452,10 +477,12 @@ impl Model {
         let q = round_to_f16(&q)?;
         let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
         if let Some(m) = mask {
-            scores = scores
-                .reshape((batch, c.n_kv_heads, n_rep, seq_len, kv_len))?
-                .broadcast_add(m)?
-                .reshape((batch, c.n_kv_heads, n_rep * seq_len, kv_len))?;
+            scores = scores.reshape((batch, c.n_kv_heads, n_rep, seq_len, kv_len))?.broadcast_add(m)?.reshape((
+                batch,
+                c.n_kv_heads,
+                n_rep * seq_len,
+                kv_len,
+            ))?;
         }
         let probs = round_to_f16(&candle_nn::ops::softmax_last_dim(&scores)?)?;
         let attn = probs
@@ -566,7 +593,13 @@ impl Rope {
 
 /// Additive mask `[seq_len, kv_len]` for new positions `pos0..pos0+seq_len`
 /// against cache positions `kv_start..pos0+seq_len`. `None` when nothing is masked.
-fn causal_mask(seq_len: usize, pos0: usize, kv_start: usize, window: Option<usize>, device: &Device) -> candle_core::Result<Option<Tensor>> {
+fn causal_mask(
+    seq_len: usize,
+    pos0: usize,
+    kv_start: usize,
+    window: Option<usize>,
+    device: &Device,
+) -> candle_core::Result<Option<Tensor>> {
     let kv_end = pos0 + seq_len;
     let kv_len = kv_end - kv_start;
     let mut any = false;
@@ -587,5 +620,3 @@ fn causal_mask(seq_len: usize, pos0: usize, kv_start: usize, window: Option<usiz
     }
     Ok(Some(Tensor::from_vec(m, (seq_len, kv_len), device)?.to_dtype(DType::F32)?))
 }
-
-

@@ -171,7 +171,8 @@ fn tokenizer_metadata(family: Family) -> Vec<(String, Value)> {
     let s = |k: &str, v: &str| (k.to_string(), Value::String(v.to_string()));
     let u = |k: &str, v: u32| (k.to_string(), Value::U32(v));
     if family == Family::Gemma3 {
-        let mut tokens: Vec<String> = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"].map(String::from).to_vec();
+        let mut tokens: Vec<String> =
+            ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"].map(String::from).to_vec();
         let mut types = vec![3, 3, 3, 2, 3, 3];
         for b in 0..256 {
             tokens.push(format!("<0x{b:02X}>"));

@@ -96,25 +96,46 @@ unsafe fn expf(x: __m256) -> __m256 {
     let c = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(126.0));
     let u = _mm256_mul_ps(b, b);
     let j = _mm256_fmadd_ps(
-        _mm256_fmadd_ps(_mm256_fmadd_ps(f(0x3c07_2010), b, f(0x3d2b_9f17)), u, _mm256_fmadd_ps(f(0x3e2a_af33), b, f(0x3eff_fedb))),
+        _mm256_fmadd_ps(
+            _mm256_fmadd_ps(f(0x3c07_2010), b, f(0x3d2b_9f17)),
+            u,
+            _mm256_fmadd_ps(f(0x3e2a_af33), b, f(0x3eff_fedb)),
+        ),
         u,
         _mm256_mul_ps(f(0x3f7f_fff6), b),
     );
     if _mm256_movemask_ps(c) == 0 {
         return _mm256_fmadd_ps(j, k, k);
     }
-    let g = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(n, _mm256_setzero_ps())), _mm256_set1_epi32(0x8200_0000u32 as i32));
+    let g = _mm256_and_si256(
+        _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(n, _mm256_setzero_ps())),
+        _mm256_set1_epi32(0x8200_0000u32 as i32),
+    );
     let s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f00_0000)));
     let s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
     let d = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(192.0));
     _mm256_or_ps(
         _mm256_and_ps(d, _mm256_mul_ps(s1, s1)),
-        _mm256_andnot_ps(d, _mm256_or_ps(_mm256_and_ps(c, _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1)), _mm256_andnot_ps(c, _mm256_fmadd_ps(j, k, k)))),
+        _mm256_andnot_ps(
+            d,
+            _mm256_or_ps(
+                _mm256_and_ps(c, _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1)),
+                _mm256_andnot_ps(c, _mm256_fmadd_ps(j, k, k)),
+            ),
+        ),
     )
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn scores(out: &mut [f32], stride: usize, queries: &[&[f32]], keys: &[f16], positions: Range<usize>, scale: f32, tiled: bool) {
+pub unsafe fn scores(
+    out: &mut [f32],
+    stride: usize,
+    queries: &[&[f32]],
+    keys: &[f16],
+    positions: Range<usize>,
+    scale: f32,
+    tiled: bool,
+) {
     let hd = queries[0].len();
     for (c, chunk) in queries.chunks(TILE_Q).enumerate() {
         let out = &mut out[c * TILE_Q * stride..];
@@ -131,7 +152,15 @@ pub unsafe fn scores(out: &mut [f32], stride: usize, queries: &[&[f32]], keys: &
 
 /// tinyBLAS's order, four positions × `Q` queries at a time.
 #[inline(always)]
-unsafe fn scores_tiled<const Q: usize>(out: &mut [f32], stride: usize, qs: &[&[f32]], keys: &[f16], hd: usize, positions: Range<usize>, scale: f32) {
+unsafe fn scores_tiled<const Q: usize>(
+    out: &mut [f32],
+    stride: usize,
+    qs: &[&[f32]],
+    keys: &[f16],
+    hd: usize,
+    positions: Range<usize>,
+    scale: f32,
+) {
     let mut j = positions.start;
     while j + 4 <= positions.end {
         tile::<Q, 4>(out, stride, qs, keys, hd, j, positions.start, scale);
@@ -145,7 +174,16 @@ unsafe fn scores_tiled<const Q: usize>(out: &mut [f32], stride: usize, qs: &[&[f
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile<const Q: usize, const P: usize>(out: &mut [f32], stride: usize, qs: &[&[f32]], keys: &[f16], hd: usize, j: usize, start: usize, scale: f32) {
+unsafe fn tile<const Q: usize, const P: usize>(
+    out: &mut [f32],
+    stride: usize,
+    qs: &[&[f32]],
+    keys: &[f16],
+    hd: usize,
+    j: usize,
+    start: usize,
+    scale: f32,
+) {
     let kp = keys.as_ptr().add(j * hd);
     let mut acc = [[_mm256_setzero_ps(); P]; Q];
     for s in (0..hd).step_by(8) {
@@ -160,7 +198,10 @@ unsafe fn tile<const Q: usize, const P: usize>(out: &mut [f32], stride: usize, q
     for q in 0..Q {
         let at = q * stride + j - start;
         if P == 4 {
-            _mm_storeu_ps(out[at..at + 4].as_mut_ptr(), _mm_mul_ps(hsum4([acc[q][0], acc[q][1], acc[q][2], acc[q][3]]), _mm_set1_ps(scale)));
+            _mm_storeu_ps(
+                out[at..at + 4].as_mut_ptr(),
+                _mm_mul_ps(hsum4([acc[q][0], acc[q][1], acc[q][2], acc[q][3]]), _mm_set1_ps(scale)),
+            );
         } else {
             for p in 0..P {
                 out[at + p] = hsum(acc[q][p]) * scale;
@@ -173,7 +214,8 @@ unsafe fn tile<const Q: usize, const P: usize>(out: &mut [f32], stride: usize, q
 /// four sums in the lanes of one register.
 #[inline(always)]
 unsafe fn hsum4(v: [__m256; 4]) -> __m128 {
-    let x: [__m128; 4] = std::array::from_fn(|i| _mm_add_ps(_mm256_extractf128_ps(v[i], 1), _mm256_castps256_ps128(v[i])));
+    let x: [__m128; 4] =
+        std::array::from_fn(|i| _mm_add_ps(_mm256_extractf128_ps(v[i], 1), _mm256_castps256_ps128(v[i])));
     // [x0 + x2, x1 + x3] of each, interleaved: ab = [a02, b02, a13, b13].
     let ab = _mm_add_ps(_mm_unpacklo_ps(x[0], x[1]), _mm_unpackhi_ps(x[0], x[1]));
     let cd = _mm_add_ps(_mm_unpacklo_ps(x[2], x[3]), _mm_unpackhi_ps(x[2], x[3]));
@@ -182,7 +224,15 @@ unsafe fn hsum4(v: [__m256; 4]) -> __m128 {
 
 /// `ggml_vec_dot_f16`'s order, one position × `Q` queries at a time.
 #[inline(always)]
-unsafe fn scores_dot<const Q: usize>(out: &mut [f32], stride: usize, qs: &[&[f32]], keys: &[f16], hd: usize, positions: Range<usize>, scale: f32) {
+unsafe fn scores_dot<const Q: usize>(
+    out: &mut [f32],
+    stride: usize,
+    qs: &[&[f32]],
+    keys: &[f16],
+    hd: usize,
+    positions: Range<usize>,
+    scale: f32,
+) {
     let wide = hd / 32 * 32;
     for j in positions.clone() {
         let kp = keys.as_ptr().add(j * hd);
@@ -203,7 +253,15 @@ unsafe fn scores_dot<const Q: usize>(out: &mut [f32], stride: usize, qs: &[&[f32
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn weighted_values(outs: &mut [&mut [f32]], probs: &[&[f32]], values_t: &[f16], cap: usize, dims: Range<usize>, base: usize, order: Order) {
+pub unsafe fn weighted_values(
+    outs: &mut [&mut [f32]],
+    probs: &[&[f32]],
+    values_t: &[f16],
+    cap: usize,
+    dims: Range<usize>,
+    base: usize,
+    order: Order,
+) {
     for (c, chunk) in probs.chunks(TILE_Q).enumerate() {
         let outs = &mut outs[c * TILE_Q..c * TILE_Q + chunk.len()];
         match (chunk.len(), order) {
@@ -219,7 +277,14 @@ pub unsafe fn weighted_values(outs: &mut [&mut [f32]], probs: &[&[f32]], values_
 
 /// tinyBLAS's order, four dimensions × `Q` queries at a time.
 #[inline(always)]
-unsafe fn values_tiled<const Q: usize>(outs: &mut [&mut [f32]], probs: &[&[f32]], values_t: &[f16], cap: usize, dims: Range<usize>, base: usize) {
+unsafe fn values_tiled<const Q: usize>(
+    outs: &mut [&mut [f32]],
+    probs: &[&[f32]],
+    values_t: &[f16],
+    cap: usize,
+    dims: Range<usize>,
+    base: usize,
+) {
     let mut d = dims.start;
     while d + 4 <= dims.end {
         values_tile::<Q, 4>(outs, probs, values_t, cap, d, dims.start, base);
@@ -232,7 +297,15 @@ unsafe fn values_tiled<const Q: usize>(outs: &mut [&mut [f32]], probs: &[&[f32]]
 }
 
 #[inline(always)]
-unsafe fn values_tile<const Q: usize, const D: usize>(outs: &mut [&mut [f32]], probs: &[&[f32]], values_t: &[f16], cap: usize, d: usize, d0: usize, base: usize) {
+unsafe fn values_tile<const Q: usize, const D: usize>(
+    outs: &mut [&mut [f32]],
+    probs: &[&[f32]],
+    values_t: &[f16],
+    cap: usize,
+    d: usize,
+    d0: usize,
+    base: usize,
+) {
     let n = probs[0].len();
     let wide = n / 8 * 8;
     let vp = values_t.as_ptr().add(d * cap + base);
@@ -261,7 +334,14 @@ unsafe fn values_tile<const Q: usize, const D: usize>(outs: &mut [&mut [f32]], p
 
 /// `ggml_vec_dot_f16`'s order, one dimension × `Q` queries at a time.
 #[inline(always)]
-unsafe fn values_dot<const Q: usize>(outs: &mut [&mut [f32]], probs: &[&[f32]], values_t: &[f16], cap: usize, dims: Range<usize>, base: usize) {
+unsafe fn values_dot<const Q: usize>(
+    outs: &mut [&mut [f32]],
+    probs: &[&[f32]],
+    values_t: &[f16],
+    cap: usize,
+    dims: Range<usize>,
+    base: usize,
+) {
     let n = probs[0].len();
     let wide = n / 32 * 32;
     for d in dims.clone() {

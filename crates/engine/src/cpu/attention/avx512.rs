@@ -81,7 +81,11 @@ pub(crate) unsafe fn expf(x: __m512) -> __m512 {
     let d = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_abs_ps(n), _mm512_set1_ps(192.0));
     let u = _mm512_mul_ps(b, b);
     let j = _mm512_fmadd_ps(
-        _mm512_fmadd_ps(_mm512_fmadd_ps(f(0x3c07_2010), b, f(0x3d2b_9f17)), u, _mm512_fmadd_ps(f(0x3e2a_af33), b, f(0x3eff_fedb))),
+        _mm512_fmadd_ps(
+            _mm512_fmadd_ps(f(0x3c07_2010), b, f(0x3d2b_9f17)),
+            u,
+            _mm512_fmadd_ps(f(0x3e2a_af33), b, f(0x3eff_fedb)),
+        ),
         u,
         _mm512_fmadd_ps(f(0x3f7f_fff6), b, _mm512_set1_ps(1.0)),
     );
@@ -95,7 +99,15 @@ pub(crate) unsafe fn expf(x: __m512) -> __m512 {
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")]
-pub unsafe fn scores(out: &mut [f32], stride: usize, queries: &[&[f32]], keys: &[f16], positions: Range<usize>, scale: f32, tiled: bool) {
+pub unsafe fn scores(
+    out: &mut [f32],
+    stride: usize,
+    queries: &[&[f32]],
+    keys: &[f16],
+    positions: Range<usize>,
+    scale: f32,
+    tiled: bool,
+) {
     let hd = queries[0].len();
     for (c, chunk) in queries.chunks(TILE_Q).enumerate() {
         let out = &mut out[c * TILE_Q * stride..];
@@ -114,7 +126,15 @@ pub unsafe fn scores(out: &mut [f32], stride: usize, queries: &[&[f32]], keys: &
 
 /// tinyBLAS's order, four positions × `Q` queries at a time.
 #[inline(always)]
-unsafe fn scores_tiled<const Q: usize>(out: &mut [f32], stride: usize, qs: &[&[f32]], keys: &[f16], hd: usize, positions: Range<usize>, scale: f32) {
+unsafe fn scores_tiled<const Q: usize>(
+    out: &mut [f32],
+    stride: usize,
+    qs: &[&[f32]],
+    keys: &[f16],
+    hd: usize,
+    positions: Range<usize>,
+    scale: f32,
+) {
     let mut j = positions.start;
     while j + 4 <= positions.end {
         tile::<Q, 4>(out, stride, qs, keys, hd, j, positions.start, scale);
@@ -128,7 +148,16 @@ unsafe fn scores_tiled<const Q: usize>(out: &mut [f32], stride: usize, qs: &[&[f
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile<const Q: usize, const P: usize>(out: &mut [f32], stride: usize, qs: &[&[f32]], keys: &[f16], hd: usize, j: usize, start: usize, scale: f32) {
+unsafe fn tile<const Q: usize, const P: usize>(
+    out: &mut [f32],
+    stride: usize,
+    qs: &[&[f32]],
+    keys: &[f16],
+    hd: usize,
+    j: usize,
+    start: usize,
+    scale: f32,
+) {
     let kp = keys.as_ptr().add(j * hd);
     let mut acc = [[_mm512_setzero_ps(); P]; Q];
     for s in (0..hd).step_by(16) {
@@ -150,7 +179,15 @@ unsafe fn tile<const Q: usize, const P: usize>(out: &mut [f32], stride: usize, q
 
 /// `ggml_vec_dot_f16`'s order, one position × `Q` queries at a time.
 #[inline(always)]
-unsafe fn scores_dot<const Q: usize>(out: &mut [f32], stride: usize, qs: &[&[f32]], keys: &[f16], hd: usize, positions: Range<usize>, scale: f32) {
+unsafe fn scores_dot<const Q: usize>(
+    out: &mut [f32],
+    stride: usize,
+    qs: &[&[f32]],
+    keys: &[f16],
+    hd: usize,
+    positions: Range<usize>,
+    scale: f32,
+) {
     let wide = hd / 64 * 64;
     for j in positions.clone() {
         let kp = keys.as_ptr().add(j * hd);
@@ -171,7 +208,15 @@ unsafe fn scores_dot<const Q: usize>(out: &mut [f32], stride: usize, qs: &[&[f32
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")]
-pub unsafe fn weighted_values(outs: &mut [&mut [f32]], probs: &[&[f32]], values_t: &[f16], cap: usize, dims: Range<usize>, base: usize, order: Order) {
+pub unsafe fn weighted_values(
+    outs: &mut [&mut [f32]],
+    probs: &[&[f32]],
+    values_t: &[f16],
+    cap: usize,
+    dims: Range<usize>,
+    base: usize,
+    order: Order,
+) {
     for (c, chunk) in probs.chunks(TILE_Q).enumerate() {
         let outs = &mut outs[c * TILE_Q..c * TILE_Q + chunk.len()];
         match (chunk.len(), order) {
@@ -189,7 +234,14 @@ pub unsafe fn weighted_values(outs: &mut [&mut [f32]], probs: &[&[f32]], values_
 
 /// tinyBLAS's order, four dimensions × `Q` queries at a time.
 #[inline(always)]
-unsafe fn values_tiled<const Q: usize>(outs: &mut [&mut [f32]], probs: &[&[f32]], values_t: &[f16], cap: usize, dims: Range<usize>, base: usize) {
+unsafe fn values_tiled<const Q: usize>(
+    outs: &mut [&mut [f32]],
+    probs: &[&[f32]],
+    values_t: &[f16],
+    cap: usize,
+    dims: Range<usize>,
+    base: usize,
+) {
     let mut d = dims.start;
     while d + 4 <= dims.end {
         values_tile::<Q, 4>(outs, probs, values_t, cap, d, dims.start, base);
@@ -202,7 +254,15 @@ unsafe fn values_tiled<const Q: usize>(outs: &mut [&mut [f32]], probs: &[&[f32]]
 }
 
 #[inline(always)]
-unsafe fn values_tile<const Q: usize, const D: usize>(outs: &mut [&mut [f32]], probs: &[&[f32]], values_t: &[f16], cap: usize, d: usize, d0: usize, base: usize) {
+unsafe fn values_tile<const Q: usize, const D: usize>(
+    outs: &mut [&mut [f32]],
+    probs: &[&[f32]],
+    values_t: &[f16],
+    cap: usize,
+    d: usize,
+    d0: usize,
+    base: usize,
+) {
     let n = probs[0].len();
     let wide = n / 16 * 16;
     let vp = values_t.as_ptr().add(d * cap + base);
@@ -218,7 +278,8 @@ unsafe fn values_tile<const Q: usize, const D: usize>(outs: &mut [&mut [f32]], p
     }
     if wide < n {
         let k: __mmask16 = (1u16 << (n - wide)) - 1;
-        let v: [__m512; D] = std::array::from_fn(|r| _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, vp.add(r * cap + wide).cast())));
+        let v: [__m512; D] =
+            std::array::from_fn(|r| _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, vp.add(r * cap + wide).cast())));
         for q in 0..Q {
             let p = _mm512_maskz_loadu_ps(k, probs[q].as_ptr().add(wide));
             for r in 0..D {
@@ -235,7 +296,14 @@ unsafe fn values_tile<const Q: usize, const D: usize>(outs: &mut [&mut [f32]], p
 
 /// `ggml_vec_dot_f16`'s order, one dimension × `Q` queries at a time.
 #[inline(always)]
-unsafe fn values_dot<const Q: usize>(outs: &mut [&mut [f32]], probs: &[&[f32]], values_t: &[f16], cap: usize, dims: Range<usize>, base: usize) {
+unsafe fn values_dot<const Q: usize>(
+    outs: &mut [&mut [f32]],
+    probs: &[&[f32]],
+    values_t: &[f16],
+    cap: usize,
+    dims: Range<usize>,
+    base: usize,
+) {
     let n = probs[0].len();
     let wide = n / 64 * 64;
     for d in dims.clone() {
@@ -260,7 +328,8 @@ unsafe fn values_dot<const Q: usize>(outs: &mut [&mut [f32]], probs: &[&[f32]], 
                 let k: __mmask16 = if n - at >= 16 { 0xFFFF } else { (1u16 << (n - at)) - 1 };
                 let v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, vp.add(at).cast()));
                 for q in 0..Q {
-                    acc[q][a] = _mm512_mask3_fmadd_ps(v, _mm512_maskz_loadu_ps(k, probs[q].as_ptr().add(at)), acc[q][a], k);
+                    acc[q][a] =
+                        _mm512_mask3_fmadd_ps(v, _mm512_maskz_loadu_ps(k, probs[q].as_ptr().add(at)), acc[q][a], k);
                 }
             }
         }

@@ -93,7 +93,15 @@ pub fn round_to_f16(x: &mut [f32]) {
 
 /// `out[q · stride + j - positions.start] = scale · keys[j] · queries[q]`
 /// for every position `j` (keys `[pos, hd]`).
-pub fn scores(out: &mut [f32], stride: usize, queries: &[&[f32]], keys: &[f16], positions: Range<usize>, scale: f32, order: Order) {
+pub fn scores(
+    out: &mut [f32],
+    stride: usize,
+    queries: &[&[f32]],
+    keys: &[f16],
+    positions: Range<usize>,
+    scale: f32,
+    order: Order,
+) {
     // tinyBLAS takes a matmul only when its inner size is a multiple of its vector.
     let tiled = order == Order::Prefill && queries[0].len().is_multiple_of(width());
     #[cfg(target_arch = "x86_64")]
@@ -139,7 +147,15 @@ fn softmax_impl<const W: usize>(row: &mut [f32]) {
 /// over positions `base..base + probs[q].len()` (the same length for every
 /// query), for each dimension `d` of `dims` (values transposed, `[hd, cap]`).
 /// `base` must be a multiple of `order.lanes()`.
-pub fn weighted_values(outs: &mut [&mut [f32]], probs: &[&[f32]], values_t: &[f16], cap: usize, dims: Range<usize>, base: usize, order: Order) {
+pub fn weighted_values(
+    outs: &mut [&mut [f32]],
+    probs: &[&[f32]],
+    values_t: &[f16],
+    cap: usize,
+    dims: Range<usize>,
+    base: usize,
+    order: Order,
+) {
     debug_assert_eq!(base % order.lanes(), 0);
     #[cfg(target_arch = "x86_64")]
     match isa() {
@@ -169,7 +185,15 @@ fn reduce_four<const W: usize>(acc: &[[f32; W]; 4]) -> f32 {
 mod portable {
     use super::*;
 
-    pub fn scores<const W: usize>(out: &mut [f32], stride: usize, queries: &[&[f32]], keys: &[f16], positions: Range<usize>, scale: f32, tiled: bool) {
+    pub fn scores<const W: usize>(
+        out: &mut [f32],
+        stride: usize,
+        queries: &[&[f32]],
+        keys: &[f16],
+        positions: Range<usize>,
+        scale: f32,
+        tiled: bool,
+    ) {
         let hd = queries[0].len();
         for j in positions.clone() {
             let k = &keys[j * hd..(j + 1) * hd];
@@ -206,7 +230,15 @@ mod portable {
         leftovers(reduce_four::<W>(&acc), &k[wide..n], &q[wide..])
     }
 
-    pub fn weighted_values<const W: usize>(outs: &mut [&mut [f32]], probs: &[&[f32]], values_t: &[f16], cap: usize, dims: Range<usize>, base: usize, order: Order) {
+    pub fn weighted_values<const W: usize>(
+        outs: &mut [&mut [f32]],
+        probs: &[&[f32]],
+        values_t: &[f16],
+        cap: usize,
+        dims: Range<usize>,
+        base: usize,
+        order: Order,
+    ) {
         let n = probs[0].len();
         for d in dims.clone() {
             let row = &values_t[d * cap + base..d * cap + base + n];
@@ -254,7 +286,9 @@ mod tests {
     use super::*;
 
     fn data(n: usize, seed: u32) -> Vec<f32> {
-        (0..n).map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) as f32 / (1 << 24) as f32) - 0.5).collect()
+        (0..n)
+            .map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) as f32 / (1 << 24) as f32) - 0.5)
+            .collect()
     }
 
     /// The portable softmax at the dispatched kernels' width.
@@ -310,12 +344,19 @@ mod tests {
         // Against f64 attention over the same f16 inputs.
         for qi in 0..g {
             let visible = n - qi;
-            let sc: Vec<f64> = (0..visible).map(|j| (0..hd).map(|d| keys[j * hd + d].to_f64() * q[qi * hd + d] as f64).sum::<f64>() * 0.125).collect();
+            let sc: Vec<f64> = (0..visible)
+                .map(|j| (0..hd).map(|d| keys[j * hd + d].to_f64() * q[qi * hd + d] as f64).sum::<f64>() * 0.125)
+                .collect();
             let max = sc.iter().cloned().fold(f64::MIN, f64::max);
             let total: f64 = sc.iter().map(|x| (x - max).exp()).sum();
             for d in 0..hd {
-                let want: f64 = (0..visible).map(|j| (sc[j] - max).exp() / total * values_t[d * cap + j].to_f64()).sum();
-                assert!((out[qi * hd + d] as f64 - want).abs() < 2e-3, "query {qi} dim {d}: {} vs {want}", out[qi * hd + d]);
+                let want: f64 =
+                    (0..visible).map(|j| (sc[j] - max).exp() / total * values_t[d * cap + j].to_f64()).sum();
+                assert!(
+                    (out[qi * hd + d] as f64 - want).abs() < 2e-3,
+                    "query {qi} dim {d}: {} vs {want}",
+                    out[qi * hd + d]
+                );
             }
         }
         out
@@ -323,12 +364,16 @@ mod tests {
 
     #[test]
     fn attention_is_softmax_weighted_values_and_both_builds_agree_bit_for_bit() {
-        for (hd, n, g) in [(64, 70, 3), (64, 37, 5), (40, 33, 2), (256, 9, 4), (64, 96, 1), (64, 200, 9), (48, 130, 4)] {
+        for (hd, n, g) in [(64, 70, 3), (64, 37, 5), (40, 33, 2), (256, 9, 4), (64, 96, 1), (64, 200, 9), (48, 130, 4)]
+        {
             for order in [Order::Decode, Order::Prefill] {
                 let portable = attend(hd, n, g, order, true);
                 let dispatched = attend(hd, n, g, order, false);
                 let same = portable.iter().zip(&dispatched).all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(same, "hd {hd}, {n} positions, {g} queries, {order:?}: the vector kernels differ from the portable ones");
+                assert!(
+                    same,
+                    "hd {hd}, {n} positions, {g} queries, {order:?}: the vector kernels differ from the portable ones"
+                );
             }
         }
     }
