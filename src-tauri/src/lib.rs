@@ -4,6 +4,7 @@
 
 pub mod api_server;
 pub mod commands;
+pub mod config;
 pub mod endpoints;
 pub mod open_file;
 pub mod startup;
@@ -16,6 +17,7 @@ pub use hearth_worker::{context, error, events, priority};
 
 use tauri::{Emitter, Manager, Runtime};
 
+use crate::config::AppConfig;
 use crate::events::MODEL_STATUS_EVENT;
 use crate::state::AppState;
 
@@ -24,11 +26,14 @@ pub fn run() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .try_init();
+    // The only place the app reads its environment.
+    let config = AppConfig::from_vars(|k| std::env::var_os(k));
+    config.apply_to_process();
     // `hearth model.gguf` (a file manager's "Open with") opens that model instead of the last one.
     let cwd = std::env::current_dir().unwrap_or_default();
     let requested = open_file::model_in_args(std::env::args_os(), &cwd);
     // First among the plugins: a second launch must stop before anything else starts.
-    let app = match builder(tauri::Builder::default().plugin(single_instance()))
+    let app = match builder(tauri::Builder::default().plugin(single_instance(&config)), config)
         .manage(open_file::OpenAtStart(requested))
         .build(tauri::generate_context!())
     {
@@ -107,7 +112,7 @@ pub const ANOTHER_LAUNCH_EVENT: &str = "another-launch";
 /// `state.rs` still guards launches this cannot see: no D-Bus session on
 /// Linux, the CLI.) On Linux the instances meet on a D-Bus name made from
 /// the folder, so test runs with folders of their own never meet.
-fn single_instance<R: Runtime>() -> tauri::plugin::TauriPlugin<R> {
+fn single_instance<R: Runtime>(config: &AppConfig) -> tauri::plugin::TauriPlugin<R> {
     let mut plugin = tauri_plugin_single_instance::Builder::new().callback(|app, args, cwd| {
         tracing::info!("another launch on this data folder: showing this window instead");
         let _ = app.emit(ANOTHER_LAUNCH_EVENT, ());
@@ -117,7 +122,7 @@ fn single_instance<R: Runtime>() -> tauri::plugin::TauriPlugin<R> {
             None => show_window(app),
         }
     });
-    if let Ok(dir) = state::data_dir() {
+    if let Ok(dir) = config.data_dir() {
         // FNV-1a: stable across builds, so two versions of Hearth meet too.
         let hash = dir
             .to_string_lossy()
@@ -128,9 +133,11 @@ fn single_instance<R: Runtime>() -> tauri::plugin::TauriPlugin<R> {
     plugin.build()
 }
 
-/// The app minus its runtime and context, so tests can build it on the mock runtime.
-pub fn builder<R: Runtime>(builder: tauri::Builder<R>) -> tauri::Builder<R> {
+/// The app minus its runtime and context, so tests can build it on the mock
+/// runtime with a configuration of their own.
+pub fn builder<R: Runtime>(builder: tauri::Builder<R>, config: AppConfig) -> tauri::Builder<R> {
     builder
+        .manage(config)
         .plugin(tauri_plugin_dialog::init())
         .plugin(tauri_plugin_opener::init())
         .setup(|app| {
@@ -159,11 +166,12 @@ pub fn manage_state<R: Runtime>(app: &tauri::AppHandle<R>) -> Result<(), startup
         let _ = handle.emit(MODEL_STATUS_EVENT, status);
     });
     let fail = |error: error::AppError, database: Option<String>| startup::StartupError { error, database };
-    let dir = state::data_dir().map_err(|e| fail(e, None))?;
+    let config = app.state::<AppConfig>();
+    let dir = config.data_dir().map_err(|e| fail(e, None))?;
     // A folder or lock problem is not the database's: nothing to move aside.
     let lock = state::lock_data_dir(&dir).map_err(|e| fail(e, None))?;
     let requested = app.try_state::<open_file::OpenAtStart>().and_then(|r| r.0.clone());
-    let state = AppState::open(dir.clone(), lock, on_status, requested).map_err(|e| {
+    let state = AppState::open(dir.clone(), lock, on_status, requested, &config).map_err(|e| {
         let database =
             (e.kind == error::ErrorKind::Storage).then(|| dir.join(state::DATABASE_FILE).display().to_string());
         fail(e, database)

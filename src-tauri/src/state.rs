@@ -6,8 +6,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use hearth_store::Store;
 
+use crate::config::AppConfig;
 use crate::error::{AppError, AppResult, ErrorKind};
-use crate::worker::{CacheBudgets, StatusSink, Worker, LAST_MODEL_KEY};
+use crate::worker::{CacheBudgets, StatusSink, Worker, WorkerConfig, LAST_MODEL_KEY};
 
 /// The app-setting key that keeps the cache budgets.
 pub const BUDGETS_KEY: &str = "cache_budgets";
@@ -34,7 +35,7 @@ pub struct AppState {
 impl AppState {
     /// Opens the database in `data_dir`, starts the worker, and starts
     /// loading `requested` (a model file the app was launched with), else
-    /// the model the user had last (or the default one).
+    /// the configured one, else the model the user had last (or the default one).
     /// `lock` is the data folder's, from [`lock_data_dir`]: taken apart,
     /// so that any error here is the database's or the worker's.
     pub fn open(
@@ -42,6 +43,7 @@ impl AppState {
         lock: std::fs::File,
         on_status: StatusSink,
         requested: Option<PathBuf>,
+        config: &AppConfig,
     ) -> AppResult<Self> {
         let store = Store::open(data_dir.join(DATABASE_FILE))?;
         // Conversations deleted in an earlier run are past their undo.
@@ -52,11 +54,12 @@ impl AppState {
         store.purge_deleted(started)?;
         let caches = data_dir.join("caches");
         forget_orphan_caches(&store, &caches);
-        let worker = Arc::new(Worker::start(store.reopen()?, Some(caches), on_status));
+        let worker_config = WorkerConfig { caches_dir: Some(caches), ..config.worker.clone() };
+        let worker = Arc::new(Worker::start(store.reopen()?, worker_config, on_status));
         if let Some(b) = store.app_setting(BUDGETS_KEY)?.and_then(|j| serde_json::from_str::<CacheBudgets>(&j).ok()) {
             worker.set_budgets(b);
         }
-        if let Some(path) = requested.or_else(|| initial_model(&store)) {
+        if let Some(path) = requested.or_else(|| initial_model(&store, config)) {
             worker.load_model(path);
         }
         Ok(Self {
@@ -113,21 +116,11 @@ fn forget_orphan_caches(store: &Store, dir: &std::path::Path) {
     }
 }
 
-/// `HEARTH_DATA_DIR`, else the platform's data folder for Hearth.
-pub fn data_dir() -> AppResult<PathBuf> {
-    if let Some(dir) = std::env::var_os("HEARTH_DATA_DIR") {
-        return Ok(PathBuf::from(dir));
-    }
-    directories::ProjectDirs::from("org", "Hearth", "Hearth")
-        .map(|d| d.data_dir().to_path_buf())
-        .ok_or_else(|| AppError::new(ErrorKind::Storage, "cannot find a home folder to keep conversations in"))
-}
-
-/// The model to open at start: `HEARTH_MODEL`, else the last one opened,
-/// else the default model if it has been fetched.
-fn initial_model(store: &Store) -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("HEARTH_MODEL") {
-        return Some(PathBuf::from(p));
+/// The model to open at start: the configured one, else the last one
+/// opened, else the default model if it has been fetched.
+fn initial_model(store: &Store, config: &AppConfig) -> Option<PathBuf> {
+    if let Some(p) = &config.model {
+        return Some(p.clone());
     }
     if let Ok(Some(p)) = store.app_setting(LAST_MODEL_KEY) {
         let p = PathBuf::from(p);
@@ -135,6 +128,6 @@ fn initial_model(store: &Store) -> Option<PathBuf> {
             return Some(p);
         }
     }
-    let default = hearth_engine::paths::default_model_path();
+    let default = config.default_model();
     default.exists().then_some(default)
 }

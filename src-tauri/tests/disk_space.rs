@@ -1,13 +1,12 @@
 //! Cache files and the disk: a disk that is (as good as) full gets no cache
 //! files and loses no conversation, and the disk budget holds even against
-//! the file just written. Its own test binary, because it sets the process's
-//! disk reserve.
+//! the file just written.
 
 use std::sync::mpsc;
 use std::time::Duration;
 
 use hearth_app::events::{GenerationEvent, ModelStatus};
-use hearth_app::worker::{CacheBudgets, ReplyJob, Worker};
+use hearth_app::worker::{CacheBudgets, ReplyJob, Worker, WorkerConfig};
 use hearth_engine::ChatMessage;
 use hearth_store::{ConversationSettings, MessageStatus, Role, Store};
 
@@ -45,8 +44,9 @@ fn a_full_disk_gets_no_cache_files_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("hearth.db")).unwrap();
     let caches = dir.path().join("caches");
-    let worker = Worker::start(store.reopen().unwrap(), Some(caches.clone()), Box::new(|_| {}));
-    worker.load_model(hearth_engine::paths::default_model_path());
+    let worker =
+        Worker::start(store.reopen().unwrap(), WorkerConfig::saving_caches_in(caches.clone()), Box::new(|_| {}));
+    worker.load_model(hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
     assert!(worker.wait_idle(Duration::from_secs(120)));
     assert!(matches!(worker.model_status(), ModelStatus::Ready { .. }));
 
@@ -69,9 +69,15 @@ fn a_full_disk_gets_no_cache_files_and_loses_nothing() {
     assert!(worker.wait_idle(Duration::from_secs(10)));
     assert_eq!(cache_files(&caches).len(), 1);
 
-    // A disk with less free space than the reserve: no cache is written, the
-    // old one is dropped, and the replies are all there.
-    std::env::set_var("HEARTH_DISK_RESERVE_MB", (1u64 << 40).to_string());
+    // A disk with less free space than the reserve (the app started again
+    // with a 1 TB reserve): no cache is written, the old one is dropped, and
+    // the replies are all there.
+    drop(worker);
+    let config = WorkerConfig { disk_reserve_bytes: 1 << 40, ..WorkerConfig::saving_caches_in(caches.clone()) };
+    let worker = Worker::start(store.reopen().unwrap(), config, Box::new(|_| {}));
+    worker.load_model(hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
+    assert!(worker.wait_idle(Duration::from_secs(120)));
+    worker.set_budgets(CacheBudgets { memory_mb: 512, disk_mb: 64 });
     let d = store.create_conversation().unwrap();
     let (reason, status) = reply(&store, &worker, d.id, "What is 2 + 2?", 32);
     assert_eq!((reason.as_str(), status), ("end_token", MessageStatus::Complete));

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use hearth_app::error::ErrorKind;
 use hearth_app::events::{GenerationEvent, ModelStatus};
-use hearth_app::worker::{ReplyJob, Worker};
+use hearth_app::worker::{ReplyJob, Worker, WorkerConfig};
 use hearth_engine::ChatMessage;
 use hearth_store::{ConversationSettings, MessageStatus, Role, Store};
 
@@ -69,8 +69,9 @@ fn a_full_disk_fails_the_reply_in_words_and_loses_nothing() {
     };
     let data = mounted.0.clone();
     let store = Store::open(data.join("hearth.db")).unwrap();
-    let worker = Worker::start(store.reopen().unwrap(), Some(data.join("caches")), Box::new(|_| {}));
-    worker.load_model(hearth_engine::paths::default_model_path());
+    let worker =
+        Worker::start(store.reopen().unwrap(), WorkerConfig::saving_caches_in(data.join("caches")), Box::new(|_| {}));
+    worker.load_model(hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
     assert!(worker.wait_idle(Duration::from_secs(120)));
     assert!(matches!(worker.model_status(), ModelStatus::Ready { .. }));
     let c = store.create_conversation().unwrap();

@@ -9,10 +9,12 @@ use tauri::WebviewWindowBuilder;
 
 fn app() -> (tempfile::TempDir, tauri::App<tauri::test::MockRuntime>, tauri::WebviewWindow<tauri::test::MockRuntime>) {
     let dir = tempfile::tempdir().unwrap();
-    // One test function owns the process's environment: no other test here reads it.
-    std::env::set_var("HEARTH_DATA_DIR", dir.path());
-    std::env::set_var("HEARTH_MODEL", dir.path().join("no-model-here.gguf"));
-    let app = hearth_app::builder(mock_builder()).build(mock_context(noop_assets())).expect("the app builds");
+    let config = hearth_app::config::AppConfig {
+        data_dir: Some(dir.path().to_path_buf()),
+        model: Some(dir.path().join("no-model-here.gguf")),
+        ..Default::default()
+    };
+    let app = hearth_app::builder(mock_builder(), config).build(mock_context(noop_assets())).expect("the app builds");
     // What the app's setup does once the event loop runs.
     hearth_app::startup::start(app.handle());
     let webview = WebviewWindowBuilder::new(&app, "main", Default::default()).build().unwrap();
@@ -44,7 +46,7 @@ fn commands_over_ipc() {
     assert_eq!(err["kind"], "invalidSettings", "nothing to move aside when the database opened");
 
     // A second app on the same data folder is refused, and says why.
-    let err = hearth_app::state::lock_data_dir(dir.path()).err().expect("the data folder is locked");
+    let err = hearth_app::state::lock_data_dir(dir.path()).expect_err("the data folder is locked");
     assert_eq!(err.kind, hearth_app::error::ErrorKind::Busy);
     assert!(err.message.contains("already running"), "{}", err.message);
 
@@ -147,8 +149,9 @@ fn commands_over_ipc() {
     // The model library: header facts for each file opened before, an
     // error for one that is cut short or gone, never a failed list.
     assert_eq!(call(&w, "models_library", json!({})).unwrap(), json!([]));
-    // HEARTH_MODEL points at a missing file here; the real one is in the models folder.
-    let default_model = hearth_engine::paths::models_dir().join(hearth_engine::paths::DEFAULT_MODEL_FILE);
+    // The configured model is a missing file here; the real one is in the models folder.
+    let default_model =
+        hearth_engine::paths::models_dir(|k| std::env::var_os(k)).join(hearth_engine::paths::DEFAULT_MODEL_FILE);
     let cut = dir.path().join("cut.gguf");
     let mut head = vec![0u8; 1 << 20];
     std::io::Read::read_exact(&mut std::fs::File::open(&default_model).unwrap(), &mut head).unwrap();

@@ -215,6 +215,10 @@ mod bench_cache;
 
 fn main() {
     let cli = Cli::parse();
+    // `HEARTH_ISA` caps the kernels' ISA, to compare the paths on one machine.
+    if let Some(cap) = std::env::var("HEARTH_ISA").ok().and_then(|s| hearth_engine::cpu::isa::Isa::parse(&s)) {
+        hearth_engine::cpu::isa::cap_isa(cap);
+    }
     if let Err(e) = run(cli) {
         eprintln!("error: {e}");
         std::process::exit(1);
@@ -247,14 +251,19 @@ fn run(cli: Cli) -> Result<(), EngineError> {
         Command::BenchCacheRestored { model, cache, prompt } => bench_cache::restored(&model, &cache, &prompt),
         Command::WriteRandomModel { out, tokenizer_from, layers, embd, ffn, heads, kv_heads, dtype } => {
             let shape = random_model::Shape { layers, embd, ffn, heads, kv_heads };
-            random_model::write(&out, &tokenizer_from.unwrap_or_else(paths::default_model_path), &shape, &dtype)
+            random_model::write(
+                &out,
+                &tokenizer_from.unwrap_or_else(|| paths::default_model_path(|k| std::env::var_os(k))),
+                &shape,
+                &dtype,
+            )
         }
     }
 }
 
 pub(crate) fn open(args: &ModelArgs) -> Result<Engine, EngineError> {
     set_threads(args)?;
-    let path = args.model.clone().unwrap_or_else(paths::default_model_path);
+    let path = args.model.clone().unwrap_or_else(|| paths::default_model_path(|k| std::env::var_os(k)));
     let device = args.device.parse::<hearth_engine::DeviceChoice>()?.open()?;
     Engine::open_on(&path, &device)
 }

@@ -33,7 +33,7 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
     };
     let io = |e: std::io::Error| EngineError::InvalidSetting { field: "out", reason: e.to_string() };
     let mut src = std::fs::File::open(tokenizer_from).map_err(io)?;
-    let content = gguf_file::Content::read(&mut src).map_err(candle_core::Error::from)?;
+    let content = gguf_file::Content::read(&mut src)?;
     let mut md: Vec<(String, Value)> = content
         .metadata
         .iter()

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use hearth_engine::paths;
 use hearth_worker::events::ModelStatus;
-use hearth_worker::Worker;
+use hearth_worker::{Worker, WorkerConfig};
 
 use crate::ModelArgs;
 
@@ -16,12 +16,9 @@ pub fn run(model: &ModelArgs, port: u16, api_key: Option<String>) -> Result<(), 
     // The worker writes conversations' replies to a database; requests write none.
     let scratch = tempfile::tempdir().map_err(|e| format!("cannot make a scratch folder: {e}"))?;
     let store = hearth_store::Store::open(scratch.path().join("hearth.db")).map_err(|e| e.to_string())?;
-    if model.device != "auto" {
-        // The worker reads its device from here, as the app's does.
-        std::env::set_var("HEARTH_DEVICE", &model.device);
-    }
-    let worker = Arc::new(Worker::start(store, None, Box::new(|_| {})));
-    let path = model.model.clone().unwrap_or_else(paths::default_model_path);
+    let config = WorkerConfig { device: Some(model.device.clone()), ..WorkerConfig::in_memory() };
+    let worker = Arc::new(Worker::start(store, config, Box::new(|_| {})));
+    let path = model.model.clone().unwrap_or_else(|| paths::default_model_path(|k| std::env::var_os(k)));
     worker.load_model(path.clone());
     loop {
         match worker.model_status() {

@@ -195,7 +195,7 @@ fn replay_runs_an_exported_record_again_and_says_whether_it_matched() {
     use hearth_engine::{file_hash::ids_sha256, paths, ChatMessage, Engine, SamplingParams};
     use hearth_store::{ReplayExport, ReplayRecord};
     // A reply written in this process, as the app writes one.
-    let engine = Engine::open(paths::default_model_path()).unwrap();
+    let engine = Engine::open(paths::default_model_path(|k| std::env::var_os(k))).unwrap();
     let sha = engine.hash_file(&|| false).unwrap().unwrap();
     let prompt = engine.encode_chat(&[ChatMessage::user("Name a colour.")]).unwrap();
     let sampling = SamplingParams {
@@ -215,7 +215,7 @@ fn replay_runs_an_exported_record_again_and_says_whether_it_matched() {
     let tokens = turn.finish(0).unwrap().sequences[0].tokens.clone();
     let record = ReplayRecord {
         model_sha256: Some(sha),
-        model_path: paths::default_model_path().display().to_string(),
+        model_path: paths::default_model_path(|k| std::env::var_os(k)).display().to_string(),
         engine_build: hearth_engine::BUILD_ID.into(),
         device: "cpu".into(),
         prompt_sha256: ids_sha256(&prompt),

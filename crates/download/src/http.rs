@@ -81,11 +81,9 @@ pub fn download_with(
     }
     let started = Instant::now();
     let transfer = Transfer::start(url, have, limits);
-    let (status, length) = loop {
-        match transfer.next(cancel, limits, started)? {
-            Message::Response { status, length } => break (status, length),
-            _ => return Err(DownloadError::Network("the transfer ended before its response".into())),
-        }
+    let (status, length) = match transfer.next(cancel, limits, started)? {
+        Message::Response { status, length } => (status, length),
+        _ => return Err(DownloadError::Network("the transfer ended before its response".into())),
     };
     let total = match status {
         206 => length.map(|l| l + have),

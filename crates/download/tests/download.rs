@@ -16,7 +16,8 @@ fn wheel_bytes() -> Arc<Vec<u8>> {
     static WHEEL: Mutex<Option<Arc<Vec<u8>>>> = Mutex::new(None);
     let mut w = WHEEL.lock().unwrap();
     w.get_or_insert_with(|| {
-        let path = hearth_engine::paths::models_dir().join("wheels").join(DEFAULT_MODEL.wheel_file);
+        let path =
+            hearth_engine::paths::models_dir(|k| std::env::var_os(k)).join("wheels").join(DEFAULT_MODEL.wheel_file);
         Arc::new(std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}; run scripts/fetch-model.sh", path.display())))
     })
     .clone()

@@ -17,7 +17,7 @@ fn main() {
     let engine = hearth_engine::Engine::open(&args[1]).unwrap();
     let mut cache = engine.model().new_cache(4096);
     let ours: Vec<f32> =
-        engine.model().forward(&[ids.clone()], &mut cache).unwrap().to_vec2::<f32>().unwrap().remove(0);
+        engine.model().forward(std::slice::from_ref(&ids), &mut cache).unwrap().to_vec2::<f32>().unwrap().remove(0);
     println!("hearth one chunk: {:?}", top(&ours));
     let mut cache = engine.model().new_cache(4096);
     engine.model().forward(&[ids[..ids.len() - 2].to_vec()], &mut cache).unwrap();

@@ -127,9 +127,20 @@ impl Engine {
     }
 
     /// `encode_chat`, with thinking switched as `render_chat` does.
+    ///
+    /// A message that carries the tokens it was sampled as (`ids`, decoding
+    /// to its content) is written as those tokens, not as its text tokenized
+    /// again: about one sampled reply in twenty-five tokenizes otherwise, and
+    /// the next turn would then miss the cache from that reply on. They are
+    /// spliced in only where the template writes the content unchanged and
+    /// a special token follows it (so the text on either side tokenizes as
+    /// it does whole); otherwise the text is tokenized as usual.
     pub fn encode_chat_with(&self, messages: &[ChatMessage], thinking: Option<bool>) -> Result<Vec<u32>> {
         let text = self.render_chat(messages, thinking)?;
-        let mut ids = self.tokenizer.encode(&text, true, true)?;
+        let mut ids = match self.encode_spliced(messages, thinking, &text)? {
+            Some(ids) => ids,
+            None => self.tokenizer.encode(&text, true, true)?,
+        };
         // Templates that spell out the BOS token would otherwise get two.
         if let Some(bos) = self.tokenizer.bos() {
             if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
@@ -137,6 +148,59 @@ impl Engine {
             }
         }
         Ok(ids)
+    }
+
+    /// The prompt with the kept tokens of `messages` spliced in, where that
+    /// is exact (see `encode_chat_with`); `None` where it is not, or where no
+    /// message keeps its tokens. `text` is the prompt rendered as usual.
+    fn encode_spliced(&self, messages: &[ChatMessage], thinking: Option<bool>, text: &str) -> Result<Option<Vec<u32>>> {
+        // The tokens written as the content: a reply's own end token is not
+        // (the template writes the turn's end), nor any control token after.
+        let written = |m: &ChatMessage| -> Option<Vec<u32>> {
+            let ids = m.ids.as_deref()?;
+            let n = ids.len() - ids.iter().rev().take_while(|&&id| self.tokenizer.is_control(id)).count();
+            let ids = &ids[..n];
+            (self.tokenizer.decode(ids) == m.content).then(|| ids.to_vec())
+        };
+        let spliced: Vec<Option<Vec<u32>>> = messages.iter().map(written).collect();
+        let kept: Vec<usize> = (0..messages.len()).filter(|&i| spliced[i].is_some()).collect();
+        if kept.is_empty() {
+            return Ok(None);
+        }
+        // Each kept message's content replaced by a marker no real text has.
+        let marker = |i: usize| format!("\u{F8FF}hearth-kept-{i}\u{F8FF}");
+        let mut marked = messages.to_vec();
+        for &i in &kept {
+            marked[i].content = marker(i);
+        }
+        let marked_text = self.render_chat(&marked, thinking)?;
+        let mut restored = marked_text.clone();
+        for &i in &kept {
+            if marked_text.matches(&marker(i)).count() != 1 {
+                return Ok(None);
+            }
+            restored = restored.replace(&marker(i), &messages[i].content);
+        }
+        // The template writes each content as it is, and nothing else moved.
+        if restored != text {
+            return Ok(None);
+        }
+        let mut ids = Vec::new();
+        let mut rest = marked_text.as_str();
+        for (n, &i) in kept.iter().enumerate() {
+            let (before, after) = rest.split_once(&marker(i)).expect("each marker is there once");
+            ids.extend(self.tokenizer.encode(before, n == 0, true)?);
+            ids.extend_from_slice(spliced[i].as_deref().expect("kept messages have ids"));
+            rest = after;
+            // The next text must start with a special token (the turn's end),
+            // or it would have merged with the content's last characters.
+            let next = self.tokenizer.encode(rest, false, true)?;
+            if next.first().is_some_and(|&id| !self.tokenizer.is_control(id)) {
+                return Ok(None);
+            }
+        }
+        ids.extend(self.tokenizer.encode(rest, false, true)?);
+        Ok(Some(ids))
     }
 
     /// The model file's size and modification time (ns since the Unix

@@ -180,7 +180,7 @@ impl GgmlType {
     /// or the size overflows.
     pub fn bytes_for(self, elems: u64) -> Option<u64> {
         let bs = self.block_size() as u64;
-        (elems % bs == 0).then(|| (elems / bs).checked_mul(self.block_bytes() as u64)).flatten()
+        elems.is_multiple_of(bs).then(|| (elems / bs).checked_mul(self.block_bytes() as u64)).flatten()
     }
 
     /// The same type in candle's enum, where candle has it.

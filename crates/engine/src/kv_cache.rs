@@ -25,7 +25,7 @@ use candle_core::{DType, Device, Tensor};
 use half::f16;
 
 use crate::error::{EngineError, Result};
-use crate::model::ModelConfig;
+use crate::model::config::ModelConfig;
 
 /// Smallest allocation, in positions, so short chats do not regrow every turn.
 const MIN_CAPACITY: usize = 256;

@@ -93,6 +93,16 @@ pub struct SamplingState {
     text: Vec<TextState>,
 }
 
+impl SamplingState {
+    /// The same state, sampling with `seed` from here: a variant of a
+    /// one-sequence turn that has sampled nothing yet. Its cache is shared
+    /// copy-on-write with this one's.
+    pub(crate) fn fork(&self, seed: u64) -> SamplingState {
+        debug_assert!(self.step == 0 && self.done.len() == 1, "only an unstarted one-sequence state forks");
+        SamplingState { rngs: vec![Rng::new(seed)], ..self.clone() }
+    }
+}
+
 /// What a state's next step needs (see `SamplerLoop::next_input`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NextInput {

@@ -201,24 +201,9 @@ impl Session {
         config: GenerationConfig,
         batch: usize,
     ) -> Result<Turn<'a>> {
-        self.start_turn_observed(model, tokenizer, prompt, config, batch, &mut |_| true, &|| false)
-    }
-
-    /// `start_turn` with its prefill observed and stoppable, as
-    /// [`Session::prefill_observed`].
-    pub fn start_turn_observed<'a>(
-        &'a mut self,
-        model: &'a Model,
-        tokenizer: &'a Tokenizer,
-        prompt: &[u32],
-        config: GenerationConfig,
-        batch: usize,
-        progress: &mut dyn FnMut(Progress) -> bool,
-        stop: &dyn Fn() -> bool,
-    ) -> Result<Turn<'a>> {
         let sampler = SamplerLoop::new(model, tokenizer, config)?;
         let started = Instant::now();
-        let (prefilled, logits) = self.prefill_observed(model, prompt, progress, stop)?;
+        let (prefilled, logits) = self.prefill(model, prompt)?;
         self.begin_turn(model, sampler, prompt, logits, prefilled, batch, started)
     }
 
@@ -251,6 +236,25 @@ impl Session {
         passes: &Passes,
         progress: &mut dyn FnMut(Progress) -> bool,
     ) -> Result<(usize, Vec<f32>)> {
+        let (from, planned) = self.plan_passes(prompt, passes)?;
+        let total = prompt.len() - from;
+        let mut logits = None;
+        for &pass in &planned {
+            if !progress(Progress { done: self.tokens.len() - from, total }) {
+                return Err(EngineError::Stopped);
+            }
+            logits = self.run_planned(model, prompt, pass, &|| false)?;
+        }
+        let logits = logits.expect("the last planned pass gives the prompt's logits");
+        progress(Progress { done: total, total });
+        Ok((total, logits))
+    }
+
+    /// The passes still to run so that the cache covers `prompt` exactly as
+    /// `passes` computed it, and where they start: the cache is cut back to
+    /// the last of its own passes that are those (less at least the last,
+    /// whose logits the first step needs).
+    fn plan_passes(&mut self, prompt: &[u32], passes: &Passes) -> Result<(usize, PlannedPasses)> {
         if passes.len() != prompt.len() {
             return Err(EngineError::setting(
                 "passes",
@@ -288,22 +292,31 @@ impl Session {
         let reuse = same.min(wanted.len() - 1);
         let from = wanted[reuse].0;
         self.truncate(from);
-        let total = prompt.len() - from;
-        let mut logits = None;
-        for &(start, rows, kept) in &wanted[reuse..] {
-            if !progress(Progress { done: self.tokens.len() - from, total }) {
-                return Err(EngineError::Stopped);
-            }
-            // Rows a later truncation dropped: any tokens give the kept rows
-            // the same bits (attention is causal, each matmul row its own sum).
-            let mut ids = prompt[start..start + kept as usize].to_vec();
-            ids.resize(rows as usize, ids[ids.len() - 1]);
-            logits = Some(self.run_pass(model, ids, kept as usize, &|| false)?);
+        Ok((from, wanted[reuse..].to_vec()))
+    }
+
+    /// Runs one planned pass `(start, rows, kept)` of `prompt` (which must
+    /// start where the cache ends); the logits after the prompt once the
+    /// pass covers it.
+    fn run_planned(
+        &mut self,
+        model: &Model,
+        prompt: &[u32],
+        (start, rows, kept): (usize, u32, u32),
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Option<Vec<f32>>> {
+        debug_assert_eq!(start, self.tokens.len());
+        // Rows a later truncation dropped: any tokens give the kept rows
+        // the same bits (attention is causal, each matmul row its own sum).
+        let mut ids = prompt[start..start + kept as usize].to_vec();
+        ids.resize(rows as usize, ids[ids.len() - 1]);
+        let logits = self.run_pass(model, ids, kept as usize, stop)?;
+        if self.tokens.len() < prompt.len() {
+            return Ok(None);
         }
-        let logits = logits.expect("at least one pass runs").to_vec2::<f32>()?.remove(0);
+        let logits = logits.to_vec2::<f32>()?.remove(0);
         self.prefill_logits = Some((prompt.len(), Arc::new(logits.clone())));
-        progress(Progress { done: total, total });
-        Ok((total, logits))
+        Ok(Some(logits))
     }
 
     /// The sampling loop's state for a turn over the prefilled `prompt`: the
@@ -323,8 +336,11 @@ impl Session {
     }
 
     /// A turn that owns this session, for a scheduler that runs several
-    /// conversations' turns in turn (`OwnedTurn::advance`). On failure the
-    /// session comes back with the error.
+    /// conversations' turns in turn (`OwnedTurn::advance`): it reads what
+    /// the cache lacks of `prompt` in chunks. On failure the session comes
+    /// back with the error.
+    // The session comes back by value on failure, for the caller to keep.
+    #[allow(clippy::result_large_err)]
     pub fn into_turn(
         mut self,
         model: &Model,
@@ -332,39 +348,39 @@ impl Session {
         prompt: Vec<u32>,
         config: GenerationConfig,
     ) -> std::result::Result<OwnedTurn, (Session, EngineError)> {
-        let sampler = match SamplerLoop::new(model, tokenizer, config.clone()) {
-            Ok(s) => s,
-            Err(e) => return Err((self, e)),
-        };
-        let started = Instant::now();
-        let stats = TurnStats { prompt_tokens: prompt.len(), ..TurnStats::default() };
-        let parts = TurnParts { prompt_passes: Passes::default(), state: None, stats, started, first_token_at: None };
+        // The sampler's settings are checked before the cache is touched.
+        if let Err(e) = SamplerLoop::new(model, tokenizer, config.clone()) {
+            return Err((self, e));
+        }
         match self.prefill_begin(&prompt) {
             Err(e) => Err((self, e)),
-            Ok(PrefillStart::From(common)) => Ok(OwnedTurn {
-                session: self,
-                config,
-                prompt,
-                prefill_from: Some(common),
-                prefill_rows: PREFILL_CHUNK,
-                stop: Arc::new(|| false),
-                parts,
-            }),
-            Ok(PrefillStart::Cached(logits)) => match self.begin_state(model, &sampler, &prompt, logits, 1) {
-                Ok(state) => {
-                    let parts = TurnParts { prompt_passes: self.passes.clone(), state: Some(state), ..parts };
-                    Ok(OwnedTurn {
-                        session: self,
-                        config,
-                        prompt,
-                        prefill_from: None,
-                        prefill_rows: PREFILL_CHUNK,
-                        stop: Arc::new(|| false),
-                        parts,
-                    })
-                }
-                Err(e) => Err((self, e)),
-            },
+            Ok(PrefillStart::From(from)) => Ok(OwnedTurn::reading(self, prompt, config, Reading::Chunks { from })),
+            Ok(PrefillStart::Cached(logits)) => OwnedTurn::sampling(self, model, tokenizer, prompt, config, logits),
+        }
+    }
+
+    /// A turn whose prompt is computed exactly as `passes` computed it (see
+    /// [`Session::start_replay`]), a pass per `advance`: the logits, and so
+    /// with the same seed the tokens, are the bits of the turn that
+    /// recorded `passes`, whether this cache is cold, restored or warm.
+    #[allow(clippy::result_large_err)]
+    pub fn into_replay_turn(
+        mut self,
+        model: &Model,
+        tokenizer: &Tokenizer,
+        prompt: Vec<u32>,
+        passes: &Passes,
+        config: GenerationConfig,
+    ) -> std::result::Result<OwnedTurn, (Session, EngineError)> {
+        if let Err(e) = SamplerLoop::new(model, tokenizer, config.clone()) {
+            return Err((self, e));
+        }
+        match self.plan_passes(&prompt, passes) {
+            Err(e) => Err((self, e)),
+            Ok((from, planned)) => {
+                let reading = Reading::Planned { from, passes: planned.into() };
+                Ok(OwnedTurn::reading(self, prompt, config, reading))
+            }
         }
     }
 
@@ -394,21 +410,43 @@ impl Session {
     }
 }
 
-/// A turn that owns its session, so a scheduler can keep several and run
-/// them in turn: each `advance` runs one prefill chunk or one decode step,
-/// and a long prompt never holds up another conversation's tokens for more
-/// than a chunk. One sequence; `finish` hands the session back.
+/// Passes to run, `(start, rows, kept)` each.
+type PlannedPasses = Vec<(usize, u32, u32)>;
+
+/// A turn that owns its session: one sequence, as a state machine a
+/// scheduler keeps beside others. It reads its prompt (`Reading`), then
+/// samples (a `SamplingState`), then is done; each `advance` runs one
+/// prefill chunk (or one recorded pass, for a replay) or one decode step,
+/// so a long prompt never holds up another conversation's tokens for more
+/// than a chunk. Variants of one prompt are forks of one turn that read it
+/// (`fork`). `finish` hands the session back.
 pub struct OwnedTurn {
     session: Session,
     config: GenerationConfig,
     prompt: Vec<u32>,
-    /// Where the prefill began, while it runs.
-    prefill_from: Option<usize>,
-    /// Prompt tokens read per `advance`.
+    /// How the rest of the prompt is read, while it is.
+    reading: Option<Reading>,
+    /// Prompt tokens read per `advance` in chunks.
     prefill_rows: usize,
     /// Asked between the layers of a prefill chunk (see `set_stop`).
     stop: StopFn,
     parts: TurnParts,
+}
+
+/// How an `OwnedTurn` reads the prompt the cache lacks.
+enum Reading {
+    /// Chunks of at most `prefill_rows`, from `from`.
+    Chunks { from: usize },
+    /// A replay: exactly the recorded passes still to run, from `from`.
+    Planned { from: usize, passes: std::collections::VecDeque<(usize, u32, u32)> },
+}
+
+impl Reading {
+    fn from(&self) -> usize {
+        match self {
+            Reading::Chunks { from } | Reading::Planned { from, .. } => *from,
+        }
+    }
 }
 
 /// Whether the caller wants a prefill to stop now.
@@ -426,6 +464,49 @@ pub enum Advance {
 }
 
 impl OwnedTurn {
+    fn new(session: Session, prompt: Vec<u32>, config: GenerationConfig, reading: Option<Reading>) -> Self {
+        let stats = TurnStats { prompt_tokens: prompt.len(), ..TurnStats::default() };
+        let parts = TurnParts {
+            prompt_passes: Passes::default(),
+            state: None,
+            stats,
+            started: Instant::now(),
+            first_token_at: None,
+        };
+        Self { session, config, prompt, reading, prefill_rows: PREFILL_CHUNK, stop: Arc::new(|| false), parts }
+    }
+
+    /// A turn that still has to read its prompt (`reading`).
+    fn reading(session: Session, prompt: Vec<u32>, config: GenerationConfig, reading: Reading) -> Self {
+        Self::new(session, prompt, config, Some(reading))
+    }
+
+    /// A turn whose cache already holds its prompt, with its `logits`.
+    #[allow(clippy::result_large_err)]
+    fn sampling(
+        session: Session,
+        model: &Model,
+        tokenizer: &Tokenizer,
+        prompt: Vec<u32>,
+        config: GenerationConfig,
+        logits: Vec<f32>,
+    ) -> std::result::Result<Self, (Session, EngineError)> {
+        let mut turn = Self::new(session, prompt, config, None);
+        match turn.begin_sampling(model, tokenizer, logits) {
+            Ok(()) => Ok(turn),
+            Err(e) => Err((turn.session, e)),
+        }
+    }
+
+    /// Moves the cache into the sampling state, the prompt read.
+    fn begin_sampling(&mut self, model: &Model, tokenizer: &Tokenizer, logits: Vec<f32>) -> Result<()> {
+        let sampler = SamplerLoop::new(model, tokenizer, self.config.clone())?;
+        let state = self.session.begin_state(model, &sampler, &self.prompt, logits, 1)?;
+        self.parts.state = Some(state);
+        self.parts.prompt_passes = self.session.passes.clone();
+        Ok(())
+    }
+
     pub fn stats(&self) -> &TurnStats {
         &self.parts.stats
     }
@@ -436,18 +517,19 @@ impl OwnedTurn {
     }
 
     pub fn is_prefilling(&self) -> bool {
-        self.prefill_from.is_some()
+        self.reading.is_some()
     }
 
     /// How far the prefill has read, while it runs.
     pub fn prefill_progress(&self) -> Option<Progress> {
-        self.prefill_from
-            .map(|common| Progress { done: self.session.tokens.len() - common, total: self.prompt.len() - common })
+        let from = self.reading.as_ref()?.from();
+        Some(Progress { done: self.session.tokens.len() - from, total: self.prompt.len() - from })
     }
 
     /// Reads at most `rows` prompt tokens per `advance` from now on
     /// (`PREFILL_CHUNK` unless set): fewer keep other turns' tokens coming.
-    /// The passes are recorded either way, so a replay is still exact.
+    /// The passes are recorded either way, so a replay is still exact. A
+    /// replay runs its recorded passes whatever this says.
     pub fn set_prefill_rows(&mut self, rows: usize) {
         self.prefill_rows = rows.max(1);
     }
@@ -461,18 +543,26 @@ impl OwnedTurn {
 
     /// The next prefill chunk or decode step.
     pub fn advance(&mut self, model: &Model, tokenizer: &Tokenizer) -> Result<Advance> {
-        if let Some(common) = self.prefill_from {
-            let total = self.prompt.len() - common;
-            let Some(logits) = self.session.prefill_rows(model, &self.prompt, self.prefill_rows, self.stop.as_ref())?
-            else {
-                return Ok(Advance::Prefill(Progress { done: self.session.tokens.len() - common, total }));
+        if let Some(reading) = self.reading.as_mut() {
+            let from = reading.from();
+            let total = self.prompt.len() - from;
+            let logits = match reading {
+                Reading::Chunks { .. } => {
+                    self.session.prefill_rows(model, &self.prompt, self.prefill_rows, self.stop.as_ref())?
+                }
+                Reading::Planned { passes, .. } => {
+                    let pass = *passes.front().expect("a planned reading has a pass left");
+                    let logits = self.session.run_planned(model, &self.prompt, pass, self.stop.as_ref())?;
+                    passes.pop_front();
+                    logits
+                }
             };
-            let sampler = SamplerLoop::new(model, tokenizer, self.config.clone())?;
-            let state = self.session.begin_state(model, &sampler, &self.prompt, logits, 1)?;
-            self.parts.state = Some(state);
-            self.parts.prompt_passes = self.session.passes.clone();
+            let Some(logits) = logits else {
+                return Ok(Advance::Prefill(Progress { done: self.session.tokens.len() - from, total }));
+            };
+            self.begin_sampling(model, tokenizer, logits)?;
             self.parts.stats.processed_tokens = total;
-            self.prefill_from = None;
+            self.reading = None;
             return Ok(Advance::Prefill(Progress { done: total, total }));
         }
         if self.parts.state.as_ref().is_none_or(|s| s.done.iter().all(|d| *d)) {
@@ -484,12 +574,53 @@ impl OwnedTurn {
         })
     }
 
+    /// Whether the prompt is read and no token sampled yet: the moment a
+    /// turn can `fork`.
+    pub fn can_fork(&self) -> bool {
+        self.reading.is_none() && self.parts.state.as_ref().is_some_and(|s| s.step == 0 && s.done.len() == 1)
+    }
+
+    /// A variant of this turn: the same prompt, read once, sampled with
+    /// `seed` (the settings' seed otherwise). Its cache is this one's,
+    /// shared copy-on-write until either writes, so each variant is the
+    /// reply a turn of its own with that seed gives. Only when `can_fork`.
+    pub fn fork(&self, model: &Model, seed: u64) -> Result<OwnedTurn> {
+        let state = self.parts.state.as_ref().filter(|_| self.can_fork()).ok_or_else(|| {
+            EngineError::setting("fork", "a turn forks once its prompt is read and before its first token")
+        })?;
+        let mut config = self.config.clone();
+        config.sampling.seed = seed;
+        let session = Session {
+            // The cache is in the sampling state until the turn commits.
+            cache: model.new_cache(self.session.cache.max_len()),
+            tokens: self.session.tokens.clone(),
+            passes: self.session.passes.clone(),
+            prefill_logits: self.session.prefill_logits.clone(),
+        };
+        let parts = TurnParts {
+            prompt_passes: self.parts.prompt_passes.clone(),
+            state: Some(state.fork(seed)),
+            stats: self.parts.stats.clone(),
+            started: self.parts.started,
+            first_token_at: None,
+        };
+        Ok(OwnedTurn {
+            session,
+            config,
+            prompt: self.prompt.clone(),
+            reading: None,
+            prefill_rows: self.prefill_rows,
+            stop: self.stop.clone(),
+            parts,
+        })
+    }
+
     /// When the next `advance` is a decode step that runs the model: the
     /// token it feeds and the cache it feeds it to. A scheduler runs these
     /// for several turns as one pass (`Model::decode_step_many`) and gives
     /// each its logits with `advance_given`.
     pub fn decode_input(&mut self, model: &Model, tokenizer: &Tokenizer) -> Option<(u32, &mut KvCache)> {
-        if self.prefill_from.is_some() {
+        if self.reading.is_some() {
             return None;
         }
         let sampler = SamplerLoop::new(model, tokenizer, self.config.clone()).ok()?;
@@ -510,7 +641,7 @@ impl OwnedTurn {
 
     /// Stops the turn between two steps; returns any text held back.
     pub fn cancel(&mut self, model: &Model, tokenizer: &Tokenizer) -> Vec<TokenEvent> {
-        if self.prefill_from.take().is_some() {
+        if self.reading.take().is_some() {
             return Vec::new();
         }
         if self.parts.state.is_none() {

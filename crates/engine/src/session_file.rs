@@ -132,6 +132,13 @@ pub fn write(path: &Path, identity: &CacheIdentity, session: &Session) -> Result
 /// its first `from` tokens, computed by the same passes (the caller tracks
 /// that), and a pass of `session` starts at `from`.
 pub fn append(path: &Path, session: &Session, from: usize) -> Result<()> {
+    append_observed(path, session, from, &|| {})
+}
+
+/// `append`, calling `mid_write` once while the file ends in part of the
+/// new chunk (the rest still buffered): tests hold it there to show that
+/// nothing copies a cache file mid-append.
+pub fn append_observed(path: &Path, session: &Session, from: usize, mid_write: &dyn Fn()) -> Result<()> {
     if from >= session.tokens().len() {
         return Ok(());
     }
@@ -142,12 +149,7 @@ pub fn append(path: &Path, session: &Session, from: usize) -> Result<()> {
     file.seek(SeekFrom::End(-32)).and_then(|_| file.read_exact(&mut prev)).map_err(io)?;
     let mut w = BufWriter::new(file);
     write_chunk(&mut w, session, from, prev)?;
-    // Test-only: the file now ends in part of a chunk (the rest is in the
-    // buffer); `HEARTH_TEST_APPEND_PAUSE_MS` holds it there, so a test can
-    // show that nothing copies a cache file mid-append.
-    if let Some(ms) = std::env::var("HEARTH_TEST_APPEND_PAUSE_MS").ok().and_then(|v| v.parse().ok()) {
-        std::thread::sleep(std::time::Duration::from_millis(ms));
-    }
+    mid_write();
     let file = w.into_inner().map_err(|e| io(e.into_error()))?;
     file.sync_all().map_err(io)?;
     Ok(())

@@ -22,11 +22,23 @@ pub enum Role {
 pub struct ChatMessage {
     pub role: Role,
     pub content: String,
+    /// The tokens a reply was sampled as, when they are kept: its prompt
+    /// then uses them rather than its text tokenized again, which can give
+    /// other tokens for the same text (`Engine::encode_chat_with`), and so
+    /// a cache that no longer matches.
+    #[serde(skip)]
+    pub ids: Option<Vec<u32>>,
 }
 
 impl ChatMessage {
     pub fn new(role: Role, content: impl Into<String>) -> Self {
-        Self { role, content: content.into() }
+        Self { role, content: content.into(), ids: None }
+    }
+
+    /// This message, written as the tokens `ids` (which must decode to its
+    /// content for them to be used).
+    pub fn with_ids(self, ids: Vec<u32>) -> Self {
+        Self { ids: Some(ids), ..self }
     }
     pub fn system(content: impl Into<String>) -> Self {
         Self::new(Role::System, content)

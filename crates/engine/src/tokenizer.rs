@@ -186,6 +186,8 @@ impl Tokenizer {
 }
 
 /// How text becomes ids.
+// One per model, built once and never moved in a hot path.
+#[allow(clippy::large_enum_variant)]
 enum Encoder {
     /// Byte-level BPE (`gpt2`) or a `tokenizer.json`, through the `tokenizers` crate.
     Hf {
@@ -281,8 +283,7 @@ fn byte_level_table(tokens: &[String], types: &[i32]) -> Vec<Vec<u8>> {
             TYPE_USER_DEFINED => t.as_bytes().to_vec(),
             _ => t
                 .chars()
-                .map(|c| char_to_byte.get(&c).copied().map_or_else(|| c.to_string().into_bytes(), |b| vec![b]))
-                .flatten()
+                .flat_map(|c| char_to_byte.get(&c).copied().map_or_else(|| c.to_string().into_bytes(), |b| vec![b]))
                 .collect(),
         })
         .collect()

@@ -275,7 +275,7 @@ fn worker(s: &Shared, index: usize) {
         let mut n = 0u32;
         while region == seen && !s.shutdown.load(Ordering::Relaxed) {
             n += 1;
-            if n % 64 == 0 && Instant::now() > spin_until {
+            if n.is_multiple_of(64) && Instant::now() > spin_until {
                 let mut guard = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
                 s.sleepers.fetch_add(1, Ordering::SeqCst);
                 while s.cursor.load(Ordering::SeqCst) >> 32 == seen && !s.shutdown.load(Ordering::SeqCst) {
@@ -361,11 +361,7 @@ pub fn set_threads(threads: usize) -> bool {
 }
 
 fn default_threads() -> usize {
-    std::env::var("HEARTH_THREADS")
-        .ok()
-        .and_then(|s| s.parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 #[cfg(test)]

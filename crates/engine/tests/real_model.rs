@@ -66,8 +66,11 @@ fn first_step_logits_match_candle_quantized_llama() {
     let first = |e: &hearth_engine::Engine, graph: bool| -> Vec<f32> {
         let mut cache = e.model().new_cache(8192);
         let m = e.model();
-        let logits =
-            if graph { m.forward_graph(&[ids.clone()], &mut cache) } else { m.forward(&[ids.clone()], &mut cache) };
+        let logits = if graph {
+            m.forward_graph(std::slice::from_ref(&ids), &mut cache)
+        } else {
+            m.forward(std::slice::from_ref(&ids), &mut cache)
+        };
         logits.unwrap().to_vec2::<f32>().unwrap().remove(0)
     };
     let ours = first(&candle_kernels, true);
@@ -225,6 +228,57 @@ fn a_batch_of_variants_shares_the_prompt_and_matches_single_runs() {
         let single =
             alone.start_turn(m, tok, &ids, engine.generation_config(sampling, 12), 1).unwrap().finish_after_run();
         assert_eq!(variant.tokens, single.sequences[0].tokens, "variant {b}");
+    }
+}
+
+#[test]
+fn forks_of_a_turn_read_the_prompt_once_and_each_is_the_single_run_of_its_seed() {
+    use hearth_engine::{Advance, OwnedTurn};
+    let engine = open_default();
+    let (m, tok) = (engine.model(), engine.tokenizer());
+    let ids = engine.encode_chat(&[ChatMessage::user("Name a colour.")]).unwrap();
+    let sampling = SamplingParams { temperature: 1.2, seed: 5, ..SamplingParams::default() };
+    let config = engine.generation_config(sampling.clone(), 12);
+    let run = |turn: &mut OwnedTurn| -> Vec<u32> {
+        let mut tokens = Vec::new();
+        loop {
+            match turn.advance(m, tok).unwrap() {
+                Advance::Prefill(_) => {}
+                Advance::Tokens(events) => tokens
+                    .extend(events.iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD).map(|e| e.token)),
+                Advance::Done => return tokens,
+            }
+        }
+    };
+    let mut first =
+        engine.new_session(None).into_turn(m, tok, ids.clone(), config.clone()).map_err(|(_, e)| e).unwrap();
+    assert!(!first.can_fork(), "not before the prompt is read");
+    assert!(first.fork(m, 6).is_err());
+    while first.is_prefilling() {
+        first.advance(m, tok).unwrap();
+    }
+    assert!(first.can_fork());
+    let mut forks: Vec<OwnedTurn> = (1..3).map(|b| first.fork(m, 5 + b).unwrap()).collect();
+    assert_eq!(forks[0].stats().processed_tokens, ids.len(), "a fork reports the prompt its parent read");
+    let mut all = vec![run(&mut first)];
+    all.extend(forks.iter_mut().map(run));
+    assert!(!first.can_fork(), "not after a token");
+    assert!(all.iter().any(|t| t != &all[0]), "three samples were identical");
+    for (b, tokens) in all.iter().enumerate() {
+        let mut alone = engine.new_session(None);
+        let sampling = SamplingParams { seed: 5 + b as u64, ..sampling.clone() };
+        let single =
+            alone.start_turn(m, tok, &ids, engine.generation_config(sampling, 12), 1).unwrap().finish_after_run();
+        assert_eq!(tokens, &single.sequences[0].tokens, "fork {b}");
+    }
+    // Each fork's session continues its own reply: the prompt and its own tokens.
+    for (b, f) in forks.into_iter().enumerate() {
+        let (session, out) = f.finish(m, tok);
+        let mut want = ids.clone();
+        let generated = &out.unwrap().unwrap().sequences[0].tokens;
+        want.extend_from_slice(&generated[..generated.len() - 1]);
+        assert_eq!(session.tokens(), &want[..], "fork {}", b + 1);
+        assert_eq!(session.cache().len(), want.len());
     }
 }
 
@@ -404,7 +458,8 @@ fn each_token_can_come_with_its_log_probability_and_the_likeliest_alternatives()
         assert!(mass <= 1.0 + 1e-4 && lp.logprob <= 0.0);
     }
     // The first token's log-probability is the log-softmax of the prompt's logits.
-    let logits = m.forward(&[ids.clone()], &mut m.new_cache(256)).unwrap().to_vec2::<f32>().unwrap().remove(0);
+    let logits =
+        m.forward(std::slice::from_ref(&ids), &mut m.new_cache(256)).unwrap().to_vec2::<f32>().unwrap().remove(0);
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let log_sum = max + logits.iter().map(|&l| ((l - max) as f64).exp()).sum::<f64>().ln() as f32;
     assert!((seen[0].logprobs.as_ref().unwrap().logprob - (logits[seen[0].token as usize] - log_sum)).abs() < 1e-5);
@@ -603,4 +658,33 @@ fn a_prefill_stopped_between_layers_keeps_the_chunks_before_and_goes_on_to_the_s
     assert_eq!(run(&mut again), want);
     let (session, _) = again.finish(m, tok);
     assert_eq!((session.tokens(), session.passes()), (want_session.tokens(), want_session.passes()));
+}
+
+#[test]
+fn a_reply_goes_back_into_the_prompt_as_the_tokens_it_was_sampled_as() {
+    let engine = open_default();
+    let tok = engine.tokenizer();
+    let user = ChatMessage::user("Say hello.");
+    // "Hello there" one character a token: the same text as encoding it
+    // gives, in other tokens (as a sampled reply sometimes is).
+    let text = "Hello there";
+    let ids: Vec<u32> = text.chars().map(|c| tok.encode(&c.to_string(), false, false).unwrap()[0]).collect();
+    assert_eq!(tok.decode(&ids), text);
+    assert_ne!(tok.encode(text, false, false).unwrap(), ids);
+    let end = tok.eos().unwrap();
+    let asked = engine.encode_chat(std::slice::from_ref(&user)).unwrap();
+    let next = |reply: ChatMessage| {
+        engine.encode_chat(&[user.clone(), reply, ChatMessage::user("Again.")]).unwrap()
+    };
+    // The turn's cache holds its prompt and the reply's tokens but the end
+    // token (never fed): the next prompt starts with all of it.
+    let spliced = next(ChatMessage::assistant(text).with_ids([ids.clone(), vec![end]].concat()));
+    assert!(spliced.starts_with(&[asked.clone(), ids.clone()].concat()), "{spliced:?}");
+    let plain = next(ChatMessage::assistant(text));
+    assert_ne!(spliced, plain);
+    // After the reply, the template's text tokenizes as it does whole.
+    let tail = |p: &[u32]| p[p.len() - 8..].to_vec();
+    assert_eq!(tail(&spliced), tail(&plain));
+    // Tokens that are not the content's are not used.
+    assert_eq!(next(ChatMessage::assistant("Goodbye").with_ids(ids)), next(ChatMessage::assistant("Goodbye")));
 }

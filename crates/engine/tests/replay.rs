@@ -5,7 +5,7 @@
 
 mod common;
 
-use hearth_engine::{session_file, Engine, GenerationConfig, Passes, SamplingParams, Session};
+use hearth_engine::{session_file, Advance, Engine, GenerationConfig, Passes, SamplingParams, Session};
 
 fn config(engine: &Engine) -> GenerationConfig {
     let mut config = engine.generation_config(
@@ -32,6 +32,17 @@ fn replay(engine: &Engine, session: &mut Session, prompt: &[u32], passes: &Passe
     while t.step().unwrap().is_some() {}
     let out = t.finish(0).unwrap();
     (out.sequences[0].tokens.clone(), out.stats.processed_tokens)
+}
+
+/// The same replay as a scheduler runs it, a recorded pass per `advance`:
+/// its tokens, how many positions it ran, and the session it leaves.
+fn replay_owned(engine: &Engine, session: Session, prompt: &[u32], passes: &Passes) -> (Vec<u32>, usize, Session) {
+    let (m, tok) = (engine.model(), engine.tokenizer());
+    let mut t = session.into_replay_turn(m, tok, prompt.to_vec(), passes, config(engine)).map_err(|(_, e)| e).unwrap();
+    while !matches!(t.advance(m, tok).unwrap(), Advance::Done) {}
+    let processed = t.stats().processed_tokens;
+    let (session, out) = t.finish(m, tok);
+    (out.unwrap().unwrap().sequences[0].tokens.clone(), processed, session)
 }
 
 fn replays_exactly(engine: Engine) {
@@ -82,6 +93,15 @@ fn replays_exactly(engine: Engine) {
     assert_eq!(from_disk, r3, "from a restored cache");
     assert_eq!(processed, 8, "only the last pass runs again");
     same_file(&restored, "restored");
+
+    // As the worker runs it: the same tokens and bits, from cold and from disk.
+    let (cold, processed, cold_session) = replay_owned(&engine, engine.new_session(Some(context)), &p3, &passes);
+    assert_eq!((cold, processed), (r3.clone(), p3.len()), "owned, from a cold cache");
+    same_file(&cold_session, "owned, cold");
+    let restored = session_file::read(&file, &identity, engine.model()).unwrap().session;
+    let (from_disk, processed, restored) = replay_owned(&engine, restored, &p3, &passes);
+    assert_eq!((from_disk, processed), (r3.clone(), 8), "owned, from a restored cache");
+    same_file(&restored, "owned, restored");
 
     let (warm, _) = replay(&engine, &mut session, &p3, &passes);
     assert_eq!(warm, r3, "from the live cache");

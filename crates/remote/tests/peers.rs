@@ -20,8 +20,9 @@ impl HearthPeer {
     fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let store = hearth_store::Store::open(dir.path().join("hearth.db")).unwrap();
-        let worker = Arc::new(hearth_worker::Worker::start(store, None, Box::new(|_| {})));
-        worker.load_model(hearth_engine::paths::default_model_path());
+        let worker =
+            Arc::new(hearth_worker::Worker::start(store, hearth_worker::WorkerConfig::in_memory(), Box::new(|_| {})));
+        worker.load_model(hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
         assert!(worker.wait_idle(Duration::from_secs(120)));
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let server = runtime.block_on(hearth_server::Server::start(worker, 0, Some("peer-key".into()))).unwrap();
@@ -207,7 +208,7 @@ fn llama_cpp_as_a_peer() {
         return;
     }
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let model = hearth_engine::paths::default_model_path();
+    let model = hearth_engine::paths::default_model_path(|k| std::env::var_os(k));
     let mut child = std::process::Command::new(&python)
         .args([
             "-m",
@@ -243,6 +244,7 @@ fn llama_cpp_as_a_peer() {
         stream_chat(&ep, &request(&models[0], vec![user("What is 2 + 2?")], 12), &never, &mut |t| text.push_str(t));
     let wrong = list_models(&Endpoint { api_key: Some("nope".into()), ..ep.clone() }, &never);
     let _ = child.kill();
+    let _ = child.wait();
     let done = done.unwrap();
     assert!(!text.is_empty() && !done.finish_reason.is_empty(), "{done:?}");
     assert!(matches!(wrong, Err(RemoteError::Unauthorized { .. })), "{wrong:?}");

@@ -242,7 +242,7 @@ impl Fields {
             system_prompt: String::new(),
             temperature: self.number("temperature", 0.0..=2.0)?.unwrap_or(defaults.temperature),
             top_p: match self.number("top_p", 0.0..=1.0)? {
-                Some(p) if p == 0.0 => return Err(ApiError::field("top_p", "must be above 0")),
+                Some(p) if p <= 0.0 => return Err(ApiError::field("top_p", "must be above 0")),
                 Some(p) => p,
                 None => defaults.top_p,
             },
@@ -253,7 +253,7 @@ impl Fields {
                 None => defaults.min_p,
             },
             repeat_penalty: match self.number("repeat_penalty", 0.0..=10.0)? {
-                Some(p) if p == 0.0 => return Err(ApiError::field("repeat_penalty", "must be above 0")),
+                Some(p) if p <= 0.0 => return Err(ApiError::field("repeat_penalty", "must be above 0")),
                 Some(p) => p,
                 None => 1.0,
             },

@@ -21,7 +21,7 @@ use hearth_engine::{CacheIdentity, Engine};
 use hearth_store::{ConversationExport, Import, Store};
 use serde::{Deserialize, Serialize};
 
-use crate::caches::{disk_reserve, CacheBudgets};
+use crate::budgets::CacheBudgets;
 use crate::error::{AppError, AppResult, ErrorKind};
 
 /// The bundle's description of itself and of the model its cache needs.
@@ -99,7 +99,7 @@ pub fn export(store: &Store, caches_dir: Option<&Path>, cache_files: &Mutex<()>,
     let conversation = store.export_conversation(id)?;
     let cache_file = caches_dir.map(|d| d.join(format!("{id}.session")));
     let cached = cache_file.and_then(|p| {
-        let _saves = cache_files.lock().unwrap_or_else(|e| e.into_inner());
+        let _saves = crate::shared::lock(cache_files);
         // The cache goes in only under an identity another machine can check.
         let identity = hearth_engine::session_file::read_identity(&p).ok().filter(|i| i.model_sha256.is_some())?;
         let file = File::open(&p).ok()?;
@@ -260,6 +260,7 @@ pub fn import(
     engine: Option<&Engine>,
     caches_dir: Option<&Path>,
     budgets: CacheBudgets,
+    disk_reserve: u64,
     path: &Path,
 ) -> AppResult<BundleImport> {
     let mut opened = open(path)?;
@@ -268,7 +269,7 @@ pub fn import(
     // only where it can be used, and a cache that cannot be costs only the cache.
     let cache = match (opened.cache, &opened.manifest.model) {
         (Some((index, size)), Some(model)) => Some((|| {
-            let (engine, dir) = usable(engine, model, caches_dir, budgets, size)?;
+            let (engine, dir) = usable(engine, model, caches_dir, budgets, disk_reserve, size)?;
             let copy = copy_out(path, &mut opened.zip, index, size, dir)?;
             check_cache(engine, copy.path())
         })()),
@@ -325,6 +326,7 @@ fn usable<'e>(
     model: &ModelIdentity,
     caches_dir: Option<&Path>,
     budgets: CacheBudgets,
+    disk_reserve: u64,
     size: u64,
 ) -> Result<(&'e Engine, PathBuf), Refusal> {
     let wanted = if model.name.is_empty() { "the model it was made with".to_string() } else { model.name.clone() };
@@ -347,7 +349,7 @@ fn usable<'e>(
     }
     std::fs::create_dir_all(dir).map_err(|e| Refusal::Skip(format!("the caches folder cannot be made ({e})")))?;
     // A copy to check, then the cache itself, and the disk's reserve kept.
-    if fs4::available_space(dir).is_ok_and(|free| free < 2 * size + disk_reserve()) {
+    if fs4::available_space(dir).is_ok_and(|free| free < 2 * size + disk_reserve) {
         return Err(Refusal::Skip("there is not enough free disk space for it".into()));
     }
     Ok((engine, dir.to_path_buf()))

@@ -9,58 +9,8 @@ use std::sync::Arc;
 
 use hearth_engine::{Engine, Passes, Session};
 
-use super::queue::Shared;
-use crate::error::{AppError, AppResult, ErrorKind};
-
-/// How much memory and disk conversation caches may take. Past either, the
-/// least recently used caches go first (from memory they go only to disk,
-/// where every finished turn is already saved).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
-#[serde(rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
-pub struct CacheBudgets {
-    pub memory_mb: u32,
-    /// 0 saves nothing to disk.
-    pub disk_mb: u32,
-}
-
-impl Default for CacheBudgets {
-    /// An eighth of the machine's memory (512 MB to 8 GB; 2 GB where it
-    /// cannot be read), and 8 GB of disk.
-    fn default() -> Self {
-        let memory_mb = total_memory_mb().map_or(2048, |m| (m / 8).clamp(512, 8192));
-        Self { memory_mb, disk_mb: 8192 }
-    }
-}
-
-/// Physical memory in MB, on every platform (`sysinfo`; None where it reads 0).
-fn total_memory_mb() -> Option<u32> {
-    let mut system = sysinfo::System::new();
-    system.refresh_memory_specifics(sysinfo::MemoryRefreshKind::nothing().with_ram());
-    let mb = system.total_memory() / (1024 * 1024);
-    if mb == 0 {
-        return None;
-    }
-    u32::try_from(mb).ok()
-}
-
-impl CacheBudgets {
-    pub fn validate(&self) -> AppResult<()> {
-        if !(64..=1 << 20).contains(&self.memory_mb) {
-            return Err(AppError::new(ErrorKind::InvalidSettings, "the memory budget must be between 64 MB and 1 TB"));
-        }
-        if self.disk_mb > 1 << 24 {
-            return Err(AppError::new(ErrorKind::InvalidSettings, "the disk budget must be at most 16 TB"));
-        }
-        Ok(())
-    }
-}
-
-/// Disk space cache files never take: 1 GB, or `HEARTH_DISK_RESERVE_MB`
-/// (so tests can stand for a full disk).
-pub(crate) fn disk_reserve() -> u64 {
-    std::env::var("HEARTH_DISK_RESERVE_MB").ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(1024) << 20
-}
+use super::shared::Shared;
+use crate::config::WorkerConfig;
 
 /// Where a conversation's KV cache is: the next turn is instant (warm),
 /// reads it from disk (saved), or prefills the whole history (cold).
@@ -88,6 +38,9 @@ pub(super) struct Caches {
     sessions: HashMap<i64, (Session, u64)>,
     tick: u64,
     dir: Option<PathBuf>,
+    /// Disk space cache files never take.
+    disk_reserve: u64,
+    append_pause: Option<std::time::Duration>,
     /// The tokens each conversation's cache file holds, and the passes that
     /// computed them, as written by this process.
     saved: HashMap<i64, (Vec<u32>, Passes)>,
@@ -101,12 +54,14 @@ pub(super) struct Caches {
 }
 
 impl Caches {
-    pub fn new(shared: Arc<Shared>, dir: Option<PathBuf>) -> Self {
+    pub fn new(shared: Arc<Shared>, config: &WorkerConfig) -> Self {
         Self {
             shared,
             sessions: HashMap::new(),
             tick: 0,
-            dir,
+            dir: config.caches_dir.clone(),
+            disk_reserve: config.disk_reserve_bytes,
+            append_pause: config.test_hooks.append_pause,
             saved: HashMap::new(),
             alternates: HashMap::new(),
             pending_save: None,
@@ -241,7 +196,7 @@ impl Caches {
         let common = |s: &Session| s.tokens().iter().zip(prompt).take_while(|(a, b)| a == b).count();
         let alts = self.alternates.entry(conversation_id).or_default();
         alts.retain(|s| s.context_length() == context);
-        let best_current = current.as_ref().map_or(0, |s| common(s));
+        let best_current = current.as_ref().map_or(0, &common);
         let best_alt = alts.iter().enumerate().map(|(i, s)| (i, common(s))).max_by_key(|(_, n)| *n);
         if let Some((i, n)) = best_alt {
             if n > best_current {
@@ -288,9 +243,7 @@ impl Caches {
     }
 
     pub fn publish_resident(&self) {
-        if let Ok(mut r) = self.shared.resident.lock() {
-            *r = self.sessions.keys().copied().collect();
-        }
+        *crate::shared::lock(&self.shared.resident) = self.sessions.keys().copied().collect();
     }
 
     fn cache_path(&self, conversation_id: i64) -> Option<PathBuf> {
@@ -335,7 +288,7 @@ impl Caches {
     fn save(&mut self, engine: &Engine, conversation_id: i64, session: &Session, context: usize) {
         let Some(path) = self.cache_path(conversation_id) else { return };
         let shared = self.shared.clone();
-        let _files = shared.cache_files.lock().unwrap_or_else(|e| e.into_inner());
+        let _files = crate::shared::lock(&shared.cache_files);
         if self.shared.budgets().disk_mb == 0 {
             let _ = std::fs::remove_file(&path);
             self.saved.remove(&conversation_id);
@@ -356,7 +309,7 @@ impl Caches {
         let needed = ((tokens.len() - appended) * session.cache().bytes_per_position()) as u64 + (1 << 20);
         let probe = path.parent().map(Path::to_path_buf).filter(|d| d.exists()).or_else(|| self.dir.clone());
         if let Some(free) = probe.and_then(|d| fs4::available_space(&d).ok()) {
-            if free < needed + disk_reserve() {
+            if free < needed + self.disk_reserve {
                 tracing::warn!(
                     "not saving the cache of conversation {conversation_id}: {} MB free on disk",
                     free >> 20
@@ -368,7 +321,9 @@ impl Caches {
         }
         let result = match self.saved.get(&conversation_id) {
             Some(prev) if appended > 0 && path.exists() => {
-                hearth_engine::session_file::append(&path, session, prev.0.len())
+                let pause = self.append_pause;
+                let mid_write = move || pause.map_or((), std::thread::sleep);
+                hearth_engine::session_file::append_observed(&path, session, prev.0.len(), &mid_write)
             }
             _ => {
                 if let Some(dir) = path.parent() {
@@ -465,7 +420,7 @@ impl Caches {
 mod tests {
     #[test]
     fn total_memory_is_read_and_agrees_with_the_kernel_where_it_can_be_checked() {
-        let mb = super::total_memory_mb().expect("every platform Hearth ships on reports its memory");
+        let mb = crate::budgets::total_memory_mb().expect("every platform Hearth ships on reports its memory");
         #[cfg(target_os = "linux")]
         {
             let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();

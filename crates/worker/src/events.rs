@@ -12,6 +12,9 @@ use crate::error::AppError;
 #[derive(Debug, Clone, PartialEq, Serialize, TS)]
 #[serde(tag = "event", content = "data", rename_all = "camelCase")]
 #[ts(export, export_to = "bindings/")]
+// Sent a few times a second, serialised at once: boxing the large variants
+// would save nothing worth an allocation.
+#[allow(clippy::large_enum_variant)]
 pub enum GenerationEvent {
     /// Waiting behind other conversations; 1 means next.
     #[serde(rename_all = "camelCase")]
@@ -104,11 +107,12 @@ impl From<&hearth_engine::ReasoningFormat> for ReasoningFormat {
 }
 
 /// The app's model, as the UI shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, TS)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, TS)]
 #[serde(tag = "state", rename_all = "camelCase")]
 #[ts(export, export_to = "bindings/")]
 pub enum ModelStatus {
     /// Nothing loaded and nothing to load: the first-run screen.
+    #[default]
     None,
     #[serde(rename_all = "camelCase")]
     Loading { path: String },

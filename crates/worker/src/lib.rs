@@ -1,60 +1,75 @@
 //! The generation worker: one thread that owns the model and every
-//! conversation's `Session`, and runs one reply at a time.
+//! conversation's `Session`, and runs every local reply through one
+//! scheduler (`running`): a chat reply, its variants ("Generate N"), an API
+//! request with any number of choices, a continuation and a replay are all
+//! replies of one or more sequences, whose decode steps share one forward
+//! pass. Remote replies stream on threads of their own (`remote`).
 //!
-//! `queue` is what the thread and the command handles share; `caches` keeps
-//! every conversation's KV cache within its budgets; `reply` runs one reply.
+//! `shared` is what the thread and the command handles share (the queue,
+//! the model's status, one policy for a poisoned lock); `job` is what a
+//! reply is asked to do; `reply` is what every reply shares (its prompt,
+//! what it has written, how its end is recorded); `replay` starts a replay;
+//! `caches` keeps every conversation's KV cache within its `budgets`;
+//! `config` is what the binary decided (this crate reads no environment).
 //! Nothing a job does stops the thread: a panic fails that job alone.
 //!
 //! The model never runs on the UI thread or on the async runtime: commands
-//! only enqueue. Replies from different conversations wait in one FIFO queue
-//! (each conversation has at most one reply queued or running, so FIFO is
-//! fair), and each waiting reply is told its position. The reply is written
-//! to SQLite as it streams, from this thread, so a crash loses at most the
-//! last quarter second.
+//! only enqueue. Up to `MAX_RUNNING` replies run side by side; more wait in
+//! one FIFO queue (each conversation has at most one reply queued or
+//! running, so FIFO is fair), and each waiting reply is told its position.
+//! The reply is written to SQLite as it streams, from this thread, so a
+//! crash loses at most the last quarter second.
 
 pub mod bundle;
+pub mod config;
 pub mod context;
 pub mod error;
 pub mod events;
 pub mod priority;
 
+mod budgets;
 mod caches;
-mod queue;
+mod job;
 mod remote;
 mod replay;
 mod reply;
 mod running;
+mod shared;
 
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hearth_engine::{Engine, EngineError};
 use hearth_store::Store;
 
-pub use caches::{CacheBudgets, CacheState};
+pub use budgets::CacheBudgets;
+pub use caches::CacheState;
+pub use config::{TestHooks, WorkerConfig};
+pub use job::{ReplyJob, Request};
 pub use remote::RemoteTarget;
-pub use reply::{prompt_ids, ReplyJob, Request};
+pub use reply::prompt_ids;
 pub use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::error::{AppError, AppResult, ErrorKind};
 use crate::events::{GenerationEvent, ModelStatus};
 use caches::Caches;
-use queue::{Queued, Shared};
 use running::RunningReply;
+use shared::{lock, Owner, Queued, Shared};
 
-/// Replies of one sequence that run side by side, taking turns.
+/// Replies that run side by side, taking turns (each with any number of
+/// sequences: variants, an API request's choices).
 pub const MAX_RUNNING: usize = 4;
 
 /// App setting: which device runs the model (`auto`, `cpu`, `cuda`, `cuda:N`, `metal`).
 pub const DEVICE_KEY: &str = "device";
 
 /// Where a reply's events go (a `Channel` in the app, a closure in tests).
-pub type EventSink = Box<dyn Fn(GenerationEvent) + Send>;
+pub type EventSink = Box<dyn Fn(GenerationEvent) + Send + Sync>;
 /// Where model status changes go.
 pub type StatusSink = Box<dyn Fn(&ModelStatus) + Send>;
 
@@ -64,19 +79,19 @@ pub struct Worker {
     /// Where remote replies' threads take their database connections from.
     remote_store: std::sync::Mutex<Option<Store>>,
     thread: Option<JoinHandle<()>>,
-    caches_dir: Option<PathBuf>,
+    config: WorkerConfig,
 }
 
 impl Worker {
-    /// Starts the worker thread with its own database connection. Caches
-    /// are saved in `caches_dir` after every turn, when it is given.
-    pub fn start(store: Store, caches_dir: Option<PathBuf>, on_status: StatusSink) -> Self {
+    /// Starts the worker thread with its own database connection.
+    pub fn start(store: Store, config: WorkerConfig, on_status: StatusSink) -> Self {
         let shared = Arc::new(Shared::new());
         let remote_store = std::sync::Mutex::new(
             store.reopen().map_err(|e| tracing::error!("remote replies cannot open the database: {e}")).ok(),
         );
-        let caches = Caches::new(shared.clone(), caches_dir.clone());
+        let caches = Caches::new(shared.clone(), &config);
         let thread_shared = shared.clone();
+        let thread_config = config.clone();
         let thread = std::thread::Builder::new()
             .name("hearth-worker".into())
             .spawn(move || {
@@ -87,22 +102,23 @@ impl Worker {
                     engine: None,
                     caches,
                     stop_hashing: Arc::default(),
+                    config: thread_config,
                 }
                 .run()
             })
             .expect("the worker thread starts");
-        Self { shared, remote_store, thread: Some(thread), caches_dir }
+        Self { shared, remote_store, thread: Some(thread), config }
     }
 
     /// Each conversation's cache state.
     pub fn cache_states(&self, conversations: &[i64]) -> Vec<(i64, CacheState)> {
-        let resident = self.shared.resident.lock().map(|r| r.clone()).unwrap_or_default();
+        let resident = lock(&self.shared.resident).clone();
         conversations
             .iter()
             .map(|&c| {
                 let state = if resident.contains(&c) {
                     CacheState::Warm
-                } else if self.caches_dir.as_ref().is_some_and(|d| d.join(format!("{c}.session")).is_file()) {
+                } else if self.config.caches_dir.as_ref().is_some_and(|d| d.join(format!("{c}.session")).is_file()) {
                     CacheState::Saved
                 } else {
                     CacheState::Cold
@@ -122,13 +138,20 @@ impl Worker {
                 "this conversation is writing a reply; export it when the reply ends",
             ));
         }
-        bundle::export(store, self.caches_dir.as_deref(), &self.shared.cache_files, id, out)
+        bundle::export(store, self.config.caches_dir.as_deref(), &self.shared.cache_files, id, out)
     }
 
     /// Imports a `.hearth` bundle: its conversation, and its cache where the
     /// loaded model is the one that computed it.
     pub fn import_bundle(&self, store: &Store, path: &std::path::Path) -> AppResult<bundle::BundleImport> {
-        bundle::import(store, self.engine().as_deref(), self.caches_dir.as_deref(), self.budgets(), path)
+        bundle::import(
+            store,
+            self.engine().as_deref(),
+            self.config.caches_dir.as_deref(),
+            self.budgets(),
+            self.config.disk_reserve_bytes,
+            path,
+        )
     }
 
     pub fn budgets(&self) -> CacheBudgets {
@@ -137,47 +160,36 @@ impl Worker {
 
     /// The loaded model, for tokenizing (never for running: that is the worker's).
     pub fn engine(&self) -> Option<Arc<Engine>> {
-        self.shared.engine.lock().ok().and_then(|e| e.clone())
+        lock(&self.shared.queue).model.engine.clone()
     }
 
     /// Takes effect from the next reply.
     pub fn set_budgets(&self, budgets: CacheBudgets) {
-        if let Ok(mut b) = self.shared.budgets.lock() {
-            *b = budgets;
-        }
+        *lock(&self.shared.budgets) = budgets;
     }
 
     /// Drops every conversation's cache, in memory and on disk, after the
     /// reply in progress.
     pub fn clear_caches(&self) {
-        let mut q = self.shared.queue.lock().expect("worker queue");
+        let mut q = lock(&self.shared.queue);
         q.clear_caches = true;
         self.shared.wake.notify_all();
     }
 
     pub fn model_status(&self) -> ModelStatus {
-        self.shared.status.lock().map(|s| s.clone()).unwrap_or(ModelStatus::None)
+        lock(&self.shared.queue).model.status.clone()
     }
 
     /// The model files loaded, being loaded or waiting to load: a file to
     /// leave alone on disk.
     pub fn models_in_use(&self) -> Vec<PathBuf> {
-        // The queue first: a load sets its status before it leaves the
-        // queue, so a load ending between the two looks is seen in one.
-        let mut paths: Vec<PathBuf> = {
-            let q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
-            q.load.iter().chain(&q.loading).cloned().collect()
-        };
-        if let ModelStatus::Ready { path, .. } | ModelStatus::Loading { path } = self.model_status() {
-            paths.insert(0, PathBuf::from(path));
-        }
-        paths
+        lock(&self.shared.queue).model.files()
     }
 
     /// Loads a model after the reply in progress, replacing the current one.
     pub fn load_model(&self, path: PathBuf) {
-        let mut q = self.shared.queue.lock().expect("worker queue");
-        q.load = Some(path);
+        let mut q = lock(&self.shared.queue);
+        q.model.requested = Some(path);
         self.shared.wake.notify_all();
     }
 
@@ -199,21 +211,29 @@ impl Worker {
         self.submit_with(job, parent.child_token())
     }
 
-    fn submit_with(&self, mut job: ReplyJob, cancel: CancellationToken) -> AppResult<CancellationToken> {
-        let mut q = self.shared.queue.lock()?;
-        if job.request.is_some() {
-            q.last_request_id -= 1;
-            job.conversation_id = q.last_request_id;
-        }
-        if q.busy(job.conversation_id) {
+    fn submit_with(&self, job: ReplyJob, cancel: CancellationToken) -> AppResult<CancellationToken> {
+        let mut q = lock(&self.shared.queue);
+        let owner = match job.request {
+            Some(_) => {
+                q.last_request_id += 1;
+                Owner::Request(q.last_request_id)
+            }
+            None => Owner::Conversation(job.conversation_id),
+        };
+        if q.busy(job.conversation_id) && job.request.is_none() {
             return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
         }
-        let must_wait = !q.active.is_empty() && (!job.runs_beside_others() || q.alone || q.active.len() >= MAX_RUNNING);
-        if must_wait || q.load.is_some() || q.loading.is_some() || !q.jobs.is_empty() {
-            (job.events)(GenerationEvent::Queued { position: q.jobs.len() as u32 + 1 });
-        }
-        q.jobs.push_back(Queued { job, cancel: cancel.clone() });
+        let must_wait = q.active.len() >= MAX_RUNNING;
+        let position = (must_wait || q.model.requested.is_some() || q.model.loading.is_some() || !q.jobs.is_empty())
+            .then_some(q.jobs.len() as u32 + 1);
+        let events = Arc::clone(&job.events);
+        q.jobs.push_back(Queued { job, owner, cancel: cancel.clone() });
         self.shared.wake.notify_all();
+        drop(q);
+        // Told after the lock is released: a sink may take its time.
+        if let Some(position) = position {
+            events(GenerationEvent::Queued { position });
+        }
         Ok(cancel)
     }
 
@@ -222,7 +242,7 @@ impl Worker {
     /// the same conversation, as `enqueue` does. Stop works as for a local
     /// reply (`stop`).
     pub fn start_remote(&self, job: ReplyJob, target: RemoteTarget) -> AppResult<()> {
-        let store = match self.remote_store.lock()?.as_ref() {
+        let store = match lock(&self.remote_store).as_ref() {
             Some(s) => s.reopen()?,
             None => {
                 return Err(AppError::new(
@@ -231,17 +251,18 @@ impl Worker {
                 ))
             }
         };
-        let mut q = self.shared.queue.lock()?;
+        let mut q = lock(&self.shared.queue);
         if q.busy(job.conversation_id) {
             return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
         }
         let cancel = CancellationToken::new();
         q.remote.push((job.conversation_id, cancel.clone()));
         let shared = self.shared.clone();
+        let hooks = self.config.test_hooks.clone();
         let conversation = job.conversation_id;
         let spawned = std::thread::Builder::new()
             .name("hearth-remote-reply".into())
-            .spawn(move || remote::run(job, target, store, cancel, shared));
+            .spawn(move || remote::run(job, target, store, cancel, shared, hooks));
         if let Err(e) = spawned {
             q.remote.retain(|(c, _)| *c != conversation);
             return Err(AppError::new(ErrorKind::Internal, format!("cannot start the remote reply: {e}")));
@@ -252,15 +273,14 @@ impl Worker {
     /// Stops the conversation's reply: the running one within one step, a
     /// queued one at once. Returns whether there was one.
     pub fn stop(&self, conversation_id: i64) -> bool {
-        let mut q = match self.shared.queue.lock() {
-            Ok(q) => q,
-            Err(_) => return false,
-        };
-        if let Some((_, cancel)) = q.active.iter().chain(&q.remote).find(|(c, _)| *c == conversation_id) {
+        let mut q = lock(&self.shared.queue);
+        let owner = Owner::Conversation(conversation_id);
+        let running = q.active.iter().find(|(o, _)| *o == owner).map(|(_, c)| c);
+        if let Some(cancel) = running.or_else(|| q.remote.iter().find(|(c, _)| *c == conversation_id).map(|(_, c)| c)) {
             cancel.cancel();
             return true;
         }
-        if let Some(i) = q.jobs.iter().position(|j| j.job.conversation_id == conversation_id) {
+        if let Some(i) = q.jobs.iter().position(|j| j.owner == owner) {
             let queued = q.jobs.remove(i).expect("index is in range");
             queued.cancel.cancel();
             // Still handed to the thread, which records the empty reply as stopped.
@@ -273,20 +293,24 @@ impl Worker {
 
     /// Conversations with a reply queued or running.
     pub fn busy_conversations(&self) -> Vec<i64> {
-        let Ok(q) = self.shared.queue.lock() else { return Vec::new() };
+        let q = lock(&self.shared.queue);
+        let conversation = |o: &Owner| match *o {
+            Owner::Conversation(c) => Some(c),
+            Owner::Request(_) => None,
+        };
         q.active
             .iter()
-            .chain(&q.remote)
-            .map(|(c, _)| *c)
-            .chain(q.jobs.iter().map(|j| j.job.conversation_id))
-            .filter(|c| *c > 0)
+            .filter_map(|(o, _)| conversation(o))
+            .chain(q.remote.iter().map(|(c, _)| *c))
+            .chain(q.jobs.iter().filter_map(|j| conversation(&j.owner)))
             .collect()
     }
 
     /// API requests running and waiting now.
     pub fn requests(&self) -> (usize, usize) {
-        let Ok(q) = self.shared.queue.lock() else { return (0, 0) };
-        (q.active.iter().filter(|(c, _)| *c < 0).count(), q.jobs.iter().filter(|j| j.job.request.is_some()).count())
+        let q = lock(&self.shared.queue);
+        let request = |o: &Owner| matches!(o, Owner::Request(_));
+        (q.active.iter().filter(|(o, _)| request(o)).count(), q.jobs.iter().filter(|j| request(&j.owner)).count())
     }
 
     /// Blocks until nothing is queued or running. For tests and shutdown.
@@ -294,12 +318,12 @@ impl Worker {
         let deadline = Instant::now() + timeout;
         loop {
             {
-                let q = self.shared.queue.lock().expect("worker queue");
+                let q = lock(&self.shared.queue);
                 if q.active.is_empty()
                     && q.remote.is_empty()
                     && q.jobs.is_empty()
-                    && q.load.is_none()
-                    && q.loading.is_none()
+                    && q.model.requested.is_none()
+                    && q.model.loading.is_none()
                     && !q.clear_caches
                     && q.hashing == 0
                 {
@@ -316,7 +340,8 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        if let Ok(mut q) = self.shared.queue.lock() {
+        {
+            let mut q = lock(&self.shared.queue);
             q.shutdown = true;
             for (_, c) in &q.active {
                 c.cancel();
@@ -332,7 +357,7 @@ impl Drop for Worker {
 enum Work {
     Load(PathBuf),
     ClearCaches,
-    Reply(Queued),
+    Reply(Box<Queued>),
 }
 
 struct WorkerThread {
@@ -343,6 +368,7 @@ struct WorkerThread {
     caches: Caches,
     /// Tells the thread hashing the loaded model's file to give up.
     stop_hashing: Arc<AtomicBool>,
+    config: WorkerConfig,
 }
 
 impl WorkerThread {
@@ -350,10 +376,9 @@ impl WorkerThread {
     /// fails that job alone (see `reply`, `RunningReply` and `load`), and
     /// this catch is the last resort for one outside them.
     ///
-    /// Replies of one sequence run side by side, up to `MAX_RUNNING`, each
-    /// advancing one prefill chunk or one token in turn; anything else (a
-    /// model load, clearing caches, "Generate N", a replay) waits until
-    /// none runs and then has the thread alone.
+    /// Replies run side by side, up to `MAX_RUNNING`, each advancing one
+    /// prefill chunk or one token of each of its sequences in turn; a model
+    /// load or clearing the caches waits until none runs.
     fn run(mut self) {
         let mut running: Vec<RunningReply> = Vec::new();
         loop {
@@ -370,16 +395,15 @@ impl WorkerThread {
                 let outcome = catch_unwind(AssertUnwindSafe(|| match work {
                     Work::Load(path) => self.load(path),
                     Work::ClearCaches => self.caches.clear_all(),
-                    Work::Reply(queued) if queued.job.runs_beside_others() => running.extend(self.admit(queued)),
-                    Work::Reply(queued) => self.reply(queued),
+                    Work::Reply(queued) => running.extend(self.admit(*queued)),
                 }));
                 if let Err(panic) = outcome {
                     tracing::error!("the worker recovered from a panic: {}", panic_message(&*panic));
                 }
                 // A reply's `ActiveJob` frees its conversation, even on a panic.
-                let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+                let mut q = lock(&self.shared.queue);
                 if loading {
-                    q.loading = None;
+                    q.model.loading = None;
                 }
                 if clearing {
                     q.clear_caches = false;
@@ -392,44 +416,45 @@ impl WorkerThread {
 
     /// The next work, waiting for it.
     fn next(&self) -> Option<Work> {
-        let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = lock(&self.shared.queue);
         loop {
             if q.shutdown {
                 return None;
             }
-            if let Some(path) = q.load.take() {
-                q.loading = Some(path.clone());
+            if let Some(path) = q.model.requested.take() {
+                q.model.loading = Some(path.clone());
                 return Some(Work::Load(path));
             }
             if q.clear_caches {
                 return Some(Work::ClearCaches);
             }
-            if let Some(queued) = Self::pop(&mut q) {
-                return Some(Work::Reply(queued));
+            if !q.jobs.is_empty() {
+                return Self::pop(q).map(|queued| Work::Reply(Box::new(queued)));
             }
             q = self.shared.wake.wait(q).unwrap_or_else(|e| e.into_inner());
         }
     }
 
     /// A reply that can start beside the `running` ones now, if there is
-    /// one: never past work that needs the thread alone, so order is kept.
+    /// one: never past a model load or a clearing of the caches, which wait
+    /// for the running replies to end.
     fn next_beside(&self, running: usize) -> Option<Work> {
-        let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
-        if q.shutdown || q.load.is_some() || q.clear_caches || running >= MAX_RUNNING {
+        let q = lock(&self.shared.queue);
+        if q.shutdown || q.model.requested.is_some() || q.clear_caches || running >= MAX_RUNNING {
             return None;
         }
-        if !q.jobs.front().is_some_and(|j| j.job.runs_beside_others()) {
-            return None;
-        }
-        Self::pop(&mut q).map(Work::Reply)
+        Self::pop(q).map(|queued| Work::Reply(Box::new(queued)))
     }
 
-    fn pop(q: &mut queue::Queue) -> Option<Queued> {
+    /// Takes the next reply off the queue `q` guards, then (the lock
+    /// released) tells each reply still waiting its new place.
+    fn pop(mut q: MutexGuard<'_, shared::Queue>) -> Option<Queued> {
         let queued = q.jobs.pop_front()?;
-        q.active.push((queued.job.conversation_id, queued.cancel.clone()));
-        q.alone = !queued.job.runs_beside_others();
-        for (i, waiting) in q.jobs.iter().enumerate() {
-            (waiting.job.events)(GenerationEvent::Queued { position: i as u32 + 1 });
+        q.active.push((queued.owner, queued.cancel.clone()));
+        let waiting: Vec<_> = q.jobs.iter().map(|j| j.job.events.clone()).collect();
+        drop(q);
+        for (i, events) in waiting.iter().enumerate() {
+            events(GenerationEvent::Queued { position: i as u32 + 1 });
         }
         Some(queued)
     }
@@ -441,11 +466,10 @@ impl WorkerThread {
             .ok_or_else(|| AppError::new(ErrorKind::NoModel, "no model is loaded; open a GGUF model first"))
     }
 
+    /// Records the model's status, then (the lock released) tells the UI.
     fn set_status(&self, status: ModelStatus) {
+        lock(&self.shared.queue).model.status = status.clone();
         (self.on_status)(&status);
-        if let Ok(mut s) = self.shared.status.lock() {
-            *s = status;
-        }
     }
 
     fn load(&mut self, path: PathBuf) {
@@ -455,17 +479,18 @@ impl WorkerThread {
         self.set_status(ModelStatus::Loading { path: shown.clone() });
         // Free the old model first: two in memory at once may not fit.
         self.engine = None;
-        if let Ok(mut e) = self.shared.engine.lock() {
-            *e = None;
-        }
+        lock(&self.shared.queue).model.engine = None;
         self.caches.clear_memory();
-        // HEARTH_DEVICE, else the app setting `device`, else auto.
-        let choice = std::env::var("HEARTH_DEVICE")
-            .ok()
+        // The run's device, else the app setting `device`, else auto.
+        let choice = self
+            .config
+            .device
+            .clone()
             .or_else(|| self.store.app_setting(DEVICE_KEY).ok().flatten())
             .unwrap_or_default();
+        let hooks = &self.config.test_hooks;
         let opened = catch_unwind(|| {
-            test_panic_hook(path.file_name().and_then(|n| n.to_str()).unwrap_or(""));
+            hooks.panic_if(path.file_name().and_then(|n| n.to_str()).unwrap_or(""));
             choice
                 .parse::<hearth_engine::DeviceChoice>()
                 .and_then(|c| c.open())
@@ -498,9 +523,7 @@ impl WorkerThread {
                     tracing::warn!("cannot record the model as recent: {e}");
                 }
                 let engine = Arc::new(engine);
-                if let Ok(mut e) = self.shared.engine.lock() {
-                    *e = Some(engine.clone());
-                }
+                lock(&self.shared.queue).model.engine = Some(engine.clone());
                 self.hash_file(&engine, &shown);
                 self.engine = Some(engine);
                 self.set_status(status);
@@ -528,7 +551,7 @@ impl WorkerThread {
         };
         let (engine, stop, shared, path) =
             (engine.clone(), self.stop_hashing.clone(), self.shared.clone(), path.to_string());
-        shared.queue.lock().unwrap_or_else(|e| e.into_inner()).hashing += 1;
+        lock(&shared.queue).hashing += 1;
         let hashing = move || {
             crate::priority::lower_this_thread();
             let t = Instant::now();
@@ -545,11 +568,11 @@ impl WorkerThread {
                     tracing::warn!("cannot hash the model file (its caches will not be reused after a restart): {e}")
                 }
             }
-            shared.queue.lock().unwrap_or_else(|e| e.into_inner()).hashing -= 1;
+            lock(&shared.queue).hashing -= 1;
         };
         if let Err(e) = std::thread::Builder::new().name("hearth-hash".into()).spawn(hashing) {
             tracing::warn!("cannot start hashing the model file: {e}");
-            self.shared.queue.lock().unwrap_or_else(|e| e.into_inner()).hashing -= 1;
+            lock(&self.shared.queue).hashing -= 1;
         }
     }
 }
@@ -564,14 +587,4 @@ fn panic_message(panic: &(dyn Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".into())
-}
-
-/// Test-only: with `HEARTH_TEST_PANIC` set, a reply whose last message is
-/// exactly its value (or that value and `:after`, once the reply has run),
-/// or a model file of that name, panics here, so the tests can show that a
-/// panic fails that job alone.
-fn test_panic_hook(subject: &str) {
-    if std::env::var("HEARTH_TEST_PANIC").is_ok_and(|v| !v.is_empty() && v == subject) {
-        panic!("injected by HEARTH_TEST_PANIC");
-    }
 }

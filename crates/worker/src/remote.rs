@@ -10,11 +10,13 @@ use std::time::Instant;
 use hearth_remote::{ChatRequest, Message, RemoteError, StreamOptions};
 use hearth_store::{MessageStatus, ReplyStats, Store};
 
+use crate::config::TestHooks;
 use crate::error::{AppError, ErrorKind};
 use crate::events::GenerationEvent;
-use crate::queue::Shared;
-use crate::reply::{ReplyJob, Unsent, FLUSH_INTERVAL};
-use crate::{test_panic_hook, CancellationToken};
+use crate::job::ReplyJob;
+use crate::reply::{Unsent, FLUSH_INTERVAL};
+use crate::shared::Shared;
+use crate::CancellationToken;
 
 /// Where a remote reply goes.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,18 +63,25 @@ struct RemoteActive {
 
 impl Drop for RemoteActive {
     fn drop(&mut self) {
-        let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = crate::shared::lock(&self.shared.queue);
         q.remote.retain(|(c, _)| *c != self.conversation_id);
     }
 }
 
 /// Runs one remote reply to its end on the calling thread. A panic fails
 /// this reply alone, as for local ones: it is recorded and reported.
-pub(crate) fn run(job: ReplyJob, target: RemoteTarget, store: Store, cancel: CancellationToken, shared: Arc<Shared>) {
+pub(crate) fn run(
+    job: ReplyJob,
+    target: RemoteTarget,
+    store: Store,
+    cancel: CancellationToken,
+    shared: Arc<Shared>,
+    hooks: TestHooks,
+) {
     let active = RemoteActive { shared, conversation_id: job.conversation_id };
     let written = std::sync::Mutex::new(String::new());
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        stream(&job, &target, &store, &cancel, active, &written)
+        stream(&job, &target, &store, &cancel, active, &written, &hooks)
     }));
     if let Err(panic) = outcome {
         let message = crate::panic_message(&*panic);
@@ -81,7 +90,7 @@ pub(crate) fn run(job: ReplyJob, target: RemoteTarget, store: Store, cancel: Can
             ErrorKind::Internal,
             format!("this reply stopped on an internal error ({message}); other conversations are unaffected"),
         );
-        let text = written.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let text = crate::shared::lock(&written).clone();
         let status = if text.is_empty() { MessageStatus::Error } else { MessageStatus::Interrupted };
         let stats =
             ReplyStats { finish_reason: "error".into(), error: Some(error.message.clone()), ..Default::default() };
@@ -99,6 +108,7 @@ fn stream(
     cancel: &CancellationToken,
     active: RemoteActive,
     written: &std::sync::Mutex<String>,
+    hooks: &TestHooks,
 ) {
     (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
     let request = chat_request(job, &target.model);
@@ -106,10 +116,10 @@ fn stream(
     let mut last_flush = Instant::now();
     let started = Instant::now();
     let result = hearth_remote::stream_chat(&target.endpoint, &request, &|| cancel.is_cancelled(), &mut |piece| {
-        let mut text = written.lock().unwrap_or_else(|e| e.into_inner());
+        let mut text = crate::shared::lock(written);
         text.push_str(piece);
         unsent.text.push_str(piece);
-        unsent.send_if_due(&job.events, 0);
+        unsent.send_if_due(&*job.events, 0);
         if last_flush.elapsed() >= FLUSH_INTERVAL {
             if let Err(e) = store.update_reply(job.reply_id, &text, MessageStatus::Streaming, None) {
                 tracing::warn!("cannot save a streaming remote reply: {e}");
@@ -117,8 +127,8 @@ fn stream(
             last_flush = Instant::now();
         }
     });
-    unsent.send(&job.events, 0);
-    let text = written.lock().map(|t| t.clone()).unwrap_or_default();
+    unsent.send(&*job.events, 0);
+    let text = crate::shared::lock(written).clone();
     let settings = &job.settings;
     let (status, stats, error) = match result {
         Ok(done) => {
@@ -137,7 +147,7 @@ fn stream(
             };
             let status =
                 if done.finish_reason == "cancelled" { MessageStatus::Interrupted } else { MessageStatus::Complete };
-            test_panic_hook(&text);
+            hooks.panic_if(&text);
             (status, stats, None)
         }
         Err(e) => {

@@ -5,49 +5,26 @@
 //! those passes again (`Session::start_replay`) gives the recorded logits
 //! bit for bit from any cache, so with the recorded sampler and seed every
 //! token must come again. The replay runs on a copy of the conversation's
-//! cache and writes nothing to the conversation.
+//! cache and writes nothing to the conversation. It runs as every reply
+//! does (`running`); this is how it starts.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-
-use hearth_engine::sampler_loop::PAD;
-use hearth_engine::{EngineError, Pass, Passes};
-use hearth_store::{ConversationSettings, ReplayRecord};
+use hearth_engine::{Pass, Passes};
+use hearth_store::ConversationSettings;
 use tokio_util::sync::CancellationToken;
 
-use super::queue::{ActiveJob, Queued};
-use super::reply::{generation_config, prompt_ids, ReplyJob, Unsent};
-use super::{panic_message, WorkerThread};
+use super::job::ReplyJob;
+use super::reply::{generation_config, prompt_ids};
+use super::running::{ReplayRun, Started};
+use super::WorkerThread;
 use crate::error::{AppError, ErrorKind};
 use crate::events::{GenerationEvent, ReplayOutcome};
 
 impl WorkerThread {
-    pub(super) fn replay(&mut self, queued: Queued) {
-        let Queued { job, cancel } = queued;
-        let active = ActiveJob { shared: self.shared.clone(), conversation_id: job.conversation_id };
-        let record = job.replay.clone().expect("a replay job carries its record");
-        let result =
-            catch_unwind(AssertUnwindSafe(|| self.run_replay(&job, &record, &cancel))).unwrap_or_else(|panic| {
-                let message = panic_message(&*panic);
-                tracing::error!("replay of reply {} panicked: {message}", job.reply_id);
-                self.caches.forget(job.conversation_id);
-                Err(AppError::new(ErrorKind::Internal, format!("the replay stopped on an internal error ({message})")))
-            });
-        drop(active);
-        if let Some(engine) = self.engine.clone() {
-            self.caches.save_pending(&engine);
-        }
-        (job.events)(match result {
-            Ok(outcome) => GenerationEvent::Replayed { outcome },
-            Err(error) => GenerationEvent::Error { error },
-        });
-    }
-
-    fn run_replay(
-        &mut self,
-        job: &ReplyJob,
-        record: &ReplayRecord,
-        cancel: &CancellationToken,
-    ) -> Result<ReplayOutcome, AppError> {
+    /// A replay's turn: the record checked against the loaded model and the
+    /// conversation, its prompt to be read through the recorded passes on a
+    /// copy of the conversation's cache.
+    pub(super) fn start_replay(&mut self, job: &ReplyJob, cancel: &CancellationToken) -> Result<Started, AppError> {
+        let record = job.replay.as_ref().expect("a replay job carries its record");
         let engine = self.loaded_engine()?;
         (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
         let cannot = |why: String| AppError::new(ErrorKind::CannotReplay, why);
@@ -98,7 +75,7 @@ impl WorkerThread {
             context_length: record.context_length,
             ..job.settings.clone()
         };
-        let (prompt, context, _) = prompt_ids(&engine, job, &settings)?;
+        let (prompt, context, dropped) = prompt_ids(&engine, job, &settings)?;
         if hearth_engine::file_hash::ids_sha256(&prompt) != record.prompt_sha256 {
             return Err(cannot(
                 "the conversation before this reply is not what it was written from (the system prompt, an earlier message or the overflow policy changed)".into(),
@@ -112,64 +89,32 @@ impl WorkerThread {
         let (mut config, _) = generation_config(&engine, &settings);
         config.sampling.seed = record.seed as u64 + record.variant as u64;
 
-        let entry = self.caches.take(&engine, job.conversation_id, &prompt, context);
+        let original = self.caches.take(&engine, job.conversation_id, &prompt, context);
         // A copy: the conversation's own cache stays as it was.
-        let mut session = entry.clone().unwrap_or_else(|| engine.new_session(Some(context)));
-        let outcome = (|| -> Result<ReplayOutcome, AppError> {
-            let mut progress = |p: hearth_engine::Progress| {
-                (job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 });
-                !cancel.is_cancelled()
-            };
-            let mut outcome = ReplayOutcome { recorded: record.tokens.len() as u32, notes, ..ReplayOutcome::default() };
-            let mut turn =
-                match session.start_replay(engine.model(), engine.tokenizer(), &prompt, &passes, config, &mut progress)
-                {
-                    Err(EngineError::Stopped) => {
-                        outcome.stopped = true;
-                        return Ok(outcome);
-                    }
-                    started => started?,
-                };
-            outcome.processed_tokens = turn.stats().processed_tokens as u32;
-            let mut produced: Vec<u32> = Vec::new();
-            let mut unsent = Unsent::default();
-            loop {
-                if cancel.is_cancelled() {
-                    outcome.stopped = true;
-                    break;
+        let session = original.clone().unwrap_or_else(|| engine.new_session(Some(context)));
+        let turn = match session.into_replay_turn(engine.model(), engine.tokenizer(), prompt.clone(), &passes, config) {
+            Ok(turn) => turn,
+            Err((_, e)) => {
+                if let Some(original) = original {
+                    self.caches.put(job.conversation_id, original, context, false);
                 }
-                let Some(step) = turn.step()? else { break };
-                for e in step.into_iter().filter(|e| e.sequence == 0) {
-                    unsent.text.push_str(&e.text);
-                    if e.token != PAD {
-                        produced.push(e.token);
-                        unsent.ids.push(e.token);
-                    }
-                }
-                unsent.send_if_due(&job.events, 0);
-                if produced.iter().zip(&record.tokens).any(|(a, b)| a != b) || produced.len() > record.tokens.len() {
-                    break;
-                }
+                return Err(e.into());
             }
-            unsent.send(&job.events, 0);
-            drop(turn);
-            outcome.compared = produced.len() as u32;
-            outcome.first_difference = produced.iter().zip(&record.tokens).position(|(a, b)| a != b).map(|i| i as u32);
-            if outcome.first_difference.is_none() && !outcome.stopped && produced.len() != record.tokens.len() {
-                outcome.first_difference = Some(produced.len().min(record.tokens.len()) as u32);
-            }
-            outcome.matched = !outcome.stopped && outcome.first_difference.is_none();
-            Ok(outcome)
-        })();
-        match entry {
-            Some(original) => self.caches.put(job.conversation_id, original, context, false),
-            // A cold conversation keeps what the replay computed: the same
-            // cache its reply was written from.
-            None if outcome.as_ref().is_ok_and(|o| o.matched) => {
-                self.caches.put(job.conversation_id, session, context, true)
-            }
-            None => {}
+        };
+        if let Some(p) = turn.prefill_progress() {
+            (job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 });
         }
-        outcome
+        let outcome = ReplayOutcome { recorded: record.tokens.len() as u32, notes, ..ReplayOutcome::default() };
+        let replay = ReplayRun { recorded: record.tokens.clone(), produced: Vec::new(), outcome, original };
+        Ok(Started {
+            engine,
+            cache_key: job.conversation_id,
+            turn,
+            prompt,
+            context,
+            dropped,
+            seed: record.seed,
+            replay: Some(replay),
+        })
     }
 }

@@ -1,112 +1,18 @@
-//! One reply: fitting the conversation into the context, prefilling what
-//! the cache lacks, streaming tokens to the UI and to SQLite, and reporting
-//! how it ended.
+//! What every reply shares, whatever its sequences: its prompt (the
+//! conversation fitted into the context), its sampler's configuration, what
+//! each sequence has written and still has to send, and how its end is
+//! recorded in SQLite and told to the UI. `running` runs the turns.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use hearth_engine::sampler_loop::PAD;
-use hearth_engine::{ChatMessage, EngineError, FinishReason, SamplingParams, Thinking, ThinkingTracker, TokenEvent};
+use hearth_engine::{FinishReason, SamplingParams, Thinking, ThinkingTracker, TokenEvent};
 use hearth_store::{ConversationSettings, MessageStatus, ReplayRecord, ReplyStats, TokenChoice, TokenChoices};
-use tokio_util::sync::CancellationToken;
 
-use super::queue::{ActiveJob, Queued};
-use super::{panic_message, test_panic_hook, EventSink, WorkerThread};
+use super::{panic_message, WorkerThread};
 use crate::error::{AppError, ErrorKind};
 use crate::events::GenerationEvent;
-
-/// A reply to write.
-pub struct ReplyJob {
-    pub conversation_id: i64,
-    pub reply_id: i64,
-    /// The conversation up to the reply, system prompt first.
-    pub messages: Vec<ChatMessage>,
-    /// Text the reply already has (when continuing a stopped reply).
-    pub prefix: String,
-    /// The prefix as token ids, when it was chosen token by token
-    /// ("continue from here with …"); else it is tokenized from `prefix`.
-    pub prefix_ids: Option<Vec<u32>>,
-    /// The prefix tokens' choices, which the reply's own choices extend.
-    pub prefix_choices: Vec<TokenChoice>,
-    pub settings: ConversationSettings,
-    pub events: EventSink,
-    /// Run this recorded reply again and compare, instead of writing one.
-    pub replay: Option<ReplayRecord>,
-    /// Replies to write beside `reply_id` from the same prompt, as one batch
-    /// ("Generate N"): variant b samples with the seed + b.
-    pub variant_ids: Vec<i64>,
-    /// Set for a reply to an API request rather than in a conversation.
-    pub request: Option<Request>,
-}
-
-/// A reply to an API request: nothing is stored (its reply ids are 0), its
-/// queue id is one `Worker::submit` gives, and its cache is whichever
-/// request cache shares most of its prompt (`Caches::take_request`).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Request {
-    /// `Some(k)`: each token's log-probability and k likeliest alternatives
-    /// go with it in `tokens` events.
-    pub logprobs: Option<usize>,
-    /// A prompt tokenized as it is (`/v1/completions`), in place of the
-    /// messages rendered through the chat template.
-    pub raw_prompt: Option<String>,
-}
-
-impl ReplyJob {
-    /// A reply from scratch: no prefix, no variants, not a replay.
-    pub fn new(
-        conversation_id: i64,
-        reply_id: i64,
-        messages: Vec<ChatMessage>,
-        settings: ConversationSettings,
-        events: EventSink,
-    ) -> Self {
-        Self {
-            conversation_id,
-            reply_id,
-            messages,
-            prefix: String::new(),
-            prefix_ids: None,
-            prefix_choices: Vec::new(),
-            settings,
-            events,
-            replay: None,
-            variant_ids: Vec::new(),
-            request: None,
-        }
-    }
-
-    /// A reply to an API request: `sequences` (1–8) sampled from one
-    /// prompt as one batch, like "Generate N".
-    pub fn for_request(
-        messages: Vec<ChatMessage>,
-        settings: ConversationSettings,
-        sequences: usize,
-        request: Request,
-        events: EventSink,
-    ) -> Self {
-        Self {
-            variant_ids: vec![0; sequences.clamp(1, 8) - 1],
-            request: Some(request),
-            ..Self::new(0, 0, messages, settings, events)
-        }
-    }
-
-    /// Whether the reply is a conversation's, written to the database.
-    pub fn stored(&self) -> bool {
-        self.request.is_none()
-    }
-
-    /// One sequence, not a replay: it can take turns with other replies.
-    pub fn runs_beside_others(&self) -> bool {
-        self.replay.is_none() && self.variant_ids.is_empty()
-    }
-
-    /// Every reply this job writes, variant 0 (`reply_id`) first.
-    pub fn reply_ids(&self) -> Vec<i64> {
-        std::iter::once(self.reply_id).chain(self.variant_ids.iter().copied()).collect()
-    }
-}
+use crate::job::ReplyJob;
 
 /// Flush a streaming reply to disk at least this often...
 pub(crate) const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
@@ -114,39 +20,6 @@ pub(crate) const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 pub(super) const FLUSH_TOKENS: usize = 32;
 
 impl WorkerThread {
-    pub(super) fn reply(&mut self, queued: Queued) {
-        if queued.job.replay.is_some() {
-            return self.replay(queued);
-        }
-        let Queued { job, cancel } = queued;
-        let active = ActiveJob { shared: self.shared.clone(), conversation_id: job.conversation_id };
-        let events = &job.events;
-        let mut written: Vec<Written> = (0..1 + job.variant_ids.len()).map(|_| Written::new(&job)).collect();
-        let result = if cancel.is_cancelled() {
-            Ok(vec![Finished::stopped_before_start(&job.prefix); written.len()])
-        } else {
-            catch_unwind(AssertUnwindSafe(|| self.generate(&job, &cancel, &mut written))).unwrap_or_else(|panic| {
-                // Its cache may be half written: this conversation starts cold.
-                self.caches.forget_for(&job);
-                Err(internal_error(&job, &*panic))
-            })
-        };
-        let texts: Vec<String> = written.into_iter().map(|w| w.text).collect();
-        // The conversation is free again before anyone hears the reply ended,
-        // so an immediate next message is not refused as busy.
-        drop(active);
-        let last_message = job.messages.last().map_or("", |m| m.content.as_str());
-        // Recording the end can fail too; the UI must still hear that the
-        // reply ended, or it shows it streaming for good.
-        let ended = catch_unwind(AssertUnwindSafe(|| {
-            test_panic_hook(last_message.strip_suffix(":after").unwrap_or(""));
-            self.end_reply(&job, result, &texts)
-        }));
-        if let Err(panic) = ended {
-            events(GenerationEvent::Error { error: internal_error(&job, &*panic) });
-        }
-    }
-
     /// Records how a reply (and its variants) ended, then says so to the UI.
     pub(super) fn end_reply(&mut self, job: &ReplyJob, result: Result<Vec<Finished>, AppError>, texts: &[String]) {
         let events = &job.events;
@@ -209,90 +82,6 @@ impl WorkerThread {
             }
         }
     }
-
-    /// Runs one reply and its variants, keeping what each has written so far
-    /// in `written` (which starts as the job's prefix).
-    fn generate(
-        &mut self,
-        job: &ReplyJob,
-        cancel: &CancellationToken,
-        written: &mut [Written],
-    ) -> Result<Vec<Finished>, AppError> {
-        let engine = self.loaded_engine()?;
-        (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
-        test_panic_hook(job.messages.last().map_or("", |m| m.content.as_str()));
-        let s = &job.settings;
-        let (prompt, context, dropped) = prompt_ids(&engine, job, s)?;
-        for w in written.iter_mut() {
-            w.watch_thinking(&engine, job);
-        }
-
-        let (cache_key, mut entry) = self.caches.take_for(&engine, job, &prompt, context);
-        let session = entry.get_or_insert_with(|| engine.new_session(Some(context)));
-        let (config, seed) = job_config(&engine, job);
-
-        let n = written.len();
-        let mut others = Vec::new();
-        let outcome = (|| -> Result<Vec<Finished>, AppError> {
-            // Stop is checked during the prefill too, between chunks and layers.
-            let mut progress = |p: hearth_engine::Progress| {
-                (job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 });
-                !cancel.is_cancelled()
-            };
-            let stop = || cancel.is_cancelled();
-            let mut turn = match session.start_turn_observed(
-                engine.model(),
-                engine.tokenizer(),
-                &prompt,
-                config,
-                n,
-                &mut progress,
-                &stop,
-            ) {
-                Err(EngineError::Stopped) => return Ok(vec![Finished::stopped_before_start(&job.prefix); n]),
-                started => started?,
-            };
-            let passes = record_passes(turn.prompt_passes());
-            let mut unsaved = 0usize;
-            let mut last_flush = Instant::now();
-            loop {
-                let step = if cancel.is_cancelled() { Some(turn.cancel()) } else { turn.step()? };
-                let Some(step) = step else { break };
-                unsaved += step.len();
-                for e in &step {
-                    written[e.sequence].take(e);
-                }
-                for (b, w) in written.iter_mut().enumerate() {
-                    w.unsent.send_if_due(&job.events, b);
-                }
-                if cancel.is_cancelled() && turn.state().done.iter().all(|d| *d) {
-                    break;
-                }
-                if job.stored() && (unsaved >= FLUSH_TOKENS || last_flush.elapsed() >= FLUSH_INTERVAL) {
-                    for (id, w) in job.reply_ids().into_iter().zip(written.iter()) {
-                        self.store.update_reply(id, &w.text, MessageStatus::Streaming, None)?;
-                    }
-                    unsaved = 0;
-                    last_flush = Instant::now();
-                }
-            }
-            for (b, w) in written.iter_mut().enumerate() {
-                w.unsent.send(&job.events, b);
-            }
-            let (out, rest) = turn.finish_variants()?;
-            others = rest;
-            let record = RunRecord { prompt: &prompt, passes, context, dropped, seed };
-            Ok(finished_replies(&engine, job, &record, &out, written))
-        })();
-        if let Some(session) = entry {
-            self.caches.put(cache_key, session, context, outcome.is_ok() && job.stored());
-        }
-        // The other variants' caches, so that picking one continues from it.
-        if job.stored() {
-            self.caches.add_alternates(job.conversation_id, others);
-        }
-        outcome
-    }
 }
 
 /// The sampler's configuration for a reply under `s`, and the seed it
@@ -339,23 +128,23 @@ pub(super) struct RunRecord<'a> {
     pub seed: u32,
 }
 
-/// Each sequence of a finished turn as a reply to store: its text, stats,
+/// Each sequence of a finished reply as a reply to store: its text, stats,
 /// replay record (variant b sampled with the seed + b) and token choices.
-/// `written`: each sequence's choices and thinking, as `Written` kept them.
+/// `outs`: each sequence's turn, variant 0 first; `written`: each
+/// sequence's choices and thinking, as `Written` kept them.
 pub(super) fn finished_replies(
     engine: &hearth_engine::Engine,
     job: &ReplyJob,
     run: &RunRecord,
-    out: &hearth_engine::TurnOutput,
+    outs: &[hearth_engine::TurnOutput],
     written: &mut [Written],
 ) -> Vec<Finished> {
     let s = &job.settings;
-    let st = &out.stats;
-    let decode_s = st.decode_time.as_secs_f64();
-    out.sequences
-        .iter()
+    outs.iter()
+        .filter_map(|out| out.sequences.first().map(|seq| (seq, &out.stats)))
         .enumerate()
-        .map(|(b, seq)| {
+        .map(|(b, (seq, st))| {
+            let decode_s = st.decode_time.as_secs_f64();
             let replay = ReplayRecord {
                 model_sha256: engine.file_sha256().map(str::to_string),
                 model_path: engine.path().display().to_string(),
@@ -549,13 +338,13 @@ pub(crate) struct Unsent {
 }
 
 impl Unsent {
-    pub fn send_if_due(&mut self, events: &EventSink, variant: usize) {
+    pub fn send_if_due(&mut self, events: &dyn Fn(GenerationEvent), variant: usize) {
         if self.last_sent.is_none_or(|t| t.elapsed() >= TOKEN_BATCH) {
             self.send(events, variant);
         }
     }
 
-    pub fn send(&mut self, events: &EventSink, variant: usize) {
+    pub fn send(&mut self, events: &dyn Fn(GenerationEvent), variant: usize) {
         if self.text.is_empty() && self.ids.is_empty() {
             return;
         }

@@ -1,75 +1,136 @@
-//! Replies that run side by side: each owns its conversation's session
-//! (`OwnedTurn`); the worker runs the decode steps of all that are ready as
-//! one forward pass and advances the others a prefill chunk each, so
-//! several conversations stream at once and a long prompt holds up the
-//! others for a chunk at most.
+//! The one scheduler every local reply runs through: a chat reply, its
+//! variants ("Generate N"), an API request with any `n`, a continuation and
+//! a replay are all `RunningReply`s of one or more sequences, each sequence
+//! an `OwnedTurn`. Each worker turn runs the decode steps of every sequence
+//! that is ready, of every reply, as one forward pass, and advances the
+//! others a prefill chunk each, so no reply takes the worker alone and a
+//! long prompt holds up the others for a chunk at most.
+//!
+//! A reply of several sequences reads its prompt once, in its first
+//! sequence, and forks the others from it (`OwnedTurn::fork`): variant `b`
+//! samples with the seed + `b` and is the reply a single run with that seed
+//! gives. A replay reads its prompt through the recorded passes, compares
+//! each token with the record, and writes nothing to the conversation.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
-use hearth_engine::{Advance, Engine, EngineError, OwnedTurn};
+use hearth_engine::sampler_loop::PAD;
+use hearth_engine::{Advance, Engine, EngineError, OwnedTurn, Session, TurnOutput};
 use hearth_store::MessageStatus;
 use tokio_util::sync::CancellationToken;
 
-use super::queue::{ActiveJob, Queued};
+use super::job::ReplyJob;
 use super::reply::{
-    finished_replies, internal_error, job_config, prompt_ids, record_passes, Finished, ReplyJob, RunRecord, Written,
+    finished_replies, internal_error, job_config, prompt_ids, record_passes, Finished, RunRecord, Written,
     FLUSH_INTERVAL, FLUSH_TOKENS,
 };
-use super::{test_panic_hook, WorkerThread};
+use super::shared::{ActiveJob, Queued};
+use super::WorkerThread;
 use crate::error::AppError;
-use crate::events::GenerationEvent;
+use crate::events::{GenerationEvent, ReplayOutcome};
 
 /// Prompt tokens read per turn while other replies are running: about a
 /// second of prefill here, so their tokens keep coming. Alone, a reply
 /// reads llama.cpp's 512 at a time.
 const SHARED_PREFILL_ROWS: usize = 128;
 
-/// One reply of one sequence, between the worker's turns.
+/// Per sequence of a reply: the logits of its decode step, where
+/// `advance_all` ran it in a pass with others'.
+type Given = Vec<Option<Result<Vec<f32>, AppError>>>;
+
+/// One reply between the worker's turns.
 pub(super) struct RunningReply {
     job: ReplyJob,
     cancel: CancellationToken,
     /// Frees the conversation when the reply ends, however it ends.
     active: Option<ActiveJob>,
     engine: Arc<Engine>,
-    /// Where its session goes back to in `Caches`.
+    /// Where its first sequence's session goes back to in `Caches`.
     cache_key: i64,
-    turn: Option<OwnedTurn>,
+    /// One turn per sequence, variant 0 first. Until the first has read the
+    /// prompt it is the only one; `None` once a turn is lost to a panic.
+    turns: Vec<Option<OwnedTurn>>,
+    /// Per sequence: its turn has nothing left to run.
+    done: Vec<bool>,
     prompt: Vec<u32>,
     context: usize,
     dropped: usize,
     seed: u32,
-    written: Written,
+    written: Vec<Written>,
     unsaved: usize,
     last_flush: Instant,
+    /// Set for a replay.
+    replay: Option<ReplayRun>,
+}
+
+/// A replay's own state: the tokens it must give again, and the
+/// conversation's cache, kept aside while the replay runs on a copy.
+pub(super) struct ReplayRun {
+    pub recorded: Vec<u32>,
+    pub produced: Vec<u32>,
+    pub outcome: ReplayOutcome,
+    pub original: Option<Session>,
+}
+
+/// How a reply's sequences start: the parts `admit` builds a `RunningReply` from.
+pub(super) struct Started {
+    pub engine: Arc<Engine>,
+    pub cache_key: i64,
+    pub turn: OwnedTurn,
+    pub prompt: Vec<u32>,
+    pub context: usize,
+    pub dropped: usize,
+    pub seed: u32,
+    pub replay: Option<ReplayRun>,
+}
+
+impl RunningReply {
+    fn sequences(&self) -> usize {
+        self.written.len()
+    }
+
+    fn turns(&mut self) -> impl Iterator<Item = (usize, &mut OwnedTurn)> {
+        let done = &self.done;
+        self.turns.iter_mut().enumerate().filter(|(b, _)| !done[*b]).filter_map(|(b, t)| t.as_mut().map(|t| (b, t)))
+    }
 }
 
 impl WorkerThread {
     /// Starts a reply beside the others; `None` if it ended at once (stopped
     /// while queued, no model, a prompt that does not fit, a panic).
     pub(super) fn admit(&mut self, queued: Queued) -> Option<RunningReply> {
-        let Queued { job, cancel } = queued;
-        let active = ActiveJob { shared: self.shared.clone(), conversation_id: job.conversation_id };
-        if cancel.is_cancelled() {
+        let Queued { job, owner, cancel } = queued;
+        let active = ActiveJob { shared: self.shared.clone(), owner };
+        let sequences = 1 + job.variant_ids.len();
+        if cancel.is_cancelled() && job.replay.is_none() {
             drop(active);
-            let stopped = Finished::stopped_before_start(&job.prefix);
-            self.end_reply(&job, Ok(vec![stopped]), std::slice::from_ref(&job.prefix));
+            let stopped = vec![Finished::stopped_before_start(&job.prefix); sequences];
+            self.end_reply(&job, Ok(stopped), &vec![job.prefix.clone(); sequences]);
             return None;
         }
-        let started = catch_unwind(AssertUnwindSafe(|| self.start(&job))).unwrap_or_else(|panic| {
+        let started = catch_unwind(AssertUnwindSafe(|| match job.replay.is_some() {
+            true => self.start_replay(&job, &cancel),
+            false => self.start(&job),
+        }))
+        .unwrap_or_else(|panic| {
             // Its cache may be what failed: this conversation starts cold.
             self.caches.forget_for(&job);
             Err(internal_error(&job, &*panic))
         });
         match started {
-            Ok(parts) => {
-                let (engine, cache_key, mut turn, prompt, context, dropped, seed) = parts;
+            Ok(Started { engine, cache_key, mut turn, prompt, context, dropped, seed, replay }) => {
                 // Stop reaches a long prefill within a layer, not a chunk.
                 let stopped = cancel.clone();
                 turn.set_stop(Arc::new(move || stopped.is_cancelled()));
-                let mut written = Written::new(&job);
-                written.watch_thinking(&engine, &job);
+                let written: Vec<Written> = (0..sequences)
+                    .map(|_| {
+                        let mut w = Written::new(&job);
+                        w.watch_thinking(&engine, &job);
+                        w
+                    })
+                    .collect();
                 Some(RunningReply {
                     written,
                     job,
@@ -77,31 +138,34 @@ impl WorkerThread {
                     active: Some(active),
                     engine,
                     cache_key,
-                    turn: Some(turn),
+                    turns: vec![Some(turn)],
+                    done: vec![false; sequences],
                     prompt,
                     context,
                     dropped,
                     seed,
                     unsaved: 0,
                     last_flush: Instant::now(),
+                    replay,
                 })
             }
             Err(error) => {
                 drop(active);
-                self.end_reply(&job, Err(error), std::slice::from_ref(&job.prefix));
+                match job.replay {
+                    Some(_) => (job.events)(GenerationEvent::Error { error }),
+                    None => self.end_reply(&job, Err(error), &vec![job.prefix.clone(); sequences]),
+                }
                 None
             }
         }
     }
 
-    #[allow(clippy::type_complexity)]
-    fn start(
-        &mut self,
-        job: &ReplyJob,
-    ) -> Result<(Arc<Engine>, i64, OwnedTurn, Vec<u32>, usize, usize, u32), AppError> {
+    /// The first sequence's turn over the conversation's cache (or the
+    /// request cache sharing most of the prompt).
+    fn start(&mut self, job: &ReplyJob) -> Result<Started, AppError> {
         let engine = self.loaded_engine()?;
         (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
-        test_panic_hook(job.messages.last().map_or("", |m| m.content.as_str()));
+        self.config.test_hooks.panic_if(job.messages.last().map_or("", |m| m.content.as_str()));
         let (prompt, context, dropped) = prompt_ids(&engine, job, &job.settings)?;
         let (cache_key, session) = self.caches.take_for(&engine, job, &prompt, context);
         let session = session.unwrap_or_else(|| engine.new_session(Some(context)));
@@ -111,7 +175,7 @@ impl WorkerThread {
                 if let Some(p) = turn.prefill_progress() {
                     (job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 });
                 }
-                Ok((engine, cache_key, turn, prompt, context, dropped, seed))
+                Ok(Started { engine, cache_key, turn, prompt, context, dropped, seed, replay: None })
             }
             Err((session, e)) => {
                 self.caches.put(cache_key, session, context, false);
@@ -120,13 +184,13 @@ impl WorkerThread {
         }
     }
 
-    /// One turn of every running reply: those ready for a decode step run
-    /// it as one forward pass (the weights read once for all), the others
-    /// (reading their prompt, stopping, ending) a step each. Ended replies
-    /// are recorded and dropped.
+    /// One worker turn of every running reply: every sequence ready for a
+    /// decode step runs it in one forward pass (the weights read once for
+    /// all), the others (reading their prompt, stopping, ending) a step
+    /// each. Ended replies are recorded and dropped.
     pub(super) fn advance_all(&mut self, running: &mut Vec<RunningReply>) {
         let sharing = running.len();
-        let mut given: Vec<Option<Result<Vec<f32>, AppError>>> = (0..sharing).map(|_| None).collect();
+        let mut given: Vec<Given> = running.iter().map(|r| (0..r.sequences()).map(|_| None).collect()).collect();
         if let Some(engine) = running.first().map(|r| r.engine.clone()) {
             let (model, tokenizer) = (engine.model(), engine.tokenizer());
             let mut ready = Vec::new();
@@ -136,27 +200,29 @@ impl WorkerThread {
                 if r.cancel.is_cancelled() {
                     continue;
                 }
-                if let Some((token, cache)) = r.turn.as_mut().and_then(|t| t.decode_input(model, tokenizer)) {
-                    ready.push(i);
-                    tokens.push(token);
-                    caches.push(cache);
+                for (b, turn) in r.turns() {
+                    if let Some((token, cache)) = turn.decode_input(model, tokenizer) {
+                        ready.push((i, b));
+                        tokens.push(token);
+                        caches.push(cache);
+                    }
                 }
             }
             if ready.len() > 1 {
                 let pass = catch_unwind(AssertUnwindSafe(|| model.decode_step_many(&tokens, &mut caches)));
                 drop(caches);
                 match pass {
-                    Ok(Ok(logits)) => ready.iter().zip(logits).for_each(|(&i, l)| given[i] = Some(Ok(l))),
+                    Ok(Ok(logits)) => ready.iter().zip(logits).for_each(|(&(i, b), l)| given[i][b] = Some(Ok(l))),
                     Ok(Err(e)) => {
                         let error: AppError = e.into();
-                        ready.iter().for_each(|&i| given[i] = Some(Err(error.clone())));
+                        ready.iter().for_each(|&(i, b)| given[i][b] = Some(Err(error.clone())));
                     }
                     Err(panic) => {
-                        for &i in &ready {
+                        for &(i, b) in &ready {
                             // Their caches may be half written: these conversations start cold.
-                            running[i].turn = None;
+                            running[i].turns.iter_mut().for_each(|t| *t = None);
                             self.caches.forget_for(&running[i].job);
-                            given[i] = Some(Err(internal_error(&running[i].job, &*panic)));
+                            given[i][b] = Some(Err(internal_error(&running[i].job, &*panic)));
                         }
                     }
                 }
@@ -172,21 +238,17 @@ impl WorkerThread {
     }
 
     /// One turn of `r` (`sharing`: how many replies are running), with the
-    /// logits of its decode step when `advance_all` ran it with others;
-    /// false once it has ended and been recorded.
-    fn advance(&mut self, r: &mut RunningReply, sharing: usize, given: Option<Result<Vec<f32>, AppError>>) -> bool {
-        let step = match given {
-            Some(Err(e)) => Ok(Err(e)),
-            Some(Ok(logits)) => catch_unwind(AssertUnwindSafe(|| self.step(r, sharing, Some(logits)))),
-            None => catch_unwind(AssertUnwindSafe(|| self.step(r, sharing, None))),
-        };
+    /// logits of the decode steps `advance_all` ran with others; false once
+    /// it has ended and been recorded.
+    fn advance(&mut self, r: &mut RunningReply, sharing: usize, given: Given) -> bool {
+        let step = catch_unwind(AssertUnwindSafe(|| self.step(r, sharing, given)));
         let result = match step {
             Ok(Ok(true)) => return true,
             Ok(Ok(false)) => Ok(()),
             Ok(Err(e)) => Err(e),
             Err(panic) => {
-                // Its session went with the turn: this conversation starts cold.
-                r.turn = None;
+                // Its sessions went with the turns: this conversation starts cold.
+                r.turns.iter_mut().for_each(|t| *t = None);
                 self.caches.forget_for(&r.job);
                 Err(internal_error(&r.job, &*panic))
             }
@@ -199,86 +261,192 @@ impl WorkerThread {
         false
     }
 
-    /// Runs one prefill chunk or one token (from `given` logits when its
-    /// forward pass ran with others'); true while there is more.
-    fn step(&mut self, r: &mut RunningReply, sharing: usize, given: Option<Vec<f32>>) -> Result<bool, AppError> {
-        let Some(turn) = r.turn.as_mut() else { return Ok(false) };
-        let (model, tokenizer) = (r.engine.model(), r.engine.tokenizer());
-        if r.cancel.is_cancelled() {
-            for e in &turn.cancel(model, tokenizer) {
-                r.written.take(e);
-            }
+    /// Runs one prefill chunk, or one token of each sequence (from `given`
+    /// logits where its forward pass ran with others'); true while there is
+    /// more.
+    fn step(&mut self, r: &mut RunningReply, sharing: usize, mut given: Given) -> Result<bool, AppError> {
+        let engine = r.engine.clone();
+        let (model, tokenizer) = (engine.model(), engine.tokenizer());
+        if r.turns.iter().all(Option::is_none) {
             return Ok(false);
         }
-        turn.set_prefill_rows(if sharing > 1 { SHARED_PREFILL_ROWS } else { hearth_engine::model::PREFILL_CHUNK });
-        let advanced = match given {
-            Some(logits) => turn.advance_given(model, tokenizer, logits),
-            None => turn.advance(model, tokenizer),
-        };
-        let advanced = match advanced {
-            // Stopped part way through a prefill chunk: as if before it.
-            Err(EngineError::Stopped) => {
-                for e in &turn.cancel(model, tokenizer) {
-                    r.written.take(e);
-                }
-                return Ok(false);
-            }
-            other => other?,
-        };
-        match advanced {
-            Advance::Prefill(p) => {
-                (r.job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 })
-            }
-            Advance::Tokens(events) => {
-                r.unsaved += events.len();
-                for e in &events {
-                    r.written.take(e);
-                }
-                r.written.unsent.send_if_due(&r.job.events, 0);
-                if r.job.stored() && (r.unsaved >= FLUSH_TOKENS || r.last_flush.elapsed() >= FLUSH_INTERVAL) {
-                    self.store.update_reply(r.job.reply_id, &r.written.text, MessageStatus::Streaming, None)?;
-                    r.unsaved = 0;
-                    r.last_flush = Instant::now();
-                }
-            }
-            Advance::Done => return Ok(false),
+        if r.cancel.is_cancelled() {
+            cancel_all(r, &engine);
+            return Ok(false);
         }
-        Ok(true)
-    }
-
-    /// Hands the session back to the caches and records how the reply ended.
-    fn end(&mut self, r: &mut RunningReply, result: Result<(), AppError>) {
-        r.written.unsent.send(&r.job.events, 0);
-        let finished = match (r.turn.take(), result) {
-            (Some(turn), result) => {
-                let passes = record_passes(turn.prompt_passes());
-                let (session, out) = turn.finish(r.engine.model(), r.engine.tokenizer());
-                let ok = result.is_ok() && out.is_ok();
-                self.caches.put(r.cache_key, session, r.context, ok && r.job.stored());
-                match (result, out) {
-                    (Err(e), _) => Err(e),
-                    (Ok(()), Err(e)) => Err(e.into()),
-                    (Ok(()), Ok(None)) => Ok(vec![Finished::stopped_before_start(&r.job.prefix)]),
-                    (Ok(()), Ok(Some(out))) => {
-                        let run = RunRecord {
-                            prompt: &r.prompt,
-                            passes,
-                            context: r.context,
-                            dropped: r.dropped,
-                            seed: r.seed,
-                        };
-                        Ok(finished_replies(&r.engine, &r.job, &run, &out, std::slice::from_mut(&mut r.written)))
+        // The prompt, read by the first sequence alone.
+        if let Some(first) = r.turns[0].as_mut().filter(|t| t.is_prefilling()) {
+            first.set_prefill_rows(if sharing > 1 { SHARED_PREFILL_ROWS } else { hearth_engine::model::PREFILL_CHUNK });
+            let p = match first.advance(model, tokenizer) {
+                Ok(Advance::Prefill(p)) => p,
+                Ok(_) => unreachable!("a turn reading its prompt advances by a prefill"),
+                // Stopped part way through a prefill chunk: as if before it.
+                Err(EngineError::Stopped) => {
+                    cancel_all(r, &engine);
+                    return Ok(false);
+                }
+                Err(e) => return Err(e.into()),
+            };
+            (r.job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 });
+            if first.can_fork() {
+                if let Some(replay) = &mut r.replay {
+                    replay.outcome.processed_tokens = first.stats().processed_tokens as u32;
+                }
+                // The variants: the prompt read once, each sampling with its own seed.
+                let (sequences, seed) = (r.written.len(), r.seed);
+                let forks =
+                    (1..sequences).map(|b| first.fork(model, job_seed(seed, b))).collect::<Result<Vec<_>, _>>()?;
+                r.turns.extend(forks.into_iter().map(Some));
+            }
+            return Ok(true);
+        }
+        for (b, turn) in r.turns.iter_mut().enumerate() {
+            let Some(turn) = turn.as_mut().filter(|_| !r.done[b]) else { continue };
+            let advanced = match given[b].take() {
+                Some(Err(e)) => return Err(e),
+                Some(Ok(logits)) => turn.advance_given(model, tokenizer, logits)?,
+                None => turn.advance(model, tokenizer)?,
+            };
+            match advanced {
+                Advance::Tokens(events) => {
+                    r.unsaved += events.len();
+                    for e in &events {
+                        r.written[b].take(e);
+                    }
+                    r.written[b].unsent.send_if_due(&*r.job.events, b);
+                    if let Some(replay) = &mut r.replay {
+                        replay.produced.extend(events.iter().map(|e| e.token).filter(|&t| t != PAD));
                     }
                 }
+                Advance::Done => r.done[b] = true,
+                Advance::Prefill(_) => unreachable!("only the first sequence reads the prompt"),
             }
-            (None, result) => result.map(|()| vec![Finished::stopped_before_start(&r.job.prefix)]),
+        }
+        // A replay ends at its first difference.
+        if let Some(replay) = &r.replay {
+            let differs = replay.produced.iter().zip(&replay.recorded).any(|(a, b)| a != b)
+                || replay.produced.len() > replay.recorded.len();
+            if differs {
+                r.done.iter_mut().for_each(|d| *d = true);
+            }
+        }
+        if r.job.stored()
+            && r.replay.is_none()
+            && (r.unsaved >= FLUSH_TOKENS || r.last_flush.elapsed() >= FLUSH_INTERVAL)
+        {
+            for (id, w) in r.job.reply_ids().into_iter().zip(&r.written) {
+                self.store.update_reply(id, &w.text, MessageStatus::Streaming, None)?;
+            }
+            r.unsaved = 0;
+            r.last_flush = Instant::now();
+        }
+        Ok(!r.done.iter().all(|d| *d))
+    }
+
+    /// Hands the sessions back to the caches and records how the reply ended.
+    fn end(&mut self, r: &mut RunningReply, result: Result<(), AppError>) {
+        for (b, w) in r.written.iter_mut().enumerate() {
+            w.unsent.send(&*r.job.events, b);
+        }
+        if r.replay.is_some() {
+            return self.end_replay(r, result);
+        }
+        let n = r.sequences();
+        let (model, tokenizer) = (r.engine.model(), r.engine.tokenizer());
+        let passes = r.turns[0].as_ref().map(|t| record_passes(t.prompt_passes()));
+        let mut outs = Vec::new();
+        let mut others = Vec::new();
+        let mut failed = result.err();
+        for (b, turn) in r.turns.iter_mut().enumerate() {
+            let Some(turn) = turn.take() else { continue };
+            let (session, out) = turn.finish(model, tokenizer);
+            let ok = failed.is_none() && out.is_ok();
+            match b {
+                0 => self.caches.put(r.cache_key, session, r.context, ok && r.job.stored()),
+                _ => others.push(session),
+            }
+            match out {
+                Ok(out) => outs.push(out),
+                Err(e) => failed = failed.or(Some(e.into())),
+            }
+        }
+        // The other variants' caches, so that picking one continues from it.
+        if r.job.stored() && failed.is_none() {
+            self.caches.add_alternates(r.job.conversation_id, others);
+        }
+        let finished = match (failed, outs.first()) {
+            (Some(e), _) => Err(e),
+            // Stopped before its first token, or lost before it: nothing sampled.
+            (None, None | Some(None)) => Ok(vec![Finished::stopped_before_start(&r.job.prefix); n]),
+            (None, Some(Some(_))) => {
+                let outs: Vec<TurnOutput> = outs.into_iter().flatten().collect();
+                let run = RunRecord {
+                    prompt: &r.prompt,
+                    passes: passes.unwrap_or_default(),
+                    context: r.context,
+                    dropped: r.dropped,
+                    seed: r.seed,
+                };
+                Ok(finished_replies(&r.engine, &r.job, &run, &outs, &mut r.written))
+            }
         };
         // The conversation is free again before anyone hears the reply ended,
         // so an immediate next message is not refused as busy.
         r.active = None;
         let last_message = r.job.messages.last().map_or("", |m| m.content.as_str());
-        test_panic_hook(last_message.strip_suffix(":after").unwrap_or(""));
-        let text = r.written.text.clone();
-        self.end_reply(&r.job, finished, &[text]);
+        self.config.test_hooks.panic_if(last_message.strip_suffix(":after").unwrap_or(""));
+        let texts: Vec<String> = r.written.iter().map(|w| w.text.clone()).collect();
+        self.end_reply(&r.job, finished, &texts);
     }
+
+    /// A replay's end: the conversation's own cache back (or, for a cold
+    /// one, what a matching replay computed), and the outcome.
+    fn end_replay(&mut self, r: &mut RunningReply, result: Result<(), AppError>) {
+        let mut replay = r.replay.take().expect("a replay");
+        let session = r.turns[0].take().map(|t| t.finish(r.engine.model(), r.engine.tokenizer()).0);
+        let o = &mut replay.outcome;
+        o.stopped = r.cancel.is_cancelled();
+        let produced = &replay.produced;
+        o.compared = produced.len() as u32;
+        o.first_difference = produced.iter().zip(&replay.recorded).position(|(a, b)| a != b).map(|i| i as u32);
+        if o.first_difference.is_none() && !o.stopped && produced.len() != replay.recorded.len() {
+            o.first_difference = Some(produced.len().min(replay.recorded.len()) as u32);
+        }
+        o.matched = !o.stopped && o.first_difference.is_none();
+        let conversation = r.job.conversation_id;
+        match (replay.original.take(), session) {
+            (Some(original), _) => self.caches.put(conversation, original, r.context, false),
+            // A cold conversation keeps what the replay computed: the same
+            // cache its reply was written from.
+            (None, Some(session)) if result.is_ok() && o.matched => {
+                self.caches.put(conversation, session, r.context, true)
+            }
+            _ => {}
+        }
+        r.active = None;
+        if let Some(engine) = self.engine.clone() {
+            self.caches.save_pending(&engine);
+        }
+        (r.job.events)(match result {
+            Ok(()) => GenerationEvent::Replayed { outcome: replay.outcome },
+            Err(error) => GenerationEvent::Error { error },
+        });
+    }
+}
+
+/// The seed variant `b` samples with.
+fn job_seed(seed: u32, b: usize) -> u64 {
+    seed as u64 + b as u64
+}
+
+/// Stops every sequence of `r` between two steps, keeping the text they held back.
+fn cancel_all(r: &mut RunningReply, engine: &Engine) {
+    for (b, turn) in r.turns.iter_mut().enumerate() {
+        if let Some(turn) = turn {
+            for e in &turn.cancel(engine.model(), engine.tokenizer()) {
+                r.written[b].take(e);
+            }
+        }
+    }
+    r.done.iter_mut().for_each(|d| *d = true);
 }

@@ -12,7 +12,7 @@ use hearth_engine::ChatMessage;
 use hearth_store::{ConversationSettings, MessageStatus, ReplyStats, Role, Store};
 use hearth_worker::bundle::CacheImport;
 use hearth_worker::events::{GenerationEvent, ModelStatus};
-use hearth_worker::{ReplyJob, Worker};
+use hearth_worker::{ReplyJob, Worker, WorkerConfig};
 
 /// A data folder with its database and a worker on `model`.
 struct Folder {
@@ -24,7 +24,11 @@ struct Folder {
 fn folder(model: &Path) -> Folder {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("hearth.db")).unwrap();
-    let worker = Worker::start(store.reopen().unwrap(), Some(dir.path().join("caches")), Box::new(|_| {}));
+    let worker = Worker::start(
+        store.reopen().unwrap(),
+        WorkerConfig::saving_caches_in(dir.path().join("caches")),
+        Box::new(|_| {}),
+    );
     worker.load_model(model.to_path_buf());
     // Idle once the model is loaded and hashed.
     assert!(worker.wait_idle(Duration::from_secs(180)));
@@ -84,13 +88,13 @@ fn conversation_count(store: &Store) -> usize {
 /// The same model file's bytes at another path, with another mtime.
 fn model_copy(dir: &Path) -> PathBuf {
     let copy = dir.join("copied-model.gguf");
-    std::fs::copy(hearth_engine::paths::default_model_path(), &copy).unwrap();
+    std::fs::copy(hearth_engine::paths::default_model_path(|k| std::env::var_os(k)), &copy).unwrap();
     copy
 }
 
 #[test]
 fn a_bundle_resumes_in_another_data_folder_with_no_prefill_and_the_tokens_of_a_cold_prefill() {
-    let a = folder(&hearth_engine::paths::default_model_path());
+    let a = folder(&hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
     let c = a.store.create_conversation().unwrap();
     a.store.set_conversation_settings(c.id, &greedy(32)).unwrap();
     let (first, first_stats) = turn(&a, c.id, "What is 2 + 2?", 32);
@@ -117,7 +121,7 @@ fn a_bundle_resumes_in_another_data_folder_with_no_prefill_and_the_tokens_of_a_c
     let (original, _) = turn(&a, c.id, "And 3 + 3?", 16);
     assert_eq!(resumed, original);
     // ...and from a cold prefill of the same history (the JSON alone).
-    let cold_folder = folder(&hearth_engine::paths::default_model_path());
+    let cold_folder = folder(&hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
     let cold_id = cold_folder.store.import(&hearth_store::Import::parse(&json).unwrap()).unwrap().imported[0];
     let (cold, cold_stats) = turn(&cold_folder, cold_id, "And 3 + 3?", 16);
     assert_eq!(cold_stats.processed_tokens, cold_stats.prompt_tokens);
@@ -126,7 +130,7 @@ fn a_bundle_resumes_in_another_data_folder_with_no_prefill_and_the_tokens_of_a_c
 
 #[test]
 fn a_bundle_without_its_model_imports_the_text_and_says_the_cache_was_skipped() {
-    let a = folder(&hearth_engine::paths::default_model_path());
+    let a = folder(&hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
     let c = a.store.create_conversation().unwrap();
     a.store.set_conversation_settings(c.id, &greedy(8)).unwrap();
     turn(&a, c.id, "Hi", 8);
@@ -136,7 +140,11 @@ fn a_bundle_without_its_model_imports_the_text_and_says_the_cache_was_skipped() 
     // No model loaded.
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("hearth.db")).unwrap();
-    let worker = Worker::start(store.reopen().unwrap(), Some(dir.path().join("caches")), Box::new(|_| {}));
+    let worker = Worker::start(
+        store.reopen().unwrap(),
+        WorkerConfig::saving_caches_in(dir.path().join("caches")),
+        Box::new(|_| {}),
+    );
     let imported = worker.import_bundle(&store, &bundle).unwrap();
     assert_eq!(imported.cache, CacheImport::Skipped);
     assert!(imported.cache_note.as_deref().unwrap().contains("no model is loaded"), "{:?}", imported.cache_note);
@@ -154,7 +162,7 @@ fn a_bundle_without_its_model_imports_the_text_and_says_the_cache_was_skipped() 
             bytes
         }
     });
-    let b = folder(&hearth_engine::paths::default_model_path());
+    let b = folder(&hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
     let imported = b.worker.import_bundle(&b.store, &other).unwrap();
     assert_eq!(imported.cache, CacheImport::Skipped);
     assert!(
@@ -165,7 +173,7 @@ fn a_bundle_without_its_model_imports_the_text_and_says_the_cache_was_skipped() 
     assert_eq!(b.store.thread(imported.report.imported[0]).unwrap().len(), 2);
 
     // Saved caches turned off: the text, not the cache.
-    let off = folder(&hearth_engine::paths::default_model_path());
+    let off = folder(&hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
     off.worker.set_budgets(hearth_worker::CacheBudgets { memory_mb: 512, disk_mb: 0 });
     let imported = off.worker.import_bundle(&off.store, &bundle).unwrap();
     assert_eq!(
@@ -211,7 +219,7 @@ fn write_zip(to: &Path, members: Vec<(String, Vec<u8>)>) {
 
 #[test]
 fn hostile_and_broken_bundles_are_refused_and_change_nothing() {
-    let a = folder(&hearth_engine::paths::default_model_path());
+    let a = folder(&hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
     let c = a.store.create_conversation().unwrap();
     a.store.set_conversation_settings(c.id, &greedy(4)).unwrap();
     turn(&a, c.id, "Hi", 4);
@@ -309,7 +317,7 @@ fn hostile_and_broken_bundles_are_refused_and_change_nothing() {
         (truncated, "not a zip archive"),
         (not_zip, "not a zip archive"),
     ];
-    let b = folder(&hearth_engine::paths::default_model_path());
+    let b = folder(&hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
     for (path, want) in &cases {
         let err = b.worker.import_bundle(&b.store, path).unwrap_err();
         assert_eq!(err.kind, hearth_worker::error::ErrorKind::BadImport, "{path:?}: {err:?}");

@@ -1,8 +1,7 @@
 //! A `.hearth` bundle exported in the moment a reply's cache is being saved
 //! (its conversation already free again) holds the cache from before the
-//! save or after it, never a file that ends in half a chunk. Its own test
-//! binary: it holds every cache append open for a while, through an
-//! environment variable set before the worker starts.
+//! save or after it, never a file that ends in half a chunk. The worker's
+//! test hook holds every cache append open for a while.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +11,7 @@ use std::time::Duration;
 use hearth_engine::ChatMessage;
 use hearth_store::{ConversationSettings, MessageStatus, Role, Store};
 use hearth_worker::events::GenerationEvent;
-use hearth_worker::{ReplyJob, Worker};
+use hearth_worker::{ReplyJob, TestHooks, Worker, WorkerConfig};
 
 /// One greedy turn of conversation `c` after its shown branch.
 fn turn(store: &Store, worker: &Worker, c: i64, text: &str) {
@@ -52,12 +51,15 @@ fn cache_member(bundle: &Path) -> Option<Vec<u8>> {
 
 #[test]
 fn a_bundle_exported_while_a_cache_is_saved_holds_it_before_or_after_never_half() {
-    // SAFETY (of the process environment): set before any other thread runs.
-    std::env::set_var("HEARTH_TEST_APPEND_PAUSE_MS", "400");
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("hearth.db")).unwrap();
-    let worker = Worker::start(store.reopen().unwrap(), Some(dir.path().join("caches")), Box::new(|_| {}));
-    worker.load_model(hearth_engine::paths::default_model_path());
+    // Every append holds the file ending in half a chunk for 400 ms.
+    let config = WorkerConfig {
+        test_hooks: TestHooks { append_pause: Some(Duration::from_millis(400)), ..TestHooks::default() },
+        ..WorkerConfig::saving_caches_in(dir.path().join("caches"))
+    };
+    let worker = Worker::start(store.reopen().unwrap(), config, Box::new(|_| {}));
+    worker.load_model(hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
     assert!(worker.wait_idle(Duration::from_secs(180)));
     let c = store.create_conversation().unwrap().id;
     turn(&store, &worker, c, "What is 2 + 2?");

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use hearth_engine::ChatMessage;
 use hearth_store::{ConversationSettings, MessageStatus, Role, Store};
 use hearth_worker::events::GenerationEvent;
-use hearth_worker::{RemoteTarget, ReplyJob, Worker};
+use hearth_worker::{RemoteTarget, ReplyJob, TestHooks, Worker, WorkerConfig};
 
 /// Serves each connection: the SSE head, then `chunks` with `gap` between them, then closes.
 fn endpoint(chunks: Vec<String>, gap: Duration) -> hearth_remote::Endpoint {
@@ -42,7 +42,14 @@ fn delta(text: &str) -> String {
 fn setup() -> (tempfile::TempDir, Store, Worker, i64, i64) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("hearth.db")).unwrap();
-    let worker = Worker::start(store.reopen().unwrap(), None, Box::new(|_| {}));
+    let worker = Worker::start(
+        store.reopen().unwrap(),
+        WorkerConfig {
+            test_hooks: TestHooks { panic_on: Some("remote boom".into()), ..TestHooks::default() },
+            ..WorkerConfig::in_memory()
+        },
+        Box::new(|_| {}),
+    );
     let c = store.create_conversation().unwrap();
     let u = store.add_message(c.id, None, Role::User, "Hello?", MessageStatus::Complete).unwrap();
     let r = store.add_message(c.id, Some(u.id), Role::Assistant, "", MessageStatus::Streaming).unwrap();
@@ -137,8 +144,7 @@ fn a_dropped_connection_keeps_the_reply_as_interrupted_and_an_unreachable_one_is
 
 #[test]
 fn a_panic_in_a_remote_reply_fails_it_alone_and_frees_the_conversation() {
-    // Only this test's reply says exactly this (see `test_panic_hook`).
-    std::env::set_var("HEARTH_TEST_PANIC", "remote boom");
+    // Only this test's reply says exactly this (see `TestHooks::panic_on`).
     let (_dir, store, worker, c, r) = setup();
     let done = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
     let ep = endpoint(vec![delta("remote boom"), done.into(), "[DONE]".into()], Duration::from_millis(5));

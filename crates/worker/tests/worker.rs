@@ -3,18 +3,23 @@
 
 use std::path::PathBuf;
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hearth_engine::ChatMessage;
 use hearth_store::{ConversationSettings, MessageStatus, Role, Store};
 use hearth_worker::events::{GenerationEvent, ModelStatus};
-use hearth_worker::{CacheState, ReplyJob, Worker};
+use hearth_worker::{CacheState, ReplyJob, TestHooks, Worker, WorkerConfig};
 
 fn start() -> (tempfile::TempDir, Store, Worker) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("hearth.db")).unwrap();
-    let worker = Worker::start(store.reopen().unwrap(), Some(dir.path().join("caches")), Box::new(|_| {}));
-    worker.load_model(hearth_engine::paths::default_model_path());
+    // Every test's worker panics on the trigger; only the panic tests send it.
+    let config = WorkerConfig {
+        test_hooks: TestHooks { panic_on: Some(PANIC_TRIGGER.into()), ..TestHooks::default() },
+        ..WorkerConfig::saving_caches_in(dir.path().join("caches"))
+    };
+    let worker = Worker::start(store.reopen().unwrap(), config, Box::new(|_| {}));
+    worker.load_model(hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
     assert!(worker.wait_idle(Duration::from_secs(120)));
     assert!(matches!(worker.model_status(), ModelStatus::Ready { .. }), "{:?}", worker.model_status());
     (dir, store, worker)
@@ -96,7 +101,7 @@ fn a_reply_streams_is_saved_and_the_next_turn_reuses_the_cache() {
     assert_eq!(saved.status, MessageStatus::Complete);
     assert_eq!(stats.processed_tokens, stats.prompt_tokens, "the first turn runs the whole prompt");
     // The conversation remembers the model that replied in it.
-    let model = hearth_engine::paths::default_model_path().display().to_string();
+    let model = hearth_engine::paths::default_model_path(|k| std::env::var_os(k)).display().to_string();
     assert_eq!(store.conversation(c.id).unwrap().model_path.as_deref(), Some(model.as_str()));
 
     let reply2 = reply_row(&store, c.id, "And 3 + 3?");
@@ -222,7 +227,7 @@ fn a_bad_model_file_is_reported_in_words() {
     let (tx, rx) = mpsc::channel();
     let worker = Worker::start(
         store.reopen().unwrap(),
-        None,
+        WorkerConfig::in_memory(),
         Box::new(move |s| {
             let _ = tx.send(s.clone());
         }),
@@ -260,8 +265,12 @@ fn a_new_worker_continues_from_the_saved_cache() {
     assert!(dir.path().join("caches").join(format!("{}.session", c.id)).is_file());
 
     // As after a restart: a new worker, nothing in memory.
-    let worker = Worker::start(store.reopen().unwrap(), Some(dir.path().join("caches")), Box::new(|_| {}));
-    worker.load_model(hearth_engine::paths::default_model_path());
+    let worker = Worker::start(
+        store.reopen().unwrap(),
+        WorkerConfig::saving_caches_in(dir.path().join("caches")),
+        Box::new(|_| {}),
+    );
+    worker.load_model(hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
     assert_eq!(worker.cache_states(&[c.id]), [(c.id, CacheState::Saved)]);
     let reply2 = reply_row(&store, c.id, "And 3 + 3?");
     let history = vec![
@@ -282,8 +291,8 @@ fn a_new_worker_continues_from_the_saved_cache() {
 
     // The same turn from a cold cache gives the same reply.
     let _ = std::fs::remove_dir_all(dir.path().join("caches"));
-    let worker = Worker::start(store.reopen().unwrap(), None, Box::new(|_| {}));
-    worker.load_model(hearth_engine::paths::default_model_path());
+    let worker = Worker::start(store.reopen().unwrap(), WorkerConfig::in_memory(), Box::new(|_| {}));
+    worker.load_model(hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
     let reply3 = reply_row(&store, c.id, "And 3 + 3?");
     let (j, rx) = job(c.id, reply3, history, greedy(16));
     worker.enqueue(j).unwrap();
@@ -358,7 +367,6 @@ const PANIC_TRIGGER: &str = "__hearth_test_panic__";
 
 #[test]
 fn a_panicking_reply_fails_alone_and_the_next_conversation_streams() {
-    std::env::set_var("HEARTH_TEST_PANIC", PANIC_TRIGGER);
     let (_dir, store, worker) = start();
     let (a, b) = (store.create_conversation().unwrap(), store.create_conversation().unwrap());
     let reply_a = reply_row(&store, a.id, PANIC_TRIGGER);
@@ -388,7 +396,6 @@ fn a_panicking_reply_fails_alone_and_the_next_conversation_streams() {
 
 #[test]
 fn a_panic_while_a_reply_ends_still_ends_it_in_the_ui() {
-    std::env::set_var("HEARTH_TEST_PANIC", PANIC_TRIGGER);
     let (_dir, store, worker) = start();
     let c = store.create_conversation().unwrap();
     let trigger = format!("{PANIC_TRIGGER}:after");
@@ -411,17 +418,16 @@ fn a_panic_while_a_reply_ends_still_ends_it_in_the_ui() {
 
 #[test]
 fn a_panic_while_loading_fails_that_model_and_the_next_one_opens() {
-    std::env::set_var("HEARTH_TEST_PANIC", PANIC_TRIGGER);
     let (dir, _store, worker) = start();
     let bad = dir.path().join(PANIC_TRIGGER);
-    std::fs::copy(hearth_engine::paths::default_model_path(), &bad).unwrap();
+    std::fs::copy(hearth_engine::paths::default_model_path(|k| std::env::var_os(k)), &bad).unwrap();
     worker.load_model(bad);
     assert!(worker.wait_idle(Duration::from_secs(120)));
     match worker.model_status() {
         ModelStatus::Failed { error, .. } => assert!(error.message.contains("inside Hearth"), "{}", error.message),
         other => panic!("expected failed, got {other:?}"),
     }
-    worker.load_model(hearth_engine::paths::default_model_path());
+    worker.load_model(hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
     assert!(worker.wait_idle(Duration::from_secs(120)));
     assert!(matches!(worker.model_status(), ModelStatus::Ready { .. }), "{:?}", worker.model_status());
 }
@@ -497,7 +503,7 @@ fn stop_a_quarter_into_the_second_prefill_chunk(variants: usize) {
 #[test]
 fn the_model_file_is_hashed_once_and_remembered() {
     let (dir, store, worker) = start();
-    let model = hearth_engine::paths::default_model_path();
+    let model = hearth_engine::paths::default_model_path(|k| std::env::var_os(k));
     let engine = worker.engine().unwrap();
     // `start` waited for the hashing too.
     let (size, mtime) = engine.file_fingerprint().unwrap();
@@ -510,7 +516,11 @@ fn the_model_file_is_hashed_once_and_remembered() {
 
     // The next start takes it from the database instead of reading the file again.
     store.set_model_sha256(&path, size, mtime, "remembered-not-recomputed").unwrap();
-    let worker = Worker::start(store.reopen().unwrap(), Some(dir.path().join("caches")), Box::new(|_| {}));
+    let worker = Worker::start(
+        store.reopen().unwrap(),
+        WorkerConfig::saving_caches_in(dir.path().join("caches")),
+        Box::new(|_| {}),
+    );
     worker.load_model(model);
     assert!(worker.wait_idle(Duration::from_secs(120)));
     assert_eq!(worker.engine().unwrap().file_sha256(), Some("remembered-not-recomputed"));
@@ -600,8 +610,12 @@ fn a_reply_replays_exactly_from_a_warm_a_restored_and_a_cold_cache() {
     // After a restart the cache comes from disk: only the prompt's last pass runs.
     assert!(worker.wait_idle(Duration::from_secs(10)));
     drop(worker);
-    let worker = Worker::start(store.reopen().unwrap(), Some(dir.path().join("caches")), Box::new(|_| {}));
-    worker.load_model(hearth_engine::paths::default_model_path());
+    let worker = Worker::start(
+        store.reopen().unwrap(),
+        WorkerConfig::saving_caches_in(dir.path().join("caches")),
+        Box::new(|_| {}),
+    );
+    worker.load_model(hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
     let restored = replay(&worker, &store, c.id, second, history.clone(), settings.clone()).unwrap();
     assert!(restored.matched, "restored: {restored:?}");
     assert!(
@@ -614,8 +628,8 @@ fn a_reply_replays_exactly_from_a_warm_a_restored_and_a_cold_cache() {
     // With no cache at all, every pass of the prompt runs again.
     drop(worker);
     std::fs::remove_dir_all(dir.path().join("caches")).unwrap();
-    let worker = Worker::start(store.reopen().unwrap(), None, Box::new(|_| {}));
-    worker.load_model(hearth_engine::paths::default_model_path());
+    let worker = Worker::start(store.reopen().unwrap(), WorkerConfig::in_memory(), Box::new(|_| {}));
+    worker.load_model(hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
     let cold = replay(&worker, &store, c.id, second, history.clone(), settings.clone()).unwrap();
     assert!(cold.matched, "cold: {cold:?}");
     assert_eq!(cold.processed_tokens, stats.prompt_tokens);
@@ -817,7 +831,7 @@ fn a_model_waiting_to_load_is_in_use_until_its_load_ends() {
     let next = dir.path().join("next.gguf");
     std::fs::write(&next, b"GGUF but not really").unwrap();
     worker.load_model(next.clone());
-    let loaded = hearth_engine::paths::default_model_path();
+    let loaded = hearth_engine::paths::default_model_path(|k| std::env::var_os(k));
     assert!(matches!(worker.model_status(), ModelStatus::Ready { .. }));
     assert_eq!(worker.models_in_use(), [PathBuf::from(loaded.display().to_string()), next.clone()]);
     worker.stop(c.id);
@@ -826,4 +840,165 @@ fn a_model_waiting_to_load_is_in_use_until_its_load_ends() {
     // The load failed: nothing is in use now.
     assert!(matches!(worker.model_status(), ModelStatus::Failed { .. }), "{:?}", worker.model_status());
     assert_eq!(worker.models_in_use(), Vec::<PathBuf>::new());
+}
+
+/// Tokens a reply's events carried per second, from its first token event
+/// to its last, and when each of those came.
+fn token_rate(events: &[(Instant, GenerationEvent)]) -> (f64, Instant, Instant) {
+    let times: Vec<(Instant, usize)> = events
+        .iter()
+        .filter_map(|(t, e)| match e {
+            GenerationEvent::Tokens { ids, variant: 0, .. } => Some((*t, ids.len())),
+            _ => None,
+        })
+        .collect();
+    let (first, last) = (times.first().unwrap().0, times.last().unwrap().0);
+    let tokens: usize = times[1..].iter().map(|(_, n)| n).sum();
+    (tokens as f64 / (last - first).as_secs_f64().max(1e-3), first, last)
+}
+
+/// Events with the time each arrived, until the reply ends.
+fn collect_timed(rx: &mpsc::Receiver<GenerationEvent>) -> Vec<(Instant, GenerationEvent)> {
+    let mut events = Vec::new();
+    while let Ok(e) = rx.recv_timeout(Duration::from_secs(120)) {
+        let end = matches!(e, GenerationEvent::Finished { .. } | GenerationEvent::Error { .. });
+        events.push((Instant::now(), e));
+        if end {
+            break;
+        }
+    }
+    events
+}
+
+#[test]
+fn a_chat_keeps_streaming_while_another_conversation_generates_four_variants() {
+    let (_dir, store, worker) = start();
+    let story = "Write a long story about a lighthouse keeper and a storm.";
+    let sampled = ConversationSettings { temperature: 1.0, seed: Some(3), max_new_tokens: 160, ..Default::default() };
+    // Alone first: the chat's own rate.
+    let (a, b) = (store.create_conversation().unwrap().id, store.create_conversation().unwrap().id);
+    let alone = reply_row(&store, b, story);
+    let (j, rx) = job(b, alone, vec![ChatMessage::user(story)], greedy(64));
+    worker.enqueue(j).unwrap();
+    let (alone_rate, _, _) = token_rate(&collect_timed(&rx));
+
+    // Generate 4 in conversation A, then a chat in B while it runs.
+    let first = reply_row(&store, a, story);
+    let parent = store.message(first).unwrap().parent_id;
+    let others: Vec<i64> = (0..3)
+        .map(|_| store.add_message(a, parent, Role::Assistant, "", MessageStatus::Streaming).unwrap().id)
+        .collect();
+    let (mut j, rx_n) = job(a, first, vec![ChatMessage::user(story)], sampled);
+    j.variant_ids = others;
+    worker.enqueue(j).unwrap();
+    let streaming = rx_n.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert!(matches!(streaming, GenerationEvent::Started { .. }), "{streaming:?}");
+    while !matches!(rx_n.recv_timeout(Duration::from_secs(60)).unwrap(), GenerationEvent::Tokens { .. }) {}
+    let chat = reply_row(&store, b, "And a short poem?");
+    let history = vec![
+        ChatMessage::user(story),
+        ChatMessage::assistant(store.message(alone).unwrap().content),
+        ChatMessage::user("And a short poem?"),
+    ];
+    let (j, rx_chat) = job(b, chat, history, greedy(64));
+    worker.enqueue(j).unwrap();
+    let chat_events = collect_timed(&rx_chat);
+    let variants = collect_timed(&rx_n);
+    assert!(matches!(chat_events.last(), Some((_, GenerationEvent::Finished { .. }))), "{:?}", chat_events.last());
+    assert!(chat_events.iter().all(|(_, e)| !matches!(e, GenerationEvent::Queued { .. })), "the chat never waited");
+    let Some((n_end, GenerationEvent::Finished { others, .. })) = variants.last() else { panic!("{variants:?}") };
+    assert_eq!(others.len(), 3, "all four variants finished");
+    let (beside_rate, chat_first, _) = token_rate(&chat_events);
+    assert!(chat_first < *n_end, "the chat's tokens came while Generate 4 was still writing");
+    println!(
+        "chat alone {alone_rate:.1} tok/s, beside Generate 4 {beside_rate:.1} tok/s ({:.2}x)",
+        beside_rate / alone_rate
+    );
+}
+
+#[test]
+fn an_api_request_with_three_choices_and_a_chat_reply_share_decode_passes() {
+    let (_dir, store, worker) = start();
+    let passes = |w: &Worker| w.engine().unwrap().model().passes_run();
+    let user = |t: &str| ChatMessage::new(hearth_engine::Role::User, t);
+    let sampled = ConversationSettings { temperature: 1.0, seed: Some(9), max_new_tokens: 48, ..Default::default() };
+    let long = greedy(48);
+    let story = "Write a long story about a lighthouse keeper and a storm.";
+
+    // Each alone: how many passes it takes.
+    let before = passes(&worker);
+    let (tx, rx_api) = mpsc::channel();
+    let api = |events: hearth_worker::EventSink| {
+        ReplyJob::for_request(vec![user(story)], sampled.clone(), 3, hearth_worker::Request::default(), events)
+    };
+    worker.submit(api(Box::new(move |e| drop(tx.send(e))))).unwrap();
+    let alone_api = collect(&rx_api);
+    let api_passes = passes(&worker) - before;
+    let c = store.create_conversation().unwrap().id;
+    let before = passes(&worker);
+    let r = reply_row(&store, c, story);
+    let (j, rx) = job(c, r, vec![ChatMessage::user(story)], long.clone());
+    worker.enqueue(j).unwrap();
+    let (_, chat_stats) = finished(&collect(&rx));
+    let chat_passes = passes(&worker) - before;
+
+    // Together: the chat's decode steps ride in the request's passes.
+    let before = passes(&worker);
+    let (tx, rx_api) = mpsc::channel();
+    worker.submit(api(Box::new(move |e| drop(tx.send(e))))).unwrap();
+    let c2 = store.create_conversation().unwrap().id;
+    let r2 = reply_row(&store, c2, story);
+    let (j, rx) = job(c2, r2, vec![ChatMessage::user(story)], long);
+    worker.enqueue(j).unwrap();
+    let together_api = collect(&rx_api);
+    let (_, together_chat) = finished(&collect(&rx));
+    let together = passes(&worker) - before;
+    let by_variant = |events: &[GenerationEvent]| {
+        let mut texts = vec![String::new(); 3];
+        for e in events {
+            if let GenerationEvent::Tokens { text, variant, .. } = e {
+                texts[*variant as usize].push_str(text);
+            }
+        }
+        texts
+    };
+    assert_eq!(by_variant(&together_api), by_variant(&alone_api), "the request writes what it wrote alone");
+    assert_eq!(together_chat.generated_tokens, chat_stats.generated_tokens);
+    // Apart, each decode step is a pass; together, the shorter reply's
+    // steps (all but a few) cost none of their own.
+    assert!(
+        together + chat_passes.min(api_passes) - 4 <= api_passes + chat_passes,
+        "{together} passes together, {api_passes} + {chat_passes} apart: the decode steps were not shared"
+    );
+}
+
+#[test]
+fn a_replay_beside_a_streaming_chat_is_still_bit_for_bit() {
+    let (_dir, store, worker) = start();
+    let c = store.create_conversation().unwrap();
+    // Short, so that it ends while the other chat is still reading its prompt.
+    let settings = ConversationSettings { temperature: 0.9, max_new_tokens: 8, ..Default::default() };
+    let history = vec![ChatMessage::user("Name a colour.")];
+    let reply = reply_row(&store, c.id, "Name a colour.");
+    let (j, rx) = job(c.id, reply, history.clone(), settings.clone());
+    worker.enqueue(j).unwrap();
+    let (_, stats) = finished(&collect(&rx));
+
+    // A chat in another conversation with a long prompt, reading it when
+    // the replay starts and still at it when the replay ends.
+    let other = store.create_conversation().unwrap().id;
+    let story = "The keeper climbed the stairs of the lighthouse as the storm came in. ".repeat(150);
+    let long = reply_row(&store, other, &story);
+    let (j, rx_long) = job(other, long, vec![ChatMessage::user(story)], greedy(16));
+    worker.enqueue(j).unwrap();
+    while !matches!(rx_long.recv_timeout(Duration::from_secs(60)).unwrap(), GenerationEvent::Prefill { .. }) {}
+    let outcome = replay(&worker, &store, c.id, reply, history, settings).unwrap();
+    assert!(
+        worker.busy_conversations().contains(&other),
+        "the chat was still streaming when the replay ended: they ran side by side"
+    );
+    let long_events = collect(&rx_long);
+    assert!(outcome.matched, "{outcome:?}");
+    assert_eq!(outcome.compared, stats.generated_tokens);
+    assert!(matches!(long_events.last(), Some(GenerationEvent::Finished { .. })), "{:?}", long_events.last());
 }

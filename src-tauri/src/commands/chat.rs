@@ -48,7 +48,15 @@ fn prompt_messages(
                 Role::User => hearth_engine::Role::User,
                 Role::Assistant => hearth_engine::Role::Assistant,
             };
-            messages.push(ChatMessage::new(role, m.content));
+            let mut message = ChatMessage::new(role, m.content);
+            // A reply's own tokens, so the next prompt continues its cache
+            // exactly (its text may tokenize otherwise).
+            if m.role == Role::Assistant {
+                if let Some(choices) = store.token_choices(m.id)? {
+                    message = message.with_ids(choices.tokens.iter().map(|c| c.id).collect());
+                }
+            }
+            messages.push(message);
         }
     }
     Ok((messages, settings))

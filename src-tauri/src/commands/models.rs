@@ -203,8 +203,8 @@ pub async fn models_forget(state: State<'_, AppState>, path: String, delete_file
 }
 
 /// Downloads the default model (resuming an earlier try), checks it against
-/// its pinned SHA-256, and opens it. `HEARTH_MODEL_URL` overrides where it
-/// comes from.
+/// its pinned SHA-256, and opens it. The configuration may say where it
+/// comes from (`AppConfig::model_url`).
 #[tauri::command]
 pub async fn models_download_default<R: Runtime>(
     app: tauri::AppHandle<R>,
@@ -219,11 +219,11 @@ pub async fn models_download_default<R: Runtime>(
         }
         *current = Some(cancel.clone());
     }
+    let config = app.state::<crate::config::AppConfig>();
+    let (url, dir) = (config.model_url.clone(), config.models_dir.clone());
     std::thread::Builder::new()
         .name("hearth-download".into())
         .spawn(move || {
-            let url = std::env::var("HEARTH_MODEL_URL").ok();
-            let dir = hearth_engine::paths::models_dir();
             let events = on_event.clone();
             let mut extracting = false;
             let result = hearth_download::fetch_default_model(&dir, url.as_deref(), &cancel, |p| {
@@ -282,7 +282,7 @@ mod tests {
             assert_eq!(store.recent_models(10).unwrap().len(), 1, "a refusal changes nothing");
         }
         // Removing it from the list is fine; the file stays.
-        forget(&store, &[model.clone()], &path, false).unwrap();
+        forget(&store, std::slice::from_ref(&model), &path, false).unwrap();
         assert!(model.exists());
         assert!(store.recent_models(10).unwrap().is_empty());
         assert_eq!(forget(&store, &[], &path, true).unwrap_err().kind, ErrorKind::NotFound);

@@ -1,7 +1,7 @@
 // Words for what the engine reports.
 import type { ImportResult } from './bindings/ImportResult';
 import type { ReplyStats } from './bindings/ReplyStats';
-import type { Replay } from './app.svelte';
+import type { Replay } from './streams.svelte';
 
 export function finishInWords(reason: string, error?: string | null): string {
   switch (reason) {

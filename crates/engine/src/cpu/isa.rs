@@ -1,8 +1,9 @@
 //! Which instruction sets the kernels may use, detected once at run time.
 //!
 //! An installed app is not built for the machine it runs on, so every
-//! kernel is compiled for several ISAs and picks one here. `HEARTH_ISA`
-//! (`portable`, `avx2` or `avx512`) caps the choice, to compare the paths
+//! kernel is compiled for several ISAs and picks one here. A binary may cap
+//! the choice before the first kernel runs (`cap_isa`; the CLI and the app
+//! take `HEARTH_ISA`: `portable`, `avx2` or `avx512`), to compare the paths
 //! on one machine.
 
 /// The instruction sets the x86 kernels are written for, smallest first.
@@ -27,17 +28,31 @@ impl Isa {
         }
     }
 
-    fn parse(s: &str) -> Option<Self> {
+    /// The ISA a name (`portable`, `avx2`, `avx512`, any case) stands for.
+    pub fn parse(s: &str) -> Option<Self> {
         [Isa::Portable, Isa::Avx2, Isa::Avx512Vnni].into_iter().find(|i| i.name().eq_ignore_ascii_case(s.trim()))
     }
 }
 
-/// The ISA the kernels run with: the best this CPU has, capped by `HEARTH_ISA`.
+static CAP: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+static CHOSEN: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+
+/// Caps the ISA the kernels run with. Only the first call before any kernel
+/// runs has an effect (the choice is then fixed for the process); returns
+/// whether this one did.
+pub fn cap_isa(cap: Isa) -> bool {
+    CAP.set(cap).is_ok() && CHOSEN.get().is_none()
+}
+
+/// The ISA the kernels run with: the best this CPU has, within the cap.
 pub fn isa() -> Isa {
-    static CHOSEN: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
     *CHOSEN.get_or_init(|| {
-        let cap = std::env::var("HEARTH_ISA").ok().and_then(|s| Isa::parse(&s)).unwrap_or(Isa::Avx512Vnni);
-        detected().min(cap)
+        // The crate's own unit tests run under `HEARTH_ISA` as the binaries do.
+        #[cfg(test)]
+        if let Some(cap) = std::env::var("HEARTH_ISA").ok().and_then(|s| Isa::parse(&s)) {
+            cap_isa(cap);
+        }
+        detected().min(CAP.get().copied().unwrap_or(Isa::Avx512Vnni))
     })
 }
 
@@ -62,6 +77,18 @@ pub fn detected() -> Isa {
     {
         Isa::Portable
     }
+}
+
+/// Panics unless the kernels may run `want`'s instructions: it is at most
+/// `isa()`, which never exceeds what `detected()` found on this CPU.
+///
+/// The kernels' safe entry points take the ISA as an argument (their
+/// callers pass `isa()`); they check it here, once per call, before they
+/// call an `unsafe` kernel that needs its features.
+#[inline]
+#[track_caller]
+pub(crate) fn assert_available(want: Isa) {
+    assert!(want <= isa(), "the {} kernels need instructions this CPU lacks (or that are capped)", want.name());
 }
 
 /// AVX2 with FMA and F16C.

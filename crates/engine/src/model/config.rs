@@ -86,14 +86,14 @@ impl ModelConfig {
         let n_heads = file.u32(&key("attention.head_count"))? as usize;
         let n_kv_heads = file.u32_opt(&key("attention.head_count_kv"))?.map_or(n_heads, |v| v as usize);
         let n_layers = file.u32(&key("block_count"))? as usize;
-        if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 || n_layers == 0 {
+        if n_heads == 0 || n_kv_heads == 0 || !n_heads.is_multiple_of(n_kv_heads) || n_layers == 0 {
             return Err(
                 file.corrupt(format!("bad attention shape: {n_heads} heads, {n_kv_heads} KV heads, {n_layers} layers"))
             );
         }
         let head_dim = match file.u32_opt(&key("attention.key_length"))? {
             Some(d) => d as usize,
-            None if n_embd % n_heads == 0 => n_embd / n_heads,
+            None if n_embd.is_multiple_of(n_heads) => n_embd / n_heads,
             None => return Err(file.corrupt("head size is not given and does not divide the embedding")),
         };
         if head_dim % 2 != 0 {
@@ -132,6 +132,6 @@ impl ModelConfig {
 
     /// Gemma 3 makes every `pattern`-th layer global and the rest local.
     pub fn is_sliding(&self, layer: usize) -> bool {
-        self.sliding_window.is_some() && (layer + 1) % self.sliding_window_pattern != 0
+        self.sliding_window.is_some() && !(layer + 1).is_multiple_of(self.sliding_window_pattern)
     }
 }

@@ -4,7 +4,7 @@
 //! differ. The model holds weights only: all per-conversation state lives in a
 //! `KvCache` passed to `forward`, so one loaded model serves many sessions.
 
-mod config;
+pub(crate) mod config;
 mod host;
 
 pub use config::{Architecture, ModelConfig, SUPPORTED_ARCHITECTURES};
@@ -51,6 +51,9 @@ pub struct Model {
     weight_bytes_per_token: usize,
     vocab_size: usize,
     device: Device,
+    /// Forward passes run so far, a pass over several caches counting once:
+    /// how a scheduler's tests see that replies share their passes.
+    passes_run: std::sync::atomic::AtomicU64,
 }
 
 struct Block {
@@ -290,6 +293,7 @@ impl Model {
             rope_local,
             vocab_size,
             device: device.clone(),
+            passes_run: Default::default(),
         })
     }
 
@@ -336,6 +340,7 @@ impl Model {
         stop: &dyn Fn() -> bool,
     ) -> Result<Tensor> {
         self.check_tokens(tokens)?;
+        self.passes_run.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if self.device.is_cpu() {
             self.forward_host(tokens, cache, stop)
         } else {
@@ -354,6 +359,7 @@ impl Model {
         }
         self.check_tokens(&tokens.iter().map(|&t| vec![t]).collect::<Vec<_>>())?;
         if self.device.is_cpu() {
+            self.passes_run.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return self.forward_host_caches(tokens, caches);
         }
         tokens
@@ -361,6 +367,12 @@ impl Model {
             .zip(caches.iter_mut())
             .map(|(&t, cache)| Ok(self.forward(&[vec![t]], cache)?.to_vec2::<f32>()?.remove(0)))
             .collect()
+    }
+
+    /// Forward passes run so far (`forward`, `decode_step_many`); a pass
+    /// over several caches counts once.
+    pub fn passes_run(&self) -> u64 {
+        self.passes_run.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Logits at every position of `ids` (`[ids.len(), vocab]`), run as a

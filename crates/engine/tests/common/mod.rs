@@ -12,7 +12,7 @@ use hearth_engine::Engine;
 /// The real SmolLM2 file. Fails loudly rather than skipping: these tests are
 /// the proof that the real loading path works.
 pub fn default_model() -> PathBuf {
-    let p = hearth_engine::paths::default_model_path();
+    let p = hearth_engine::paths::default_model_path(|k| std::env::var_os(k));
     assert!(p.is_file(), "default model missing at {}; run scripts/fetch-model.sh first", p.display());
     p
 }
@@ -20,9 +20,20 @@ pub fn default_model() -> PathBuf {
 /// The real Gemma 3 270M Q4_K_M file, fetched by scripts/fetch-gemma.sh.
 #[allow(dead_code)]
 pub fn gemma3_model() -> PathBuf {
-    let p = hearth_engine::paths::default_model_path().with_file_name("gemma-3-270m-q4_k_m.gguf");
+    let p =
+        hearth_engine::paths::default_model_path(|k| std::env::var_os(k)).with_file_name("gemma-3-270m-q4_k_m.gguf");
     assert!(p.is_file(), "the Gemma 3 file is missing at {}; run scripts/fetch-gemma.sh first", p.display());
     p
+}
+
+/// Every test binary here runs the kernels `HEARTH_ISA` caps them to, as the
+/// CLI and the app do (`./hearth test` runs them under `avx2` and
+/// `portable` too); set before any test starts.
+#[ctor::ctor(unsafe)]
+fn cap_isa_from_env() {
+    if let Some(cap) = std::env::var("HEARTH_ISA").ok().and_then(|s| hearth_engine::cpu::isa::Isa::parse(&s)) {
+        hearth_engine::cpu::isa::cap_isa(cap);
+    }
 }
 
 pub fn open_default() -> Engine {

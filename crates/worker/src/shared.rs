@@ -1,0 +1,136 @@
+//! What the worker thread and the command handles share: the queue of
+//! replies, the model's status, and the caches' budgets.
+//!
+//! **One policy for a poisoned lock:** every lock here is taken through
+//! [`lock`], which recovers the data. A panic inside the worker is caught
+//! per job and leaves this bookkeeping consistent between statements, so a
+//! lock poisoned by it must not take every later command down with it.
+
+use std::collections::{HashSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use hearth_engine::Engine;
+use tokio_util::sync::CancellationToken;
+
+use super::budgets::CacheBudgets;
+use super::job::ReplyJob;
+use crate::events::ModelStatus;
+
+/// Takes `m`, recovering it if a panic poisoned it (see the module's doc).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Who a reply is for: a conversation, or an API client's request (which
+/// has no conversation; each gets an id of its own when it is queued).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Owner {
+    Conversation(i64),
+    Request(u64),
+}
+
+/// State shared between the `Worker` handle and its thread.
+pub(super) struct Shared {
+    pub queue: Mutex<Queue>,
+    pub wake: Condvar,
+    /// Conversations whose cache is in memory now.
+    pub resident: Mutex<HashSet<i64>>,
+    pub budgets: Mutex<CacheBudgets>,
+    /// Held while a cache file is written and while one is copied into a
+    /// bundle: a reply's cache is saved just after its conversation is free
+    /// again, and a copy taken then would end in half a chunk.
+    pub cache_files: Mutex<()>,
+}
+
+impl Shared {
+    pub fn new() -> Self {
+        Self {
+            queue: Mutex::default(),
+            wake: Condvar::new(),
+            resident: Mutex::default(),
+            budgets: Mutex::default(),
+            cache_files: Mutex::default(),
+        }
+    }
+
+    pub fn budgets(&self) -> CacheBudgets {
+        *lock(&self.budgets)
+    }
+}
+
+/// Work waiting for the thread. Each conversation has at most one reply
+/// queued or running, so FIFO order is fair.
+#[derive(Default)]
+pub(super) struct Queue {
+    pub jobs: VecDeque<Queued>,
+    /// Replies running now (several take turns), by owner.
+    pub active: Vec<(Owner, CancellationToken)>,
+    /// Replies streaming from remote endpoints, on threads of their own.
+    pub remote: Vec<(i64, CancellationToken)>,
+    /// The model's lifecycle, under the same lock as the replies waiting for it.
+    pub model: ModelLifecycle,
+    /// Forget every conversation's cache, in memory and on disk.
+    pub clear_caches: bool,
+    /// Threads hashing a model file (at most one but for a moment after
+    /// another model is opened).
+    pub hashing: usize,
+    pub shutdown: bool,
+    /// The id the last API request got.
+    pub last_request_id: u64,
+}
+
+/// The model's lifecycle in one place: the file asked for, the file being
+/// loaded, what the UI is told, and the model loaded. Read under one lock,
+/// a file is never out of all of them while it is in use.
+#[derive(Default)]
+pub(super) struct ModelLifecycle {
+    /// A model file to load once the running replies end.
+    pub requested: Option<PathBuf>,
+    /// The file being loaded now, from the moment it leaves `requested`
+    /// until its load ends (and `status` names it or its failure).
+    pub loading: Option<PathBuf>,
+    pub status: ModelStatus,
+    /// The loaded model, shared for counting tokens off the worker thread.
+    pub engine: Option<Arc<Engine>>,
+}
+
+impl ModelLifecycle {
+    /// The model files loaded, being loaded or waiting to load.
+    pub fn files(&self) -> Vec<PathBuf> {
+        let shown = match &self.status {
+            ModelStatus::Ready { path, .. } | ModelStatus::Loading { path } => Some(PathBuf::from(path)),
+            _ => None,
+        };
+        shown.into_iter().chain(self.requested.iter().cloned()).chain(self.loading.iter().cloned()).collect()
+    }
+}
+
+impl Queue {
+    /// Whether the conversation has a reply queued, running, or streaming
+    /// from a remote endpoint.
+    pub fn busy(&self, conversation_id: i64) -> bool {
+        let owner = Owner::Conversation(conversation_id);
+        self.active.iter().any(|(o, _)| *o == owner)
+            || self.remote.iter().any(|(c, _)| *c == conversation_id)
+            || self.jobs.iter().any(|j| j.owner == owner)
+    }
+}
+
+pub(super) struct Queued {
+    pub job: ReplyJob,
+    pub owner: Owner,
+    pub cancel: CancellationToken,
+}
+
+/// Marks a reply's owner free when the reply ends, however it ends.
+pub(super) struct ActiveJob {
+    pub shared: Arc<Shared>,
+    pub owner: Owner,
+}
+
+impl Drop for ActiveJob {
+    fn drop(&mut self) {
+        lock(&self.shared.queue).active.retain(|(o, _)| *o != self.owner);
+    }
+}
