@@ -673,9 +673,7 @@ fn a_reply_goes_back_into_the_prompt_as_the_tokens_it_was_sampled_as() {
     assert_ne!(tok.encode(text, false, false).unwrap(), ids);
     let end = tok.eos().unwrap();
     let asked = engine.encode_chat(std::slice::from_ref(&user)).unwrap();
-    let next = |reply: ChatMessage| {
-        engine.encode_chat(&[user.clone(), reply, ChatMessage::user("Again.")]).unwrap()
-    };
+    let next = |reply: ChatMessage| engine.encode_chat(&[user.clone(), reply, ChatMessage::user("Again.")]).unwrap();
     // The turn's cache holds its prompt and the reply's tokens but the end
     // token (never fed): the next prompt starts with all of it.
     let spliced = next(ChatMessage::assistant(text).with_ids([ids.clone(), vec![end]].concat()));
