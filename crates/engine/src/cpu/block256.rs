@@ -128,6 +128,10 @@ pub(crate) trait Block256: Copy + Send + Sync + 'static {
     /// The quants in activation order (unsigned ones as their bit patterns).
     fn quants(&self) -> [i8; QK_K];
     /// The same quants, 32 values a register.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA (impls enable them). The block is read
+    /// through `&self` only.
     #[cfg(target_arch = "x86_64")]
     unsafe fn quants_avx2(&self) -> [std::arch::x86_64::__m256i; 8];
 
@@ -241,11 +245,13 @@ pub(crate) fn dot_rows<B: Block256, const R: usize>(x: &[B], y: [&[Q8KBlock]; R]
     debug_assert!(matches!(order, Order::Lanes | Order::Tiled), "the repacked orders run in interleaved_q4k");
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx2 {
+        super::isa::assert_available(isa);
         for ya in &y {
             assert!(ya.len() >= x.len());
         }
-        // SAFETY: the CPU has the ISA's features (checked by the caller at
-        // run time); every activation row is as long as the weight row.
+        // SAFETY: the CPU has `isa`'s features (`assert_available` above:
+        // `isa()` checked them at run time); every activation row is at least
+        // as long as the weight row (asserted), as the kernel reads them.
         return unsafe {
             if isa >= Isa::Avx512Vnni {
                 x86::dot_rows_avx512::<B, R>(x, y, order)
@@ -268,6 +274,9 @@ pub(crate) mod x86 {
     use crate::cpu::vec_ops::hsum8;
 
     /// Four vectors of eight 32-bit lanes to four totals (exact: integer adds).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn totals4(v: &[__m256i; 4]) -> __m128i {
@@ -276,12 +285,20 @@ pub(crate) mod x86 {
     }
 
     /// Bytes of `v` shifted right by `n` (< 8) and masked to `mask`.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn bits(v: __m256i, n: i32, mask: i8) -> __m256i {
         _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(n)), _mm256_set1_epi8(mask))
     }
 
+    /// `super::dot_rows` in AVX2 registers.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C, and every `y[a]` must hold at
+    /// least `x.len()` blocks (read by unchecked index).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn dot_rows_avx2<B: Block256, const R: usize>(x: &[B], y: [&[Q8KBlock]; R], order: Order) -> [f32; R] {
         dot_rows::<B, R, false>(x, y, order)
@@ -290,18 +307,29 @@ pub(crate) mod x86 {
     /// `dot_rows_avx2` with VNNI's fused 16-bit dot products and two
     /// 32-value chunks to a 512-bit register: the same integers, so the
     /// same results.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA, F16C and AVX-512 F, BW, DQ, VL and VNNI,
+    /// and every `y[a]` must hold at least `x.len()` blocks.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
     pub unsafe fn dot_rows_avx512<B: Block256, const R: usize>(x: &[B], y: [&[Q8KBlock]; R], order: Order) -> [f32; R] {
         dot_rows::<B, R, true>(x, y, order)
     }
 
     /// Two 256-bit halves as one register.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F; inlined into a caller that enables it.
     #[inline(always)]
     unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
         _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
     }
 
     /// The eight 32-bit lanes of both halves added (exact).
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F and AVX2; inlined into a caller that
+    /// enables them.
     #[inline(always)]
     unsafe fn fold(v: __m512i) -> __m256i {
         _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v))
@@ -309,7 +337,15 @@ pub(crate) mod x86 {
 
     /// `AVX512`: the integer sums in 512-bit registers (the AVX-512 entry
     /// point), else in 256-bit ones.
+    ///
+    /// # Safety
+    /// The CPU must have the features of `dot_rows_avx2` (with `AVX512`,
+    /// `dot_rows_avx512`), and the caller must enable them (it is inlined).
+    /// Every `y[a]` must hold at least `x.len()` blocks: block `i` of each is
+    /// read by unchecked index for every `i < x.len()`.
     #[inline(always)]
+    // Lanes and rows index several arrays by the same index, as the C they follow.
+    #[allow(clippy::needless_range_loop)]
     unsafe fn dot_rows<B: Block256, const R: usize, const AVX512: bool>(
         x: &[B],
         y: [&[Q8KBlock]; R],

@@ -38,10 +38,18 @@ pub(crate) trait Block32: Copy + Send + Sync + 'static {
     /// The quants in activation order: signed values, or unsigned for `WithMin`.
     fn quants(&self) -> [i8; 32];
     /// The same quants in a register.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA (impls enable them, or are inlined
+    /// into a caller that does). The block is read through `&self` only.
     #[cfg(target_arch = "x86_64")]
     unsafe fn quants_avx2(&self) -> std::arch::x86_64::__m256i;
     /// Signed quants plus 128, as unsigned bytes (VNNI multiplies unsigned
     /// by signed); called only where AVX-512 BW and VL are present.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and AVX-512 F, BW and VL. This default is
+    /// inlined into its caller, which must enable them (`#[target_feature]`).
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn offset_quants_avx512(&self) -> std::arch::x86_64::__m256i {
@@ -148,7 +156,7 @@ struct Sums4([f32; 4]);
 impl RowPairs {
     /// The whole fours of `rows` activation rows of `kb` blocks each.
     pub(crate) fn new(q8: &[Q8Block], kb: usize) -> Self {
-        let rows = if kb == 0 { 0 } else { q8.len() / kb / 4 * 4 };
+        let rows = q8.len().checked_div(kb).map_or(0, |blocks| blocks / 4 * 4);
         // Decoding's lone rows only: prefill rows take the four-row layout.
         let single = if rows > 0 {
             Vec::new()
@@ -216,7 +224,7 @@ impl RowPairs {
 
     /// Whether rows `row..row + 4` are laid out.
     pub(crate) fn covers(&self, row: usize) -> bool {
-        row % 4 == 0 && row + 4 <= self.rows
+        row.is_multiple_of(4) && row + 4 <= self.rows
     }
 
     /// Whether row `row`'s offsets alone are laid out.
@@ -243,8 +251,13 @@ pub(crate) fn column_range<B: Block32>(
     decoding: bool,
     out: &mut [[f32; 4]],
 ) {
+    // The x86 kernels read the activation rows by unchecked index, up to the
+    // weight rows' `kb` blocks (the portable `dot` would stop at the shorter).
+    assert!((1..=4).contains(&r), "1 to 4 activation rows, not {r}");
+    assert!(y[..r].iter().all(|y| y.len() >= kb), "activation rows shorter than the weight rows");
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx2 {
+        super::isa::assert_available(isa);
         macro_rules! tiles {
             ($columns:ident) => {
                 match r {
@@ -255,10 +268,16 @@ pub(crate) fn column_range<B: Block32>(
                 }
             };
         }
-        // SAFETY: the CPU has the ISA's features (checked at run time).
+        // SAFETY: the CPU has `isa`'s features (`assert_available` above:
+        // `isa()` checked them at run time). Every weight row is sliced
+        // `kb` long (checked), and the activation rows the tile reads, `y[..r]`,
+        // hold at least `kb` blocks (asserted above). The pairs kernel reads
+        // rows `row..row + 4` of `pairs`, which `covers` them with `kb` blocks
+        // each (asserted); the one-row kernel gets `kb` offsets (sliced).
         unsafe {
             if isa >= Isa::Avx512Vnni && r == 4 && B::SUM != Sum::SignedPairs && pairs.covers(row) {
-                // SAFETY: `[[f32; 4]; 1]` is laid out as `[f32; 4]`.
+                assert_eq!(pairs.kb, kb, "activation pairs laid out for rows of another width");
+                // `[[f32; 4]; 1]` is laid out as `[f32; 4]`: the same `out.len()` elements.
                 let out = std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut [[f32; 4]; 1], out.len());
                 x86::columns_pairs_avx512::<B, 1>(blocks, kb, cols, (pairs, row / 4 * kb * 2), decoding, out)
             } else if isa >= Isa::Avx512Vnni && r == 1 && B::SUM == Sum::Signed && pairs.covers_single(row) {
@@ -302,8 +321,14 @@ pub(crate) fn column_range8<B: Block32>(
     out: &mut [[[f32; 4]; 2]],
 ) {
     assert!(eight_rows::<B>(pairs, row, isa));
+    // The kernel reads rows `row..row + 8` of `pairs` by pointer, `kb` blocks each.
+    assert_eq!(pairs.kb, kb, "activation pairs laid out for rows of another width");
+    super::isa::assert_available(isa);
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: the CPU has AVX-512 VNNI (checked at run time, asserted above).
+    // SAFETY: the CPU has AVX-512 with VNNI: `eight_rows` asserted `isa` is
+    // that, and `assert_available` that `isa()` found it at run time. `pairs`
+    // lays out rows `row..row + 8` (`covers`, asserted) with `kb` blocks each
+    // (asserted), and every weight row is sliced `kb` long (checked).
     unsafe {
         x86::columns_pairs_avx512::<B, 2>(blocks, kb, cols, (pairs, row / 4 * kb * 2), false, out)
     }
@@ -320,6 +345,10 @@ pub(crate) mod x86 {
     use crate::cpu::prefetch::prefetch_row_ahead;
     use crate::cpu::q8::Q8Block;
 
+    /// The eight lanes' sum, in llama.cpp's `hsum_float_8` order.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn hsum(x: __m256) -> f32 {
@@ -330,6 +359,9 @@ pub(crate) mod x86 {
     }
 
     /// An f16 scale, widened by the F16C unit.
+    ///
+    /// # Safety
+    /// The CPU must have F16C.
     #[inline]
     #[target_feature(enable = "f16c")]
     pub unsafe fn half(bits: u16) -> f32 {
@@ -337,6 +369,9 @@ pub(crate) mod x86 {
     }
 
     /// Sixteen bytes of nibbles as 32 bytes: low nibbles first, then high.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA. (It reads the 16 bytes of `qs` only.)
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn nibbles(qs: &[u8; 16]) -> __m256i {
@@ -345,6 +380,9 @@ pub(crate) mod x86 {
     }
 
     /// Bit `i` of `bits` as byte `i` (0xFF where set), for the fifth bit of Q5 formats.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn bytes_from_bits(bits: u32) -> __m256i {
@@ -358,6 +396,10 @@ pub(crate) mod x86 {
     /// Unsigned × signed bytes, summed in fours, as floats. VNNI does it in
     /// one instruction with the same integers: no pair of products reaches
     /// `maddubs`'s 16-bit saturation (|q| ≤ 128, |y| ≤ 127).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, and with `VNNI` AVX-512 VL and VNNI too; this
+    /// is inlined into its caller, which must enable them.
     #[inline(always)]
     pub unsafe fn us8_dot<const VNNI: bool>(ax: __m256i, sy: __m256i) -> __m256 {
         if VNNI {
@@ -369,7 +411,15 @@ pub(crate) mod x86 {
 
     /// `W` weight rows × `R` activation rows. Inlined into an entry point
     /// that enables the ISA's features (`columns_avx2`, `columns_avx512`).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C, and with `VNNI` AVX-512 F, BW,
+    /// DQ, VL and VNNI too; the caller must enable them. Every `x[r]` and
+    /// every `y[a]` must hold at least `x[0].len()` blocks: the loop reads
+    /// blocks `0..x[0].len()` of each by unchecked index.
     #[inline(always)]
+    // Lanes and rows index several arrays by the same index, as the C they follow.
+    #[allow(clippy::needless_range_loop)]
     pub unsafe fn tile<B: Block32, const W: usize, const R: usize, const VNNI: bool>(
         x: [&[B]; W],
         y: [&[Q8Block]; R],
@@ -443,6 +493,11 @@ pub(crate) mod x86 {
     }
 
     /// Every column of `cols` against `R` activation rows, `W` at a time.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C. Every `y[a]` must hold at least
+    /// `kb` blocks (read by unchecked index); the weight rows are sliced
+    /// from `blocks` and `out` indexed with checks.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn columns_avx2<B: Block32, const W: usize, const R: usize>(
         blocks: &[B],
@@ -456,6 +511,10 @@ pub(crate) mod x86 {
     }
 
     /// `columns_avx2` with VNNI's byte dot products: the same results.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA, F16C and AVX-512 F, BW, DQ, VL and VNNI.
+    /// Every `y[a]` must hold at least `kb` blocks, as for `columns_avx2`.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
     pub unsafe fn columns_avx512<B: Block32, const W: usize, const R: usize>(
         blocks: &[B],
@@ -468,6 +527,11 @@ pub(crate) mod x86 {
         columns::<B, W, R, true>(blocks, kb, cols, y, decoding, out)
     }
 
+    /// `columns_avx2` (or `columns_avx512` with `VNNI`), inlined into it.
+    ///
+    /// # Safety
+    /// As that entry point's: its features enabled by the caller, and every
+    /// `y[a]` at least `kb` blocks long.
     #[inline(always)]
     unsafe fn columns<B: Block32, const W: usize, const R: usize, const VNNI: bool>(
         blocks: &[B],
@@ -505,6 +569,12 @@ pub(crate) mod x86 {
     /// `columns_avx512::<B, 1, 1>` for signed formats with the quants offset
     /// to unsigned bytes, the offset's products taken off through `offsets`
     /// (the same exact integers, so the same results, without moving signs).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA, F16C and AVX-512 F, BW, DQ, VL and VNNI.
+    /// `offsets` and `y` must hold at least `kb` entries each: blocks
+    /// `0..kb` of both are read by unchecked index (and `offsets` by an
+    /// aligned load, which `Lanes8`'s alignment provides).
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
     pub(super) unsafe fn columns1_avx512<B: Block32>(
         blocks: &[B],
@@ -535,6 +605,14 @@ pub(crate) mod x86 {
     /// operations (one exact integer dot per four values, one fused
     /// multiply-add per block, the same `hsum`), in half the instructions,
     /// and each unpacked weight block serves `4·G` rows.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA, F16C and AVX-512 F, BW, DQ, VL and VNNI.
+    /// `pairs` must lay out `4·G` activation rows of `kb` blocks from run
+    /// `base` on (`pairs.kb == kb`, and `pairs.covers(row + 4g)` for each
+    /// `g < G` with `base = row / 4 · kb · 2`): the kernel reads runs
+    /// `base..base + 2·kb·G` of its vectors, and the sums from `base / 2`, by
+    /// pointer.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
     pub unsafe fn columns_pairs_avx512<B: Block32, const G: usize>(
         blocks: &[B],
@@ -582,7 +660,18 @@ pub(crate) mod x86 {
         s: *const f32,
     }
 
+    /// `W` weight rows × `G` groups of four activation rows.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F, BW, DQ, VL and VNNI (and AVX2, FMA,
+    /// F16C), enabled by the caller (`columns_pairs_avx512`). Every `x[w]`
+    /// must hold at least `kb = x[0].len()` blocks (unchecked index), and
+    /// every `runs[g]` must point into `RowPairs` vectors with `2·kb` runs
+    /// of `qs`, `d` and `offset` and `kb` sums of `s` from there (aligned
+    /// loads: the vectors' element types are aligned for them).
     #[inline(always)]
+    // Lanes and rows index several arrays by the same index, as the C they follow.
+    #[allow(clippy::needless_range_loop)]
     unsafe fn tile_pairs<B: Block32, const W: usize, const G: usize>(
         x: [&[B]; W],
         runs: &[Runs; G],

@@ -41,7 +41,7 @@ pub(crate) struct Interleaved {
 impl Interleaved {
     /// From GGUF's row-major blocks of 18 bytes (f16 scale, 16 bytes of nibbles).
     pub(crate) fn new(data: &[u8], n: usize, kb: usize, kind: Nibbles) -> Self {
-        debug_assert!(n % ROWS == 0 && data.len() == n * kb * 18);
+        debug_assert!(n.is_multiple_of(ROWS) && data.len() == n * kb * 18);
         let block = |row: usize, b: usize| &data[(row * kb + b) * 18..(row * kb + b + 1) * 18];
         let mut groups = Vec::with_capacity(n / ROWS * kb);
         for g in 0..n / ROWS {
@@ -108,10 +108,11 @@ impl Interleaved {
         isa: Isa,
         mut out: impl FnMut(usize, usize, f32),
     ) {
-        debug_assert!(rows.start % ROWS == 0 && rows.end % ROWS == 0);
+        debug_assert!(rows.start.is_multiple_of(ROWS) && rows.end.is_multiple_of(ROWS));
         let kb = self.kb;
         #[cfg(target_arch = "x86_64")]
         if isa >= Isa::Avx2 {
+            super::isa::assert_available(isa);
             let vnni = isa >= Isa::Avx512Vnni;
             // AVX-512: activation rows in fours against two groups at once;
             // the eight-row kernel takes the rest.
@@ -124,7 +125,9 @@ impl Interleaved {
                 Vec::new()
             };
             let paired = if quads > 0 {
-                self.matmul_pairs_avx512(acts, &ysum, quads, rows.clone(), &mut out)
+                // SAFETY: `quads > 0` only with VNNI: `isa` is AVX-512 with
+                // VNNI, which `isa()` found on this CPU (asserted above).
+                unsafe { self.matmul_pairs_avx512(acts, &ysum, quads, rows.clone(), &mut out) }
             } else {
                 rows.start / ROWS
             };
@@ -134,7 +137,10 @@ impl Interleaved {
                 while a < n_acts {
                     let take = if n_acts - a >= 4 { 4 } else { 1 };
                     let mut lanes = [[0f32; ROWS]; 4];
-                    // SAFETY: the CPU has the ISA's features (checked by the caller at run time).
+                    // SAFETY: the CPU has `isa`'s features (`assert_available`
+                    // above: `isa()` checked them at run time), and the kernels
+                    // read `kb` blocks of each slice: `groups`, every activation
+                    // row and (VNNI) its block sums are all sliced `kb` long.
                     unsafe {
                         if take == 4 {
                             let y: [&[Q8Block]; 4] = std::array::from_fn(|i| &acts[(a + i) * kb..(a + i + 1) * kb]);
@@ -179,7 +185,11 @@ impl Interleaved {
     /// (AVX-512). Returns the first group not done (a last odd group). A
     /// decoding row stays with the eight-row kernel, which streams the
     /// weights faster on Zen 4.
-    fn matmul_pairs_avx512(
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA, F16C and AVX-512 F, BW, DQ, VL and VNNI.
+    /// (Every slice the kernel reads is sliced here, with checks, `kb` long.)
+    unsafe fn matmul_pairs_avx512(
         &self,
         acts: &[Q8Block],
         ysum: &[i32],
@@ -196,7 +206,9 @@ impl Interleaved {
                 let mut lanes = [[0f32; 2 * ROWS]; 4];
                 let y: [&[Q8Block]; 4] = std::array::from_fn(|i| &acts[(a + i) * kb..(a + i + 1) * kb]);
                 let s: [&[i32]; 4] = std::array::from_fn(|i| &ysum[(a + i) * kb..(a + i + 1) * kb]);
-                // SAFETY: the CPU has AVX-512 with VNNI (checked by the caller at run time).
+                // SAFETY: the CPU has AVX-512 with VNNI (this function's
+                // contract), and `g0`, `g1`, every `y[i]` and `s[i]` are sliced
+                // `kb` long above, as the kernel reads them.
                 unsafe { x86::group_pair_avx512(g0, g1, y, s, self.kind, &mut lanes) };
                 for (i, l) in lanes.iter().enumerate() {
                     for (r, v) in l.iter().enumerate() {
@@ -219,6 +231,10 @@ mod x86 {
     use crate::cpu::q8::Q8Block;
 
     /// Eight weight rows against `R` activation rows; `lanes[a][r]`.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C, and every `y[a]` must hold at
+    /// least `groups.len()` blocks (read by unchecked index).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn group_avx2<const R: usize>(
         groups: &[Group8],
@@ -232,6 +248,11 @@ mod x86 {
     /// `group_avx2` with VNNI's byte dot products of the quants offset to
     /// unsigned bytes, the offset's products taken off through each
     /// activation block's sum (`ysum`): the same integers, so the same results.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA, F16C and AVX-512 F, BW, DQ, VL and VNNI,
+    /// and every `y[a]` and `ysum[a]` must hold at least `groups.len()`
+    /// entries (read by unchecked index).
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
     pub(super) unsafe fn group_avx512<const R: usize>(
         groups: &[Group8],
@@ -243,6 +264,11 @@ mod x86 {
         group::<R, true>(groups, y, ysum, kind, lanes)
     }
 
+    /// `group_avx2` (or `group_avx512` with `VNNI`), inlined into it.
+    ///
+    /// # Safety
+    /// As that entry point's: its features enabled by the caller, every
+    /// `y[a]` (and with `VNNI` every `ysum[a]`) at least `groups.len()` long.
     #[inline(always)]
     unsafe fn group<const R: usize, const VNNI: bool>(
         groups: &[Group8],
@@ -318,6 +344,11 @@ mod x86 {
     /// activation rows; `lanes[a][r]`. Each row's lane takes `group`'s exact
     /// integer sum (its quants offset to unsigned bytes for VNNI, the
     /// offset's products taken off through `ysum`) and the same float steps.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA, F16C and AVX-512 F, BW, DQ, VL and VNNI,
+    /// and `g1`, every `y[a]` and every `ysum[a]` must hold at least
+    /// `g0.len()` entries (read by unchecked index).
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
     pub(super) unsafe fn group_pair_avx512(
         g0: &[Group8],

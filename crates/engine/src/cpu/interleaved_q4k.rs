@@ -43,7 +43,7 @@ pub(crate) struct InterleavedQ4K {
 impl InterleavedQ4K {
     /// From GGUF's row-major blocks.
     pub(crate) fn new(blocks: &[BlockQ4K], n: usize, kb: usize) -> Self {
-        debug_assert!(n % ROWS == 0 && blocks.len() == n * kb);
+        debug_assert!(n.is_multiple_of(ROWS) && blocks.len() == n * kb);
         let mut groups = Vec::with_capacity(n / ROWS * kb);
         for g in 0..n / ROWS {
             for b in 0..kb {
@@ -155,11 +155,12 @@ impl InterleavedQ4K {
         isa: Isa,
         mut out: impl FnMut(usize, usize, f32),
     ) {
-        debug_assert!(rows.start % ROWS == 0 && rows.end % ROWS == 0);
+        debug_assert!(rows.start.is_multiple_of(ROWS) && rows.end.is_multiple_of(ROWS));
         let kb = self.kb;
         let y = |a: usize| &acts[a * kb..(a + 1) * kb];
         #[cfg(target_arch = "x86_64")]
         if isa >= Isa::Avx2 {
+            super::isa::assert_available(isa);
             let vnni = isa >= Isa::Avx512Vnni;
             for g in rows.start / ROWS..rows.end / ROWS {
                 let groups = &self.groups[g * kb..(g + 1) * kb];
@@ -172,8 +173,11 @@ impl InterleavedQ4K {
                     };
                     let gemm = one_sequence && take > 1;
                     let mut lanes = [[0f32; ROWS]; 8];
-                    // SAFETY: the CPU has the ISA's features (checked by the
-                    // caller at run time); every activation row holds `kb` blocks.
+                    // SAFETY: the CPU has `isa`'s features (`assert_available`
+                    // above: `isa()` checked them at run time; the eight-row
+                    // arm runs only with `vnni`), and `groups` and every
+                    // activation row `y(..)` are sliced `kb` long, as the
+                    // kernels read them.
                     unsafe {
                         match (take, vnni) {
                             (8, _) => {
@@ -217,6 +221,10 @@ mod x86 {
     use crate::cpu::q8::Q8KBlock;
 
     /// Eight weight rows against `R` activation rows; `lanes[a][r]`.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C, and every `y[a]` must hold at
+    /// least `groups.len()` blocks (read by unchecked index).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn group_avx2<const R: usize>(
         groups: &[GroupQ4K],
@@ -230,6 +238,10 @@ mod x86 {
     /// `group_avx2` with VNNI's byte dot products (the quants are unsigned,
     /// as VNNI wants them) and AVX-512VL's 32 registers: the same integers,
     /// so the same results.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA, F16C and AVX-512 F, BW, DQ, VL and VNNI,
+    /// and every `y[a]` must hold at least `groups.len()` blocks.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
     pub(super) unsafe fn group_avx512<const R: usize>(
         groups: &[GroupQ4K],
@@ -240,6 +252,11 @@ mod x86 {
         group::<R, true>(groups, y, gemm, lanes)
     }
 
+    /// `group_avx2` (or `group_avx512` with `VNNI`), inlined into it.
+    ///
+    /// # Safety
+    /// As that entry point's: its features enabled by the caller, and every
+    /// `y[a]` at least `groups.len()` blocks long.
     #[inline(always)]
     unsafe fn group<const R: usize, const VNNI: bool>(
         groups: &[GroupQ4K],

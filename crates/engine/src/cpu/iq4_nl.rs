@@ -15,6 +15,10 @@ pub(crate) struct BlockIq4Nl {
 }
 
 /// Sixteen bytes of indices looked up in the table: low nibbles, then high.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA, and `qs` must be valid for reading
+/// 16 bytes (an unaligned load).
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma")]
@@ -38,6 +42,8 @@ impl Block32 for BlockIq4Nl {
     fn quants(&self) -> [i8; 32] {
         nibbles(&self.qs).map(|n| TABLE[n as usize])
     }
+    /// # Safety
+    /// Upholds `Block32::quants_avx2`'s contract: the CPU has AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2,fma")]

@@ -40,6 +40,8 @@ impl Block256 for BlockIq4Xs {
             TABLE[((self.qs[16 * c + b] >> (4 * hi)) & 0xF) as usize]
         })
     }
+    /// # Safety
+    /// Upholds `Block256::quants_avx2`'s contract: the CPU has AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2,fma")]

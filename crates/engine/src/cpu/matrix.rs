@@ -86,9 +86,10 @@ fn blocks<B: Copy>(data: &[u8], bytes: usize) -> Vec<B> {
     assert_eq!(std::mem::size_of::<B>(), bytes, "block struct does not match GGUF's layout");
     let n = data.len() / bytes;
     let mut v: Vec<B> = Vec::with_capacity(n);
-    // SAFETY: every block type is a `repr(C)` struct of integers with no
-    // padding (its size is checked above), so any bytes are a valid value;
-    // the copy fills exactly the `n` blocks reserved.
+    // SAFETY: `B` is always one of the block types, each a `repr(C)` struct
+    // of integers with no padding (its size is checked above), so any bytes
+    // are a valid value; the copy reads `n · bytes <= data.len()` bytes and
+    // fills exactly the `n` blocks reserved.
     unsafe {
         std::ptr::copy_nonoverlapping(data.as_ptr(), v.as_mut_ptr() as *mut u8, n * bytes);
         v.set_len(n);
@@ -254,15 +255,17 @@ impl QuantMatrix {
     /// `out[m × n] = x[m × k] · selfᵀ`, on the global worker pool.
     pub fn matmul(&self, x: &[f32], out: &mut [f32]) {
         let m = x.len() / self.k;
-        assert_eq!(x.len(), m * self.k);
-        assert_eq!(out.len(), m * self.n);
+        assert_eq!(x.len(), m * self.k, "activations that are not whole rows of {} values", self.k);
+        assert_eq!(out.len(), m * self.n, "an output that is not {m} rows of {} values", self.n);
         let acts = Activations::for_matrices(x, [self]);
         let pool = WorkerPool::global();
         let chunk = self.columns_per_task(pool.active_threads());
         let out = DisjointSlice::new(out);
         pool.run(self.n.div_ceil(chunk), &|t| {
             let cols = t * chunk..((t + 1) * chunk).min(self.n);
-            // SAFETY: tasks write disjoint column ranges.
+            // SAFETY: each task writes columns `cols` of the `m` output rows,
+            // and the tasks' column ranges are disjoint; nothing else touches
+            // `out` until `run` returns.
             unsafe { self.matmul_cols(&acts, m, m, cols, &out, self.n) };
         });
     }
@@ -283,7 +286,10 @@ impl QuantMatrix {
     /// own (variant `b` of a batch is the reply a single run gives).
     ///
     /// # Safety
-    /// No other thread may write those elements of `out` meanwhile.
+    /// No other thread may read or write those elements of `out` meanwhile
+    /// (`DisjointSlice`'s contract; it checks the indices itself). Lengths
+    /// need no promise: `acts` and the weights are sliced with checks, and
+    /// the kernels check what they read unchecked.
     pub(crate) unsafe fn matmul_cols(
         &self,
         acts: &Activations,
@@ -362,6 +368,10 @@ impl QuantMatrix {
 }
 
 /// A 32-value format: eight or four activation rows per tile when prefilling, one when decoding.
+///
+/// # Safety
+/// As `QuantMatrix::matmul_cols`: no other thread may read or write
+/// `out[row × ld + col]` for `row < rows`, `col` in `cols`, meanwhile.
 #[allow(clippy::too_many_arguments)]
 unsafe fn cols32<B: Block32>(
     blocks: &[B],
@@ -399,6 +409,10 @@ unsafe fn cols32<B: Block32>(
 /// A 256-value format: one weight row against eight activation rows when
 /// prefilling (four in the vector-dot order, and for what is left); one
 /// against one, prefetching ahead, when decoding.
+///
+/// # Safety
+/// As `QuantMatrix::matmul_cols`: no other thread may read or write
+/// `out[row × ld + col]` for `row < rows`, `col` in `cols`, meanwhile.
 #[allow(clippy::too_many_arguments)]
 unsafe fn cols256<B: Block256>(
     blocks: &[B],
@@ -457,7 +471,8 @@ unsafe fn cols256<B: Block256>(
 /// row; down columns, every value would touch its own cache line).
 ///
 /// # Safety
-/// No other thread may write those elements of `out` meanwhile.
+/// No other thread may read or write those elements of `out` meanwhile
+/// (their indices are checked by `DisjointSlice::slice`).
 unsafe fn write_rows<T>(
     out: &DisjointSlice<f32>,
     ld: usize,

@@ -7,10 +7,22 @@
 //! floating-point operations; `interleaved` and `interleaved_q4k` hold Q4_0,
 //! IQ4_NL and Q4_K matrices eight rows to a group, as llama.cpp repacks them; `matrix` dispatches a matrix to its kernel;
 //! `isa` is the one place that asks the CPU what it has.
+//!
+//! Every `unsafe fn` here says in `# Safety` which CPU features and which
+//! slice lengths its caller must vouch for, and the safe functions check
+//! their slices' lengths (and the ISA they are asked for) before any kernel
+//! reads by pointer or unchecked index: a wrong length panics, on every ISA,
+//! instead of reading past a slice.
+
+// The kernels are the crate's unsafe code: each `unsafe` block must say why
+// its CPU features and its lengths hold at that point, so that a change to
+// a check or a caller shows up next to what relied on it.
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod attention;
 mod block256;
 mod block32;
+mod exp;
 mod float;
 mod interleaved;
 mod interleaved_q4k;

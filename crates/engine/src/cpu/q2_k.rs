@@ -33,6 +33,8 @@ impl Block256 for BlockQ2K {
             ((self.qs[32 * j + b] >> (2 * s)) & 3) as i8
         })
     }
+    /// # Safety
+    /// Upholds `Block256::quants_avx2`'s contract: the CPU has AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2,fma")]

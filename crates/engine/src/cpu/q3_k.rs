@@ -43,6 +43,8 @@ impl Block256 for BlockQ3K {
             }
         })
     }
+    /// # Safety
+    /// Upholds `Block256::quants_avx2`'s contract: the CPU has AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2,fma")]

@@ -23,6 +23,8 @@ impl Block32 for BlockQ4_0 {
     fn quants(&self) -> [i8; 32] {
         nibbles(&self.qs).map(|n| n as i8 - 8)
     }
+    /// # Safety
+    /// Upholds `Block32::quants_avx2`'s contract: the CPU has AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2,fma")]

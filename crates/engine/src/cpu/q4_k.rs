@@ -65,6 +65,10 @@ pub(crate) fn nibble_runs(qs: &[u8; 128], e: usize) -> u8 {
     (qs[32 * j + b] >> (4 * hi)) & 0xF
 }
 
+/// `nibble_runs` for all 256 values, 32 to a register.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA. (It reads the 128 bytes of `qs` only.)
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma")]
@@ -96,6 +100,8 @@ impl Block256 for BlockQ4K {
     fn quants(&self) -> [i8; QK_K] {
         std::array::from_fn(|e| nibble_runs(&self.qs, e) as i8)
     }
+    /// # Safety
+    /// Upholds `Block256::quants_avx2`'s contract: the CPU has AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2,fma")]

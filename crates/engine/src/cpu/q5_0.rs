@@ -28,6 +28,8 @@ impl Block32 for BlockQ5_0 {
     fn quants(&self) -> [i8; 32] {
         five_bits(&self.qs, self.qh).map(|q| q as i8 - 16)
     }
+    /// # Safety
+    /// Upholds `Block32::quants_avx2`'s contract: the CPU has AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2,fma")]
@@ -38,6 +40,9 @@ impl Block32 for BlockQ5_0 {
         let hi = _mm256_andnot_si256(bytes_from_bits(u32::from_le_bytes(self.qh)), _mm256_set1_epi8(0xF0u8 as i8));
         _mm256_or_si256(nibbles(&self.qs), hi)
     }
+    /// # Safety
+    /// Upholds `Block32::offset_quants_avx512`'s contract: the CPU has AVX2,
+    /// FMA and AVX-512 F, BW and VL.
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl")]

@@ -24,6 +24,8 @@ impl Block32 for BlockQ5_1 {
     fn quants(&self) -> [i8; 32] {
         five_bits(&self.qs, self.qh).map(|q| q as i8)
     }
+    /// # Safety
+    /// Upholds `Block32::quants_avx2`'s contract: the CPU has AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2,fma")]

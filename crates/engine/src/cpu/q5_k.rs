@@ -31,6 +31,8 @@ impl Block256 for BlockQ5K {
     fn quants(&self) -> [i8; QK_K] {
         std::array::from_fn(|e| (nibble_runs(&self.qs, e) | (((self.qh[e % 32] >> (e / 32)) & 1) << 4)) as i8)
     }
+    /// # Safety
+    /// Upholds `Block256::quants_avx2`'s contract: the CPU has AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2,fma")]

@@ -32,6 +32,10 @@ pub(crate) struct Q8KBlock {
 pub(crate) fn quantize(x: &[f32]) -> Vec<Q8Block> {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
+        /// `quantize` compiled for AVX2 and FMA.
+        ///
+        /// # Safety
+        /// The CPU must have AVX2 and FMA. (The body is safe code: any `x`.)
         #[target_feature(enable = "avx2,fma")]
         unsafe fn avx2(x: &[f32]) -> Vec<Q8Block> {
             let mut out = Vec::with_capacity(x.len() / 32);
@@ -40,8 +44,9 @@ pub(crate) fn quantize(x: &[f32]) -> Vec<Q8Block> {
             }
             out
         }
-        // SAFETY: the CPU has AVX2 (checked at run time); the same code,
-        // with rounding done by an instruction instead of a libm call.
+        // SAFETY: the CPU has AVX2 and FMA (`has_avx2_fma`, checked at run
+        // time); the body is the same safe code, with rounding done by an
+        // instruction instead of a libm call, so no length needs checking.
         return unsafe { avx2(x) };
     }
     x.chunks_exact(32).map(quantize_block).collect()
@@ -67,6 +72,10 @@ fn quantize_block(x: &[f32]) -> Q8Block {
 pub(crate) fn quantize_k(x: &[f32]) -> Vec<Q8KBlock> {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
+        /// `quantize_k` compiled for AVX2 and FMA.
+        ///
+        /// # Safety
+        /// The CPU must have AVX2 and FMA. (The body is safe code: any `x`.)
         #[target_feature(enable = "avx2,fma")]
         unsafe fn avx2(x: &[f32]) -> Vec<Q8KBlock> {
             // A loop, not a closure: a closure would not inherit the target
@@ -77,7 +86,8 @@ pub(crate) fn quantize_k(x: &[f32]) -> Vec<Q8KBlock> {
             }
             out
         }
-        // SAFETY: the CPU has AVX2 (checked at run time); the same code.
+        // SAFETY: the CPU has AVX2 and FMA (`has_avx2_fma`, checked at run
+        // time); the body is the same safe code, so no length needs checking.
         return unsafe { avx2(x) };
     }
     x.chunks_exact(QK_K).map(quantize_k_block).collect()

@@ -18,6 +18,8 @@ impl Block32 for BlockQ8_0 {
     fn quants(&self) -> [i8; 32] {
         self.qs
     }
+    /// # Safety
+    /// Upholds `Block32::quants_avx2`'s contract: the CPU has AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2,fma")]

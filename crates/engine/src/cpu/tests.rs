@@ -183,7 +183,8 @@ fn activations_rounded_in_chunks_multiply_as_if_rounded_at_once() {
         let run = |acts: &Activations| {
             let mut out = vec![0f32; rows * c.rows];
             let slice = DisjointSlice::new(&mut out);
-            // SAFETY: one caller writes every element.
+            // SAFETY: this one call writes every element of `out`, and no
+            // other thread can reach it.
             unsafe { m.matmul_cols(acts, rows, rows, 0..c.rows, &slice, c.rows) };
             out
         };
@@ -199,4 +200,32 @@ fn activations_rounded_in_chunks_multiply_as_if_rounded_at_once() {
             );
         }
     }
+}
+
+#[test]
+#[should_panic(expected = "activations that are not whole rows of 64 values")]
+fn a_matmul_refuses_an_activation_row_too_short() {
+    // Eight Q4_0 rows of 64 values (the interleaved layout), and two
+    // activation rows, the second 32 values short.
+    let m = QuantMatrix::from_raw(GgmlType::Q4_0, &[8, 64], &vec![0u8; 8 * 2 * 18]).unwrap();
+    let mut out = vec![0f32; 2 * 8];
+    m.matmul(&random(2 * 64 - 32, 1), &mut out);
+}
+
+#[test]
+#[should_panic(expected = "activation rows shorter than the weight rows")]
+fn a_tile_refuses_activation_rows_shorter_than_the_weight_rows() {
+    use super::block32::{column_range, RowPairs};
+    use super::q8::Q8Block;
+    use super::q8_0::BlockQ8_0;
+    // SAFETY: `BlockQ8_0` is a `repr(C)` struct of integers: all-zero bytes
+    // are a valid block.
+    let zero: BlockQ8_0 = unsafe { std::mem::zeroed() };
+    // Two weight rows of four blocks, against activation rows of three: the
+    // vector kernels would read a fourth block past the end of each.
+    let blocks = vec![zero; 2 * 4];
+    let y = [Q8Block { d: 1.0, s: 0.0, qs: [1; 32] }; 3];
+    let mut out = vec![[0f32; 4]; 2];
+    let isa = super::isa::isa();
+    column_range(&blocks, 4, 0..2, 4, [&y[..]; 4], (&RowPairs::default(), 0), isa, false, &mut out);
 }

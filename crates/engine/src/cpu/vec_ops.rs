@@ -4,12 +4,16 @@
 //! and compiled twice: for AVX2+FMA (chosen at run time) and portably. Both
 //! builds perform the same floating-point operations in the same order, so
 //! the results do not depend on the CPU, while an installed app still gets
-//! vector code without being built for the machine it runs on.
+//! vector code without being built for the machine it runs on. SiLU follows
+//! the width of the CPU's llama.cpp build (`exp` holds its `ggml_v_expf`),
+//! with an AVX-512 form in registers.
 //!
 //! The orders are llama.cpp's x86 ones (its `ggml_vec_dot_f32`, tinyBLAS's
 //! f32 tiles, `ggml_v_expf`, its RMS norm): a 135M-parameter model rounds
 //! activations to 8 bits before every matmul, so a last-bit difference in a
 //! norm or a softmax flips roundings and, a few layers on, the greedy token.
+
+use super::exp::expf_w;
 
 macro_rules! multiversion {
     ($(#[$m:meta])* pub fn $name:ident($($a:ident: $t:ty),*) $(-> $r:ty)? => $imp:ident) => {
@@ -17,12 +21,16 @@ macro_rules! multiversion {
         pub fn $name($($a: $t),*) $(-> $r)? {
             #[cfg(target_arch = "x86_64")]
             {
+                /// # Safety
+                /// The CPU must have AVX2 and FMA. (The body is the portable
+                /// safe code: any slices will do.)
                 #[target_feature(enable = "avx2,fma")]
                 unsafe fn avx2($($a: $t),*) $(-> $r)? {
                     $imp($($a),*)
                 }
                 if crate::cpu::isa::has_avx2_fma() {
-                    // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+                    // SAFETY: the CPU has AVX2 and FMA (`has_avx2_fma`, checked
+                    // at run time); the body is safe code, bounds-checked.
                     return unsafe { avx2($($a),*) };
                 }
             }
@@ -43,18 +51,50 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         use crate::cpu::isa::{isa, Isa};
+        /// # Safety
+        /// The CPU must have AVX2 and FMA. (The body is safe code: any slices.)
         #[target_feature(enable = "avx2,fma")]
         unsafe fn avx2(gate: &mut [f32], up: &[f32]) {
             silu_mul_impl::<8>(gate, up)
         }
         match isa() {
-            // SAFETY: the CPU has the ISA's features (checked at run time).
-            Isa::Avx512Vnni => return unsafe { crate::cpu::attention::silu_mul_avx512(gate, up) },
+            // SAFETY: the CPU has AVX2, FMA, F16C and AVX-512 F, BW, DQ and VL
+            // (`isa()` checked them at run time); the kernel reads and writes only the first
+            // `min(gate.len(), up.len())` values of each slice.
+            Isa::Avx512Vnni => return unsafe { silu_mul_avx512(gate, up) },
+            // SAFETY: the CPU has AVX2 and FMA (`isa()` checked them at run
+            // time); the body is safe code, bounds-checked.
             Isa::Avx2 => return unsafe { avx2(gate, up) },
             Isa::Portable => {}
         }
     }
     silu_mul_impl::<8>(gate, up)
+}
+
+/// `silu_mul_impl::<16>` in AVX-512 registers, as llama.cpp's AVX-512 build
+/// runs `ggml_vec_swiglu_f32`: whole vectors through its `ggml_v_expf`, the
+/// tail through libm's `expf`.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA, F16C and AVX-512 F, BW, DQ and VL. (Any
+/// slices will do: the vectors read and written end by `n`, the shorter
+/// length.)
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")]
+unsafe fn silu_mul_avx512(gate: &mut [f32], up: &[f32]) {
+    use std::arch::x86_64::*;
+    let n = gate.len().min(up.len());
+    let wide = n / 16 * 16;
+    let (g, u) = (gate.as_mut_ptr(), up.as_ptr());
+    let one = _mm512_set1_ps(1.0);
+    for i in (0..wide).step_by(16) {
+        let x = _mm512_loadu_ps(g.add(i));
+        let e = super::exp::x86::expf512(_mm512_sub_ps(_mm512_setzero_ps(), x));
+        _mm512_storeu_ps(g.add(i), _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(one, e)), _mm512_loadu_ps(u.add(i))));
+    }
+    for (g, u) in gate[wide..n].iter_mut().zip(&up[wide..n]) {
+        *g = *g / (1.0 + (-*g).exp()) * u;
+    }
 }
 multiversion! {
     /// `x *= alpha`.
@@ -109,94 +149,6 @@ fn dot_impl(a: &[f32], b: &[f32]) -> f32 {
         s = a[i].mul_add(b[i], s);
     }
     s
-}
-
-/// `ggml_v_expf` for one lane (its AVX2 form, lane by lane).
-#[inline(always)]
-pub(crate) fn expf_lane(x: f32) -> f32 {
-    let f = f32::from_bits;
-    let r = f(0x4b40_0000);
-    let z = x.mul_add(f(0x3fb8_aa3b), r);
-    let n = z - r;
-    let b = (-n).mul_add(f(0x35bf_be8e), (-n).mul_add(f(0x3f31_7200), x));
-    let e = z.to_bits() << 23;
-    let k = f(e.wrapping_add(1f32.to_bits()));
-    let u = b * b;
-    let j = f(0x3c07_2010)
-        .mul_add(b, f(0x3d2b_9f17))
-        .mul_add(u, f(0x3e2a_af33).mul_add(b, f(0x3eff_fedb)))
-        .mul_add(u, f(0x3f7f_fff6) * b);
-    if n.abs() <= 126.0 || n.is_nan() {
-        return j.mul_add(k, k);
-    }
-    let g: u32 = if n <= 0.0 { 0x8200_0000 } else { 0 };
-    let s1 = f(g.wrapping_add(0x7f00_0000));
-    if n.abs() > 192.0 {
-        return s1 * s1;
-    }
-    let s2 = f(e.wrapping_sub(g));
-    s2.mul_add(j, s2) * s1
-}
-
-/// `ggml_v_expf` for one lane, its AVX-512 form: the polynomial ends in
-/// `+ 1` inside the last fused step, and 2^n is applied exactly by
-/// `scalef`, so only |n| > 192 is special.
-#[inline(always)]
-pub(crate) fn expf512_lane(x: f32) -> f32 {
-    let f = f32::from_bits;
-    let r = f(0x4b40_0000);
-    let z = x.mul_add(f(0x3fb8_aa3b), r);
-    let n = z - r;
-    let b = (-n).mul_add(f(0x35bf_be8e), (-n).mul_add(f(0x3f31_7200), x));
-    let u = b * b;
-    let j = f(0x3c07_2010)
-        .mul_add(b, f(0x3d2b_9f17))
-        .mul_add(u, f(0x3e2a_af33).mul_add(b, f(0x3eff_fedb)))
-        .mul_add(u, f(0x3f7f_fff6).mul_add(b, 1.0));
-    if n.is_nan() {
-        return f32::NAN;
-    }
-    if n.abs() > 192.0 {
-        return if n <= 0.0 { 0.0 } else { f32::INFINITY };
-    }
-    // `scalef(j, n)`: j·2^n, rounded once (the f64 product is exact).
-    (j as f64 * f64::from_bits(((n as i64 + 1023) as u64) << 52)) as f32
-}
-
-/// `ggml_v_expf` in the form of the build with `W` lanes.
-#[inline(always)]
-pub(crate) fn expf_w<const W: usize>(x: f32) -> f32 {
-    if W == 16 {
-        expf512_lane(x)
-    } else {
-        expf_lane(x)
-    }
-}
-
-/// `x[i] = exp(x[i] - max)` with `ggml_v_expf`, returning the sum as
-/// `ggml_vec_soft_max_f32` forms it (`W` at a time, in f64); inlined into
-/// each build of the softmax that calls it.
-#[inline(always)]
-pub(super) fn exp_sum_impl<const W: usize>(x: &mut [f32], max: f32) -> f64 {
-    let mut sum = 0f64;
-    let mut chunks = x.chunks_exact_mut(W);
-    for c in &mut chunks {
-        let v: [f32; W] = std::array::from_fn(|l| expf_w::<W>(c[l] - max));
-        c.copy_from_slice(&v);
-        sum += hsum_w::<W>(&v) as f64;
-    }
-    // llama.cpp pads rows to 256 with masked (zero) entries, so a tail is
-    // still one SIMD block whose missing lanes add nothing.
-    let rest = chunks.into_remainder();
-    if !rest.is_empty() {
-        let mut v = [0f32; W];
-        for (o, x) in v.iter_mut().zip(rest.iter_mut()) {
-            *x = expf_w::<W>(*x - max);
-            *o = *x;
-        }
-        sum += hsum_w::<W>(&v) as f64;
-    }
-    sum
 }
 
 /// `ggml_vec_swiglu_f32` with `W` lanes: whole vectors through
@@ -300,47 +252,13 @@ mod tests {
     }
 
     #[test]
-    fn llama_cpp_expf_is_close_to_exp_and_handles_the_extremes() {
-        for i in -1700..1700 {
-            let x = i as f32 * 0.05;
-            let (got, want) = (expf_lane(x), (x as f64).exp());
-            assert!(((got as f64 - want) / want).abs() < 2e-6 || want < 1e-37, "{x}: {got} vs {want}");
-        }
-        assert_eq!(expf_lane(f32::NEG_INFINITY), 0.0);
-        assert_eq!(expf_lane(-1000.0), 0.0);
-        assert_eq!(expf_lane(0.0), 1.0);
-        let mut v: Vec<f32> = (0..21).map(|i| -(i as f32) * 0.3).collect();
-        let sum = exp_sum_impl::<8>(&mut v, 0.0);
-        assert!((sum - v.iter().map(|x| *x as f64).sum::<f64>()).abs() < 1e-6);
-    }
-
-    #[test]
-    fn the_avx512_expf_is_close_to_exp_handles_the_extremes_and_differs_from_the_avx2_one() {
-        let mut differ = 0;
-        for i in -2200..1760 {
-            let x = i as f32 * 0.05;
-            let (got, want) = (expf512_lane(x), (x as f64).exp());
-            assert!(((got as f64 - want) / want).abs() < 2e-6 || want < 1e-37, "{x}: {got} vs {want}");
-            differ += (got != expf_lane(x)) as usize;
-        }
-        assert!(differ > 0, "the two builds' expf should differ in some last bits");
-        assert_eq!(expf512_lane(f32::NEG_INFINITY), 0.0);
-        assert_eq!(expf512_lane(-1000.0), 0.0);
-        assert_eq!(expf512_lane(1000.0), f32::INFINITY);
-        assert_eq!(expf512_lane(0.0), 1.0);
-        assert!(expf512_lane(f32::NAN).is_nan());
-        // Subnormal results, which `scalef` rounds once.
-        assert!(expf512_lane(-100.0) > 0.0 && expf512_lane(-100.0) < f32::MIN_POSITIVE);
-    }
-
-    #[test]
     fn silu_in_each_build_matches_its_portable_order() {
         let (g, u) = (data(1536 + 13, 5), data(1536 + 13, 6));
         let g: Vec<f32> = g.iter().map(|x| x * 40.0).collect();
         let mut a = g.clone();
         silu_mul(&mut a, &u);
         let mut b = g.clone();
-        if crate::cpu::attention::width() == 16 {
+        if crate::cpu::isa::isa() >= crate::cpu::isa::Isa::Avx512Vnni {
             silu_mul_impl::<16>(&mut b, &u);
         } else {
             silu_mul_impl::<8>(&mut b, &u);

@@ -18,10 +18,17 @@
 //! AVX2 one (the portable path too, so every CPU without AVX-512 gets the
 //! same bits).
 //!
-//! Each kernel is written portably, generic over the width, and again in
-//! registers (`avx2`, `avx512`), doing the same floating-point operations in
-//! the same order (tested bit for bit). The register forms keep a tile of
-//! accumulators: several queries share each key or value they load.
+//! Each kernel is written twice, each time once for both widths: portably,
+//! one lane at a time (`portable`, generic over the width), and in registers
+//! (`x86`, generic over `x86::Lanes`, the register and the few instructions
+//! that differ between the AVX2 and AVX-512 builds, with an entry point per
+//! ISA that enables its features). Both do the same floating-point
+//! operations in the same order (tested bit for bit). The register forms
+//! keep a tile of accumulators: several queries share each key or value
+//! they load.
+//!
+//! The public functions check the lengths of their slices before any
+//! register code runs, so the register forms never reach past a slice.
 
 // Lane loops index several arrays by the same lane, as the C they follow.
 #![allow(clippy::needless_range_loop)]
@@ -30,13 +37,14 @@ use std::ops::Range;
 
 use half::f16;
 
+use super::exp::expf_w;
 use super::isa::{isa, Isa};
-use super::vec_ops::{exp_sum_impl, hsum8, hsum_w};
+use super::vec_ops::hsum_w;
 
 #[cfg(target_arch = "x86_64")]
-mod avx2;
+mod x86;
 #[cfg(target_arch = "x86_64")]
-mod avx512;
+use x86::{avx2, avx512};
 
 /// Which of llama.cpp's matmul paths an attention step follows.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -69,22 +77,17 @@ pub fn width() -> usize {
     }
 }
 
-/// `vec_ops::silu_mul` on AVX-512 (it shares this module's `ggml_v_expf`).
-///
-/// # Safety
-/// The CPU must have AVX-512 F, BW, DQ and VL.
-#[cfg(target_arch = "x86_64")]
-pub(crate) unsafe fn silu_mul_avx512(gate: &mut [f32], up: &[f32]) {
-    avx512::silu_mul(gate, up)
-}
-
 /// Rounds every value to f16 and back, as llama.cpp rounds the operand of a
 /// matmul with an f16 matrix.
 pub fn round_to_f16(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if isa() >= Isa::Avx2 {
-        // SAFETY: the CPU has AVX2, FMA and F16C (checked at run time).
-        return unsafe { avx2::round_to_f16(x) };
+    match isa() {
+        // SAFETY: the CPU has the ISA's features (checked at run time); the
+        // kernel reads and writes within `x`.
+        Isa::Avx512Vnni => return unsafe { avx512::round_to_f16(x) },
+        // SAFETY: as above.
+        Isa::Avx2 => return unsafe { avx2::round_to_f16(x) },
+        Isa::Portable => {}
     }
     for v in x.iter_mut() {
         *v = f16::from_f32(*v).to_f32();
@@ -93,6 +96,11 @@ pub fn round_to_f16(x: &mut [f32]) {
 
 /// `out[q · stride + j - positions.start] = scale · keys[j] · queries[q]`
 /// for every position `j` (keys `[pos, hd]`).
+///
+/// # Panics
+/// If `queries` is empty or its rows differ in length, if `keys` has fewer
+/// than `positions.end` rows, or if `out` is too short for the last query's
+/// row.
 pub fn scores(
     out: &mut [f32],
     stride: usize,
@@ -102,16 +110,31 @@ pub fn scores(
     scale: f32,
     order: Order,
 ) {
-    // tinyBLAS takes a matmul only when its inner size is a multiple of its vector.
-    let tiled = order == Order::Prefill && queries[0].len().is_multiple_of(width());
+    let hd = queries[0].len();
+    // The register forms read every query and key by pointer, and write `out` by index.
+    assert!(queries.iter().all(|q| q.len() == hd), "queries of different lengths");
+    if !positions.is_empty() {
+        assert!(positions.end.checked_mul(hd).is_some_and(|n| n <= keys.len()), "keys end before the positions");
+        let last = (queries.len() - 1).checked_mul(stride).and_then(|at| at.checked_add(positions.len()));
+        assert!(last.is_some_and(|n| n <= out.len()), "scores past the end of `out`");
+    }
     #[cfg(target_arch = "x86_64")]
     match isa() {
-        // SAFETY: the CPU has the ISA's features (checked at run time).
-        Isa::Avx512Vnni => return unsafe { avx512::scores(out, stride, queries, keys, positions, scale, tiled) },
-        Isa::Avx2 => return unsafe { avx2::scores(out, stride, queries, keys, positions, scale, tiled) },
+        // SAFETY: the CPU has the ISA's features (checked at run time), and
+        // the slices hold every key and query the positions need (asserted).
+        Isa::Avx512Vnni => return unsafe { avx512::scores(out, stride, queries, keys, positions, scale, order) },
+        // SAFETY: as above.
+        Isa::Avx2 => return unsafe { avx2::scores(out, stride, queries, keys, positions, scale, order) },
         Isa::Portable => {}
     }
-    portable::scores::<8>(out, stride, queries, keys, positions, scale, tiled)
+    portable::scores::<8>(out, stride, queries, keys, positions, scale, tiled(hd, order, 8))
+}
+
+/// Whether the scores follow tinyBLAS (`w` lanes): it takes a matmul only
+/// when its inner size is a multiple of its vector.
+#[inline(always)]
+fn tiled(hd: usize, order: Order, w: usize) -> bool {
+    order == Order::Prefill && hd.is_multiple_of(w)
 }
 
 /// Turns each `row` of scores into f16-rounded probabilities in place:
@@ -121,8 +144,10 @@ pub fn scores(
 pub fn softmax(row: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     match isa() {
-        // SAFETY: the CPU has the ISA's features (checked at run time).
+        // SAFETY: the CPU has the ISA's features (checked at run time); the
+        // kernel reads and writes within `row`.
         Isa::Avx512Vnni => return unsafe { avx512::softmax(row) },
+        // SAFETY: as above.
         Isa::Avx2 => return unsafe { avx2::softmax(row) },
         Isa::Portable => {}
     }
@@ -143,10 +168,40 @@ fn softmax_impl<const W: usize>(row: &mut [f32]) {
     }
 }
 
+/// `x[i] = exp(x[i] - max)` with `ggml_v_expf`, returning the sum as
+/// `ggml_vec_soft_max_f32` forms it (`W` at a time, in f64).
+#[inline(always)]
+fn exp_sum_impl<const W: usize>(x: &mut [f32], max: f32) -> f64 {
+    let mut sum = 0f64;
+    let mut chunks = x.chunks_exact_mut(W);
+    for c in &mut chunks {
+        let v: [f32; W] = std::array::from_fn(|l| expf_w::<W>(c[l] - max));
+        c.copy_from_slice(&v);
+        sum += hsum_w::<W>(&v) as f64;
+    }
+    // llama.cpp pads rows to 256 with masked (zero) entries, so a tail is
+    // still one SIMD block whose missing lanes add nothing.
+    let rest = chunks.into_remainder();
+    if !rest.is_empty() {
+        let mut v = [0f32; W];
+        for (o, x) in v.iter_mut().zip(rest.iter_mut()) {
+            *x = expf_w::<W>(*x - max);
+            *o = *x;
+        }
+        sum += hsum_w::<W>(&v) as f64;
+    }
+    sum
+}
+
 /// `outs[q][d - dims.start] = Σ_j probs[q][j - base] · values_t[d · cap + j]`
 /// over positions `base..base + probs[q].len()` (the same length for every
 /// query), for each dimension `d` of `dims` (values transposed, `[hd, cap]`).
 /// `base` must be a multiple of `order.lanes()`.
+///
+/// # Panics
+/// If `probs` is empty or its rows differ in length, if `outs` has not one
+/// row per query of at least `dims.len()` values, or if `values_t` ends
+/// before the last dimension's positions.
 pub fn weighted_values(
     outs: &mut [&mut [f32]],
     probs: &[&[f32]],
@@ -157,10 +212,22 @@ pub fn weighted_values(
     order: Order,
 ) {
     debug_assert_eq!(base % order.lanes(), 0);
+    let n = probs[0].len();
+    // The register forms read every probability and value by pointer, and write `outs` by index.
+    assert!(probs.iter().all(|p| p.len() == n), "probabilities of different lengths");
+    assert_eq!(outs.len(), probs.len(), "one output row per query");
+    if !dims.is_empty() {
+        assert!(outs.iter().all(|o| o.len() >= dims.len()), "an output row shorter than `dims`");
+        let end = (dims.end - 1).checked_mul(cap).and_then(|at| at.checked_add(base)).and_then(|at| at.checked_add(n));
+        assert!(end.is_some_and(|end| end <= values_t.len()), "values end before the positions");
+    }
     #[cfg(target_arch = "x86_64")]
     match isa() {
-        // SAFETY: the CPU has the ISA's features (checked at run time).
+        // SAFETY: the CPU has the ISA's features (checked at run time), and
+        // the slices hold every value and probability the dimensions need
+        // (asserted).
         Isa::Avx512Vnni => return unsafe { avx512::weighted_values(outs, probs, values_t, cap, dims, base, order) },
+        // SAFETY: as above.
         Isa::Avx2 => return unsafe { avx2::weighted_values(outs, probs, values_t, cap, dims, base, order) },
         Isa::Portable => {}
     }
@@ -311,11 +378,10 @@ mod tests {
         let queries: Vec<&[f32]> = q.chunks(hd).collect();
         let mut s = vec![0f32; g * n];
         if portable_only {
-            let tiled = order == Order::Prefill && hd % width() == 0;
             if width() == 16 {
-                portable::scores::<16>(&mut s, n, &queries, &keys, 0..n, 0.125, tiled);
+                portable::scores::<16>(&mut s, n, &queries, &keys, 0..n, 0.125, tiled(hd, order, 16));
             } else {
-                portable::scores::<8>(&mut s, n, &queries, &keys, 0..n, 0.125, tiled);
+                portable::scores::<8>(&mut s, n, &queries, &keys, 0..n, 0.125, tiled(hd, order, 8));
             }
         } else {
             scores(&mut s, n, &queries, &keys, 0..n, 0.125, order);
@@ -393,6 +459,61 @@ mod tests {
             assert!((a.iter().sum::<f32>() - 1.0).abs() < 2e-3);
             assert_eq!(a[3], 0.0);
         }
+    }
+
+    #[test]
+    fn the_exponentials_sum_to_what_exp_sum_returns() {
+        let mut v: Vec<f32> = (0..21).map(|i| -(i as f32) * 0.3).collect();
+        let sum = exp_sum_impl::<8>(&mut v, 0.0);
+        assert!((sum - v.iter().map(|x| *x as f64).sum::<f64>()).abs() < 1e-6);
+    }
+
+    /// Keys, values and queries for `g` queries of 64 over `n` positions.
+    fn head(n: usize, g: usize) -> (Vec<f16>, Vec<f32>) {
+        (data(n * 64, 1).into_iter().map(f16::from_f32).collect(), data(g * 64, 3))
+    }
+
+    #[test]
+    #[should_panic(expected = "keys end before the positions")]
+    fn scores_refuse_keys_that_end_before_the_positions() {
+        let (keys, q) = head(10, 1);
+        let mut out = vec![0f32; 11];
+        scores(&mut out, 11, &[&q], &keys[..keys.len() - 1], 0..10, 1.0, Order::Decode);
+    }
+
+    #[test]
+    #[should_panic(expected = "scores past the end of `out`")]
+    fn scores_refuse_an_out_too_short_for_the_last_query() {
+        let (keys, q) = head(10, 2);
+        let mut out = vec![0f32; 19];
+        scores(&mut out, 10, &[&q[..64], &q[64..]], &keys, 0..10, 1.0, Order::Prefill);
+    }
+
+    #[test]
+    #[should_panic(expected = "queries of different lengths")]
+    fn scores_refuse_queries_of_different_lengths() {
+        let (keys, q) = head(10, 2);
+        let mut out = vec![0f32; 20];
+        scores(&mut out, 10, &[&q[..64], &q[64..127]], &keys, 0..10, 1.0, Order::Decode);
+    }
+
+    #[test]
+    #[should_panic(expected = "values end before the positions")]
+    fn weighted_values_refuse_values_that_end_before_the_positions() {
+        // Four dimensions of 40 positions (`cap`), 37 from 0: the last row is one short.
+        let values_t: Vec<f16> = vec![f16::ONE; 3 * 40 + 36];
+        let p = vec![0.5f32; 37];
+        let mut out = vec![0f32; 4];
+        weighted_values(&mut [&mut out], &[&p], &values_t, 40, 0..4, 0, Order::Decode);
+    }
+
+    #[test]
+    #[should_panic(expected = "an output row shorter than `dims`")]
+    fn weighted_values_refuse_an_output_row_too_short() {
+        let values_t: Vec<f16> = vec![f16::ONE; 4 * 40];
+        let p = vec![0.5f32; 37];
+        let mut out = vec![0f32; 3];
+        weighted_values(&mut [&mut out], &[&p], &values_t, 40, 0..4, 0, Order::Prefill);
     }
 
     #[test]
