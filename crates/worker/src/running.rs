@@ -267,6 +267,10 @@ impl WorkerThread {
     fn step(&mut self, r: &mut RunningReply, sharing: usize, mut given: Given) -> Result<bool, AppError> {
         let engine = r.engine.clone();
         let (model, tokenizer) = (engine.model(), engine.tokenizer());
+        // A shared pass that failed (or panicked, taking the turns) fails the reply.
+        if let Some(e) = given.iter_mut().find_map(|g| g.take_if(|g| g.is_err())) {
+            return Err(e.expect_err("taken because it is an error"));
+        }
         if r.turns.iter().all(Option::is_none) {
             return Ok(false);
         }
