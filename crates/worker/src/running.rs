@@ -292,17 +292,22 @@ impl WorkerThread {
                 Err(e) => return Err(e.into()),
             };
             (r.job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 });
-            if first.can_fork() {
-                if let Some(replay) = &mut r.replay {
-                    replay.outcome.processed_tokens = first.stats().processed_tokens as u32;
-                }
-                // The variants: the prompt read once, each sampling with its own seed.
-                let (sequences, seed) = (r.written.len(), r.seed);
-                let forks =
-                    (1..sequences).map(|b| first.fork(model, job_seed(seed, b))).collect::<Result<Vec<_>, _>>()?;
-                r.turns.extend(forks.into_iter().map(Some));
+            if let (Some(replay), false) = (&mut r.replay, first.is_prefilling()) {
+                replay.outcome.processed_tokens = first.stats().processed_tokens as u32;
             }
             return Ok(true);
+        }
+        // The variants, once the prompt is read (at once where the cache
+        // already held it and its logits: a regeneration), each sampling
+        // with its own seed.
+        if r.turns.len() < r.written.len() {
+            if let Some(first) = r.turns[0].as_ref().filter(|t| t.can_fork()) {
+                let seed = r.seed;
+                let forks = (1..r.written.len())
+                    .map(|b| first.fork(model, job_seed(seed, b)))
+                    .collect::<Result<Vec<_>, _>>()?;
+                r.turns.extend(forks.into_iter().map(Some));
+            }
         }
         for (b, turn) in r.turns.iter_mut().enumerate() {
             let Some(turn) = turn.as_mut().filter(|_| !r.done[b]) else { continue };

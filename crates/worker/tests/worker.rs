@@ -675,6 +675,22 @@ fn generate_n_writes_variants_from_one_prompt_each_with_its_cache() {
     }
     assert!(replies.iter().any(|r| r.content != replies[0].content), "three identical samples");
 
+    // Generating again from the same message (a regeneration) starts from
+    // the cached prompt and its logits: the variants still fork, all finish.
+    let again: Vec<i64> = (0..3)
+        .map(|_| store.add_message(c.id, parent, Role::Assistant, "", MessageStatus::Streaming).unwrap().id)
+        .collect();
+    let (mut j, rx) = job(c.id, again[0], history.clone(), settings.clone());
+    j.variant_ids = again[1..].to_vec();
+    worker.enqueue(j).unwrap();
+    let events = collect(&rx);
+    let Some(GenerationEvent::Finished { others: more, stats, .. }) = events.last() else { panic!("{events:?}") };
+    assert_eq!((more.len(), stats.processed_tokens), (2, 0), "read nothing again: {stats:?}");
+    for &id in &again {
+        assert_eq!(store.message(id).unwrap().status, MessageStatus::Complete, "reply {id}");
+    }
+    store.select_version(c.id, first).unwrap();
+
     // Each variant is what a single reply with its seed writes.
     let solo = reply_row(&store, store.create_conversation().unwrap().id, "Name a colour.");
     let solo_conv = store.message(solo).unwrap().conversation_id;
