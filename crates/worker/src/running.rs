@@ -396,7 +396,10 @@ impl WorkerThread {
                     dropped: r.dropped,
                     seed: r.seed,
                 };
-                Ok(finished_replies(&r.engine, &r.job, &run, &outs, &mut r.written))
+                let mut done = finished_replies(&r.engine, &r.job, &run, &outs, &mut r.written);
+                // Variants stopped before they forked wrote nothing.
+                done.resize_with(n, || Finished::stopped_before_start(&r.job.prefix));
+                Ok(done)
             }
         };
         // The conversation is free again before anyone hears the reply ended,
