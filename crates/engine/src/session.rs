@@ -84,32 +84,13 @@ impl Session {
     /// Brings the cache to cover `prompt`, reusing the longest common prefix,
     /// and returns how many tokens were run and the logits after the last one.
     pub fn prefill(&mut self, model: &Model, prompt: &[u32]) -> Result<(usize, Vec<f32>)> {
-        self.prefill_observed(model, prompt, &mut |_| true, &|| false)
-    }
-
-    /// `prefill`, telling `progress` how far it has read after every chunk
-    /// (and once before the first); `progress` returning false, or `stop`
-    /// (asked between the layers of a chunk) returning true, stops it with
-    /// [`EngineError::Stopped`], keeping the chunks already read.
-    pub fn prefill_observed(
-        &mut self,
-        model: &Model,
-        prompt: &[u32],
-        progress: &mut dyn FnMut(Progress) -> bool,
-        stop: &dyn Fn() -> bool,
-    ) -> Result<(usize, Vec<f32>)> {
         let common = match self.prefill_begin(prompt)? {
             PrefillStart::Cached(logits) => return Ok((0, logits)),
             PrefillStart::From(common) => common,
         };
-        let total = prompt.len() - common;
         loop {
-            if !progress(Progress { done: self.tokens.len() - common, total }) {
-                return Err(EngineError::Stopped);
-            }
-            if let Some(logits) = self.prefill_rows(model, prompt, PREFILL_CHUNK, stop)? {
-                progress(Progress { done: total, total });
-                return Ok((total, logits));
+            if let Some(logits) = self.prefill_rows(model, prompt, PREFILL_CHUNK, &|| false)? {
+                return Ok((prompt.len() - common, logits));
             }
         }
     }

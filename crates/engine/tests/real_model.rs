@@ -233,23 +233,13 @@ fn a_batch_of_variants_shares_the_prompt_and_matches_single_runs() {
 
 #[test]
 fn forks_of_a_turn_read_the_prompt_once_and_each_is_the_single_run_of_its_seed() {
-    use hearth_engine::{Advance, OwnedTurn};
+    use hearth_engine::OwnedTurn;
     let engine = open_default();
     let (m, tok) = (engine.model(), engine.tokenizer());
     let ids = engine.encode_chat(&[ChatMessage::user("Name a colour.")]).unwrap();
     let sampling = SamplingParams { temperature: 1.2, seed: 5, ..SamplingParams::default() };
     let config = engine.generation_config(sampling.clone(), 12);
-    let run = |turn: &mut OwnedTurn| -> Vec<u32> {
-        let mut tokens = Vec::new();
-        loop {
-            match turn.advance(m, tok).unwrap() {
-                Advance::Prefill(_) => {}
-                Advance::Tokens(events) => tokens
-                    .extend(events.iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD).map(|e| e.token)),
-                Advance::Done => return tokens,
-            }
-        }
-    };
+    let run = |turn: &mut hearth_engine::OwnedTurn| run_to_end(&engine, turn);
     let mut first =
         engine.new_session(None).into_turn(m, tok, ids.clone(), config.clone()).map_err(|(_, e)| e).unwrap();
     assert!(!first.can_fork(), "not before the prompt is read");
@@ -606,7 +596,7 @@ fn owned_turns_decoding_in_one_pass_give_what_each_gives_alone() {
 
 #[test]
 fn a_prefill_stopped_between_layers_keeps_the_chunks_before_and_goes_on_to_the_same_tokens() {
-    use hearth_engine::{Advance, EngineError, OwnedTurn};
+    use hearth_engine::{Advance, EngineError};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     let engine = open_default();
@@ -614,17 +604,7 @@ fn a_prefill_stopped_between_layers_keeps_the_chunks_before_and_goes_on_to_the_s
     let prompt =
         engine.tokenizer().encode(include_str!("../../../ARCHITECTURE.md"), false, false).unwrap()[..200].to_vec();
     let config = engine.generation_config(SamplingParams::greedy(), 8);
-    let run = |turn: &mut OwnedTurn| -> Vec<u32> {
-        let mut tokens = Vec::new();
-        loop {
-            match turn.advance(m, tok).unwrap() {
-                Advance::Prefill(_) => {}
-                Advance::Tokens(events) => tokens
-                    .extend(events.iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD).map(|e| e.token)),
-                Advance::Done => return tokens,
-            }
-        }
-    };
+    let run = |turn: &mut hearth_engine::OwnedTurn| run_to_end(&engine, turn);
     let mut whole =
         engine.new_session(Some(1024)).into_turn(m, tok, prompt.clone(), config.clone()).map_err(|(_, e)| e).unwrap();
     whole.set_prefill_rows(64);
@@ -685,4 +665,18 @@ fn a_reply_goes_back_into_the_prompt_as_the_tokens_it_was_sampled_as() {
     assert_eq!(tail(&spliced), tail(&plain));
     // Tokens that are not the content's are not used.
     assert_eq!(next(ChatMessage::assistant("Goodbye").with_ids(ids)), next(ChatMessage::assistant("Goodbye")));
+}
+
+/// Advances `turn` to its end; the tokens it sampled.
+fn run_to_end(engine: &hearth_engine::Engine, turn: &mut hearth_engine::OwnedTurn) -> Vec<u32> {
+    let mut tokens = Vec::new();
+    loop {
+        match turn.advance(engine.model(), engine.tokenizer()).unwrap() {
+            hearth_engine::Advance::Prefill(_) => {}
+            hearth_engine::Advance::Tokens(events) => {
+                tokens.extend(events.iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD).map(|e| e.token))
+            }
+            hearth_engine::Advance::Done => return tokens,
+        }
+    }
 }
