@@ -13,8 +13,9 @@ use crate::state::AppState;
 use crate::worker::bundle::CacheImport;
 
 /// How to export a conversation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, TS)]
 #[serde(rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
 pub enum ExportFormat {
     /// The shown branch, readable anywhere.
     Markdown,

@@ -1,24 +1,32 @@
 use hearth_store::{ConversationSettings, FieldError, Preset};
 use tauri::State;
+use ts_rs::TS;
 
 use crate::error::{AppError, AppResult, ErrorKind};
 use crate::state::AppState;
 
-/// Settings from the UI's JSON, taken as JSON rather than as the typed
-/// struct so that a value of the wrong type or past a field's range (a
-/// number over `u32`, NaN sent as `null`) is a field error, not serde's.
-fn checked(settings: serde_json::Value) -> AppResult<ConversationSettings> {
-    ConversationSettings::from_json(settings).map_err(|errors| {
+/// Settings as the UI sends them. They are taken as JSON rather than as the
+/// typed struct so that a value of the wrong type or past a field's range (a
+/// number over `u32`, NaN sent as `null`) is a field error, not serde's; to
+/// TypeScript they are `ConversationSettings`.
+#[derive(serde::Deserialize, TS)]
+#[serde(transparent)]
+#[ts(export, export_to = "bindings/")]
+pub struct SettingsInput(#[ts(as = "ConversationSettings")] serde_json::Value);
+
+fn checked(settings: SettingsInput) -> AppResult<ConversationSettings> {
+    ConversationSettings::from_json(settings.0).map_err(|errors| {
         let words: Vec<String> = errors.iter().map(|e| format!("{} {}", e.field, e.message)).collect();
         AppError::new(ErrorKind::InvalidSettings, words.join("; "))
     })
 }
 
 /// A preset as sent: its settings are checked like any others.
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, TS)]
+#[ts(export, export_to = "bindings/")]
 pub struct PresetInput {
     name: String,
-    settings: serde_json::Value,
+    settings: SettingsInput,
 }
 
 #[tauri::command]
@@ -28,19 +36,15 @@ pub async fn settings_get(state: State<'_, AppState>, conversation_id: i64) -> A
 
 /// Saves a conversation's settings; a reply already running keeps its own.
 #[tauri::command]
-pub async fn settings_set(
-    state: State<'_, AppState>,
-    conversation_id: i64,
-    settings: serde_json::Value,
-) -> AppResult<()> {
+pub async fn settings_set(state: State<'_, AppState>, conversation_id: i64, settings: SettingsInput) -> AppResult<()> {
     let settings = checked(settings)?;
     Ok(state.store()?.set_conversation_settings(conversation_id, &settings)?)
 }
 
 /// Every invalid field with its message; empty when all are valid.
 #[tauri::command]
-pub async fn settings_validate(settings: serde_json::Value) -> AppResult<Vec<FieldError>> {
-    Ok(ConversationSettings::from_json(settings).err().unwrap_or_default())
+pub async fn settings_validate(settings: SettingsInput) -> AppResult<Vec<FieldError>> {
+    Ok(ConversationSettings::from_json(settings.0).err().unwrap_or_default())
 }
 
 #[tauri::command]
@@ -49,7 +53,7 @@ pub async fn settings_defaults_get(state: State<'_, AppState>) -> AppResult<Conv
 }
 
 #[tauri::command]
-pub async fn settings_defaults_set(state: State<'_, AppState>, settings: serde_json::Value) -> AppResult<()> {
+pub async fn settings_defaults_set(state: State<'_, AppState>, settings: SettingsInput) -> AppResult<()> {
     let settings = checked(settings)?;
     Ok(state.store()?.set_default_settings(&settings)?)
 }

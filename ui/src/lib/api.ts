@@ -1,37 +1,20 @@
-// Typed calls to the shell's commands. Every failure is an AppError
+// The shell's commands, grouped by feature, over the calls generated from
+// the Rust signatures (bindings/commands.ts). Every failure is an AppError
 // ({kind, message}); generation events stream over a Channel.
-import { Channel, invoke } from '@tauri-apps/api/core';
-import type { ApiServerState } from './bindings/ApiServerState';
-import type { AddedEndpoint } from './bindings/AddedEndpoint';
+import { Channel } from '@tauri-apps/api/core';
+import * as commands from './bindings/commands';
 import type { AppError } from './bindings/AppError';
 import type { Backend } from './bindings/Backend';
-import type { Endpoint } from './bindings/Endpoint';
 import type { CacheBudgets } from './bindings/CacheBudgets';
-import type { Conversation } from './bindings/Conversation';
-import type { ConversationCache } from './bindings/ConversationCache';
-import type { ContextUsage } from './bindings/ContextUsage';
 import type { ConversationSettings } from './bindings/ConversationSettings';
 import type { DownloadEvent } from './bindings/DownloadEvent';
-import type { FieldError } from './bindings/FieldError';
+import type { ExportFormat } from './bindings/ExportFormat';
 import type { GenerationEvent } from './bindings/GenerationEvent';
-import type { ImportResult } from './bindings/ImportResult';
-import type { Message } from './bindings/Message';
-import type { ModelStatus } from './bindings/ModelStatus';
 import type { Preset } from './bindings/Preset';
-import type { RecentModel } from './bindings/RecentModel';
-import type { LibraryModel } from './bindings/LibraryModel';
-import type { SearchHit } from './bindings/SearchHit';
-import type { StartupError } from './bindings/StartupError';
-import type { Sent } from './bindings/Sent';
-import type { ThreadMessage } from './bindings/ThreadMessage';
-import type { TokenView } from './bindings/TokenView';
+
+export type { ExportFormat };
 
 export type OnEvent = (event: GenerationEvent) => void;
-
-/** How a conversation is exported: Markdown of the shown branch, the whole
- *  tree as JSON, or a `.hearth` bundle (the JSON, the KV cache and the
- *  model's identity). */
-export type ExportFormat = 'markdown' | 'json' | 'bundle';
 
 /** Whatever a command threw, as an AppError. */
 export function asAppError(e: unknown): AppError {
@@ -47,91 +30,91 @@ function channel(onEvent: OnEvent): Channel<GenerationEvent> {
 
 export const api = {
   app: {
-    startupError: () => invoke<StartupError | null>('app_startup_error'),
-    moveDatabaseAside: () => invoke<string>('app_move_database_aside'),
+    startupError: () => commands.appStartupError(),
+    moveDatabaseAside: () => commands.appMoveDatabaseAside(),
   },
   conversations: {
-    list: () => invoke<Conversation[]>('conversations_list'),
-    search: (query: string) => invoke<SearchHit[]>('conversations_search', { query }),
-    create: () => invoke<Conversation>('conversations_create'),
-    rename: (id: number, title: string) => invoke<Conversation>('conversations_rename', { id, title }),
-    delete: (id: number) => invoke<void>('conversations_delete', { id }),
-    restore: (id: number) => invoke<Conversation>('conversations_restore', { id }),
-    thread: (id: number) => invoke<ThreadMessage[]>('conversations_thread', { id }),
-    cacheStates: () => invoke<ConversationCache[]>('conversations_cache_states'),
+    list: () => commands.conversationsList(),
+    search: (query: string) => commands.conversationsSearch(query),
+    create: () => commands.conversationsCreate(),
+    rename: (id: number, title: string) => commands.conversationsRename(id, title),
+    delete: (id: number) => commands.conversationsDelete(id),
+    restore: (id: number) => commands.conversationsRestore(id),
+    thread: (id: number) => commands.conversationsThread(id),
+    cacheStates: () => commands.conversationsCacheStates(),
     selectVersion: (id: number, messageId: number) =>
-      invoke<ThreadMessage[]>('conversations_select_version', { id, messageId }),
-    backend: (id: number) => invoke<Backend>('conversations_backend', { id }),
-    setBackend: (id: number, backend: Backend) => invoke<void>('conversations_set_backend', { id, backend }),
-    exportTo: (id: number, format: ExportFormat, path: string) => invoke<null>('conversations_export', { id, format, path }),
+      commands.conversationsSelectVersion(id, messageId),
+    backend: (id: number) => commands.conversationsBackend(id),
+    setBackend: (id: number, backend: Backend) => commands.conversationsSetBackend(id, backend),
+    exportTo: (id: number, format: ExportFormat, path: string) => commands.conversationsExport(id, format, path),
     /** Every conversation in one JSON file; how many were written. */
-    backup: (path: string) => invoke<number>('conversations_backup', { path }),
+    backup: (path: string) => commands.conversationsBackup(path),
     /** A JSON export, a backup, a plain `[{role, content}]` list or a `.hearth` bundle. */
-    importFrom: (path: string) => invoke<ImportResult>('conversations_import', { path }),
+    importFrom: (path: string) => commands.conversationsImport(path),
   },
   endpoints: {
-    list: () => invoke<Endpoint[]>('endpoints_list'),
+    list: () => commands.endpointsList(),
     add: (name: string, baseUrl: string, apiKey: string | null, allowPlainText: boolean) =>
-      invoke<AddedEndpoint>('endpoints_add', { name, baseUrl, apiKey, allowPlainText }),
+      commands.endpointsAdd(name, baseUrl, apiKey, allowPlainText),
     setKey: (id: number, apiKey: string | null, allowPlainText: boolean) =>
-      invoke<Endpoint>('endpoints_set_key', { id, apiKey, allowPlainText }),
-    models: (id: number) => invoke<string[]>('endpoints_models', { id }),
-    remove: (id: number) => invoke<void>('endpoints_remove', { id }),
+      commands.endpointsSetKey(id, apiKey, allowPlainText),
+    models: (id: number) => commands.endpointsModels(id),
+    remove: (id: number) => commands.endpointsRemove(id),
   },
   chat: {
     send: (conversationId: number, text: string, variants: number, onEvent: OnEvent) =>
-      invoke<Sent>('chat_send', { conversationId, text, variants, onEvent: channel(onEvent) }),
+      commands.chatSend(conversationId, text, variants, channel(onEvent)),
     regenerate: (conversationId: number, replyId: number, variants: number, onEvent: OnEvent) =>
-      invoke<Message[]>('chat_regenerate', { conversationId, replyId, variants, onEvent: channel(onEvent) }),
+      commands.chatRegenerate(conversationId, replyId, variants, channel(onEvent)),
     edit: (conversationId: number, messageId: number, text: string, onEvent: OnEvent) =>
-      invoke<Sent>('chat_edit', { conversationId, messageId, text, onEvent: channel(onEvent) }),
+      commands.chatEdit(conversationId, messageId, text, channel(onEvent)),
     continue: (conversationId: number, replyId: number, onEvent: OnEvent) =>
-      invoke<Message>('chat_continue', { conversationId, replyId, onEvent: channel(onEvent) }),
+      commands.chatContinue(conversationId, replyId, channel(onEvent)),
     replay: (conversationId: number, replyId: number, onEvent: OnEvent) =>
-      invoke<void>('chat_replay', { conversationId, replyId, onEvent: channel(onEvent) }),
+      commands.chatReplay(conversationId, replyId, channel(onEvent)),
     exportReplay: (conversationId: number, replyId: number, path: string) =>
-      invoke<void>('chat_export_replay', { conversationId, replyId, path }),
+      commands.chatExportReplay(conversationId, replyId, path),
     tokenChoices: (conversationId: number, replyId: number) =>
-      invoke<TokenView[]>('chat_token_choices', { conversationId, replyId }),
+      commands.chatTokenChoices(conversationId, replyId),
     continueWith: (conversationId: number, replyId: number, index: number, token: number, onEvent: OnEvent) =>
-      invoke<Message>('chat_continue_with', { conversationId, replyId, index, token, onEvent: channel(onEvent) }),
-    stop: (conversationId: number) => invoke<boolean>('chat_stop', { conversationId }),
-    busy: () => invoke<number[]>('chat_busy'),
+      commands.chatContinueWith(conversationId, replyId, index, token, channel(onEvent)),
+    stop: (conversationId: number) => commands.chatStop(conversationId),
+    busy: () => commands.chatBusy(),
     contextUsage: (conversationId: number, draft: string) =>
-      invoke<ContextUsage>('chat_context_usage', { conversationId, draft }),
+      commands.chatContextUsage(conversationId, draft),
   },
   settings: {
-    get: (conversationId: number) => invoke<ConversationSettings>('settings_get', { conversationId }),
+    get: (conversationId: number) => commands.settingsGet(conversationId),
     set: (conversationId: number, settings: ConversationSettings) =>
-      invoke<void>('settings_set', { conversationId, settings }),
-    validate: (settings: ConversationSettings) => invoke<FieldError[]>('settings_validate', { settings }),
-    defaults: () => invoke<ConversationSettings>('settings_defaults_get'),
-    setDefaults: (settings: ConversationSettings) => invoke<void>('settings_defaults_set', { settings }),
-    presets: () => invoke<Preset[]>('presets_list'),
-    savePreset: (preset: Preset) => invoke<Preset[]>('presets_save', { preset }),
-    deletePreset: (name: string) => invoke<Preset[]>('presets_delete', { name }),
-    clearCaches: () => invoke<void>('caches_clear'),
-    budgets: () => invoke<CacheBudgets>('caches_budgets_get'),
-    setBudgets: (budgets: CacheBudgets) => invoke<void>('caches_budgets_set', { budgets }),
-    device: () => invoke<string>('device_get'),
-    setDevice: (device: string) => invoke<void>('device_set', { device }),
-    apiServer: () => invoke<ApiServerState>('api_server_get'),
-    setApiServer: (enabled: boolean, port: number) => invoke<ApiServerState>('api_server_set', { enabled, port }),
-    newApiKey: () => invoke<ApiServerState>('api_server_new_key'),
+      commands.settingsSet(conversationId, settings),
+    validate: (settings: ConversationSettings) => commands.settingsValidate(settings),
+    defaults: () => commands.settingsDefaultsGet(),
+    setDefaults: (settings: ConversationSettings) => commands.settingsDefaultsSet(settings),
+    presets: () => commands.presetsList(),
+    savePreset: (preset: Preset) => commands.presetsSave(preset),
+    deletePreset: (name: string) => commands.presetsDelete(name),
+    clearCaches: () => commands.cachesClear(),
+    budgets: () => commands.cachesBudgetsGet(),
+    setBudgets: (budgets: CacheBudgets) => commands.cachesBudgetsSet(budgets),
+    device: () => commands.deviceGet(),
+    setDevice: (device: string) => commands.deviceSet(device),
+    apiServer: () => commands.apiServerGet(),
+    setApiServer: (enabled: boolean, port: number) => commands.apiServerSet(enabled, port),
+    newApiKey: () => commands.apiServerNewKey(),
   },
   models: {
-    status: () => invoke<ModelStatus>('models_status'),
-    open: (path: string) => invoke<void>('models_open', { path }),
-    recent: () => invoke<RecentModel[]>('models_recent'),
+    status: () => commands.modelsStatus(),
+    open: (path: string) => commands.modelsOpen(path),
+    recent: () => commands.modelsRecent(),
     /** The models opened before, with their header facts (or why they cannot be read). */
-    library: () => invoke<LibraryModel[]>('models_library'),
+    library: () => commands.modelsLibrary(),
     /** Removes a model from the list; deletes its file only when `deleteFile`. */
-    forget: (path: string, deleteFile: boolean) => invoke<void>('models_forget', { path, deleteFile }),
+    forget: (path: string, deleteFile: boolean) => commands.modelsForget(path, deleteFile),
     downloadDefault: (onEvent: (e: DownloadEvent) => void) => {
       const ch = new Channel<DownloadEvent>();
       ch.onmessage = onEvent;
-      return invoke<void>('models_download_default', { onEvent: ch });
+      return commands.modelsDownloadDefault(ch);
     },
-    cancelDownload: () => invoke<boolean>('models_download_cancel'),
+    cancelDownload: () => commands.modelsDownloadCancel(),
   },
 };
