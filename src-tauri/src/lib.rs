@@ -7,6 +7,7 @@ pub mod commands;
 pub mod config;
 pub mod endpoints;
 pub mod open_file;
+pub mod page_events;
 pub mod startup;
 pub mod state;
 
@@ -15,10 +16,9 @@ pub mod state;
 pub use hearth_worker as worker;
 pub use hearth_worker::{context, error, events, priority};
 
-use tauri::{Emitter, Manager, Runtime};
+use tauri::{Manager, Runtime};
 
 use crate::config::AppConfig;
-use crate::events::MODEL_STATUS_EVENT;
 use crate::state::AppState;
 
 /// Opens the main window.
@@ -104,9 +104,6 @@ fn show_window<R: Runtime>(app: &tauri::AppHandle<R>) {
     }
 }
 
-/// Sent to the window when a second launch showed it instead of opening.
-pub const ANOTHER_LAUNCH_EVENT: &str = "another-launch";
-
 /// One window per data folder: a second launch on the same folder shows
 /// and focuses the first one's window and exits. (The data-folder lock in
 /// `state.rs` still guards launches this cannot see: no D-Bus session on
@@ -115,7 +112,7 @@ pub const ANOTHER_LAUNCH_EVENT: &str = "another-launch";
 fn single_instance<R: Runtime>(config: &AppConfig) -> tauri::plugin::TauriPlugin<R> {
     let mut plugin = tauri_plugin_single_instance::Builder::new().callback(|app, args, cwd| {
         tracing::info!("another launch on this data folder: showing this window instead");
-        let _ = app.emit(ANOTHER_LAUNCH_EVENT, ());
+        page_events::ANOTHER_LAUNCH.emit(app, &());
         // `hearth model.gguf` while Hearth runs: the model opens here.
         match open_file::model_in_args(args, std::path::Path::new(&cwd)) {
             Some(path) => open_model(app, path),
@@ -163,7 +160,7 @@ pub fn builder<R: Runtime>(builder: tauri::Builder<R>, config: AppConfig) -> tau
 pub fn manage_state<R: Runtime>(app: &tauri::AppHandle<R>) -> Result<(), startup::StartupError> {
     let handle = app.clone();
     let on_status = Box::new(move |status: &events::ModelStatus| {
-        let _ = handle.emit(MODEL_STATUS_EVENT, status);
+        page_events::MODEL_STATUS.emit(&handle, status);
     });
     let fail = |error: error::AppError, database: Option<String>| startup::StartupError { error, database };
     let config = app.state::<AppConfig>();

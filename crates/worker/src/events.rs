@@ -131,8 +131,6 @@ pub enum ModelStatus {
     Failed { path: String, error: AppError },
 }
 
-pub const MODEL_STATUS_EVENT: &str = "model-status";
-
 /// The default model's download, as it goes.
 #[derive(Debug, Clone, PartialEq, Serialize, TS)]
 #[serde(tag = "event", content = "data", rename_all = "camelCase")]
