@@ -109,6 +109,86 @@ multiversion! {
     pub fn rms_norm(out: &mut [f32], x: &[f32], w: &[f32], eps: f32) => rms_norm_impl
 }
 
+/// `ln Σ exp(x[i])`, as `max + ln Σ exp(x[i] − max)`: a sampled token's
+/// log-probability over the whole vocabulary, once per token. The
+/// exponentials are `ggml_v_expf`'s AVX2 form on every CPU, each lane's
+/// terms summed in f64 and the lanes then in order, so the result does not
+/// depend on the CPU. Entries of −∞ (forbidden tokens) add nothing; all −∞
+/// gives −∞.
+pub fn log_sum_exp(x: &[f32]) -> f32 {
+    let max = max_impl(x);
+    if max == f32::NEG_INFINITY || max.is_nan() {
+        return max;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if crate::cpu::isa::has_avx2_fma() {
+        // SAFETY: the CPU has AVX2 and FMA (`has_avx2_fma`, checked at run
+        // time); the kernel reads only `x`'s whole eight-value chunks.
+        return max + unsafe { sum_exp_avx2(x, max) }.ln() as f32;
+    }
+    max + sum_exp_impl(x, max).ln() as f32
+}
+
+/// The largest value; eight lanes, so that it vectorises.
+#[inline(always)]
+fn max_impl(x: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for l in 0..8 {
+            lanes[l] = if c[l] > lanes[l] { c[l] } else { lanes[l] };
+        }
+    }
+    lanes.into_iter().chain(tail.iter().copied()).fold(f32::NEG_INFINITY, |m, v| if v > m { v } else { m })
+}
+
+/// `Σ exp(x[i] − max)` in f64: lane `l` sums the entries `i ≡ l (mod 8)`
+/// of the whole chunks, then the lanes in order, then the tail.
+fn sum_exp_impl(x: &[f32], max: f32) -> f64 {
+    let mut lanes = [0f64; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for l in 0..8 {
+            lanes[l] += super::exp::expf_lane(c[l] - max) as f64;
+        }
+    }
+    sum_lanes_then_tail(lanes, tail, max)
+}
+
+fn sum_lanes_then_tail(lanes: [f64; 8], tail: &[f32], max: f32) -> f64 {
+    let mut sum = lanes.iter().sum::<f64>();
+    for &v in tail {
+        sum += super::exp::expf_lane(v - max) as f64;
+    }
+    sum
+}
+
+/// `sum_exp_impl` in AVX2 registers: the same operations, eight lanes at a
+/// time, the f64 sums in two four-lane registers.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA. (Any slice will do: only whole chunks of
+/// eight are loaded.)
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn sum_exp_avx2(x: &[f32], max: f32) -> f64 {
+    use std::arch::x86_64::*;
+    let wide = x.len() / 8 * 8;
+    let m = _mm256_set1_ps(max);
+    let (mut lo, mut hi) = (_mm256_setzero_pd(), _mm256_setzero_pd());
+    for i in (0..wide).step_by(8) {
+        let e = super::exp::x86::expf256(_mm256_sub_ps(_mm256_loadu_ps(x.as_ptr().add(i)), m));
+        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(e)));
+    }
+    let mut lanes = [0f64; 8];
+    _mm256_storeu_pd(lanes.as_mut_ptr(), lo);
+    _mm256_storeu_pd(lanes.as_mut_ptr().add(4), hi);
+    sum_lanes_then_tail(lanes, &x[wide..], max)
+}
+
 /// llama.cpp's `hsum_float_8` order.
 #[inline(always)]
 pub(crate) fn hsum8(a: [f32; 8]) -> f32 {
@@ -234,6 +314,24 @@ mod tests {
         (0..n)
             .map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) as f32 / (1 << 24) as f32) - 0.5)
             .collect()
+    }
+
+    #[test]
+    fn log_sum_exp_is_the_f64_one_and_the_same_on_every_cpu() {
+        for n in [1, 7, 8, 9, 64, 1000, 49_152] {
+            let mut x: Vec<f32> = data(n, 3).iter().map(|v| v * 40.0).collect();
+            if n > 8 {
+                x[3] = f32::NEG_INFINITY;
+                x[n - 1] = f32::NEG_INFINITY;
+            }
+            let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let want = max as f64 + x.iter().map(|&v| ((v - max) as f64).exp()).sum::<f64>().ln();
+            let got = log_sum_exp(&x);
+            assert!((got as f64 - want).abs() < 1e-5 * want.abs().max(1.0), "{n}: {got} vs {want}");
+            assert_eq!(got.to_bits(), (max + sum_exp_impl(&x, max).ln() as f32).to_bits(), "{n}: the portable sum");
+        }
+        assert_eq!(log_sum_exp(&[f32::NEG_INFINITY; 20]), f32::NEG_INFINITY);
+        assert_eq!(log_sum_exp(&[0.0; 16]), 16f32.ln());
     }
 
     #[test]
