@@ -21,6 +21,14 @@ pub struct ModelFacts {
     pub name: Option<String>,
     /// Every tensor's element count, summed (tied embeddings count once).
     pub parameter_count: u64,
+    /// The parameters one token runs: all but the experts it does not pick
+    /// (equal to `parameter_count` without experts).
+    pub active_parameter_count: u64,
+    /// Experts per layer and used per token, for a mixture of experts.
+    pub experts: Option<ExpertCounts>,
+    /// The weight bytes one decode step reads: every matrix but the token
+    /// embeddings (one row each), and of the experts only those it picks.
+    pub bytes_per_token: u64,
     /// The bytes of every tensor, summed: what the weights take in memory.
     pub tensor_bytes: u64,
     /// Tensor bytes by type, largest first.
@@ -36,6 +44,14 @@ pub struct ModelFacts {
     /// The KV cache's bytes per position: f16 keys and values of every
     /// layer (sliding-window layers keep every position too).
     pub kv_bytes_per_token: u64,
+}
+
+/// A mixture of experts' size.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExpertCounts {
+    pub count: u32,
+    pub used: u32,
 }
 
 /// One tensor type's part of a file's tensor bytes.
@@ -77,14 +93,31 @@ impl ModelFacts {
         };
         let context_length = file.u32_opt(&key("context_length"))?.unwrap_or(4096);
 
+        let experts = match (file.u32_opt(&key("expert_count"))?, file.u32_opt(&key("expert_used_count"))?) {
+            (Some(count), Some(used)) if count > 0 && used <= count => Some(ExpertCounts { count, used }),
+            _ => None,
+        };
+        // An expert tensor (`ffn_*_exps`) is read at `used / count` per token.
+        let active_share = |name: &str, n: u64| match experts {
+            Some(e) if name.contains("_exps") => n / e.count as u64 * e.used as u64,
+            _ => n,
+        };
+        let tied = !file.has_tensor("output.weight");
         let mut parameter_count = 0u64;
+        let mut active_parameter_count = 0u64;
+        let mut bytes_per_token = 0u64;
         let mut tensor_bytes = 0u64;
         let mut by_type: Vec<QuantShare> = Vec::new();
         for name in file.tensor_names() {
             let info = file.tensor_info(name).expect("a listed tensor");
             // Each dimension and byte count was checked against the file's length.
             // Saturating: a hostile header may point many tensors at the same bytes.
-            parameter_count = parameter_count.saturating_add(info.dims.iter().map(|&d| d as u64).product::<u64>());
+            let elements = info.dims.iter().map(|&d| d as u64).product::<u64>();
+            parameter_count = parameter_count.saturating_add(elements);
+            active_parameter_count = active_parameter_count.saturating_add(active_share(name, elements));
+            if name != "token_embd.weight" || tied {
+                bytes_per_token = bytes_per_token.saturating_add(active_share(name, info.bytes));
+            }
             tensor_bytes = tensor_bytes.saturating_add(info.bytes);
             let type_name = info.dtype.name();
             match by_type.iter_mut().find(|s| s.name == type_name) {
@@ -112,6 +145,9 @@ impl ModelFacts {
             name: file.string_opt("general.name").map(str::to_string),
             architecture,
             parameter_count,
+            active_parameter_count,
+            experts,
+            bytes_per_token,
             tensor_bytes,
             quant_types: by_type,
             context_length,

@@ -169,7 +169,7 @@ fn top_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
     if k == 0 {
         return top;
     }
-    let mut consider = |top: &mut Vec<(u32, f32)>, i: usize, l: f32| {
+    let consider = |top: &mut Vec<(u32, f32)>, i: usize, l: f32| {
         if top.len() < k || top.last().is_some_and(|&(_, w)| l > w) {
             let at = top.partition_point(|&(_, w)| w >= l);
             top.insert(at, (i as u32, l));

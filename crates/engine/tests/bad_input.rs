@@ -213,3 +213,25 @@ fn a_huge_declared_array_is_refused_without_allocating_it() {
     assert!(matches!(err, EngineError::TruncatedModel { .. } | EngineError::CorruptModel { .. }), "{err}");
     assert!(err.to_string().contains("array count"), "{err}");
 }
+
+#[test]
+fn more_experts_used_than_the_file_has() {
+    let (_d, path) = tiny(&TinySpec { experts: (2, 3, 64), ..TinySpec::new(Family::Qwen3Moe) });
+    let err = Engine::open(&path).err().expect("opening must fail");
+    assert!(matches!(err, EngineError::CorruptModel { .. }), "{err}");
+    assert!(err.to_string().contains("qwen3moe.expert_used_count"), "{err}");
+}
+
+#[test]
+fn expert_tensors_of_the_wrong_shape() {
+    let (_d, path) = tiny(&TinySpec::new(Family::Qwen3Moe));
+    let mut bytes = std::fs::read(&path).unwrap();
+    // The experts' width, 64, says 32: the same length, a well-formed file.
+    let key = b"expert_feed_forward_length";
+    let at = bytes.windows(key.len()).position(|w| w == key).unwrap() + key.len();
+    assert_eq!(u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()), 64);
+    bytes[at + 4..at + 8].copy_from_slice(&32u32.to_le_bytes());
+    let err = open_err(&bytes);
+    assert!(matches!(err, EngineError::CorruptModel { .. }), "{err}");
+    assert!(err.to_string().contains("ffn_gate_exps.weight") && err.to_string().contains("[8, 64, 64]"), "{err}");
+}

@@ -70,6 +70,14 @@ pub struct LibraryFacts {
     /// `general.name`, if the file has one.
     pub name: Option<String>,
     pub parameter_count: u64,
+    /// The parameters one token runs (fewer than `parameter_count` with experts).
+    pub active_parameter_count: u64,
+    /// Experts per layer, for a mixture of experts.
+    pub expert_count: Option<u32>,
+    /// Experts each token runs.
+    pub experts_used: Option<u32>,
+    /// The weight bytes a decode step reads.
+    pub bytes_per_token: u64,
     /// The weights' bytes (every tensor).
     pub tensor_bytes: u64,
     /// Tensor bytes by type, largest first.
@@ -108,6 +116,10 @@ impl From<ModelFacts> for LibraryFacts {
             supported: f.supported,
             name: f.name,
             parameter_count: f.parameter_count,
+            active_parameter_count: f.active_parameter_count,
+            expert_count: f.experts.map(|e| e.count),
+            experts_used: f.experts.map(|e| e.used),
+            bytes_per_token: f.bytes_per_token,
             tensor_bytes: f.tensor_bytes,
             quant_types: f
                 .quant_types

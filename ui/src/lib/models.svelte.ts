@@ -152,6 +152,16 @@ export function paramsInWords(n: number): string {
   return `${v >= 10 || unit === '' ? Math.round(v) : Number(v.toFixed(1))}${unit}`;
 }
 
+/** Total parameters, and for a mixture of experts the ones a token runs:
+ *  "30.5B · 3.3B active (8 of 128 experts)". */
+export function parametersInWords(
+  facts: Pick<LibraryFacts, 'parameterCount' | 'activeParameterCount' | 'expertCount' | 'expertsUsed'>,
+): string {
+  const total = paramsInWords(facts.parameterCount);
+  if (facts.expertCount === null || facts.expertsUsed === null) return total;
+  return `${total} · ${paramsInWords(facts.activeParameterCount)} active (${facts.expertsUsed} of ${facts.expertCount} experts)`;
+}
+
 /** Each tensor type's share of the bytes: "Q4_1 69% · Q8_0 31% · F32 <1%". */
 export function sharesInWords(facts: Pick<LibraryFacts, 'quantTypes'>): string {
   return facts.quantTypes

@@ -1,7 +1,7 @@
 import { clearMocks, mockIPC } from '@tauri-apps/api/mocks';
 import { afterEach, describe, expect, it } from 'vitest';
 import { library, smolFacts } from './models.fixtures';
-import { bytesInWords, contextFor, memoryInWords, ModelStore, modelFileName, paramsInWords, sharesInWords } from './models.svelte';
+import { bytesInWords, contextFor, memoryInWords, ModelStore, modelFileName, parametersInWords, paramsInWords, sharesInWords } from './models.svelte';
 
 function store() {
   const errors: string[] = [];
@@ -24,6 +24,9 @@ describe('model facts in words', () => {
     expect(paramsInWords(7_241_732_096)).toBe('7.2B');
     expect(paramsInWords(70_553_706_496)).toBe('71B');
     expect(sharesInWords(smolFacts)).toBe('Q4_1 69% · Q8_0 31% · F32 <1%');
+    expect(parametersInWords(smolFacts)).toBe('135M');
+    const moe = { parameterCount: 30_532_122_624, activeParameterCount: 3_335_049_216, expertCount: 128, expertsUsed: 8 };
+    expect(parametersInWords(moe)).toBe('31B · 3.3B active (8 of 128 experts)');
     expect(bytesInWords(98_362_432)).toBe('98.4 MB');
     expect(bytesInWords(4_920_000_000)).toBe('4.9 GB');
     expect(memoryInWords(smolFacts)).toBe('≈ 0.3 GB at 8,192 tokens');

@@ -55,19 +55,25 @@ impl FloatRows {
         }
     }
 
-    /// `out[a][i]` for weight rows `cols` against `rows` rounded activation rows.
+    /// Weight row `col` against `rows` rounded activation rows. `prompt`:
+    /// the rows are one sequence's prompt, which llama.cpp multiplies with
+    /// tinyBLAS (f32 weights) rather than a dot product per output.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn dot_rows(
         &self,
         k: usize,
         x: &[f32],
         rows: usize,
         col: usize,
+        prompt: bool,
         buf: &mut Vec<f32>,
         mut write: impl FnMut(usize, f32),
     ) {
         let w = self.row(col, k, buf);
         for r in 0..rows {
-            write(r, vec_ops::dot(&x[r * k..(r + 1) * k], w));
+            let x = &x[r * k..(r + 1) * k];
+            let tiled = if prompt && matches!(self, Self::F32(_)) { vec_ops::dot_one_accumulator(x, w) } else { None };
+            write(r, tiled.unwrap_or_else(|| vec_ops::dot(x, w)));
         }
     }
 

@@ -81,6 +81,17 @@ macro_rules! by_format {
     };
 }
 
+/// The summation orders of one product, where llama.cpp has several.
+#[derive(Clone, Copy)]
+struct Orders {
+    /// The K-quants (not repacked).
+    block256: Order,
+    /// A repacked Q4_K: its GEMM for rows in fours, else its GEMV.
+    q4k_gemm: bool,
+    /// Float weights: tinyBLAS (a prompt's rows) rather than a dot product each.
+    float_prompt: bool,
+}
+
 /// GGUF's bytes as a vector of blocks.
 fn blocks<B: Copy>(data: &[u8], bytes: usize) -> Vec<B> {
     assert_eq!(std::mem::size_of::<B>(), bytes, "block struct does not match GGUF's layout");
@@ -299,19 +310,59 @@ impl QuantMatrix {
         out: &DisjointSlice<f32>,
         ld: usize,
     ) {
+        let orders = Orders {
+            block256: Order::for_rows(sequence_rows),
+            q4k_gemm: sequence_rows == rows,
+            float_prompt: sequence_rows >= 2,
+        };
+        self.product_cols(acts, rows, orders, cols, out, ld)
+    }
+
+    /// `matmul_cols` for the rows that picked this matrix as one of their
+    /// experts, summed as llama.cpp's `mul_mat_id` sums them: the K-quants
+    /// in the order it gives `order_rows` rows (the expert's rows of one
+    /// prompt; 1 for rows of separate sequences), a repacked Q4_K's GEMV for
+    /// every row, a dot product per output for float weights.
+    ///
+    /// # Safety
+    /// As `matmul_cols`.
+    pub(crate) unsafe fn expert_cols(
+        &self,
+        acts: &Activations,
+        rows: usize,
+        order_rows: usize,
+        cols: Range<usize>,
+        out: &DisjointSlice<f32>,
+        ld: usize,
+    ) {
+        let orders = Orders { block256: Order::for_rows(order_rows), q4k_gemm: false, float_prompt: false };
+        self.product_cols(acts, rows, orders, cols, out, ld)
+    }
+
+    /// # Safety
+    /// As `matmul_cols`.
+    unsafe fn product_cols(
+        &self,
+        acts: &Activations,
+        rows: usize,
+        orders: Orders,
+        cols: Range<usize>,
+        out: &DisjointSlice<f32>,
+        ld: usize,
+    ) {
         let isa = isa::isa();
         by_format!(&self.weights,
             b => cols32(b, self.k / 32, (&acts.q8, &acts.q8_pairs), rows, cols, out, ld, isa),
-            k => cols256(k, self.k / QK_K, &acts.q8k, rows, cols, out, ld, Order::for_rows(sequence_rows), isa),
+            k => cols256(k, self.k / QK_K, &acts.q8k, rows, cols, out, ld, orders.block256, isa),
             f => {
                 let x = acts.rounded_for(f);
                 let mut buf = Vec::new();
                 for col in cols {
-                    f.dot_rows(self.k, x, rows, col, &mut buf, |r, v| out.write(r * ld + col, v));
+                    f.dot_rows(self.k, x, rows, col, orders.float_prompt, &mut buf, |r, v| out.write(r * ld + col, v));
                 }
             },
             i => i.matmul_rows(&acts.q8, rows, cols, isa, |r, col, v| out.write(r * ld + col, v)),
-            j => j.matmul_rows(&acts.q8k, rows, sequence_rows == rows, cols, isa, |r, col, v| out.write(r * ld + col, v))
+            j => j.matmul_rows(&acts.q8k, rows, orders.q4k_gemm, cols, isa, |r, col, v| out.write(r * ld + col, v))
         )
     }
 
@@ -353,7 +404,14 @@ impl QuantMatrix {
                 let x = acts.rounded_for(f);
                 let mut buf = Vec::new();
                 let w = f.row(col, self.k, &mut buf).to_vec();
-                super::vec_ops::dot(&x[row * self.k..(row + 1) * self.k], &w)
+                let x = &x[row * self.k..(row + 1) * self.k];
+                // A prompt's rows against f32 weights: tinyBLAS's order.
+                let tiled = if rows >= 2 && matches!(f, FloatRows::F32(_)) {
+                    super::vec_ops::dot_one_accumulator_portable(x, &w)
+                } else {
+                    None
+                };
+                tiled.unwrap_or_else(|| super::vec_ops::dot(x, &w))
             },
             i => i.dot(col, &acts.q8[row * (self.k / 32)..(row + 1) * (self.k / 32)]),
             j => {

@@ -109,6 +109,61 @@ multiversion! {
     pub fn rms_norm(out: &mut [f32], x: &[f32], w: &[f32], eps: f32) => rms_norm_impl
 }
 
+/// `Σ a[i]·b[i]` as llama.cpp's tinyBLAS sums one output of an f32 matmul
+/// of several rows (a prompt's, never a decode step's): one accumulator of
+/// the build's width, a fused multiply-add per vector, then `hsum_w`. `None`
+/// where tinyBLAS declines the shape (`k` not a multiple of the width) and
+/// llama.cpp falls back to `dot`'s order.
+pub fn dot_one_accumulator(a: &[f32], b: &[f32]) -> Option<f32> {
+    let n = a.len();
+    assert_eq!(n, b.len(), "a dot product of unequal lengths");
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::cpu::isa::{isa, Isa};
+        /// # Safety
+        /// The CPU must have AVX2 and FMA. (The body is safe code.)
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2(a: &[f32], b: &[f32]) -> f32 {
+            dot_one_accumulator_impl::<8>(a, b)
+        }
+        /// # Safety
+        /// The CPU must have AVX-512 F. (The body is safe code.)
+        #[target_feature(enable = "avx2,fma,avx512f")]
+        unsafe fn avx512(a: &[f32], b: &[f32]) -> f32 {
+            dot_one_accumulator_impl::<16>(a, b)
+        }
+        match isa() {
+            // SAFETY: `isa()` checked the features at run time.
+            Isa::Avx512Vnni => return n.is_multiple_of(16).then(|| unsafe { avx512(a, b) }),
+            // SAFETY: as above.
+            Isa::Avx2 => return n.is_multiple_of(8).then(|| unsafe { avx2(a, b) }),
+            Isa::Portable => {}
+        }
+    }
+    n.is_multiple_of(8).then(|| dot_one_accumulator_impl::<8>(a, b))
+}
+
+/// `dot_one_accumulator` in plain code at the width the kernels use: the
+/// reference the vector builds are tested against.
+pub(crate) fn dot_one_accumulator_portable(a: &[f32], b: &[f32]) -> Option<f32> {
+    if crate::cpu::isa::isa() == crate::cpu::isa::Isa::Avx512Vnni {
+        a.len().is_multiple_of(16).then(|| dot_one_accumulator_impl::<16>(a, b))
+    } else {
+        a.len().is_multiple_of(8).then(|| dot_one_accumulator_impl::<8>(a, b))
+    }
+}
+
+#[inline(always)]
+fn dot_one_accumulator_impl<const W: usize>(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; W];
+    for (ca, cb) in a.chunks_exact(W).zip(b.chunks_exact(W)) {
+        for l in 0..W {
+            acc[l] = ca[l].mul_add(cb[l], acc[l]);
+        }
+    }
+    hsum_w::<W>(&acc)
+}
+
 /// `ln Σ exp(x[i])`, as `max + ln Σ exp(x[i] − max)`: a sampled token's
 /// log-probability over the whole vocabulary, once per token. The
 /// exponentials are `ggml_v_expf`'s AVX2 form on every CPU, each lane's

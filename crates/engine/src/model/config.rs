@@ -12,11 +12,14 @@ pub enum Architecture {
     Qwen2,
     /// Qwen 3: per-head RMS norms on Q and K, NeoX RoPE.
     Qwen3,
+    /// Qwen3-MoE (Qwen3-30B-A3B, Qwen3-Coder): Qwen 3 with experts in
+    /// place of the dense FFN.
+    Qwen3Moe,
     /// Gemma 3: sandwich norms, GELU, scaled embeddings, sliding-window layers.
     Gemma3,
 }
 
-pub const SUPPORTED_ARCHITECTURES: &str = "llama, qwen2, qwen3, gemma3";
+pub const SUPPORTED_ARCHITECTURES: &str = "llama, qwen2, qwen3, qwen3moe, gemma3";
 
 impl Architecture {
     pub fn from_gguf_name(name: &str) -> Option<Self> {
@@ -24,6 +27,7 @@ impl Architecture {
             "llama" | "mistral" => Some(Self::Llama),
             "qwen2" => Some(Self::Qwen2),
             "qwen3" => Some(Self::Qwen3),
+            "qwen3moe" => Some(Self::Qwen3Moe),
             "gemma3" => Some(Self::Gemma3),
             _ => None,
         }
@@ -34,6 +38,7 @@ impl Architecture {
             Self::Llama => "llama",
             Self::Qwen2 => "qwen2",
             Self::Qwen3 => "qwen3",
+            Self::Qwen3Moe => "qwen3moe",
             Self::Gemma3 => "gemma3",
         }
     }
@@ -49,6 +54,32 @@ impl Architecture {
     pub(crate) fn scales_queries(self) -> bool {
         matches!(self, Self::Gemma3)
     }
+
+    /// Whether the FFN is a mixture of experts.
+    pub(crate) fn has_experts(self) -> bool {
+        matches!(self, Self::Qwen3Moe)
+    }
+}
+
+/// How a router turns its logits into expert weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gating {
+    /// A softmax over every expert, then the top k (Qwen, Mixtral).
+    Softmax,
+}
+
+/// A mixture-of-experts FFN's shape and routing, the same in every layer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExpertsConfig {
+    /// Experts in each layer (`expert_count`).
+    pub count: usize,
+    /// Experts each token runs (`expert_used_count`).
+    pub used: usize,
+    /// Each expert's hidden width (`expert_feed_forward_length`).
+    pub ffn_len: usize,
+    pub gating: Gating,
+    /// The k weights are divided by their sum (Qwen3-MoE: always).
+    pub normalize_weights: bool,
 }
 
 /// The shape and numerics of one model, independent of its weights.
@@ -70,6 +101,8 @@ pub struct ModelConfig {
     /// `Some(w)`: layer i attends to the last w positions only, when `is_sliding(i)`.
     pub sliding_window: Option<usize>,
     pub sliding_window_pattern: usize,
+    /// `Some` for a family with experts in place of the dense FFN.
+    pub experts: Option<ExpertsConfig>,
 }
 
 impl ModelConfig {
@@ -113,6 +146,21 @@ impl ModelConfig {
             } else {
                 (None, 1, rope_base, 1.0)
             };
+        let experts = if architecture.has_experts() {
+            let count = file.u32(&key("expert_count"))? as usize;
+            let used = file.u32(&key("expert_used_count"))? as usize;
+            if count == 0 || used == 0 || used > count {
+                return Err(file.corrupt(format!(
+                    "{}: {used} experts used per token out of {count} ({})",
+                    key("expert_used_count"),
+                    key("expert_count")
+                )));
+            }
+            let ffn_len = file.u32(&key("expert_feed_forward_length"))? as usize;
+            Some(ExpertsConfig { count, used, ffn_len, gating: Gating::Softmax, normalize_weights: true })
+        } else {
+            None
+        };
         Ok(Self {
             architecture,
             n_layers,
@@ -127,6 +175,7 @@ impl ModelConfig {
             rope_linear_scale,
             sliding_window,
             sliding_window_pattern,
+            experts,
         })
     }
 

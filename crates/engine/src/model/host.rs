@@ -14,7 +14,7 @@ use std::ops::Range;
 
 use candle_core::{Device, Tensor};
 
-use super::{window_start, Architecture, Block, Embeddings, Matrix, Model, Norm};
+use super::{window_start, Architecture, Block, Embeddings, Ffn, Matrix, Model, Norm};
 use crate::cpu::attention::{self, Order};
 use crate::cpu::vec_ops;
 use crate::cpu::{Activations, QuantMatrix};
@@ -268,18 +268,23 @@ impl Model {
         vec_ops::add(x, &buf.o);
 
         norm_rows(pool, &b.ffn_norm, x, &mut buf.h, e);
-        matmuls(pool, &buf.h, rows, seq, &mut [(&b.gate, &mut buf.gate), (&b.up, &mut buf.up)])?;
-        let gelu = c.architecture == Architecture::Gemma3;
-        let ffn = b.gate.rows();
-        for_row_chunks(pool, rows, &mut buf.gate, ffn, |range, gate| {
-            let up = &buf.up[range.start * ffn..range.end * ffn];
-            if gelu {
-                vec_ops::gelu_mul(gate, up);
-            } else {
-                vec_ops::silu_mul(gate, up);
+        match &b.ffn {
+            Ffn::Dense { gate, up, down } => {
+                matmuls(pool, &buf.h, rows, seq, &mut [(gate, &mut buf.gate), (up, &mut buf.up)])?;
+                let gelu = c.architecture == Architecture::Gemma3;
+                let ffn = gate.rows();
+                for_row_chunks(pool, rows, &mut buf.gate, ffn, |range, gate| {
+                    let up = &buf.up[range.start * ffn..range.end * ffn];
+                    if gelu {
+                        vec_ops::gelu_mul(gate, up);
+                    } else {
+                        vec_ops::silu_mul(gate, up);
+                    }
+                });
+                matmuls(pool, &buf.gate, rows, seq, &mut [(down, &mut buf.o)])?;
             }
-        });
-        matmuls(pool, &buf.gate, rows, seq, &mut [(&b.down, &mut buf.o)])?;
+            Ffn::Experts(experts) => experts.forward_host(pool, &buf.h, rows, seq, &mut buf.o)?,
+        }
         if let Some(n) = &b.post_ffn_norm {
             norm_in_place(n, &mut buf.o, e);
         }
@@ -525,7 +530,10 @@ impl Buffers {
     fn new(model: &Model, rows: usize) -> Self {
         let c = &model.config;
         let (e, qd, kd) = (c.n_embd, c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
-        let ffn = model.layers.first().map_or(0, |b| b.gate.rows());
+        let ffn = match model.layers.first().map(|b| &b.ffn) {
+            Some(Ffn::Dense { gate, .. }) => gate.rows(),
+            _ => 0,
+        };
         Self {
             h: vec![0f32; rows * e],
             q: vec![0f32; rows * qd],
@@ -556,7 +564,7 @@ impl Matrix {
 /// `out_i = x · W_iᵀ` for several matrices that share the input `x`
 /// (`rows × k`, `sequence_rows` of them per sequence): one quantization of
 /// `x`, one parallel region for all.
-fn matmuls(
+pub(super) fn matmuls(
     pool: &WorkerPool,
     x: &[f32],
     rows: usize,

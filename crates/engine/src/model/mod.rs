@@ -5,9 +5,10 @@
 //! `KvCache` passed to `forward`, so one loaded model serves many sessions.
 
 pub(crate) mod config;
+mod experts;
 mod host;
 
-pub use config::{Architecture, ModelConfig, SUPPORTED_ARCHITECTURES};
+pub use config::{Architecture, ExpertsConfig, Gating, ModelConfig, SUPPORTED_ARCHITECTURES};
 
 use std::sync::Arc;
 
@@ -66,11 +67,17 @@ struct Block {
     k_norm: Option<Norm>,
     post_attn_norm: Option<Norm>,
     ffn_norm: Norm,
-    gate: Matrix,
-    up: Matrix,
-    down: Matrix,
+    ffn: Ffn,
     post_ffn_norm: Option<Norm>,
     sliding: bool,
+}
+
+/// A layer's feed-forward network.
+enum Ffn {
+    /// One gated FFN every token runs.
+    Dense { gate: Matrix, up: Matrix, down: Matrix },
+    /// A mixture of experts (`experts.rs`); on the CPU only.
+    Experts(experts::Experts),
 }
 
 /// A weight matrix: Hearth's own kernels where it has them (they round like
@@ -247,10 +254,32 @@ impl Model {
             let wq = linear(file, "attn_q", q_dim)?;
             let wk = linear(file, "attn_k", kv_dim)?;
             let wv = linear(file, "attn_v", kv_dim)?;
-            let ffn_dim = match file.tensor_info(&format!("{p}.ffn_up.weight")).map(|i| i.dims.as_slice()) {
-                Some(&[rows, _]) => rows,
-                Some(_) => return Err(file.corrupt(format!("{p}.ffn_up.weight is not a matrix"))),
-                None => return Err(file.corrupt(format!("missing tensor {p}.ffn_up.weight"))),
+            let ffn = match &config.experts {
+                Some(ec) => {
+                    if !device.is_cpu() {
+                        return Err(crate::EngineError::setting(
+                            "device",
+                            "models with experts run on the CPU for now; choose the CPU device",
+                        ));
+                    }
+                    let router = Matrix::load(file, &format!("{p}.ffn_gate_inp.weight"), device, true)?;
+                    check_shape(file, &format!("{p}.ffn_gate_inp.weight"), &[ec.count, config.n_embd])?;
+                    let experts = experts::Experts::load(file, &p, config.n_embd, ec, router)?;
+                    weight_bytes.set(weight_bytes.get() + experts.bytes_per_token());
+                    Ffn::Experts(experts)
+                }
+                None => {
+                    let ffn_dim = match file.tensor_info(&format!("{p}.ffn_up.weight")).map(|i| i.dims.as_slice()) {
+                        Some(&[rows, _]) => rows,
+                        Some(_) => return Err(file.corrupt(format!("{p}.ffn_up.weight is not a matrix"))),
+                        None => return Err(file.corrupt(format!("missing tensor {p}.ffn_up.weight"))),
+                    };
+                    Ffn::Dense {
+                        gate: matmul(file, &format!("{p}.ffn_gate.weight"), ffn_dim, config.n_embd)?,
+                        up: matmul(file, &format!("{p}.ffn_up.weight"), ffn_dim, config.n_embd)?,
+                        down: matmul(file, &format!("{p}.ffn_down.weight"), config.n_embd, ffn_dim)?,
+                    }
+                }
             };
             layers.push(Block {
                 attn_norm: norm(file, &format!("{p}.attn_norm.weight"))?,
@@ -262,9 +291,7 @@ impl Model {
                 k_norm: norm_opt(file, &format!("{p}.attn_k_norm.weight"))?,
                 post_attn_norm: norm_opt(file, &format!("{p}.post_attention_norm.weight"))?,
                 ffn_norm: norm(file, &format!("{p}.ffn_norm.weight"))?,
-                gate: matmul(file, &format!("{p}.ffn_gate.weight"), ffn_dim, config.n_embd)?,
-                up: matmul(file, &format!("{p}.ffn_up.weight"), ffn_dim, config.n_embd)?,
-                down: matmul(file, &format!("{p}.ffn_down.weight"), config.n_embd, ffn_dim)?,
+                ffn,
                 post_ffn_norm: norm_opt(file, &format!("{p}.post_ffw_norm.weight"))?,
                 sliding: config.is_sliding(i),
             });
@@ -509,14 +536,17 @@ impl Model {
         let x = (x + attn)?;
 
         let h = b.ffn_norm.forward(&x)?;
-        let gate = b.gate.forward(&h)?;
+        let Ffn::Dense { gate, up, down } = &b.ffn else {
+            return Err(crate::EngineError::setting("device", "models with experts run on the CPU's own pass only"));
+        };
+        let gate = gate.forward(&h)?;
         let act = if c.architecture == Architecture::Gemma3 {
             // llama.cpp looks GELU up in an f16 table: input and result rounded to f16.
             gate.to_dtype(DType::F16)?.to_dtype(DType::F32)?.gelu()?.to_dtype(DType::F16)?.to_dtype(DType::F32)?
         } else {
             candle_nn::ops::silu(&gate)?
         };
-        let mut ffn = b.down.forward(&(act * b.up.forward(&h)?)?)?;
+        let mut ffn = down.forward(&(act * up.forward(&h)?)?)?;
         if let Some(n) = &b.post_ffn_norm {
             ffn = n.forward(&ffn)?;
         }

@@ -46,6 +46,8 @@ pub enum Family {
     Qwen2,
     Qwen3,
     Gemma3,
+    /// Qwen 3 with `experts` in place of the dense FFN.
+    Qwen3Moe,
 }
 
 pub struct TinySpec {
@@ -61,6 +63,10 @@ pub struct TinySpec {
     pub sliding_pattern: usize,
     pub seed: u64,
     pub dtype: GgmlDType,
+    /// For `Qwen3Moe`: experts per layer, used per token, and each one's width.
+    pub experts: (usize, usize, usize),
+    /// The experts' type (the rest is `dtype`).
+    pub experts_dtype: GgmlDType,
 }
 
 impl TinySpec {
@@ -78,6 +84,8 @@ impl TinySpec {
             sliding_pattern: 2,
             seed: 7,
             dtype: GgmlDType::Q8_0,
+            experts: (8, 2, 64),
+            experts_dtype: GgmlDType::Q8_0,
         }
     }
 }
@@ -107,6 +115,7 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         Family::Qwen2 => "qwen2",
         Family::Qwen3 => "qwen3",
         Family::Gemma3 => "gemma3",
+        Family::Qwen3Moe => "qwen3moe",
     };
     let mut rng = Lcg(spec.seed);
     let mut tensors: Vec<(String, QTensor)> = Vec::new();
@@ -129,15 +138,24 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         put(format!("{p}.attn_v.weight"), random(&mut rng, &[kvd, e], 0.2), spec.dtype);
         put(format!("{p}.attn_output.weight"), random(&mut rng, &[e, qd], 0.2), spec.dtype);
         put(format!("{p}.ffn_norm.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
-        put(format!("{p}.ffn_gate.weight"), random(&mut rng, &[spec.ffn, e], 0.2), spec.dtype);
-        put(format!("{p}.ffn_up.weight"), random(&mut rng, &[spec.ffn, e], 0.2), spec.dtype);
-        put(format!("{p}.ffn_down.weight"), random(&mut rng, &[e, spec.ffn], 0.2), spec.dtype);
+        if spec.family == Family::Qwen3Moe {
+            let (n, _, ff) = spec.experts;
+            // Router logits a few units apart, so that picks are clear.
+            put(format!("{p}.ffn_gate_inp.weight"), random(&mut rng, &[n, e], 0.5), GgmlDType::F32);
+            put(format!("{p}.ffn_gate_exps.weight"), random(&mut rng, &[n, ff, e], 0.2), spec.experts_dtype);
+            put(format!("{p}.ffn_up_exps.weight"), random(&mut rng, &[n, ff, e], 0.2), spec.experts_dtype);
+            put(format!("{p}.ffn_down_exps.weight"), random(&mut rng, &[n, e, ff], 0.2), spec.experts_dtype);
+        } else {
+            put(format!("{p}.ffn_gate.weight"), random(&mut rng, &[spec.ffn, e], 0.2), spec.dtype);
+            put(format!("{p}.ffn_up.weight"), random(&mut rng, &[spec.ffn, e], 0.2), spec.dtype);
+            put(format!("{p}.ffn_down.weight"), random(&mut rng, &[e, spec.ffn], 0.2), spec.dtype);
+        }
         if spec.family == Family::Qwen2 {
             put(format!("{p}.attn_q.bias"), random(&mut rng, &[qd], 0.1), GgmlDType::F32);
             put(format!("{p}.attn_k.bias"), random(&mut rng, &[kvd], 0.1), GgmlDType::F32);
             put(format!("{p}.attn_v.bias"), random(&mut rng, &[kvd], 0.1), GgmlDType::F32);
         }
-        if matches!(spec.family, Family::Qwen3 | Family::Gemma3) {
+        if matches!(spec.family, Family::Qwen3 | Family::Qwen3Moe | Family::Gemma3) {
             put(format!("{p}.attn_q_norm.weight"), ones_ish(&mut rng, spec.head_dim), GgmlDType::F32);
             put(format!("{p}.attn_k_norm.weight"), ones_ish(&mut rng, spec.head_dim), GgmlDType::F32);
         }
@@ -162,6 +180,11 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         (k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
         (k("rope.freq_base"), Value::F32(10000.0)),
     ];
+    if spec.family == Family::Qwen3Moe {
+        md.push((k("expert_count"), Value::U32(spec.experts.0 as u32)));
+        md.push((k("expert_used_count"), Value::U32(spec.experts.1 as u32)));
+        md.push((k("expert_feed_forward_length"), Value::U32(spec.experts.2 as u32)));
+    }
     if spec.family == Family::Gemma3 {
         md.push((k("attention.sliding_window"), Value::U32(spec.sliding_window as u32)));
         md.push((k("attention.sliding_window_type"), Value::U32(spec.sliding_pattern as u32)));

@@ -14,6 +14,22 @@ supported: boolean,
  */
 name: string | null, parameterCount: number, 
 /**
+ * The parameters one token runs (fewer than `parameter_count` with experts).
+ */
+activeParameterCount: number, 
+/**
+ * Experts per layer, for a mixture of experts.
+ */
+expertCount: number | null, 
+/**
+ * Experts each token runs.
+ */
+expertsUsed: number | null, 
+/**
+ * The weight bytes a decode step reads.
+ */
+bytesPerToken: number, 
+/**
  * The weights' bytes (every tensor).
  */
 tensorBytes: number, 

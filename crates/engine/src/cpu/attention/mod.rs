@@ -154,6 +154,36 @@ pub fn softmax(row: &mut [f32]) {
     softmax_impl::<8>(row)
 }
 
+/// A softmax as llama.cpp's `soft_max` op computes it outside attention
+/// (a mixture-of-experts router's): `softmax`'s sums, without rounding to
+/// f16, and a tail (never seen with 8 or 16 lanes of experts) through libm's
+/// `expf` as `ggml_vec_soft_max_f32` has it.
+pub fn softmax_f32(row: &mut [f32]) {
+    let lanes = if isa() == Isa::Avx512Vnni { 16 } else { 8 };
+    let max = row.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+    let wide = row.len() / lanes * lanes;
+    let mut sum = 0f64;
+    for c in row[..wide].chunks_exact_mut(lanes) {
+        if lanes == 16 {
+            let v: [f32; 16] = std::array::from_fn(|l| expf_w::<16>(c[l] - max));
+            c.copy_from_slice(&v);
+            sum += hsum_w::<16>(&v) as f64;
+        } else {
+            let v: [f32; 8] = std::array::from_fn(|l| expf_w::<8>(c[l] - max));
+            c.copy_from_slice(&v);
+            sum += hsum_w::<8>(&v) as f64;
+        }
+    }
+    for x in &mut row[wide..] {
+        *x = (*x - max).exp();
+        sum += *x as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    for p in row.iter_mut() {
+        *p *= inv;
+    }
+}
+
 /// `softmax`'s body, inlined into each build (its `ggml_v_expf` is fused
 /// multiply-adds, a libm call each where FMA is not enabled).
 #[inline(always)]

@@ -1,0 +1,235 @@
+//! A mixture-of-experts FFN: a router picks `used` of `count` experts for
+//! each token, and the token's FFN output is the weighted sum of those
+//! experts' SwiGLU FFNs.
+//!
+//! The numerics are llama.cpp's `build_moe_ffn` with `mul_mat_id` on the
+//! CPU: router logits from a plain matmul, a softmax in its `soft_max` op's
+//! order, the top k, the weights divided by their sum (clamped away from
+//! zero), each expert's rows summed as a vector dot product would sum them
+//! alone, the down projections scaled by their weights and added in the
+//! order the experts were picked.
+//!
+//! Each expert is a `QuantMatrix` cut from the file's 3-D tensor, so every
+//! type Hearth runs runs here with its own kernels. A pass reads only the
+//! experts its tokens picked, each once for all the rows that picked it
+//! (llama.cpp's grouping in `mul_mat_id`): a decode step reads `used`
+//! experts, a prefill chunk each picked expert once.
+
+use std::ops::Range;
+
+use super::config::{ExpertsConfig, Gating};
+use super::Matrix;
+use crate::cpu::{attention, vec_ops, Activations, QuantMatrix};
+use crate::error::Result;
+use crate::gguf::GgufFile;
+use crate::worker_pool::{DisjointSlice, WorkerPool};
+
+/// One layer's experts and their router.
+pub(super) struct Experts {
+    /// `ffn_gate_inp`: `[count, n_embd]`, a logit per expert.
+    router: Matrix,
+    gate: Vec<QuantMatrix>,
+    up: Vec<QuantMatrix>,
+    down: Vec<QuantMatrix>,
+    config: ExpertsConfig,
+    n_embd: usize,
+}
+
+/// The weights below which a sum of picked weights is not divided by
+/// (llama.cpp clamps the sum to f16's smallest normal).
+const MIN_WEIGHT_SUM: f32 = 6.103_515_6e-5;
+
+impl Experts {
+    /// Layer `prefix`'s router and experts (`ffn_{gate,up,down}_exps`).
+    pub(super) fn load(
+        file: &mut GgufFile,
+        prefix: &str,
+        n_embd: usize,
+        config: &ExpertsConfig,
+        router: Matrix,
+    ) -> Result<Self> {
+        let (count, ffn) = (config.count, config.ffn_len);
+        let gate = load_experts(file, &format!("{prefix}.ffn_gate_exps.weight"), count, ffn, n_embd)?;
+        let up = load_experts(file, &format!("{prefix}.ffn_up_exps.weight"), count, ffn, n_embd)?;
+        let down = load_experts(file, &format!("{prefix}.ffn_down_exps.weight"), count, n_embd, ffn)?;
+        Ok(Self { router, gate, up, down, config: config.clone(), n_embd })
+    }
+
+    /// Bytes of weights one token reads: the router and `used` experts.
+    pub(super) fn bytes_per_token(&self) -> usize {
+        let one = self.gate[0].stored_bytes() + self.up[0].stored_bytes() + self.down[0].stored_bytes();
+        self.router.stored_bytes() + one * self.config.used
+    }
+
+    /// `out = Σ_k w_k · down_k(SiLU(gate_k(h)) · up_k(h))` for each of the
+    /// `rows` rows of `h` (normed FFN inputs), over the experts each row
+    /// picked; `sequence_rows` as in `QuantMatrix::matmul_cols`.
+    pub(super) fn forward_host(
+        &self,
+        pool: &WorkerPool,
+        h: &[f32],
+        rows: usize,
+        sequence_rows: usize,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let (e, ffn, used) = (self.n_embd, self.config.ffn_len, self.config.used);
+        let mut logits = vec![0f32; rows * self.config.count];
+        super::host::matmuls(pool, h, rows, sequence_rows, &mut [(&self.router, &mut logits)])?;
+        let picks: Vec<Pick> = logits.chunks_exact_mut(self.config.count).flat_map(|l| self.route(l)).collect();
+
+        // The rows each expert serves, in row order, experts in id order.
+        // A prompt's rows are summed in the order llama.cpp gives that many
+        // rows; rows of separate sequences (a batch of decode steps) each as
+        // it would be alone, so they share the expert's weights but not
+        // their bits. Prompts of several sequences are grouped apart.
+        let sequences = if sequence_rows > 1 { rows / sequence_rows } else { 1 };
+        let mut served: Vec<Vec<usize>> = vec![Vec::new(); self.config.count * sequences];
+        for (i, p) in picks.iter().enumerate() {
+            let sequence = if sequence_rows > 1 { i / used / sequence_rows } else { 0 };
+            served[sequence * self.config.count + p.expert].push(i);
+        }
+        let work: Vec<Work> = served
+            .into_iter()
+            .enumerate()
+            .filter(|(_, picks)| !picks.is_empty())
+            .map(|(key, picks)| {
+                let expert = key % self.config.count;
+                let mut x = Vec::with_capacity(picks.len() * e);
+                for &i in &picks {
+                    let r = i / used;
+                    x.extend_from_slice(&h[r * e..(r + 1) * e]);
+                }
+                let acts = Activations::for_matrices(&x, [&self.gate[expert], &self.up[expert]]);
+                let order_rows = if sequence_rows > 1 { picks.len() } else { 1 };
+                Work { expert, picks, acts, order_rows }
+            })
+            .collect();
+        let threads = pool.active_threads();
+
+        // Gate and up of every picked expert, in one region.
+        let mut gates: Vec<Vec<f32>> = work.iter().map(|w| vec![0f32; w.picks.len() * ffn]).collect();
+        let mut ups: Vec<Vec<f32>> = gates.clone();
+        {
+            let mut plan: Vec<(usize, bool, Range<usize>)> = Vec::new();
+            for (w, work) in work.iter().enumerate() {
+                let chunk = self.gate[work.expert].columns_per_task(threads);
+                for is_up in [false, true] {
+                    plan.extend((0..ffn).step_by(chunk).map(|s| (w, is_up, s..(s + chunk).min(ffn))));
+                }
+            }
+            let gates: Vec<DisjointSlice<f32>> = gates.iter_mut().map(|g| DisjointSlice::new(g)).collect();
+            let ups: Vec<DisjointSlice<f32>> = ups.iter_mut().map(|u| DisjointSlice::new(u)).collect();
+            pool.run(plan.len(), &|t| {
+                let (w, is_up, cols) = plan[t].clone();
+                let work = &work[w];
+                let (m, out) =
+                    if is_up { (&self.up[work.expert], &ups[w]) } else { (&self.gate[work.expert], &gates[w]) };
+                // SAFETY: the plan's column ranges are disjoint within each output.
+                unsafe { m.expert_cols(&work.acts, work.picks.len(), work.order_rows, cols, out, ffn) };
+            });
+        }
+        for (g, u) in gates.iter_mut().zip(&ups) {
+            vec_ops::silu_mul(g, u);
+        }
+
+        // Down of every picked expert, in one region.
+        let acts: Vec<Activations> =
+            work.iter().zip(&gates).map(|(w, g)| Activations::for_matrices(g, [&self.down[w.expert]])).collect();
+        let mut downs: Vec<Vec<f32>> = work.iter().map(|w| vec![0f32; w.picks.len() * e]).collect();
+        {
+            let mut plan: Vec<(usize, Range<usize>)> = Vec::new();
+            for (w, work) in work.iter().enumerate() {
+                let chunk = self.down[work.expert].columns_per_task(threads);
+                plan.extend((0..e).step_by(chunk).map(|s| (w, s..(s + chunk).min(e))));
+            }
+            let downs: Vec<DisjointSlice<f32>> = downs.iter_mut().map(|d| DisjointSlice::new(d)).collect();
+            pool.run(plan.len(), &|t| {
+                let (w, cols) = plan[t].clone();
+                let work = &work[w];
+                // SAFETY: as above.
+                unsafe {
+                    self.down[work.expert].expert_cols(&acts[w], work.picks.len(), work.order_rows, cols, &downs[w], e)
+                };
+            });
+        }
+
+        // Each row's experts weighted and added in the order they were picked.
+        let mut by_pick: Vec<&[f32]> = vec![&[]; picks.len()];
+        for (w, work) in work.iter().enumerate() {
+            for (j, &i) in work.picks.iter().enumerate() {
+                by_pick[i] = &downs[w][j * e..(j + 1) * e];
+            }
+        }
+        for (r, row) in out.chunks_exact_mut(e).enumerate().take(rows) {
+            for slot in 0..used {
+                let i = r * used + slot;
+                let (d, weight) = (by_pick[i], picks[i].weight);
+                if slot == 0 {
+                    row.iter_mut().zip(d).for_each(|(o, &d)| *o = d * weight);
+                } else {
+                    row.iter_mut().zip(d).for_each(|(o, &d)| *o += d * weight);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Picks this row's experts from its router logits (overwritten).
+    fn route(&self, logits: &mut [f32]) -> Vec<Pick> {
+        match self.config.gating {
+            Gating::Softmax => attention::softmax_f32(logits),
+        }
+        let probs: &[f32] = logits;
+        let mut order: Vec<usize> = (0..probs.len()).collect();
+        // Largest first; ties to the lower id.
+        order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+        order.truncate(self.config.used);
+        let mut weights: Vec<f32> = order.iter().map(|&x| probs[x]).collect();
+        if self.config.normalize_weights {
+            let sum = (weights.iter().map(|&w| w as f64).sum::<f64>() as f32).max(MIN_WEIGHT_SUM);
+            weights.iter_mut().for_each(|w| *w /= sum);
+        }
+        order.into_iter().zip(weights).map(|(expert, weight)| Pick { expert, weight }).collect()
+    }
+}
+
+/// One expert a row picked, with its weight.
+#[derive(Debug, Clone, Copy)]
+struct Pick {
+    expert: usize,
+    weight: f32,
+}
+
+/// One picked expert's share of a pass.
+struct Work {
+    expert: usize,
+    /// Indices into the pass's picks (row · used + slot), in row order.
+    picks: Vec<usize>,
+    /// Those rows of the FFN input, rounded for the expert's gate and up.
+    acts: Activations,
+    /// The row count that decides the summation order (see `expert_cols`).
+    order_rows: usize,
+}
+
+/// A 3-D expert tensor `[count, rows, cols]` as one matrix per expert.
+fn load_experts(file: &mut GgufFile, name: &str, count: usize, rows: usize, cols: usize) -> Result<Vec<QuantMatrix>> {
+    let info = file.tensor_info(name).ok_or_else(|| file.corrupt(format!("missing tensor {name}")))?;
+    if info.dims != [count, rows, cols] {
+        return Err(file.corrupt(format!(
+            "tensor {name} has shape {:?}, expected [{count}, {rows}, {cols}] (experts, rows, columns)",
+            info.dims
+        )));
+    }
+    let raw = file.raw_tensor(name)?;
+    if raw.data.len() % count != 0 {
+        return Err(file.corrupt(format!("tensor {name} does not split into {count} experts")));
+    }
+    raw.data
+        .chunks_exact(raw.data.len() / count)
+        .map(|bytes| match QuantMatrix::from_raw(raw.dtype, &[rows, cols], bytes) {
+            Ok(m) => Ok(m),
+            Err(_) if !raw.dtype.is_runnable() => Err(file.unsupported_type(name, raw.dtype)),
+            Err(why) => Err(file.corrupt(format!("tensor {name} {why}"))),
+        })
+        .collect()
+}
