@@ -103,7 +103,8 @@ enum Command {
     },
     /// Writes a llama-family GGUF with random weights and the tokenizer of
     /// another model (default: the default model), for measuring speed at
-    /// other sizes. The defaults make about 1.1B parameters.
+    /// other sizes. The defaults make about 1.1B parameters. With
+    /// `--experts`, a qwen3moe file whose FFNs are experts.
     WriteRandomModel {
         #[arg(long)]
         out: PathBuf,
@@ -122,6 +123,20 @@ enum Command {
         /// q4_0, q4_1, q8_0, q4_k or q6_k.
         #[arg(long, default_value = "q4_k")]
         dtype: String,
+        /// Head size, where it is not embd / heads (Qwen3: 128).
+        #[arg(long)]
+        head_dim: Option<usize>,
+        /// Experts per layer: makes a qwen3moe file.
+        #[arg(long)]
+        experts: Option<usize>,
+        #[arg(long, default_value_t = 8)]
+        experts_used: usize,
+        /// Each expert's hidden width.
+        #[arg(long, default_value_t = 768)]
+        expert_ffn: usize,
+        /// The experts' type (default: --dtype).
+        #[arg(long)]
+        experts_dtype: Option<String>,
     },
     /// Writes the log-softmax at every position of a token sequence (a JSON
     /// array of ids) as an f32 .npy array of shape [positions, vocab].
@@ -249,8 +264,28 @@ fn run(cli: Cli) -> Result<(), EngineError> {
             score::perplexity(&open(&model)?, &file, ctx, kl_base.as_deref(), json)
         }
         Command::BenchCacheRestored { model, cache, prompt } => bench_cache::restored(&model, &cache, &prompt),
-        Command::WriteRandomModel { out, tokenizer_from, layers, embd, ffn, heads, kv_heads, dtype } => {
-            let shape = random_model::Shape { layers, embd, ffn, heads, kv_heads };
+        Command::WriteRandomModel {
+            out,
+            tokenizer_from,
+            layers,
+            embd,
+            ffn,
+            heads,
+            kv_heads,
+            dtype,
+            head_dim,
+            experts,
+            experts_used,
+            expert_ffn,
+            experts_dtype,
+        } => {
+            let experts = experts.map(|count| random_model::Experts {
+                count,
+                used: experts_used,
+                ffn: expert_ffn,
+                dtype: experts_dtype.unwrap_or_else(|| dtype.clone()),
+            });
+            let shape = random_model::Shape { layers, embd, ffn, heads, kv_heads, head_dim, experts };
             random_model::write(
                 &out,
                 &tokenizer_from.unwrap_or_else(|| paths::default_model_path(|k| std::env::var_os(k))),

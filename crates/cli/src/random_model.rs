@@ -1,6 +1,7 @@
-//! `hearth-cli write-random-model`: a llama-family GGUF with random weights
-//! and another model's tokenizer, so that speed can be measured at sizes the
-//! default model does not have (llama.cpp loads it too).
+//! `hearth-cli write-random-model`: a llama-family or Qwen3-MoE GGUF with
+//! random weights and another model's tokenizer, so that speed can be
+//! measured at sizes and proportions the default model does not have
+//! (llama.cpp loads it too).
 
 use std::path::Path;
 
@@ -15,10 +16,22 @@ pub struct Shape {
     pub ffn: usize,
     pub heads: usize,
     pub kv_heads: usize,
+    /// Defaults to `embd / heads`.
+    pub head_dim: Option<usize>,
+    /// A `qwen3moe` file with these experts in place of the dense FFN.
+    pub experts: Option<Experts>,
 }
 
-pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> Result<(), EngineError> {
-    let dtype = match dtype.to_ascii_lowercase().as_str() {
+/// Experts per layer, used per token, each one's width, and their type.
+pub struct Experts {
+    pub count: usize,
+    pub used: usize,
+    pub ffn: usize,
+    pub dtype: String,
+}
+
+fn dtype_named(dtype: &str) -> Result<GgmlDType, EngineError> {
+    Ok(match dtype.to_ascii_lowercase().as_str() {
         "q4_0" => GgmlDType::Q4_0,
         "q4_1" => GgmlDType::Q4_1,
         "q8_0" => GgmlDType::Q8_0,
@@ -30,7 +43,24 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
                 reason: format!("{other:?} is not one of q4_0, q4_1, q8_0, q4_k, q6_k"),
             })
         }
+    })
+}
+
+pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> Result<(), EngineError> {
+    let dtype = dtype_named(dtype)?;
+    let experts_dtype = match &shape.experts {
+        Some(e) => {
+            if e.used == 0 || e.used > e.count {
+                return Err(EngineError::InvalidSetting {
+                    field: "experts_used",
+                    reason: format!("{} of {} experts", e.used, e.count),
+                });
+            }
+            dtype_named(&e.dtype)?
+        }
+        None => dtype,
     };
+    let arch = if shape.experts.is_some() { "qwen3moe" } else { "llama" };
     let io = |e: std::io::Error| EngineError::InvalidSetting { field: "out", reason: e.to_string() };
     let mut src = std::fs::File::open(tokenizer_from).map_err(io)?;
     let content = gguf_file::Content::read(&mut src)?;
@@ -49,51 +79,73 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
             })
         }
     };
-    let head_dim = shape.embd / shape.heads;
-    let u = |k: &str, v: usize| (format!("llama.{k}"), Value::U32(v as u32));
+    let head_dim = shape.head_dim.unwrap_or(shape.embd / shape.heads);
+    let u = |k: &str, v: usize| (format!("{arch}.{k}"), Value::U32(v as u32));
     md.extend([
-        ("general.architecture".to_string(), Value::String("llama".into())),
-        ("general.name".to_string(), Value::String("hearth random llama".into())),
+        ("general.architecture".to_string(), Value::String(arch.into())),
+        ("general.name".to_string(), Value::String(format!("hearth random {arch}"))),
         u("block_count", shape.layers),
         u("embedding_length", shape.embd),
         u("feed_forward_length", shape.ffn),
         u("attention.head_count", shape.heads),
         u("attention.head_count_kv", shape.kv_heads),
+        u("attention.key_length", head_dim),
+        u("attention.value_length", head_dim),
         u("rope.dimension_count", head_dim),
         u("context_length", 4096),
-        ("llama.rope.freq_base".to_string(), Value::F32(10000.0)),
-        ("llama.attention.layer_norm_rms_epsilon".to_string(), Value::F32(1e-5)),
+        (format!("{arch}.rope.freq_base"), Value::F32(10000.0)),
+        (format!("{arch}.attention.layer_norm_rms_epsilon"), Value::F32(1e-5)),
     ]);
+    if let Some(e) = &shape.experts {
+        md.extend([u("expert_count", e.count), u("expert_used_count", e.used), u("expert_feed_forward_length", e.ffn)]);
+    }
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-    let mut random = |rows: usize, cols: usize, scale: f32| -> candle_core::Result<Tensor> {
-        let v: Vec<f32> = (0..rows * cols)
+    let mut random_of = |dims: &[usize], scale: f32| -> candle_core::Result<Tensor> {
+        let v: Vec<f32> = (0..dims.iter().product::<usize>())
             .map(|_| {
                 seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 ((seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
             })
             .collect();
-        Tensor::from_vec(v, (rows, cols), &Device::Cpu)
+        Tensor::from_vec(v, dims, &Device::Cpu)
     };
     let ones = |n: usize| Tensor::ones(n, candle_core::DType::F32, &Device::Cpu);
-    let kv = shape.kv_heads * head_dim;
+    let (q, kv) = (shape.heads * head_dim, shape.kv_heads * head_dim);
     let scale = 1.0 / (shape.embd as f32).sqrt();
     let mut tensors: Vec<(String, QTensor)> =
-        vec![("token_embd.weight".into(), QTensor::quantize(&random(vocab, shape.embd, 1.0)?, dtype)?)];
+        vec![("token_embd.weight".into(), QTensor::quantize(&random_of(&[vocab, shape.embd], 1.0)?, dtype)?)];
     for i in 0..shape.layers {
         let p = |n: &str| format!("blk.{i}.{n}");
-        for (name, rows, cols) in [
-            ("attn_q.weight", shape.embd, shape.embd),
-            ("attn_k.weight", kv, shape.embd),
-            ("attn_v.weight", kv, shape.embd),
-            ("attn_output.weight", shape.embd, shape.embd),
-            ("ffn_gate.weight", shape.ffn, shape.embd),
-            ("ffn_up.weight", shape.ffn, shape.embd),
-            ("ffn_down.weight", shape.embd, shape.ffn),
-        ] {
-            tensors.push((p(name), QTensor::quantize(&random(rows, cols, scale)?, dtype)?));
+        let mut matrices = vec![
+            ("attn_q.weight", vec![q, shape.embd], dtype),
+            ("attn_k.weight", vec![kv, shape.embd], dtype),
+            ("attn_v.weight", vec![kv, shape.embd], dtype),
+            ("attn_output.weight", vec![shape.embd, q], dtype),
+        ];
+        match &shape.experts {
+            Some(e) => matrices.extend([
+                ("ffn_gate_inp.weight", vec![e.count, shape.embd], GgmlDType::F32),
+                ("ffn_gate_exps.weight", vec![e.count, e.ffn, shape.embd], experts_dtype),
+                ("ffn_up_exps.weight", vec![e.count, e.ffn, shape.embd], experts_dtype),
+                ("ffn_down_exps.weight", vec![e.count, shape.embd, e.ffn], experts_dtype),
+            ]),
+            None => matrices.extend([
+                ("ffn_gate.weight", vec![shape.ffn, shape.embd], dtype),
+                ("ffn_up.weight", vec![shape.ffn, shape.embd], dtype),
+                ("ffn_down.weight", vec![shape.embd, shape.ffn], dtype),
+            ]),
+        }
+        for (name, dims, dtype) in matrices {
+            // The router's logits spread a few units, so that picks vary.
+            let s = if name.starts_with("ffn_gate_inp") { 4.0 * scale } else { scale };
+            tensors.push((p(name), QTensor::quantize(&random_of(&dims, s)?, dtype)?));
         }
         tensors.push((p("attn_norm.weight"), QTensor::quantize(&ones(shape.embd)?, GgmlDType::F32)?));
         tensors.push((p("ffn_norm.weight"), QTensor::quantize(&ones(shape.embd)?, GgmlDType::F32)?));
+        if shape.experts.is_some() {
+            tensors.push((p("attn_q_norm.weight"), QTensor::quantize(&ones(head_dim)?, GgmlDType::F32)?));
+            tensors.push((p("attn_k_norm.weight"), QTensor::quantize(&ones(head_dim)?, GgmlDType::F32)?));
+        }
     }
     tensors.push(("output_norm.weight".into(), QTensor::quantize(&ones(shape.embd)?, GgmlDType::F32)?));
     let md_refs: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();

@@ -351,3 +351,17 @@ fn one_decode_pass_over_several_caches_equals_a_step_each_for_every_family() {
         }
     }
 }
+
+#[test]
+fn fused_gate_and_up_experts_equal_separate_ones() {
+    for experts_dtype in [candle_core::quantized::GgmlDType::Q8_0, candle_core::quantized::GgmlDType::Q4_0] {
+        let spec = TinySpec { experts_dtype, ..TinySpec::new(Family::Qwen3Moe) };
+        let (_d1, apart) = tiny(&spec);
+        let (_d2, fused) = tiny(&TinySpec { fused_gate_up: true, ..spec });
+        let (apart, fused) = (Engine::open(&apart).unwrap(), Engine::open(&fused).unwrap());
+        let t = tokens(40);
+        for n in [1, 40] {
+            assert_eq!(fresh(apart.model(), &t[..n]), fresh(fused.model(), &t[..n]), "{experts_dtype:?}, {n} tokens");
+        }
+    }
+}

@@ -145,6 +145,7 @@ pub fn dot_one_accumulator(a: &[f32], b: &[f32]) -> Option<f32> {
 
 /// `dot_one_accumulator` in plain code at the width the kernels use: the
 /// reference the vector builds are tested against.
+#[cfg(test)]
 pub(crate) fn dot_one_accumulator_portable(a: &[f32], b: &[f32]) -> Option<f32> {
     if crate::cpu::isa::isa() == crate::cpu::isa::Isa::Avx512Vnni {
         a.len().is_multiple_of(16).then(|| dot_one_accumulator_impl::<16>(a, b))

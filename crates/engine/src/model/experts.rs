@@ -40,7 +40,9 @@ pub(super) struct Experts {
 const MIN_WEIGHT_SUM: f32 = 6.103_515_6e-5;
 
 impl Experts {
-    /// Layer `prefix`'s router and experts (`ffn_{gate,up,down}_exps`).
+    /// Layer `prefix`'s router and experts: `ffn_{gate,up,down}_exps`, or
+    /// gate and up fused in `ffn_gate_up_exps` (each expert's gate rows,
+    /// then its up rows).
     pub(super) fn load(
         file: &mut GgufFile,
         prefix: &str,
@@ -49,9 +51,28 @@ impl Experts {
         router: Matrix,
     ) -> Result<Self> {
         let (count, ffn) = (config.count, config.ffn_len);
-        let gate = load_experts(file, &format!("{prefix}.ffn_gate_exps.weight"), count, ffn, n_embd)?;
-        let up = load_experts(file, &format!("{prefix}.ffn_up_exps.weight"), count, ffn, n_embd)?;
-        let down = load_experts(file, &format!("{prefix}.ffn_down_exps.weight"), count, n_embd, ffn)?;
+        let fused = format!("{prefix}.ffn_gate_up_exps.weight");
+        let (gate, up) = if file.has_tensor(&fused) {
+            let mut gate = Vec::with_capacity(count);
+            let mut up = Vec::with_capacity(count);
+            for [g, u] in load_experts::<2>(file, &fused, count, 2 * ffn, n_embd)? {
+                gate.push(g);
+                up.push(u);
+            }
+            (gate, up)
+        } else {
+            let one = |file: &mut GgufFile, name: &str| -> Result<Vec<QuantMatrix>> {
+                Ok(load_experts::<1>(file, &format!("{prefix}.{name}.weight"), count, ffn, n_embd)?
+                    .into_iter()
+                    .map(|[m]| m)
+                    .collect())
+            };
+            (one(file, "ffn_gate_exps")?, one(file, "ffn_up_exps")?)
+        };
+        let down = load_experts::<1>(file, &format!("{prefix}.ffn_down_exps.weight"), count, n_embd, ffn)?
+            .into_iter()
+            .map(|[m]| m)
+            .collect();
         Ok(Self { router, gate, up, down, config: config.clone(), n_embd })
     }
 
@@ -211,8 +232,15 @@ struct Work {
     order_rows: usize,
 }
 
-/// A 3-D expert tensor `[count, rows, cols]` as one matrix per expert.
-fn load_experts(file: &mut GgufFile, name: &str, count: usize, rows: usize, cols: usize) -> Result<Vec<QuantMatrix>> {
+/// A 3-D expert tensor `[count, rows, cols]` as `PARTS` matrices per
+/// expert, each of `rows / PARTS` consecutive rows.
+fn load_experts<const PARTS: usize>(
+    file: &mut GgufFile,
+    name: &str,
+    count: usize,
+    rows: usize,
+    cols: usize,
+) -> Result<Vec<[QuantMatrix; PARTS]>> {
     let info = file.tensor_info(name).ok_or_else(|| file.corrupt(format!("missing tensor {name}")))?;
     if info.dims != [count, rows, cols] {
         return Err(file.corrupt(format!(
@@ -221,15 +249,20 @@ fn load_experts(file: &mut GgufFile, name: &str, count: usize, rows: usize, cols
         )));
     }
     let raw = file.raw_tensor(name)?;
-    if raw.data.len() % count != 0 {
+    if raw.data.len() % (count * PARTS) != 0 {
         return Err(file.corrupt(format!("tensor {name} does not split into {count} experts")));
     }
+    let part = raw.data.len() / (count * PARTS);
+    let matrix = |bytes: &[u8]| match QuantMatrix::from_raw(raw.dtype, &[rows / PARTS, cols], bytes) {
+        Ok(m) => Ok(m),
+        Err(_) if !raw.dtype.is_runnable() => Err(file.unsupported_type(name, raw.dtype)),
+        Err(why) => Err(file.corrupt(format!("tensor {name} {why}"))),
+    };
     raw.data
-        .chunks_exact(raw.data.len() / count)
-        .map(|bytes| match QuantMatrix::from_raw(raw.dtype, &[rows, cols], bytes) {
-            Ok(m) => Ok(m),
-            Err(_) if !raw.dtype.is_runnable() => Err(file.unsupported_type(name, raw.dtype)),
-            Err(why) => Err(file.corrupt(format!("tensor {name} {why}"))),
+        .chunks_exact(part * PARTS)
+        .map(|expert| {
+            let parts: Vec<QuantMatrix> = expert.chunks_exact(part).map(matrix).collect::<Result<_>>()?;
+            Ok(parts.try_into().unwrap_or_else(|_| unreachable!("PARTS chunks of PARTS · part bytes")))
         })
         .collect()
 }

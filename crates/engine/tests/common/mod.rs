@@ -67,6 +67,8 @@ pub struct TinySpec {
     pub experts: (usize, usize, usize),
     /// The experts' type (the rest is `dtype`).
     pub experts_dtype: GgmlDType,
+    /// Gate and up in one `ffn_gate_up_exps` tensor (the same values).
+    pub fused_gate_up: bool,
 }
 
 impl TinySpec {
@@ -86,6 +88,7 @@ impl TinySpec {
             dtype: GgmlDType::Q8_0,
             experts: (8, 2, 64),
             experts_dtype: GgmlDType::Q8_0,
+            fused_gate_up: false,
         }
     }
 }
@@ -142,8 +145,14 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
             let (n, _, ff) = spec.experts;
             // Router logits a few units apart, so that picks are clear.
             put(format!("{p}.ffn_gate_inp.weight"), random(&mut rng, &[n, e], 0.5), GgmlDType::F32);
-            put(format!("{p}.ffn_gate_exps.weight"), random(&mut rng, &[n, ff, e], 0.2), spec.experts_dtype);
-            put(format!("{p}.ffn_up_exps.weight"), random(&mut rng, &[n, ff, e], 0.2), spec.experts_dtype);
+            let (gate, up) = (random(&mut rng, &[n, ff, e], 0.2), random(&mut rng, &[n, ff, e], 0.2));
+            if spec.fused_gate_up {
+                let both = Tensor::cat(&[&gate, &up], 1).unwrap();
+                put(format!("{p}.ffn_gate_up_exps.weight"), both, spec.experts_dtype);
+            } else {
+                put(format!("{p}.ffn_gate_exps.weight"), gate, spec.experts_dtype);
+                put(format!("{p}.ffn_up_exps.weight"), up, spec.experts_dtype);
+            }
             put(format!("{p}.ffn_down_exps.weight"), random(&mut rng, &[n, e, ff], 0.2), spec.experts_dtype);
         } else {
             put(format!("{p}.ffn_gate.weight"), random(&mut rng, &[spec.ffn, e], 0.2), spec.dtype);
