@@ -1,4 +1,5 @@
-//! Families with experts against llama.cpp itself, on random-weight files
+//! Families with experts (and the f32 products their routers run) against
+//! llama.cpp itself, on random-weight files
 //! written here: the logits at every position of a sequence longer than a
 //! prefill chunk, teacher-forced in both engines.
 //!
@@ -157,4 +158,14 @@ fn qwen3moe_with_k_quant_experts_matches_llama_cpp() {
         check(&moe(dtype, 256, 256), 600, Feed::Prompt);
         check(&moe(dtype, 256, 256), 80, Feed::Steps);
     }
+}
+
+#[test]
+fn f32_weights_match_llama_cpp_as_a_prompt_and_as_steps() {
+    // A router's f32 products: tinyBLAS for a prompt, a dot product each
+    // for a step, each in its build's width.
+    let spec =
+        TinySpec { n_embd: 256, head_dim: 64, dtype: GgmlDType::F32, context: 2048, ..TinySpec::new(Family::Qwen3) };
+    check(&spec, 100, Feed::Prompt);
+    check(&spec, 40, Feed::Steps);
 }

@@ -167,7 +167,7 @@ impl InterleavedQ4K {
                 let mut a = 0;
                 while a < n_acts {
                     let take = match n_acts - a {
-                        n if n >= 8 && vnni && one_sequence => 8,
+                        n if n >= 8 && vnni => 8,
                         n if n >= 4 => 4,
                         _ => 1,
                     };

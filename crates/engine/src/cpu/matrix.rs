@@ -158,6 +158,34 @@ impl Activations {
         acts
     }
 
+    /// Rows `rows` (of `k` values each) of these, for `matrices`: what
+    /// rounding them again would give, without rounding them again.
+    pub(crate) fn gather<'a>(
+        &self,
+        rows: &[usize],
+        k: usize,
+        matrices: impl IntoIterator<Item = &'a QuantMatrix>,
+    ) -> Self {
+        fn pick<T: Copy>(all: &[T], rows: &[usize], per_row: usize) -> Vec<T> {
+            if all.is_empty() {
+                return Vec::new();
+            }
+            rows.iter().flat_map(|&r| all[r * per_row..(r + 1) * per_row].iter().copied()).collect()
+        }
+        let mut acts = Self {
+            q8: pick(&self.q8, rows, k / 32),
+            q8_pairs: RowPairs::default(),
+            q8k: pick(&self.q8k, rows, k / QK_K),
+            f32: pick(&self.f32, rows, k),
+            f16: pick(&self.f16, rows, k),
+            bf16: pick(&self.bf16, rows, k),
+        };
+        if isa::isa() >= Isa::Avx512Vnni && matrices.into_iter().any(|m| m.reads_row_pairs()) {
+            acts.q8_pairs = RowPairs::new(&acts.q8, k / 32);
+        }
+        acts
+    }
+
     /// The rows rounded for float weights of `f`'s type.
     fn rounded_for(&self, f: &FloatRows) -> &[f32] {
         match f {

@@ -39,10 +39,35 @@ macro_rules! multiversion {
     };
 }
 
-multiversion! {
-    /// `Σ a[i]·b[i]` in `ggml_vec_dot_f32`'s order: four eight-lane
-    /// accumulators over 32-value steps, then the rest one by one.
-    pub fn dot(a: &[f32], b: &[f32]) -> f32 => dot_impl
+/// `Σ a[i]·b[i]` in `ggml_vec_dot_f32`'s order on this CPU's llama.cpp
+/// build: four accumulators of eight lanes over 32-value steps (AVX2), or of
+/// sixteen over 64-value steps where the kernels run AVX-512; then the rest
+/// one by one.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::cpu::isa::{isa, Isa};
+        /// # Safety
+        /// The CPU must have AVX2 and FMA. (The body is safe code.)
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2(a: &[f32], b: &[f32]) -> f32 {
+            dot_impl::<8>(a, b)
+        }
+        /// # Safety
+        /// The CPU must have AVX-512 F. (The body is safe code.)
+        #[target_feature(enable = "avx2,fma,avx512f")]
+        unsafe fn avx512(a: &[f32], b: &[f32]) -> f32 {
+            dot_impl::<16>(a, b)
+        }
+        match isa() {
+            // SAFETY: `isa()` checked the features at run time.
+            Isa::Avx512Vnni => return unsafe { avx512(a, b) },
+            // SAFETY: as above.
+            Isa::Avx2 => return unsafe { avx2(a, b) },
+            Isa::Portable => {}
+        }
+    }
+    dot_impl::<8>(a, b)
 }
 /// `gate = SiLU(gate) · up`, as `ggml_vec_swiglu_f32` on this CPU's
 /// llama.cpp build: sixteen lanes and its AVX-512 `ggml_v_expf` where the
@@ -265,22 +290,28 @@ pub(crate) fn hsum_w<const W: usize>(a: &[f32; W]) -> f32 {
 }
 
 #[inline(always)]
-fn dot_impl(a: &[f32], b: &[f32]) -> f32 {
+fn dot_impl<const W: usize>(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
-    let mut acc = [[0f32; 8]; 4];
-    let wide = n / 32 * 32;
-    for (ca, cb) in a[..wide].chunks_exact(32).zip(b[..wide].chunks_exact(32)) {
+    let step = 4 * W;
+    let mut acc = [[0f32; W]; 4];
+    let wide = n / step * step;
+    for (ca, cb) in a[..wide].chunks_exact(step).zip(b[..wide].chunks_exact(step)) {
         for (j, acc) in acc.iter_mut().enumerate() {
-            for l in 0..8 {
-                acc[l] = ca[j * 8 + l].mul_add(cb[j * 8 + l], acc[l]);
+            for l in 0..W {
+                acc[l] = ca[j * W + l].mul_add(cb[j * W + l], acc[l]);
             }
         }
     }
-    // GGML_F32x8_REDUCE: 0+=2, 1+=3, 0+=1, then (lo+hi) and two hadds.
-    let v: [f32; 8] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
-    let t: [f32; 4] = std::array::from_fn(|l| v[l] + v[l + 4]);
-    let mut s = (t[0] + t[1]) + (t[2] + t[3]);
+    // GGML_F32x8/x16_REDUCE: 0+=2, 1+=3, 0+=1; then AVX2 adds the halves
+    // and two `hadd`s, AVX-512 `_mm512_reduce_add_ps`.
+    let v: [f32; W] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
+    let mut s = if W == 8 {
+        let t: [f32; 4] = std::array::from_fn(|l| v[l] + v[l + 4]);
+        (t[0] + t[1]) + (t[2] + t[3])
+    } else {
+        hsum_w::<W>(&v)
+    };
     for i in wide..n {
         s = a[i].mul_add(b[i], s);
     }
@@ -394,7 +425,11 @@ mod tests {
     fn vector_and_portable_builds_agree_bit_for_bit() {
         for n in [1, 7, 8, 31, 64, 65, 100, 576] {
             let (a, b) = (data(n, 1), data(n, 2));
-            let want = dot_impl(&a, &b);
+            let want = if crate::cpu::isa::isa() == crate::cpu::isa::Isa::Avx512Vnni {
+                dot_impl::<16>(&a, &b)
+            } else {
+                dot_impl::<8>(&a, &b)
+            };
             assert_eq!(dot(&a, &b).to_bits(), want.to_bits(), "dot {n}");
             let exact: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
             assert!((want as f64 - exact).abs() < 1e-4, "dot {n}: {want} vs {exact}");

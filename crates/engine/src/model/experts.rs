@@ -103,6 +103,9 @@ impl Experts {
         // rows; rows of separate sequences (a batch of decode steps) each as
         // it would be alone, so they share the expert's weights but not
         // their bits. Prompts of several sequences are grouped apart.
+        // The input rounded once for every expert's gate and up: the experts
+        // of one tensor share its type, so the first ones name every rounding.
+        let rounded = Activations::for_matrices(h, [&self.gate[0], &self.up[0]]);
         let sequences = if sequence_rows > 1 { rows / sequence_rows } else { 1 };
         let mut served: Vec<Vec<usize>> = vec![Vec::new(); self.config.count * sequences];
         for (i, p) in picks.iter().enumerate() {
@@ -115,12 +118,8 @@ impl Experts {
             .filter(|(_, picks)| !picks.is_empty())
             .map(|(key, picks)| {
                 let expert = key % self.config.count;
-                let mut x = Vec::with_capacity(picks.len() * e);
-                for &i in &picks {
-                    let r = i / used;
-                    x.extend_from_slice(&h[r * e..(r + 1) * e]);
-                }
-                let acts = Activations::for_matrices(&x, [&self.gate[expert], &self.up[expert]]);
+                let rows: Vec<usize> = picks.iter().map(|&i| i / used).collect();
+                let acts = rounded.gather(&rows, e, [&self.gate[expert], &self.up[expert]]);
                 let order_rows = if sequence_rows > 1 { picks.len() } else { 1 };
                 Work { expert, picks, acts, order_rows }
             })
@@ -131,9 +130,9 @@ impl Experts {
         let mut gates: Vec<Vec<f32>> = work.iter().map(|w| vec![0f32; w.picks.len() * ffn]).collect();
         let mut ups: Vec<Vec<f32>> = gates.clone();
         {
+            let chunk = expert_chunk(ffn, threads);
             let mut plan: Vec<(usize, bool, Range<usize>)> = Vec::new();
-            for (w, work) in work.iter().enumerate() {
-                let chunk = self.gate[work.expert].columns_per_task(threads);
+            for w in 0..work.len() {
                 for is_up in [false, true] {
                     plan.extend((0..ffn).step_by(chunk).map(|s| (w, is_up, s..(s + chunk).min(ffn))));
                 }
@@ -158,11 +157,9 @@ impl Experts {
             work.iter().zip(&gates).map(|(w, g)| Activations::for_matrices(g, [&self.down[w.expert]])).collect();
         let mut downs: Vec<Vec<f32>> = work.iter().map(|w| vec![0f32; w.picks.len() * e]).collect();
         {
-            let mut plan: Vec<(usize, Range<usize>)> = Vec::new();
-            for (w, work) in work.iter().enumerate() {
-                let chunk = self.down[work.expert].columns_per_task(threads);
-                plan.extend((0..e).step_by(chunk).map(|s| (w, s..(s + chunk).min(e))));
-            }
+            let chunk = expert_chunk(e, threads);
+            let plan: Vec<(usize, Range<usize>)> =
+                (0..work.len()).flat_map(|w| (0..e).step_by(chunk).map(move |s| (w, s..(s + chunk).min(e)))).collect();
             let downs: Vec<DisjointSlice<f32>> = downs.iter_mut().map(|d| DisjointSlice::new(d)).collect();
             pool.run(plan.len(), &|t| {
                 let (w, cols) = plan[t].clone();
@@ -212,6 +209,14 @@ impl Experts {
         }
         order.into_iter().zip(weights).map(|(expert, weight)| Pick { expert, weight }).collect()
     }
+}
+
+/// Weight rows per task of an expert's matrix: a share per thread, in
+/// eights (the repacked layouts' groups). Experts are small matrices and
+/// many of them run in one region, so smaller tasks would only add claims
+/// and break the weights' streaming.
+fn expert_chunk(rows: usize, threads: usize) -> usize {
+    rows.div_ceil(threads.max(1)).next_multiple_of(8).max(8)
 }
 
 /// One expert a row picked, with its weight.
