@@ -92,20 +92,21 @@ impl Experts {
         rows: usize,
         sequence_rows: usize,
         out: &mut [f32],
+        scratch: &mut ExpertScratch,
     ) -> Result<()> {
         let (e, ffn, used) = (self.n_embd, self.config.ffn_len, self.config.used);
         let mut logits = vec![0f32; rows * self.config.count];
         super::host::matmuls(pool, h, rows, sequence_rows, &mut [(&self.router, &mut logits)])?;
         let picks: Vec<Pick> = logits.chunks_exact_mut(self.config.count).flat_map(|l| self.route(l)).collect();
 
+        // The input rounded once for every expert's gate and up: the experts
+        // of one tensor share its type, so the first ones name every rounding.
+        let rounded = Activations::for_matrices(h, [&self.gate[0], &self.up[0]]);
         // The rows each expert serves, in row order, experts in id order.
         // A prompt's rows are summed in the order llama.cpp gives that many
         // rows; rows of separate sequences (a batch of decode steps) each as
         // it would be alone, so they share the expert's weights but not
         // their bits. Prompts of several sequences are grouped apart.
-        // The input rounded once for every expert's gate and up: the experts
-        // of one tensor share its type, so the first ones name every rounding.
-        let rounded = Activations::for_matrices(h, [&self.gate[0], &self.up[0]]);
         let sequences = if sequence_rows > 1 { rows / sequence_rows } else { 1 };
         let mut served: Vec<Vec<usize>> = vec![Vec::new(); self.config.count * sequences];
         for (i, p) in picks.iter().enumerate() {
@@ -126,9 +127,14 @@ impl Experts {
             .collect();
         let threads = pool.active_threads();
 
-        // Gate and up of every picked expert, in one region.
-        let mut gates: Vec<Vec<f32>> = work.iter().map(|w| vec![0f32; w.picks.len() * ffn]).collect();
-        let mut ups: Vec<Vec<f32>> = gates.clone();
+        // Gate and up of every picked expert, in one region. Every value of
+        // the scratch buffers is written before it is read.
+        let n = picks.len();
+        scratch.gate.resize(n * ffn, 0.0);
+        scratch.up.resize(n * ffn, 0.0);
+        scratch.down.resize(n * e, 0.0);
+        let mut gates = split(&mut scratch.gate[..n * ffn], work.iter().map(|w| w.picks.len() * ffn));
+        let mut ups = split(&mut scratch.up[..n * ffn], work.iter().map(|w| w.picks.len() * ffn));
         {
             let chunk = expert_chunk(ffn, threads);
             let mut plan: Vec<(usize, bool, Range<usize>)> = Vec::new();
@@ -155,7 +161,7 @@ impl Experts {
         // Down of every picked expert, in one region.
         let acts: Vec<Activations> =
             work.iter().zip(&gates).map(|(w, g)| Activations::for_matrices(g, [&self.down[w.expert]])).collect();
-        let mut downs: Vec<Vec<f32>> = work.iter().map(|w| vec![0f32; w.picks.len() * e]).collect();
+        let mut downs = split(&mut scratch.down[..n * e], work.iter().map(|w| w.picks.len() * e));
         {
             let chunk = expert_chunk(e, threads);
             let plan: Vec<(usize, Range<usize>)> =
@@ -209,6 +215,26 @@ impl Experts {
         }
         order.into_iter().zip(weights).map(|(expert, weight)| Pick { expert, weight }).collect()
     }
+}
+
+/// Buffers the experts of every layer of a pass reuse: fresh ones each
+/// layer cost page faults and TLB shootdowns on every core.
+#[derive(Default)]
+pub(super) struct ExpertScratch {
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    down: Vec<f32>,
+}
+
+/// `buf` cut into consecutive pieces of `sizes`.
+fn split(mut buf: &mut [f32], sizes: impl Iterator<Item = usize>) -> Vec<&mut [f32]> {
+    let mut pieces = Vec::new();
+    for size in sizes {
+        let (piece, rest) = std::mem::take(&mut buf).split_at_mut(size);
+        pieces.push(piece);
+        buf = rest;
+    }
+    pieces
 }
 
 /// Weight rows per task of an expert's matrix: a share per thread, in

@@ -283,7 +283,7 @@ impl Model {
                 });
                 matmuls(pool, &buf.gate, rows, seq, &mut [(down, &mut buf.o)])?;
             }
-            Ffn::Experts(experts) => experts.forward_host(pool, &buf.h, rows, seq, &mut buf.o)?,
+            Ffn::Experts(experts) => experts.forward_host(pool, &buf.h, rows, seq, &mut buf.o, &mut buf.experts)?,
         }
         if let Some(n) = &b.post_ffn_norm {
             norm_in_place(n, &mut buf.o, e);
@@ -524,6 +524,7 @@ struct Buffers {
     o: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
+    experts: super::experts::ExpertScratch,
 }
 
 impl Buffers {
@@ -543,6 +544,7 @@ impl Buffers {
             o: vec![0f32; rows * e],
             gate: vec![0f32; rows * ffn],
             up: vec![0f32; rows * ffn],
+            experts: Default::default(),
         }
     }
 }
