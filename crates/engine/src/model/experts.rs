@@ -16,9 +16,10 @@
 //! experts, a prefill chunk each picked expert once.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use super::config::{ExpertsConfig, Gating};
-use super::Matrix;
+
 use crate::cpu::{attention, vec_ops, Activations, QuantMatrix};
 use crate::error::Result;
 use crate::gguf::GgufFile;
@@ -27,7 +28,7 @@ use crate::worker_pool::{DisjointSlice, WorkerPool};
 /// One layer's experts and their router.
 pub(super) struct Experts {
     /// `ffn_gate_inp`: `[count, n_embd]`, a logit per expert.
-    router: Matrix,
+    router: Arc<QuantMatrix>,
     gate: Vec<QuantMatrix>,
     up: Vec<QuantMatrix>,
     down: Vec<QuantMatrix>,
@@ -48,7 +49,7 @@ impl Experts {
         prefix: &str,
         n_embd: usize,
         config: &ExpertsConfig,
-        router: Matrix,
+        router: Arc<QuantMatrix>,
     ) -> Result<Self> {
         let (count, ffn) = (config.count, config.ffn_len);
         let fused = format!("{prefix}.ffn_gate_up_exps.weight");
@@ -96,7 +97,17 @@ impl Experts {
     ) -> Result<()> {
         let (e, ffn, used) = (self.n_embd, self.config.ffn_len, self.config.used);
         let mut logits = vec![0f32; rows * self.config.count];
-        super::host::matmuls(pool, h, rows, sequence_rows, &mut [(&self.router, &mut logits)])?;
+        {
+            let router = &*self.router;
+            let acts = Activations::for_matrices(h, [router]);
+            let chunk = expert_chunk(self.config.count, pool.active_threads());
+            let out = DisjointSlice::new(&mut logits);
+            pool.run(self.config.count.div_ceil(chunk), &|t| {
+                let cols = t * chunk..((t + 1) * chunk).min(self.config.count);
+                // SAFETY: the tasks' column ranges are disjoint.
+                unsafe { router.matmul_cols(&acts, rows, sequence_rows, cols, &out, self.config.count) };
+            });
+        }
         let picks: Vec<Pick> = logits.chunks_exact_mut(self.config.count).flat_map(|l| self.route(l)).collect();
 
         // The input rounded once for every expert's gate and up: the experts

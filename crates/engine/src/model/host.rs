@@ -566,7 +566,7 @@ impl Matrix {
 /// `out_i = x · W_iᵀ` for several matrices that share the input `x`
 /// (`rows × k`, `sequence_rows` of them per sequence): one quantization of
 /// `x`, one parallel region for all.
-pub(super) fn matmuls(
+fn matmuls(
     pool: &WorkerPool,
     x: &[f32],
     rows: usize,

@@ -262,8 +262,11 @@ impl Model {
                             "models with experts run on the CPU for now; choose the CPU device",
                         ));
                     }
-                    let router = Matrix::load(file, &format!("{p}.ffn_gate_inp.weight"), device, true)?;
                     check_shape(file, &format!("{p}.ffn_gate_inp.weight"), &[ec.count, config.n_embd])?;
+                    let Matrix::Own(router) = Matrix::load(file, &format!("{p}.ffn_gate_inp.weight"), device, true)?
+                    else {
+                        unreachable!("loaded with Hearth's own kernels")
+                    };
                     let experts = experts::Experts::load(file, &p, config.n_embd, ec, router)?;
                     weight_bytes.set(weight_bytes.get() + experts.bytes_per_token());
                     Ffn::Experts(experts)
