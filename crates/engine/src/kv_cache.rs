@@ -17,6 +17,11 @@
 //! exact bits that memory holds, so a restored cache is the cache that was
 //! saved. On the CPU the buffers are plain `Vec<f16>`s that the forward pass
 //! reads and writes directly; on other devices they are f16 candle tensors.
+//!
+//! A hybrid model's recurrent layers keep no keys or values: their state,
+//! and the checkpoints that let the cache be cut back, are a
+//! [`RecurrentState`] held here too, so a cache is still one value that
+//! clones, truncates, saves and restores as a whole.
 
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -26,6 +31,7 @@ use half::f16;
 
 use crate::error::{EngineError, Result};
 use crate::model::config::ModelConfig;
+use crate::recurrent_state::RecurrentState;
 
 /// Smallest allocation, in positions, so short chats do not regrow every turn.
 const MIN_CAPACITY: usize = 256;
@@ -65,6 +71,9 @@ pub struct KvCache {
     n_layers: usize,
     n_kv_heads: usize,
     head_dim: usize,
+    /// `kv_layers[i]`: layer `i` keeps keys and values (all but a hybrid's recurrent layers).
+    kv_layers: Arc<Vec<bool>>,
+    recurrent: Option<RecurrentState>,
     device: Device,
 }
 
@@ -100,7 +109,76 @@ impl KvCache {
             n_layers: config.n_layers,
             n_kv_heads: config.n_kv_heads,
             head_dim: config.head_dim,
+            kv_layers: Arc::new((0..config.n_layers).map(|i| !config.is_recurrent(i)).collect()),
+            recurrent: config.recurrent.as_ref().map(RecurrentState::new),
             device: device.clone(),
+        }
+    }
+
+    fn n_kv_layers(&self) -> usize {
+        self.kv_layers.iter().filter(|&&k| k).count()
+    }
+
+    /// A hybrid model's recurrent state, for its pass to read and write.
+    pub(crate) fn recurrent_mut(&mut self) -> Option<&mut RecurrentState> {
+        self.recurrent.as_mut()
+    }
+
+    /// Whether this cache holds a recurrent state (a hybrid model's).
+    pub fn is_hybrid(&self) -> bool {
+        self.recurrent.is_some()
+    }
+
+    /// Positions at which the recurrent state is kept, for cutting the cache
+    /// back (empty for a transformer's cache, which can be cut anywhere).
+    pub fn checkpoint_positions(&self) -> Vec<usize> {
+        self.recurrent.as_ref().map_or_else(Vec::new, RecurrentState::checkpoint_positions)
+    }
+
+    /// Bytes one checkpoint of the recurrent state takes (0 without one).
+    pub fn state_bytes(&self) -> usize {
+        self.recurrent.as_ref().map_or(0, RecurrentState::state_bytes)
+    }
+
+    /// Keeps the recurrent state at the current length as a checkpoint, so
+    /// the cache can later be cut back to here (a turn's end). Nothing for
+    /// a transformer's cache.
+    pub fn checkpoint(&mut self) {
+        if let Some(r) = &mut self.recurrent {
+            r.checkpoint(self.len);
+        }
+    }
+
+    /// The recurrent state at the current length, as a saved cache holds it.
+    pub(crate) fn state_to_bytes(&self) -> Result<Vec<u8>> {
+        match &self.recurrent {
+            Some(r) if r.is_at(self.len) => Ok(r.to_bytes()),
+            Some(_) => Err(EngineError::CorruptCache("the recurrent state is mid-pass".into())),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Sets the recurrent state at the current length from `state_to_bytes`'s
+    /// output, keeping it as a checkpoint.
+    pub(crate) fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+        let len = self.len;
+        match &mut self.recurrent {
+            Some(r) => r.restore_bytes(bytes, len).map_err(EngineError::CorruptCache),
+            None => Ok(()),
+        }
+    }
+
+    /// Before a pass of `rows` rows writes this cache.
+    pub(crate) fn begin_pass(&mut self, rows: usize) {
+        if let Some(r) = &mut self.recurrent {
+            r.begin_pass(self.len, rows);
+        }
+    }
+
+    /// After a pass of `rows` rows advanced this cache.
+    pub(crate) fn end_pass(&mut self, rows: usize) {
+        if let Some(r) = &mut self.recurrent {
+            r.end_pass(self.len, rows);
         }
     }
 
@@ -131,17 +209,24 @@ impl KvCache {
 
     /// Bytes one position of one sequence takes, in memory and on disk.
     pub fn bytes_per_position(&self) -> usize {
-        2 * self.n_layers * self.n_kv_heads * self.head_dim * 2
+        2 * self.n_kv_layers() * self.n_kv_heads * self.head_dim * 2
     }
 
     /// Bytes held by the buffers (what this cache costs in memory).
     pub fn allocated_bytes(&self) -> usize {
-        2 * self.n_layers * self.batch * self.n_kv_heads * self.capacity * self.head_dim * 2
+        let kv = 2 * self.n_kv_layers() * self.batch * self.n_kv_heads * self.capacity * self.head_dim * 2;
+        kv + self.recurrent.as_ref().map_or(0, RecurrentState::allocated_bytes)
     }
 
     /// Forgets every position from `len` on. Later writes overwrite them.
+    ///
+    /// A hybrid cache goes back to its latest checkpoint at or before `len`,
+    /// which may hold fewer positions: read `len()` after.
     pub fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
+        if let Some(r) = &mut self.recurrent {
+            self.len = r.rewind(self.len);
+        }
     }
 
     /// Makes room for `n_new` positions and ensures the buffers are not shared,
@@ -150,6 +235,9 @@ impl KvCache {
         let needed = self.len + n_new;
         if needed > self.max_len {
             return Err(EngineError::PromptTooLong { tokens: needed, context: self.max_len });
+        }
+        if self.recurrent.is_some() && batch != 1 {
+            return Err(EngineError::setting("batch", "a hybrid model's cache holds one sequence"));
         }
         if self.layers.is_empty() {
             self.batch = batch;
@@ -174,7 +262,9 @@ impl KvCache {
         let (len, old_cap, d) = (self.len, self.capacity, self.head_dim);
         for i in 0..self.n_layers {
             let old = self.layers.get(i);
-            let layer = if self.device.is_cpu() {
+            let layer = if !self.kv_layers[i] {
+                LayerKv::Host { k: Vec::new(), v: Vec::new() }
+            } else if self.device.is_cpu() {
                 let mut k = vec![f16::ZERO; self.batch * self.n_kv_heads * capacity * d];
                 let mut v = k.clone();
                 if let Some(LayerKv::Host { k: ok, v: ov }) = old {
@@ -245,6 +335,12 @@ impl KvCache {
     /// Writes `n` positions of f16 keys and values (`[batch, kv_heads, n,
     /// head_dim]`) at `len`, exactly as given: how saved caches come back.
     pub(crate) fn write_bits(&mut self, layer: usize, k: &[f16], v: &[f16], n: usize) -> Result<()> {
+        if !self.kv_layers[layer] {
+            if !k.is_empty() || !v.is_empty() {
+                return Err(EngineError::CorruptCache(format!("keys and values for recurrent layer {layer}")));
+            }
+            return Ok(());
+        }
         let (pos, d, runs) = (self.len, self.head_dim, self.batch * self.n_kv_heads);
         if k.len() != runs * n * d || v.len() != k.len() {
             return Err(EngineError::CorruptCache(format!("{} values for {n} positions of layer {layer}", k.len())));
@@ -274,6 +370,9 @@ impl KvCache {
     /// The stored f16 keys and values of positions `start..end` of `layer`,
     /// as `[batch, kv_heads, n, head_dim]`: what a saved cache holds.
     pub(crate) fn bits(&self, layer: usize, start: usize, end: usize) -> Result<(Vec<f16>, Vec<f16>)> {
+        if !self.kv_layers[layer] {
+            return Ok((Vec::new(), Vec::new()));
+        }
         match &self.layers[layer] {
             LayerKv::Device { k, v } => {
                 let read = |t: &Tensor| -> candle_core::Result<Vec<f16>> {
@@ -320,6 +419,12 @@ impl KvCache {
         if self.batch != 1 {
             return Err(candle_core::Error::Msg("only a batch-1 cache can be expanded".into()).into());
         }
+        if self.recurrent.is_some() {
+            return Err(EngineError::setting(
+                "batch",
+                "a hybrid model's variants run as turns of their own (a cache holds one sequence)",
+            ));
+        }
         let mut out = self.clone();
         out.batch = batch;
         if self.layers.is_empty() {
@@ -347,8 +452,8 @@ impl KvCache {
     pub fn select_row(&self, row: usize, len: usize) -> Result<Self> {
         let mut out = self.clone();
         out.batch = 1;
-        out.len = len.min(self.len);
-        if self.layers.is_empty() {
+        out.truncate(len);
+        if self.layers.is_empty() || self.batch == 1 {
             return Ok(out);
         }
         let layers = self
@@ -394,6 +499,12 @@ impl KvCache {
                 w.write_all(&f16_bytes(&data)).map_err(io)?;
             }
         }
+        if let Some(r) = self.recurrent.as_ref().filter(|_| self.len > 0) {
+            if !r.is_at(self.len) {
+                return Err(EngineError::CorruptCache("the recurrent state is mid-pass".into()));
+            }
+            w.write_all(&r.to_bytes()).map_err(io)?;
+        }
         Ok(())
     }
 
@@ -433,6 +544,9 @@ impl KvCache {
         let n = batch * n_kv_heads * len * head_dim;
         let mut buf = vec![0u8; n * 2];
         for i in 0..n_layers {
+            if !cache.kv_layers[i] {
+                continue;
+            }
             let mut kv = Vec::with_capacity(2);
             for _ in 0..2 {
                 r.read_exact(&mut buf).map_err(|e| bad(format!("layer {i}: {e}")))?;
@@ -441,6 +555,11 @@ impl KvCache {
             cache.write_bits(i, &kv[0], &kv[1], len)?;
         }
         cache.advance(len);
+        if let Some(state) = &mut cache.recurrent {
+            let mut bytes = vec![0u8; state.state_bytes()];
+            r.read_exact(&mut bytes).map_err(|e| bad(format!("recurrent state: {e}")))?;
+            state.restore_bytes(&bytes, len).map_err(bad)?;
+        }
         Ok(cache)
     }
 }

@@ -18,6 +18,7 @@ pub mod model;
 pub mod passes;
 pub mod paths;
 pub mod reasoning;
+pub mod recurrent_state;
 pub mod sampler_loop;
 pub mod sampling;
 pub mod session;

@@ -71,11 +71,14 @@ impl Session {
         self.cache.max_len()
     }
 
-    /// Forgets everything from token `len` on.
+    /// Forgets everything from token `len` on. A hybrid model's cache goes
+    /// back to its latest checkpoint at or before `len`, so the session may
+    /// then cover fewer tokens: read `tokens()` after.
     pub fn truncate(&mut self, len: usize) {
+        self.cache.truncate(len);
+        let len = len.min(self.cache.len());
         self.tokens.truncate(len);
         self.passes.truncate(len);
-        self.cache.truncate(len);
         if self.prefill_logits.as_ref().is_some_and(|(n, _)| len < *n) {
             self.prefill_logits = None;
         }
@@ -111,11 +114,14 @@ impl Session {
             self.prefill_logits.clone().filter(|(n, _)| shared == prompt.len() && *n == prompt.len())
         {
             self.truncate(prompt.len());
-            return Ok(PrefillStart::Cached(logits.to_vec()));
+            // A hybrid cache may have had to go back further.
+            if self.tokens.len() == prompt.len() {
+                return Ok(PrefillStart::Cached(logits.to_vec()));
+            }
         }
-        let common = shared.min(prompt.len() - 1);
+        let common = shared.min(prompt.len() - 1).min(self.tokens.len());
         self.truncate(common);
-        Ok(PrefillStart::From(common))
+        Ok(PrefillStart::From(self.tokens.len()))
     }
 
     /// Runs the next chunk (at most `rows` tokens; `PREFILL_CHUNK`,
@@ -162,11 +168,16 @@ impl Session {
         let logits = match model.forward_stoppable(std::slice::from_ref(&ids), &mut self.cache, stop) {
             Ok(l) => l,
             Err(e) => {
-                self.cache.truncate(self.tokens.len());
+                self.truncate(self.tokens.len());
                 return Err(e);
             }
         };
         self.cache.truncate(self.tokens.len() + kept);
+        if self.cache.len() != self.tokens.len() + kept {
+            // A hybrid cache cannot keep part of a pass.
+            self.truncate(self.cache.len());
+            return Err(EngineError::setting("passes", "a hybrid model's cache keeps only whole passes"));
+        }
         self.tokens.extend_from_slice(&ids[..kept]);
         self.passes.push_pass(Pass { rows: rows as u32, kept: kept as u32, count: 1 });
         Ok(logits)
@@ -271,8 +282,14 @@ impl Session {
             .count();
         // The last pass runs again: its logits seed the first step.
         let reuse = same.min(wanted.len() - 1);
-        let from = wanted[reuse].0;
-        self.truncate(from);
+        self.truncate(wanted[reuse].0);
+        // A hybrid cache goes back to a checkpoint, which is where one of
+        // its passes, and so one of the wanted ones, starts.
+        let from = self.tokens.len();
+        let reuse = wanted
+            .iter()
+            .position(|w| w.0 == from)
+            .ok_or_else(|| EngineError::setting("passes", format!("no recorded pass starts at position {from}")))?;
         Ok((from, wanted[reuse..].to_vec()))
     }
 
@@ -817,17 +834,23 @@ impl Turn<'_> {
         // Fed after the prompt: each sampled token but the last.
         let fed = generated.len().saturating_sub(1);
         let len = state.init_cache_length + fed;
-        let cache = if state.cache.batch() == 1 {
+        let mut cache = if state.cache.batch() == 1 {
             let mut c = state.cache;
             c.truncate(len);
             c
         } else {
             state.cache.select_row(keep, len)?
         };
+        // A turn's end is where the next turn continues from.
+        cache.checkpoint();
         self.session.cache = cache;
         self.session.tokens.extend_from_slice(&generated[..fed]);
         // Each sequence of a batch decodes in its own order (see `matmul_cols`).
         self.session.passes.push_steps(fed);
+        // A hybrid cache whose last step failed went back to a checkpoint.
+        let covered = self.session.cache.len();
+        self.session.tokens.truncate(covered);
+        self.session.passes.truncate(covered);
         debug_assert_eq!(self.session.tokens.len(), self.session.cache.len());
         Ok(())
     }

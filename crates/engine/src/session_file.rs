@@ -12,6 +12,11 @@
 //! chunk; a branch to an earlier point rewrites the file (temp file, fsync,
 //! rename). Reading stops at the first chunk that is torn, out of place or
 //! fails its digest, and keeps the verified chunks before it.
+//!
+//! A hybrid model's chunk also holds its recurrent state at the chunk's end
+//! (its attention layers alone have keys and values), which comes back as a
+//! checkpoint: a restored conversation can be cut back to the end of any
+//! saved turn.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
@@ -189,6 +194,9 @@ fn write_chunk(w: &mut impl Write, session: &Session, from: usize, prev: [u8; 32
             put(w, &f16_bytes(&data))?;
         }
     }
+    if cache.is_hybrid() {
+        put(w, &cache.state_to_bytes()?)?;
+    }
     let digest = hasher.finalize();
     w.write_all(&digest).map_err(|e| EngineError::CorruptCache(format!("cannot write: {e}")))
 }
@@ -212,18 +220,13 @@ pub fn read(path: &Path, identity: &CacheIdentity, model: &Model) -> Result<Rest
     let mut tokens: Vec<u32> = Vec::new();
     let mut passes = Passes::default();
     let per_position = config.n_kv_heads * config.head_dim;
+    let kv_layers: Vec<bool> = (0..config.n_layers).map(|i| !config.is_recurrent(i)).collect();
+    let shape = ChunkShape { kv_layers: &kv_layers, per_position, state_bytes: cache.state_bytes() };
     let mut prev: [u8; 32] = digest;
     let complete = loop {
-        match read_chunk(
-            &mut r,
-            config.n_layers,
-            per_position,
-            tokens.len(),
-            identity.context_length - tokens.len(),
-            &mut prev,
-        ) {
+        match read_chunk(&mut r, &shape, tokens.len(), identity.context_length - tokens.len(), &mut prev) {
             Ok(None) => break true,
-            Ok(Some((ids, chunk_passes, layers))) => {
+            Ok(Some((ids, chunk_passes, layers, state))) => {
                 let n = ids.len();
                 passes.extend(&chunk_passes);
                 cache.reserve(n, 1)?;
@@ -231,6 +234,9 @@ pub fn read(path: &Path, identity: &CacheIdentity, model: &Model) -> Result<Rest
                     cache.write_bits(layer, &k, &v, n)?;
                 }
                 cache.advance(n);
+                if cache.is_hybrid() {
+                    cache.restore_state(&state)?;
+                }
                 tokens.extend(ids);
             }
             Err(_) => break false,
@@ -239,15 +245,25 @@ pub fn read(path: &Path, identity: &CacheIdentity, model: &Model) -> Result<Rest
     Ok(Restored { session: Session::from_parts(cache, tokens, passes)?, complete })
 }
 
-type ChunkData = (Vec<u32>, Passes, Vec<(Vec<f16>, Vec<f16>)>);
+/// A chunk's ids, passes, keys and values by layer, and recurrent state.
+type ChunkData = (Vec<u32>, Passes, Vec<(Vec<f16>, Vec<f16>)>, Vec<u8>);
+
+/// What a chunk holds per position and after its positions.
+struct ChunkShape<'a> {
+    /// Layers that hold keys and values.
+    kv_layers: &'a [bool],
+    /// Keys (and values) per position of one such layer.
+    per_position: usize,
+    /// Bytes of recurrent state at the chunk's end (0 without one).
+    state_bytes: usize,
+}
 
 /// One verified chunk starting at position `at` and chained to the digest
 /// `prev` (which it then replaces), `None` at a clean end of file, or an
 /// error for a torn, misplaced or corrupt one.
 fn read_chunk(
     r: &mut impl Read,
-    n_layers: usize,
-    per_position: usize,
+    shape: &ChunkShape,
     at: usize,
     room: usize,
     prev: &mut [u8; 32],
@@ -301,9 +317,13 @@ fn read_chunk(
     if passes.len() != n {
         return Err(format!("passes cover {} positions of a chunk of {n}", passes.len()));
     }
-    let mut buf = vec![0u8; n * per_position * 2];
-    let mut layers = Vec::with_capacity(n_layers);
-    for _ in 0..n_layers {
+    let mut buf = vec![0u8; n * shape.per_position * 2];
+    let mut layers = Vec::with_capacity(shape.kv_layers.len());
+    for &has_kv in shape.kv_layers {
+        if !has_kv {
+            layers.push((Vec::new(), Vec::new()));
+            continue;
+        }
         let mut kv = [Vec::new(), Vec::new()];
         for t in kv.iter_mut() {
             r.read_exact(&mut buf).map_err(|e| e.to_string())?;
@@ -313,13 +333,17 @@ fn read_chunk(
         let [k, v] = kv;
         layers.push((k, v));
     }
+    let mut state = vec![0u8; shape.state_bytes];
+    r.read_exact(&mut state).map_err(|e| e.to_string())?;
+    hasher.update(&state);
     let mut digest = [0u8; 32];
     r.read_exact(&mut digest).map_err(|e| e.to_string())?;
     if hasher.finalize().as_slice() != digest {
         return Err("chunk digest mismatch (damaged, or spliced from another history)".into());
     }
     *prev = digest;
-    Ok(Some((ids.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(), passes, layers)))
+    let ids = ids.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    Ok(Some((ids, passes, layers, state)))
 }
 
 fn tmp_path(path: &Path) -> PathBuf {

@@ -216,6 +216,9 @@ const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 const QWEN2_REGEX: &str =
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Qwen 3.5's: Qwen 2's, with combining marks (`\p{M}`) kept in letter runs.
+const QWEN35_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 fn build_bpe(file: &GgufFile, tokens: &[String], pre: &str) -> std::result::Result<tokenizers::Tokenizer, String> {
     let merges: Vec<(String, String)> = file
         .array("tokenizer.ggml.merges")
@@ -241,9 +244,10 @@ fn build_bpe(file: &GgufFile, tokens: &[String], pre: &str) -> std::result::Resu
         "gpt-2" | "gpt2" => ByteLevel::new(false, true, true).into(),
         "llama3" | "llama-bpe" | "llama-v3" => PreSequence::new(vec![split(LLAMA3_REGEX)?, byte_level.into()]).into(),
         "qwen2" | "deepseek-r1-qwen" => PreSequence::new(vec![split(QWEN2_REGEX)?, byte_level.into()]).into(),
+        "qwen35" => PreSequence::new(vec![split(QWEN35_REGEX)?, byte_level.into()]).into(),
         other => {
             return Err(format!(
-            "pre-tokenizer {other:?} is not supported; refusing to guess (supported: smollm, gpt-2, llama-bpe, qwen2)"
+            "pre-tokenizer {other:?} is not supported; refusing to guess (supported: smollm, gpt-2, llama-bpe, qwen2, qwen35)"
         ))
         }
     };

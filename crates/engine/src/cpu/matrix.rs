@@ -341,7 +341,9 @@ impl QuantMatrix {
         let orders = Orders {
             block256: Order::for_rows(sequence_rows),
             q4k_gemm: sequence_rows == rows,
-            float_prompt: sequence_rows >= 2,
+            // tinyBLAS takes f32 weights only in tiles of four output rows
+            // (a shared expert's one-row gate is a dot product per output).
+            float_prompt: sequence_rows >= 2 && self.rows().is_multiple_of(4),
         };
         self.product_cols(acts, rows, orders, cols, out, ld)
     }
@@ -434,7 +436,7 @@ impl QuantMatrix {
                 let w = f.row(col, self.k, &mut buf).to_vec();
                 let x = &x[row * self.k..(row + 1) * self.k];
                 // A prompt's rows against f32 weights: tinyBLAS's order.
-                let tiled = if rows >= 2 && matches!(f, FloatRows::F32(_)) {
+                let tiled = if rows >= 2 && self.rows().is_multiple_of(4) && matches!(f, FloatRows::F32(_)) {
                     super::vec_ops::dot_one_accumulator_portable(x, &w)
                 } else {
                     None

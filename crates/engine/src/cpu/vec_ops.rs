@@ -96,6 +96,20 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     silu_mul_impl::<8>(gate, up)
 }
 
+/// `x = SiLU(x)`, as `ggml_vec_silu_f32` on this CPU's llama.cpp build:
+/// `silu_mul` with an up of ones (multiplying by one is exact), so the same
+/// lanes, the same `ggml_v_expf` and the same libm tail.
+pub fn silu(x: &mut [f32]) {
+    const ONES: [f32; 512] = [1.0; 512];
+    let n = x.len();
+    // Whole vectors in every piece but the last, so the tail is the row's.
+    for (i, piece) in x.chunks_mut(ONES.len()).enumerate() {
+        let len = piece.len();
+        debug_assert!(len == ONES.len() || i * ONES.len() + len == n);
+        silu_mul(piece, &ONES[..len]);
+    }
+}
+
 /// `silu_mul_impl::<16>` in AVX-512 registers, as llama.cpp's AVX-512 build
 /// runs `ggml_vec_swiglu_f32`: whole vectors through its `ggml_v_expf`, the
 /// tail through libm's `expf`.

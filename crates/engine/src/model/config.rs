@@ -17,9 +17,14 @@ pub enum Architecture {
     Qwen3Moe,
     /// Gemma 3: sandwich norms, GELU, scaled embeddings, sliding-window layers.
     Gemma3,
+    /// Qwen 3.5 and 3.6, dense: three of every four layers Gated DeltaNet
+    /// (recurrent), the rest gated full attention with partial RoPE.
+    Qwen35,
+    /// Qwen 3.5 and 3.6 with experts and a shared expert in every layer.
+    Qwen35Moe,
 }
 
-pub const SUPPORTED_ARCHITECTURES: &str = "llama, qwen2, qwen3, qwen3moe, gemma3";
+pub const SUPPORTED_ARCHITECTURES: &str = "llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, gemma3";
 
 impl Architecture {
     pub fn from_gguf_name(name: &str) -> Option<Self> {
@@ -29,6 +34,8 @@ impl Architecture {
             "qwen3" => Some(Self::Qwen3),
             "qwen3moe" => Some(Self::Qwen3Moe),
             "gemma3" => Some(Self::Gemma3),
+            "qwen35" => Some(Self::Qwen35),
+            "qwen35moe" => Some(Self::Qwen35Moe),
             _ => None,
         }
     }
@@ -40,6 +47,8 @@ impl Architecture {
             Self::Qwen3 => "qwen3",
             Self::Qwen3Moe => "qwen3moe",
             Self::Gemma3 => "gemma3",
+            Self::Qwen35 => "qwen35",
+            Self::Qwen35Moe => "qwen35moe",
         }
     }
 
@@ -57,7 +66,49 @@ impl Architecture {
 
     /// Whether the FFN is a mixture of experts.
     pub(crate) fn has_experts(self) -> bool {
-        matches!(self, Self::Qwen3Moe)
+        matches!(self, Self::Qwen3Moe | Self::Qwen35Moe)
+    }
+
+    /// Qwen 3.5: recurrent layers beside attention layers, whose query
+    /// projection carries a sigmoid output gate per head, and whose FFN
+    /// norm is stored as `post_attention_norm`.
+    pub(crate) fn is_hybrid(self) -> bool {
+        matches!(self, Self::Qwen35 | Self::Qwen35Moe)
+    }
+}
+
+/// The Gated DeltaNet layers of a hybrid model (Qwen 3.5): their shape,
+/// and which layers they are.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecurrentConfig {
+    /// The causal convolution's width (`ssm.conv_kernel`).
+    pub conv_kernel: usize,
+    /// Each head's key and value size (`ssm.state_size`).
+    pub head_dim: usize,
+    /// Query and key heads (`ssm.group_count`).
+    pub k_heads: usize,
+    /// Value heads (`ssm.time_step_rank`); value head `j` reads query and
+    /// key head `j % k_heads`, as llama.cpp's converter orders them.
+    pub v_heads: usize,
+    /// `layers[i]`: whether layer `i` is recurrent rather than attention.
+    pub layers: Vec<bool>,
+}
+
+impl RecurrentConfig {
+    /// Channels of the convolution: queries, keys and values side by side.
+    pub fn conv_channels(&self) -> usize {
+        (2 * self.k_heads + self.v_heads) * self.head_dim
+    }
+
+    /// Floats of one layer's convolution state: the last `conv_kernel − 1`
+    /// inputs of every channel.
+    pub fn conv_state_len(&self) -> usize {
+        (self.conv_kernel - 1) * self.conv_channels()
+    }
+
+    /// Floats of one layer's delta-rule state: a `head_dim²` matrix per value head.
+    pub fn delta_state_len(&self) -> usize {
+        self.v_heads * self.head_dim * self.head_dim
     }
 }
 
@@ -80,6 +131,9 @@ pub struct ExpertsConfig {
     pub gating: Gating,
     /// The k weights are divided by their sum (Qwen3-MoE: always).
     pub normalize_weights: bool,
+    /// The shared expert's hidden width, where every token also runs one
+    /// (Qwen 3.5: `expert_shared_feed_forward_length`).
+    pub shared_ffn_len: Option<usize>,
 }
 
 /// The shape and numerics of one model, independent of its weights.
@@ -94,6 +148,13 @@ pub struct ModelConfig {
     pub context_length: usize,
     pub rms_eps: f64,
     pub rope_base: f32,
+    /// Dimensions of each head that RoPE rotates (`rope.dimension_count`;
+    /// Qwen 3.5 rotates 64 of 256), NeoX pairs within them.
+    pub rope_dims: usize,
+    /// Qwen 3.5's multi-section RoPE (`rope.dimension_sections`). Text
+    /// positions are the same in every section, so it is plain RoPE except
+    /// for pairs no section claims, which stay unrotated.
+    pub rope_sections: Option<[usize; 4]>,
     /// Gemma 3's sliding layers use their own base.
     pub rope_base_local: f32,
     /// Linear position scaling for global layers (Gemma 3 4B+).
@@ -103,6 +164,8 @@ pub struct ModelConfig {
     pub sliding_window_pattern: usize,
     /// `Some` for a family with experts in place of the dense FFN.
     pub experts: Option<ExpertsConfig>,
+    /// `Some` for a hybrid family: which layers are recurrent, and their shape.
+    pub recurrent: Option<RecurrentConfig>,
 }
 
 impl ModelConfig {
@@ -118,7 +181,10 @@ impl ModelConfig {
         let n_embd = file.u32(&key("embedding_length"))? as usize;
         let n_heads = file.u32(&key("attention.head_count"))? as usize;
         let n_kv_heads = file.u32_opt(&key("attention.head_count_kv"))?.map_or(n_heads, |v| v as usize);
-        let n_layers = file.u32(&key("block_count"))? as usize;
+        let blocks = file.u32(&key("block_count"))? as usize;
+        // Qwen 3.5's multi-token-prediction blocks come last and do not run.
+        let nextn = file.u32_opt(&key("nextn_predict_layers"))?.unwrap_or(0) as usize;
+        let n_layers = blocks.saturating_sub(nextn);
         if n_heads == 0 || n_kv_heads == 0 || !n_heads.is_multiple_of(n_kv_heads) || n_layers == 0 {
             return Err(
                 file.corrupt(format!("bad attention shape: {n_heads} heads, {n_kv_heads} KV heads, {n_layers} layers"))
@@ -157,9 +223,44 @@ impl ModelConfig {
                 )));
             }
             let ffn_len = file.u32(&key("expert_feed_forward_length"))? as usize;
-            Some(ExpertsConfig { count, used, ffn_len, gating: Gating::Softmax, normalize_weights: true })
+            let shared_ffn_len = if architecture == Architecture::Qwen35Moe {
+                let dense = file.u32_opt(&key("feed_forward_length"))?;
+                match file.u32_opt(&key("expert_shared_feed_forward_length"))?.or(dense) {
+                    Some(n) => Some(n as usize),
+                    None => {
+                        return Err(
+                            file.corrupt(format!("missing metadata {}", key("expert_shared_feed_forward_length")))
+                        )
+                    }
+                }
+            } else {
+                None
+            };
+            Some(ExpertsConfig {
+                count,
+                used,
+                ffn_len,
+                gating: Gating::Softmax,
+                normalize_weights: true,
+                shared_ffn_len,
+            })
         } else {
             None
+        };
+        let rope_dims = file.u32_opt(&key("rope.dimension_count"))?.map_or(head_dim, |d| d as usize);
+        if rope_dims == 0 || rope_dims % 2 != 0 || rope_dims > head_dim {
+            return Err(file.corrupt(format!(
+                "{}: {rope_dims} rotary dimensions for heads of {head_dim}",
+                key("rope.dimension_count")
+            )));
+        }
+        let (rope_sections, recurrent) = if architecture.is_hybrid() {
+            (
+                Some(rope_sections(file, &key("rope.dimension_sections"), rope_dims)?),
+                Some(recurrent(file, &key, blocks, n_layers)?),
+            )
+        } else {
+            (None, None)
         };
         Ok(Self {
             architecture,
@@ -176,11 +277,99 @@ impl ModelConfig {
             sliding_window,
             sliding_window_pattern,
             experts,
+            rope_dims,
+            rope_sections,
+            recurrent,
         })
+    }
+
+    /// Whether layer `layer` is recurrent (a hybrid's Gated DeltaNet layer)
+    /// rather than attention.
+    pub fn is_recurrent(&self, layer: usize) -> bool {
+        self.recurrent.as_ref().is_some_and(|r| r.layers[layer])
     }
 
     /// Gemma 3 makes every `pattern`-th layer global and the rest local.
     pub fn is_sliding(&self, layer: usize) -> bool {
         self.sliding_window.is_some() && !(layer + 1).is_multiple_of(self.sliding_window_pattern)
     }
+}
+
+/// `rope.dimension_sections`: four counts of rotation pairs, adding up to
+/// the rotated pairs.
+fn rope_sections(file: &GgufFile, key: &str, rope_dims: usize) -> Result<[usize; 4]> {
+    let values = file.array(key)?;
+    let counts: Vec<usize> = values
+        .iter()
+        .map(|v| match v {
+            candle_core::quantized::gguf_file::Value::I32(x) if *x >= 0 => Some(*x as usize),
+            candle_core::quantized::gguf_file::Value::U32(x) => Some(*x as usize),
+            _ => None,
+        })
+        .collect::<Option<_>>()
+        .ok_or_else(|| file.corrupt(format!("{key} holds something other than non-negative integers")))?;
+    let Ok(sections) = <[usize; 4]>::try_from(counts.as_slice()) else {
+        return Err(file.corrupt(format!("{key} has {} sections, expected 4", counts.len())));
+    };
+    if sections.iter().sum::<usize>() != rope_dims / 2 {
+        return Err(file.corrupt(format!(
+            "{key} {sections:?} adds up to {} rotation pairs, but {rope_dims} rotary dimensions make {}",
+            sections.iter().sum::<usize>(),
+            rope_dims / 2
+        )));
+    }
+    Ok(sections)
+}
+
+/// A hybrid's recurrent layers: `attention.recurrent_layers` where the file
+/// has it, else every layer but each `full_attention_interval`-th.
+fn recurrent(file: &GgufFile, key: &dyn Fn(&str) -> String, blocks: usize, n_layers: usize) -> Result<RecurrentConfig> {
+    let need = |k: &str| -> Result<usize> { Ok(file.u32(&key(k))? as usize) };
+    let (conv_kernel, head_dim, k_heads, v_heads) =
+        (need("ssm.conv_kernel")?, need("ssm.state_size")?, need("ssm.group_count")?, need("ssm.time_step_rank")?);
+    let inner = need("ssm.inner_size")?;
+    if conv_kernel < 2 || head_dim == 0 || k_heads == 0 || v_heads == 0 || v_heads % k_heads != 0 {
+        return Err(file.corrupt(format!(
+            "recurrent layers of kernel {conv_kernel}, heads of {head_dim}, {k_heads} key heads and {v_heads} value heads"
+        )));
+    }
+    if inner != head_dim * v_heads {
+        return Err(file.corrupt(format!(
+            "{} is {inner}, but {} × {} is {}",
+            key("ssm.inner_size"),
+            key("ssm.state_size"),
+            key("ssm.time_step_rank"),
+            head_dim * v_heads
+        )));
+    }
+    let layers = match file.metadata().get(&key("attention.recurrent_layers")) {
+        Some(candle_core::quantized::gguf_file::Value::Array(flags)) => {
+            let flags: Vec<bool> = flags
+                .iter()
+                .map(|v| match v {
+                    candle_core::quantized::gguf_file::Value::Bool(b) => Some(*b),
+                    _ => None,
+                })
+                .collect::<Option<_>>()
+                .ok_or_else(|| {
+                    file.corrupt(format!("{} is not a list of booleans", key("attention.recurrent_layers")))
+                })?;
+            if flags.len() != blocks {
+                return Err(file.corrupt(format!(
+                    "{} has {} entries for {blocks} blocks",
+                    key("attention.recurrent_layers"),
+                    flags.len()
+                )));
+            }
+            flags[..n_layers].to_vec()
+        }
+        _ => {
+            let interval = file.u32_opt(&key("full_attention_interval"))?.unwrap_or(4) as usize;
+            if interval == 0 {
+                return Err(file.corrupt(format!("{} is 0", key("full_attention_interval"))));
+            }
+            (0..n_layers).map(|i| (i + 1) % interval != 0).collect()
+        }
+    };
+    Ok(RecurrentConfig { conv_kernel, head_dim, k_heads, v_heads, layers })
 }

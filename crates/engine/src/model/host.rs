@@ -14,7 +14,8 @@ use std::ops::Range;
 
 use candle_core::{Device, Tensor};
 
-use super::{window_start, Architecture, Block, Embeddings, Ffn, Matrix, Model, Norm};
+use super::delta_net::SequenceRows;
+use super::{window_start, Architecture, Attention, Block, Embeddings, Ffn, Matrix, Mixer, Model, Norm};
 use crate::cpu::attention::{self, Order};
 use crate::cpu::vec_ops;
 use crate::cpu::{Activations, QuantMatrix};
@@ -74,6 +75,7 @@ impl Model {
         let rope_local =
             if c.sliding_window.is_some() { self.rope_local.tables(pos0, seq) } else { Default::default() };
         let mut buf = Buffers::new(self, rows);
+        cache.begin_pass(seq);
         let mut kv = KvRows::Batch { cache, batch, seq, pos0 };
         for (layer, block) in self.layers.iter().enumerate() {
             let rope = if block.sliding { &rope_local } else { &rope_global };
@@ -87,6 +89,7 @@ impl Model {
         }
         let KvRows::Batch { cache, .. } = kv else { unreachable!("built as a batch") };
         cache.advance(seq);
+        cache.end_pass(seq);
 
         let out_rows: Vec<usize> =
             if all { (0..rows).collect() } else { (0..batch).map(|b| b * seq + seq - 1).collect() };
@@ -112,6 +115,7 @@ impl Model {
         let e = c.n_embd;
         for cache in caches.iter_mut() {
             cache.reserve(1, 1)?;
+            cache.begin_pass(1);
         }
         let positions: Vec<usize> = caches.iter().map(|c| c.len()).collect();
         let mut x = self.embed(tokens);
@@ -139,6 +143,7 @@ impl Model {
         let KvRows::Caches { caches, .. } = kv else { unreachable!("built over caches") };
         for cache in caches.iter_mut() {
             cache.advance(1);
+            cache.end_pass(1);
         }
         let mut last = vec![0f32; rows * e];
         for r in 0..rows {
@@ -177,34 +182,146 @@ impl Model {
     ) -> Result<()> {
         let c = &self.config;
         let (rows, seq) = (kv.rows(), kv.sequence_rows());
-        let (e, hd) = (c.n_embd, c.head_dim);
-        let (qd, kd) = (c.n_heads * hd, c.n_kv_heads * hd);
+        let e = c.n_embd;
 
         norm_rows(pool, &b.attn_norm, x, &mut buf.h, e);
-        matmuls(
-            pool,
-            &buf.h,
-            rows,
-            seq,
-            &mut [(&b.wq.weight, &mut buf.q), (&b.wk.weight, &mut buf.k), (&b.wv.weight, &mut buf.v)],
-        )?;
-        for (lin, out, width) in [(&b.wq, &mut buf.q, qd), (&b.wk, &mut buf.k, kd), (&b.wv, &mut buf.v, kd)] {
+        match &b.mixer {
+            Mixer::Attention(a) => self.attention_host(pool, a, b.sliding, layer, buf, rope, kv)?,
+            Mixer::DeltaNet(d) => {
+                let mut sequences: Vec<SequenceRows> = match kv {
+                    KvRows::Batch { cache, seq, .. } => vec![SequenceRows { rows: 0..*seq, cache: &mut **cache }],
+                    KvRows::Caches { caches, .. } => caches
+                        .iter_mut()
+                        .enumerate()
+                        .map(|(r, cache)| SequenceRows { rows: r..r + 1, cache: &mut **cache })
+                        .collect(),
+                };
+                d.forward_host(pool, &buf.h, rows, seq, &mut sequences, &mut buf.o, &mut buf.delta)?;
+            }
+        }
+        if let Some(n) = &b.post_attn_norm {
+            norm_in_place(n, &mut buf.o, e);
+        }
+        vec_ops::add(x, &buf.o);
+
+        norm_rows(pool, &b.ffn_norm, x, &mut buf.h, e);
+        match &b.ffn {
+            Ffn::Dense { gate, up, down } => self.dense_ffn(pool, gate, up, down, rows, seq, buf)?,
+            Ffn::Experts { experts, shared } => {
+                experts.forward_host(pool, &buf.h, rows, seq, &mut buf.o, &mut buf.experts)?;
+                if let Some(s) = shared {
+                    // llama.cpp: moe_out + ffn_shexp · σ(gate_inp · x), each op rounded.
+                    let mut moe = std::mem::take(&mut buf.o);
+                    buf.shared_gate.resize(rows, 0.0);
+                    matmuls(pool, &buf.h, rows, seq, &mut [(&s.gate_inp, &mut buf.shared_gate)])?;
+                    buf.o.resize(rows * e, 0.0);
+                    self.dense_ffn(pool, &s.gate, &s.up, &s.down, rows, seq, buf)?;
+                    for ((m, row), &g) in moe.chunks_exact_mut(e).zip(buf.o.chunks_exact(e)).zip(&buf.shared_gate) {
+                        let g = 1.0 / (1.0 + (-g).exp());
+                        for (m, &s) in m.iter_mut().zip(row) {
+                            *m += s * g;
+                        }
+                    }
+                    buf.o = moe;
+                }
+            }
+        }
+        if let Some(n) = &b.post_ffn_norm {
+            norm_in_place(n, &mut buf.o, e);
+        }
+        vec_ops::add(x, &buf.o);
+        Ok(())
+    }
+
+    /// A dense gated FFN of `buf.h` into `buf.o`.
+    #[allow(clippy::too_many_arguments)]
+    fn dense_ffn(
+        &self,
+        pool: &WorkerPool,
+        gate: &Matrix,
+        up: &Matrix,
+        down: &Matrix,
+        rows: usize,
+        seq: usize,
+        buf: &mut Buffers,
+    ) -> Result<()> {
+        let ffn = gate.rows();
+        buf.gate.resize(rows * ffn, 0.0);
+        buf.up.resize(rows * ffn, 0.0);
+        matmuls(pool, &buf.h, rows, seq, &mut [(gate, &mut buf.gate), (up, &mut buf.up)])?;
+        let gelu = self.config.architecture == Architecture::Gemma3;
+        for_row_chunks(pool, rows, &mut buf.gate, ffn, |range, gate| {
+            let up = &buf.up[range.start * ffn..range.end * ffn];
+            if gelu {
+                vec_ops::gelu_mul(gate, up);
+            } else {
+                vec_ops::silu_mul(gate, up);
+            }
+        });
+        matmuls(pool, &buf.gate, rows, seq, &mut [(down, &mut buf.o)])
+    }
+
+    /// A layer's attention of `buf.h` into `buf.o`, its keys and values
+    /// written into the caches.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_host(
+        &self,
+        pool: &WorkerPool,
+        a: &Attention,
+        sliding: bool,
+        layer: usize,
+        buf: &mut Buffers,
+        rope: &(Vec<f32>, Vec<f32>),
+        kv: &mut KvRows,
+    ) -> Result<()> {
+        let c = &self.config;
+        let (rows, seq) = (kv.rows(), kv.sequence_rows());
+        let hd = c.head_dim;
+        let (qd, kd) = (c.n_heads * hd, c.n_kv_heads * hd);
+        if a.gated {
+            // Each head's queries, then its output gate.
+            buf.q_gate.resize(rows * 2 * qd, 0.0);
+            matmuls(
+                pool,
+                &buf.h,
+                rows,
+                seq,
+                &mut [(&a.wq.weight, &mut buf.q_gate), (&a.wk.weight, &mut buf.k), (&a.wv.weight, &mut buf.v)],
+            )?;
+            buf.attn_gate.resize(rows * qd, 0.0);
+            for (r, both) in buf.q_gate.chunks_exact(2 * qd).enumerate() {
+                for (h, head) in both.chunks_exact(2 * hd).enumerate() {
+                    let at = r * qd + h * hd;
+                    buf.q[at..at + hd].copy_from_slice(&head[..hd]);
+                    buf.attn_gate[at..at + hd].copy_from_slice(&head[hd..]);
+                }
+            }
+        } else {
+            matmuls(
+                pool,
+                &buf.h,
+                rows,
+                seq,
+                &mut [(&a.wq.weight, &mut buf.q), (&a.wk.weight, &mut buf.k), (&a.wv.weight, &mut buf.v)],
+            )?;
+        }
+        for (lin, out, width) in [(&a.wq, &mut buf.q, qd), (&a.wk, &mut buf.k, kd), (&a.wv, &mut buf.v, kd)] {
             if let Some((_, bias)) = &lin.bias {
                 out.chunks_exact_mut(width).for_each(|row| vec_ops::add(row, bias));
             }
         }
-        if let Some(n) = &b.q_norm {
+        if let Some(n) = &a.q_norm {
             norm_in_place(n, &mut buf.q, hd);
         }
-        if let Some(n) = &b.k_norm {
+        if let Some(n) = &a.k_norm {
             norm_in_place(n, &mut buf.k, hd);
         }
         let interleaved = c.architecture.interleaved_rope();
         // A batch's rows share their positions' table rows; rows over
         // several caches have a table row each.
         let table_rows = if matches!(kv, KvRows::Batch { .. }) { seq } else { rows };
-        apply_rope(&mut buf.q, rope, table_rows, qd, hd, interleaved);
-        apply_rope(&mut buf.k, rope, table_rows, kd, hd, interleaved);
+        apply_rope(&mut buf.q, rope, table_rows, qd, hd, c.rope_dims, interleaved);
+        apply_rope(&mut buf.k, rope, table_rows, kd, hd, c.rope_dims, interleaved);
 
         // New keys and values go straight into the caches' buffers.
         match kv {
@@ -235,7 +352,7 @@ impl Model {
         }
         // llama.cpp multiplies the f16 keys by the queries rounded to f16.
         attention::round_to_f16(&mut buf.q);
-        let window = b.sliding.then_some(c.sliding_window).flatten();
+        let window = sliding.then_some(c.sliding_window).flatten();
         match kv {
             KvRows::Batch { cache, batch, seq, pos0 } => {
                 self.attention(pool, cache, layer, &buf.q, &mut buf.attn, (*batch, *seq, *pos0), window, scale)
@@ -261,35 +378,13 @@ impl Model {
             }
         }
 
-        matmuls(pool, &buf.attn, rows, seq, &mut [(&b.wo, &mut buf.o)])?;
-        if let Some(n) = &b.post_attn_norm {
-            norm_in_place(n, &mut buf.o, e);
-        }
-        vec_ops::add(x, &buf.o);
-
-        norm_rows(pool, &b.ffn_norm, x, &mut buf.h, e);
-        match &b.ffn {
-            Ffn::Dense { gate, up, down } => {
-                matmuls(pool, &buf.h, rows, seq, &mut [(gate, &mut buf.gate), (up, &mut buf.up)])?;
-                let gelu = c.architecture == Architecture::Gemma3;
-                let ffn = gate.rows();
-                for_row_chunks(pool, rows, &mut buf.gate, ffn, |range, gate| {
-                    let up = &buf.up[range.start * ffn..range.end * ffn];
-                    if gelu {
-                        vec_ops::gelu_mul(gate, up);
-                    } else {
-                        vec_ops::silu_mul(gate, up);
-                    }
-                });
-                matmuls(pool, &buf.gate, rows, seq, &mut [(down, &mut buf.o)])?;
+        if a.gated {
+            // llama.cpp's sigmoid is scalar libm code.
+            for (o, &g) in buf.attn.iter_mut().zip(&buf.attn_gate) {
+                *o *= 1.0 / (1.0 + (-g).exp());
             }
-            Ffn::Experts(experts) => experts.forward_host(pool, &buf.h, rows, seq, &mut buf.o, &mut buf.experts)?,
         }
-        if let Some(n) = &b.post_ffn_norm {
-            norm_in_place(n, &mut buf.o, e);
-        }
-        vec_ops::add(x, &buf.o);
-        Ok(())
+        matmuls(pool, &buf.attn, rows, seq, &mut [(&a.wo, &mut buf.o)])
     }
 
     /// Scaled dot-product attention of the new queries against the cache,
@@ -517,6 +612,9 @@ impl KvRows<'_, '_> {
 
 struct Buffers {
     h: Vec<f32>,
+    /// A gated attention's queries and gates, before they are split.
+    q_gate: Vec<f32>,
+    attn_gate: Vec<f32>,
     q: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
@@ -524,7 +622,9 @@ struct Buffers {
     o: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
+    shared_gate: Vec<f32>,
     experts: super::experts::ExpertScratch,
+    delta: super::delta_net::DeltaScratch,
 }
 
 impl Buffers {
@@ -537,6 +637,8 @@ impl Buffers {
         };
         Self {
             h: vec![0f32; rows * e],
+            q_gate: Vec::new(),
+            attn_gate: Vec::new(),
             q: vec![0f32; rows * qd],
             k: vec![0f32; rows * kd],
             v: vec![0f32; rows * kd],
@@ -544,13 +646,15 @@ impl Buffers {
             o: vec![0f32; rows * e],
             gate: vec![0f32; rows * ffn],
             up: vec![0f32; rows * ffn],
+            shared_gate: Vec::new(),
             experts: Default::default(),
+            delta: Default::default(),
         }
     }
 }
 
 impl Matrix {
-    fn rows(&self) -> usize {
+    pub(super) fn rows(&self) -> usize {
         match self {
             Matrix::Own(m) => m.rows(),
             Matrix::Candle(m) => match m {
@@ -566,7 +670,7 @@ impl Matrix {
 /// `out_i = x · W_iᵀ` for several matrices that share the input `x`
 /// (`rows × k`, `sequence_rows` of them per sequence): one quantization of
 /// `x`, one parallel region for all.
-fn matmuls(
+pub(super) fn matmuls(
     pool: &WorkerPool,
     x: &[f32],
     rows: usize,
@@ -667,23 +771,27 @@ fn norm_in_place(n: &Norm, x: &mut [f32], width: usize) {
     }
 }
 
-/// Rotates every head of `x` (`[rows, heads × hd]`, row r at position
-/// `pos0 + r % seq`), pairing adjacent values (GGUF's permuted llama
-/// weights) or the two halves of each head (NeoX). The multiply-adds are
+/// Rotates the first `rot` dimensions of every head of `x` (`[rows, heads
+/// × hd]`, row r at position `pos0 + r % seq`), pairing adjacent values
+/// (GGUF's permuted llama weights) or the two halves of those dimensions
+/// (NeoX); the rest pass unchanged (partial rotary). The multiply-adds are
 /// fused the way GCC fuses llama.cpp's `rotate_pairs`.
+#[allow(clippy::too_many_arguments)]
 fn apply_rope(
     x: &mut [f32],
     (cos, sin): &(Vec<f32>, Vec<f32>),
     seq: usize,
     width: usize,
     hd: usize,
+    rot: usize,
     interleaved: bool,
 ) {
-    let half = hd / 2;
+    let half = rot / 2;
     for (r, row) in x.chunks_exact_mut(width).enumerate() {
         let t = r % seq;
         let (c, s) = (&cos[t * half..(t + 1) * half], &sin[t * half..(t + 1) * half]);
         for head in row.chunks_exact_mut(hd) {
+            let head = &mut head[..rot];
             if interleaved {
                 for i in 0..half {
                     let (x0, x1) = (head[2 * i], head[2 * i + 1]);

@@ -5,10 +5,11 @@
 //! `KvCache` passed to `forward`, so one loaded model serves many sessions.
 
 pub(crate) mod config;
+mod delta_net;
 mod experts;
 mod host;
 
-pub use config::{Architecture, ExpertsConfig, Gating, ModelConfig, SUPPORTED_ARCHITECTURES};
+pub use config::{Architecture, ExpertsConfig, Gating, ModelConfig, RecurrentConfig, SUPPORTED_ARCHITECTURES};
 
 use std::sync::Arc;
 
@@ -59,12 +60,7 @@ pub struct Model {
 
 struct Block {
     attn_norm: Norm,
-    wq: Linear,
-    wk: Linear,
-    wv: Linear,
-    wo: Matrix,
-    q_norm: Option<Norm>,
-    k_norm: Option<Norm>,
+    mixer: Mixer,
     post_attn_norm: Option<Norm>,
     ffn_norm: Norm,
     ffn: Ffn,
@@ -72,12 +68,42 @@ struct Block {
     sliding: bool,
 }
 
+/// How a layer mixes positions.
+enum Mixer {
+    /// Attention over the KV cache.
+    Attention(Attention),
+    /// A hybrid's recurrent layer (`delta_net.rs`); on the CPU only.
+    DeltaNet(delta_net::DeltaNet),
+}
+
+struct Attention {
+    /// With `gated`, each head's queries then its output gate.
+    wq: Linear,
+    wk: Linear,
+    wv: Linear,
+    wo: Matrix,
+    q_norm: Option<Norm>,
+    k_norm: Option<Norm>,
+    /// Qwen 3.5: the output is multiplied by `σ(gate)` before `wo`.
+    gated: bool,
+}
+
 /// A layer's feed-forward network.
 enum Ffn {
     /// One gated FFN every token runs.
     Dense { gate: Matrix, up: Matrix, down: Matrix },
-    /// A mixture of experts (`experts.rs`); on the CPU only.
-    Experts(experts::Experts),
+    /// A mixture of experts (`experts.rs`), with a shared expert every
+    /// token runs where the family has one; on the CPU only.
+    Experts { experts: experts::Experts, shared: Option<SharedExpert> },
+}
+
+/// Qwen 3.5's shared expert: a dense FFN scaled by `σ(gate_inp · x)`.
+struct SharedExpert {
+    /// `ffn_gate_inp_shexp`, one row.
+    gate_inp: Matrix,
+    gate: Matrix,
+    up: Matrix,
+    down: Matrix,
 }
 
 /// A weight matrix: Hearth's own kernels where it has them (they round like
@@ -179,6 +205,12 @@ impl Model {
     pub fn load_with(file: &mut GgufFile, device: &Device, kernels: Kernels) -> Result<Self> {
         let config = ModelConfig::from_gguf(file)?;
         let arch = config.architecture;
+        if !device.is_cpu() && (config.recurrent.is_some() || config.rope_dims != config.head_dim) {
+            return Err(crate::EngineError::setting(
+                "device",
+                "hybrid models (Qwen 3.5) and partial rotary embeddings run on the CPU for now; choose the CPU device",
+            ));
+        }
         let norm = |file: &mut GgufFile, name: &str| -> Result<Norm> {
             Norm::new(file.tensor(name, device)?, config.rms_eps, device)
         };
@@ -251,9 +283,32 @@ impl Model {
                     bias: bias(file, name)?,
                 })
             };
-            let wq = linear(file, "attn_q", q_dim)?;
-            let wk = linear(file, "attn_k", kv_dim)?;
-            let wv = linear(file, "attn_v", kv_dim)?;
+            let mixer = if config.is_recurrent(i) {
+                let shape = config.recurrent.as_ref().expect("a recurrent layer has a shape");
+                let slot = (0..i).filter(|&l| config.is_recurrent(l)).count();
+                let mut load =
+                    |file: &mut GgufFile, name: &str, rows: usize, cols: usize| matmul(file, name, rows, cols);
+                Mixer::DeltaNet(delta_net::DeltaNet::load(
+                    file,
+                    &p,
+                    shape,
+                    slot,
+                    config.n_embd,
+                    config.rms_eps as f32,
+                    &mut load,
+                )?)
+            } else {
+                let gated = arch.is_hybrid();
+                Mixer::Attention(Attention {
+                    wq: linear(file, "attn_q", if gated { 2 * q_dim } else { q_dim })?,
+                    wk: linear(file, "attn_k", kv_dim)?,
+                    wv: linear(file, "attn_v", kv_dim)?,
+                    wo: matmul(file, &format!("{p}.attn_output.weight"), config.n_embd, q_dim)?,
+                    q_norm: norm_opt(file, &format!("{p}.attn_q_norm.weight"))?,
+                    k_norm: norm_opt(file, &format!("{p}.attn_k_norm.weight"))?,
+                    gated,
+                })
+            };
             let ffn = match &config.experts {
                 Some(ec) => {
                     if !device.is_cpu() {
@@ -269,7 +324,20 @@ impl Model {
                     };
                     let experts = experts::Experts::load(file, &p, config.n_embd, ec, router)?;
                     weight_bytes.set(weight_bytes.get() + experts.bytes_per_token());
-                    Ffn::Experts(experts)
+                    let shared = match ec.shared_ffn_len {
+                        Some(n) => Some(SharedExpert {
+                            gate_inp: shared_gate_input(
+                                file,
+                                &format!("{p}.ffn_gate_inp_shexp.weight"),
+                                config.n_embd,
+                            )?,
+                            gate: matmul(file, &format!("{p}.ffn_gate_shexp.weight"), n, config.n_embd)?,
+                            up: matmul(file, &format!("{p}.ffn_up_shexp.weight"), n, config.n_embd)?,
+                            down: matmul(file, &format!("{p}.ffn_down_shexp.weight"), config.n_embd, n)?,
+                        }),
+                        None => None,
+                    };
+                    Ffn::Experts { experts, shared }
                 }
                 None => {
                     let ffn_dim = match file.tensor_info(&format!("{p}.ffn_up.weight")).map(|i| i.dims.as_slice()) {
@@ -284,16 +352,20 @@ impl Model {
                     }
                 }
             };
+            // Qwen 3.5 names its FFN norm `post_attention_norm`.
+            let (post_attn_norm, ffn_norm) = if arch.is_hybrid() {
+                (None, norm(file, &format!("{p}.post_attention_norm.weight"))?)
+            } else {
+                (
+                    norm_opt(file, &format!("{p}.post_attention_norm.weight"))?,
+                    norm(file, &format!("{p}.ffn_norm.weight"))?,
+                )
+            };
             layers.push(Block {
                 attn_norm: norm(file, &format!("{p}.attn_norm.weight"))?,
-                wq,
-                wk,
-                wv,
-                wo: matmul(file, &format!("{p}.attn_output.weight"), config.n_embd, q_dim)?,
-                q_norm: norm_opt(file, &format!("{p}.attn_q_norm.weight"))?,
-                k_norm: norm_opt(file, &format!("{p}.attn_k_norm.weight"))?,
-                post_attn_norm: norm_opt(file, &format!("{p}.post_attention_norm.weight"))?,
-                ffn_norm: norm(file, &format!("{p}.ffn_norm.weight"))?,
+                mixer,
+                post_attn_norm,
+                ffn_norm,
                 ffn,
                 post_ffn_norm: norm_opt(file, &format!("{p}.post_ffw_norm.weight"))?,
                 sliding: config.is_sliding(i),
@@ -307,9 +379,13 @@ impl Model {
         if freq_factors.as_ref().is_some_and(|f| f.len() != config.head_dim / 2) {
             return Err(file.corrupt("rope_freqs.weight has the wrong length"));
         }
-        let rope_global =
-            RopeFreqs::new(config.head_dim, config.rope_base, freq_factors, 1.0 / config.rope_linear_scale);
-        let rope_local = RopeFreqs::new(config.head_dim, config.rope_base_local, None, 1.0);
+        if freq_factors.is_some() && config.rope_dims != config.head_dim {
+            return Err(file.corrupt("rope_freqs.weight with partial rotary embeddings"));
+        }
+        let mut rope_global =
+            RopeFreqs::new(config.rope_dims, config.rope_base, freq_factors, 1.0 / config.rope_linear_scale);
+        rope_global.sections = config.rope_sections;
+        let rope_local = RopeFreqs::new(config.rope_dims, config.rope_base_local, None, 1.0);
         let embed_scale = (arch == Architecture::Gemma3).then(|| (config.n_embd as f64).sqrt());
         Ok(Self {
             weight_bytes_per_token: weight_bytes.get(),
@@ -489,15 +565,21 @@ impl Model {
     ) -> Result<Tensor> {
         let c = &self.config;
         let (batch, seq_len, _) = x.dims3()?;
+        let Mixer::Attention(a) = &b.mixer else {
+            return Err(crate::EngineError::setting("device", "recurrent layers run on the CPU's own pass only"));
+        };
+        if a.gated {
+            return Err(crate::EngineError::setting("device", "gated attention runs on the CPU's own pass only"));
+        }
         let h = b.attn_norm.forward(x)?;
         let heads = |t: Tensor, n: usize| t.reshape((batch, seq_len, n, c.head_dim))?.transpose(1, 2)?.contiguous();
-        let mut q = heads(b.wq.forward(&h)?, c.n_heads)?;
-        let mut k = heads(b.wk.forward(&h)?, c.n_kv_heads)?;
-        let v = heads(b.wv.forward(&h)?, c.n_kv_heads)?;
-        if let Some(n) = &b.q_norm {
+        let mut q = heads(a.wq.forward(&h)?, c.n_heads)?;
+        let mut k = heads(a.wk.forward(&h)?, c.n_kv_heads)?;
+        let v = heads(a.wv.forward(&h)?, c.n_kv_heads)?;
+        if let Some(n) = &a.q_norm {
             q = n.forward(&q)?;
         }
-        if let Some(n) = &b.k_norm {
+        if let Some(n) = &a.k_norm {
             k = n.forward(&k)?;
         }
         let interleaved = c.architecture.interleaved_rope();
@@ -532,7 +614,7 @@ impl Model {
             .reshape((batch, c.n_heads, seq_len, c.head_dim))?
             .transpose(1, 2)?
             .reshape((batch, seq_len, c.n_heads * c.head_dim))?;
-        let mut attn = b.wo.forward(&attn)?;
+        let mut attn = a.wo.forward(&attn)?;
         if let Some(n) = &b.post_attn_norm {
             attn = n.forward(&attn)?;
         }
@@ -569,6 +651,21 @@ fn check_shape(file: &GgufFile, name: &str, expected: &[usize]) -> Result<()> {
     Ok(())
 }
 
+/// Qwen 3.5's shared-expert gate, one row of `n_embd`: stored as a vector
+/// (`[n_embd]`) or as a matrix of one row.
+fn shared_gate_input(file: &mut GgufFile, name: &str, n_embd: usize) -> Result<Matrix> {
+    let info = file.tensor_info(name).ok_or_else(|| file.corrupt(format!("missing tensor {name}")))?;
+    if info.dims != [n_embd] && info.dims != [1, n_embd] {
+        return Err(file.corrupt(format!("tensor {name} has shape {:?}, expected [{n_embd}]", info.dims)));
+    }
+    let raw = file.raw_tensor(name)?;
+    match QuantMatrix::from_raw(raw.dtype, &[1, n_embd], &raw.data) {
+        Ok(m) => Ok(Matrix::Own(Arc::new(m))),
+        Err(_) if !raw.dtype.is_runnable() => Err(file.unsupported_type(name, raw.dtype)),
+        Err(why) => Err(file.corrupt(format!("tensor {name} {why}"))),
+    }
+}
+
 /// First cache position a sliding layer can see from the first new token;
 /// older positions are skipped outright rather than masked.
 fn window_start(pos0: usize, window: usize) -> usize {
@@ -583,11 +680,27 @@ struct RopeFreqs {
     factors: Option<Vec<f32>>,
     /// Linear position scaling (1 = none).
     freq_scale: f32,
+    /// Qwen 3.5's sections: pairs no section claims keep angle 0.
+    sections: Option<[usize; 4]>,
 }
 
 impl RopeFreqs {
     fn new(head_dim: usize, base: f32, factors: Option<Vec<f32>>, freq_scale: f32) -> Self {
-        Self { half: head_dim / 2, theta_scale: base.powf(-2.0 / head_dim as f32), factors, freq_scale }
+        Self { half: head_dim / 2, theta_scale: base.powf(-2.0 / head_dim as f32), factors, freq_scale, sections: None }
+    }
+
+    /// Whether pair `i` rotates: llama.cpp's IMROPE gives pair `i` the
+    /// section of `i % Σ sections` in turn (time, height, width), and angle
+    /// 0 where that section has run out. For text the three positions are
+    /// the same, so a claimed pair rotates by the usual angle.
+    fn rotates(&self, i: usize) -> bool {
+        let Some(s) = self.sections else { return true };
+        let sector = i % s.iter().sum::<usize>().max(1);
+        match sector % 3 {
+            0 => sector < 3 * s[0],
+            1 => sector < 3 * s[1],
+            _ => sector < 3 * s[2],
+        }
     }
 
     /// cos/sin tables `[seq_len, head_dim / 2]` for positions
@@ -601,7 +714,7 @@ impl RopeFreqs {
             let mut theta = p as f32;
             for i in 0..self.half {
                 let ff = self.factors.as_ref().map_or(1.0, |f| f[i]);
-                let angle = self.freq_scale * (theta / ff);
+                let angle = if self.rotates(i) { self.freq_scale * (theta / ff) } else { 0.0 };
                 cos.push(angle.cos());
                 sin.push(angle.sin());
                 theta *= self.theta_scale;

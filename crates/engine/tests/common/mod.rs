@@ -48,6 +48,20 @@ pub enum Family {
     Gemma3,
     /// Qwen 3 with `experts` in place of the dense FFN.
     Qwen3Moe,
+    /// Qwen 3.5: Gated DeltaNet layers, every fourth gated attention.
+    Qwen35,
+    /// Qwen 3.5 with `experts` and a shared expert.
+    Qwen35Moe,
+}
+
+impl Family {
+    pub fn is_hybrid(self) -> bool {
+        matches!(self, Family::Qwen35 | Family::Qwen35Moe)
+    }
+
+    pub fn has_experts(self) -> bool {
+        matches!(self, Family::Qwen3Moe | Family::Qwen35Moe)
+    }
 }
 
 pub struct TinySpec {
@@ -69,6 +83,11 @@ pub struct TinySpec {
     pub experts_dtype: GgmlDType,
     /// Gate and up in one `ffn_gate_up_exps` tensor (the same values).
     pub fused_gate_up: bool,
+    /// Hybrids: the recurrent layers' head size, key heads and value heads,
+    /// and every how many layers one is full attention.
+    pub recurrent: (usize, usize, usize, usize),
+    /// Hybrids: dimensions of each attention head that RoPE rotates.
+    pub rope_dims: usize,
 }
 
 impl TinySpec {
@@ -89,6 +108,8 @@ impl TinySpec {
             experts: (8, 2, 64),
             experts_dtype: GgmlDType::Q8_0,
             fused_gate_up: false,
+            recurrent: (64, 2, 4, 4),
+            rope_dims: 16,
         }
     }
 }
@@ -119,6 +140,8 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         Family::Qwen3 => "qwen3",
         Family::Gemma3 => "gemma3",
         Family::Qwen3Moe => "qwen3moe",
+        Family::Qwen35 => "qwen35",
+        Family::Qwen35Moe => "qwen35moe",
     };
     let mut rng = Lcg(spec.seed);
     let mut tensors: Vec<(String, QTensor)> = Vec::new();
@@ -133,15 +156,41 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
     if spec.family != Family::Gemma3 {
         put("output.weight".into(), random(&mut rng, &[VOCAB, e], 0.2), spec.dtype);
     }
+    let (sd, hk, hv, interval) = spec.recurrent;
     for i in 0..spec.n_layers {
         let p = format!("blk.{i}");
         put(format!("{p}.attn_norm.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
-        put(format!("{p}.attn_q.weight"), random(&mut rng, &[qd, e], 0.2), spec.dtype);
-        put(format!("{p}.attn_k.weight"), random(&mut rng, &[kvd, e], 0.2), spec.dtype);
-        put(format!("{p}.attn_v.weight"), random(&mut rng, &[kvd, e], 0.2), spec.dtype);
-        put(format!("{p}.attn_output.weight"), random(&mut rng, &[e, qd], 0.2), spec.dtype);
-        put(format!("{p}.ffn_norm.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
-        if spec.family == Family::Qwen3Moe {
+        let recurrent = spec.family.is_hybrid() && (i + 1) % interval != 0;
+        if recurrent {
+            let channels = (2 * hk + hv) * sd;
+            put(format!("{p}.attn_qkv.weight"), random(&mut rng, &[channels, e], 0.2), spec.dtype);
+            put(format!("{p}.attn_gate.weight"), random(&mut rng, &[hv * sd, e], 0.2), spec.dtype);
+            put(format!("{p}.ssm_conv1d.weight"), random(&mut rng, &[channels, 4], 0.5), GgmlDType::F32);
+            put(format!("{p}.ssm_dt.bias"), random(&mut rng, &[hv], 0.5), GgmlDType::F32);
+            // −exp(A_log), as the converter stores it.
+            let a = (random(&mut rng, &[hv], 0.5).exp().unwrap() * -1.0).unwrap();
+            put(format!("{p}.ssm_a"), a, GgmlDType::F32);
+            put(format!("{p}.ssm_beta.weight"), random(&mut rng, &[hv, e], 0.2), spec.dtype);
+            put(format!("{p}.ssm_alpha.weight"), random(&mut rng, &[hv, e], 0.2), spec.dtype);
+            put(format!("{p}.ssm_norm.weight"), ones_ish(&mut rng, sd), GgmlDType::F32);
+            put(format!("{p}.ssm_out.weight"), random(&mut rng, &[e, hv * sd], 0.2), spec.dtype);
+        } else {
+            // Qwen 3.5's queries carry an output gate per head.
+            let q_rows = if spec.family.is_hybrid() { 2 * qd } else { qd };
+            put(format!("{p}.attn_q.weight"), random(&mut rng, &[q_rows, e], 0.2), spec.dtype);
+            put(format!("{p}.attn_k.weight"), random(&mut rng, &[kvd, e], 0.2), spec.dtype);
+            put(format!("{p}.attn_v.weight"), random(&mut rng, &[kvd, e], 0.2), spec.dtype);
+            put(format!("{p}.attn_output.weight"), random(&mut rng, &[e, qd], 0.2), spec.dtype);
+        }
+        let ffn_norm = if spec.family.is_hybrid() { "post_attention_norm" } else { "ffn_norm" };
+        put(format!("{p}.{ffn_norm}.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
+        if spec.family == Family::Qwen35Moe {
+            put(format!("{p}.ffn_gate_inp_shexp.weight"), random(&mut rng, &[e], 0.3), GgmlDType::F32);
+            put(format!("{p}.ffn_gate_shexp.weight"), random(&mut rng, &[spec.ffn, e], 0.2), spec.dtype);
+            put(format!("{p}.ffn_up_shexp.weight"), random(&mut rng, &[spec.ffn, e], 0.2), spec.dtype);
+            put(format!("{p}.ffn_down_shexp.weight"), random(&mut rng, &[e, spec.ffn], 0.2), spec.dtype);
+        }
+        if spec.family.has_experts() {
             let (n, _, ff) = spec.experts;
             // Router logits a few units apart, so that picks are clear.
             put(format!("{p}.ffn_gate_inp.weight"), random(&mut rng, &[n, e], 0.5), GgmlDType::F32);
@@ -164,7 +213,9 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
             put(format!("{p}.attn_k.bias"), random(&mut rng, &[kvd], 0.1), GgmlDType::F32);
             put(format!("{p}.attn_v.bias"), random(&mut rng, &[kvd], 0.1), GgmlDType::F32);
         }
-        if matches!(spec.family, Family::Qwen3 | Family::Qwen3Moe | Family::Gemma3) {
+        if matches!(spec.family, Family::Qwen3 | Family::Qwen3Moe | Family::Gemma3)
+            || (spec.family.is_hybrid() && !recurrent)
+        {
             put(format!("{p}.attn_q_norm.weight"), ones_ish(&mut rng, spec.head_dim), GgmlDType::F32);
             put(format!("{p}.attn_k_norm.weight"), ones_ish(&mut rng, spec.head_dim), GgmlDType::F32);
         }
@@ -184,12 +235,31 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         (k("attention.head_count_kv"), Value::U32(spec.n_kv_heads as u32)),
         (k("attention.key_length"), Value::U32(spec.head_dim as u32)),
         (k("attention.value_length"), Value::U32(spec.head_dim as u32)),
-        (k("rope.dimension_count"), Value::U32(spec.head_dim as u32)),
+        (
+            k("rope.dimension_count"),
+            Value::U32(if spec.family.is_hybrid() { spec.rope_dims } else { spec.head_dim } as u32),
+        ),
         (k("context_length"), Value::U32(spec.context as u32)),
         (k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
         (k("rope.freq_base"), Value::F32(10000.0)),
     ];
-    if spec.family == Family::Qwen3Moe {
+    if spec.family.is_hybrid() {
+        // Pairs shared out as Qwen 3.5's [11, 11, 10, 0] shares 32.
+        let pairs = spec.rope_dims / 2;
+        let third = pairs / 3;
+        let sections = [pairs - 2 * third, third, third, 0];
+        md.push((k("rope.dimension_sections"), Value::Array(sections.iter().map(|&s| Value::I32(s as i32)).collect())));
+        md.push((k("ssm.conv_kernel"), Value::U32(4)));
+        md.push((k("ssm.state_size"), Value::U32(sd as u32)));
+        md.push((k("ssm.group_count"), Value::U32(hk as u32)));
+        md.push((k("ssm.time_step_rank"), Value::U32(hv as u32)));
+        md.push((k("ssm.inner_size"), Value::U32((hv * sd) as u32)));
+        md.push((k("full_attention_interval"), Value::U32(interval as u32)));
+    }
+    if spec.family == Family::Qwen35Moe {
+        md.push((k("expert_shared_feed_forward_length"), Value::U32(spec.ffn as u32)));
+    }
+    if spec.family.has_experts() {
         md.push((k("expert_count"), Value::U32(spec.experts.0 as u32)));
         md.push((k("expert_used_count"), Value::U32(spec.experts.1 as u32)));
         md.push((k("expert_feed_forward_length"), Value::U32(spec.experts.2 as u32)));
@@ -258,7 +328,11 @@ fn tokenizer_metadata(family: Family) -> Vec<(String, Value)> {
             tokens.push(format!("<filler{}>", tokens.len()));
             types.push(4);
         }
-        let pre = if family == Family::Llama { "smollm" } else { "qwen2" };
+        let pre = match family {
+            Family::Llama => "smollm",
+            Family::Qwen35 | Family::Qwen35Moe => "qwen35",
+            _ => "qwen2",
+        };
         vec![
             s("tokenizer.ggml.model", "gpt2"),
             s("tokenizer.ggml.pre", pre),

@@ -1,7 +1,8 @@
-//! Families with experts (and the f32 products their routers run) against
-//! llama.cpp itself, on random-weight files
-//! written here: the logits at every position of a sequence longer than a
-//! prefill chunk, teacher-forced in both engines.
+//! The families llama.cpp is the only reference for (experts, the f32
+//! products their routers run, Qwen 3.5's hybrids) against llama.cpp
+//! itself, on random-weight files written here: the logits at every
+//! position of a sequence longer than a prefill chunk, teacher-forced in
+//! both engines.
 //!
 //! llama.cpp runs through llama-cpp-python (`tests/llamacpp/logits.py`) from
 //! the venv `bench/setup-llamacpp.sh` makes; `HEARTH_LLAMACPP_PYTHON` names
@@ -121,7 +122,21 @@ fn check(spec: &TinySpec, positions: usize, feed: Feed) {
             .collect(),
     };
     let (kl, differ) = compare(&reference, &ours);
-    let label = format!("{:?} ({feed:?}), experts {:?} of {:?}", spec.family, spec.experts, spec.experts_dtype);
+    if std::env::var_os("HEARTH_DEBUG_DIFF").is_some() {
+        let diffs: Vec<(usize, f32)> = reference
+            .iter()
+            .zip(&ours)
+            .enumerate()
+            .map(|(i, (r, o))| (i, r.iter().zip(o).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max)))
+            .filter(|(_, d)| *d > 0.0)
+            .take(8)
+            .collect();
+        eprintln!("first differing positions: {diffs:?}");
+    }
+    let label = format!(
+        "{:?} ({feed:?}), {:?}, experts {:?} of {:?}",
+        spec.family, spec.dtype, spec.experts, spec.experts_dtype
+    );
     eprintln!("{label}: mean KL {kl:.3e}, top token differs at {} of {positions}", differ.len());
     use hearth_engine::cpu::isa::{isa, Isa};
     if (isa() == Isa::Avx512Vnni) == reference_avx512 {
@@ -168,4 +183,36 @@ fn f32_weights_match_llama_cpp_as_a_prompt_and_as_steps() {
         TinySpec { n_embd: 256, head_dim: 64, dtype: GgmlDType::F32, context: 2048, ..TinySpec::new(Family::Qwen3) };
     check(&spec, 100, Feed::Prompt);
     check(&spec, 40, Feed::Steps);
+}
+
+fn hybrid(family: Family, dtype: GgmlDType, experts_dtype: GgmlDType) -> TinySpec {
+    TinySpec {
+        n_layers: 8,
+        head_dim: 64,
+        rope_dims: 16,
+        context: 2048,
+        dtype,
+        experts: (16, 4, 64),
+        experts_dtype,
+        ffn: 64,
+        ..TinySpec::new(family)
+    }
+}
+
+#[test]
+fn qwen35_matches_llama_cpp() {
+    for dtype in [GgmlDType::Q8_0, GgmlDType::F32] {
+        let spec = hybrid(Family::Qwen35, dtype, dtype);
+        check(&spec, 600, Feed::Prompt);
+        check(&spec, 80, Feed::Steps);
+    }
+}
+
+#[test]
+fn qwen35moe_matches_llama_cpp() {
+    for experts_dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0] {
+        let spec = hybrid(Family::Qwen35Moe, GgmlDType::Q8_0, experts_dtype);
+        check(&spec, 600, Feed::Prompt);
+        check(&spec, 80, Feed::Steps);
+    }
 }
