@@ -149,11 +149,14 @@ impl KvCache {
         }
     }
 
-    /// The recurrent state at the current length, as a saved cache holds it.
-    pub(crate) fn state_to_bytes(&self) -> Result<Vec<u8>> {
+    /// The recurrent state at position `pos` (the current length or a
+    /// checkpoint), as a saved cache holds it.
+    pub(crate) fn state_to_bytes(&self, pos: usize) -> Result<Vec<u8>> {
         match &self.recurrent {
-            Some(r) if r.is_at(self.len) => Ok(r.to_bytes()),
-            Some(_) => Err(EngineError::CorruptCache("the recurrent state is mid-pass".into())),
+            Some(r) if pos == self.len && r.is_at(self.len) => Ok(r.to_bytes()),
+            Some(r) => r
+                .checkpoint_bytes(pos)
+                .ok_or_else(|| EngineError::CorruptCache(format!("no recurrent state kept at position {pos}"))),
             None => Ok(Vec::new()),
         }
     }

@@ -158,9 +158,18 @@ impl RecurrentState {
     /// The state as little-endian f32 bytes, layer by layer (convolution,
     /// then delta rule): how a saved cache holds it.
     pub(crate) fn to_bytes(&self) -> Vec<u8> {
+        self.bits_to_bytes(&self.current)
+    }
+
+    /// `to_bytes` of the checkpoint at `pos`, if one is kept there.
+    pub(crate) fn checkpoint_bytes(&self, pos: usize) -> Option<Vec<u8>> {
+        self.checkpoints.iter().find(|(p, _)| *p == pos).map(|(_, bits)| self.bits_to_bytes(bits))
+    }
+
+    fn bits_to_bytes(&self, bits: &Option<Arc<StateBits>>) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.state_bytes());
         for slot in 0..self.n_layers {
-            match &self.current {
+            match bits {
                 Some(bits) => {
                     let (c, d) = &bits.layers[slot];
                     out.extend(c.iter().chain(d).flat_map(|x| x.to_le_bytes()));

@@ -117,7 +117,7 @@ pub fn write(path: &Path, identity: &CacheIdentity, session: &Session) -> Result
         let digest = Sha256::digest(&header);
         w.write_all(&header).map_err(io)?;
         w.write_all(&digest).map_err(io)?;
-        write_chunk(&mut w, session, 0, digest.into())?;
+        write_chunks(&mut w, session, 0, digest.into())?;
         let file = w.into_inner().map_err(|e| io(e.into_error()))?;
         file.sync_all().map_err(io)?;
         std::fs::rename(&tmp, path).map_err(|e| corrupt(path, format!("cannot replace: {e}")))?;
@@ -153,26 +153,44 @@ pub fn append_observed(path: &Path, session: &Session, from: usize, mid_write: &
     let mut prev = [0u8; 32];
     file.seek(SeekFrom::End(-32)).and_then(|_| file.read_exact(&mut prev)).map_err(io)?;
     let mut w = BufWriter::new(file);
-    write_chunk(&mut w, session, from, prev)?;
+    write_chunks(&mut w, session, from, prev)?;
     mid_write();
     let file = w.into_inner().map_err(|e| io(e.into_error()))?;
     file.sync_all().map_err(io)?;
     Ok(())
 }
 
-fn write_chunk(w: &mut impl Write, session: &Session, from: usize, prev: [u8; 32]) -> Result<()> {
-    let tokens = &session.tokens()[from..];
+/// Positions `from..` of `session` as chunks chained from `prev`: one, or
+/// for a hybrid one per checkpoint of its recurrent state, so that every
+/// checkpoint is saved.
+fn write_chunks(w: &mut impl Write, session: &Session, from: usize, mut prev: [u8; 32]) -> Result<()> {
+    let end = session.tokens().len();
+    let mut cuts: Vec<usize> =
+        session.cache().checkpoint_positions().into_iter().filter(|&p| p > from && p < end).collect();
+    cuts.push(end);
+    let mut start = from;
+    for to in cuts {
+        prev = write_chunk(w, session, start, to, prev)?;
+        start = to;
+    }
+    Ok(())
+}
+
+/// Positions `from..to` as one chunk; its digest.
+fn write_chunk(w: &mut impl Write, session: &Session, from: usize, to: usize, prev: [u8; 32]) -> Result<[u8; 32]> {
+    let tokens = &session.tokens()[from..to];
     if tokens.is_empty() {
-        return Ok(());
+        return Ok(prev);
     }
     let cache = session.cache();
     if cache.batch() != 1 {
         return Err(EngineError::CorruptCache("only a batch-1 cache can be saved".into()));
     }
-    let passes = session
+    let mut passes = session
         .passes()
         .after(from)
         .ok_or_else(|| EngineError::CorruptCache(format!("no pass of the cache starts at position {from}")))?;
+    passes.truncate(to - from);
     let mut hasher = Sha256::new();
     hasher.update(prev);
     let mut put = |w: &mut dyn Write, bytes: &[u8]| -> Result<()> {
@@ -195,10 +213,11 @@ fn write_chunk(w: &mut impl Write, session: &Session, from: usize, prev: [u8; 32
         }
     }
     if cache.is_hybrid() {
-        put(w, &cache.state_to_bytes()?)?;
+        put(w, &cache.state_to_bytes(to)?)?;
     }
-    let digest = hasher.finalize();
-    w.write_all(&digest).map_err(|e| EngineError::CorruptCache(format!("cannot write: {e}")))
+    let digest: [u8; 32] = hasher.finalize().into();
+    w.write_all(&digest).map_err(|e| EngineError::CorruptCache(format!("cannot write: {e}")))?;
+    Ok(digest)
 }
 
 /// Reads a saved session for `model` if it was saved under `identity`.

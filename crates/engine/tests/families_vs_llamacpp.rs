@@ -195,6 +195,7 @@ fn hybrid(family: Family, dtype: GgmlDType, experts_dtype: GgmlDType) -> TinySpe
         experts: (16, 4, 64),
         experts_dtype,
         ffn: 64,
+        recurrent: (64, 2, 4, 4),
         ..TinySpec::new(family)
     }
 }

@@ -40,8 +40,9 @@ fn cold(engine: &Engine, context: usize, prompt: &[u32]) -> Vec<u32> {
 
 #[test]
 fn restored_caches_continue_exactly_like_a_cold_prefill() {
-    // Gemma 3's sliding-window layers included: the conversation is longer than its window.
-    for family in [Family::Llama, Family::Gemma3] {
+    // Gemma 3's sliding-window layers included: the conversation is longer
+    // than its window. Qwen 3.5's recurrent state comes back from its chunks.
+    for family in [Family::Llama, Family::Gemma3, Family::Qwen35] {
         let (dir, path) = tiny(&TinySpec::new(family));
         let engine = hashed(Engine::open(&path).unwrap());
         let context = 256;

@@ -92,9 +92,11 @@ pub struct TinySpec {
 
 impl TinySpec {
     pub fn new(family: Family) -> Self {
+        let hybrid = family.is_hybrid();
         Self {
             family,
-            n_layers: 2,
+            // A hybrid's layers alternate recurrent and attention here.
+            n_layers: if hybrid { 4 } else { 2 },
             n_embd: 64,
             n_heads: 4,
             n_kv_heads: 2,
@@ -108,8 +110,8 @@ impl TinySpec {
             experts: (8, 2, 64),
             experts_dtype: GgmlDType::Q8_0,
             fused_gate_up: false,
-            recurrent: (64, 2, 4, 4),
-            rope_dims: 16,
+            recurrent: (64, 2, 4, if hybrid { 2 } else { 4 }),
+            rope_dims: 8,
         }
     }
 }

@@ -1,0 +1,218 @@
+//! A hybrid model's cache (Qwen 3.5: recurrent layers beside attention
+//! layers) keeps every promise a transformer's does: the next turn reads
+//! only its new tokens, an edit or a branch reads from the latest
+//! checkpoint before it, a saved cache continues exactly, a stopped chunk
+//! leaves the cache as it was, and a replay gives the same bits.
+
+mod common;
+
+use common::{tiny, Family, TinySpec, VOCAB};
+use hearth_engine::model::PREFILL_CHUNK;
+use hearth_engine::recurrent_state::DECODE_CHECKPOINT_INTERVAL;
+use hearth_engine::{session_file, Engine, EngineError, SamplingParams, Session};
+
+fn ids(n: usize, salt: u32) -> Vec<u32> {
+    (0..n as u32).map(|i| 3 + (i * 37 + salt * 11 + i * i / 5) % (VOCAB as u32 - 3)).collect()
+}
+
+fn engine(family: Family) -> (tempfile::TempDir, Engine) {
+    let (dir, path) = tiny(&TinySpec { context: 4096, ..TinySpec::new(family) });
+    let engine = Engine::open(&path).unwrap();
+    engine.hash_file(&|| false).unwrap();
+    (dir, engine)
+}
+
+/// One greedy turn of `max` tokens; the reply and how many prompt tokens were run.
+fn turn(engine: &Engine, session: &mut Session, prompt: &[u32], max: usize) -> (Vec<u32>, usize) {
+    let mut config = engine.generation_config(SamplingParams::greedy(), max);
+    config.end_tokens.clear();
+    let out = session.start_turn(engine.model(), engine.tokenizer(), prompt, config, 1).unwrap().run().unwrap();
+    (out.sequences[0].tokens.clone(), out.stats.processed_tokens)
+}
+
+#[test]
+fn an_edit_reads_from_the_latest_checkpoint_before_it_with_the_bits_of_a_fresh_read() {
+    for family in [Family::Qwen35, Family::Qwen35Moe] {
+        let (_dir, engine) = engine(family);
+        let m = engine.model();
+        let mut session = engine.new_session(Some(4096));
+        let long = ids(1200, 1);
+        let (n, _) = session.prefill(m, &long).unwrap();
+        assert_eq!(n, 1200);
+        assert_eq!(session.cache().checkpoint_positions(), vec![512, 1024, 1200], "{family:?}: each chunk's end");
+        // An edit at 700: back to 512, then 208 + 20 new tokens.
+        let mut edited = long[..700].to_vec();
+        edited.extend(ids(20, 2));
+        let (n, logits) = session.prefill(m, &edited).unwrap();
+        assert_eq!(n, edited.len() - 512, "{family:?}: from the checkpoint at 512");
+        assert_eq!(session.tokens(), &edited[..]);
+        // A fresh read cuts the prompt into the same chunks: the same bits.
+        let mut fresh = engine.new_session(Some(4096));
+        let (_, want) = fresh.prefill(m, &edited).unwrap();
+        assert_eq!(logits, want, "{family:?}: bit for bit");
+        // Cut back before the first checkpoint: from the start.
+        session.truncate(300);
+        assert!(session.tokens().is_empty() && session.cache().is_empty(), "{family:?}");
+    }
+}
+
+#[test]
+fn the_next_turn_reads_only_its_new_tokens_and_a_branch_in_a_reply_at_most_an_interval() {
+    let (_dir, engine) = engine(Family::Qwen35);
+    let mut session = engine.new_session(Some(4096));
+    let first = ids(30, 3);
+    let reply_len = DECODE_CHECKPOINT_INTERVAL + 40;
+    let (reply, n) = turn(&engine, &mut session, &first, reply_len);
+    assert_eq!(n, 30);
+    let end = session.tokens().len();
+    assert_eq!(end, 30 + reply_len - 1, "the last sampled token is not fed");
+    let checkpoints = session.cache().checkpoint_positions();
+    assert!(
+        checkpoints.contains(&30) && checkpoints.contains(&end),
+        "the prompt's and the turn's ends: {checkpoints:?}"
+    );
+    assert!(checkpoints.iter().any(|&p| p > 30 && p < end), "one inside the reply: {checkpoints:?}");
+
+    // The next turn continues from the turn's end.
+    let mut second: Vec<u32> = first.iter().chain(&reply).copied().collect();
+    second.extend(ids(12, 4));
+    let mut branch = session.clone();
+    let (_, n) = turn(&engine, &mut session, &second, 4);
+    assert_eq!(n, second.len() - end, "only the new tokens");
+
+    // Continuing from a token near the reply's end re-reads at most one interval.
+    let at = 30 + reply_len - 10;
+    let mut alt = second[..at].to_vec();
+    alt.push(7);
+    let (_, n) = turn(&engine, &mut branch, &alt, 4);
+    assert!(n <= DECODE_CHECKPOINT_INTERVAL + 1, "{n} tokens re-read for a branch at {at}");
+}
+
+#[test]
+fn a_saved_hybrid_cache_continues_bit_for_bit_and_a_damaged_chunk_keeps_the_ones_before() {
+    let (dir, engine) = engine(Family::Qwen35);
+    let m = engine.model();
+    let context = 4096;
+    let identity = engine.cache_identity(context).unwrap();
+    let mut session = engine.new_session(Some(context));
+    let first = ids(700, 5);
+    let (reply, _) = turn(&engine, &mut session, &first, 8);
+    let file = dir.path().join("c.session");
+    session_file::write(&file, &identity, &session).unwrap();
+    let saved_one = session.clone();
+
+    let mut second: Vec<u32> = first.iter().chain(&reply).copied().collect();
+    second.extend(ids(9, 6));
+    let (reply2, _) = turn(&engine, &mut session, &second, 8);
+    session_file::append(&file, &session, saved_one.tokens().len()).unwrap();
+
+    let restored = session_file::read(&file, &identity, m).unwrap();
+    assert!(restored.complete);
+    let mut restored = restored.session;
+    assert_eq!(restored.tokens(), session.tokens());
+    assert_eq!(restored.passes(), session.passes());
+    assert_eq!(
+        restored.cache().checkpoint_positions(),
+        session.cache().checkpoint_positions(),
+        "every checkpoint saved"
+    );
+
+    let mut third: Vec<u32> = second.iter().chain(&reply2).copied().collect();
+    third.extend(ids(5, 7));
+    let mut live = session.clone();
+    let (a, na) = turn(&engine, &mut live, &third, 6);
+    let (b, nb) = turn(&engine, &mut restored, &third, 6);
+    assert_eq!((a.clone(), na), (b, nb), "restored continues as the live cache does");
+    assert_eq!(na, third.len() - session.tokens().len());
+    // The same bits: both caches written again are the same file.
+    let (fa, fb) = (dir.path().join("a.session"), dir.path().join("b.session"));
+    session_file::write(&fa, &identity, &live).unwrap();
+    session_file::write(&fb, &identity, &restored).unwrap();
+    assert!(std::fs::read(&fa).unwrap() == std::fs::read(&fb).unwrap(), "the recurrent state came back bit for bit");
+
+    // Damage the last byte (turn 2's last chunk): the chunks before remain,
+    // each with its state, and continue as the live cache cut back there.
+    let mut bytes = std::fs::read(&file).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x55;
+    std::fs::write(&file, &bytes).unwrap();
+    let partial = session_file::read(&file, &identity, m).unwrap();
+    assert!(!partial.complete);
+    let mut partial = partial.session;
+    let kept = partial.tokens().len();
+    assert!(kept >= saved_one.tokens().len() && kept < session.tokens().len(), "kept {kept}");
+    let mut cut = session.clone();
+    cut.truncate(kept);
+    assert_eq!(cut.tokens().len(), kept, "a chunk's end is a checkpoint");
+    assert_eq!(turn(&engine, &mut partial, &third, 6), turn(&engine, &mut cut, &third, 6));
+}
+
+#[test]
+fn a_chunk_stopped_between_layers_leaves_the_recurrent_state_as_it_was() {
+    let (_dir, engine) = engine(Family::Qwen35);
+    let m = engine.model();
+    let prompt = ids(2 * PREFILL_CHUNK + 30, 8);
+    let mut stopped = engine.new_session(Some(4096));
+    assert!(stopped.prefill_rows(m, &prompt, PREFILL_CHUNK, &|| false).unwrap().is_none());
+    let err = stopped.prefill_rows(m, &prompt, PREFILL_CHUNK, &|| true).unwrap_err();
+    assert!(matches!(err, EngineError::Stopped), "{err}");
+    assert_eq!(stopped.tokens().len(), PREFILL_CHUNK);
+    let mut logits = None;
+    while logits.is_none() {
+        logits = stopped.prefill_rows(m, &prompt, PREFILL_CHUNK, &|| false).unwrap();
+    }
+    let mut whole = engine.new_session(Some(4096));
+    let (_, want) = whole.prefill(m, &prompt).unwrap();
+    assert_eq!(logits.unwrap(), want, "the same bits as a prefill never stopped");
+}
+
+#[test]
+fn a_hybrid_turn_replays_bit_for_bit_from_cold_restored_and_live_caches() {
+    let (dir, engine) = engine(Family::Qwen35);
+    let context = 2048;
+    let identity = engine.cache_identity(context).unwrap();
+    let mut session = engine.new_session(Some(context));
+    let p1 = ids(600, 9);
+    let (r1, _) = turn(&engine, &mut session, &p1, 10);
+    let mut p2: Vec<u32> = p1.iter().chain(&r1).copied().collect();
+    p2.extend(ids(20, 10));
+    let config = || {
+        let mut c = engine.generation_config(SamplingParams::greedy(), 10);
+        c.end_tokens.clear();
+        c
+    };
+    let out = session.start_turn(engine.model(), engine.tokenizer(), &p2, config(), 1).unwrap();
+    let passes = out.prompt_passes().clone();
+    let r2 = out.run().unwrap().sequences[0].tokens.clone();
+    let file = dir.path().join("c.session");
+    session_file::write(&file, &identity, &session).unwrap();
+
+    let replay = |s: &mut Session| {
+        let turn = s.start_replay(engine.model(), engine.tokenizer(), &p2, &passes, config(), &mut |_| true).unwrap();
+        let processed = turn.stats().processed_tokens;
+        (turn.run().unwrap().sequences[0].tokens.clone(), processed)
+    };
+    let mut cold = engine.new_session(Some(context));
+    assert_eq!(replay(&mut cold).0, r2, "from a cold cache");
+    let mut restored = session_file::read(&file, &identity, engine.model()).unwrap().session;
+    assert_eq!(replay(&mut restored).0, r2, "from a restored cache");
+    assert_eq!(replay(&mut session).0, r2, "from the live cache");
+    // Each leaves the live cache's bits.
+    for (what, s) in [("cold", &cold), ("restored", &restored)] {
+        let (a, b) = (dir.path().join("a.session"), dir.path().join("b.session"));
+        session_file::write(&a, &identity, s).unwrap();
+        session_file::write(&b, &identity, &session).unwrap();
+        assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap(), "{what}");
+    }
+}
+
+#[test]
+fn variants_of_a_hybrid_turn_are_forks_not_a_batch() {
+    let (_dir, engine) = engine(Family::Qwen35);
+    let mut session = engine.new_session(Some(512));
+    let config = engine.generation_config(SamplingParams::greedy(), 4);
+    let err = session.start_turn(engine.model(), engine.tokenizer(), &ids(10, 11), config, 4).err().unwrap();
+    assert!(err.to_string().contains("hybrid"), "{err}");
+    // The session is still usable.
+    assert_eq!(turn(&engine, &mut session, &ids(10, 11), 4).0.len(), 4);
+}
