@@ -42,8 +42,11 @@ pub struct ModelFacts {
     pub head_dim: u32,
     pub embedding_length: u32,
     /// The KV cache's bytes per position: f16 keys and values of every
-    /// layer (sliding-window layers keep every position too).
+    /// attention layer (sliding-window layers keep every position too).
     pub kv_bytes_per_token: u64,
+    /// A hybrid's (Qwen 3.5's) recurrent state: the bytes of one copy. A
+    /// conversation holds it and its checkpoints; 0 for a transformer.
+    pub recurrent_state_bytes: u64,
 }
 
 /// A mixture of experts' size.
@@ -138,8 +141,18 @@ impl ModelFacts {
         }
         by_type.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.name.cmp(&b.name)));
 
-        let kv_bytes_per_token =
-            [n_layers, n_kv_heads, head_dim].iter().fold(2 * 2u64, |acc, &n| acc.saturating_mul(n as u64));
+        // A hybrid's recurrent layers keep a state in place of keys and values.
+        let recurrent = match Architecture::from_gguf_name(&architecture) {
+            Some(arch) if arch.is_hybrid() => crate::model::ModelConfig::from_gguf(file).ok().and_then(|c| c.recurrent),
+            _ => None,
+        };
+        let recurrent_layers = recurrent.as_ref().map_or(0, |r| r.layers.iter().filter(|&&l| l).count() as u32);
+        let recurrent_state_bytes = recurrent.as_ref().map_or(0, |r| {
+            (recurrent_layers as u64).saturating_mul(((r.conv_state_len() + r.delta_state_len()) * 4) as u64)
+        });
+        let kv_bytes_per_token = [n_layers.saturating_sub(recurrent_layers), n_kv_heads, head_dim]
+            .iter()
+            .fold(2 * 2u64, |acc, &n| acc.saturating_mul(n as u64));
         Ok(Self {
             supported: Architecture::from_gguf_name(&architecture).is_some(),
             name: file.string_opt("general.name").map(str::to_string),
@@ -158,6 +171,7 @@ impl ModelFacts {
             head_dim,
             embedding_length,
             kv_bytes_per_token,
+            recurrent_state_bytes,
         })
     }
 
@@ -166,9 +180,19 @@ impl ModelFacts {
         self.kv_bytes_per_token.saturating_mul(context as u64)
     }
 
+    /// A hybrid's recurrent state at `context` positions: the state and the
+    /// checkpoints a conversation that long keeps (one per prompt chunk, up
+    /// to the cap).
+    pub fn recurrent_bytes(&self, context: u32) -> u64 {
+        let checkpoints =
+            (context as usize / crate::model::PREFILL_CHUNK + 1).min(crate::recurrent_state::MAX_CHECKPOINTS);
+        self.recurrent_state_bytes.saturating_mul(1 + checkpoints as u64)
+    }
+
     /// An estimate of the memory a conversation of `context` positions
-    /// needs: the weights plus a full KV cache.
+    /// needs: the weights plus a full KV cache (and a hybrid's state and
+    /// checkpoints).
     pub fn memory_estimate(&self, context: u32) -> u64 {
-        self.tensor_bytes.saturating_add(self.kv_bytes(context))
+        self.tensor_bytes.saturating_add(self.kv_bytes(context)).saturating_add(self.recurrent_bytes(context))
     }
 }

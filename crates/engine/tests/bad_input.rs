@@ -235,3 +235,50 @@ fn expert_tensors_of_the_wrong_shape() {
     assert!(matches!(err, EngineError::CorruptModel { .. }), "{err}");
     assert!(err.to_string().contains("ffn_gate_exps.weight") && err.to_string().contains("[8, 64, 64]"), "{err}");
 }
+
+/// A hybrid file with one metadata key or tensor changed.
+fn hybrid_with(
+    edit: impl Fn(&mut Vec<(String, candle_core::quantized::gguf_file::Value)>, &mut Vec<String>),
+) -> String {
+    use candle_core::quantized::gguf_file;
+    let (dir, path) = tiny(&TinySpec::new(Family::Qwen35));
+    let mut f = std::fs::File::open(&path).unwrap();
+    let content = gguf_file::Content::read(&mut f).unwrap();
+    let mut md: Vec<(String, gguf_file::Value)> = content.metadata.clone().into_iter().collect();
+    let mut names: Vec<String> = content.tensor_infos.keys().cloned().collect();
+    names.sort();
+    edit(&mut md, &mut names);
+    let tensors: Vec<(String, candle_core::quantized::QTensor)> =
+        names.iter().map(|n| (n.clone(), content.tensor(&mut f, n, &candle_core::Device::Cpu).unwrap())).collect();
+    let out = dir.path().join("edited.gguf");
+    let md_refs: Vec<(&str, &gguf_file::Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let t_refs: Vec<(&str, &candle_core::quantized::QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    gguf_file::write(&mut std::fs::File::create(&out).unwrap(), &md_refs, &t_refs).unwrap();
+    match Engine::open(&out) {
+        Ok(_) => panic!("the edited hybrid file opened"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn a_hybrid_without_its_state_tensors_or_with_bad_sections_is_refused_by_name() {
+    use candle_core::quantized::gguf_file::Value;
+    let err = hybrid_with(|_, names| names.retain(|n| n != "blk.0.ssm_conv1d.weight"));
+    assert!(err.contains("blk.0.ssm_conv1d.weight"), "{err}");
+    let err = hybrid_with(|md, _| {
+        for (k, v) in md.iter_mut() {
+            if k == "qwen35.rope.dimension_sections" {
+                *v = Value::Array(vec![Value::I32(3), Value::I32(3), Value::I32(3), Value::I32(0)]);
+            }
+        }
+    });
+    assert!(err.contains("rope.dimension_sections") && err.contains("adds up"), "{err}");
+    let err = hybrid_with(|md, _| {
+        for (k, v) in md.iter_mut() {
+            if k == "qwen35.ssm.inner_size" {
+                *v = Value::U32(100);
+            }
+        }
+    });
+    assert!(err.contains("ssm.inner_size"), "{err}");
+}

@@ -98,3 +98,21 @@ fn truncated_and_corrupt_files_are_the_loaders_errors() {
     let err = ModelFacts::read(dir.path().join("missing.gguf")).unwrap_err();
     assert!(matches!(err, EngineError::Io { .. }), "{err}");
 }
+
+#[test]
+fn a_hybrids_facts_count_keys_and_values_of_its_attention_layers_and_its_recurrent_state() {
+    for family in [Family::Qwen35, Family::Qwen35Moe] {
+        let (_dir, path) = tiny(&TinySpec::new(family));
+        let f = ModelFacts::read(&path).unwrap();
+        let engine = hearth_engine::Engine::open(&path).unwrap();
+        let cache = engine.model().new_cache(64);
+        assert_eq!(f.kv_bytes_per_token, cache.bytes_per_position() as u64, "{family:?}: attention layers only");
+        assert_eq!(f.recurrent_state_bytes, cache.state_bytes() as u64, "{family:?}");
+        assert!(f.recurrent_state_bytes > 0);
+        // The state and a checkpoint per prompt chunk, up to the cap.
+        assert_eq!(f.recurrent_bytes(1000), 3 * f.recurrent_state_bytes);
+        assert_eq!(f.memory_estimate(1000), f.tensor_bytes + 1000 * f.kv_bytes_per_token + 3 * f.recurrent_state_bytes);
+    }
+    let (_dir, path) = tiny(&TinySpec::new(Family::Llama));
+    assert_eq!(ModelFacts::read(&path).unwrap().recurrent_state_bytes, 0);
+}

@@ -306,7 +306,11 @@ impl Caches {
             tokens.starts_with(prev) && &now == passes && session.passes().after(prev.len()).is_some()
         };
         let appended = self.saved.get(&conversation_id).filter(extends).map_or(0, |(p, _)| p.len());
-        let needed = ((tokens.len() - appended) * session.cache().bytes_per_position()) as u64 + (1 << 20);
+        // A hybrid's chunks also hold its recurrent state, one per checkpoint.
+        let states = session.cache().checkpoint_positions().len() + 1;
+        let needed = ((tokens.len() - appended) * session.cache().bytes_per_position()
+            + states * session.cache().state_bytes()) as u64
+            + (1 << 20);
         let probe = path.parent().map(Path::to_path_buf).filter(|d| d.exists()).or_else(|| self.dir.clone());
         if let Some(free) = probe.and_then(|d| fs4::available_space(&d).ok()) {
             if free < needed + self.disk_reserve {

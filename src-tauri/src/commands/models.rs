@@ -92,7 +92,14 @@ pub struct LibraryFacts {
     /// The f16 KV cache's bytes per position: the memory at `n` positions
     /// is `tensorBytes + n * kvBytesPerToken`.
     pub kv_bytes_per_token: u64,
-    /// Weights plus a KV cache of the model's own context length.
+    /// A hybrid's (Qwen 3.5's) recurrent state, one copy (0 for a
+    /// transformer). A conversation holds it and a checkpoint per
+    /// `checkpointEvery` positions of prompt, at most `maxCheckpoints`.
+    pub recurrent_state_bytes: u64,
+    pub checkpoint_every: u32,
+    pub max_checkpoints: u32,
+    /// Weights plus a KV cache (and a hybrid's state and checkpoints) of the
+    /// model's own context length.
     pub memory_bytes: u64,
 }
 
@@ -134,6 +141,9 @@ impl From<ModelFacts> for LibraryFacts {
             head_dim: f.head_dim,
             embedding_length: f.embedding_length,
             kv_bytes_per_token: f.kv_bytes_per_token,
+            recurrent_state_bytes: f.recurrent_state_bytes,
+            checkpoint_every: hearth_engine::model::PREFILL_CHUNK as u32,
+            max_checkpoints: hearth_engine::recurrent_state::MAX_CHECKPOINTS as u32,
         }
     }
 }

@@ -11,7 +11,7 @@ export const smolFacts = {
     { name: 'F32', bytes: 140_544, fraction: 0.00146, tensors: 61 },
   ],
   contextLength: 8192, fileSize: 98_362_432, nLayers: 30, nHeads: 9, nKvHeads: 3, headDim: 64, embeddingLength: 576,
-  kvBytesPerToken: 23_040, memoryBytes: 96_576_768 + 23_040 * 8192,
+  kvBytesPerToken: 23_040, recurrentStateBytes: 0, checkpointEvery: 512, maxCheckpoints: 16, memoryBytes: 96_576_768 + 23_040 * 8192,
 };
 
 export const library: LibraryModel[] = [

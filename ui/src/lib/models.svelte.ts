@@ -185,13 +185,23 @@ export function contextFor(facts: Pick<LibraryFacts, 'contextLength'>, setting: 
   return setting ? Math.min(setting, facts.contextLength) : facts.contextLength;
 }
 
-/** Weights plus the f16 KV cache at `context` positions. */
-export function memoryAt(facts: Pick<LibraryFacts, 'tensorBytes' | 'kvBytesPerToken'>, context: number): number {
-  return facts.tensorBytes + facts.kvBytesPerToken * context;
+type MemoryFacts = Pick<LibraryFacts, 'tensorBytes' | 'kvBytesPerToken' | 'recurrentStateBytes' | 'checkpointEvery' | 'maxCheckpoints'>;
+
+/** A hybrid's recurrent state at `context` positions: the state and its
+ *  checkpoints (one per prompt chunk, up to the cap), as the engine keeps them. */
+export function recurrentAt(facts: Omit<MemoryFacts, 'tensorBytes' | 'kvBytesPerToken'>, context: number): number {
+  if (facts.recurrentStateBytes === 0) return 0;
+  const checkpoints = Math.min(facts.maxCheckpoints, Math.floor(context / Math.max(1, facts.checkpointEvery)) + 1);
+  return facts.recurrentStateBytes * (1 + checkpoints);
+}
+
+/** Weights plus the f16 KV cache at `context` positions, and a hybrid's state and checkpoints. */
+export function memoryAt(facts: MemoryFacts, context: number): number {
+  return facts.tensorBytes + facts.kvBytesPerToken * context + recurrentAt(facts, context);
 }
 
 /** "≈ 0.3 GB at 8,192 tokens". */
-export function memoryInWords(facts: Pick<LibraryFacts, 'tensorBytes' | 'kvBytesPerToken' | 'contextLength'>, setting?: number | null): string {
+export function memoryInWords(facts: MemoryFacts & Pick<LibraryFacts, 'contextLength'>, setting?: number | null): string {
   const context = contextFor(facts, setting);
   const gb = memoryAt(facts, context) / 1e9;
   return `≈ ${gb < 10 ? gb.toFixed(1) : Math.round(gb)} GB at ${context.toLocaleString('en-US')} tokens`;

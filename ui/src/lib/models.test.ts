@@ -1,7 +1,7 @@
 import { clearMocks, mockIPC } from '@tauri-apps/api/mocks';
 import { afterEach, describe, expect, it } from 'vitest';
 import { library, smolFacts } from './models.fixtures';
-import { bytesInWords, contextFor, memoryInWords, ModelStore, modelFileName, parametersInWords, paramsInWords, sharesInWords } from './models.svelte';
+import { bytesInWords, contextFor, memoryInWords, ModelStore, modelFileName, parametersInWords, paramsInWords, recurrentAt, sharesInWords } from './models.svelte';
 
 function store() {
   const errors: string[] = [];
@@ -36,6 +36,16 @@ describe('model facts in words', () => {
     expect(contextFor(smolFacts, 100_000)).toBe(8192);
     expect(modelFileName('/a/b/Qwen3-0.6B-Q8_0.gguf')).toBe('Qwen3-0.6B-Q8_0');
     expect(modelFileName('C:\\models\\x.GGUF')).toBe('x');
+  });
+
+  it("counts a hybrid model's recurrent state and its checkpoints in the memory", () => {
+    // Qwen3.6-35B-A3B's proportions: 30 recurrent layers of 2.1 MB of state.
+    const hybrid = { ...smolFacts, tensorBytes: 20e9, kvBytesPerToken: 20_480, recurrentStateBytes: 63e6, contextLength: 262_144 };
+    expect(recurrentAt(smolFacts, 8192)).toBe(0);
+    // The state, and a checkpoint per 512 positions of prompt: 1000 tokens keep two.
+    expect(recurrentAt(hybrid, 1000)).toBe(63e6 * 3);
+    expect(recurrentAt(hybrid, 200_000)).toBe(63e6 * 17);
+    expect(memoryInWords(hybrid, 32_768)).toBe(`≈ ${Math.round((20e9 + 20_480 * 32_768 + 63e6 * 17) / 1e9)} GB at 32,768 tokens`);
   });
 });
 
