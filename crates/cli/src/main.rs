@@ -137,6 +137,25 @@ enum Command {
         /// The experts' type (default: --dtype).
         #[arg(long)]
         experts_dtype: Option<String>,
+        /// A Qwen 3.5 hybrid (qwen35, or qwen35moe with --experts): Gated
+        /// DeltaNet layers, every --full-attention-interval-th full attention.
+        #[arg(long)]
+        hybrid: bool,
+        #[arg(long, default_value_t = 4)]
+        full_attention_interval: usize,
+        /// The recurrent layers' head size.
+        #[arg(long, default_value_t = 128)]
+        ssm_state: usize,
+        #[arg(long, default_value_t = 16)]
+        ssm_k_heads: usize,
+        #[arg(long, default_value_t = 32)]
+        ssm_v_heads: usize,
+        /// Rotated dimensions of each attention head (Qwen 3.5: 64 of 256).
+        #[arg(long, default_value_t = 64)]
+        rope_dims: usize,
+        /// The shared expert's width (default: --expert-ffn).
+        #[arg(long)]
+        shared_ffn: Option<usize>,
     },
     /// Writes the log-softmax at every position of a token sequence (a JSON
     /// array of ids) as an f32 .npy array of shape [positions, vocab].
@@ -278,6 +297,13 @@ fn run(cli: Cli) -> Result<(), EngineError> {
             experts_used,
             expert_ffn,
             experts_dtype,
+            hybrid,
+            full_attention_interval,
+            ssm_state,
+            ssm_k_heads,
+            ssm_v_heads,
+            rope_dims,
+            shared_ffn,
         } => {
             let experts = experts.map(|count| random_model::Experts {
                 count,
@@ -285,7 +311,15 @@ fn run(cli: Cli) -> Result<(), EngineError> {
                 ffn: expert_ffn,
                 dtype: experts_dtype.unwrap_or_else(|| dtype.clone()),
             });
-            let shape = random_model::Shape { layers, embd, ffn, heads, kv_heads, head_dim, experts };
+            let recurrent = hybrid.then(|| random_model::Recurrent {
+                state: ssm_state,
+                k_heads: ssm_k_heads,
+                v_heads: ssm_v_heads,
+                interval: full_attention_interval,
+                rope_dims,
+                shared_ffn: shared_ffn.unwrap_or(expert_ffn),
+            });
+            let shape = random_model::Shape { layers, embd, ffn, heads, kv_heads, head_dim, experts, recurrent };
             random_model::write(
                 &out,
                 &tokenizer_from.unwrap_or_else(|| paths::default_model_path(|k| std::env::var_os(k))),

@@ -1,7 +1,7 @@
-//! `hearth-cli write-random-model`: a llama-family or Qwen3-MoE GGUF with
-//! random weights and another model's tokenizer, so that speed can be
-//! measured at sizes and proportions the default model does not have
-//! (llama.cpp loads it too).
+//! `hearth-cli write-random-model`: a llama-family, Qwen3-MoE or Qwen 3.5
+//! (hybrid, dense or with experts) GGUF with random weights and another
+//! model's tokenizer, so that speed can be measured at sizes and proportions
+//! the default model does not have (llama.cpp loads it too).
 
 use std::path::Path;
 
@@ -18,8 +18,25 @@ pub struct Shape {
     pub kv_heads: usize,
     /// Defaults to `embd / heads`.
     pub head_dim: Option<usize>,
-    /// A `qwen3moe` file with these experts in place of the dense FFN.
+    /// A `qwen3moe` file with these experts in place of the dense FFN
+    /// (`qwen35moe` with `recurrent`).
     pub experts: Option<Experts>,
+    /// A Qwen 3.5 hybrid (`qwen35`, or `qwen35moe` with experts).
+    pub recurrent: Option<Recurrent>,
+}
+
+/// A hybrid's Gated DeltaNet layers, and its attention layers' rotary share.
+pub struct Recurrent {
+    /// Each head's key and value size (`ssm.state_size`).
+    pub state: usize,
+    pub k_heads: usize,
+    pub v_heads: usize,
+    /// Every how many layers one is full attention.
+    pub interval: usize,
+    /// Rotated dimensions of each attention head.
+    pub rope_dims: usize,
+    /// The shared expert's width, with experts.
+    pub shared_ffn: usize,
 }
 
 /// Experts per layer, used per token, each one's width, and their type.
@@ -60,7 +77,23 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
         }
         None => dtype,
     };
-    let arch = if shape.experts.is_some() { "qwen3moe" } else { "llama" };
+    let arch = match (&shape.recurrent, &shape.experts) {
+        (Some(_), Some(_)) => "qwen35moe",
+        (Some(_), None) => "qwen35",
+        (None, Some(_)) => "qwen3moe",
+        (None, None) => "llama",
+    };
+    if let Some(r) = &shape.recurrent {
+        if r.interval == 0 || r.k_heads == 0 || r.v_heads % r.k_heads != 0 || r.rope_dims % 2 != 0 {
+            return Err(EngineError::InvalidSetting {
+                field: "recurrent",
+                reason: format!(
+                    "interval {}, {} key heads, {} value heads, {} rotary dimensions",
+                    r.interval, r.k_heads, r.v_heads, r.rope_dims
+                ),
+            });
+        }
+    }
     let io = |e: std::io::Error| EngineError::InvalidSetting { field: "out", reason: e.to_string() };
     let mut src = std::fs::File::open(tokenizer_from).map_err(io)?;
     let content = gguf_file::Content::read(&mut src)?;
@@ -91,13 +124,33 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
         u("attention.head_count_kv", shape.kv_heads),
         u("attention.key_length", head_dim),
         u("attention.value_length", head_dim),
-        u("rope.dimension_count", head_dim),
+        u("rope.dimension_count", shape.recurrent.as_ref().map_or(head_dim, |r| r.rope_dims)),
         u("context_length", 4096),
         (format!("{arch}.rope.freq_base"), Value::F32(10000.0)),
         (format!("{arch}.attention.layer_norm_rms_epsilon"), Value::F32(1e-5)),
     ]);
     if let Some(e) = &shape.experts {
         md.extend([u("expert_count", e.count), u("expert_used_count", e.used), u("expert_feed_forward_length", e.ffn)]);
+    }
+    if let Some(r) = &shape.recurrent {
+        // Qwen 3.5's sections share the rotated pairs as [11, 11, 10, 0] shares 32.
+        let pairs = r.rope_dims / 2;
+        let sections = [pairs - 2 * (pairs / 3), pairs / 3, pairs / 3, 0];
+        md.extend([
+            u("ssm.conv_kernel", 4),
+            u("ssm.state_size", r.state),
+            u("ssm.group_count", r.k_heads),
+            u("ssm.time_step_rank", r.v_heads),
+            u("ssm.inner_size", r.state * r.v_heads),
+            u("full_attention_interval", r.interval),
+            (
+                format!("{arch}.rope.dimension_sections"),
+                Value::Array(sections.iter().map(|&s| Value::I32(s as i32)).collect()),
+            ),
+        ]);
+        if shape.experts.is_some() {
+            md.push(u("expert_shared_feed_forward_length", r.shared_ffn));
+        }
     }
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     let mut random_of = |dims: &[usize], scale: f32| -> candle_core::Result<Tensor> {
@@ -116,12 +169,33 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
         vec![("token_embd.weight".into(), QTensor::quantize(&random_of(&[vocab, shape.embd], 1.0)?, dtype)?)];
     for i in 0..shape.layers {
         let p = |n: &str| format!("blk.{i}.{n}");
-        let mut matrices = vec![
-            ("attn_q.weight", vec![q, shape.embd], dtype),
-            ("attn_k.weight", vec![kv, shape.embd], dtype),
-            ("attn_v.weight", vec![kv, shape.embd], dtype),
-            ("attn_output.weight", vec![shape.embd, q], dtype),
-        ];
+        let recurrent = shape.recurrent.as_ref().filter(|r| (i + 1) % r.interval != 0);
+        let mut matrices = match recurrent {
+            Some(r) => {
+                let (channels, inner) = ((2 * r.k_heads + r.v_heads) * r.state, r.v_heads * r.state);
+                vec![
+                    ("attn_qkv.weight", vec![channels, shape.embd], dtype),
+                    ("attn_gate.weight", vec![inner, shape.embd], dtype),
+                    ("ssm_alpha.weight", vec![r.v_heads, shape.embd], dtype),
+                    ("ssm_beta.weight", vec![r.v_heads, shape.embd], dtype),
+                    ("ssm_out.weight", vec![shape.embd, inner], dtype),
+                ]
+            }
+            // Qwen 3.5's queries carry an output gate per head.
+            None => vec![
+                ("attn_q.weight", vec![if shape.recurrent.is_some() { 2 * q } else { q }, shape.embd], dtype),
+                ("attn_k.weight", vec![kv, shape.embd], dtype),
+                ("attn_v.weight", vec![kv, shape.embd], dtype),
+                ("attn_output.weight", vec![shape.embd, q], dtype),
+            ],
+        };
+        if let (Some(r), Some(_)) = (&shape.recurrent, &shape.experts) {
+            matrices.extend([
+                ("ffn_gate_shexp.weight", vec![r.shared_ffn, shape.embd], dtype),
+                ("ffn_up_shexp.weight", vec![r.shared_ffn, shape.embd], dtype),
+                ("ffn_down_shexp.weight", vec![shape.embd, r.shared_ffn], dtype),
+            ]);
+        }
         match &shape.experts {
             Some(e) => matrices.extend([
                 ("ffn_gate_inp.weight", vec![e.count, shape.embd], GgmlDType::F32),
@@ -141,8 +215,25 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
             tensors.push((p(name), QTensor::quantize(&random_of(&dims, s)?, dtype)?));
         }
         tensors.push((p("attn_norm.weight"), QTensor::quantize(&ones(shape.embd)?, GgmlDType::F32)?));
-        tensors.push((p("ffn_norm.weight"), QTensor::quantize(&ones(shape.embd)?, GgmlDType::F32)?));
-        if shape.experts.is_some() {
+        // Qwen 3.5 names its FFN norm `post_attention_norm`.
+        let ffn_norm = if shape.recurrent.is_some() { "post_attention_norm.weight" } else { "ffn_norm.weight" };
+        tensors.push((p(ffn_norm), QTensor::quantize(&ones(shape.embd)?, GgmlDType::F32)?));
+        if let Some(r) = recurrent {
+            let channels = (2 * r.k_heads + r.v_heads) * r.state;
+            let f32_of = |t: Tensor| QTensor::quantize(&t, GgmlDType::F32);
+            tensors.push((p("ssm_conv1d.weight"), f32_of(random_of(&[channels, 4], 0.5)?)?));
+            tensors.push((p("ssm_dt.bias"), f32_of(random_of(&[r.v_heads], 0.5)?)?));
+            // −exp(A_log), as the converter stores it.
+            tensors.push((p("ssm_a"), f32_of((random_of(&[r.v_heads], 0.5)?.exp()? * -1.0)?)?));
+            tensors.push((p("ssm_norm.weight"), f32_of(ones(r.state)?)?));
+        }
+        if shape.recurrent.is_some() && shape.experts.is_some() {
+            tensors.push((
+                p("ffn_gate_inp_shexp.weight"),
+                QTensor::quantize(&random_of(&[shape.embd], scale)?, GgmlDType::F32)?,
+            ));
+        }
+        if (shape.experts.is_some() || shape.recurrent.is_some()) && recurrent.is_none() {
             tensors.push((p("attn_q_norm.weight"), QTensor::quantize(&ones(head_dim)?, GgmlDType::F32)?));
             tensors.push((p("attn_k_norm.weight"), QTensor::quantize(&ones(head_dim)?, GgmlDType::F32)?));
         }

@@ -69,6 +69,94 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     }
     dot_impl::<8>(a, b)
 }
+/// One token of the gated delta rule for one value head, as llama.cpp's
+/// `gated_delta_net` computes it: `s` holds the state's columns (row `m` of
+/// `s` is column `m` of S, `d × d` in all), decayed by `decay`, corrected
+/// towards `v` along `k` with strength `beta`, then read along `q` into
+/// `out`, scaled. `delta` is scratch of `d` floats. The dot products in
+/// `ggml_vec_dot_f32`'s order for this CPU's build (as `dot`), the update
+/// as `ggml_vec_mad_f32`'s fused multiply-adds.
+#[allow(clippy::too_many_arguments)]
+pub fn delta_rule_step(
+    s: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    (decay, beta, scale): (f32, f32, f32),
+    delta: &mut [f32],
+    out: &mut [f32],
+) {
+    let d = k.len();
+    assert!(s.len() == d * d && q.len() == d && v.len() == d && delta.len() == d && out.len() == d);
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::cpu::isa::{isa, Isa};
+        /// # Safety
+        /// The CPU must have AVX2 and FMA. (The body is safe code.)
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2(
+            s: &mut [f32],
+            q: &[f32],
+            k: &[f32],
+            v: &[f32],
+            c: (f32, f32, f32),
+            t: &mut [f32],
+            o: &mut [f32],
+        ) {
+            delta_rule_step_impl::<8>(s, q, k, v, c, t, o)
+        }
+        /// # Safety
+        /// The CPU must have AVX-512 F. (The body is safe code.)
+        #[target_feature(enable = "avx2,fma,avx512f")]
+        unsafe fn avx512(
+            s: &mut [f32],
+            q: &[f32],
+            k: &[f32],
+            v: &[f32],
+            c: (f32, f32, f32),
+            t: &mut [f32],
+            o: &mut [f32],
+        ) {
+            delta_rule_step_impl::<16>(s, q, k, v, c, t, o)
+        }
+        match isa() {
+            // SAFETY: `isa()` checked the features at run time.
+            Isa::Avx512Vnni => return unsafe { avx512(s, q, k, v, (decay, beta, scale), delta, out) },
+            // SAFETY: as above.
+            Isa::Avx2 => return unsafe { avx2(s, q, k, v, (decay, beta, scale), delta, out) },
+            Isa::Portable => {}
+        }
+    }
+    delta_rule_step_impl::<8>(s, q, k, v, (decay, beta, scale), delta, out)
+}
+
+#[inline(always)]
+fn delta_rule_step_impl<const W: usize>(
+    s: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    (decay, beta, scale): (f32, f32, f32),
+    delta: &mut [f32],
+    out: &mut [f32],
+) {
+    let d = k.len();
+    for x in s.iter_mut() {
+        *x *= decay;
+    }
+    for (m, dm) in delta.iter_mut().enumerate() {
+        *dm = (v[m] - dot_impl::<W>(&s[m * d..(m + 1) * d], k)) * beta;
+    }
+    for (row, &dm) in s.chunks_exact_mut(d).zip(delta.iter()) {
+        for (x, &ki) in row.iter_mut().zip(k) {
+            *x = ki.mul_add(dm, *x);
+        }
+    }
+    for (o, row) in out.iter_mut().zip(s.chunks_exact(d)) {
+        *o = dot_impl::<W>(row, q) * scale;
+    }
+}
+
 /// `gate = SiLU(gate) · up`, as `ggml_vec_swiglu_f32` on this CPU's
 /// llama.cpp build: sixteen lanes and its AVX-512 `ggml_v_expf` where the
 /// kernels run AVX-512, else eight and the AVX2 one.

@@ -228,24 +228,11 @@ impl DeltaNet {
                     let q = &row[(j % hk) * d..(j % hk + 1) * d];
                     let kk = &row[hk * d + (j % hk) * d..hk * d + (j % hk + 1) * d];
                     let v = &row[2 * hk * d + j * d..2 * hk * d + (j + 1) * d];
+                    // libm's expf, as llama.cpp's kernel takes it.
                     let decay = gates[r * hv + j].exp();
-                    for x in s.iter_mut() {
-                        *x *= decay;
-                    }
-                    let b = beta[r * hv + j];
-                    for (m, dm) in delta.iter_mut().enumerate() {
-                        *dm = (v[m] - vec_ops::dot(&s[m * d..(m + 1) * d], kk)) * b;
-                    }
-                    for (m, &dm) in delta.iter().enumerate() {
-                        for (x, &ki) in s[m * d..(m + 1) * d].iter_mut().zip(kk) {
-                            *x = ki.mul_add(dm, *x);
-                        }
-                    }
                     // SAFETY: as above.
                     let o = unsafe { heads_out.slice(r * hv * d + j * d..r * hv * d + (j + 1) * d) };
-                    for (m, o) in o.iter_mut().enumerate() {
-                        *o = vec_ops::dot(&s[m * d..(m + 1) * d], q) * inv_sqrt_d;
-                    }
+                    vec_ops::delta_rule_step(s, q, kk, v, (decay, beta[r * hv + j], inv_sqrt_d), &mut delta, o);
                 }
             });
         }
