@@ -82,5 +82,7 @@ print(f"history {len(history)} tokens, next turn {len(new)} tokens, {args.thread
 print(f"{'':22} {'hearth':>14} {'llama.cpp':>14} {'speed ratio':>12}")
 for name, a, b, lower_better in rows:
     print(f"{name:22} {a:14.1f} {b:14.1f} {b / a:11.2f}x")
+print(f"hearth: the next message edited re-read {h['edit_processed_tokens']} of {h['edit_prompt_tokens']} tokens in {h['edit_ttft_ms']:.1f} ms;"
+      f" {h['checkpoints']} checkpoints of {h['state_bytes_per_checkpoint'] / 1e6:.1f} MB of recurrent state")
 print(f"hearth: warm {h['warm_speedup']:.1f}x and restored {h['restored_speedup']:.1f}x faster than cold; restored/warm {h['restored_over_warm']:.2f}")
 print(f"llama.cpp: warm {cold / warm:.1f}x and restored {cold / restored:.1f}x faster than cold; restored/warm {restored / warm:.2f}")

@@ -13,17 +13,21 @@ const FILLER_USER: &str =
     "Tell me more about the history of the old mill by the river, and the farmers who brought their grain there.";
 const FILLER_ASSISTANT: &str = "The mill was built of stone in the valley, where the river runs fast. Farmers came each autumn with carts of wheat and barley, and the miller ground it into flour while they traded news, sold eggs and argued about the weather and the price of bread.";
 const NEXT: &str = "Summarise all of that in one sentence.";
+const EDITED: &str = "Now tell me who owned the mill, in two sentences.";
 
-/// A chat history of about `tokens` tokens, and the next turn's full prompt.
-fn conversation(engine: &Engine, tokens: usize) -> Result<(Vec<u32>, Vec<u32>), EngineError> {
+/// A chat history of about `tokens` tokens, the next turn's full prompt,
+/// and that prompt with its last message edited.
+fn conversation(engine: &Engine, tokens: usize) -> Result<(Vec<u32>, Vec<u32>, Vec<u32>), EngineError> {
     let mut messages = Vec::new();
     loop {
         messages.push(ChatMessage::user(FILLER_USER));
         messages.push(ChatMessage::assistant(FILLER_ASSISTANT));
         let history = engine.tokenizer().encode(&engine.template().render(&messages, false)?, true, true)?;
         if history.len() >= tokens {
+            let mut edited = messages.clone();
             messages.push(ChatMessage::user(NEXT));
-            return Ok((history, engine.encode_chat(&messages)?));
+            edited.push(ChatMessage::user(EDITED));
+            return Ok((history, engine.encode_chat(&messages)?, engine.encode_chat(&edited)?));
         }
     }
 }
@@ -45,7 +49,7 @@ fn ttft(engine: &Engine, session: &mut Session, prompt: &[u32]) -> Result<(f64, 
 
 pub fn run(model: &ModelArgs, history_tokens: usize, json_out: bool) -> Result<(), EngineError> {
     let engine = open(model)?;
-    let (history, prompt) = conversation(&engine, history_tokens)?;
+    let (history, prompt, edited) = conversation(&engine, history_tokens)?;
     let context = engine.model().config().context_length.min(prompt.len() + 64).max(prompt.len() + 1);
     // A cache is written and read only under the model file's whole hash.
     engine.hash_file(&|| false)?;
@@ -74,6 +78,18 @@ pub fn run(model: &ModelArgs, history_tokens: usize, json_out: bool) -> Result<(
         let (ms, p) = ttft(&engine, &mut s, &prompt)?;
         warm_ms = warm_ms.min(ms);
         warm_processed = p;
+    }
+
+    // The next turn's message edited after its first token: back to where
+    // the two versions part (a hybrid: to its checkpoint at or before it).
+    let mut edit_ms = f64::MAX;
+    let mut edit_processed = 0;
+    for _ in 0..3 {
+        let mut s = base.clone();
+        ttft(&engine, &mut s, &prompt)?;
+        let (ms, p) = ttft(&engine, &mut s, &edited)?;
+        edit_ms = edit_ms.min(ms);
+        edit_processed = p;
     }
 
     // A fresh process: nothing in memory but the model it loads first.
@@ -114,6 +130,11 @@ pub fn run(model: &ModelArgs, history_tokens: usize, json_out: bool) -> Result<(
         "cold_processed_tokens": cold_processed,
         "warm_ttft_ms": warm_ms,
         "warm_processed_tokens": warm_processed,
+        "edit_ttft_ms": edit_ms,
+        "edit_processed_tokens": edit_processed,
+        "edit_prompt_tokens": edited.len(),
+        "checkpoints": base.cache().checkpoint_positions().len(),
+        "state_bytes_per_checkpoint": base.cache().state_bytes(),
         "restored_ttft_ms": restored_ms,
         "restored_processed_tokens": restored_processed,
         "restored_read_ms": restored_read_ms,

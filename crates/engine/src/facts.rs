@@ -150,9 +150,13 @@ impl ModelFacts {
         let recurrent_state_bytes = recurrent.as_ref().map_or(0, |r| {
             (recurrent_layers as u64).saturating_mul(((r.conv_state_len() + r.delta_state_len()) * 4) as u64)
         });
-        let kv_bytes_per_token = [n_layers.saturating_sub(recurrent_layers), n_kv_heads, head_dim]
-            .iter()
-            .fold(2 * 2u64, |acc, &n| acc.saturating_mul(n as u64));
+        // A hybrid's multi-token-prediction blocks (after its trunk) keep no cache.
+        let attention_layers = match &recurrent {
+            Some(r) => (r.layers.len() as u32).saturating_sub(recurrent_layers),
+            None => n_layers,
+        };
+        let kv_bytes_per_token =
+            [attention_layers, n_kv_heads, head_dim].iter().fold(2 * 2u64, |acc, &n| acc.saturating_mul(n as u64));
         Ok(Self {
             supported: Architecture::from_gguf_name(&architecture).is_some(),
             name: file.string_opt("general.name").map(str::to_string),

@@ -148,6 +148,9 @@ impl Session {
         if self.tokens.len() < prompt.len() {
             return Ok(None);
         }
+        // The end of a prompt (a user's message) is where an edit or a
+        // regeneration starts from, however short its last chunk.
+        self.cache.checkpoint();
         let logits = logits.to_vec2::<f32>()?.remove(0);
         self.prefill_logits = Some((prompt.len(), Arc::new(logits.clone())));
         Ok(Some(logits))
@@ -312,6 +315,7 @@ impl Session {
         if self.tokens.len() < prompt.len() {
             return Ok(None);
         }
+        self.cache.checkpoint();
         let logits = logits.to_vec2::<f32>()?.remove(0);
         self.prefill_logits = Some((prompt.len(), Arc::new(logits.clone())));
         Ok(Some(logits))

@@ -216,3 +216,79 @@ fn variants_of_a_hybrid_turn_are_forks_not_a_batch() {
     // The session is still usable.
     assert_eq!(turn(&engine, &mut session, &ids(10, 11), 4).0.len(), 4);
 }
+
+/// Runs `turns` to their ends as the worker's scheduler does: every step
+/// that runs the model goes into one `decode_step_many` pass. Each turn's tokens.
+fn run_together(engine: &Engine, turns: &mut [hearth_engine::OwnedTurn]) -> Vec<Vec<u32>> {
+    use hearth_engine::{sampler_loop::PAD, Advance};
+    let (m, tk) = (engine.model(), engine.tokenizer());
+    let mut tokens = vec![Vec::new(); turns.len()];
+    let mut done = vec![false; turns.len()];
+    let mut keep = |i: usize, a: Advance, done: &mut Vec<bool>| match a {
+        Advance::Tokens(events) => tokens[i].extend(events.iter().filter(|e| e.token != PAD).map(|e| e.token)),
+        Advance::Done => done[i] = true,
+        Advance::Prefill(_) => {}
+    };
+    while done.iter().any(|d| !d) {
+        let (mut ids, mut which, mut caches) = (Vec::new(), Vec::new(), Vec::new());
+        let mut others = Vec::new();
+        for (i, t) in turns.iter_mut().enumerate().filter(|(i, _)| !done[*i]) {
+            match t.decode_input(m, tk) {
+                Some((id, cache)) => {
+                    ids.push(id);
+                    which.push(i);
+                    caches.push(cache);
+                }
+                None => others.push(i),
+            }
+        }
+        let logits = if ids.is_empty() { Vec::new() } else { m.decode_step_many(&ids, &mut caches).unwrap() };
+        drop(caches);
+        for (i, l) in which.into_iter().zip(logits) {
+            let a = turns[i].advance_given(m, tk, l).unwrap();
+            keep(i, a, &mut done);
+        }
+        for i in others {
+            let a = turns[i].advance(m, tk).unwrap();
+            keep(i, a, &mut done);
+        }
+    }
+    tokens
+}
+
+#[test]
+fn generate_four_on_a_hybrid_forks_share_passes_and_each_is_its_lone_run() {
+    let (_dir, engine) = engine(Family::Qwen35Moe);
+    let (m, tk) = (engine.model(), engine.tokenizer());
+    let prompt = ids(40, 12);
+    let sampling = SamplingParams { temperature: 1.3, seed: 21, ..SamplingParams::default() };
+    let config = |seed: u64| {
+        let mut c = engine.generation_config(SamplingParams { seed, ..sampling.clone() }, 16);
+        c.end_tokens.clear();
+        c
+    };
+    let mut first =
+        engine.new_session(Some(512)).into_turn(m, tk, prompt.clone(), config(21)).map_err(|(_, e)| e).unwrap();
+    while first.is_prefilling() {
+        first.advance(m, tk).unwrap();
+    }
+    let mut turns = vec![first];
+    for b in 1..4 {
+        let fork = turns[0].fork(m, 21 + b).unwrap();
+        turns.push(fork);
+    }
+    let passes_before = m.passes_run();
+    let together = run_together(&engine, &mut turns);
+    let passes = m.passes_run() - passes_before;
+    assert!(passes <= 16, "{passes} passes for four variants of 16 tokens: they share them");
+    assert!(together.iter().any(|t| t != &together[0]), "four samples were identical");
+    for (b, tokens) in together.iter().enumerate() {
+        let mut alone = engine
+            .new_session(Some(512))
+            .into_turn(m, tk, prompt.clone(), config(21 + b as u64))
+            .map_err(|(_, e)| e)
+            .unwrap();
+        let single = run_together(&engine, std::slice::from_mut(&mut alone));
+        assert_eq!(tokens, &single[0], "variant {b} equals its lone run");
+    }
+}

@@ -77,17 +77,27 @@ impl Model {
         let mut buf = Buffers::new(self, rows);
         cache.begin_pass(seq);
         let mut kv = KvRows::Batch { cache, batch, seq, pos0 };
-        for (layer, block) in self.layers.iter().enumerate() {
-            let rope = if block.sliding { &rope_local } else { &rope_global };
-            self.block_host(pool, block, layer, &mut x, &mut buf, rope, &mut kv)?;
-            // A decode step is short and ends in a sample; a chunk of a long
-            // prompt near a full context can take seconds, and Stop should
-            // not wait for all of it. The cache's length has not moved yet.
-            if seq > 1 && layer + 1 < self.layers.len() && stop() {
-                return Err(crate::EngineError::Stopped);
+        let mut layers = || -> Result<()> {
+            for (layer, block) in self.layers.iter().enumerate() {
+                let rope = if block.sliding { &rope_local } else { &rope_global };
+                self.block_host(pool, block, layer, &mut x, &mut buf, rope, &mut kv)?;
+                // A decode step is short and ends in a sample; a chunk of a long
+                // prompt near a full context can take seconds, and Stop should
+                // not wait for all of it. The cache's length has not moved yet.
+                if seq > 1 && layer + 1 < self.layers.len() && stop() {
+                    return Err(crate::EngineError::Stopped);
+                }
             }
-        }
+            Ok(())
+        };
+        let run = layers();
         let KvRows::Batch { cache, .. } = kv else { unreachable!("built as a batch") };
+        if let Err(e) = run {
+            // A hybrid's recurrent state was written in place: back to its
+            // checkpoint (the one before this pass, for a pass of several rows).
+            cache.truncate(pos0);
+            return Err(e);
+        }
         cache.advance(seq);
         cache.end_pass(seq);
 
@@ -115,6 +125,8 @@ impl Model {
         let e = c.n_embd;
         for cache in caches.iter_mut() {
             cache.reserve(1, 1)?;
+        }
+        for cache in caches.iter_mut() {
             cache.begin_pass(1);
         }
         let positions: Vec<usize> = caches.iter().map(|c| c.len()).collect();
@@ -136,11 +148,22 @@ impl Model {
         let rope_local = if c.sliding_window.is_some() { tables(&self.rope_local) } else { Default::default() };
         let mut buf = Buffers::new(self, rows);
         let mut kv = KvRows::Caches { caches, positions };
-        for (layer, block) in self.layers.iter().enumerate() {
-            let rope = if block.sliding { &rope_local } else { &rope_global };
-            self.block_host(pool, block, layer, &mut x, &mut buf, rope, &mut kv)?;
+        let mut layers = || -> Result<()> {
+            for (layer, block) in self.layers.iter().enumerate() {
+                let rope = if block.sliding { &rope_local } else { &rope_global };
+                self.block_host(pool, block, layer, &mut x, &mut buf, rope, &mut kv)?;
+            }
+            Ok(())
+        };
+        let run = layers();
+        let KvRows::Caches { caches, positions } = kv else { unreachable!("built over caches") };
+        if let Err(e) = run {
+            // As in `forward_host_rows`: no half-written recurrent state survives.
+            for (cache, p) in caches.iter_mut().zip(positions) {
+                cache.truncate(p);
+            }
+            return Err(e);
         }
-        let KvRows::Caches { caches, .. } = kv else { unreachable!("built over caches") };
         for cache in caches.iter_mut() {
             cache.advance(1);
             cache.end_pass(1);

@@ -437,7 +437,9 @@ impl Model {
     /// `forward`, asking `stop` between layers of a pass of several
     /// positions (a prefill chunk) and ending with [`EngineError::Stopped`]
     /// when it says so: the cache then holds what it held before (keys and
-    /// values written past its length are not part of it). On the CPU only;
+    /// values written past its length are not part of it; a hybrid's
+    /// recurrent state goes back to the checkpoint taken before the pass, or
+    /// for a one-row pass that failed, to its latest one). On the CPU only;
     /// a GPU pass runs whole.
     pub fn forward_stoppable(
         &self,
