@@ -69,6 +69,54 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     }
     dot_impl::<8>(a, b)
 }
+/// One token of a causal depthwise convolution (llama.cpp's `ssm_conv`):
+/// for each channel `c`, `output[c] = Σ_i window[i]·taps[c·k + i]` over its
+/// last `k − 1` inputs (`past[c·(k−1)..]`, oldest first) and `input[c]`,
+/// summed oldest first; then `input` joins the past. The sums are fused
+/// multiply-adds where the kernels run AVX-512 (the native llama.cpp build's
+/// compiler fuses `sumf += s·c`) and separate ones elsewhere (its AVX2
+/// build's does not): each gives that build's bits.
+pub fn causal_conv_step(past: &mut [f32], taps: &[f32], input: &[f32], output: &mut [f32]) {
+    let channels = input.len();
+    assert!(channels > 0 && output.len() == channels && taps.len().is_multiple_of(channels));
+    let k = taps.len() / channels;
+    assert!(k >= 2 && past.len() == channels * (k - 1));
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::cpu::isa::{isa, Isa};
+        /// # Safety
+        /// The CPU must have AVX2 and FMA. (The body is safe code.)
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2<const FUSED: bool>(past: &mut [f32], taps: &[f32], input: &[f32], output: &mut [f32]) {
+            causal_conv_step_impl::<FUSED>(past, taps, input, output)
+        }
+        match isa() {
+            // SAFETY: `isa()` checked the features at run time.
+            Isa::Avx512Vnni => return unsafe { avx2::<true>(past, taps, input, output) },
+            // SAFETY: as above.
+            Isa::Avx2 => return unsafe { avx2::<false>(past, taps, input, output) },
+            Isa::Portable => {}
+        }
+    }
+    causal_conv_step_impl::<false>(past, taps, input, output)
+}
+
+#[inline(always)]
+fn causal_conv_step_impl<const FUSED: bool>(past: &mut [f32], taps: &[f32], input: &[f32], output: &mut [f32]) {
+    let k = taps.len() / input.len();
+    for (((past, taps), &x), out) in
+        past.chunks_exact_mut(k - 1).zip(taps.chunks_exact(k)).zip(input).zip(output.iter_mut())
+    {
+        let mut sum = 0f32;
+        for (p, w) in past.iter().zip(taps).chain(std::iter::once((&x, &taps[k - 1]))) {
+            sum = if FUSED { p.mul_add(*w, sum) } else { sum + p * w };
+        }
+        *out = sum;
+        past.copy_within(1.., 0);
+        past[k - 2] = x;
+    }
+}
+
 /// One token of the gated delta rule for one value head, as llama.cpp's
 /// `gated_delta_net` computes it: `s` holds the state's columns (row `m` of
 /// `s` is column `m` of S, `d × d` in all), decayed by `decay`, corrected

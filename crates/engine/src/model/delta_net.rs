@@ -173,19 +173,7 @@ impl DeltaNet {
             for r in seq.rows.clone() {
                 let input = &buf.qkv[r * channels..(r + 1) * channels];
                 let output = &mut buf.conv_out[r * channels..(r + 1) * channels];
-                for c in 0..channels {
-                    let taps = &self.conv[c * k..(c + 1) * k];
-                    let past = &mut conv_state[c * (k - 1)..(c + 1) * (k - 1)];
-                    // ssm_conv's `sumf += s·c`, oldest tap first; not fused
-                    // (llama.cpp's build gives these bits only unfused).
-                    let mut sum = 0f32;
-                    for (x, w) in past.iter().zip(taps) {
-                        sum += x * w;
-                    }
-                    output[c] = sum + input[c] * taps[k - 1];
-                    past.rotate_left(1);
-                    past[k - 2] = input[c];
-                }
+                vec_ops::causal_conv_step(conv_state, &self.conv, input, output);
             }
         }
         for row in buf.conv_out.chunks_exact_mut(channels) {
