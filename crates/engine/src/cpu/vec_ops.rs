@@ -121,7 +121,7 @@ fn causal_conv_step_impl<const FUSED: bool>(past: &mut [f32], taps: &[f32], inpu
 /// `gated_delta_net` computes it: `s` holds the state's columns (row `m` of
 /// `s` is column `m` of S, `d × d` in all), decayed by `decay`, corrected
 /// towards `v` along `k` with strength `beta`, then read along `q` into
-/// `out`, scaled. `delta` is scratch of `d` floats. The dot products in
+/// `out`, scaled. The dot products in
 /// `ggml_vec_dot_f32`'s order for this CPU's build (as `dot`), the update
 /// as `ggml_vec_mad_f32`'s fused multiply-adds.
 #[allow(clippy::too_many_arguments)]
@@ -131,51 +131,34 @@ pub fn delta_rule_step(
     k: &[f32],
     v: &[f32],
     (decay, beta, scale): (f32, f32, f32),
-    delta: &mut [f32],
     out: &mut [f32],
 ) {
     let d = k.len();
-    assert!(s.len() == d * d && q.len() == d && v.len() == d && delta.len() == d && out.len() == d);
+    assert!(s.len() == d * d && q.len() == d && v.len() == d && out.len() == d);
     #[cfg(target_arch = "x86_64")]
     {
         use crate::cpu::isa::{isa, Isa};
         /// # Safety
         /// The CPU must have AVX2 and FMA. (The body is safe code.)
         #[target_feature(enable = "avx2,fma")]
-        unsafe fn avx2(
-            s: &mut [f32],
-            q: &[f32],
-            k: &[f32],
-            v: &[f32],
-            c: (f32, f32, f32),
-            t: &mut [f32],
-            o: &mut [f32],
-        ) {
-            delta_rule_step_impl::<8>(s, q, k, v, c, t, o)
+        unsafe fn avx2(s: &mut [f32], q: &[f32], k: &[f32], v: &[f32], c: (f32, f32, f32), o: &mut [f32]) {
+            delta_rule_step_impl::<8>(s, q, k, v, c, o)
         }
         /// # Safety
         /// The CPU must have AVX-512 F. (The body is safe code.)
         #[target_feature(enable = "avx2,fma,avx512f")]
-        unsafe fn avx512(
-            s: &mut [f32],
-            q: &[f32],
-            k: &[f32],
-            v: &[f32],
-            c: (f32, f32, f32),
-            t: &mut [f32],
-            o: &mut [f32],
-        ) {
-            delta_rule_step_impl::<16>(s, q, k, v, c, t, o)
+        unsafe fn avx512(s: &mut [f32], q: &[f32], k: &[f32], v: &[f32], c: (f32, f32, f32), o: &mut [f32]) {
+            delta_rule_step_impl::<16>(s, q, k, v, c, o)
         }
         match isa() {
             // SAFETY: `isa()` checked the features at run time.
-            Isa::Avx512Vnni => return unsafe { avx512(s, q, k, v, (decay, beta, scale), delta, out) },
+            Isa::Avx512Vnni => return unsafe { avx512(s, q, k, v, (decay, beta, scale), out) },
             // SAFETY: as above.
-            Isa::Avx2 => return unsafe { avx2(s, q, k, v, (decay, beta, scale), delta, out) },
+            Isa::Avx2 => return unsafe { avx2(s, q, k, v, (decay, beta, scale), out) },
             Isa::Portable => {}
         }
     }
-    delta_rule_step_impl::<8>(s, q, k, v, (decay, beta, scale), delta, out)
+    delta_rule_step_impl::<8>(s, q, k, v, (decay, beta, scale), out)
 }
 
 #[inline(always)]
@@ -185,22 +168,21 @@ fn delta_rule_step_impl<const W: usize>(
     k: &[f32],
     v: &[f32],
     (decay, beta, scale): (f32, f32, f32),
-    delta: &mut [f32],
     out: &mut [f32],
 ) {
+    // llama.cpp makes four passes over the whole state (decay, the dot
+    // products with k, the update, the dot products with q), but each of a
+    // row's steps reads only that row: done row by row, the same operations
+    // give the same bits with the row in L1 throughout.
     let d = k.len();
-    for x in s.iter_mut() {
-        *x *= decay;
-    }
-    for (m, dm) in delta.iter_mut().enumerate() {
-        *dm = (v[m] - dot_impl::<W>(&s[m * d..(m + 1) * d], k)) * beta;
-    }
-    for (row, &dm) in s.chunks_exact_mut(d).zip(delta.iter()) {
+    for ((row, &vm), o) in s.chunks_exact_mut(d).zip(v).zip(out.iter_mut()) {
+        for x in row.iter_mut() {
+            *x *= decay;
+        }
+        let dm = (vm - dot_impl::<W>(row, k)) * beta;
         for (x, &ki) in row.iter_mut().zip(k) {
             *x = ki.mul_add(dm, *x);
         }
-    }
-    for (o, row) in out.iter_mut().zip(s.chunks_exact(d)) {
         *o = dot_impl::<W>(row, q) * scale;
     }
 }

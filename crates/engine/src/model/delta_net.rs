@@ -210,7 +210,6 @@ impl DeltaNet {
                 // SAFETY: each task owns its sequence's value head `j`: its
                 // state matrix and its outputs.
                 let s = unsafe { state.slice(j * d * d..(j + 1) * d * d) };
-                let mut delta = vec![0f32; d];
                 for r in rows.clone() {
                     let row = &conv_out[r * channels..(r + 1) * channels];
                     let q = &row[(j % hk) * d..(j % hk + 1) * d];
@@ -220,7 +219,7 @@ impl DeltaNet {
                     let decay = gates[r * hv + j].exp();
                     // SAFETY: as above.
                     let o = unsafe { heads_out.slice(r * hv * d + j * d..r * hv * d + (j + 1) * d) };
-                    vec_ops::delta_rule_step(s, q, kk, v, (decay, beta[r * hv + j], inv_sqrt_d), &mut delta, o);
+                    vec_ops::delta_rule_step(s, q, kk, v, (decay, beta[r * hv + j], inv_sqrt_d), o);
                 }
             });
         }
