@@ -15,9 +15,16 @@ const FILLER_ASSISTANT: &str = "The mill was built of stone in the valley, where
 const NEXT: &str = "Summarise all of that in one sentence.";
 const EDITED: &str = "Now tell me who owned the mill, in two sentences.";
 
-/// A chat history of about `tokens` tokens, the next turn's full prompt,
-/// and that prompt with its last message edited.
-fn conversation(engine: &Engine, tokens: usize) -> Result<(Vec<u32>, Vec<u32>, Vec<u32>), EngineError> {
+/// A chat's token ids: the history, the next turn's full prompt, and that
+/// prompt with its last message edited.
+struct Conversation {
+    history: Vec<u32>,
+    prompt: Vec<u32>,
+    edited: Vec<u32>,
+}
+
+/// A chat history of about `tokens` tokens, with its next turn.
+fn conversation(engine: &Engine, tokens: usize) -> Result<Conversation, EngineError> {
     let mut messages = Vec::new();
     loop {
         messages.push(ChatMessage::user(FILLER_USER));
@@ -27,7 +34,11 @@ fn conversation(engine: &Engine, tokens: usize) -> Result<(Vec<u32>, Vec<u32>, V
             let mut edited = messages.clone();
             messages.push(ChatMessage::user(NEXT));
             edited.push(ChatMessage::user(EDITED));
-            return Ok((history, engine.encode_chat(&messages)?, engine.encode_chat(&edited)?));
+            return Ok(Conversation {
+                history,
+                prompt: engine.encode_chat(&messages)?,
+                edited: engine.encode_chat(&edited)?,
+            });
         }
     }
 }
@@ -49,7 +60,7 @@ fn ttft(engine: &Engine, session: &mut Session, prompt: &[u32]) -> Result<(f64, 
 
 pub fn run(model: &ModelArgs, history_tokens: usize, json_out: bool) -> Result<(), EngineError> {
     let engine = open(model)?;
-    let (history, prompt, edited) = conversation(&engine, history_tokens)?;
+    let Conversation { history, prompt, edited } = conversation(&engine, history_tokens)?;
     let context = engine.model().config().context_length.min(prompt.len() + 64).max(prompt.len() + 1);
     // A cache is written and read only under the model file's whole hash.
     engine.hash_file(&|| false)?;

@@ -20,7 +20,7 @@
 //! L2 norm as an RMS norm of `eps / n` scaled by `1/√n`.
 
 use super::config::RecurrentConfig;
-use super::host::matmuls;
+use super::matmul::matmuls;
 use super::Matrix;
 use crate::cpu::vec_ops;
 use crate::error::Result;
@@ -125,6 +125,8 @@ impl DeltaNet {
     /// The layer's output `[rows, n_embd]` into `out` for the normed input
     /// `h` `[rows, n_embd]`, each sequence's rows read in order against (and
     /// advancing) its cache's state. `sequence_rows` as in `QuantMatrix::matmul_cols`.
+    // The pass's buffers and rows, as the attention layers take them.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn forward_host(
         &self,
         pool: &WorkerPool,
@@ -136,7 +138,7 @@ impl DeltaNet {
         buf: &mut DeltaScratch,
     ) -> Result<()> {
         let s = &self.shape;
-        let (d, hk, hv, channels, k) = (s.head_dim, s.k_heads, s.v_heads, s.conv_channels(), s.conv_kernel);
+        let (d, hk, hv, channels) = (s.head_dim, s.k_heads, s.v_heads, s.conv_channels());
         buf.qkv.resize(rows * channels, 0.0);
         buf.z.resize(rows * hv * d, 0.0);
         buf.beta.resize(rows * hv, 0.0);

@@ -8,6 +8,7 @@ pub(crate) mod config;
 mod delta_net;
 mod experts;
 mod host;
+mod matmul;
 
 pub use config::{Architecture, ExpertsConfig, Gating, ModelConfig, RecurrentConfig, SUPPORTED_ARCHITECTURES};
 

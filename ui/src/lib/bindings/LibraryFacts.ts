@@ -43,6 +43,13 @@ quantTypes: Array<QuantShare>, contextLength: number, fileSize: number, nLayers:
  */
 kvBytesPerToken: number, 
 /**
- * Weights plus a KV cache of the model's own context length.
+ * A hybrid's (Qwen 3.5's) recurrent state, one copy (0 for a
+ * transformer). A conversation holds it and a checkpoint per
+ * `checkpointEvery` positions of prompt, at most `maxCheckpoints`.
+ */
+recurrentStateBytes: number, checkpointEvery: number, maxCheckpoints: number, 
+/**
+ * Weights plus a KV cache (and a hybrid's state and checkpoints) of the
+ * model's own context length.
  */
 memoryBytes: number, };
