@@ -44,6 +44,14 @@ impl ReasoningFormat {
             template.render(&[ChatMessage::user("Hi")], true).is_ok_and(|prompt| prompt.trim_end().ends_with(open));
         Some(Self { open: open.to_string(), close: close.to_string(), switch, opened_by_prompt })
     }
+
+    /// Whether a reply begins inside the block, with thinking switched as
+    /// `thinking`: where the generation prompt opens it, unless the template
+    /// has a switch and it is off (Qwen 3.5's prompt then ends with an empty,
+    /// closed block, and the reply is all answer).
+    pub fn opened_with(&self, thinking: bool) -> bool {
+        self.opened_by_prompt && (thinking || self.switch.is_none())
+    }
 }
 
 /// Follows a reply as it streams and tells when its thinking ends: at the

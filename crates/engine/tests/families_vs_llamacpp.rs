@@ -217,3 +217,19 @@ fn qwen35moe_matches_llama_cpp() {
         check(&spec, 80, Feed::Steps);
     }
 }
+
+#[test]
+fn qwen35moe_with_k_quant_experts_matches_llama_cpp() {
+    // Q4_K experts (repacked by both engines), Q6_K ones, the rest Q8_0:
+    // rows 256 wide for the K-quants' blocks.
+    for experts_dtype in [GgmlDType::Q4K, GgmlDType::Q6K] {
+        let spec = TinySpec {
+            n_embd: 256,
+            ffn: 256,
+            experts: (16, 4, 256),
+            ..hybrid(Family::Qwen35Moe, GgmlDType::Q8_0, experts_dtype)
+        };
+        check(&spec, 600, Feed::Prompt);
+        check(&spec, 80, Feed::Steps);
+    }
+}

@@ -191,3 +191,23 @@ fn greedy_tokens_agree_with_llama_cpp_until_a_near_tie() {
     // prompt agrees on every token (3 of 8 did with candle's f32 ops).
     assert_eq!(full, golden["cases"].as_array().unwrap().len(), "prompts agreeing on every token");
 }
+
+/// Qwen 3.5's real template (llama.cpp's `models/templates/Qwen3.5-4B.jinja`):
+/// its generation prompt opens the thinking block, unless `enable_thinking`
+/// is false, when it closes an empty one; earlier turns' thinking is dropped.
+#[test]
+fn the_qwen35_template_opens_thinking_in_its_prompt_unless_switched_off() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/templates");
+    let source = std::fs::read_to_string(dir.join("qwen3.5.jinja")).unwrap();
+    let tmpl = ChatTemplate::new(&source, "", "<|im_end|>").unwrap();
+    let format = hearth_engine::ReasoningFormat::detect(&tmpl).expect("a reasoning template");
+    assert_eq!((format.open.as_str(), format.close.as_str()), ("<think>", "</think>"));
+    assert_eq!(format.switch.as_deref(), Some("enable_thinking"));
+    assert!(format.opened_by_prompt);
+    assert!(format.opened_with(true) && !format.opened_with(false));
+    let messages = [ChatMessage::user("What is 2 + 2?")];
+    let on = tmpl.render(&messages, true).unwrap();
+    assert!(on.ends_with("<|im_start|>assistant\n<think>\n"), "{on:?}");
+    let off = tmpl.render_with(&messages, true, &[("enable_thinking", false)]).unwrap();
+    assert!(off.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"), "{off:?}");
+}

@@ -305,7 +305,7 @@ impl Written {
 /// already has (its prefix) ended its thinking or showed it has none.
 fn thinking_tracker(format: &hearth_engine::ReasoningFormat, job: &ReplyJob) -> Option<ThinkingTracker> {
     let raw = job.request.as_ref().is_some_and(|r| r.raw_prompt.is_some());
-    let mut tracker = ThinkingTracker::new(format.clone(), format.opened_by_prompt && !raw);
+    let mut tracker = ThinkingTracker::new(format.clone(), format.opened_with(job.settings.thinking) && !raw);
     match tracker.push(&job.prefix, 0) {
         Thinking::Closed { .. } | Thinking::None => None,
         _ => Some(tracker),
@@ -412,6 +412,19 @@ mod tests {
 
     fn written(format: &hearth_engine::ReasoningFormat, job: &ReplyJob) -> Written {
         Written { thinking: thinking_tracker(format, job), ..Written::new(job) }
+    }
+
+    #[test]
+    fn a_prompt_that_opens_thinking_but_switched_off_gives_a_reply_of_answer_only() {
+        // Qwen 3.5: the prompt opens the block unless `enable_thinking` is
+        // false, when it ends with an empty one.
+        let qwen35 = hearth_engine::ReasoningFormat { switch: Some("enable_thinking".into()), ..format(true) };
+        let mut off = job("");
+        off.settings.thinking = false;
+        assert!(thinking_tracker(&qwen35, &off).is_some_and(|t| t.state() == Thinking::Undecided));
+        assert!(thinking_tracker(&qwen35, &job("")).is_some_and(|t| t.state() == Thinking::Inside));
+        // A template without a switch opens it whatever the setting.
+        assert!(thinking_tracker(&format(true), &off).is_some_and(|t| t.state() == Thinking::Inside));
     }
 
     #[test]
