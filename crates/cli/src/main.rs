@@ -5,7 +5,6 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
-mod random_model;
 mod replay;
 mod score;
 mod serve;
@@ -305,6 +304,7 @@ fn run(cli: Cli) -> Result<(), EngineError> {
             rope_dims,
             shared_ffn,
         } => {
+            use hearth_engine::random_model;
             let experts = experts.map(|count| random_model::Experts {
                 count,
                 used: experts_used,

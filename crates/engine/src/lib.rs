@@ -17,6 +17,7 @@ pub mod kv_cache;
 pub mod model;
 pub mod passes;
 pub mod paths;
+pub mod random_model;
 pub mod reasoning;
 pub mod recurrent_state;
 pub mod sampler_loop;

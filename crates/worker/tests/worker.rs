@@ -11,6 +11,11 @@ use hearth_worker::events::{GenerationEvent, ModelStatus};
 use hearth_worker::{CacheState, ReplyJob, TestHooks, Worker, WorkerConfig};
 
 fn start() -> (tempfile::TempDir, Store, Worker) {
+    start_on(None)
+}
+
+/// A worker on `model` (the default model where `None`).
+fn start_on(model: Option<PathBuf>) -> (tempfile::TempDir, Store, Worker) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("hearth.db")).unwrap();
     // Every test's worker panics on the trigger; only the panic tests send it.
@@ -19,7 +24,7 @@ fn start() -> (tempfile::TempDir, Store, Worker) {
         ..WorkerConfig::saving_caches_in(dir.path().join("caches"))
     };
     let worker = Worker::start(store.reopen().unwrap(), config, Box::new(|_| {}));
-    worker.load_model(hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
+    worker.load_model(model.unwrap_or_else(|| hearth_engine::paths::default_model_path(|k| std::env::var_os(k))));
     assert!(worker.wait_idle(Duration::from_secs(120)));
     assert!(matches!(worker.model_status(), ModelStatus::Ready { .. }), "{:?}", worker.model_status());
     (dir, store, worker)
@@ -1017,4 +1022,66 @@ fn a_replay_beside_a_streaming_chat_is_still_bit_for_bit() {
     assert!(outcome.matched, "{outcome:?}");
     assert_eq!(outcome.compared, stats.generated_tokens);
     assert!(matches!(long_events.last(), Some(GenerationEvent::Finished { .. })), "{:?}", long_events.last());
+}
+
+/// A random-weight Qwen 3.5 hybrid with experts and a shared expert, with
+/// the default model's tokenizer and template.
+fn hybrid_moe_file(dir: &std::path::Path) -> PathBuf {
+    use hearth_engine::random_model::{write, Experts, Recurrent, Shape};
+    let path = dir.join("qwen35moe-random.gguf");
+    let shape = Shape {
+        layers: 4,
+        embd: 256,
+        ffn: 256,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: Some(64),
+        experts: Some(Experts { count: 8, used: 2, ffn: 128, dtype: "q8_0".into() }),
+        recurrent: Some(Recurrent { state: 64, k_heads: 2, v_heads: 4, interval: 2, rope_dims: 16, shared_ffn: 128 }),
+    };
+    write(&path, &hearth_engine::paths::default_model_path(|k| std::env::var_os(k)), &shape, "q8_0").unwrap();
+    path
+}
+
+#[test]
+fn two_conversations_on_a_hybrid_moe_share_decode_passes_and_each_writes_what_it_wrote_alone() {
+    let files = tempfile::tempdir().unwrap();
+    let (_dir, store, worker) = start_on(Some(hybrid_moe_file(files.path())));
+    let passes = |w: &Worker| w.engine().unwrap().model().passes_run();
+    let settings = ConversationSettings { temperature: 1.0, seed: Some(5), max_new_tokens: 40, ..Default::default() };
+    let prompts = ["Tell me about the sea.", "And about the mountains, at length?"];
+    let run = |text: &str| {
+        let c = store.create_conversation().unwrap().id;
+        let r = reply_row(&store, c, text);
+        let (j, rx) = job(c, r, vec![ChatMessage::user(text)], settings.clone());
+        worker.enqueue(j).unwrap();
+        rx
+    };
+    let ids = |events: &[GenerationEvent]| -> Vec<u32> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                GenerationEvent::Tokens { ids, .. } => Some(ids.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    };
+    // Each alone.
+    let mut alone = Vec::new();
+    let mut apart = 0;
+    for p in prompts {
+        let before = passes(&worker);
+        alone.push(ids(&collect(&run(p))));
+        apart += passes(&worker) - before;
+    }
+    // Together: both decode in the same passes.
+    let before = passes(&worker);
+    let (a, b) = (run(prompts[0]), run(prompts[1]));
+    let together = [ids(&collect(&a)), ids(&collect(&b))];
+    let shared = passes(&worker) - before;
+    assert_eq!(together[0], alone[0], "the first writes what it wrote alone");
+    assert_eq!(together[1], alone[1], "the second too");
+    assert!(alone.iter().all(|t| t.len() >= 30), "{:?}", alone.iter().map(Vec::len).collect::<Vec<_>>());
+    assert!(shared + 20 <= apart, "{shared} passes together, {apart} apart: the decode steps were not shared");
 }

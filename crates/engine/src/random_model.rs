@@ -1,14 +1,15 @@
-//! `hearth-cli write-random-model`: a llama-family, Qwen3-MoE or Qwen 3.5
-//! (hybrid, dense or with experts) GGUF with random weights and another
-//! model's tokenizer, so that speed can be measured at sizes and proportions
-//! the default model does not have (llama.cpp loads it too).
+//! A llama-family, Qwen3-MoE or Qwen 3.5 (hybrid, dense or with experts)
+//! GGUF with random weights and another model's tokenizer, so that speed
+//! can be measured at sizes and proportions the default model does not have
+//! (`hearth-cli write-random-model`; llama.cpp loads it too), and tests can
+//! run a family no small real file is at hand for.
 
 use std::path::Path;
 
+use crate::error::EngineError;
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
-use hearth_engine::EngineError;
 
 pub struct Shape {
     pub layers: usize,
