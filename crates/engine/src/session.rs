@@ -852,9 +852,7 @@ impl Turn<'_> {
         // Each sequence of a batch decodes in its own order (see `matmul_cols`).
         self.session.passes.push_steps(fed);
         // A hybrid cache whose last step failed went back to a checkpoint.
-        let covered = self.session.cache.len();
-        self.session.tokens.truncate(covered);
-        self.session.passes.truncate(covered);
+        self.session.truncate(self.session.cache.len());
         debug_assert_eq!(self.session.tokens.len(), self.session.cache.len());
         Ok(())
     }

@@ -124,7 +124,6 @@ fn causal_conv_step_impl<const FUSED: bool>(past: &mut [f32], taps: &[f32], inpu
 /// `out`, scaled. The dot products in
 /// `ggml_vec_dot_f32`'s order for this CPU's build (as `dot`), the update
 /// as `ggml_vec_mad_f32`'s fused multiply-adds.
-#[allow(clippy::too_many_arguments)]
 pub fn delta_rule_step(
     s: &mut [f32],
     q: &[f32],

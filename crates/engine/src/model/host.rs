@@ -231,18 +231,21 @@ impl Model {
                 experts.forward_host(pool, &buf.h, rows, seq, &mut buf.o, &mut buf.experts)?;
                 if let Some(s) = shared {
                     // llama.cpp: moe_out + ffn_shexp · σ(gate_inp · x), each op rounded.
-                    let mut moe = std::mem::take(&mut buf.o);
+                    // The experts' output waits in `moe_out` (both buffers kept
+                    // from layer to layer) while the shared expert writes `o`.
+                    std::mem::swap(&mut buf.o, &mut buf.moe_out);
                     buf.shared_gate.resize(rows, 0.0);
                     matmuls(pool, &buf.h, rows, seq, &mut [(&s.gate_inp, &mut buf.shared_gate)])?;
                     buf.o.resize(rows * e, 0.0);
                     self.dense_ffn(pool, &s.gate, &s.up, &s.down, rows, seq, buf)?;
-                    for ((m, row), &g) in moe.chunks_exact_mut(e).zip(buf.o.chunks_exact(e)).zip(&buf.shared_gate) {
+                    let moe = buf.moe_out.chunks_exact_mut(e);
+                    for ((m, row), &g) in moe.zip(buf.o.chunks_exact(e)).zip(&buf.shared_gate) {
                         let g = 1.0 / (1.0 + (-g).exp());
                         for (m, &s) in m.iter_mut().zip(row) {
                             *m += s * g;
                         }
                     }
-                    buf.o = moe;
+                    std::mem::swap(&mut buf.o, &mut buf.moe_out);
                 }
             }
         }
@@ -643,6 +646,7 @@ struct Buffers {
     gate: Vec<f32>,
     up: Vec<f32>,
     shared_gate: Vec<f32>,
+    moe_out: Vec<f32>,
     experts: super::experts::ExpertScratch,
     delta: super::delta_net::DeltaScratch,
 }
@@ -667,6 +671,7 @@ impl Buffers {
             gate: vec![0f32; rows * ffn],
             up: vec![0f32; rows * ffn],
             shared_gate: Vec::new(),
+            moe_out: Vec::new(),
             experts: Default::default(),
             delta: Default::default(),
         }
