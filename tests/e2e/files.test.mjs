@@ -166,8 +166,19 @@ describe('conversations as files', () => {
       const notice = await d.$('[data-testid=model-mismatch]');
       if (notice) {
         assert.match(await notice.text(), /Switch to SmolLM2-135M-Instruct/);
-        await (await d.find('[data-testid=model-mismatch-switch]')).click();
-        await d.waitFor(async () => (await (await status()).attr('data-state')) === 'ready' && /llama/.test(await (await status()).text()), 'the chat\'s own model', 120000);
+        // The button is disabled while the chat is busy; a click then does nothing.
+        const button = await d.find('[data-testid=model-mismatch-switch]');
+        await d.waitFor(async () => (await button.attr('disabled')) === null, 'the switch button to be enabled');
+        await button.click();
+        // On a timeout, say what the bar and any error toast showed instead.
+        let seen = '';
+        await d.waitFor(async () => {
+          const s = await status();
+          if ((await s.attr('data-state')) === 'ready' && /llama/.test(await s.text())) return true;
+          const toast = await d.$('[data-testid=error-toast]');
+          seen = `${await s.attr('data-state')}: ${await s.text()}${toast ? ` / toast: ${await toast.text()}` : ''}`;
+          return false;
+        }, 'the chat\'s own model', 120000).catch((e) => { throw new Error(`${e.message}; the bar showed ${seen}`); });
         await d.waitFor(async () => (await d.$('[data-testid=model-mismatch]')) === null, 'the notice to go');
         return;
       }

@@ -126,6 +126,29 @@ impl Engine {
         }
     }
 
+    /// The tokens the template adds to open the reply (its generation
+    /// prompt: `<|im_start|>assistant\n`, and `<think>\n` where thinking
+    /// opens), with thinking switched as `render_chat` does; `None` where
+    /// they cannot be told apart from the messages' own tokens.
+    ///
+    /// The prompt before them is where the next turn's history still agrees
+    /// with this one's, even when the template writes the reply otherwise
+    /// than it was sampled (Qwen 3.5 drops earlier turns' thinking): a
+    /// hybrid model keeps a checkpoint there (`OwnedTurn::set_checkpoint_at`).
+    pub fn generation_prompt_ids(&self, thinking: Option<bool>) -> Result<Option<Vec<u32>>> {
+        let probe = [ChatMessage::user("Hi")];
+        let render = |open: bool| match (thinking, self.reasoning.as_ref().and_then(|r| r.switch.as_deref())) {
+            (Some(on), Some(switch)) => self.template.render_with(&probe, open, &[(switch, on)]),
+            _ => self.template.render(&probe, open),
+        };
+        let (whole, body) = (render(true)?, render(false)?);
+        let Some(suffix) = whole.strip_prefix(body.as_str()).filter(|s| !s.is_empty()) else { return Ok(None) };
+        let ids = self.tokenizer.encode(suffix, false, true)?;
+        // Only a suffix that starts with a special token tokenizes apart
+        // from the text before it.
+        Ok(ids.first().is_some_and(|&id| self.tokenizer.is_control(id)).then_some(ids))
+    }
+
     /// `encode_chat`, with thinking switched as `render_chat` does.
     ///
     /// A message that carries the tokens it was sampled as (`ids`, decoding

@@ -268,8 +268,8 @@ impl KvCache {
             let layer = if !self.kv_layers[i] {
                 LayerKv::Host { k: Vec::new(), v: Vec::new() }
             } else if self.device.is_cpu() {
-                let mut k = vec![f16::ZERO; self.batch * self.n_kv_heads * capacity * d];
-                let mut v = k.clone();
+                let mut k = zeroed_halves(self.batch * self.n_kv_heads * capacity * d);
+                let mut v = zeroed_halves(k.len());
                 if let Some(LayerKv::Host { k: ok, v: ov }) = old {
                     for run in 0..self.batch * self.n_kv_heads {
                         let (src, dst) = (run * old_cap * d, run * capacity * d);
@@ -322,7 +322,7 @@ impl KvCache {
         if self.device.is_cpu() {
             let n = k.dims4()?.2;
             let (kd, vd) = (k.flatten_all()?.to_vec1::<f16>()?, v.flatten_all()?.to_vec1::<f16>()?);
-            return self.write_bits(layer, &kd, &vd, n);
+            return self.write_bits(layer, kd.as_slice(), vd.as_slice(), n);
         }
         let pos = self.len;
         match &self.layers[layer] {
@@ -337,33 +337,35 @@ impl KvCache {
 
     /// Writes `n` positions of f16 keys and values (`[batch, kv_heads, n,
     /// head_dim]`) at `len`, exactly as given: how saved caches come back.
-    pub(crate) fn write_bits(&mut self, layer: usize, k: &[f16], v: &[f16], n: usize) -> Result<()> {
+    /// Call `reserve` first and `advance` after the last layer (a caller
+    /// that never advances leaves the cache as it was).
+    pub(crate) fn write_bits<S: Halves + ?Sized>(&mut self, layer: usize, k: &S, v: &S, n: usize) -> Result<()> {
         if !self.kv_layers[layer] {
-            if !k.is_empty() || !v.is_empty() {
+            if k.count() != 0 || v.count() != 0 {
                 return Err(EngineError::CorruptCache(format!("keys and values for recurrent layer {layer}")));
             }
             return Ok(());
         }
         let (pos, d, runs) = (self.len, self.head_dim, self.batch * self.n_kv_heads);
-        if k.len() != runs * n * d || v.len() != k.len() {
-            return Err(EngineError::CorruptCache(format!("{} values for {n} positions of layer {layer}", k.len())));
+        if k.count() != runs * n * d || v.count() != k.count() {
+            return Err(EngineError::CorruptCache(format!("{} values for {n} positions of layer {layer}", k.count())));
         }
         if !self.device.is_cpu() {
             let shape = (self.batch, self.n_kv_heads, n, d);
-            let kt = Tensor::from_slice(k, shape, &self.device)?;
-            let vt = Tensor::from_slice(v, shape, &self.device)?;
+            let kt = Tensor::from_vec(k.to_vec(), shape, &self.device)?;
+            let vt = Tensor::from_vec(v.to_vec(), shape, &self.device)?;
             return self.write(layer, &kt, &vt);
         }
         let host = self.host_mut(layer);
         let cap = host.capacity;
         for run in 0..runs {
             let (src, dst) = (run * n * d, (run * cap + pos) * d);
-            host.k[dst..dst + n * d].copy_from_slice(&k[src..src + n * d]);
+            k.copy_to(src, &mut host.k[dst..dst + n * d]);
             // Row by row of the destination, so the writes are sequential.
             for j in 0..d {
                 let row = &mut host.v_t[(run * d + j) * cap + pos..(run * d + j) * cap + pos + n];
                 for (i, x) in row.iter_mut().enumerate() {
-                    *x = v[src + i * d + j];
+                    *x = v.at(src + i * d + j);
                 }
             }
         }
@@ -545,17 +547,14 @@ impl KvCache {
         cache.batch = batch;
         cache.reserve(len, batch)?;
         let n = batch * n_kv_heads * len * head_dim;
-        let mut buf = vec![0u8; n * 2];
+        let mut buf = vec![0u8; n * 4];
         for i in 0..n_layers {
             if !cache.kv_layers[i] {
                 continue;
             }
-            let mut kv = Vec::with_capacity(2);
-            for _ in 0..2 {
-                r.read_exact(&mut buf).map_err(|e| bad(format!("layer {i}: {e}")))?;
-                kv.push(f16_from_bytes(&buf));
-            }
-            cache.write_bits(i, &kv[0], &kv[1], len)?;
+            r.read_exact(&mut buf).map_err(|e| bad(format!("layer {i}: {e}")))?;
+            let (k, v) = buf.split_at(n * 2);
+            cache.write_bits(i, LeHalves::new(k), LeHalves::new(v), len)?;
         }
         cache.advance(len);
         if let Some(state) = &mut cache.recurrent {
@@ -572,6 +571,66 @@ pub(crate) fn f16_bytes(x: &[f16]) -> Vec<u8> {
     x.iter().flat_map(|h| h.to_bits().to_le_bytes()).collect()
 }
 
-pub(crate) fn f16_from_bytes(b: &[u8]) -> Vec<f16> {
-    b.chunks_exact(2).map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]]))).collect()
+/// `n` zero f16 values, from memory the allocator hands out zeroed: large
+/// buffers come straight from the kernel, so their pages are faulted in by
+/// the first write rather than by a memset here (restoring a conversation
+/// then overlaps them with checking its digest).
+fn zeroed_halves(n: usize) -> Vec<f16> {
+    use half::vec::HalfBitsVecExt;
+    vec![0u16; n].reinterpret_into()
+}
+
+/// f16 values to copy into a cache: in memory, or as the little-endian
+/// bytes a saved cache holds (read in place, with no copy between).
+pub(crate) trait Halves {
+    fn count(&self) -> usize;
+    fn at(&self, i: usize) -> f16;
+    /// Copies values `from..from + dst.len()` into `dst`.
+    fn copy_to(&self, from: usize, dst: &mut [f16]);
+    fn to_vec(&self) -> Vec<f16> {
+        (0..self.count()).map(|i| self.at(i)).collect()
+    }
+}
+
+impl Halves for [f16] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn at(&self, i: usize) -> f16 {
+        self[i]
+    }
+    fn copy_to(&self, from: usize, dst: &mut [f16]) {
+        dst.copy_from_slice(&self[from..from + dst.len()]);
+    }
+    fn to_vec(&self) -> Vec<f16> {
+        <[f16]>::to_vec(self)
+    }
+}
+
+/// Little-endian f16 bytes seen as values.
+#[repr(transparent)]
+pub(crate) struct LeHalves([u8]);
+
+impl LeHalves {
+    /// `bytes` of even length.
+    pub(crate) fn new(bytes: &[u8]) -> &LeHalves {
+        debug_assert!(bytes.len().is_multiple_of(2));
+        // SAFETY: `LeHalves` is a transparent wrapper around `[u8]`.
+        unsafe { &*(bytes as *const [u8] as *const LeHalves) }
+    }
+}
+
+impl Halves for LeHalves {
+    fn count(&self) -> usize {
+        self.0.len() / 2
+    }
+    fn at(&self, i: usize) -> f16 {
+        f16::from_bits(u16::from_le_bytes([self.0[2 * i], self.0[2 * i + 1]]))
+    }
+    fn copy_to(&self, from: usize, dst: &mut [f16]) {
+        let src = &self.0[2 * from..2 * (from + dst.len())];
+        for (d, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
+            *d = f16::from_bits(u16::from_le_bytes([c[0], c[1]]));
+        }
+    }
 }

@@ -430,6 +430,9 @@ pub struct OwnedTurn {
     reading: Option<Reading>,
     /// Prompt tokens read per `advance` in chunks.
     prefill_rows: usize,
+    /// Where a prefill in chunks ends a pass and keeps a checkpoint, for a
+    /// hybrid cache (see `set_checkpoint_at`).
+    checkpoint_at: Option<usize>,
     /// Asked between the layers of a prefill chunk (see `set_stop`).
     stop: StopFn,
     parts: TurnParts,
@@ -475,7 +478,8 @@ impl OwnedTurn {
             started: Instant::now(),
             first_token_at: None,
         };
-        Self { session, config, prompt, reading, prefill_rows: PREFILL_CHUNK, stop: Arc::new(|| false), parts }
+        let prefill_rows = PREFILL_CHUNK;
+        Self { session, config, prompt, reading, prefill_rows, checkpoint_at: None, stop: Arc::new(|| false), parts }
     }
 
     /// A turn that still has to read its prompt (`reading`).
@@ -536,6 +540,17 @@ impl OwnedTurn {
         self.prefill_rows = rows.max(1);
     }
 
+    /// Has a hybrid model's prefill end a pass at prompt position `pos` and
+    /// keep its recurrent state there as a checkpoint, beside the one at
+    /// the prompt's end: the start of the reply's opening tokens
+    /// (`Engine::generation_prompt_ids`), where the next turn's history is
+    /// sure to agree with this prompt. A cache without recurrent state, a
+    /// replay (its recorded passes decide) and a position outside what is
+    /// still to read are unaffected.
+    pub fn set_checkpoint_at(&mut self, pos: Option<usize>) {
+        self.checkpoint_at = pos.filter(|_| self.session.cache.is_hybrid());
+    }
+
     /// Lets `advance` end a prefill chunk part way with
     /// [`EngineError::Stopped`] once `stop` says so (the chunk is then not
     /// read; `cancel` ends the turn), rather than only between chunks.
@@ -550,7 +565,16 @@ impl OwnedTurn {
             let total = self.prompt.len() - from;
             let logits = match reading {
                 Reading::Chunks { .. } => {
-                    self.session.prefill_rows(model, &self.prompt, self.prefill_rows, self.stop.as_ref())?
+                    let at = self.session.tokens.len();
+                    let rows = match self.checkpoint_at {
+                        Some(pos) if at < pos && pos < at + self.prefill_rows => pos - at,
+                        _ => self.prefill_rows,
+                    };
+                    let logits = self.session.prefill_rows(model, &self.prompt, rows, self.stop.as_ref())?;
+                    if self.checkpoint_at == Some(self.session.tokens.len()) {
+                        self.session.cache.checkpoint();
+                    }
+                    logits
                 }
                 Reading::Planned { passes, .. } => {
                     let pass = *passes.front().expect("a planned reading has a pass left");
@@ -612,6 +636,7 @@ impl OwnedTurn {
             prompt: self.prompt.clone(),
             reading: None,
             prefill_rows: self.prefill_rows,
+            checkpoint_at: None,
             stop: self.stop.clone(),
             parts,
         })

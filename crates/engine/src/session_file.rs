@@ -21,13 +21,13 @@
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 
-use half::f16;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{EngineError, Result};
-use crate::kv_cache::{f16_bytes, f16_from_bytes};
+use crate::kv_cache::{f16_bytes, KvCache, LeHalves};
 use crate::model::Model;
 use crate::passes::{Pass, Passes};
 use crate::session::Session;
@@ -243,29 +243,30 @@ pub fn read(path: &Path, identity: &CacheIdentity, model: &Model) -> Result<Rest
     let shape = ChunkShape { kv_layers: &kv_layers, per_position, state_bytes: cache.state_bytes() };
     let mut prev: [u8; 32] = digest;
     let complete = loop {
-        match read_chunk(&mut r, &shape, tokens.len(), identity.context_length - tokens.len(), &mut prev) {
+        let room = identity.context_length - tokens.len();
+        let (ids, chunk_passes, hasher) = match read_chunk_head(&mut r, tokens.len(), room, &prev) {
             Ok(None) => break true,
-            Ok(Some((ids, chunk_passes, layers, state))) => {
-                let n = ids.len();
-                passes.extend(&chunk_passes);
-                cache.reserve(n, 1)?;
-                for (layer, (k, v)) in layers.into_iter().enumerate() {
-                    cache.write_bits(layer, &k, &v, n)?;
-                }
-                cache.advance(n);
-                if cache.is_hybrid() {
-                    cache.restore_state(&state)?;
-                }
-                tokens.extend(ids);
-            }
+            Ok(Some(head)) => head,
             Err(_) => break false,
+        };
+        let n = ids.len();
+        cache.reserve(n, 1)?;
+        // The cache counts the new positions only once the digest holds.
+        let Ok((state, computed)) = read_payload(&mut r, &shape, &mut cache, hasher, n) else { break false };
+        let mut digest = [0u8; 32];
+        if r.read_exact(&mut digest).is_err() || digest != computed {
+            break false;
         }
+        passes.extend(&chunk_passes);
+        cache.advance(n);
+        if cache.is_hybrid() {
+            cache.restore_state(&state)?;
+        }
+        tokens.extend(ids);
+        prev = digest;
     };
     Ok(Restored { session: Session::from_parts(cache, tokens, passes)?, complete })
 }
-
-/// A chunk's ids, passes, keys and values by layer, and recurrent state.
-type ChunkData = (Vec<u32>, Passes, Vec<(Vec<f16>, Vec<f16>)>, Vec<u8>);
 
 /// What a chunk holds per position and after its positions.
 struct ChunkShape<'a> {
@@ -277,16 +278,15 @@ struct ChunkShape<'a> {
     state_bytes: usize,
 }
 
-/// One verified chunk starting at position `at` and chained to the digest
-/// `prev` (which it then replaces), `None` at a clean end of file, or an
-/// error for a torn, misplaced or corrupt one.
-fn read_chunk(
+/// The head of one chunk starting at position `at` and chained to the
+/// digest `prev`: its ids, its passes, and the digest so far; `None` at a
+/// clean end of file, or an error for a torn or misplaced one.
+fn read_chunk_head(
     r: &mut impl Read,
-    shape: &ChunkShape,
     at: usize,
     room: usize,
-    prev: &mut [u8; 32],
-) -> std::result::Result<Option<ChunkData>, String> {
+    prev: &[u8; 32],
+) -> std::result::Result<Option<(Vec<u32>, Passes, Sha256)>, String> {
     let mut tag = [0u8; 4];
     match r.read(&mut tag[..1]) {
         Ok(0) => return Ok(None),
@@ -298,7 +298,7 @@ fn read_chunk(
         return Err("bad chunk tag".into());
     }
     let mut hasher = Sha256::new();
-    hasher.update(*prev);
+    hasher.update(prev);
     hasher.update(tag);
     let mut start = [0u8; 8];
     r.read_exact(&mut start).map_err(|e| e.to_string())?;
@@ -336,33 +336,69 @@ fn read_chunk(
     if passes.len() != n {
         return Err(format!("passes cover {} positions of a chunk of {n}", passes.len()));
     }
-    let mut buf = vec![0u8; n * shape.per_position * 2];
-    let mut layers = Vec::with_capacity(shape.kv_layers.len());
-    for &has_kv in shape.kv_layers {
-        if !has_kv {
-            layers.push((Vec::new(), Vec::new()));
-            continue;
-        }
-        let mut kv = [Vec::new(), Vec::new()];
-        for t in kv.iter_mut() {
-            r.read_exact(&mut buf).map_err(|e| e.to_string())?;
-            hasher.update(&buf);
-            *t = f16_from_bytes(&buf);
-        }
-        let [k, v] = kv;
-        layers.push((k, v));
-    }
-    let mut state = vec![0u8; shape.state_bytes];
-    r.read_exact(&mut state).map_err(|e| e.to_string())?;
-    hasher.update(&state);
-    let mut digest = [0u8; 32];
-    r.read_exact(&mut digest).map_err(|e| e.to_string())?;
-    if hasher.finalize().as_slice() != digest {
-        return Err("chunk digest mismatch (damaged, or spliced from another history)".into());
-    }
-    *prev = digest;
     let ids = ids.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-    Ok(Some((ids, passes, layers, state)))
+    Ok(Some((ids, passes, hasher)))
+}
+
+/// A chunk's payload after its head: each layer's keys and values,
+/// written into `cache` at its length (not yet advanced), then the
+/// recurrent state, returned with the chunk's digest as computed.
+///
+/// A second thread hashes each layer's bytes while the next layer is read
+/// and written: restoring a conversation costs the slower of the two, not
+/// their sum, and the layer buffers are reused, so the bytes pass through
+/// memory that is already mapped and cached.
+fn read_payload(
+    r: &mut impl Read,
+    shape: &ChunkShape,
+    cache: &mut KvCache,
+    mut hasher: Sha256,
+    n: usize,
+) -> std::result::Result<(Vec<u8>, [u8; 32]), String> {
+    let layer_bytes = n * shape.per_position * 2;
+    let (full_tx, full_rx) = mpsc::sync_channel::<Vec<u8>>(1);
+    let (empty_tx, empty_rx) = mpsc::channel::<Vec<u8>>();
+    std::thread::scope(|s| {
+        let hashing = s.spawn(move || {
+            for buf in full_rx {
+                hasher.update(&buf);
+                let _ = empty_tx.send(buf);
+            }
+            hasher
+        });
+        let layers = (|| {
+            for (layer, &has_kv) in shape.kv_layers.iter().enumerate() {
+                if !has_kv {
+                    continue;
+                }
+                let mut buf = empty_rx.try_recv().unwrap_or_default();
+                read_exactly(r, &mut buf, 2 * layer_bytes)?;
+                let (k, v) = buf.split_at(layer_bytes);
+                cache.write_bits(layer, LeHalves::new(k), LeHalves::new(v), n).map_err(|e| e.to_string())?;
+                full_tx.send(buf).map_err(|_| "the hashing thread stopped".to_string())?;
+            }
+            Ok::<_, String>(())
+        })();
+        drop(full_tx);
+        let mut hasher = hashing.join().map_err(|_| "the hashing thread panicked".to_string())?;
+        layers?;
+        let mut state = Vec::new();
+        read_exactly(r, &mut state, shape.state_bytes)?;
+        hasher.update(&state);
+        Ok((state, hasher.finalize().into()))
+    })
+}
+
+/// Reads exactly `len` bytes into `buf` (its old contents dropped), without
+/// zeroing it first.
+fn read_exactly(r: &mut impl Read, buf: &mut Vec<u8>, len: usize) -> std::result::Result<(), String> {
+    buf.clear();
+    buf.reserve(len);
+    r.take(len as u64).read_to_end(buf).map_err(|e| e.to_string())?;
+    if buf.len() != len {
+        return Err("torn chunk".into());
+    }
+    Ok(())
 }
 
 fn tmp_path(path: &Path) -> PathBuf {

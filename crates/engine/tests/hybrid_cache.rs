@@ -292,3 +292,56 @@ fn generate_four_on_a_hybrid_forks_share_passes_and_each_is_its_lone_run() {
         assert_eq!(tokens, &single[0], "variant {b} equals its lone run");
     }
 }
+
+/// Qwen 3.5's template writes an earlier reply otherwise than it was
+/// sampled (it drops the thinking), so the next turn's history agrees with
+/// this turn's prompt only up to where the reply's opening tokens start:
+/// the checkpoint kept there (`OwnedTurn::set_checkpoint_at`) is where the
+/// next turn reads from, not the start of the conversation.
+#[test]
+fn a_reply_the_template_rewrites_is_read_again_from_its_opening_not_from_the_start() {
+    let (_dir, engine) = engine(Family::Qwen35Moe);
+    let (m, tk) = (engine.model(), engine.tokenizer());
+    let config = || {
+        let mut c = engine.generation_config(SamplingParams::greedy(), 6);
+        c.end_tokens.clear();
+        c
+    };
+    // The history, then the reply's opening (4 tokens, as `<|im_start|>assistant\n<think>\n`).
+    let history = ids(700, 7);
+    let opening = ids(4, 8);
+    let prompt: Vec<u32> = history.iter().chain(&opening).copied().collect();
+    let run = |session: Session, prompt: &[u32], checkpoint_at: Option<usize>| {
+        let mut turn = session.into_turn(m, tk, prompt.to_vec(), config()).map_err(|(_, e)| e).unwrap();
+        turn.set_checkpoint_at(checkpoint_at);
+        while !matches!(turn.advance(m, tk).unwrap(), hearth_engine::Advance::Done) {}
+        let processed = turn.stats().processed_tokens;
+        let (session, out) = turn.finish(m, tk);
+        out.unwrap();
+        (session, processed)
+    };
+    let (session, n) = run(engine.new_session(Some(4096)), &prompt, Some(history.len()));
+    assert_eq!(n, prompt.len());
+    let checkpoints = session.cache().checkpoint_positions();
+    assert!(checkpoints.contains(&700) && checkpoints.contains(&704), "{checkpoints:?}");
+
+    // The next turn: the reply written back without its opening's last
+    // tokens (as the template drops `<think>\n`), then a new message.
+    let mut next: Vec<u32> = history.iter().chain(&opening[..2]).copied().collect();
+    next.extend(ids(30, 9));
+    let (_, n) = run(session.clone(), &next, None);
+    assert_eq!(n, next.len() - 700, "from the checkpoint at the opening");
+    // Without that checkpoint the next one back is the chunk's at 512.
+    let (session, _) = run(engine.new_session(Some(4096)), &prompt, None);
+    assert!(!session.cache().checkpoint_positions().contains(&700));
+    let (_, n) = run(session, &next, None);
+    assert_eq!(n, next.len() - 512);
+
+    // The split pass is recorded (a replay follows it), and a fresh read
+    // split the same way writes the same reply.
+    let (a, _) = run(engine.new_session(Some(4096)), &prompt, Some(700));
+    let (b, _) = run(engine.new_session(Some(4096)), &prompt, Some(700));
+    assert_eq!(a.tokens(), b.tokens());
+    assert_eq!(a.passes(), b.passes());
+    assert!(a.passes().each().any(|(start, rows, _)| start == 700 && rows == 4), "{:?}", a.passes());
+}

@@ -25,6 +25,7 @@ pub mod config;
 pub mod context;
 pub mod error;
 pub mod events;
+pub mod history;
 pub mod priority;
 
 mod budgets;
@@ -52,7 +53,7 @@ pub use caches::CacheState;
 pub use config::{TestHooks, WorkerConfig};
 pub use job::{ReplyJob, Request};
 pub use remote::RemoteTarget;
-pub use reply::prompt_ids;
+pub use reply::{prompt_ids, Prompt};
 pub use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::error::{AppError, AppResult, ErrorKind};

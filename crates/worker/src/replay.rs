@@ -13,7 +13,7 @@ use hearth_store::ConversationSettings;
 use tokio_util::sync::CancellationToken;
 
 use super::job::ReplyJob;
-use super::reply::{generation_config, prompt_ids};
+use super::reply::{generation_config, prompt_ids, Prompt};
 use super::running::{ReplayRun, Started};
 use super::WorkerThread;
 use crate::error::{AppError, ErrorKind};
@@ -75,7 +75,7 @@ impl WorkerThread {
             context_length: record.context_length,
             ..job.settings.clone()
         };
-        let (prompt, context, dropped) = prompt_ids(&engine, job, &settings)?;
+        let Prompt { ids: prompt, context, dropped, .. } = prompt_ids(&engine, job, &settings)?;
         if hearth_engine::file_hash::ids_sha256(&prompt) != record.prompt_sha256 {
             return Err(cannot(
                 "the conversation before this reply is not what it was written from (the system prompt, an earlier message or the overflow policy changed)".into(),

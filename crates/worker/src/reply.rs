@@ -196,23 +196,38 @@ pub(super) fn finished_replies(
         .collect()
 }
 
+/// A reply's prompt, as `prompt_ids` builds it.
+pub struct Prompt {
+    pub ids: Vec<u32>,
+    /// The context it is read in.
+    pub context: usize,
+    /// Messages the overflow policy left out.
+    pub dropped: usize,
+    /// Where the template's opening of the reply starts (see
+    /// `Engine::generation_prompt_ids`), when the prompt is a chat.
+    pub reply_start: Option<usize>,
+}
+
 /// The prompt's token ids for `job` under `settings`: the conversation
 /// fitted into its context by the overflow policy, then the reply's text so
-/// far; with the context and how many messages were left out.
+/// far.
 pub fn prompt_ids(
     engine: &hearth_engine::Engine,
     job: &ReplyJob,
     settings: &ConversationSettings,
-) -> Result<(Vec<u32>, usize, usize), AppError> {
+) -> Result<Prompt, AppError> {
     let (context, reserve) = crate::context::window(settings, engine.model().config().context_length);
-    let (mut prompt, dropped) = match job.request.as_ref().and_then(|r| r.raw_prompt.as_deref()) {
-        Some(text) => (engine.tokenizer().encode(text, true, false)?, 0),
+    let (mut prompt, dropped, reply_start) = match job.request.as_ref().and_then(|r| r.raw_prompt.as_deref()) {
+        Some(text) => (engine.tokenizer().encode(text, true, false)?, 0, None),
         None => {
             let thinking = Some(settings.thinking);
             let fitted = crate::context::fit(&job.messages, settings.overflow, context, reserve, |m| {
                 engine.encode_chat_with(m, thinking).map(|ids| ids.len())
             })?;
-            (engine.encode_chat_with(&fitted.messages, thinking)?, fitted.dropped)
+            let prompt = engine.encode_chat_with(&fitted.messages, thinking)?;
+            let opening = engine.generation_prompt_ids(thinking)?;
+            let reply_start = opening.filter(|o| prompt.ends_with(o)).map(|o| prompt.len() - o.len());
+            (prompt, fitted.dropped, reply_start)
         }
     };
     match &job.prefix_ids {
@@ -226,7 +241,7 @@ pub fn prompt_ids(
             format!("the conversation is {} tokens long but the context holds {context}; start a new conversation or raise the context length", prompt.len()),
         ));
     }
-    Ok((prompt, context, dropped))
+    Ok(Prompt { ids: prompt, context, dropped, reply_start })
 }
 
 /// The passes as a reply record keeps them, `[rows, kept, count]` each.

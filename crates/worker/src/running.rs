@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::job::ReplyJob;
 use super::reply::{
-    finished_replies, internal_error, job_config, prompt_ids, record_passes, Finished, RunRecord, Written,
+    finished_replies, internal_error, job_config, prompt_ids, record_passes, Finished, Prompt, RunRecord, Written,
     FLUSH_INTERVAL, FLUSH_TOKENS,
 };
 use super::shared::{ActiveJob, Queued};
@@ -166,12 +166,13 @@ impl WorkerThread {
         let engine = self.loaded_engine()?;
         (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
         self.config.test_hooks.panic_if(job.messages.last().map_or("", |m| m.content.as_str()));
-        let (prompt, context, dropped) = prompt_ids(&engine, job, &job.settings)?;
+        let Prompt { ids: prompt, context, dropped, reply_start } = prompt_ids(&engine, job, &job.settings)?;
         let (cache_key, session) = self.caches.take_for(&engine, job, &prompt, context);
         let session = session.unwrap_or_else(|| engine.new_session(Some(context)));
         let (config, seed) = job_config(&engine, job);
         match session.into_turn(engine.model(), engine.tokenizer(), prompt.clone(), config) {
-            Ok(turn) => {
+            Ok(mut turn) => {
+                turn.set_checkpoint_at(reply_start);
                 if let Some(p) = turn.prefill_progress() {
                     (job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 });
                 }

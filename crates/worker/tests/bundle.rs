@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use hearth_engine::ChatMessage;
 use hearth_store::{ConversationSettings, MessageStatus, ReplyStats, Role, Store};
 use hearth_worker::bundle::CacheImport;
 use hearth_worker::events::{GenerationEvent, ModelStatus};
@@ -43,21 +42,12 @@ fn greedy(max_new_tokens: u32) -> ConversationSettings {
 /// Runs one turn of conversation `c` (the user's `text` after its shown
 /// branch) and returns the reply's text and stats.
 fn turn(f: &Folder, c: i64, text: &str, max_new_tokens: u32) -> (String, ReplyStats) {
-    let thread = f.store.thread(c).unwrap();
-    let mut history: Vec<ChatMessage> = thread
-        .iter()
-        .map(|t| match t.message.role {
-            Role::User => ChatMessage::user(t.message.content.clone()),
-            Role::Assistant => ChatMessage::assistant(t.message.content.clone()),
-            Role::System => ChatMessage::system(t.message.content.clone()),
-        })
-        .collect();
-    history.push(ChatMessage::user(text));
-    let parent = thread.last().map(|t| t.message.id);
+    let parent = f.store.thread(c).unwrap().last().map(|t| t.message.id);
     let u = f.store.add_message(c, parent, Role::User, text, MessageStatus::Complete).unwrap();
     let reply = f.store.add_message(c, Some(u.id), Role::Assistant, "", MessageStatus::Streaming).unwrap().id;
+    // As the app builds it: each reply carries the tokens it was sampled as.
+    let (history, settings) = hearth_worker::history::prompt_messages(&f.store, c, Some(u.id)).unwrap();
     let (tx, rx) = mpsc::channel();
-    let settings = f.store.conversation_settings(c).unwrap();
     f.worker
         .enqueue(ReplyJob::new(
             c,
@@ -85,16 +75,22 @@ fn conversation_count(store: &Store) -> usize {
     store.conversations().unwrap().len()
 }
 
-/// The same model file's bytes at another path, with another mtime.
-fn model_copy(dir: &Path) -> PathBuf {
+/// The bytes of model file `model` at another path, with another mtime.
+fn model_copy(model: &Path, dir: &Path) -> PathBuf {
     let copy = dir.join("copied-model.gguf");
-    std::fs::copy(hearth_engine::paths::default_model_path(|k| std::env::var_os(k)), &copy).unwrap();
+    std::fs::copy(model, &copy).unwrap();
     copy
 }
 
-#[test]
-fn a_bundle_resumes_in_another_data_folder_with_no_prefill_and_the_tokens_of_a_cold_prefill() {
-    let a = folder(&hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
+fn default_model() -> PathBuf {
+    hearth_engine::paths::default_model_path(|k| std::env::var_os(k))
+}
+
+/// A conversation on `model` carried in a bundle to another data folder
+/// (and another copy of the file) resumes with no prefill, and its next
+/// turn writes what the live cache and a cold prefill write.
+fn a_bundle_resumes_exactly(model: &Path) {
+    let a = folder(model);
     let c = a.store.create_conversation().unwrap();
     a.store.set_conversation_settings(c.id, &greedy(32)).unwrap();
     let (first, first_stats) = turn(&a, c.id, "What is 2 + 2?", 32);
@@ -104,7 +100,7 @@ fn a_bundle_resumes_in_another_data_folder_with_no_prefill_and_the_tokens_of_a_c
 
     // Another machine: another data folder, the same model's bytes elsewhere.
     let copies = tempfile::tempdir().unwrap();
-    let b = folder(&model_copy(copies.path()));
+    let b = folder(&model_copy(model, copies.path()));
     let imported = b.worker.import_bundle(&b.store, &bundle).unwrap();
     assert_eq!(imported.cache, CacheImport::Restored, "{:?}", imported.cache_note);
     let id = imported.report.imported[0];
@@ -121,7 +117,7 @@ fn a_bundle_resumes_in_another_data_folder_with_no_prefill_and_the_tokens_of_a_c
     let (original, _) = turn(&a, c.id, "And 3 + 3?", 16);
     assert_eq!(resumed, original);
     // ...and from a cold prefill of the same history (the JSON alone).
-    let cold_folder = folder(&hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
+    let cold_folder = folder(model);
     let cold_id = cold_folder.store.import(&hearth_store::Import::parse(&json).unwrap()).unwrap().imported[0];
     let (cold, cold_stats) = turn(&cold_folder, cold_id, "And 3 + 3?", 16);
     assert_eq!(cold_stats.processed_tokens, cold_stats.prompt_tokens);
@@ -129,8 +125,34 @@ fn a_bundle_resumes_in_another_data_folder_with_no_prefill_and_the_tokens_of_a_c
 }
 
 #[test]
+fn a_bundle_resumes_in_another_data_folder_with_no_prefill_and_the_tokens_of_a_cold_prefill() {
+    a_bundle_resumes_exactly(&default_model());
+}
+
+/// A hybrid's bundle carries its recurrent state (as checkpoints in the
+/// cache file) beside the attention layers' keys and values.
+#[test]
+fn a_hybrid_moe_bundle_resumes_in_another_data_folder_with_no_prefill_and_the_tokens_of_a_cold_prefill() {
+    use hearth_engine::random_model::{write, Experts, Recurrent, Shape};
+    let files = tempfile::tempdir().unwrap();
+    let path = files.path().join("qwen35moe-random.gguf");
+    let shape = Shape {
+        layers: 4,
+        embd: 256,
+        ffn: 256,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: Some(64),
+        experts: Some(Experts { count: 8, used: 2, ffn: 128, dtype: "q8_0".into() }),
+        recurrent: Some(Recurrent { state: 64, k_heads: 2, v_heads: 4, interval: 2, rope_dims: 16, shared_ffn: 128 }),
+    };
+    write(&path, &default_model(), &shape, "q8_0").unwrap();
+    a_bundle_resumes_exactly(&path);
+}
+
+#[test]
 fn a_bundle_without_its_model_imports_the_text_and_says_the_cache_was_skipped() {
-    let a = folder(&hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
+    let a = folder(&default_model());
     let c = a.store.create_conversation().unwrap();
     a.store.set_conversation_settings(c.id, &greedy(8)).unwrap();
     turn(&a, c.id, "Hi", 8);
@@ -162,7 +184,7 @@ fn a_bundle_without_its_model_imports_the_text_and_says_the_cache_was_skipped() 
             bytes
         }
     });
-    let b = folder(&hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
+    let b = folder(&default_model());
     let imported = b.worker.import_bundle(&b.store, &other).unwrap();
     assert_eq!(imported.cache, CacheImport::Skipped);
     assert!(
@@ -173,7 +195,7 @@ fn a_bundle_without_its_model_imports_the_text_and_says_the_cache_was_skipped() 
     assert_eq!(b.store.thread(imported.report.imported[0]).unwrap().len(), 2);
 
     // Saved caches turned off: the text, not the cache.
-    let off = folder(&hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
+    let off = folder(&default_model());
     off.worker.set_budgets(hearth_worker::CacheBudgets { memory_mb: 512, disk_mb: 0 });
     let imported = off.worker.import_bundle(&off.store, &bundle).unwrap();
     assert_eq!(
@@ -219,7 +241,7 @@ fn write_zip(to: &Path, members: Vec<(String, Vec<u8>)>) {
 
 #[test]
 fn hostile_and_broken_bundles_are_refused_and_change_nothing() {
-    let a = folder(&hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
+    let a = folder(&default_model());
     let c = a.store.create_conversation().unwrap();
     a.store.set_conversation_settings(c.id, &greedy(4)).unwrap();
     turn(&a, c.id, "Hi", 4);
@@ -317,7 +339,7 @@ fn hostile_and_broken_bundles_are_refused_and_change_nothing() {
         (truncated, "not a zip archive"),
         (not_zip, "not a zip archive"),
     ];
-    let b = folder(&hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
+    let b = folder(&default_model());
     for (path, want) in &cases {
         let err = b.worker.import_bundle(&b.store, path).unwrap_err();
         assert_eq!(err.kind, hearth_worker::error::ErrorKind::BadImport, "{path:?}: {err:?}");

@@ -12,6 +12,7 @@ use ts_rs::TS;
 use crate::error::{AppError, AppResult, ErrorKind};
 use crate::events::GenerationEvent;
 use crate::state::AppState;
+use crate::worker::history::prompt_messages;
 use crate::worker::ReplyJob;
 
 /// The messages a command added: the user's (or edited) message and, when
@@ -28,39 +29,6 @@ pub struct Sent {
 
 /// How many replies "Generate N" may write at once.
 pub const MAX_VARIANTS: u32 = 8;
-
-/// The conversation as the model sees it: the system prompt, then the path
-/// from the root to `upto`.
-fn prompt_messages(
-    store: &Store,
-    conversation_id: i64,
-    upto: Option<i64>,
-) -> AppResult<(Vec<ChatMessage>, hearth_store::ConversationSettings)> {
-    let settings = store.conversation_settings(conversation_id)?;
-    let mut messages = Vec::new();
-    if !settings.system_prompt.trim().is_empty() {
-        messages.push(ChatMessage::system(settings.system_prompt.clone()));
-    }
-    if let Some(id) = upto {
-        for m in store.path_to(id)? {
-            let role = match m.role {
-                Role::System => hearth_engine::Role::System,
-                Role::User => hearth_engine::Role::User,
-                Role::Assistant => hearth_engine::Role::Assistant,
-            };
-            let mut message = ChatMessage::new(role, m.content);
-            // A reply's own tokens, so the next prompt continues its cache
-            // exactly (its text may tokenize otherwise).
-            if m.role == Role::Assistant {
-                if let Some(choices) = store.token_choices(m.id)? {
-                    message = message.with_ids(choices.tokens.iter().map(|c| c.id).collect());
-                }
-            }
-            messages.push(message);
-        }
-    }
-    Ok((messages, settings))
-}
 
 fn sink(channel: Channel<GenerationEvent>) -> crate::worker::EventSink {
     Box::new(move |event| {
@@ -337,7 +305,7 @@ pub async fn chat_export_replay(
             max_new_tokens: record.max_new_tokens,
             ..job.settings.clone()
         };
-        let (prompt_ids, _, _) = crate::worker::prompt_ids(&engine, &job, &settings)?;
+        let prompt_ids = crate::worker::prompt_ids(&engine, &job, &settings)?.ids;
         if hearth_engine::file_hash::ids_sha256(&prompt_ids) != record.prompt_sha256 {
             return Err(AppError::new(
                 ErrorKind::CannotReplay,
