@@ -161,12 +161,17 @@ impl KvCache {
         }
     }
 
-    /// Sets the recurrent state at the current length from `state_to_bytes`'s
-    /// output, keeping it as a checkpoint.
-    pub(crate) fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+    /// The recurrent state, for a hybrid model.
+    pub(crate) fn recurrent(&self) -> Option<&RecurrentState> {
+        self.recurrent.as_ref()
+    }
+
+    /// Sets the recurrent state at the current length from each layer's
+    /// (`RecurrentState::layer_from_bytes`), keeping it as a checkpoint.
+    pub(crate) fn install_state(&mut self, layers: Vec<(Vec<f32>, Vec<f32>)>) -> Result<()> {
         let len = self.len;
         match &mut self.recurrent {
-            Some(r) => r.restore_bytes(bytes, len).map_err(EngineError::CorruptCache),
+            Some(r) => r.install(layers, len).map_err(EngineError::CorruptCache),
             None => Ok(()),
         }
     }

@@ -185,10 +185,37 @@ impl RecurrentState {
         if bytes.len() != self.state_bytes() {
             return Err(format!("{} bytes of recurrent state, expected {}", bytes.len(), self.state_bytes()));
         }
-        let floats: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-        let per = self.conv_len + self.delta_len;
-        let layers =
-            floats.chunks_exact(per).map(|l| (l[..self.conv_len].to_vec(), l[self.conv_len..].to_vec())).collect();
+        let layers = bytes.chunks_exact(self.layer_bytes()).map(|l| self.layer_from_bytes(l)).collect();
+        self.install(layers, len)
+    }
+
+    /// Bytes of one recurrent layer's state, as `to_bytes` writes it.
+    pub(crate) fn layer_bytes(&self) -> usize {
+        (self.conv_len + self.delta_len) * 4
+    }
+
+    /// How many recurrent layers the state holds.
+    pub(crate) fn n_layers(&self) -> usize {
+        self.n_layers
+    }
+
+    /// One layer's state (convolution, delta rule) from its `layer_bytes`.
+    pub(crate) fn layer_from_bytes(&self, bytes: &[u8]) -> (Vec<f32>, Vec<f32>) {
+        debug_assert_eq!(bytes.len(), self.layer_bytes());
+        let floats = |b: &[u8]| -> Vec<f32> {
+            b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+        };
+        let (conv, delta) = bytes.split_at(self.conv_len * 4);
+        (floats(conv), floats(delta))
+    }
+
+    /// Sets the state at `len` to each layer's (`layer_from_bytes`), and
+    /// keeps it as a checkpoint.
+    pub(crate) fn install(&mut self, layers: Vec<(Vec<f32>, Vec<f32>)>, len: usize) -> Result<(), String> {
+        let sizes_fit = layers.iter().all(|(c, d)| c.len() == self.conv_len && d.len() == self.delta_len);
+        if layers.len() != self.n_layers || !sizes_fit {
+            return Err(format!("recurrent state for {} layers, expected {}", layers.len(), self.n_layers));
+        }
         self.current = Some(Arc::new(StateBits { layers }));
         self.at = Some(len);
         self.checkpoint(len);

@@ -240,7 +240,7 @@ pub fn read(path: &Path, identity: &CacheIdentity, model: &Model) -> Result<Rest
     let mut passes = Passes::default();
     let per_position = config.n_kv_heads * config.head_dim;
     let kv_layers: Vec<bool> = (0..config.n_layers).map(|i| !config.is_recurrent(i)).collect();
-    let shape = ChunkShape { kv_layers: &kv_layers, per_position, state_bytes: cache.state_bytes() };
+    let shape = ChunkShape { kv_layers: &kv_layers, per_position };
     let mut prev: [u8; 32] = digest;
     let complete = loop {
         let room = identity.context_length - tokens.len();
@@ -260,7 +260,7 @@ pub fn read(path: &Path, identity: &CacheIdentity, model: &Model) -> Result<Rest
         passes.extend(&chunk_passes);
         cache.advance(n);
         if cache.is_hybrid() {
-            cache.restore_state(&state)?;
+            cache.install_state(state)?;
         }
         tokens.extend(ids);
         prev = digest;
@@ -268,14 +268,15 @@ pub fn read(path: &Path, identity: &CacheIdentity, model: &Model) -> Result<Rest
     Ok(Restored { session: Session::from_parts(cache, tokens, passes)?, complete })
 }
 
-/// What a chunk holds per position and after its positions.
+/// Each recurrent layer's state, convolution then delta rule.
+type State = Vec<(Vec<f32>, Vec<f32>)>;
+
+/// What a chunk holds per position.
 struct ChunkShape<'a> {
     /// Layers that hold keys and values.
     kv_layers: &'a [bool],
     /// Keys (and values) per position of one such layer.
     per_position: usize,
-    /// Bytes of recurrent state at the chunk's end (0 without one).
-    state_bytes: usize,
 }
 
 /// The head of one chunk starting at position `at` and chained to the
@@ -341,11 +342,12 @@ fn read_chunk_head(
 }
 
 /// A chunk's payload after its head: each layer's keys and values,
-/// written into `cache` at its length (not yet advanced), then the
-/// recurrent state, returned with the chunk's digest as computed.
+/// written into `cache` at its length (not yet advanced), then each
+/// recurrent layer's state at the chunk's end, returned with the chunk's
+/// digest as computed.
 ///
 /// A second thread hashes each layer's bytes while the next layer is read
-/// and written: restoring a conversation costs the slower of the two, not
+/// and taken in: restoring a conversation costs the slower of the two, not
 /// their sum, and the layer buffers are reused, so the bytes pass through
 /// memory that is already mapped and cached.
 fn read_payload(
@@ -354,8 +356,9 @@ fn read_payload(
     cache: &mut KvCache,
     mut hasher: Sha256,
     n: usize,
-) -> std::result::Result<(Vec<u8>, [u8; 32]), String> {
+) -> std::result::Result<(State, [u8; 32]), String> {
     let layer_bytes = n * shape.per_position * 2;
+    let recurrent = cache.recurrent().map(|s| (s.n_layers(), s.layer_bytes())).unwrap_or((0, 0));
     let (full_tx, full_rx) = mpsc::sync_channel::<Vec<u8>>(1);
     let (empty_tx, empty_rx) = mpsc::channel::<Vec<u8>>();
     std::thread::scope(|s| {
@@ -366,25 +369,32 @@ fn read_payload(
             }
             hasher
         });
-        let layers = (|| {
+        let mut state = Vec::with_capacity(recurrent.0);
+        let taken = (|| {
+            let mut next = |len: usize| -> std::result::Result<Vec<u8>, String> {
+                let mut buf = empty_rx.try_recv().unwrap_or_default();
+                read_exactly(r, &mut buf, len)?;
+                Ok(buf)
+            };
             for (layer, &has_kv) in shape.kv_layers.iter().enumerate() {
                 if !has_kv {
                     continue;
                 }
-                let mut buf = empty_rx.try_recv().unwrap_or_default();
-                read_exactly(r, &mut buf, 2 * layer_bytes)?;
+                let buf = next(2 * layer_bytes)?;
                 let (k, v) = buf.split_at(layer_bytes);
                 cache.write_bits(layer, LeHalves::new(k), LeHalves::new(v), n).map_err(|e| e.to_string())?;
+                full_tx.send(buf).map_err(|_| "the hashing thread stopped".to_string())?;
+            }
+            for _ in 0..recurrent.0 {
+                let buf = next(recurrent.1)?;
+                state.push(cache.recurrent().expect("a hybrid cache").layer_from_bytes(&buf));
                 full_tx.send(buf).map_err(|_| "the hashing thread stopped".to_string())?;
             }
             Ok::<_, String>(())
         })();
         drop(full_tx);
-        let mut hasher = hashing.join().map_err(|_| "the hashing thread panicked".to_string())?;
-        layers?;
-        let mut state = Vec::new();
-        read_exactly(r, &mut state, shape.state_bytes)?;
-        hasher.update(&state);
+        let hasher = hashing.join().map_err(|_| "the hashing thread panicked".to_string())?;
+        taken?;
         Ok((state, hasher.finalize().into()))
     })
 }
