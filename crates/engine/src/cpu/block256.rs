@@ -135,6 +135,12 @@ pub(crate) trait Block256: Copy + Send + Sync + 'static {
     #[cfg(target_arch = "x86_64")]
     unsafe fn quants_avx2(&self) -> [std::arch::x86_64::__m256i; 8];
 
+    /// A one-row product in `Order::Lanes` by a kernel of this format's
+    /// own, where it has one for `isa` (the same bits as `dot_rows`).
+    fn dot_lanes(_x: &[Self], _y: &[Q8KBlock], _isa: Isa) -> Option<f32> {
+        None
+    }
+
     fn dequantize(&self, out: &mut [f32]) {
         let (d, dmin) = (half(self.d_bits()), half(self.dmin_bits()));
         let s = self.scales();
@@ -243,6 +249,12 @@ pub(crate) fn dot<B: Block256>(x: &[B], y: &[Q8KBlock], order: Order) -> f32 {
 /// for all of them (prefill); every product is computed as `dot` computes it.
 pub(crate) fn dot_rows<B: Block256, const R: usize>(x: &[B], y: [&[Q8KBlock]; R], order: Order, isa: Isa) -> [f32; R] {
     debug_assert!(matches!(order, Order::Lanes | Order::Tiled), "the repacked orders run in interleaved_q4k");
+    if R == 1 && order == Order::Lanes {
+        assert!(y[0].len() >= x.len());
+        if let Some(v) = B::dot_lanes(x, y[0], isa) {
+            return [v; R];
+        }
+    }
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx2 {
         super::isa::assert_available(isa);
