@@ -117,72 +117,199 @@ fn causal_conv_step_impl<const FUSED: bool>(past: &mut [f32], taps: &[f32], inpu
     }
 }
 
-/// One token of the gated delta rule for one value head, as llama.cpp's
-/// `gated_delta_net` computes it: `s` holds the state's columns (row `m` of
-/// `s` is column `m` of S, `d × d` in all), decayed by `decay`, corrected
-/// towards `v` along `k` with strength `beta`, then read along `q` into
-/// `out`, scaled. The dot products in
-/// `ggml_vec_dot_f32`'s order for this CPU's build (as `dot`), the update
-/// as `ggml_vec_mad_f32`'s fused multiply-adds.
-pub fn delta_rule_step(
-    s: &mut [f32],
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    (decay, beta, scale): (f32, f32, f32),
-    out: &mut [f32],
-) {
-    let d = k.len();
-    assert!(s.len() == d * d && q.len() == d && v.len() == d && out.len() == d);
+/// One token's inputs to the gated delta rule for one value head.
+pub struct DeltaToken<'a> {
+    pub q: &'a [f32],
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub decay: f32,
+    pub beta: f32,
+}
+
+/// State rows a tile of `delta_rule` holds while every token passes through it.
+const DELTA_TILE_ROWS: usize = 16;
+
+/// The gated delta rule for one value head over `tokens` in order, as
+/// llama.cpp's `gated_delta_net` computes it token by token: `s` holds the
+/// state's columns (row `m` of `s` is column `m` of S, `d × d` in all),
+/// decayed by each token's `decay`, corrected towards its `v` along its `k`
+/// with strength `beta`, then read along its `q` into `out[t]`, scaled. The
+/// dot products in `ggml_vec_dot_f32`'s order for this CPU's build (as
+/// `dot`), the update as `ggml_vec_mad_f32`'s fused multiply-adds.
+pub fn delta_rule(s: &mut [f32], tokens: &[DeltaToken], scale: f32, out: &mut [&mut [f32]]) {
+    let Some(first) = tokens.first() else { return };
+    let d = first.k.len();
+    assert!(s.len() == d * d && out.len() == tokens.len());
+    for (t, o) in tokens.iter().zip(out.iter()) {
+        assert!(t.q.len() == d && t.k.len() == d && t.v.len() == d && o.len() == d);
+    }
     #[cfg(target_arch = "x86_64")]
     {
         use crate::cpu::isa::{isa, Isa};
         /// # Safety
         /// The CPU must have AVX2 and FMA. (The body is safe code.)
         #[target_feature(enable = "avx2,fma")]
-        unsafe fn avx2(s: &mut [f32], q: &[f32], k: &[f32], v: &[f32], c: (f32, f32, f32), o: &mut [f32]) {
-            delta_rule_step_impl::<8>(s, q, k, v, c, o)
+        unsafe fn avx2(s: &mut [f32], tokens: &[DeltaToken], scale: f32, out: &mut [&mut [f32]]) {
+            delta_rule_impl::<8>(s, tokens, scale, out)
         }
         /// # Safety
         /// The CPU must have AVX-512 F. (The body is safe code.)
         #[target_feature(enable = "avx2,fma,avx512f")]
-        unsafe fn avx512(s: &mut [f32], q: &[f32], k: &[f32], v: &[f32], c: (f32, f32, f32), o: &mut [f32]) {
-            delta_rule_step_impl::<16>(s, q, k, v, c, o)
+        unsafe fn avx512(s: &mut [f32], tokens: &[DeltaToken], scale: f32, out: &mut [&mut [f32]]) {
+            delta_rule_impl::<16>(s, tokens, scale, out)
         }
         match isa() {
+            // SAFETY: `isa()` checked the features at run time; every
+            // vector is `d` long (asserted above), a multiple of 64.
+            Isa::Avx512Vnni if d.is_multiple_of(64) => return unsafe { delta_rule_avx512(s, tokens, scale, out) },
             // SAFETY: `isa()` checked the features at run time.
-            Isa::Avx512Vnni => return unsafe { avx512(s, q, k, v, (decay, beta, scale), out) },
+            Isa::Avx512Vnni => return unsafe { avx512(s, tokens, scale, out) },
+            // SAFETY: `isa()` checked the features at run time; every
+            // vector is `d` long (asserted above), a multiple of 32.
+            Isa::Avx2 if d.is_multiple_of(32) => return unsafe { delta_rule_avx2(s, tokens, scale, out) },
             // SAFETY: as above.
-            Isa::Avx2 => return unsafe { avx2(s, q, k, v, (decay, beta, scale), out) },
+            Isa::Avx2 => return unsafe { avx2(s, tokens, scale, out) },
             Isa::Portable => {}
         }
     }
-    delta_rule_step_impl::<8>(s, q, k, v, (decay, beta, scale), out)
+    delta_rule_impl::<8>(s, tokens, scale, out)
+}
+
+/// `delta_rule_impl::<16>` in AVX-512 registers, for `d` a multiple of 64:
+/// the decay fused into the pass that takes the dot product with `k`, and
+/// the update into the one with `q` (each value rounded as before, each
+/// product summed in the same order), so a row passes through registers
+/// twice a token rather than four times, with the reductions in the
+/// registers `_mm512_reduce_add_ps` uses.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and AVX-512 F; `s` must hold `d × d` values,
+/// every token's `q`, `k` and `v` and every `out[t]` `d`, for `d` (the
+/// first token's `k.len()`) a multiple of 64; `out` as long as `tokens`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f")]
+unsafe fn delta_rule_avx512(s: &mut [f32], tokens: &[DeltaToken], scale: f32, out: &mut [&mut [f32]]) {
+    use std::arch::x86_64::*;
+    /// `(a0 + a2) + (a1 + a3)`, then `hsum_w::<16>`'s order.
+    #[inline(always)]
+    unsafe fn reduce(a: [__m512; 4]) -> f32 {
+        let v = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+        let h = _mm256_add_ps(_mm512_extractf32x8_ps::<1>(v), _mm512_castps512_ps256(v));
+        let r = _mm_add_ps(_mm256_extractf128_ps::<1>(h), _mm256_castps256_ps128(h));
+        let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+        _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)))
+    }
+    let d = tokens[0].k.len();
+    for (tile_index, tile) in s.chunks_mut(DELTA_TILE_ROWS * d).enumerate() {
+        let first = tile_index * DELTA_TILE_ROWS;
+        for (t, o) in tokens.iter().zip(out.iter_mut()) {
+            let (k, q) = (t.k.as_ptr(), t.q.as_ptr());
+            let decay = _mm512_set1_ps(t.decay);
+            for (i, row) in tile.chunks_exact_mut(d).enumerate() {
+                let m = first + i;
+                let p = row.as_mut_ptr();
+                let mut acc = [_mm512_setzero_ps(); 4];
+                for c in (0..d).step_by(64) {
+                    for (j, acc) in acc.iter_mut().enumerate() {
+                        let at = c + 16 * j;
+                        let x = _mm512_mul_ps(_mm512_loadu_ps(p.add(at)), decay);
+                        _mm512_storeu_ps(p.add(at), x);
+                        *acc = _mm512_fmadd_ps(x, _mm512_loadu_ps(k.add(at)), *acc);
+                    }
+                }
+                let dm = _mm512_set1_ps((*t.v.get_unchecked(m) - reduce(acc)) * t.beta);
+                let mut acc = [_mm512_setzero_ps(); 4];
+                for c in (0..d).step_by(64) {
+                    for (j, acc) in acc.iter_mut().enumerate() {
+                        let at = c + 16 * j;
+                        let x = _mm512_fmadd_ps(_mm512_loadu_ps(k.add(at)), dm, _mm512_loadu_ps(p.add(at)));
+                        _mm512_storeu_ps(p.add(at), x);
+                        *acc = _mm512_fmadd_ps(x, _mm512_loadu_ps(q.add(at)), *acc);
+                    }
+                }
+                *o.get_unchecked_mut(m) = reduce(acc) * scale;
+            }
+        }
+    }
+}
+
+/// `delta_rule_avx512` in AVX2 registers (`delta_rule_impl::<8>`'s
+/// order), for `d` a multiple of 32.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA; the slices as for `delta_rule_avx512`,
+/// with `d` a multiple of 32.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn delta_rule_avx2(s: &mut [f32], tokens: &[DeltaToken], scale: f32, out: &mut [&mut [f32]]) {
+    use std::arch::x86_64::*;
+    /// `(a0 + a2) + (a1 + a3)`, the halves added, then two `hadd`s.
+    #[inline(always)]
+    unsafe fn reduce(a: [__m256; 4]) -> f32 {
+        let v = _mm256_add_ps(_mm256_add_ps(a[0], a[2]), _mm256_add_ps(a[1], a[3]));
+        let t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let t = _mm_hadd_ps(t, t);
+        _mm_cvtss_f32(_mm_hadd_ps(t, t))
+    }
+    let d = tokens[0].k.len();
+    for (tile_index, tile) in s.chunks_mut(DELTA_TILE_ROWS * d).enumerate() {
+        let first = tile_index * DELTA_TILE_ROWS;
+        for (t, o) in tokens.iter().zip(out.iter_mut()) {
+            let (k, q) = (t.k.as_ptr(), t.q.as_ptr());
+            let decay = _mm256_set1_ps(t.decay);
+            for (i, row) in tile.chunks_exact_mut(d).enumerate() {
+                let m = first + i;
+                let p = row.as_mut_ptr();
+                let mut acc = [_mm256_setzero_ps(); 4];
+                for c in (0..d).step_by(32) {
+                    for (j, acc) in acc.iter_mut().enumerate() {
+                        let at = c + 8 * j;
+                        let x = _mm256_mul_ps(_mm256_loadu_ps(p.add(at)), decay);
+                        _mm256_storeu_ps(p.add(at), x);
+                        *acc = _mm256_fmadd_ps(x, _mm256_loadu_ps(k.add(at)), *acc);
+                    }
+                }
+                let dm = _mm256_set1_ps((*t.v.get_unchecked(m) - reduce(acc)) * t.beta);
+                let mut acc = [_mm256_setzero_ps(); 4];
+                for c in (0..d).step_by(32) {
+                    for (j, acc) in acc.iter_mut().enumerate() {
+                        let at = c + 8 * j;
+                        let x = _mm256_fmadd_ps(_mm256_loadu_ps(k.add(at)), dm, _mm256_loadu_ps(p.add(at)));
+                        _mm256_storeu_ps(p.add(at), x);
+                        *acc = _mm256_fmadd_ps(x, _mm256_loadu_ps(q.add(at)), *acc);
+                    }
+                }
+                *o.get_unchecked_mut(m) = reduce(acc) * scale;
+            }
+        }
+    }
 }
 
 #[inline(always)]
-fn delta_rule_step_impl<const W: usize>(
-    s: &mut [f32],
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    (decay, beta, scale): (f32, f32, f32),
-    out: &mut [f32],
-) {
-    // llama.cpp makes four passes over the whole state (decay, the dot
-    // products with k, the update, the dot products with q), but each of a
-    // row's steps reads only that row: done row by row, the same operations
-    // give the same bits with the row in L1 throughout.
-    let d = k.len();
-    for ((row, &vm), o) in s.chunks_exact_mut(d).zip(v).zip(out.iter_mut()) {
-        for x in row.iter_mut() {
-            *x *= decay;
+fn delta_rule_impl<const W: usize>(s: &mut [f32], tokens: &[DeltaToken], scale: f32, out: &mut [&mut [f32]]) {
+    // llama.cpp makes four passes over the whole state per token (decay,
+    // the dot products with k, the update, the dot products with q), but
+    // each of a row's steps reads only that row, and a row's tokens only
+    // its own earlier steps: done a tile of rows at a time for every token,
+    // the same operations in the same order give the same bits, with the
+    // tile in L1 throughout rather than the whole state passing through L2
+    // four times a token.
+    let d = tokens[0].k.len();
+    for (tile_index, tile) in s.chunks_mut(DELTA_TILE_ROWS * d).enumerate() {
+        let first = tile_index * DELTA_TILE_ROWS;
+        for (t, o) in tokens.iter().zip(out.iter_mut()) {
+            for (i, row) in tile.chunks_exact_mut(d).enumerate() {
+                let m = first + i;
+                for x in row.iter_mut() {
+                    *x *= t.decay;
+                }
+                let dm = (t.v[m] - dot_impl::<W>(row, t.k)) * t.beta;
+                for (x, &ki) in row.iter_mut().zip(t.k) {
+                    *x = ki.mul_add(dm, *x);
+                }
+                o[m] = dot_impl::<W>(row, t.q) * scale;
+            }
         }
-        let dm = (vm - dot_impl::<W>(row, k)) * beta;
-        for (x, &ki) in row.iter_mut().zip(k) {
-            *x = ki.mul_add(dm, *x);
-        }
-        *o = dot_impl::<W>(row, q) * scale;
     }
 }
 

@@ -212,17 +212,26 @@ impl DeltaNet {
                 // SAFETY: each task owns its sequence's value head `j`: its
                 // state matrix and its outputs.
                 let s = unsafe { state.slice(j * d * d..(j + 1) * d * d) };
-                for r in rows.clone() {
-                    let row = &conv_out[r * channels..(r + 1) * channels];
-                    let q = &row[(j % hk) * d..(j % hk + 1) * d];
-                    let kk = &row[hk * d + (j % hk) * d..hk * d + (j % hk + 1) * d];
-                    let v = &row[2 * hk * d + j * d..2 * hk * d + (j + 1) * d];
-                    // libm's expf, as llama.cpp's kernel takes it.
-                    let decay = gates[r * hv + j].exp();
-                    // SAFETY: as above.
-                    let o = unsafe { heads_out.slice(r * hv * d + j * d..r * hv * d + (j + 1) * d) };
-                    vec_ops::delta_rule_step(s, q, kk, v, (decay, beta[r * hv + j], inv_sqrt_d), o);
-                }
+                let tokens: Vec<vec_ops::DeltaToken> = rows
+                    .clone()
+                    .map(|r| {
+                        let row = &conv_out[r * channels..(r + 1) * channels];
+                        vec_ops::DeltaToken {
+                            q: &row[(j % hk) * d..(j % hk + 1) * d],
+                            k: &row[hk * d + (j % hk) * d..hk * d + (j % hk + 1) * d],
+                            v: &row[2 * hk * d + j * d..2 * hk * d + (j + 1) * d],
+                            // libm's expf, as llama.cpp's kernel takes it.
+                            decay: gates[r * hv + j].exp(),
+                            beta: beta[r * hv + j],
+                        }
+                    })
+                    .collect();
+                // SAFETY: as above.
+                let mut outs: Vec<&mut [f32]> = rows
+                    .clone()
+                    .map(|r| unsafe { heads_out.slice(r * hv * d + j * d..r * hv * d + (j + 1) * d) })
+                    .collect();
+                vec_ops::delta_rule(s, &tokens, inv_sqrt_d, &mut outs);
             });
         }
 
