@@ -43,4 +43,15 @@ v = rng.standard_normal(ROWS * COLS).astype(np.float32)
 bf = (v.view(np.uint32) >> 16).astype(np.uint16)
 out["BF16"] = {"rows": ROWS, "cols": COLS, "data": bf.tobytes().hex(), "values": (bf.astype(np.uint32) << 16).view(np.float32).tobytes().hex()}
 
+# MXFP4 (added later, from its own generator so the cases above stay as
+# recorded): one E8M0 exponent byte and 16 bytes of nibbles per block, the
+# exponents in a range real quantizers write (2^-15 … 2^0 after halving).
+mx = np.random.default_rng(20261204)
+nblocks = ROWS * COLS // 32
+raw = mx.integers(0, 256, size=(nblocks, 17), dtype=np.uint8)
+raw[:, 0] = mx.integers(113, 128, size=nblocks, dtype=np.uint8)
+raw[0, 0], raw[1, 0] = 0, 1  # the two subnormal scales
+values = dequantize(raw.reshape(-1), T.MXFP4).astype(np.float32).reshape(-1)
+out["MXFP4"] = {"rows": ROWS, "cols": COLS, "data": raw.tobytes().hex(), "values": values.tobytes().hex()}
+
 json.dump(out, open(sys.argv[1], "w"), indent=0)

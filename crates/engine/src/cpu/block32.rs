@@ -31,6 +31,9 @@ pub(crate) trait Block32: Copy + Send + Sync + 'static {
     const SUM: Sum;
     /// Bytes in GGUF (the struct is laid out exactly so).
     const BYTES: usize;
+    /// The scale is an E8M0 exponent (MXFP4), its byte in `d_bits`, rather
+    /// than an f16.
+    const E8M0: bool = false;
     fn d_bits(&self) -> u16;
     fn m_bits(&self) -> u16 {
         0
@@ -58,7 +61,7 @@ pub(crate) trait Block32: Copy + Send + Sync + 'static {
     }
 
     fn dequantize(&self, out: &mut [f32]) {
-        let (d, m) = (half(self.d_bits()), half(self.m_bits()));
+        let (d, m) = (scale(self), half(self.m_bits()));
         for (o, q) in out.iter_mut().zip(self.quants()) {
             *o = if Self::SUM == Sum::WithMin { d * (q as u8) as f32 + m } else { d * q as f32 };
         }
@@ -67,6 +70,22 @@ pub(crate) trait Block32: Copy + Send + Sync + 'static {
 
 pub(crate) fn half(bits: u16) -> f32 {
     half::f16::from_bits(bits).to_f32()
+}
+
+/// A block's scale: its f16 `d`, or for an E8M0 format its exponent.
+pub(crate) fn scale<B: Block32>(b: &B) -> f32 {
+    if B::E8M0 {
+        e8m0_half(b.d_bits() as u8)
+    } else {
+        half(b.d_bits())
+    }
+}
+
+/// An E8M0 exponent `e` as `2^(e − 128)`: half its value, as llama.cpp's
+/// `GGML_E8M0_TO_FP32_HALF` (MXFP4's table holds its values doubled), with
+/// the two smallest as subnormals.
+pub(crate) fn e8m0_half(e: u8) -> f32 {
+    f32::from_bits(if e < 2 { 0x0020_0000 << e } else { (e as u32 - 1) << 23 })
 }
 
 /// Eight lanes, each the integer dot of four consecutive values.
@@ -90,7 +109,7 @@ pub(crate) fn dot<B: Block32>(x: &[B], y: &[Q8Block]) -> f32 {
         Sum::Signed => {
             let mut acc = [0f32; 8];
             for (x, y) in x.iter().zip(y) {
-                fma_lanes(&mut acc, half(x.d_bits()) * y.d, lanes::<false>(&x.quants(), &y.qs));
+                fma_lanes(&mut acc, scale(x) * y.d, lanes::<false>(&x.quants(), &y.qs));
             }
             hsum8(acc)
         }
@@ -99,7 +118,7 @@ pub(crate) fn dot<B: Block32>(x: &[B], y: &[Q8Block]) -> f32 {
             let mut summs = 0f32;
             for (x, y) in x.iter().zip(y) {
                 summs += half(x.m_bits()) * y.s;
-                fma_lanes(&mut acc, half(x.d_bits()) * y.d, lanes::<true>(&x.quants(), &y.qs));
+                fma_lanes(&mut acc, scale(x) * y.d, lanes::<true>(&x.quants(), &y.qs));
             }
             hsum8(acc) + summs
         }
@@ -107,13 +126,13 @@ pub(crate) fn dot<B: Block32>(x: &[B], y: &[Q8Block]) -> f32 {
             let mut acc = [[0f32; 8]; 2];
             let pairs = x.len() & !1;
             for (i, (x, y)) in x[..pairs].iter().zip(y).enumerate() {
-                fma_lanes(&mut acc[i % 2], y.d * half(x.d_bits()), lanes::<false>(&x.quants(), &y.qs));
+                fma_lanes(&mut acc[i % 2], y.d * scale(x), lanes::<false>(&x.quants(), &y.qs));
             }
             let mut sum = hsum8(std::array::from_fn(|l| acc[0][l] + acc[1][l]));
             if pairs < x.len() {
                 let (x, y) = (&x[pairs], &y[pairs]);
                 let sumi: i32 = x.quants().iter().zip(&y.qs).map(|(&q, &v)| q as i32 * v as i32).sum();
-                sum = (y.d * half(x.d_bits())).mul_add(sumi as f32, sum);
+                sum = (y.d * scale(x)).mul_add(sumi as f32, sum);
             }
             sum
         }
@@ -368,6 +387,19 @@ pub(crate) mod x86 {
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
     }
 
+    /// `super::scale` with F16C's conversion.
+    ///
+    /// # Safety
+    /// The CPU must have F16C (as for `half`).
+    #[inline(always)]
+    pub unsafe fn scale<B: super::Block32>(b: &B) -> f32 {
+        if B::E8M0 {
+            super::e8m0_half(b.d_bits() as u8)
+        } else {
+            half(b.d_bits())
+        }
+    }
+
     /// Sixteen bytes of nibbles as 32 bytes: low nibbles first, then high.
     ///
     /// # Safety
@@ -443,7 +475,7 @@ pub(crate) mod x86 {
                 if B::SUM != Sum::WithMin {
                     aq[r] = _mm256_sign_epi8(q[r], q[r]);
                 }
-                d[r] = half(b.d_bits());
+                d[r] = scale(b);
                 if B::SUM == Sum::WithMin {
                     m[r] = half(b.m_bits());
                 }
@@ -482,7 +514,7 @@ pub(crate) mod x86 {
                             for t in 0..32 {
                                 sumi += qs[t] as i32 * yb.qs[t] as i32;
                             }
-                            s = (yb.d * half(xb.d_bits())).mul_add(sumi as f32, s);
+                            s = (yb.d * scale(xb)).mul_add(sumi as f32, s);
                         }
                         s
                     }
@@ -594,7 +626,7 @@ pub(crate) mod x86 {
                 let base = _mm256_load_si256(offsets.get_unchecked(i).0.as_ptr() as *const __m256i);
                 let qy = _mm256_loadu_si256(yb.qs.as_ptr() as *const __m256i);
                 let s = _mm256_dpbusd_epi32(base, b.offset_quants_avx512(), qy);
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(half(b.d_bits()) * yb.d), _mm256_cvtepi32_ps(s), acc);
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(scale(b) * yb.d), _mm256_cvtepi32_ps(s), acc);
             }
             out[col - cols.start][0] = hsum(acc);
         }
@@ -687,7 +719,7 @@ pub(crate) mod x86 {
             let mut d = [_mm512_setzero_ps(); W];
             for w in 0..W {
                 let b = x[w].get_unchecked(i);
-                d[w] = _mm512_set1_ps(half(b.d_bits()));
+                d[w] = _mm512_set1_ps(scale(b));
                 if B::SUM == Sum::WithMin {
                     let m = _mm_set1_ps(half(b.m_bits()));
                     for g in 0..G {

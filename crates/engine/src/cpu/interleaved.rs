@@ -1,11 +1,11 @@
-//! Q4_0 and IQ4_NL weights with eight rows interleaved, built at load time
+//! Q4_0, IQ4_NL and MXFP4 weights with eight rows interleaved, built at load time
 //! as llama.cpp's REPACK builds them: one register then holds four values
 //! of each of eight rows, so a multiply-add against four activation bytes
 //! broadcast to every lane gives eight rows' sums at once, with no
 //! horizontal sums. Each block's exact integer sum is scaled by `dx·dy` in
 //! one fused multiply-add, llama.cpp's repacked order.
 
-use super::block32::half;
+use super::block32::{e8m0_half, half};
 use super::iq4_nl::TABLE;
 use super::isa::Isa;
 use super::q8::Q8Block;
@@ -13,8 +13,9 @@ use super::q8::Q8Block;
 /// Rows per group.
 pub(crate) const ROWS: usize = 8;
 
-/// One 32-value block of eight rows: their f16 scales, then their nibbles in
-/// four-byte runs (`qs[32c + 4r + j]` is byte `4c + j` of row `r`'s block).
+/// One 32-value block of eight rows: their scales (f16 bits, or MXFP4's
+/// E8M0 exponent bytes), then their nibbles in four-byte runs
+/// (`qs[32c + 4r + j]` is byte `4c + j` of row `r`'s block).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub(crate) struct Group8 {
@@ -29,6 +30,26 @@ pub(crate) enum Nibbles {
     Q4_0,
     /// IQ4_NL's table.
     Iq4Nl,
+    /// MXFP4's table, under an E8M0 scale.
+    Mxfp4,
+}
+
+impl Nibbles {
+    /// The sixteen values a nibble stands for, where a table gives them.
+    fn table(self) -> &'static [i8; 16] {
+        match self {
+            Nibbles::Mxfp4 => &super::mxfp4::TABLE,
+            _ => &TABLE,
+        }
+    }
+
+    /// A block's scale from its stored bits.
+    fn scale(self, bits: u16) -> f32 {
+        match self {
+            Nibbles::Mxfp4 => e8m0_half(bits as u8),
+            _ => half(bits),
+        }
+    }
 }
 
 /// A matrix whose row count is a multiple of eight, in groups of eight rows.
@@ -39,19 +60,23 @@ pub(crate) struct Interleaved {
 }
 
 impl Interleaved {
-    /// From GGUF's row-major blocks of 18 bytes (f16 scale, 16 bytes of nibbles).
+    /// From GGUF's row-major blocks: a scale (an f16, or MXFP4's E8M0
+    /// byte), then 16 bytes of nibbles.
     pub(crate) fn new(data: &[u8], n: usize, kb: usize, kind: Nibbles) -> Self {
-        debug_assert!(n.is_multiple_of(ROWS) && data.len() == n * kb * 18);
-        let block = |row: usize, b: usize| &data[(row * kb + b) * 18..(row * kb + b + 1) * 18];
+        let scale = if kind == Nibbles::Mxfp4 { 1 } else { 2 };
+        let bytes = scale + 16;
+        debug_assert!(n.is_multiple_of(ROWS) && data.len() == n * kb * bytes);
+        let block = |row: usize, b: usize| &data[(row * kb + b) * bytes..(row * kb + b + 1) * bytes];
         let mut groups = Vec::with_capacity(n / ROWS * kb);
         for g in 0..n / ROWS {
             for b in 0..kb {
                 let mut group = Group8 { d: [0; ROWS], qs: [0; 16 * ROWS] };
                 for r in 0..ROWS {
                     let src = block(g * ROWS + r, b);
-                    group.d[r] = u16::from_le_bytes([src[0], src[1]]);
+                    group.d[r] = if scale == 1 { src[0] as u16 } else { u16::from_le_bytes([src[0], src[1]]) };
                     for c in 0..4 {
-                        group.qs[32 * c + 4 * r..32 * c + 4 * r + 4].copy_from_slice(&src[2 + 4 * c..2 + 4 * c + 4]);
+                        let from = scale + 4 * c;
+                        group.qs[32 * c + 4 * r..32 * c + 4 * r + 4].copy_from_slice(&src[from..from + 4]);
                     }
                 }
                 groups.push(group);
@@ -73,10 +98,10 @@ impl Interleaved {
             let n = if e < 16 { byte(e) & 0xF } else { byte(e - 16) >> 4 };
             match self.kind {
                 Nibbles::Q4_0 => n as i8 - 8,
-                Nibbles::Iq4Nl => TABLE[n as usize],
+                kind => kind.table()[n as usize],
             }
         });
-        (half(g.d[r]), q)
+        (self.kind.scale(g.d[r]), q)
     }
 
     pub(crate) fn dequantize_row(&self, row: usize, out: &mut [f32]) {
@@ -227,8 +252,25 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{Group8, Nibbles, ROWS};
-    use crate::cpu::iq4_nl::TABLE;
     use crate::cpu::q8::Q8Block;
+
+    /// A group's eight scales as floats: F16C's conversion, or for MXFP4
+    /// `e8m0_half` on each exponent byte, in integer lanes (the same bits).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and F16C; inlined into a caller that enables them.
+    #[inline(always)]
+    unsafe fn scales(g: &Group8, kind: Nibbles) -> __m256 {
+        let bits = _mm_loadu_si128(g.d.as_ptr() as *const __m128i);
+        if kind != Nibbles::Mxfp4 {
+            return _mm256_cvtph_ps(bits);
+        }
+        let e = _mm256_cvtepu16_epi32(bits);
+        let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+        let tiny = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+        let small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+        _mm256_castsi256_ps(_mm256_blendv_epi8(normal, tiny, small))
+    }
 
     /// Eight weight rows against `R` activation rows; `lanes[a][r]`.
     ///
@@ -279,20 +321,20 @@ mod x86 {
     ) {
         let m4 = _mm256_set1_epi8(0xF);
         let ones = _mm256_set1_epi16(1);
-        let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(TABLE.as_ptr() as *const __m128i));
+        let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(kind.table().as_ptr() as *const __m128i));
         let flip = _mm256_set1_epi8(-128);
         let offset = if kind == Nibbles::Q4_0 { 8 } else { 128 };
         let mut acc = [_mm256_setzero_ps(); R];
         let mut q = [_mm256_setzero_si256(); 8];
         let mut aq = [_mm256_setzero_si256(); 8];
         for (b, g) in groups.iter().enumerate() {
-            let d = _mm256_cvtph_ps(_mm_loadu_si128(g.d.as_ptr() as *const __m128i));
+            let d = scales(g, kind);
             for c in 0..4 {
                 let v = _mm256_loadu_si256(g.qs.as_ptr().add(32 * c) as *const __m256i);
                 let (lo, hi) = (_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4));
                 if VNNI {
                     // Unsigned: the nibble itself (Q4_0, offset 8), or the
-                    // table's value plus 128 (IQ4_NL).
+                    // table's value plus 128 (IQ4_NL, MXFP4).
                     if kind == Nibbles::Q4_0 {
                         (q[c], q[4 + c]) = (lo, hi);
                     } else {
@@ -360,14 +402,13 @@ mod x86 {
     ) {
         let m4 = _mm512_set1_epi8(0xF);
         let flip = _mm512_set1_epi8(-128);
-        let table = _mm512_broadcast_i32x4(_mm_loadu_si128(TABLE.as_ptr() as *const __m128i));
+        let table = _mm512_broadcast_i32x4(_mm_loadu_si128(kind.table().as_ptr() as *const __m128i));
         let offset = if kind == Nibbles::Q4_0 { 8 } else { 128 };
         let mut acc = [_mm512_setzero_ps(); 4];
         let mut q = [_mm512_setzero_si512(); 8];
         for b in 0..g0.len() {
             let (a0, a1) = (g0.get_unchecked(b), g1.get_unchecked(b));
-            let d0 = _mm256_cvtph_ps(_mm_loadu_si128(a0.d.as_ptr() as *const __m128i));
-            let d1 = _mm256_cvtph_ps(_mm_loadu_si128(a1.d.as_ptr() as *const __m128i));
+            let (d0, d1) = (scales(a0, kind), scales(a1, kind));
             let d = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(d0), d1);
             for c in 0..4 {
                 let v0 = _mm256_loadu_si256(a0.qs.as_ptr().add(32 * c) as *const __m256i);

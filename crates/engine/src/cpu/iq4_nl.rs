@@ -23,8 +23,19 @@ pub(crate) struct BlockIq4Nl {
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn lookup_avx2(qs: *const u8) -> std::arch::x86_64::__m256i {
+    lookup_avx2_in(&TABLE, qs)
+}
+
+/// `lookup_avx2` in another sixteen-value table (MXFP4's).
+///
+/// # Safety
+/// As `lookup_avx2`.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn lookup_avx2_in(table: &[i8; 16], qs: *const u8) -> std::arch::x86_64::__m256i {
     use std::arch::x86_64::*;
-    let table = _mm_loadu_si128(TABLE.as_ptr() as *const __m128i);
+    let table = _mm_loadu_si128(table.as_ptr() as *const __m128i);
     let bits = _mm_loadu_si128(qs as *const __m128i);
     let m4 = _mm_set1_epi8(0xF);
     _mm256_set_m128i(

@@ -11,6 +11,7 @@ use super::interleaved_q4k::{self, InterleavedQ4K};
 use super::iq4_nl::BlockIq4Nl;
 use super::iq4_xs::BlockIq4Xs;
 use super::isa::{self, Isa};
+use super::mxfp4::BlockMxfp4;
 use super::prefetch::prefetch_row_ahead;
 use super::q2_k::BlockQ2K;
 use super::q3_k::BlockQ3K;
@@ -43,6 +44,7 @@ enum Weights {
     Q5_1(Vec<BlockQ5_1>),
     Q8_0(Vec<BlockQ8_0>),
     Iq4Nl(Vec<BlockIq4Nl>),
+    Mxfp4(Vec<BlockMxfp4>),
     Q2K(Vec<BlockQ2K>),
     Q3K(Vec<BlockQ3K>),
     Q4K(Vec<BlockQ4K>),
@@ -50,7 +52,7 @@ enum Weights {
     Q6K(Vec<BlockQ6K>),
     Iq4Xs(Vec<BlockIq4Xs>),
     Float(FloatRows),
-    /// Q4_0 or IQ4_NL with rows in eights, interleaved as llama.cpp repacks them.
+    /// Q4_0, IQ4_NL or MXFP4 with rows in eights, interleaved as llama.cpp repacks them.
     Interleaved(Interleaved),
     /// Q4_K with rows in eights, interleaved as llama.cpp repacks them.
     InterleavedQ4K(InterleavedQ4K),
@@ -68,6 +70,7 @@ macro_rules! by_format {
             Weights::Q5_1($b) => $b32,
             Weights::Q8_0($b) => $b32,
             Weights::Iq4Nl($b) => $b32,
+            Weights::Mxfp4($b) => $b32,
             Weights::Q2K($k) => $b256,
             Weights::Q3K($k) => $b256,
             Weights::Q4K($k) => $b256,
@@ -233,12 +236,16 @@ impl QuantMatrix {
             T::Iq4Nl if n % interleaved::ROWS == 0 => {
                 Weights::Interleaved(Interleaved::new(data, n, k / 32, Nibbles::Iq4Nl))
             }
+            T::Mxfp4 if n % interleaved::ROWS == 0 => {
+                Weights::Interleaved(Interleaved::new(data, n, k / 32, Nibbles::Mxfp4))
+            }
             T::Q4_0 => Weights::Q4_0(blocks(data, BlockQ4_0::BYTES)),
             T::Q4_1 => Weights::Q4_1(blocks(data, BlockQ4_1::BYTES)),
             T::Q5_0 => Weights::Q5_0(blocks(data, BlockQ5_0::BYTES)),
             T::Q5_1 => Weights::Q5_1(blocks(data, BlockQ5_1::BYTES)),
             T::Q8_0 => Weights::Q8_0(blocks(data, BlockQ8_0::BYTES)),
             T::Iq4Nl => Weights::Iq4Nl(blocks(data, BlockIq4Nl::BYTES)),
+            T::Mxfp4 => Weights::Mxfp4(blocks(data, BlockMxfp4::BYTES)),
             T::Q2K => Weights::Q2K(blocks(data, BlockQ2K::BYTES)),
             T::Q3K => Weights::Q3K(blocks(data, BlockQ3K::BYTES)),
             T::Q4K if n % interleaved_q4k::ROWS == 0 => {
@@ -283,6 +290,7 @@ impl QuantMatrix {
             | Weights::Q5_1(_)
             | Weights::Q8_0(_)
             | Weights::Iq4Nl(_)
+            | Weights::Mxfp4(_)
             | Weights::Interleaved(_) => Rounding::Q8,
             Weights::Float(FloatRows::F32(_)) => Rounding::F32,
             Weights::Float(FloatRows::F16(_)) => Rounding::F16,

@@ -30,6 +30,7 @@ mod iq4_nl;
 mod iq4_xs;
 pub mod isa;
 mod matrix;
+mod mxfp4;
 mod prefetch;
 mod q2_k;
 mod q3_k;

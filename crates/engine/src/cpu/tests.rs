@@ -28,6 +28,7 @@ fn cases() -> Vec<Case> {
         GgmlType::Q5_1,
         GgmlType::Q8_0,
         GgmlType::Iq4Nl,
+        GgmlType::Mxfp4,
         GgmlType::Q2K,
         GgmlType::Q3K,
         GgmlType::Q4K,
