@@ -125,12 +125,25 @@ export async function waitForReply(d, timeoutMs = 120000) {
   );
 }
 
+/** Types `value` into the open chat's setting `key` and waits until the
+ *  conversation's saved settings hold it, or the field shows why it cannot:
+ *  a reply sent earlier would still run with the old value (on a loaded
+ *  machine saving can take a while). */
 export async function setSetting(d, key, value) {
   const input = await d.find(`[data-testid=setting-${key}]`);
   await input.clear();
   if (value !== '') await input.type(String(value));
-  // Let validation and saving finish.
-  await new Promise((r) => setTimeout(r, 400));
+  const id = await activeConversationId(d);
+  const want = value === '' ? null : Number(value);
+  await d.waitFor(async () => {
+    const out = JSON.parse(await d.executeAsync(
+      'const [id, cb] = arguments; window.__TAURI_INTERNALS__.invoke("settings_get", { conversationId: id }).then((r) => cb(JSON.stringify(r)), (e) => cb(JSON.stringify({ error: e })));',
+      [id],
+    ));
+    const saved = out[key] ?? null;
+    if (want === null ? saved === null : Number(saved) === want) return true;
+    return (await d.$(`[data-testid=error-${key}]`)) !== null;
+  }, `setting ${key} = ${value} to be saved`);
 }
 
 export { Keys };

@@ -114,7 +114,8 @@ fn a_bundle_resumes_exactly(model: &Path) {
     assert!(stats.prompt_tokens > first_stats.prompt_tokens + first_stats.generated_tokens);
 
     // The same turn where the bundle was made, from its live cache...
-    let (original, _) = turn(&a, c.id, "And 3 + 3?", 16);
+    let (original, original_stats) = turn(&a, c.id, "And 3 + 3?", 16);
+    assert_eq!(original_stats.processed_tokens, stats.processed_tokens, "live: {original_stats:?}");
     assert_eq!(resumed, original);
     // ...and from a cold prefill of the same history (the JSON alone).
     let cold_folder = folder(model);

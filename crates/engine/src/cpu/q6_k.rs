@@ -32,6 +32,13 @@ impl Block256 for BlockQ6K {
             // (`assert_available`); `dot_rows` checked that `y` is as long as `x`.
             return Some(unsafe { dot_lanes_avx512(x, y) });
         }
+        #[cfg(target_arch = "x86_64")]
+        if isa >= super::isa::Isa::Avx2 {
+            super::isa::assert_available(isa);
+            // SAFETY: the CPU has AVX2, FMA and F16C (`assert_available`);
+            // `dot_rows` checked that `y` is as long as `x`.
+            return Some(unsafe { dot_lanes_avx2(x, y) });
+        }
         let _ = (x, y, isa);
         None
     }
@@ -126,6 +133,67 @@ pub(crate) unsafe fn dot_lanes_avx512(x: &[BlockQ6K], y: &[super::q8::Q8KBlock])
         let bsums = _mm256_loadu_si256(yb.bsums.as_ptr() as *const __m256i);
         sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, sc16)));
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    let mut lanes = [0f32; 8];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+    super::vec_ops::hsum8(lanes)
+}
+
+/// `dot_lanes_avx512` on AVX2: `ggml_vec_dot_q6_K_q8_K`'s own loop, each
+/// 32-value chunk unpacked from the block into a register as it goes.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C, and `y` must hold at least
+/// `x.len()` blocks.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_lanes_avx2(x: &[BlockQ6K], y: &[super::q8::Q8KBlock]) -> f32 {
+    use super::block32::x86::half;
+    use std::arch::x86_64::*;
+    debug_assert!(y.len() >= x.len());
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m3 = _mm256_set1_epi8(3);
+    // Chunk c's two scales (one per 16 values), eight 16-bit lanes each.
+    let spread: [__m128i; 8] = std::array::from_fn(|c| {
+        let (a, b) = (2 * c as i8, 2 * c as i8 + 1);
+        _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
+    });
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..x.len() {
+        let xb = x.get_unchecked(i);
+        let yb = y.get_unchecked(i);
+        let d = _mm256_set1_ps(yb.d * half(xb.d));
+        let scales = _mm_loadu_si128(xb.scales.as_ptr() as *const __m128i);
+        let bsums = _mm256_loadu_si256(yb.bsums.as_ptr() as *const __m256i);
+        let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, _mm256_cvtepi8_epi16(scales)));
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..2 {
+            let ql0 = _mm256_loadu_si256(xb.ql.as_ptr().add(64 * j) as *const __m256i);
+            let ql1 = _mm256_loadu_si256(xb.ql.as_ptr().add(64 * j + 32) as *const __m256i);
+            let qh = _mm256_loadu_si256(xb.qh.as_ptr().add(32 * j) as *const __m256i);
+            let q = [
+                _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m3))),
+                _mm256_or_si256(
+                    _mm256_and_si256(ql1, m4),
+                    _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<2>(qh), m3)),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+                    _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<4>(qh), m3)),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                    _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<6>(qh), m3)),
+                ),
+            ];
+            for (s, q) in q.into_iter().enumerate() {
+                let c = 4 * j + s;
+                let yv = _mm256_loadu_si256(yb.qs.as_ptr().add(32 * c) as *const __m256i);
+                let sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, spread[c]));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, yv)));
+            }
+        }
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi, offset)), acc);
     }
     let mut lanes = [0f32; 8];
     _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
