@@ -104,8 +104,18 @@ enum Feed {
 }
 
 fn check(spec: &TinySpec, positions: usize, feed: Feed) {
-    let Some(python) = llamacpp_python() else { return };
     let (_dir, path) = tiny(spec);
+    let label = format!(
+        "{:?} ({feed:?}), {:?}, experts {:?} of {:?}",
+        spec.family, spec.dtype, spec.experts, spec.experts_dtype
+    );
+    check_file(&label, &path, positions, feed);
+}
+
+/// `check` on the model file at `path`.
+fn check_file(label: &str, path: &Path, positions: usize, feed: Feed) {
+    let Some(python) = llamacpp_python() else { return };
+    let path = path.to_path_buf();
     let ids = ids(positions);
     let (reference, reference_avx512) = llamacpp_logits(&python, &path, &ids, feed == Feed::Steps);
     let engine = Engine::open(&path).unwrap();
@@ -133,10 +143,6 @@ fn check(spec: &TinySpec, positions: usize, feed: Feed) {
             .collect();
         eprintln!("first differing positions: {diffs:?}");
     }
-    let label = format!(
-        "{:?} ({feed:?}), {:?}, experts {:?} of {:?}",
-        spec.family, spec.dtype, spec.experts, spec.experts_dtype
-    );
     eprintln!("{label}: mean KL {kl:.3e}, top token differs at {} of {positions}", differ.len());
     use hearth_engine::cpu::isa::{isa, Isa};
     if (isa() == Isa::Avx512Vnni) == reference_avx512 {
@@ -147,6 +153,28 @@ fn check(spec: &TinySpec, positions: usize, feed: Feed) {
         // Another ISA's orders: no further than llama.cpp's AVX2 build is
         // from its AVX-512 one (3.9e-3 on the default model, NOTES.md).
         assert!(kl < 4e-3, "{label}: mean KL {kl:.3e} to llama.cpp's other-ISA build");
+    }
+}
+
+/// gpt-oss ships its experts in MXFP4: here a Qwen3-MoE file's experts
+/// (rows in eights: repacked by both engines) and, in a Llama file, every
+/// projection, as random MXFP4 blocks.
+#[test]
+fn mxfp4_weights_match_llama_cpp() {
+    let cases = [
+        ("qwen3moe, MXFP4 experts", moe(GgmlDType::Q8_0, 64, 64), "_exps."),
+        ("llama, MXFP4 projections", TinySpec { context: 2048, ..TinySpec::new(Family::Llama) }, ".attn_|.ffn_"),
+    ];
+    for (label, spec, names) in cases {
+        for (positions, feed) in [(600, Feed::Prompt), (80, Feed::Steps)] {
+            let (_dir, path) = tiny(&spec);
+            let pick =
+                |n: &str| n.starts_with("blk.") && !n.contains("norm") && names.split('|').any(|p| n.contains(p));
+            let turned = common::retype::tensors_to_mxfp4(&path, pick, 7);
+            // Every layer's: three experts tensors, or seven projections.
+            assert!(turned >= 3 * spec.n_layers, "{label}: {turned} tensors in MXFP4");
+            check_file(&format!("{label} ({feed:?})"), &path, positions, feed);
+        }
     }
 }
 

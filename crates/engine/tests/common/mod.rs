@@ -2,6 +2,8 @@
 //! files written at test time for every supported family.
 #![allow(dead_code)]
 
+pub mod retype;
+
 use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::{self, Value};
