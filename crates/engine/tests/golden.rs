@@ -211,3 +211,32 @@ fn the_qwen35_template_opens_thinking_in_its_prompt_unless_switched_off() {
     let off = tmpl.render_with(&messages, true, &[("enable_thinking", false)]).unwrap();
     assert!(off.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"), "{off:?}");
 }
+
+/// The splitting regexes of other families (`tokenizer.ggml.pre`: gpt-oss's
+/// `gpt-4o`, Qwen's, Llama 3's) over the default model's vocabulary and
+/// merges, against llama.cpp on the same files (`record_pre_tokenizers.py`).
+/// This vocabulary's merges never cross the places where those regexes
+/// differ from each other, so the test shows that each one splits as
+/// llama.cpp's engine does around newlines, spaces and scripts; a family's
+/// own vocabulary is what tells them apart.
+#[test]
+fn other_pre_tokenizers_split_the_corpus_as_llama_cpp_does() {
+    let golden = load("tokenizer_pre.json");
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for (name, cases) in golden["pre"].as_object().unwrap() {
+        let path = dir.path().join(format!("{name}.gguf"));
+        common::retype::with_string(&common::default_model(), &path, "tokenizer.ggml.pre", name);
+        let tok = Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+        let cases = cases.as_array().unwrap();
+        assert!(cases.len() >= 200);
+        for case in cases {
+            let text = case["text"].as_str().unwrap();
+            let (want, got) = (ids(&case["ids"]), tok.encode(text, false, false).unwrap());
+            if got != want {
+                failures.push(format!("{name} {text:?}: llama.cpp {want:?}, hearth {got:?}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+}

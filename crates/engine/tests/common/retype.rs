@@ -148,3 +148,49 @@ pub fn tensors_to_mxfp4(path: &Path, pick: impl Fn(&str) -> bool, seed: u64) -> 
     std::fs::write(path, file).unwrap();
     turned
 }
+
+/// Writes a copy of the GGUF file `from` at `to` with the string metadata
+/// `key` set to `value` (the tensors as they were).
+pub fn with_string(from: &Path, to: &Path, key: &str, value: &str) {
+    let bytes = std::fs::read(from).unwrap();
+    let mut r = Reader { bytes: &bytes, at: 0 };
+    assert_eq!(r.take(4), b"GGUF");
+    r.u32();
+    let (n_tensors, n_kv) = (r.u64(), r.u64());
+    let mut alignment = 32usize;
+    let mut header = bytes[..24].to_vec();
+    let mut found = false;
+    for _ in 0..n_kv {
+        let start = r.at;
+        let k = r.string();
+        let t = r.u32();
+        if k == "general.alignment" && t == 4 {
+            alignment = r.u32() as usize;
+        } else {
+            r.skip_value(t);
+        }
+        if k == key {
+            assert_eq!(t, 8, "{key} is not a string");
+            found = true;
+            header.extend_from_slice(&(k.len() as u64).to_le_bytes());
+            header.extend_from_slice(k.as_bytes());
+            header.extend_from_slice(&8u32.to_le_bytes());
+            header.extend_from_slice(&(value.len() as u64).to_le_bytes());
+            header.extend_from_slice(value.as_bytes());
+        } else {
+            header.extend_from_slice(&bytes[start..r.at]);
+        }
+    }
+    assert!(found, "no {key} in {}", from.display());
+    let infos_start = r.at;
+    for _ in 0..n_tensors {
+        r.string();
+        let n = r.u32() as usize;
+        r.at += 8 * n + 4 + 8;
+    }
+    header.extend_from_slice(&bytes[infos_start..r.at]);
+    let data_start = r.at.div_ceil(alignment) * alignment;
+    header.resize(header.len().div_ceil(alignment) * alignment, 0);
+    header.extend_from_slice(&bytes[data_start.min(bytes.len())..]);
+    std::fs::write(to, header).unwrap();
+}
