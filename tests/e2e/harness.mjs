@@ -133,15 +133,17 @@ export async function setSetting(d, key, value) {
   const input = await d.find(`[data-testid=setting-${key}]`);
   await input.clear();
   if (value !== '') await input.type(String(value));
-  const id = await activeConversationId(d);
   const want = value === '' ? null : Number(value);
   await d.waitFor(async () => {
+    // Read each time: just after a new chat, the list may still mark the one before.
+    const id = await activeConversationId(d);
     const out = JSON.parse(await d.executeAsync(
       'const [id, cb] = arguments; window.__TAURI_INTERNALS__.invoke("settings_get", { conversationId: id }).then((r) => cb(JSON.stringify(r)), (e) => cb(JSON.stringify({ error: e })));',
       [id],
     ));
     const saved = out[key] ?? null;
-    if (want === null ? saved === null : Number(saved) === want) return true;
+    // f32 values come back as the nearest f64 to them (0.9 as 0.8999999761…).
+    if (want === null ? saved === null : Math.abs(Number(saved) - want) <= 1e-6 * Math.max(1, Math.abs(want))) return true;
     return (await d.$(`[data-testid=error-${key}]`)) !== null;
   }, `setting ${key} = ${value} to be saved`);
 }
