@@ -261,3 +261,40 @@ fn qwen35moe_with_k_quant_experts_matches_llama_cpp() {
         check(&spec, 80, Feed::Steps);
     }
 }
+
+/// gpt-oss's shape in small: heads of 64 (its own), more query heads than
+/// the embedding is wide, a 128-position window on even layers (so a
+/// 600-token prompt slides), YaRN as gpt-oss sets it, sinks and biases.
+fn gpt_oss(experts_dtype: GgmlDType) -> TinySpec {
+    TinySpec {
+        n_layers: 4,
+        n_heads: 8,
+        n_kv_heads: 2,
+        head_dim: 64,
+        context: 2048,
+        sliding_window: 128,
+        experts: (16, 4, 64),
+        experts_dtype,
+        ..TinySpec::new(Family::GptOss)
+    }
+}
+
+#[test]
+fn gpt_oss_matches_llama_cpp() {
+    // Steps past the window too; llama.cpp's window cache holds 256 cells
+    // when it reads a token at a time, so stay below that.
+    for (positions, feed) in [(600, Feed::Prompt), (200, Feed::Steps)] {
+        check(&gpt_oss(GgmlDType::Q8_0), positions, feed);
+    }
+}
+
+#[test]
+fn gpt_oss_with_mxfp4_experts_matches_llama_cpp() {
+    let spec = gpt_oss(GgmlDType::Q8_0);
+    for (positions, feed) in [(600, Feed::Prompt), (200, Feed::Steps)] {
+        let (_dir, path) = tiny(&spec);
+        let turned = common::retype::tensors_to_mxfp4(&path, |n| n.contains("_exps.weight"), 11);
+        assert_eq!(turned, 3 * spec.n_layers, "every layer's three expert tensors in MXFP4");
+        check_file(&format!("gpt-oss, MXFP4 experts ({feed:?})"), &path, positions, feed);
+    }
+}

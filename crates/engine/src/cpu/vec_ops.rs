@@ -368,6 +368,18 @@ fn delta_rule_impl<const W: usize>(s: &mut [f32], tokens: &[DeltaToken], scale: 
     }
 }
 
+/// `gate = min(gate, limit) · σ(alpha · min(gate, limit)) · (clamp(up,
+/// −limit, limit) + 1)`: gpt-oss's SwiGLU, as llama.cpp's `swiglu_oai` op
+/// computes it, scalar code with libm's `expf` (nothing in it can fuse).
+pub fn swiglu_oai(gate: &mut [f32], up: &[f32], alpha: f32, limit: f32) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = g.min(limit);
+        let y = u.clamp(-limit, limit);
+        let glu = x / (1.0 + (alpha * -x).exp());
+        *g = glu * (y + 1.0);
+    }
+}
+
 /// `gate = SiLU(gate) · up`, as `ggml_vec_swiglu_f32` on this CPU's
 /// llama.cpp build: sixteen lanes and its AVX-512 `ggml_v_expf` where the
 /// kernels run AVX-512, else eight and the AVX2 one.

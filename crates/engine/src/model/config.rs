@@ -22,9 +22,14 @@ pub enum Architecture {
     Qwen35,
     /// Qwen 3.5 and 3.6 with experts and a shared expert in every layer.
     Qwen35Moe,
+    /// gpt-oss (20b, 120b): experts with biases behind a clamped SwiGLU
+    /// and a softmax over the picked experts only, attention with biases
+    /// and a learned sink per head, every other layer a 128-position
+    /// window, YaRN positions.
+    GptOss,
 }
 
-pub const SUPPORTED_ARCHITECTURES: &str = "llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, gemma3";
+pub const SUPPORTED_ARCHITECTURES: &str = "llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, gemma3, gpt-oss";
 
 impl Architecture {
     pub fn from_gguf_name(name: &str) -> Option<Self> {
@@ -36,6 +41,7 @@ impl Architecture {
             "gemma3" => Some(Self::Gemma3),
             "qwen35" => Some(Self::Qwen35),
             "qwen35moe" => Some(Self::Qwen35Moe),
+            "gpt-oss" => Some(Self::GptOss),
             _ => None,
         }
     }
@@ -49,6 +55,7 @@ impl Architecture {
             Self::Gemma3 => "gemma3",
             Self::Qwen35 => "qwen35",
             Self::Qwen35Moe => "qwen35moe",
+            Self::GptOss => "gpt-oss",
         }
     }
 
@@ -66,7 +73,18 @@ impl Architecture {
 
     /// Whether the FFN is a mixture of experts.
     pub(crate) fn has_experts(self) -> bool {
-        matches!(self, Self::Qwen3Moe | Self::Qwen35Moe)
+        matches!(self, Self::Qwen3Moe | Self::Qwen35Moe | Self::GptOss)
+    }
+
+    /// Qwen 3.5 and gpt-oss store the FFN's norm as `post_attention_norm`.
+    pub(crate) fn ffn_norm_is_post_attention(self) -> bool {
+        matches!(self, Self::Qwen35 | Self::Qwen35Moe | Self::GptOss)
+    }
+
+    /// gpt-oss: a learned logit per head joins each attention softmax's
+    /// denominator (`attn_sinks`).
+    pub(crate) fn has_attention_sinks(self) -> bool {
+        matches!(self, Self::GptOss)
     }
 
     /// Qwen 3.5: recurrent layers beside attention layers, whose query
@@ -117,6 +135,19 @@ impl RecurrentConfig {
 pub enum Gating {
     /// A softmax over every expert, then the top k (Qwen, Mixtral).
     Softmax,
+    /// The top k of the raw logits, then a softmax over those k only
+    /// (gpt-oss).
+    SoftmaxWeight,
+}
+
+/// What joins an expert's gate and up projections.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ExpertActivation {
+    /// `SiLU(gate) · up`.
+    Silu,
+    /// gpt-oss's clamped SwiGLU: `g = min(gate, limit)`,
+    /// `u = clamp(up, −limit, limit)`, `g · σ(alpha · g) · (u + 1)`.
+    SwigluOai { alpha: f32, limit: f32 },
 }
 
 /// A mixture-of-experts FFN's shape and routing, the same in every layer.
@@ -129,11 +160,42 @@ pub struct ExpertsConfig {
     /// Each expert's hidden width (`expert_feed_forward_length`).
     pub ffn_len: usize,
     pub gating: Gating,
+    pub activation: ExpertActivation,
     /// The k weights are divided by their sum (Qwen3-MoE: always).
     pub normalize_weights: bool,
     /// The shared expert's hidden width, where every token also runs one
     /// (Qwen 3.5: `expert_shared_feed_forward_length`).
     pub shared_ffn_len: Option<usize>,
+}
+
+/// YaRN's parameters as llama.cpp's context derives them (`llama_context`'s
+/// constructor, with its defaults for what the file does not say).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct YarnConfig {
+    /// `rope.scaling.original_context_length`, else the trained context.
+    pub original_context: usize,
+    /// The rotations per original context above which a pair keeps its
+    /// unscaled angle (32), and below which it is fully scaled (1).
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    /// How far the fast pairs go back to their unscaled angle (1).
+    pub ext_factor: f32,
+    /// The magnitude llama.cpp gives its cos/sin tables before `rope_yarn`
+    /// multiplies in `1 + 0.1 ln(factor)`: `mscale(factor) / (1 + 0.1 ln
+    /// factor)` times `rope.scaling.attn_factor`, in f32.
+    pub attn_factor: f32,
+}
+
+impl YarnConfig {
+    /// llama.cpp's derivation for a scaling `factor` (`1 / freq_scale`).
+    fn new(original_context: usize, factor: f32, rope_attn_factor: f32) -> Self {
+        // get_mscale(factor, 1): libllama is compiled without FMA, so
+        // nothing here is fused.
+        let mut attn_factor = if factor <= 1.0 { 1.0 } else { 0.1f32 * factor.ln() + 1.0 };
+        attn_factor *= 1.0 / (1.0 + 0.1f32 * factor.ln());
+        attn_factor *= rope_attn_factor;
+        Self { original_context, beta_fast: 32.0, beta_slow: 1.0, ext_factor: 1.0, attn_factor }
+    }
 }
 
 /// The shape and numerics of one model, independent of its weights.
@@ -155,12 +217,21 @@ pub struct ModelConfig {
     /// positions are the same in every section, so it is plain RoPE except
     /// for pairs no section claims, which stay unrotated.
     pub rope_sections: Option<[usize; 4]>,
-    /// Gemma 3's sliding layers use their own base.
+    /// Sliding layers' base (Gemma 3's `rope.local_freq_base`, gpt-oss's
+    /// `rope.freq_base_swa`; else `rope_base`).
     pub rope_base_local: f32,
-    /// Linear position scaling for global layers (Gemma 3 4B+).
+    /// `rope.scaling.factor`: positions are divided by it (linear and
+    /// YaRN scaling), 1 for none.
     pub rope_linear_scale: f32,
+    /// Whether sliding layers scale positions as full ones do (gpt-oss)
+    /// rather than not at all (Gemma 3).
+    pub rope_scaling_local: bool,
+    /// YaRN (`rope.scaling.type = yarn`): the scaled angles are blended
+    /// back towards the unscaled ones for the fast-turning pairs.
+    pub rope_yarn: Option<YarnConfig>,
     /// `Some(w)`: layer i attends to the last w positions only, when `is_sliding(i)`.
     pub sliding_window: Option<usize>,
+    /// Every `pattern`-th layer is full, the rest slide (0: all slide).
     pub sliding_window_pattern: usize,
     /// `Some` for a family with experts in place of the dense FFN.
     pub experts: Option<ExpertsConfig>,
@@ -202,16 +273,26 @@ impl ModelConfig {
         let rms_eps = file.f32_opt(&key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-6) as f64;
         let default_base = if architecture == Architecture::Gemma3 { 1_000_000.0 } else { 10_000.0 };
         let rope_base = file.f32_opt(&key("rope.freq_base"))?.unwrap_or(default_base);
-        let (sliding_window, sliding_window_pattern, rope_base_local, rope_linear_scale) =
-            if architecture == Architecture::Gemma3 {
+        let (sliding_window, sliding_window_pattern, rope_base_local) = match architecture {
+            Architecture::Gemma3 => {
                 let window = file.u32_opt(&key("attention.sliding_window"))?.map(|w| w as usize);
                 let pattern = file.u32_opt(&key("attention.sliding_window_type"))?.unwrap_or(6) as usize;
                 let local = file.f32_opt(&key("rope.local_freq_base"))?.unwrap_or(10_000.0);
-                let scale = file.f32_opt(&key("rope.scaling.factor"))?.unwrap_or(1.0);
-                (window, pattern.max(1), local, scale)
-            } else {
-                (None, 1, rope_base, 1.0)
-            };
+                (window, pattern.max(1), local)
+            }
+            Architecture::GptOss => {
+                let window = file.u32(&key("attention.sliding_window"))? as usize;
+                if window == 0 {
+                    return Err(file.corrupt(format!("{} is 0", key("attention.sliding_window"))));
+                }
+                // llama.cpp's set_swa_pattern: every pattern-th layer full, 0 for none.
+                let pattern = file.u32_opt(&key("attention.sliding_window_pattern"))?.unwrap_or(2) as usize;
+                let local = file.f32_opt(&key("rope.freq_base_swa"))?.unwrap_or(rope_base);
+                (Some(window), pattern, local)
+            }
+            _ => (None, 1, rope_base),
+        };
+        let (rope_linear_scale, rope_yarn) = rope_scaling(file, &key, context_length)?;
         let experts = if architecture.has_experts() {
             let count = file.u32(&key("expert_count"))? as usize;
             let used = file.u32(&key("expert_used_count"))? as usize;
@@ -236,12 +317,18 @@ impl ModelConfig {
             } else {
                 None
             };
+            let gpt_oss = architecture == Architecture::GptOss;
             Some(ExpertsConfig {
                 count,
                 used,
                 ffn_len,
-                gating: Gating::Softmax,
-                normalize_weights: true,
+                gating: if gpt_oss { Gating::SoftmaxWeight } else { Gating::Softmax },
+                activation: if gpt_oss {
+                    ExpertActivation::SwigluOai { alpha: 1.702, limit: 7.0 }
+                } else {
+                    ExpertActivation::Silu
+                },
+                normalize_weights: !gpt_oss,
                 shared_ffn_len,
             })
         } else {
@@ -274,6 +361,8 @@ impl ModelConfig {
             rope_base,
             rope_base_local,
             rope_linear_scale,
+            rope_scaling_local: architecture == Architecture::GptOss,
+            rope_yarn,
             sliding_window,
             sliding_window_pattern,
             experts,
@@ -289,9 +378,53 @@ impl ModelConfig {
         self.recurrent.as_ref().is_some_and(|r| r.layers[layer])
     }
 
-    /// Gemma 3 makes every `pattern`-th layer global and the rest local.
+    /// Every `pattern`-th layer is global and the rest local (Gemma 3:
+    /// five of six local; gpt-oss: even layers local).
     pub fn is_sliding(&self, layer: usize) -> bool {
-        self.sliding_window.is_some() && !(layer + 1).is_multiple_of(self.sliding_window_pattern)
+        self.sliding_window.is_some()
+            && (self.sliding_window_pattern == 0 || !(layer + 1).is_multiple_of(self.sliding_window_pattern))
+    }
+}
+
+/// `rope.scaling.*`: the factor positions are divided by, and YaRN's
+/// parameters where the type is `yarn`, as llama.cpp reads them (the type
+/// defaults to linear; a factor of 0 or none is no scaling).
+fn rope_scaling(
+    file: &GgufFile,
+    key: &dyn Fn(&str) -> String,
+    context_length: usize,
+) -> Result<(f32, Option<YarnConfig>)> {
+    let kind = file.string_opt(&key("rope.scaling.type")).unwrap_or("linear").to_string();
+    let factor_key = key("rope.scaling.factor");
+    let factor = match file.f32_opt(&factor_key)? {
+        Some(f) => Some(f),
+        None => file.f32_opt(&key("rope.scale_linear"))?,
+    };
+    let yarn = kind == "yarn";
+    match factor {
+        Some(f) if !f.is_finite() || f < 0.0 || (yarn && f == 0.0) => {
+            return Err(file.corrupt(format!(
+                "{factor_key} is {f}; {} scaling needs a positive factor",
+                if yarn { "YaRN" } else { "RoPE" }
+            )))
+        }
+        _ => {}
+    }
+    let factor = factor.filter(|&f| f != 0.0).unwrap_or(1.0);
+    match kind.as_str() {
+        "none" => Ok((1.0, None)),
+        "linear" => Ok((factor, None)),
+        "yarn" => {
+            let original = file.u32_opt(&key("rope.scaling.original_context_length"))?.map_or(context_length, |n| n as usize);
+            if original == 0 {
+                return Err(file.corrupt(format!("{} is 0", key("rope.scaling.original_context_length"))));
+            }
+            let attn = file.f32_opt(&key("rope.scaling.attn_factor"))?.unwrap_or(1.0);
+            // As llama.cpp: the factor it divides by is 1 / (1 / factor).
+            let freq_scale = 1.0 / factor;
+            Ok((factor, Some(YarnConfig::new(original, 1.0 / freq_scale, attn))))
+        }
+        other => Err(file.corrupt(format!("{} is {other:?}; Hearth knows none, linear and yarn", key("rope.scaling.type")))),
     }
 }
 

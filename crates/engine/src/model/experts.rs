@@ -9,6 +9,11 @@
 //! alone, the down projections scaled by their weights and added in the
 //! order the experts were picked.
 //!
+//! gpt-oss adds biases (the router's, and each expert's gate, up and
+//! down, added as `ggml_add_id` adds them), picks the top k of the raw
+//! logits and takes a softmax over those k only, and joins gate and up
+//! with its clamped SwiGLU (`ExpertActivation::SwigluOai`).
+//!
 //! Each expert is a `QuantMatrix` cut from the file's 3-D tensor, so every
 //! type Hearth runs runs here with its own kernels. A pass reads only the
 //! experts its tokens picked, each once for all the rows that picked it
@@ -18,7 +23,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::config::{ExpertsConfig, Gating};
+use super::config::{ExpertActivation, ExpertsConfig, Gating};
 
 use crate::cpu::{attention, vec_ops, Activations, QuantMatrix};
 use crate::error::Result;
@@ -32,8 +37,20 @@ pub(super) struct Experts {
     gate: Vec<QuantMatrix>,
     up: Vec<QuantMatrix>,
     down: Vec<QuantMatrix>,
+    /// Biases, where the file has them (gpt-oss).
+    biases: Biases,
     config: ExpertsConfig,
     n_embd: usize,
+}
+
+/// A layer's expert biases: the router's `[count]`, and each expert's
+/// gate and up `[count · ffn]` and down `[count · n_embd]` rows.
+#[derive(Default)]
+struct Biases {
+    router: Option<Vec<f32>>,
+    gate: Option<Vec<f32>>,
+    up: Option<Vec<f32>>,
+    down: Option<Vec<f32>>,
 }
 
 /// The weights below which a sum of picked weights is not divided by
@@ -74,7 +91,29 @@ impl Experts {
             .into_iter()
             .map(|[m]| m)
             .collect();
-        Ok(Self { router, gate, up, down, config: config.clone(), n_embd })
+        let fused_bias = format!("{prefix}.ffn_gate_up_exps.bias");
+        let (gate_bias, up_bias) = match bias(file, &fused_bias, &[count, 2 * ffn])? {
+            // Each expert's gate biases, then its up ones.
+            Some(both) => {
+                let (mut g, mut u) = (Vec::with_capacity(count * ffn), Vec::with_capacity(count * ffn));
+                for expert in both.chunks_exact(2 * ffn) {
+                    g.extend_from_slice(&expert[..ffn]);
+                    u.extend_from_slice(&expert[ffn..]);
+                }
+                (Some(g), Some(u))
+            }
+            None => (
+                bias(file, &format!("{prefix}.ffn_gate_exps.bias"), &[count, ffn])?,
+                bias(file, &format!("{prefix}.ffn_up_exps.bias"), &[count, ffn])?,
+            ),
+        };
+        let biases = Biases {
+            router: bias(file, &format!("{prefix}.ffn_gate_inp.bias"), &[count])?,
+            gate: gate_bias,
+            up: up_bias,
+            down: bias(file, &format!("{prefix}.ffn_down_exps.bias"), &[count, n_embd])?,
+        };
+        Ok(Self { router, gate, up, down, biases, config: config.clone(), n_embd })
     }
 
     /// Bytes of weights one token reads: the router and `used` experts.
@@ -107,6 +146,9 @@ impl Experts {
                 // SAFETY: the tasks' column ranges are disjoint.
                 unsafe { router.matmul_cols(&acts, rows, sequence_rows, cols, &out, self.config.count) };
             });
+        }
+        if let Some(b) = &self.biases.router {
+            logits.chunks_exact_mut(self.config.count).for_each(|row| vec_ops::add(row, b));
         }
         let picks: Vec<Pick> = logits.chunks_exact_mut(self.config.count).flat_map(|l| self.route(l)).collect();
 
@@ -165,8 +207,18 @@ impl Experts {
                 unsafe { m.expert_cols(&work.acts, work.picks.len(), work.order_rows, cols, out, ffn) };
             });
         }
-        for (g, u) in gates.iter_mut().zip(&ups) {
-            vec_ops::silu_mul(g, u);
+        for ((g, u), w) in gates.iter_mut().zip(ups.iter_mut()).zip(&work) {
+            // `ggml_add_id`: each pick's rows get its expert's biases.
+            for (bias, out) in [(&self.biases.gate, &mut **g), (&self.biases.up, &mut **u)] {
+                if let Some(b) = bias {
+                    let b = &b[w.expert * ffn..(w.expert + 1) * ffn];
+                    out.chunks_exact_mut(ffn).for_each(|row| vec_ops::add(row, b));
+                }
+            }
+            match self.config.activation {
+                ExpertActivation::Silu => vec_ops::silu_mul(g, u),
+                ExpertActivation::SwigluOai { alpha, limit } => vec_ops::swiglu_oai(g, u, alpha, limit),
+            }
         }
 
         // Down of every picked expert, in one region.
@@ -186,6 +238,13 @@ impl Experts {
                     self.down[work.expert].expert_cols(&acts[w], work.picks.len(), work.order_rows, cols, &downs[w], e)
                 };
             });
+        }
+
+        if let Some(b) = &self.biases.down {
+            for (d, w) in downs.iter_mut().zip(&work) {
+                let b = &b[w.expert * e..(w.expert + 1) * e];
+                d.chunks_exact_mut(e).for_each(|row| vec_ops::add(row, b));
+            }
         }
 
         // Each row's experts weighted and added in the order they were picked.
@@ -211,8 +270,8 @@ impl Experts {
 
     /// Picks this row's experts from its router logits (overwritten).
     fn route(&self, logits: &mut [f32]) -> Vec<Pick> {
-        match self.config.gating {
-            Gating::Softmax => attention::softmax_f32(logits),
+        if self.config.gating == Gating::Softmax {
+            attention::softmax_f32(logits)
         }
         let probs: &[f32] = logits;
         let mut order: Vec<usize> = (0..probs.len()).collect();
@@ -220,6 +279,10 @@ impl Experts {
         order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
         order.truncate(self.config.used);
         let mut weights: Vec<f32> = order.iter().map(|&x| probs[x]).collect();
+        if self.config.gating == Gating::SoftmaxWeight {
+            // The picked logits, in pick order, through `soft_max`.
+            attention::softmax_f32(&mut weights);
+        }
         if self.config.normalize_weights {
             let sum = (weights.iter().map(|&w| w as f64).sum::<f64>() as f32).max(MIN_WEIGHT_SUM);
             weights.iter_mut().for_each(|w| *w /= sum);
@@ -272,6 +335,16 @@ struct Work {
     acts: Activations,
     /// The row count that decides the summation order (see `expert_cols`).
     order_rows: usize,
+}
+
+/// The f32 bias `name` of `dims` (rows first), where the file has it.
+fn bias(file: &mut GgufFile, name: &str, dims: &[usize]) -> Result<Option<Vec<f32>>> {
+    let Some(info) = file.tensor_info(name) else { return Ok(None) };
+    if info.dims != dims {
+        return Err(file.corrupt(format!("tensor {name} has shape {:?}, expected {dims:?}", info.dims)));
+    }
+    let t = file.tensor(name, &candle_core::Device::Cpu)?;
+    Ok(Some(t.dequantize(&candle_core::Device::Cpu)?.flatten_all()?.to_vec1()?))
 }
 
 /// A 3-D expert tensor `[count, rows, cols]` as `PARTS` matrices per

@@ -376,12 +376,20 @@ impl Model {
         // llama.cpp multiplies the f16 keys by the queries rounded to f16.
         attention::round_to_f16(&mut buf.q);
         let window = sliding.then_some(c.sliding_window).flatten();
+        let sinks = a.sinks.as_deref();
         match kv {
-            KvRows::Batch { cache, batch, seq, pos0 } => {
-                self.attention(pool, cache, layer, &buf.q, &mut buf.attn, (*batch, *seq, *pos0), window, scale)
-            }
+            KvRows::Batch { cache, batch, seq, pos0 } => self.attention(
+                pool,
+                cache,
+                layer,
+                &buf.q,
+                &mut buf.attn,
+                (*batch, *seq, *pos0),
+                (window, sinks),
+                scale,
+            ),
             KvRows::Caches { caches, positions } if positions.iter().all(|&p| p < LONG_HISTORY) => {
-                self.attention_caches(pool, caches, positions, layer, &buf.q, &mut buf.attn, window, scale)
+                self.attention_caches(pool, caches, positions, layer, &buf.q, &mut buf.attn, (window, sinks), scale)
             }
             KvRows::Caches { caches, positions } => {
                 // Each sequence against its own cache, as it would alone.
@@ -394,7 +402,7 @@ impl Model {
                         &buf.q[range.clone()],
                         &mut buf.attn[range],
                         (1, 1, positions[r]),
-                        window,
+                        (window, sinks),
                         scale,
                     );
                 }
@@ -407,7 +415,11 @@ impl Model {
                 *o *= 1.0 / (1.0 + (-g).exp());
             }
         }
-        matmuls(pool, &buf.attn, rows, seq, &mut [(&a.wo, &mut buf.o)])
+        matmuls(pool, &buf.attn, rows, seq, &mut [(&a.wo.weight, &mut buf.o)])?;
+        if let Some((_, bias)) = &a.wo.bias {
+            buf.o.chunks_exact_mut(c.n_embd).for_each(|row| vec_ops::add(row, bias));
+        }
+        Ok(())
     }
 
     /// Scaled dot-product attention of the new queries against the cache,
@@ -416,7 +428,8 @@ impl Model {
     /// once for those rows' query heads. A decode step over a long history
     /// runs as llama.cpp does, in three parallel regions (scores by
     /// position, softmax by head, weighted values by dimension), so that
-    /// two threads share three KV heads evenly.
+    /// two threads share three KV heads evenly. `sinks`: each query
+    /// head's sink logit (see `attention::softmax`).
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
@@ -426,7 +439,7 @@ impl Model {
         q: &[f32],
         out: &mut [f32],
         (batch, seq, pos0): (usize, usize, usize),
-        window: Option<usize>,
+        (window, sinks): (Option<usize>, Option<&[f32]>),
         scale: f32,
     ) {
         let c = &self.config;
@@ -443,7 +456,7 @@ impl Model {
         // Causal: positions up to p; a sliding layer sees the last `w`.
         let bounds_of = |p: usize| (window.map_or(0, |w| window_start(p, w)), p);
         if seq == 1 && pos0 >= LONG_HISTORY {
-            return self.attention_long_decode(pool, q, out, (batch, pos0, cap), bounds_of(pos0), scale, &head);
+            return self.attention_long_decode(pool, q, out, (batch, pos0, cap), bounds_of(pos0), sinks, scale, &head);
         }
         let (order, rows_per_task, heads_per_task) =
             if seq == 1 { (Order::Decode, 1, 1) } else { (Order::Prefill, 4, n_rep) };
@@ -457,6 +470,7 @@ impl Model {
             let (keys, values_t) = head(bi, first_head / n_rep);
             let mut queries = Vec::new();
             let mut bounds = Vec::new();
+            let mut head_sinks = Vec::new();
             let mut outs = Vec::new();
             for i in block * rows_per_task..((block + 1) * rows_per_task).min(seq) {
                 let r = bi * seq + i;
@@ -464,11 +478,12 @@ impl Model {
                     let range = r * qd + qh * hd..r * qd + (qh + 1) * hd;
                     queries.push(&q[range.clone()]);
                     bounds.push(bounds_of(pos0 + i));
+                    head_sinks.push(sink_of(sinks, qh));
                     // SAFETY: each task writes only its own (row, head) slices.
                     outs.push(unsafe { out.slice(range) });
                 }
             }
-            attend(&mut outs, &queries, &bounds, keys, values_t, cap, scale, order);
+            attend(&mut outs, &queries, &bounds, &head_sinks, keys, values_t, cap, scale, order);
         });
     }
 
@@ -485,7 +500,7 @@ impl Model {
         layer: usize,
         q: &[f32],
         out: &mut [f32],
-        window: Option<usize>,
+        (window, sinks): (Option<usize>, Option<&[f32]>),
         scale: f32,
     ) {
         let c = &self.config;
@@ -505,6 +520,7 @@ impl Model {
                 &mut outs,
                 &[&q[range]],
                 &bounds,
+                &[sink_of(sinks, qh)],
                 &kv.k[at..at + kv.capacity * hd],
                 &kv.v_t[at..at + kv.capacity * hd],
                 kv.capacity,
@@ -523,6 +539,7 @@ impl Model {
         out: &mut [f32],
         (batch, pos0, cap): (usize, usize, usize),
         (lo, hi): (usize, usize),
+        sinks: Option<&[f32]>,
         scale: f32,
         head: &(dyn Fn(usize, usize) -> (&'a [half::f16], &'a [half::f16]) + Sync),
     ) {
@@ -554,7 +571,7 @@ impl Model {
                 // SAFETY: one task per row.
                 let row = unsafe { rows.slice(t * width..(t + 1) * width) };
                 row[..lo - start].fill(f32::NEG_INFINITY);
-                attention::softmax(row);
+                attention::softmax(row, sink_of(sinks, t % nh));
             });
         }
         let dim_chunks = hd.div_ceil(DIMS_PER_TASK);
@@ -580,12 +597,14 @@ impl Model {
 /// sees positions `bounds[g].0..=bounds[g].1` of `keys` (`[pos, hd]`) and
 /// `values_t` (`[hd, cap]`). Rows start at a multiple of the order's lanes,
 /// as llama.cpp's start at position 0; positions masked for one query but
-/// not another are scored and then set to −∞.
+/// not another are scored and then set to −∞. `sinks[g]` is query `g`'s
+/// head's sink logit, −∞ for none.
 #[allow(clippy::too_many_arguments)]
 fn attend(
     outs: &mut [&mut [f32]],
     queries: &[&[f32]],
     bounds: &[(usize, usize)],
+    sinks: &[f32],
     keys: &[half::f16],
     values_t: &[half::f16],
     cap: usize,
@@ -598,13 +617,18 @@ fn attend(
     let width = last + 1 - start;
     let mut scores = vec![0f32; queries.len() * width];
     attention::scores(&mut scores, width, queries, keys, start..last + 1, scale, order);
-    for (row, &(lo, hi)) in scores.chunks_mut(width).zip(bounds) {
+    for ((row, &(lo, hi)), &sink) in scores.chunks_mut(width).zip(bounds).zip(sinks) {
         row[..lo - start].fill(f32::NEG_INFINITY);
         row[hi + 1 - start..].fill(f32::NEG_INFINITY);
-        attention::softmax(row);
+        attention::softmax(row, sink);
     }
     let probs: Vec<&[f32]> = scores.chunks(width).collect();
     attention::weighted_values(outs, &probs, values_t, cap, 0..keys.len() / cap, start, order);
+}
+
+/// Query head `h`'s sink logit, or −∞ (no sink).
+fn sink_of(sinks: Option<&[f32]>, h: usize) -> f32 {
+    sinks.map_or(f32::NEG_INFINITY, |s| s[h])
 }
 
 /// Where a forward pass's rows keep their keys and values.

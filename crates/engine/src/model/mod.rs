@@ -10,7 +10,10 @@ mod experts;
 mod host;
 mod matmul;
 
-pub use config::{Architecture, ExpertsConfig, Gating, ModelConfig, RecurrentConfig, SUPPORTED_ARCHITECTURES};
+pub use config::{
+    Architecture, ExpertActivation, ExpertsConfig, Gating, ModelConfig, RecurrentConfig, YarnConfig,
+    SUPPORTED_ARCHITECTURES,
+};
 
 use std::sync::Arc;
 
@@ -82,11 +85,14 @@ struct Attention {
     wq: Linear,
     wk: Linear,
     wv: Linear,
-    wo: Matrix,
+    wo: Linear,
     q_norm: Option<Norm>,
     k_norm: Option<Norm>,
     /// Qwen 3.5: the output is multiplied by `σ(gate)` before `wo`.
     gated: bool,
+    /// gpt-oss: each head's sink logit (`attn_sinks`), in its softmax's
+    /// denominator only.
+    sinks: Option<Vec<f32>>,
 }
 
 /// A layer's feed-forward network.
@@ -300,14 +306,25 @@ impl Model {
                 )?)
             } else {
                 let gated = arch.is_hybrid();
+                let sinks = if arch.has_attention_sinks() {
+                    let name = format!("{p}.attn_sinks.weight");
+                    check_shape(file, &name, &[config.n_heads])?;
+                    Some(host_vector(file, &name, device)?)
+                } else {
+                    None
+                };
                 Mixer::Attention(Attention {
                     wq: linear(file, "attn_q", if gated { 2 * q_dim } else { q_dim })?,
                     wk: linear(file, "attn_k", kv_dim)?,
                     wv: linear(file, "attn_v", kv_dim)?,
-                    wo: matmul(file, &format!("{p}.attn_output.weight"), config.n_embd, q_dim)?,
+                    wo: Linear {
+                        weight: matmul(file, &format!("{p}.attn_output.weight"), config.n_embd, q_dim)?,
+                        bias: bias(file, "attn_output")?,
+                    },
                     q_norm: norm_opt(file, &format!("{p}.attn_q_norm.weight"))?,
                     k_norm: norm_opt(file, &format!("{p}.attn_k_norm.weight"))?,
                     gated,
+                    sinks,
                 })
             };
             let ffn = match &config.experts {
@@ -353,8 +370,8 @@ impl Model {
                     }
                 }
             };
-            // Qwen 3.5 names its FFN norm `post_attention_norm`.
-            let (post_attn_norm, ffn_norm) = if arch.is_hybrid() {
+            // Qwen 3.5 and gpt-oss name their FFN norm `post_attention_norm`.
+            let (post_attn_norm, ffn_norm) = if arch.ffn_norm_is_post_attention() {
                 (None, norm(file, &format!("{p}.post_attention_norm.weight"))?)
             } else {
                 (
@@ -383,10 +400,16 @@ impl Model {
         if freq_factors.is_some() && config.rope_dims != config.head_dim {
             return Err(file.corrupt("rope_freqs.weight with partial rotary embeddings"));
         }
-        let mut rope_global =
-            RopeFreqs::new(config.rope_dims, config.rope_base, freq_factors, 1.0 / config.rope_linear_scale);
+        let freq_scale = 1.0 / config.rope_linear_scale;
+        let mut rope_global = RopeFreqs::new(config.rope_dims, config.rope_base, freq_factors, freq_scale);
         rope_global.sections = config.rope_sections;
-        let rope_local = RopeFreqs::new(config.rope_dims, config.rope_base_local, None, 1.0);
+        rope_global.yarn = config.rope_yarn.map(|y| YarnRamp::new(&y, config.rope_dims, config.rope_base, freq_scale));
+        let mut rope_local = RopeFreqs::new(config.rope_dims, config.rope_base_local, None, 1.0);
+        if config.rope_scaling_local {
+            rope_local.freq_scale = freq_scale;
+            rope_local.yarn =
+                config.rope_yarn.map(|y| YarnRamp::new(&y, config.rope_dims, config.rope_base_local, freq_scale));
+        }
         let embed_scale = (arch == Architecture::Gemma3).then(|| (config.n_embd as f64).sqrt());
         Ok(Self {
             weight_bytes_per_token: weight_bytes.get(),
@@ -617,6 +640,9 @@ impl Model {
             .reshape((batch, c.n_heads, seq_len, c.head_dim))?
             .transpose(1, 2)?
             .reshape((batch, seq_len, c.n_heads * c.head_dim))?;
+        if a.sinks.is_some() {
+            return Err(crate::EngineError::setting("device", "attention sinks run on the CPU's own pass only"));
+        }
         let mut attn = a.wo.forward(&attn)?;
         if let Some(n) = &b.post_attn_norm {
             attn = n.forward(&attn)?;
@@ -654,6 +680,11 @@ fn check_shape(file: &GgufFile, name: &str, expected: &[usize]) -> Result<()> {
     Ok(())
 }
 
+/// A 1-D tensor's values as f32 on the host.
+fn host_vector(file: &mut GgufFile, name: &str, device: &Device) -> Result<Vec<f32>> {
+    Ok(file.tensor(name, device)?.dequantize(device)?.flatten_all()?.to_vec1()?)
+}
+
 /// Qwen 3.5's shared-expert gate, one row of `n_embd`: stored as a vector
 /// (`[n_embd]`) or as a matrix of one row.
 fn shared_gate_input(file: &mut GgufFile, name: &str, n_embd: usize) -> Result<Matrix> {
@@ -685,11 +716,58 @@ struct RopeFreqs {
     freq_scale: f32,
     /// Qwen 3.5's sections: pairs no section claims keep angle 0.
     sections: Option<[usize; 4]>,
+    /// YaRN's blend of scaled and unscaled angles, and its magnitude.
+    yarn: Option<YarnRamp>,
+}
+
+/// YaRN for one frequency base, as llama.cpp's `rope_yarn` applies it.
+#[derive(Debug, Clone, Copy)]
+struct YarnRamp {
+    /// The correction dimensions (`ggml_rope_yarn_corr_dims`): pairs
+    /// below `low` keep their unscaled angle, pairs past `high` are fully
+    /// scaled, those between are blended.
+    low: f32,
+    high: f32,
+    ext_factor: f32,
+    /// What cos and sin are multiplied by.
+    mscale: f32,
+}
+
+impl YarnRamp {
+    /// In f32 as ggml computes it: the correction dimensions in ggml-base
+    /// (no FMA), the magnitude in `rope_yarn` (compiled with FMA, and
+    /// GCC fuses `1 + 0.1 · ln(1 / freq_scale)`).
+    fn new(y: &YarnConfig, dims: usize, base: f32, freq_scale: f32) -> Self {
+        let corr_dim = |rotations: f32| {
+            dims as f32 * (y.original_context as f32 / (rotations * 2.0 * std::f32::consts::PI)).ln() / (2.0 * base.ln())
+        };
+        let low = corr_dim(y.beta_fast).floor().max(0.0);
+        let high = corr_dim(y.beta_slow).ceil().min(dims as f32 - 1.0);
+        let mscale = if y.ext_factor != 0.0 {
+            y.attn_factor * 0.1f32.mul_add((1.0 / freq_scale).ln(), 1.0)
+        } else {
+            y.attn_factor
+        };
+        Self { low, high, ext_factor: y.ext_factor, mscale }
+    }
+
+    /// How much of pair `i`'s angle stays unscaled, times `ext_factor`.
+    fn mix(&self, i: usize) -> f32 {
+        let y = (i as f32 - self.low) / (self.high - self.low).max(0.001);
+        (1.0 - y.clamp(0.0, 1.0)) * self.ext_factor
+    }
 }
 
 impl RopeFreqs {
     fn new(head_dim: usize, base: f32, factors: Option<Vec<f32>>, freq_scale: f32) -> Self {
-        Self { half: head_dim / 2, theta_scale: base.powf(-2.0 / head_dim as f32), factors, freq_scale, sections: None }
+        Self {
+            half: head_dim / 2,
+            theta_scale: base.powf(-2.0 / head_dim as f32),
+            factors,
+            freq_scale,
+            sections: None,
+            yarn: None,
+        }
     }
 
     /// Whether pair `i` rotates: llama.cpp's IMROPE gives pair `i` the
@@ -717,9 +795,25 @@ impl RopeFreqs {
             let mut theta = p as f32;
             for i in 0..self.half {
                 let ff = self.factors.as_ref().map_or(1.0, |f| f[i]);
-                let angle = if self.rotates(i) { self.freq_scale * (theta / ff) } else { 0.0 };
-                cos.push(angle.cos());
-                sin.push(angle.sin());
+                let extrapolated = theta / ff;
+                let interpolated = self.freq_scale * extrapolated;
+                match (&self.yarn, self.rotates(i)) {
+                    (_, false) => {
+                        cos.push(1.0);
+                        sin.push(0.0);
+                    }
+                    (None, true) => {
+                        cos.push(interpolated.cos());
+                        sin.push(interpolated.sin());
+                    }
+                    (Some(y), true) => {
+                        // GCC fuses the blend's first product into its sum.
+                        let mix = if y.ext_factor != 0.0 { y.mix(i) } else { 0.0 };
+                        let angle = interpolated.mul_add(1.0 - mix, extrapolated * mix);
+                        cos.push(angle.cos() * y.mscale);
+                        sin.push(angle.sin() * y.mscale);
+                    }
+                }
                 theta *= self.theta_scale;
             }
         }

@@ -54,6 +54,9 @@ pub enum Family {
     Qwen35,
     /// Qwen 3.5 with `experts` and a shared expert.
     Qwen35Moe,
+    /// gpt-oss: `experts` with biases, attention with biases and sinks,
+    /// even layers sliding over `sliding_window`, YaRN.
+    GptOss,
 }
 
 impl Family {
@@ -62,7 +65,7 @@ impl Family {
     }
 
     pub fn has_experts(self) -> bool {
-        matches!(self, Family::Qwen3Moe | Family::Qwen35Moe)
+        matches!(self, Family::Qwen3Moe | Family::Qwen35Moe | Family::GptOss)
     }
 }
 
@@ -90,6 +93,8 @@ pub struct TinySpec {
     pub recurrent: (usize, usize, usize, usize),
     /// Hybrids: dimensions of each attention head that RoPE rotates.
     pub rope_dims: usize,
+    /// YaRN's factor and original context (`rope.scaling.*`), where set.
+    pub yarn: Option<(f32, u32)>,
 }
 
 impl TinySpec {
@@ -114,6 +119,8 @@ impl TinySpec {
             fused_gate_up: false,
             recurrent: (64, 2, 4, if hybrid { 2 } else { 4 }),
             rope_dims: 8,
+            // gpt-oss's own.
+            yarn: (family == Family::GptOss).then_some((32.0, 4096)),
         }
     }
 }
@@ -146,6 +153,7 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         Family::Qwen3Moe => "qwen3moe",
         Family::Qwen35 => "qwen35",
         Family::Qwen35Moe => "qwen35moe",
+        Family::GptOss => "gpt-oss",
     };
     let mut rng = Lcg(spec.seed);
     let mut tensors: Vec<(String, QTensor)> = Vec::new();
@@ -186,7 +194,13 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
             put(format!("{p}.attn_v.weight"), random(&mut rng, &[kvd, e], 0.2), spec.dtype);
             put(format!("{p}.attn_output.weight"), random(&mut rng, &[e, qd], 0.2), spec.dtype);
         }
-        let ffn_norm = if spec.family.is_hybrid() { "post_attention_norm" } else { "ffn_norm" };
+        let gpt_oss = spec.family == Family::GptOss;
+        if gpt_oss {
+            put(format!("{p}.attn_output.bias"), random(&mut rng, &[e], 0.1), GgmlDType::F32);
+            // A few units, as trained sinks are: some above the scores, some below.
+            put(format!("{p}.attn_sinks.weight"), random(&mut rng, &[spec.n_heads], 3.0), GgmlDType::F32);
+        }
+        let ffn_norm = if spec.family.is_hybrid() || gpt_oss { "post_attention_norm" } else { "ffn_norm" };
         put(format!("{p}.{ffn_norm}.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
         if spec.family == Family::Qwen35Moe {
             put(format!("{p}.ffn_gate_inp_shexp.weight"), random(&mut rng, &[e], 0.3), GgmlDType::F32);
@@ -207,12 +221,18 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
                 put(format!("{p}.ffn_up_exps.weight"), up, spec.experts_dtype);
             }
             put(format!("{p}.ffn_down_exps.weight"), random(&mut rng, &[n, e, ff], 0.2), spec.experts_dtype);
+            if gpt_oss {
+                put(format!("{p}.ffn_gate_inp.bias"), random(&mut rng, &[n], 0.5), GgmlDType::F32);
+                put(format!("{p}.ffn_gate_exps.bias"), random(&mut rng, &[n, ff], 0.3), GgmlDType::F32);
+                put(format!("{p}.ffn_up_exps.bias"), random(&mut rng, &[n, ff], 0.3), GgmlDType::F32);
+                put(format!("{p}.ffn_down_exps.bias"), random(&mut rng, &[n, e], 0.3), GgmlDType::F32);
+            }
         } else {
             put(format!("{p}.ffn_gate.weight"), random(&mut rng, &[spec.ffn, e], 0.2), spec.dtype);
             put(format!("{p}.ffn_up.weight"), random(&mut rng, &[spec.ffn, e], 0.2), spec.dtype);
             put(format!("{p}.ffn_down.weight"), random(&mut rng, &[e, spec.ffn], 0.2), spec.dtype);
         }
-        if spec.family == Family::Qwen2 {
+        if matches!(spec.family, Family::Qwen2 | Family::GptOss) {
             put(format!("{p}.attn_q.bias"), random(&mut rng, &[qd], 0.1), GgmlDType::F32);
             put(format!("{p}.attn_k.bias"), random(&mut rng, &[kvd], 0.1), GgmlDType::F32);
             put(format!("{p}.attn_v.bias"), random(&mut rng, &[kvd], 0.1), GgmlDType::F32);
@@ -245,8 +265,16 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         ),
         (k("context_length"), Value::U32(spec.context as u32)),
         (k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
-        (k("rope.freq_base"), Value::F32(10000.0)),
+        (k("rope.freq_base"), Value::F32(if spec.family == Family::GptOss { 150_000.0 } else { 10_000.0 })),
     ];
+    if let Some((factor, original)) = spec.yarn {
+        md.push((k("rope.scaling.type"), Value::String("yarn".into())));
+        md.push((k("rope.scaling.factor"), Value::F32(factor)));
+        md.push((k("rope.scaling.original_context_length"), Value::U32(original)));
+    }
+    if spec.family == Family::GptOss {
+        md.push((k("attention.sliding_window"), Value::U32(spec.sliding_window as u32)));
+    }
     if spec.family.is_hybrid() {
         // Pairs shared out as Qwen 3.5's [11, 11, 10, 0] shares 32.
         let pairs = spec.rope_dims / 2;
@@ -335,6 +363,7 @@ fn tokenizer_metadata(family: Family) -> Vec<(String, Value)> {
         let pre = match family {
             Family::Llama => "smollm",
             Family::Qwen35 | Family::Qwen35Moe => "qwen35",
+            Family::GptOss => "gpt-4o",
             _ => "qwen2",
         };
         vec![

@@ -141,17 +141,32 @@ fn tiled(hd: usize, order: Order, w: usize) -> bool {
 /// `ggml_v_expf` of the score less the row's maximum, times the inverse of
 /// their sum (formed a vector at a time in f64, so rows must start at a
 /// multiple of `width()` positions). Masked entries are −∞ and come out 0.
-pub fn softmax(row: &mut [f32]) {
+///
+/// `sink` is a head's attention sink (gpt-oss), a logit that joins the
+/// denominator but has no value: as llama.cpp's `soft_max` takes it, it
+/// raises the maximum and adds libm's `expf(sink − max)` to the f64 sum.
+/// −∞ is no sink, and leaves every bit as it was.
+pub fn softmax(row: &mut [f32], sink: f32) {
     #[cfg(target_arch = "x86_64")]
     match isa() {
         // SAFETY: the CPU has the ISA's features (checked at run time); the
         // kernel reads and writes within `row`.
-        Isa::Avx512Vnni => return unsafe { avx512::softmax(row) },
+        Isa::Avx512Vnni => return unsafe { avx512::softmax(row, sink) },
         // SAFETY: as above.
-        Isa::Avx2 => return unsafe { avx2::softmax(row) },
+        Isa::Avx2 => return unsafe { avx2::softmax(row, sink) },
         Isa::Portable => {}
     }
-    softmax_impl::<8>(row)
+    softmax_impl::<8>(row, sink)
+}
+
+/// The sum of a softmax's exponentials with a sink's share added.
+#[inline(always)]
+fn with_sink(sum: f64, sink: f32, max: f32) -> f64 {
+    if sink == f32::NEG_INFINITY {
+        sum
+    } else {
+        sum + (sink - max).exp() as f64
+    }
 }
 
 /// A softmax as llama.cpp's `soft_max` op computes it outside attention
@@ -187,9 +202,9 @@ pub fn softmax_f32(row: &mut [f32]) {
 /// `softmax`'s body, inlined into each build (its `ggml_v_expf` is fused
 /// multiply-adds, a libm call each where FMA is not enabled).
 #[inline(always)]
-fn softmax_impl<const W: usize>(row: &mut [f32]) {
-    let max = row.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-    let inv = (1.0 / exp_sum_impl::<W>(row, max)) as f32;
+fn softmax_impl<const W: usize>(row: &mut [f32], sink: f32) {
+    let max = row.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s)).max(sink);
+    let inv = (1.0 / with_sink(exp_sum_impl::<W>(row, max), sink, max)) as f32;
     for p in row.iter_mut() {
         *p *= inv;
     }
@@ -389,11 +404,11 @@ mod tests {
     }
 
     /// The portable softmax at the dispatched kernels' width.
-    fn portable_softmax(row: &mut [f32]) {
+    fn portable_softmax(row: &mut [f32], sink: f32) {
         if width() == 16 {
-            softmax_impl::<16>(row)
+            softmax_impl::<16>(row, sink)
         } else {
-            softmax_impl::<8>(row)
+            softmax_impl::<8>(row, sink)
         }
     }
 
@@ -420,9 +435,9 @@ mod tests {
         for (q, row) in s.chunks_mut(n).enumerate() {
             row[n - q..].fill(f32::NEG_INFINITY);
             if portable_only {
-                portable_softmax(row);
+                portable_softmax(row, f32::NEG_INFINITY);
             } else {
-                softmax(row);
+                softmax(row, f32::NEG_INFINITY);
             }
         }
         let mut out = vec![0f32; g * hd];
@@ -483,11 +498,33 @@ mod tests {
         row[10] = 2.9999;
         for len in [45, 40, 8, 5] {
             let (mut a, mut b) = (row[..len].to_vec(), row[..len].to_vec());
-            softmax(&mut a);
-            portable_softmax(&mut b);
+            softmax(&mut a, f32::NEG_INFINITY);
+            portable_softmax(&mut b, f32::NEG_INFINITY);
             assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{len}: {a:?} vs {b:?}");
             assert!((a.iter().sum::<f32>() - 1.0).abs() < 2e-3);
             assert_eq!(a[3], 0.0);
+        }
+    }
+
+    #[test]
+    fn a_sink_takes_its_share_of_the_denominator_in_every_build() {
+        let row: Vec<f32> = (0..37).map(|i| 1.5 - i as f32 * 0.21).collect();
+        let exps = |max: f32| row.iter().map(|&x| ((x - max) as f64).exp()).collect::<Vec<f64>>();
+        // A sink below the maximum, and one above it (it becomes the maximum).
+        for sink in [0.25f32, 4.0] {
+            let (mut a, mut b) = (row.clone(), row.clone());
+            softmax(&mut a, sink);
+            portable_softmax(&mut b, sink);
+            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "sink {sink}: {a:?} vs {b:?}");
+            let max = 1.5f32.max(sink);
+            let e = exps(max);
+            let total: f64 = e.iter().sum::<f64>() + ((sink - max) as f64).exp();
+            for (p, e) in a.iter().zip(&e) {
+                assert!((*p as f64 - e / total).abs() < 1e-3, "sink {sink}: {p} vs {}", e / total);
+            }
+            // The sink's own share is what the row no longer sums to.
+            let missing = 1.0 - a.iter().map(|&p| p as f64).sum::<f64>();
+            assert!((missing - ((sink - max) as f64).exp() / total).abs() < 2e-3, "sink {sink}: {missing}");
         }
     }
 

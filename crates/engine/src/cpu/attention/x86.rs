@@ -346,7 +346,7 @@ unsafe fn round_to_f16<T: Lanes>(x: &mut [f32]) {
 /// # Safety
 /// As `round_to_f16`.
 #[inline(always)]
-unsafe fn softmax<T: Lanes>(row: &mut [f32]) {
+unsafe fn softmax<T: Lanes>(row: &mut [f32], sink: f32) {
     const { assert!(T::W <= MAX_W) };
     let n = row.len();
     let wide = n / T::W * T::W;
@@ -357,7 +357,7 @@ unsafe fn softmax<T: Lanes>(row: &mut [f32]) {
     }
     let mut lanes = [0f32; MAX_W];
     T::store(lanes.as_mut_ptr(), m);
-    let max = lanes[..T::W].iter().chain(&row[wide..]).fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+    let max = lanes[..T::W].iter().chain(&row[wide..]).fold(f32::NEG_INFINITY, |m, &s| m.max(s)).max(sink);
     let mut sum = 0f64;
     let vmax = T::set1(max);
     for i in (0..wide).step_by(T::W) {
@@ -374,6 +374,7 @@ unsafe fn softmax<T: Lanes>(row: &mut [f32]) {
         }
         sum += T::hsum(T::load(v.as_ptr())) as f64;
     }
+    let sum = super::with_sink(sum, sink, max);
     let inv = T::set1((1.0 / sum) as f32);
     for i in (0..wide).step_by(T::W) {
         T::store(p.add(i), T::round_f16(T::mul(T::load(p.add(i)), inv)));
@@ -687,8 +688,8 @@ macro_rules! entry_points {
             /// # Safety
             /// The CPU has the features this module enables.
             #[target_feature(enable = $features)]
-            pub unsafe fn softmax(row: &mut [f32]) {
-                super::softmax::<$T>(row)
+            pub unsafe fn softmax(row: &mut [f32], sink: f32) {
+                super::softmax::<$T>(row, sink)
             }
 
             /// `attention::scores`.
