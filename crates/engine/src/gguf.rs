@@ -357,6 +357,15 @@ impl HeaderReader<'_> {
             let id = self.u32()?;
             let dtype = GgmlType::from_id(id)
                 .ok_or_else(|| self.corrupt(format!("tensor {name} has unknown type number {id}")))?;
+            // Blocks never cross rows (ggml's own check): each row's values
+            // must fill whole blocks, not just the tensor's.
+            let row = dims.last().copied().unwrap_or(0);
+            if !row.is_multiple_of(dtype.block_size()) {
+                return Err(self.corrupt(format!(
+                    "tensor {name} has rows of {row} values, which do not fill whole {dtype} blocks of {}",
+                    dtype.block_size()
+                )));
+            }
             let bytes = dtype.bytes_for(elems).ok_or_else(|| {
                 self.corrupt(format!(
                     "tensor {name} has {elems} values, which do not fill whole {dtype} blocks of {}",

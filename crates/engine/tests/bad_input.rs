@@ -126,16 +126,17 @@ fn tensor_info_at(bytes: &[u8], name: &str) -> (usize, usize) {
 
 #[test]
 fn a_tensor_type_hearth_cannot_run_is_refused_by_name() {
-    let (_d, path) = tiny(&TinySpec::new(Family::Llama));
+    // Rows of 256: whole blocks of the type written in below.
+    let (_d, path) = tiny(&TinySpec { n_embd: 256, ..TinySpec::new(Family::Llama) });
     let mut bytes = std::fs::read(&path).unwrap();
-    let (dims, n) = tensor_info_at(&bytes, "blk.0.ffn_down.weight");
+    let (dims, n) = tensor_info_at(&bytes, "blk.0.ffn_gate.weight");
     // IQ2_XXS (16): a valid type whose smaller blocks still lie inside the file.
     bytes[dims + 8 * n..dims + 8 * n + 4].copy_from_slice(&16u32.to_le_bytes());
     match open_err(&bytes) {
         e @ EngineError::UnsupportedTensorType { .. } => {
             let msg = e.to_string();
             assert!(
-                msg.contains("blk.0.ffn_down.weight") && msg.contains("IQ2_XXS") && msg.contains("Q4_K_M"),
+                msg.contains("blk.0.ffn_gate.weight") && msg.contains("IQ2_XXS") && msg.contains("Q4_K_M"),
                 "{msg}"
             );
         }
@@ -236,28 +237,107 @@ fn expert_tensors_of_the_wrong_shape() {
     assert!(err.to_string().contains("ffn_gate_exps.weight") && err.to_string().contains("[8, 64, 64]"), "{err}");
 }
 
-/// A hybrid file with one metadata key or tensor changed.
-fn hybrid_with(
-    edit: impl Fn(&mut Vec<(String, candle_core::quantized::gguf_file::Value)>, &mut Vec<String>),
+/// A tiny `spec` file with its metadata and tensors edited, and the error
+/// opening it gives.
+fn edited(
+    spec: &TinySpec,
+    edit: impl FnOnce(
+        &mut Vec<(String, candle_core::quantized::gguf_file::Value)>,
+        &mut Vec<(String, candle_core::quantized::QTensor)>,
+    ),
 ) -> String {
     use candle_core::quantized::gguf_file;
-    let (dir, path) = tiny(&TinySpec::new(Family::Qwen35));
+    let (dir, path) = tiny(spec);
     let mut f = std::fs::File::open(&path).unwrap();
     let content = gguf_file::Content::read(&mut f).unwrap();
     let mut md: Vec<(String, gguf_file::Value)> = content.metadata.clone().into_iter().collect();
     let mut names: Vec<String> = content.tensor_infos.keys().cloned().collect();
     names.sort();
-    edit(&mut md, &mut names);
-    let tensors: Vec<(String, candle_core::quantized::QTensor)> =
+    let mut tensors: Vec<(String, candle_core::quantized::QTensor)> =
         names.iter().map(|n| (n.clone(), content.tensor(&mut f, n, &candle_core::Device::Cpu).unwrap())).collect();
+    edit(&mut md, &mut tensors);
     let out = dir.path().join("edited.gguf");
     let md_refs: Vec<(&str, &gguf_file::Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let t_refs: Vec<(&str, &candle_core::quantized::QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
     gguf_file::write(&mut std::fs::File::create(&out).unwrap(), &md_refs, &t_refs).unwrap();
     match Engine::open(&out) {
-        Ok(_) => panic!("the edited hybrid file opened"),
+        Ok(_) => panic!("the edited file opened"),
         Err(e) => e.to_string(),
     }
+}
+
+/// A hybrid file with one metadata key or tensor changed.
+fn hybrid_with(
+    edit: impl Fn(&mut Vec<(String, candle_core::quantized::gguf_file::Value)>, &mut Vec<String>),
+) -> String {
+    edited(&TinySpec::new(Family::Qwen35), |md, tensors| {
+        let mut names: Vec<String> = tensors.iter().map(|(n, _)| n.clone()).collect();
+        edit(md, &mut names);
+        tensors.retain(|(n, _)| names.contains(n));
+    })
+}
+
+/// Sets metadata `key` to `value`, adding it where it is missing.
+fn set(
+    md: &mut Vec<(String, candle_core::quantized::gguf_file::Value)>,
+    key: &str,
+    value: candle_core::quantized::gguf_file::Value,
+) {
+    md.retain(|(k, _)| k != key);
+    md.push((key.to_string(), value));
+}
+
+#[test]
+fn gpt_oss_sinks_of_the_wrong_length_are_refused_by_name() {
+    let spec = TinySpec::new(Family::GptOss);
+    let err = edited(&spec, |_, tensors| {
+        for (name, t) in tensors.iter_mut() {
+            if name == "blk.1.attn_sinks.weight" {
+                let longer =
+                    candle_core::Tensor::zeros(spec.n_heads + 1, candle_core::DType::F32, &candle_core::Device::Cpu)
+                        .unwrap();
+                *t =
+                    candle_core::quantized::QTensor::quantize(&longer, candle_core::quantized::GgmlDType::F32).unwrap();
+            }
+        }
+    });
+    assert!(err.contains("blk.1.attn_sinks.weight") && err.contains("[4]"), "{err}");
+    let err = edited(&spec, |_, tensors| tensors.retain(|(n, _)| n != "blk.0.attn_sinks.weight"));
+    assert!(err.contains("missing tensor blk.0.attn_sinks.weight"), "{err}");
+}
+
+#[test]
+fn a_yarn_factor_of_zero_or_less_is_refused_by_key() {
+    use candle_core::quantized::gguf_file::Value;
+    for factor in [0.0, -4.0, f32::NAN] {
+        let err =
+            edited(&TinySpec::new(Family::GptOss), |md, _| set(md, "gpt-oss.rope.scaling.factor", Value::F32(factor)));
+        assert!(err.contains("gpt-oss.rope.scaling.factor") && err.contains("YaRN"), "{factor}: {err}");
+    }
+    let err = edited(&TinySpec::new(Family::GptOss), |md, _| {
+        set(md, "gpt-oss.rope.scaling.type", Value::String("longrope".into()))
+    });
+    assert!(err.contains("gpt-oss.rope.scaling.type") && err.contains("longrope"), "{err}");
+    let err =
+        edited(&TinySpec::new(Family::GptOss), |md, _| set(md, "gpt-oss.attention.sliding_window", Value::U32(0)));
+    assert!(err.contains("gpt-oss.attention.sliding_window"), "{err}");
+}
+
+#[test]
+fn an_mxfp4_tensor_that_is_not_whole_blocks_is_refused_by_name() {
+    let (_d, path) = tiny(&TinySpec::new(Family::GptOss));
+    let turned = common::retype::tensors_to_mxfp4(&path, |n| n.contains("_exps.weight"), 3);
+    assert!(turned > 0);
+    assert!(Engine::open(&path).is_ok(), "the MXFP4 file itself opens");
+    let mut bytes = std::fs::read(&path).unwrap();
+    // Rows of 48 values: a block and a half each.
+    let (dims, _) = tensor_info_at(&bytes, "blk.1.ffn_down_exps.weight");
+    assert_eq!(u64::from_le_bytes(bytes[dims..dims + 8].try_into().unwrap()), 64);
+    bytes[dims..dims + 8].copy_from_slice(&48u64.to_le_bytes());
+    let err = open_err(&bytes);
+    assert!(matches!(err, EngineError::CorruptModel { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("blk.1.ffn_down_exps.weight") && msg.contains("MXFP4") && msg.contains("whole"), "{msg}");
 }
 
 #[test]

@@ -415,7 +415,8 @@ fn rope_scaling(
         "none" => Ok((1.0, None)),
         "linear" => Ok((factor, None)),
         "yarn" => {
-            let original = file.u32_opt(&key("rope.scaling.original_context_length"))?.map_or(context_length, |n| n as usize);
+            let original =
+                file.u32_opt(&key("rope.scaling.original_context_length"))?.map_or(context_length, |n| n as usize);
             if original == 0 {
                 return Err(file.corrupt(format!("{} is 0", key("rope.scaling.original_context_length"))));
             }
@@ -424,7 +425,9 @@ fn rope_scaling(
             let freq_scale = 1.0 / factor;
             Ok((factor, Some(YarnConfig::new(original, 1.0 / freq_scale, attn))))
         }
-        other => Err(file.corrupt(format!("{} is {other:?}; Hearth knows none, linear and yarn", key("rope.scaling.type")))),
+        other => {
+            Err(file.corrupt(format!("{} is {other:?}; Hearth knows none, linear and yarn", key("rope.scaling.type"))))
+        }
     }
 }
 

@@ -378,16 +378,9 @@ impl Model {
         let window = sliding.then_some(c.sliding_window).flatten();
         let sinks = a.sinks.as_deref();
         match kv {
-            KvRows::Batch { cache, batch, seq, pos0 } => self.attention(
-                pool,
-                cache,
-                layer,
-                &buf.q,
-                &mut buf.attn,
-                (*batch, *seq, *pos0),
-                (window, sinks),
-                scale,
-            ),
+            KvRows::Batch { cache, batch, seq, pos0 } => {
+                self.attention(pool, cache, layer, &buf.q, &mut buf.attn, (*batch, *seq, *pos0), (window, sinks), scale)
+            }
             KvRows::Caches { caches, positions } if positions.iter().all(|&p| p < LONG_HISTORY) => {
                 self.attention_caches(pool, caches, positions, layer, &buf.q, &mut buf.attn, (window, sinks), scale)
             }

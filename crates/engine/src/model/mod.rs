@@ -739,7 +739,8 @@ impl YarnRamp {
     /// GCC fuses `1 + 0.1 · ln(1 / freq_scale)`).
     fn new(y: &YarnConfig, dims: usize, base: f32, freq_scale: f32) -> Self {
         let corr_dim = |rotations: f32| {
-            dims as f32 * (y.original_context as f32 / (rotations * 2.0 * std::f32::consts::PI)).ln() / (2.0 * base.ln())
+            dims as f32 * (y.original_context as f32 / (rotations * 2.0 * std::f32::consts::PI)).ln()
+                / (2.0 * base.ln())
         };
         let low = corr_dim(y.beta_fast).floor().max(0.0);
         let high = corr_dim(y.beta_slow).ceil().min(dims as f32 - 1.0);
