@@ -103,7 +103,8 @@ enum Command {
     /// Writes a llama-family GGUF with random weights and the tokenizer of
     /// another model (default: the default model), for measuring speed at
     /// other sizes. The defaults make about 1.1B parameters. With
-    /// `--experts`, a qwen3moe file whose FFNs are experts.
+    /// `--experts`, a qwen3moe file whose FFNs are experts; with `--gpt-oss`
+    /// too, a gpt-oss file (`--experts-dtype mxfp4` as gpt-oss ships).
     WriteRandomModel {
         #[arg(long)]
         out: PathBuf,
@@ -155,6 +156,10 @@ enum Command {
         /// The shared expert's width (default: --expert-ffn).
         #[arg(long)]
         shared_ffn: Option<usize>,
+        /// A gpt-oss file (needs --experts): attention biases and sinks, a
+        /// 128-position window on even layers, YaRN, biased experts.
+        #[arg(long)]
+        gpt_oss: bool,
     },
     /// Writes the log-softmax at every position of a token sequence (a JSON
     /// array of ids) as an f32 .npy array of shape [positions, vocab].
@@ -303,6 +308,7 @@ fn run(cli: Cli) -> Result<(), EngineError> {
             ssm_v_heads,
             rope_dims,
             shared_ffn,
+            gpt_oss,
         } => {
             use hearth_engine::random_model;
             let experts = experts.map(|count| random_model::Experts {
@@ -319,7 +325,8 @@ fn run(cli: Cli) -> Result<(), EngineError> {
                 rope_dims,
                 shared_ffn: shared_ffn.unwrap_or(expert_ffn),
             });
-            let shape = random_model::Shape { layers, embd, ffn, heads, kv_heads, head_dim, experts, recurrent };
+            let shape =
+                random_model::Shape { layers, embd, ffn, heads, kv_heads, head_dim, experts, recurrent, gpt_oss };
             random_model::write(
                 &out,
                 &tokenizer_from.unwrap_or_else(|| paths::default_model_path(|k| std::env::var_os(k))),

@@ -4,45 +4,51 @@
 
 /// A tensor's element type, by its GGUF number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
 pub enum GgmlType {
-    F32,
-    F16,
-    Q4_0,
-    Q4_1,
-    Q5_0,
-    Q5_1,
-    Q8_0,
-    Q8_1,
-    Q2K,
-    Q3K,
-    Q4K,
-    Q5K,
-    Q6K,
-    Q8K,
-    Iq2Xxs,
-    Iq2Xs,
-    Iq3Xxs,
-    Iq1S,
-    Iq4Nl,
-    Iq3S,
-    Iq2S,
-    Iq4Xs,
-    I8,
-    I16,
-    I32,
-    I64,
-    F64,
-    Iq1M,
-    Bf16,
-    Tq1_0,
-    Tq2_0,
-    Mxfp4,
+    F32 = 0,
+    F16 = 1,
+    Q4_0 = 2,
+    Q4_1 = 3,
+    Q5_0 = 6,
+    Q5_1 = 7,
+    Q8_0 = 8,
+    Q8_1 = 9,
+    Q2K = 10,
+    Q3K = 11,
+    Q4K = 12,
+    Q5K = 13,
+    Q6K = 14,
+    Q8K = 15,
+    Iq2Xxs = 16,
+    Iq2Xs = 17,
+    Iq3Xxs = 18,
+    Iq1S = 19,
+    Iq4Nl = 20,
+    Iq3S = 21,
+    Iq2S = 22,
+    Iq4Xs = 23,
+    I8 = 24,
+    I16 = 25,
+    I32 = 26,
+    I64 = 27,
+    F64 = 28,
+    Iq1M = 29,
+    Bf16 = 30,
+    Tq1_0 = 34,
+    Tq2_0 = 35,
+    Mxfp4 = 39,
 }
 
 /// What the types Hearth runs are worth to a user who has a file it can't.
 pub const RUNNABLE_HINT: &str = "Q4_K_M, Q5_K_M, Q6_K, Q8_0, IQ4_XS, F16 and BF16 files work";
 
 impl GgmlType {
+    /// The type's GGUF number.
+    pub fn id(self) -> u32 {
+        self as u32
+    }
+
     /// `None` for numbers GGUF has retired or never used.
     pub fn from_id(id: u32) -> Option<Self> {
         use GgmlType::*;

@@ -13,6 +13,7 @@ pub mod facts;
 pub mod file_hash;
 pub mod ggml_type;
 pub mod gguf;
+pub mod gguf_writer;
 pub mod kv_cache;
 pub mod model;
 pub mod passes;

@@ -1,12 +1,19 @@
-//! A llama-family, Qwen3-MoE or Qwen 3.5 (hybrid, dense or with experts)
-//! GGUF with random weights and another model's tokenizer, so that speed
-//! can be measured at sizes and proportions the default model does not have
-//! (`hearth-cli write-random-model`; llama.cpp loads it too), and tests can
-//! run a family no small real file is at hand for.
+//! A llama-family, Qwen3-MoE, Qwen 3.5 (hybrid, dense or with experts) or
+//! gpt-oss GGUF with random weights and another model's tokenizer, so that
+//! speed can be measured at sizes and proportions the default model does
+//! not have (`hearth-cli write-random-model`; llama.cpp loads it too), and
+//! tests can run a family no small real file is at hand for.
+//!
+//! Tensors are made and written one at a time (`gguf_writer`), so a file of
+//! real proportions never sits in memory whole. MXFP4 tensors are random
+//! blocks (exponents in the range trained weights have), not quantized
+//! values: no quantizer here writes MXFP4.
 
 use std::path::Path;
 
 use crate::error::EngineError;
+use crate::ggml_type::GgmlType;
+use crate::gguf_writer::{self, TensorEntry};
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
@@ -24,6 +31,9 @@ pub struct Shape {
     pub experts: Option<Experts>,
     /// A Qwen 3.5 hybrid (`qwen35`, or `qwen35moe` with experts).
     pub recurrent: Option<Recurrent>,
+    /// A `gpt-oss` file (with `experts`): biases, sinks, a 128-position
+    /// window on even layers, YaRN, an untied output.
+    pub gpt_oss: bool,
 }
 
 /// A hybrid's Gated DeltaNet layers, and its attention layers' rotary share.
@@ -48,25 +58,75 @@ pub struct Experts {
     pub dtype: String,
 }
 
-fn dtype_named(dtype: &str) -> Result<GgmlDType, EngineError> {
+/// What `--dtype` names: a type and, where candle can quantize it, candle's.
+fn dtype_named(dtype: &str) -> Result<(GgmlType, Option<GgmlDType>), EngineError> {
     Ok(match dtype.to_ascii_lowercase().as_str() {
-        "q4_0" => GgmlDType::Q4_0,
-        "q4_1" => GgmlDType::Q4_1,
-        "q8_0" => GgmlDType::Q8_0,
-        "q4_k" => GgmlDType::Q4K,
-        "q6_k" => GgmlDType::Q6K,
+        "q4_0" => (GgmlType::Q4_0, Some(GgmlDType::Q4_0)),
+        "q4_1" => (GgmlType::Q4_1, Some(GgmlDType::Q4_1)),
+        "q8_0" => (GgmlType::Q8_0, Some(GgmlDType::Q8_0)),
+        "q4_k" => (GgmlType::Q4K, Some(GgmlDType::Q4K)),
+        "q6_k" => (GgmlType::Q6K, Some(GgmlDType::Q6K)),
+        "mxfp4" => (GgmlType::Mxfp4, None),
         other => {
             return Err(EngineError::InvalidSetting {
                 field: "dtype",
-                reason: format!("{other:?} is not one of q4_0, q4_1, q8_0, q4_k, q6_k"),
+                reason: format!("{other:?} is not one of q4_0, q4_1, q8_0, q4_k, q6_k, mxfp4"),
             })
         }
     })
 }
 
+/// How one tensor's values are made.
+#[derive(Clone, Copy)]
+enum Fill {
+    /// Uniform in ±scale.
+    Random(f32),
+    Ones,
+    /// −exp of uniform in ±scale (a DeltaNet's `ssm_a`, as the converter stores it).
+    NegExp(f32),
+}
+
+/// A tensor to write: its entry, how it is filled, and candle's type for it.
+struct Planned {
+    entry: TensorEntry,
+    fill: Fill,
+    candle: Option<GgmlDType>,
+}
+
+/// An LCG over the whole file, so the same shape writes the same bytes.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0
+    }
+
+    fn uniform(&mut self, scale: f32) -> f32 {
+        ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+    }
+
+    /// Random MXFP4 blocks for `elems` values: exponents 2^-15 … 2^-9
+    /// (halved), so values of a few hundredths, as trained experts have.
+    fn mxfp4(&mut self, elems: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(elems / 32 * 17);
+        for _ in 0..elems / 32 {
+            out.push(113 + (self.next() >> 33) as u8 % 7);
+            out.extend((0..16).map(|_| (self.next() >> 33) as u8));
+        }
+        out
+    }
+}
+
 pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> Result<(), EngineError> {
-    let dtype = dtype_named(dtype)?;
-    let experts_dtype = match &shape.experts {
+    let (dtype, dtype_candle) = dtype_named(dtype)?;
+    if dtype_candle.is_none() {
+        return Err(EngineError::InvalidSetting {
+            field: "dtype",
+            reason: "MXFP4 is for experts only here (--experts-dtype mxfp4)".into(),
+        });
+    }
+    let (experts_dtype, experts_candle) = match &shape.experts {
         Some(e) => {
             if e.used == 0 || e.used > e.count {
                 return Err(EngineError::InvalidSetting {
@@ -76,13 +136,20 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
             }
             dtype_named(&e.dtype)?
         }
-        None => dtype,
+        None => (dtype, dtype_candle),
     };
-    let arch = match (&shape.recurrent, &shape.experts) {
-        (Some(_), Some(_)) => "qwen35moe",
-        (Some(_), None) => "qwen35",
-        (None, Some(_)) => "qwen3moe",
-        (None, None) => "llama",
+    let arch = match (&shape.recurrent, &shape.experts, shape.gpt_oss) {
+        (None, Some(_), true) => "gpt-oss",
+        (_, _, true) => {
+            return Err(EngineError::InvalidSetting {
+                field: "gpt_oss",
+                reason: "a gpt-oss file has experts and no recurrent layers".into(),
+            })
+        }
+        (Some(_), Some(_), false) => "qwen35moe",
+        (Some(_), None, false) => "qwen35",
+        (None, Some(_), false) => "qwen3moe",
+        (None, None, false) => "llama",
     };
     if let Some(r) = &shape.recurrent {
         if r.interval == 0 || r.k_heads == 0 || r.v_heads % r.k_heads != 0 || r.rope_dims % 2 != 0 {
@@ -115,6 +182,7 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
     };
     let head_dim = shape.head_dim.unwrap_or(shape.embd / shape.heads);
     let u = |k: &str, v: usize| (format!("{arch}.{k}"), Value::U32(v as u32));
+    let f = |k: &str, v: f32| (format!("{arch}.{k}"), Value::F32(v));
     md.extend([
         ("general.architecture".to_string(), Value::String(arch.into())),
         ("general.name".to_string(), Value::String(format!("hearth random {arch}"))),
@@ -126,10 +194,21 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
         u("attention.key_length", head_dim),
         u("attention.value_length", head_dim),
         u("rope.dimension_count", shape.recurrent.as_ref().map_or(head_dim, |r| r.rope_dims)),
-        u("context_length", 4096),
-        (format!("{arch}.rope.freq_base"), Value::F32(10000.0)),
-        (format!("{arch}.attention.layer_norm_rms_epsilon"), Value::F32(1e-5)),
+        f("attention.layer_norm_rms_epsilon", 1e-5),
     ]);
+    if shape.gpt_oss {
+        // gpt-oss's own: 128k positions by YaRN from 4k.
+        md.extend([
+            u("context_length", 131_072),
+            f("rope.freq_base", 150_000.0),
+            u("attention.sliding_window", 128),
+            (format!("{arch}.rope.scaling.type"), Value::String("yarn".into())),
+            f("rope.scaling.factor", 32.0),
+            u("rope.scaling.original_context_length", 4096),
+        ]);
+    } else {
+        md.extend([u("context_length", 4096), f("rope.freq_base", 10000.0)]);
+    }
     if let Some(e) = &shape.experts {
         md.extend([u("expert_count", e.count), u("expert_used_count", e.used), u("expert_feed_forward_length", e.ffn)]);
     }
@@ -153,21 +232,15 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
             md.push(u("expert_shared_feed_forward_length", r.shared_ffn));
         }
     }
-    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-    let mut random_of = |dims: &[usize], scale: f32| -> candle_core::Result<Tensor> {
-        let v: Vec<f32> = (0..dims.iter().product::<usize>())
-            .map(|_| {
-                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                ((seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-            })
-            .collect();
-        Tensor::from_vec(v, dims, &Device::Cpu)
-    };
-    let ones = |n: usize| Tensor::ones(n, candle_core::DType::F32, &Device::Cpu);
+
     let (q, kv) = (shape.heads * head_dim, shape.kv_heads * head_dim);
     let scale = 1.0 / (shape.embd as f32).sqrt();
-    let mut tensors: Vec<(String, QTensor)> =
-        vec![("token_embd.weight".into(), QTensor::quantize(&random_of(&[vocab, shape.embd], 1.0)?, dtype)?)];
+    let mut plan: Vec<Planned> = Vec::new();
+    let mut add = |name: String, dims: Vec<usize>, dtype: GgmlType, candle: Option<GgmlDType>, fill: Fill| {
+        plan.push(Planned { entry: TensorEntry { name, dims, dtype }, fill, candle })
+    };
+    let f32_ = (GgmlType::F32, Some(GgmlDType::F32));
+    add("token_embd.weight".into(), vec![vocab, shape.embd], dtype, dtype_candle, Fill::Random(1.0));
     for i in 0..shape.layers {
         let p = |n: &str| format!("blk.{i}.{n}");
         let recurrent = shape.recurrent.as_ref().filter(|r| (i + 1) % r.interval != 0);
@@ -199,7 +272,7 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
         }
         match &shape.experts {
             Some(e) => matrices.extend([
-                ("ffn_gate_inp.weight", vec![e.count, shape.embd], GgmlDType::F32),
+                ("ffn_gate_inp.weight", vec![e.count, shape.embd], GgmlType::F32),
                 ("ffn_gate_exps.weight", vec![e.count, e.ffn, shape.embd], experts_dtype),
                 ("ffn_up_exps.weight", vec![e.count, e.ffn, shape.embd], experts_dtype),
                 ("ffn_down_exps.weight", vec![e.count, shape.embd, e.ffn], experts_dtype),
@@ -210,42 +283,72 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
                 ("ffn_down.weight", vec![shape.embd, shape.ffn], dtype),
             ]),
         }
-        for (name, dims, dtype) in matrices {
+        for (name, dims, t) in matrices {
             // The router's logits spread a few units, so that picks vary.
             let s = if name.starts_with("ffn_gate_inp") { 4.0 * scale } else { scale };
-            tensors.push((p(name), QTensor::quantize(&random_of(&dims, s)?, dtype)?));
+            let candle = match t {
+                GgmlType::F32 => Some(GgmlDType::F32),
+                _ if name.contains("_exps") => experts_candle,
+                _ => dtype_candle,
+            };
+            add(p(name), dims, t, candle, Fill::Random(s));
         }
-        tensors.push((p("attn_norm.weight"), QTensor::quantize(&ones(shape.embd)?, GgmlDType::F32)?));
-        // Qwen 3.5 names its FFN norm `post_attention_norm`.
-        let ffn_norm = if shape.recurrent.is_some() { "post_attention_norm.weight" } else { "ffn_norm.weight" };
-        tensors.push((p(ffn_norm), QTensor::quantize(&ones(shape.embd)?, GgmlDType::F32)?));
+        add(p("attn_norm.weight"), vec![shape.embd], f32_.0, f32_.1, Fill::Ones);
+        // Qwen 3.5 and gpt-oss name their FFN norm `post_attention_norm`.
+        let ffn_norm =
+            if shape.recurrent.is_some() || shape.gpt_oss { "post_attention_norm.weight" } else { "ffn_norm.weight" };
+        add(p(ffn_norm), vec![shape.embd], f32_.0, f32_.1, Fill::Ones);
         if let Some(r) = recurrent {
             let channels = (2 * r.k_heads + r.v_heads) * r.state;
-            let f32_of = |t: Tensor| QTensor::quantize(&t, GgmlDType::F32);
-            tensors.push((p("ssm_conv1d.weight"), f32_of(random_of(&[channels, 4], 0.5)?)?));
-            tensors.push((p("ssm_dt.bias"), f32_of(random_of(&[r.v_heads], 0.5)?)?));
-            // −exp(A_log), as the converter stores it.
-            tensors.push((p("ssm_a"), f32_of((random_of(&[r.v_heads], 0.5)?.exp()? * -1.0)?)?));
-            tensors.push((p("ssm_norm.weight"), f32_of(ones(r.state)?)?));
+            add(p("ssm_conv1d.weight"), vec![channels, 4], f32_.0, f32_.1, Fill::Random(0.5));
+            add(p("ssm_dt.bias"), vec![r.v_heads], f32_.0, f32_.1, Fill::Random(0.5));
+            add(p("ssm_a"), vec![r.v_heads], f32_.0, f32_.1, Fill::NegExp(0.5));
+            add(p("ssm_norm.weight"), vec![r.state], f32_.0, f32_.1, Fill::Ones);
         }
         if shape.recurrent.is_some() && shape.experts.is_some() {
-            tensors.push((
-                p("ffn_gate_inp_shexp.weight"),
-                QTensor::quantize(&random_of(&[shape.embd], scale)?, GgmlDType::F32)?,
-            ));
+            add(p("ffn_gate_inp_shexp.weight"), vec![shape.embd], f32_.0, f32_.1, Fill::Random(scale));
         }
-        if (shape.experts.is_some() || shape.recurrent.is_some()) && recurrent.is_none() {
-            tensors.push((p("attn_q_norm.weight"), QTensor::quantize(&ones(head_dim)?, GgmlDType::F32)?));
-            tensors.push((p("attn_k_norm.weight"), QTensor::quantize(&ones(head_dim)?, GgmlDType::F32)?));
+        if (shape.experts.is_some() || shape.recurrent.is_some()) && recurrent.is_none() && !shape.gpt_oss {
+            add(p("attn_q_norm.weight"), vec![head_dim], f32_.0, f32_.1, Fill::Ones);
+            add(p("attn_k_norm.weight"), vec![head_dim], f32_.0, f32_.1, Fill::Ones);
+        }
+        if let (true, Some(e)) = (shape.gpt_oss, &shape.experts) {
+            for (name, dims, s) in [
+                ("attn_q.bias", vec![q], 0.1),
+                ("attn_k.bias", vec![kv], 0.1),
+                ("attn_v.bias", vec![kv], 0.1),
+                ("attn_output.bias", vec![shape.embd], 0.1),
+                // A few units, as trained sinks are.
+                ("attn_sinks.weight", vec![shape.heads], 3.0),
+                ("ffn_gate_inp.bias", vec![e.count], 0.5),
+                ("ffn_gate_exps.bias", vec![e.count, e.ffn], 0.1),
+                ("ffn_up_exps.bias", vec![e.count, e.ffn], 0.1),
+                ("ffn_down_exps.bias", vec![e.count, shape.embd], 0.1),
+            ] {
+                add(p(name), dims, f32_.0, f32_.1, Fill::Random(s));
+            }
         }
     }
-    tensors.push(("output_norm.weight".into(), QTensor::quantize(&ones(shape.embd)?, GgmlDType::F32)?));
-    let md_refs: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let tmp = out.with_extension("gguf.part");
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp).map_err(io)?);
-    gguf_file::write(&mut f, &md_refs, &t_refs)?;
-    drop(f);
-    std::fs::rename(&tmp, out).map_err(io)?;
-    Ok(())
+    add("output_norm.weight".into(), vec![shape.embd], f32_.0, f32_.1, Fill::Ones);
+    if shape.gpt_oss {
+        add("output.weight".into(), vec![vocab, shape.embd], dtype, dtype_candle, Fill::Random(scale));
+    }
+
+    let entries: Vec<TensorEntry> = plan.iter().map(|p| p.entry.clone()).collect();
+    let mut rng = Lcg(0x9E37_79B9_7F4A_7C15);
+    gguf_writer::write(out, &md, &entries, |i| {
+        let p = &plan[i];
+        let elems = p.entry.dims.iter().product::<usize>();
+        let Some(candle) = p.candle else { return Ok(rng.mxfp4(elems)) };
+        let t = match p.fill {
+            Fill::Ones => Tensor::ones(elems, candle_core::DType::F32, &Device::Cpu)?,
+            Fill::Random(s) => Tensor::from_vec((0..elems).map(|_| rng.uniform(s)).collect(), elems, &Device::Cpu)?,
+            Fill::NegExp(s) => {
+                let v = (0..elems).map(|_| -rng.uniform(s).exp()).collect();
+                Tensor::from_vec(v, elems, &Device::Cpu)?
+            }
+        };
+        let t = t.reshape(p.entry.dims.as_slice())?;
+        Ok(QTensor::quantize(&t, candle)?.data()?.into_owned())
+    })
 }
