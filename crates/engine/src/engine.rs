@@ -22,8 +22,11 @@ use crate::tokenizer::Tokenizer;
 
 /// Spellings of end-of-turn markers across families. One counts as an end
 /// token only if the model has it as a control token and its template uses it.
+/// Harmony (gpt-oss) ends a turn with `<|return|>` (its EOS) or, for a
+/// tool call, `<|call|>`; its `<|end|>` ends only a message, and is no
+/// control token there (`Tokenizer`).
 const END_OF_TURN_MARKERS: &[&str] =
-    &["<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<|endoftext|>"];
+    &["<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<|endoftext|>", "<|call|>"];
 
 /// Everything needed to chat with one GGUF model. Immutable once opened, so
 /// many sessions share it.
@@ -146,7 +149,7 @@ impl Engine {
         let ids = self.tokenizer.encode(suffix, false, true)?;
         // Only a suffix that starts with a special token tokenizes apart
         // from the text before it.
-        Ok(ids.first().is_some_and(|&id| self.tokenizer.is_control(id)).then_some(ids))
+        Ok(ids.first().is_some_and(|&id| self.tokenizer.is_special(id)).then_some(ids))
     }
 
     /// `encode_chat`, with thinking switched as `render_chat` does.
@@ -218,7 +221,7 @@ impl Engine {
             // The next text must start with a special token (the turn's end),
             // or it would have merged with the content's last characters.
             let next = self.tokenizer.encode(rest, false, true)?;
-            if next.first().is_some_and(|&id| !self.tokenizer.is_control(id)) {
+            if next.first().is_some_and(|&id| !self.tokenizer.is_special(id)) {
                 return Ok(None);
             }
         }

@@ -31,6 +31,9 @@ pub struct Tokenizer {
     token_bytes: Vec<Vec<u8>>,
     tokens: Vec<String>,
     is_control: Vec<bool>,
+    /// Control and user-defined tokens: each tokenizes apart from the
+    /// text around it.
+    is_special: Vec<bool>,
     bos: Option<u32>,
     eos: Option<u32>,
     eot: Option<u32>,
@@ -57,13 +60,14 @@ impl Tokenizer {
         if tokens.is_empty() {
             return Err(err("the vocabulary is empty".into()));
         }
-        let types: Vec<i32> = match file.array("tokenizer.ggml.token_type") {
+        let mut types: Vec<i32> = match file.array("tokenizer.ggml.token_type") {
             Ok(a) => a.iter().map(|v| v.to_i32().unwrap_or(1)).collect(),
             Err(_) => vec![1; tokens.len()],
         };
         if types.len() != tokens.len() {
             return Err(err("token types and tokens differ in length".into()));
         }
+        harmony_rendered_tokens(&tokens, &mut types);
         let id = |key: &str| -> Result<Option<u32>> {
             let v = file.u32_opt(key).map_err(|e| err(e.to_string()))?;
             match v {
@@ -80,6 +84,7 @@ impl Tokenizer {
 
         let json = Path::new(file.path()).with_file_name("tokenizer.json");
         let is_control = types.iter().map(|&t| t == TYPE_CONTROL).collect();
+        let is_special = types.iter().map(|&t| t == TYPE_CONTROL || t == TYPE_USER_DEFINED).collect();
         if model_kind == "llama" && !json.is_file() {
             let add_space_prefix = file.bool_opt("tokenizer.ggml.add_space_prefix").unwrap_or(true);
             let scores = spm_scores(file, tokens.len()).map_err(err)?;
@@ -93,7 +98,7 @@ impl Tokenizer {
                 .collect();
             let encoder = Encoder::Spm(SpmEncoder::new(&tokens, scores, &special, add_space_prefix));
             let token_bytes = spm_table(&tokens, &types);
-            return Ok(Self { encoder, token_bytes, tokens, is_control, bos, eos, eot, add_bos });
+            return Ok(Self { encoder, token_bytes, tokens, is_control, is_special, bos, eos, eot, add_bos });
         }
         let token_bytes = match model_kind.as_str() {
             "gpt2" => byte_level_table(&tokens, &types),
@@ -105,18 +110,30 @@ impl Tokenizer {
         } else {
             let pre = file.string_opt("tokenizer.ggml.pre").unwrap_or("default");
             let mut bpe = build_bpe(file, &tokens, pre).map_err(err)?;
+            // Control tokens are matched only when special tokens are parsed;
+            // user-defined ones always, as llama.cpp matches them.
             let added: Vec<AddedToken> = tokens
                 .iter()
                 .zip(&types)
                 .filter(|(_, &t)| t == TYPE_CONTROL || t == TYPE_USER_DEFINED)
-                .map(|(s, _)| AddedToken::from(s.clone(), true))
+                .map(|(s, &t)| AddedToken::from(s.clone(), t == TYPE_CONTROL))
                 .collect();
             bpe.add_special_tokens(added).map_err(|e| err(format!("special tokens: {e}")))?;
             bpe
         };
         let mut plain = special.clone();
         plain.set_encode_special_tokens(true);
-        Ok(Self { encoder: Encoder::Hf { special, plain }, token_bytes, tokens, is_control, bos, eos, eot, add_bos })
+        Ok(Self {
+            encoder: Encoder::Hf { special, plain },
+            token_bytes,
+            tokens,
+            is_control,
+            is_special,
+            bos,
+            eos,
+            eot,
+            add_bos,
+        })
     }
 
     /// Token ids for `text`. With `parse_special`, text such as `<|im_end|>`
@@ -162,6 +179,12 @@ impl Tokenizer {
 
     pub fn is_control(&self, id: u32) -> bool {
         self.is_control.get(id as usize).copied().unwrap_or(false)
+    }
+
+    /// A control or user-defined token: it tokenizes apart from the text
+    /// on either side of it.
+    pub fn is_special(&self, id: u32) -> bool {
+        self.is_special.get(id as usize).copied().unwrap_or(false)
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -283,6 +306,22 @@ pub fn byte_level_alphabet() -> [char; 256] {
 }
 
 /// Raw bytes per token of a byte-level vocabulary.
+/// llama.cpp's rule for Harmony (gpt-oss's format): its structure tokens
+/// are user-defined, so they are written out in generated text (where the
+/// reply's channels are read from) and matched in any text; `<|end|>` too
+/// where `<|return|>` and `<|call|>` end a turn, as it then ends only a
+/// message.
+fn harmony_rendered_tokens(tokens: &[String], types: &mut [i32]) {
+    let has = |name: &str| tokens.iter().any(|t| t == name);
+    let end_ends_a_message = has("<|return|>") && has("<|call|>");
+    for (t, ty) in tokens.iter().zip(types.iter_mut()) {
+        let structure = matches!(t.as_str(), "<|channel|>" | "<|message|>" | "<|start|>" | "<|constrain|>");
+        if structure || (end_ends_a_message && t == "<|end|>") {
+            *ty = TYPE_USER_DEFINED;
+        }
+    }
+}
+
 fn byte_level_table(tokens: &[String], types: &[i32]) -> Vec<Vec<u8>> {
     let char_to_byte: std::collections::HashMap<char, u8> =
         byte_level_alphabet().iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();

@@ -15,7 +15,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use candle_core::quantized::GgmlDType;
 use common::{tiny, Family, TinySpec};
@@ -26,22 +26,6 @@ fn avx2_unless_told() {
     if std::env::var_os("HEARTH_ISA").is_none() {
         hearth_engine::cpu::isa::cap_isa(hearth_engine::cpu::isa::Isa::Avx2);
     }
-}
-
-fn llamacpp_python() -> Option<PathBuf> {
-    let python = std::env::var_os("HEARTH_LLAMACPP_PYTHON")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hearth/llama-venv/bin/python")))?;
-    if python.is_file() {
-        return Some(python);
-    }
-    assert!(
-        std::env::var_os("HEARTH_REQUIRE_LLAMACPP").is_none(),
-        "llama.cpp's venv is missing at {}: run bench/setup-llamacpp.sh",
-        python.display()
-    );
-    eprintln!("skipped: no llama.cpp venv at {} (bench/setup-llamacpp.sh makes it)", python.display());
-    None
 }
 
 /// llama.cpp's logits `[ids.len()][vocab]` for `ids` on `model`, read as a
@@ -114,7 +98,7 @@ fn check(spec: &TinySpec, positions: usize, feed: Feed) {
 
 /// `check` on the model file at `path`.
 fn check_file(label: &str, path: &Path, positions: usize, feed: Feed) {
-    let Some(python) = llamacpp_python() else { return };
+    let Some(python) = common::llamacpp_python() else { return };
     let path = path.to_path_buf();
     let ids = ids(positions);
     let (reference, reference_avx512) = llamacpp_logits(&python, &path, &ids, feed == Feed::Steps);

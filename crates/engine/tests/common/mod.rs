@@ -2,6 +2,7 @@
 //! files written at test time for every supported family.
 #![allow(dead_code)]
 
+pub mod o200k;
 pub mod retype;
 
 use std::path::{Path, PathBuf};
@@ -36,6 +37,26 @@ fn cap_isa_from_env() {
     if let Some(cap) = std::env::var("HEARTH_ISA").ok().and_then(|s| hearth_engine::cpu::isa::Isa::parse(&s)) {
         hearth_engine::cpu::isa::cap_isa(cap);
     }
+}
+
+/// The Python of llama-cpp-python's venv (`bench/setup-llamacpp.sh` makes
+/// it; `HEARTH_LLAMACPP_PYTHON` names another). Without it a test says so
+/// and passes, unless `HEARTH_REQUIRE_LLAMACPP` is set (`./hearth test`
+/// sets it).
+pub fn llamacpp_python() -> Option<PathBuf> {
+    let python = std::env::var_os("HEARTH_LLAMACPP_PYTHON")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hearth/llama-venv/bin/python")))?;
+    if python.is_file() {
+        return Some(python);
+    }
+    assert!(
+        std::env::var_os("HEARTH_REQUIRE_LLAMACPP").is_none(),
+        "llama.cpp's venv is missing at {}: run bench/setup-llamacpp.sh",
+        python.display()
+    );
+    eprintln!("skipped: no llama.cpp venv at {} (bench/setup-llamacpp.sh makes it)", python.display());
+    None
 }
 
 pub fn open_default() -> Engine {
