@@ -8,7 +8,7 @@ use candle_core::Device;
 use crate::error::{EngineError, Result};
 use crate::gguf::GgufFile;
 use crate::model::{Kernels, Model};
-use crate::reasoning::ReasoningFormat;
+use crate::reasoning::{ReasoningEffort, ReasoningFormat};
 use crate::sampler_loop::GenerationConfig;
 use crate::sampling::SamplingParams;
 use crate::session::Session;
@@ -27,6 +27,17 @@ use crate::tokenizer::Tokenizer;
 /// control token there (`Tokenizer`).
 const END_OF_TURN_MARKERS: &[&str] =
     &["<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<|endoftext|>", "<|call|>"];
+
+/// How a conversation's prompt is rendered beyond its messages: the
+/// template variables a reasoning model reads. A template without the
+/// variable is unaffected.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PromptOptions {
+    /// Thinking on or off (Qwen3's `enable_thinking`); `None`: the template's default.
+    pub thinking: Option<bool>,
+    /// gpt-oss's `reasoning_effort`; `None`: the template's default (medium).
+    pub effort: Option<ReasoningEffort>,
+}
 
 /// Everything needed to chat with one GGUF model. Immutable once opened, so
 /// many sessions share it.
@@ -117,15 +128,46 @@ impl Engine {
 
     /// The prompt ids for a conversation, ending where the reply begins.
     pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
-        self.encode_chat_with(messages, None)
+        self.encode_chat_with(messages, PromptOptions::default())
     }
 
-    /// The prompt text for a conversation, with thinking switched on or off
-    /// where the template has a switch (`None`: the template's default).
-    pub fn render_chat(&self, messages: &[ChatMessage], thinking: Option<bool>) -> Result<String> {
-        match (thinking, self.reasoning.as_ref().and_then(|r| r.switch.as_deref())) {
-            (Some(on), Some(switch)) => self.template.render_with(messages, true, &[(switch, on)]),
-            _ => self.template.render(messages, true),
+    /// The template variables `options` set, for the variables this
+    /// model's template reads.
+    fn template_vars(&self, options: PromptOptions) -> Vec<(&str, serde_json::Value)> {
+        let mut vars = Vec::new();
+        if let Some(format) = &self.reasoning {
+            if let (Some(on), Some(switch)) = (options.thinking, format.switch.as_deref()) {
+                vars.push((switch, on.into()));
+            }
+            if let (Some(effort), Some(var)) = (options.effort, format.effort.as_deref()) {
+                vars.push((var, effort.as_str().into()));
+            }
+        }
+        vars
+    }
+
+    /// The prompt text for a conversation, ending where the reply begins,
+    /// with `options`' variables set. A Harmony model's replies go to its
+    /// template as it wants them: the final message as content, the
+    /// analysis as `thinking` (which the template then drops, as its text
+    /// says, or keeps).
+    pub fn render_chat(&self, messages: &[ChatMessage], options: PromptOptions) -> Result<String> {
+        let vars = self.template_vars(options);
+        match self.reasoning.as_ref().filter(|f| f.answer_start.is_some()) {
+            Some(format) => {
+                let messages: Vec<ChatMessage> = messages
+                    .iter()
+                    .map(|m| match m.role {
+                        crate::template::Role::Assistant if m.thinking.is_none() => {
+                            let (thinking, content) = format.split(&m.content);
+                            ChatMessage { thinking, content, ..m.clone() }
+                        }
+                        _ => m.clone(),
+                    })
+                    .collect();
+                self.template.render_with(&messages, true, &vars)
+            }
+            None => self.template.render_with(messages, true, &vars),
         }
     }
 
@@ -138,12 +180,10 @@ impl Engine {
     /// with this one's, even when the template writes the reply otherwise
     /// than it was sampled (Qwen 3.5 drops earlier turns' thinking): a
     /// hybrid model keeps a checkpoint there (`OwnedTurn::set_checkpoint_at`).
-    pub fn generation_prompt_ids(&self, thinking: Option<bool>) -> Result<Option<Vec<u32>>> {
+    pub fn generation_prompt_ids(&self, options: PromptOptions) -> Result<Option<Vec<u32>>> {
         let probe = [ChatMessage::user("Hi")];
-        let render = |open: bool| match (thinking, self.reasoning.as_ref().and_then(|r| r.switch.as_deref())) {
-            (Some(on), Some(switch)) => self.template.render_with(&probe, open, &[(switch, on)]),
-            _ => self.template.render(&probe, open),
-        };
+        let vars = self.template_vars(options);
+        let render = |open: bool| self.template.render_with(&probe, open, &vars);
         let (whole, body) = (render(true)?, render(false)?);
         let Some(suffix) = whole.strip_prefix(body.as_str()).filter(|s| !s.is_empty()) else { return Ok(None) };
         let ids = self.tokenizer.encode(suffix, false, true)?;
@@ -152,7 +192,7 @@ impl Engine {
         Ok(ids.first().is_some_and(|&id| self.tokenizer.is_special(id)).then_some(ids))
     }
 
-    /// `encode_chat`, with thinking switched as `render_chat` does.
+    /// `encode_chat`, with `options` as `render_chat` takes them.
     ///
     /// A message that carries the tokens it was sampled as (`ids`, decoding
     /// to its content) is written as those tokens, not as its text tokenized
@@ -161,9 +201,9 @@ impl Engine {
     /// spliced in only where the template writes the content unchanged and
     /// a special token follows it (so the text on either side tokenizes as
     /// it does whole); otherwise the text is tokenized as usual.
-    pub fn encode_chat_with(&self, messages: &[ChatMessage], thinking: Option<bool>) -> Result<Vec<u32>> {
-        let text = self.render_chat(messages, thinking)?;
-        let mut ids = match self.encode_spliced(messages, thinking, &text)? {
+    pub fn encode_chat_with(&self, messages: &[ChatMessage], options: PromptOptions) -> Result<Vec<u32>> {
+        let text = self.render_chat(messages, options)?;
+        let mut ids = match self.encode_spliced(messages, options, &text)? {
             Some(ids) => ids,
             None => self.tokenizer.encode(&text, true, true)?,
         };
@@ -179,7 +219,7 @@ impl Engine {
     /// The prompt with the kept tokens of `messages` spliced in, where that
     /// is exact (see `encode_chat_with`); `None` where it is not, or where no
     /// message keeps its tokens. `text` is the prompt rendered as usual.
-    fn encode_spliced(&self, messages: &[ChatMessage], thinking: Option<bool>, text: &str) -> Result<Option<Vec<u32>>> {
+    fn encode_spliced(&self, messages: &[ChatMessage], options: PromptOptions, text: &str) -> Result<Option<Vec<u32>>> {
         // The tokens written as the content: a reply's own end token is not
         // (the template writes the turn's end), nor any control token after.
         let written = |m: &ChatMessage| -> Option<Vec<u32>> {
@@ -199,7 +239,7 @@ impl Engine {
         for &i in &kept {
             marked[i].content = marker(i);
         }
-        let marked_text = self.render_chat(&marked, thinking)?;
+        let marked_text = self.render_chat(&marked, options)?;
         let mut restored = marked_text.clone();
         for &i in &kept {
             if marked_text.matches(&marker(i)).count() != 1 {

@@ -33,7 +33,7 @@ pub mod worker_pool;
 pub use candle_core::Device;
 pub use detok::StreamDecoder;
 pub use device::DeviceChoice;
-pub use engine::{Engine, BUILD_ID};
+pub use engine::{Engine, PromptOptions, BUILD_ID};
 pub use error::{EngineError, Result};
 pub use facts::{ModelFacts, QuantShare};
 pub use ggml_type::GgmlType;
@@ -41,7 +41,7 @@ pub use gguf::GgufFile;
 pub use kv_cache::KvCache;
 pub use model::{Architecture, Kernels, Model, ModelConfig};
 pub use passes::{Pass, Passes};
-pub use reasoning::{ReasoningFormat, Thinking, ThinkingTracker};
+pub use reasoning::{ReasoningEffort, ReasoningFormat, ReplySplitter, SplitText, Thinking, ThinkingTracker};
 pub use sampler_loop::{
     FinishReason, GenerationConfig, Logprobs, NextInput, SamplerLoop, SamplingState, SequenceOutput, TokenEvent,
 };

@@ -22,6 +22,11 @@ pub enum Role {
 pub struct ChatMessage {
     pub role: Role,
     pub content: String,
+    /// A reply's reasoning, for templates that take it apart from the
+    /// answer (gpt-oss's Harmony: its `analysis` channel). Absent, not
+    /// null, when there is none: templates test `"thinking" in message`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
     /// The tokens a reply was sampled as, when they are kept: its prompt
     /// then uses them rather than its text tokenized again, which can give
     /// other tokens for the same text (`Engine::encode_chat_with`), and so
@@ -32,7 +37,7 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn new(role: Role, content: impl Into<String>) -> Self {
-        Self { role, content: content.into(), ids: None }
+        Self { role, content: content.into(), thinking: None, ids: None }
     }
 
     /// This message, written as the tokens `ids` (which must decode to its
@@ -58,6 +63,13 @@ const NAME: &str = "chat";
 /// while a template bomb stops within a fraction of a second.
 const TEMPLATE_FUEL: u64 = 20_000_000;
 
+/// What `strftime_now` reads: the local time, or a fixed one in tests.
+pub type Clock = fn() -> chrono::NaiveDateTime;
+
+fn local_now() -> chrono::NaiveDateTime {
+    chrono::Local::now().naive_local()
+}
+
 /// A compiled chat template with the special-token strings it may refer to.
 pub struct ChatTemplate {
     env: Environment<'static>,
@@ -68,6 +80,12 @@ pub struct ChatTemplate {
 
 impl ChatTemplate {
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self> {
+        Self::with_clock(source, bos_token, eos_token, local_now)
+    }
+
+    /// `new`, with `strftime_now` reading `clock` (gpt-oss's template
+    /// writes the current date into every prompt).
+    pub fn with_clock(source: &str, bos_token: &str, eos_token: &str, clock: Clock) -> Result<Self> {
         let mut env = Environment::new();
         env.set_syntax(
             SyntaxConfig::builder()
@@ -83,6 +101,15 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |msg: String| -> std::result::Result<String, JinjaError> {
             Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
+        });
+        // Hugging Face's: Python's `datetime.now().strftime(format)`.
+        env.add_function("strftime_now", move |format: String| -> std::result::Result<String, JinjaError> {
+            use chrono::format::{Item, StrftimeItems};
+            let items: Vec<Item> = StrftimeItems::new(&format).collect();
+            if items.contains(&Item::Error) {
+                return Err(JinjaError::new(ErrorKind::InvalidOperation, format!("strftime format {format:?}")));
+            }
+            Ok(clock().format_with_items(items.into_iter()).to_string())
         });
         env.add_template_owned(NAME, source.to_string()).map_err(|e| EngineError::Template(describe(&e)))?;
         Ok(Self { env, source: source.to_string(), bos_token: bos_token.into(), eos_token: eos_token.into() })
@@ -104,13 +131,14 @@ impl ChatTemplate {
     }
 
     /// `render` with template variables set as well, such as a reasoning
-    /// model's `enable_thinking` (`ReasoningFormat::switch`); a template
-    /// that does not read a variable is unaffected by it.
+    /// model's `enable_thinking` (`ReasoningFormat::switch`) or gpt-oss's
+    /// `reasoning_effort`; a template that does not read a variable is
+    /// unaffected by it.
     pub fn render_with(
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
-        switches: &[(&str, bool)],
+        vars: &[(&str, serde_json::Value)],
     ) -> Result<String> {
         let tmpl = self.env.get_template(NAME).map_err(|e| EngineError::Template(describe(&e)))?;
         let base = context! {
@@ -119,7 +147,7 @@ impl ChatTemplate {
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
         };
-        let extra: std::collections::BTreeMap<&str, bool> = switches.iter().copied().collect();
+        let extra: std::collections::BTreeMap<&str, &serde_json::Value> = vars.iter().map(|(k, v)| (*k, v)).collect();
         tmpl.render(context! { ..minijinja::value::Value::from(minijinja::value::Serde(&extra)), ..base })
             .map_err(|e| EngineError::Template(describe(&e)))
     }

@@ -128,7 +128,7 @@ fn reasoning_templates_render_like_python_jinja2_and_declare_their_tags() {
         let messages = case_messages(case);
         let agp = case["add_generation_prompt"].as_bool().unwrap();
         let got = match case["enable_thinking"].as_bool() {
-            Some(on) => tmpl.render_with(&messages, agp, &[("enable_thinking", on)]),
+            Some(on) => tmpl.render_with(&messages, agp, &[("enable_thinking", on.into())]),
             None => tmpl.render(&messages, agp),
         };
         let want = case["ok"].as_str().unwrap_or_else(|| panic!("jinja2 failed on {case}"));
@@ -208,7 +208,7 @@ fn the_qwen35_template_opens_thinking_in_its_prompt_unless_switched_off() {
     let messages = [ChatMessage::user("What is 2 + 2?")];
     let on = tmpl.render(&messages, true).unwrap();
     assert!(on.ends_with("<|im_start|>assistant\n<think>\n"), "{on:?}");
-    let off = tmpl.render_with(&messages, true, &[("enable_thinking", false)]).unwrap();
+    let off = tmpl.render_with(&messages, true, &[("enable_thinking", false.into())]).unwrap();
     assert!(off.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"), "{off:?}");
 }
 

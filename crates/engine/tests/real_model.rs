@@ -670,7 +670,8 @@ fn a_reply_goes_back_into_the_prompt_as_the_tokens_it_was_sampled_as() {
 #[test]
 fn the_reply_opening_is_the_templates_generation_prompt_and_ends_the_chat_prompt() {
     let engine = open_default();
-    let opening = engine.generation_prompt_ids(None).unwrap().expect("ChatML opens the reply with a special token");
+    let opening =
+        engine.generation_prompt_ids(Default::default()).unwrap().expect("ChatML opens the reply with a special token");
     assert_eq!(opening, engine.tokenizer().encode("<|im_start|>assistant\n", false, true).unwrap());
     let prompt = engine
         .encode_chat(&[ChatMessage::user("Say hello."), ChatMessage::assistant("Hello!"), ChatMessage::user("Again.")])

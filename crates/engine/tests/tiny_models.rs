@@ -9,8 +9,16 @@ use candle_core::{Device, Tensor};
 use common::{max_abs_diff, relative_diff, tiny, Family, TinySpec};
 use hearth_engine::{Engine, KvCache, Model};
 
-const ALL: [Family; 7] =
-    [Family::Llama, Family::Qwen2, Family::Qwen3, Family::Gemma3, Family::Qwen3Moe, Family::Qwen35, Family::Qwen35Moe];
+const ALL: [Family; 8] = [
+    Family::Llama,
+    Family::Qwen2,
+    Family::Qwen3,
+    Family::Gemma3,
+    Family::Qwen3Moe,
+    Family::Qwen35,
+    Family::Qwen35Moe,
+    Family::GptOss,
+];
 
 /// The families the candle-op graph (the GPU path) runs; experts run on the
 /// CPU's own pass only, so far.
@@ -78,7 +86,7 @@ fn reference_logits(family: Family, path: &std::path::Path, toks: &[u32]) -> Vec
             m.forward(&x, 0).unwrap()
         }
         Family::Gemma3 => unreachable!("candle's gemma3 is not a valid reference; see ARCHITECTURE.md"),
-        Family::Qwen3Moe | Family::Qwen35 | Family::Qwen35Moe => {
+        Family::Qwen3Moe | Family::Qwen35 | Family::Qwen35Moe | Family::GptOss => {
             unreachable!("candle has none of these; tests/families_vs_llamacpp.rs holds them to llama.cpp")
         }
     };

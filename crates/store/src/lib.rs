@@ -26,5 +26,5 @@ pub use export::{
 pub use messages::{Message, MessageStatus, ReplayExport, ReplayRecord, ReplyStats, Role, ThreadMessage};
 pub use migrations::SCHEMA_VERSION;
 pub use models::RecentModel;
-pub use settings::{ConversationSettings, FieldError, OverflowPolicy, Preset};
+pub use settings::{ConversationSettings, FieldError, OverflowPolicy, Preset, ReasoningEffort};
 pub use store::Store;

@@ -29,6 +29,21 @@ pub struct ConversationSettings {
     /// Think before answering, where the model's template has a switch for
     /// it (Qwen3's `enable_thinking`); other models ignore it.
     pub thinking: bool,
+    /// How hard to think, where the model's template reads it (gpt-oss's
+    /// `reasoning_effort`); other models ignore it.
+    pub reasoning_effort: ReasoningEffort,
+}
+
+/// How hard a model that takes a reasoning effort thinks (gpt-oss).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[serde(rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
+pub enum ReasoningEffort {
+    Low,
+    /// The templates' own default.
+    #[default]
+    Medium,
+    High,
 }
 
 /// What happens when a conversation no longer fits the context.
@@ -60,6 +75,7 @@ impl Default for ConversationSettings {
             context_length: 0,
             overflow: OverflowPolicy::StopAtLimit,
             thinking: true,
+            reasoning_effort: ReasoningEffort::Medium,
         }
     }
 }
@@ -156,6 +172,7 @@ fn message(field: &str) -> &'static str {
         "contextLength" => "must be 0 (the model's) or a whole number between 16 and 1048576",
         "overflow" => "must be stopAtLimit, truncateMiddle or rollingWindow",
         "thinking" => "must be true or false",
+        "reasoningEffort" => "must be low, medium or high",
         _ => "is not valid",
     }
 }

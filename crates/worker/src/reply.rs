@@ -208,6 +208,20 @@ pub struct Prompt {
     pub reply_start: Option<usize>,
 }
 
+/// The template variables a conversation's settings set.
+pub fn prompt_options(settings: &ConversationSettings) -> hearth_engine::PromptOptions {
+    use hearth_engine::ReasoningEffort as Effort;
+    use hearth_store::ReasoningEffort;
+    hearth_engine::PromptOptions {
+        thinking: Some(settings.thinking),
+        effort: Some(match settings.reasoning_effort {
+            ReasoningEffort::Low => Effort::Low,
+            ReasoningEffort::Medium => Effort::Medium,
+            ReasoningEffort::High => Effort::High,
+        }),
+    }
+}
+
 /// The prompt's token ids for `job` under `settings`: the conversation
 /// fitted into its context by the overflow policy, then the reply's text so
 /// far.
@@ -220,12 +234,12 @@ pub fn prompt_ids(
     let (mut prompt, dropped, reply_start) = match job.request.as_ref().and_then(|r| r.raw_prompt.as_deref()) {
         Some(text) => (engine.tokenizer().encode(text, true, false)?, 0, None),
         None => {
-            let thinking = Some(settings.thinking);
+            let options = prompt_options(settings);
             let fitted = crate::context::fit(&job.messages, settings.overflow, context, reserve, |m| {
-                engine.encode_chat_with(m, thinking).map(|ids| ids.len())
+                engine.encode_chat_with(m, options).map(|ids| ids.len())
             })?;
-            let prompt = engine.encode_chat_with(&fitted.messages, thinking)?;
-            let opening = engine.generation_prompt_ids(thinking)?;
+            let prompt = engine.encode_chat_with(&fitted.messages, options)?;
+            let opening = engine.generation_prompt_ids(options)?;
             let reply_start = opening.filter(|o| prompt.ends_with(o)).map(|o| prompt.len() - o.len());
             (prompt, fitted.dropped, reply_start)
         }

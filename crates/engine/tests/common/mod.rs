@@ -116,6 +116,9 @@ pub struct TinySpec {
     pub rope_dims: usize,
     /// YaRN's factor and original context (`rope.scaling.*`), where set.
     pub yarn: Option<(f32, u32)>,
+    /// gpt-oss's real vocabulary and template (`o200k.rs`) in place of the
+    /// tiny one.
+    pub o200k: bool,
 }
 
 impl TinySpec {
@@ -142,6 +145,7 @@ impl TinySpec {
             rope_dims: 8,
             // gpt-oss's own.
             yarn: (family == Family::GptOss).then_some((32.0, 4096)),
+            o200k: false,
         }
     }
 }
@@ -184,10 +188,11 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
     let qd = spec.n_heads * spec.head_dim;
     let kvd = spec.n_kv_heads * spec.head_dim;
     let ones_ish = |rng: &mut Lcg, n: usize| (random(rng, &[n], 0.1) + 1.0).unwrap();
-    put("token_embd.weight".into(), random(&mut rng, &[VOCAB, e], 1.0), spec.dtype);
+    let vocab = if spec.o200k { o200k::VOCAB } else { VOCAB };
+    put("token_embd.weight".into(), random(&mut rng, &[vocab, e], 1.0), spec.dtype);
     put("output_norm.weight".into(), ones_ish(&mut rng, e), GgmlDType::F32);
     if spec.family != Family::Gemma3 {
-        put("output.weight".into(), random(&mut rng, &[VOCAB, e], 0.2), spec.dtype);
+        put("output.weight".into(), random(&mut rng, &[vocab, e], 0.2), spec.dtype);
     }
     let (sd, hk, hv, interval) = spec.recurrent;
     for i in 0..spec.n_layers {
@@ -322,7 +327,7 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         md.push((k("attention.sliding_window_type"), Value::U32(spec.sliding_pattern as u32)));
         md.push((k("rope.local_freq_base"), Value::F32(10000.0)));
     }
-    md.extend(tokenizer_metadata(spec.family));
+    md.extend(if spec.o200k { o200k::tokenizer_metadata() } else { tokenizer_metadata(spec.family) });
     let md_refs: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let mut f = std::fs::File::create(path).unwrap();

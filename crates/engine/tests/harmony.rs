@@ -1,0 +1,145 @@
+//! gpt-oss's Harmony format from its real template (`tests/data/templates/
+//! gpt-oss.jinja`): rendering against Python jinja2 (`scripts/golden/
+//! record_harmony_template.py`) with the reasoning effort unset, low,
+//! medium and high; and a gpt-oss file with the real vocabulary and template:
+//! its end tokens, its reasoning format, and replies given back to the
+//! template as it wants them.
+
+mod common;
+
+use common::{tiny, Family, TinySpec};
+use hearth_engine::{ChatMessage, ChatTemplate, Engine, PromptOptions, ReasoningEffort, Role};
+
+fn data(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
+}
+
+/// The recorder's `strftime_now`.
+fn recorded_now() -> chrono::NaiveDateTime {
+    chrono::NaiveDate::from_ymd_opt(2026, 12, 5).unwrap().and_hms_opt(1, 40, 0).unwrap()
+}
+
+fn message(m: &serde_json::Value) -> ChatMessage {
+    let role = match m["role"].as_str().unwrap() {
+        "system" => Role::System,
+        "user" => Role::User,
+        _ => Role::Assistant,
+    };
+    let mut message = ChatMessage::new(role, m["content"].as_str().unwrap());
+    message.thinking = m["thinking"].as_str().map(str::to_string);
+    message
+}
+
+#[test]
+fn the_gpt_oss_template_renders_like_python_jinja2_at_every_reasoning_effort() {
+    let golden: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data("harmony_template_golden.json")).unwrap()).unwrap();
+    let source = std::fs::read_to_string(data(golden["template"].as_str().unwrap())).unwrap();
+    let tmpl = ChatTemplate::with_clock(&source, "<|startoftext|>", "<|return|>", recorded_now).unwrap();
+    let format = hearth_engine::ReasoningFormat::detect(&tmpl).expect("Harmony is a reasoning format");
+    assert_eq!(format.answer_start.as_deref(), Some("<|channel|>final<|message|>"));
+    assert_eq!(format.effort.as_deref(), Some("reasoning_effort"));
+    let (mut rendered, mut refused) = (0, 0);
+    for case in golden["cases"].as_array().unwrap() {
+        let messages: Vec<ChatMessage> = case["messages"].as_array().unwrap().iter().map(message).collect();
+        let agp = case["add_generation_prompt"].as_bool().unwrap();
+        let vars: Vec<(&str, serde_json::Value)> =
+            case["reasoning_effort"].as_str().map(|e| ("reasoning_effort", e.into())).into_iter().collect();
+        let got = tmpl.render_with(&messages, agp, &vars);
+        match case["ok"].as_str() {
+            Some(want) => {
+                assert_eq!(got.unwrap(), want, "effort {}, messages {}", case["reasoning_effort"], case["messages"]);
+                rendered += 1;
+            }
+            None => {
+                let err = got.expect_err("jinja2 refused this").to_string();
+                assert!(err.contains("<|channel|> tags in the content field"), "{err}");
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!((rendered, refused), (40, 8));
+}
+
+fn gpt_oss_engine() -> (tempfile::TempDir, Engine) {
+    let (dir, path) = tiny(&TinySpec { o200k: true, ..TinySpec::new(Family::GptOss) });
+    let engine = Engine::open(&path).unwrap();
+    (dir, engine)
+}
+
+#[test]
+fn a_gpt_oss_file_ends_turns_on_return_and_call_and_takes_replies_apart_for_its_template() {
+    let (_dir, engine) = gpt_oss_engine();
+    // <|return|> (its EOS) and <|call|>; <|end|> ends only a message.
+    let mut ends = engine.end_tokens().to_vec();
+    ends.sort();
+    assert_eq!(ends, [200_002, 200_012]);
+    let format = engine.reasoning().expect("Harmony");
+    assert_eq!((format.open.as_str(), format.close.as_str()), ("<|channel|>analysis<|message|>", "<|end|>"));
+
+    // A reply as gpt-oss writes it goes back with its analysis dropped, as
+    // the template's own text says, and its final message as content.
+    let reply =
+        "<|channel|>analysis<|message|>User asks simple math.<|end|><|start|>assistant<|channel|>final<|message|>**4**";
+    let messages =
+        [ChatMessage::user("What is 2 + 2?"), ChatMessage::assistant(reply), ChatMessage::user("And 3 + 3?")];
+    for effort in [ReasoningEffort::Low, ReasoningEffort::Medium, ReasoningEffort::High] {
+        let prompt =
+            engine.render_chat(&messages, PromptOptions { effort: Some(effort), ..Default::default() }).unwrap();
+        assert!(prompt.contains(&format!("\nReasoning: {}\n", effort.as_str())), "{prompt}");
+        assert!(
+            prompt.ends_with(
+                "<|start|>user<|message|>What is 2 + 2?<|end|><|start|>assistant<|channel|>final<|message|>**4**<|end|>\
+                 <|start|>user<|message|>And 3 + 3?<|end|><|start|>assistant"
+            ),
+            "{prompt}"
+        );
+        assert!(!prompt.contains("simple math"), "{prompt}");
+    }
+    // The template's own default: medium.
+    assert!(engine.render_chat(&messages, PromptOptions::default()).unwrap().contains("\nReasoning: medium\n"));
+
+    // The prompt's ids: Harmony's structure tokens are single tokens, and
+    // the generation prompt `<|start|>assistant` opens the reply.
+    let ids = engine.encode_chat(&messages).unwrap();
+    assert_eq!(&ids[ids.len() - 2..], &[200_006, 173_781]);
+    let opening = engine.generation_prompt_ids(PromptOptions::default()).unwrap().expect("a special token opens it");
+    assert_eq!(opening, [200_006, 173_781]);
+}
+
+#[test]
+fn a_gpt_oss_reply_streams_its_analysis_apart_from_its_answer() {
+    let (_dir, engine) = gpt_oss_engine();
+    let format = engine.reasoning().unwrap().clone();
+    let tok = engine.tokenizer();
+    let reply = "<|channel|>analysis<|message|>The user greets; reply in kind.<|end|>\
+                 <|start|>assistant<|channel|>final<|message|>Hello! 👋 How can I help?";
+    // The reply as the model samples it, token by token, through the
+    // streaming decoder: Harmony's structure tokens are written out.
+    let mut ids = tok.encode(reply, false, true).unwrap();
+    ids.push(200_002);
+    let mut decoder = hearth_engine::StreamDecoder::new();
+    let mut splitter = hearth_engine::ReplySplitter::new(format.clone(), false);
+    let mut tracker = hearth_engine::ThinkingTracker::new(format.clone(), false);
+    let (mut text, mut reasoning, mut answer) = (String::new(), String::new(), String::new());
+    let mut closed_at = None;
+    for (n, &id) in ids.iter().enumerate() {
+        let piece = decoder.push(tok.token_bytes(id));
+        if let hearth_engine::Thinking::Closed { tokens } = tracker.push(&piece, n + 1) {
+            closed_at.get_or_insert(tokens);
+        }
+        let out = splitter.push(&piece);
+        reasoning.push_str(&out.reasoning);
+        answer.push_str(&out.answer);
+        text.push_str(&piece);
+    }
+    let out = splitter.finish();
+    reasoning.push_str(&out.reasoning);
+    answer.push_str(&out.answer);
+    assert_eq!(text, reply, "the stream's text is the reply, <|return|> unwritten");
+    assert_eq!(reasoning, "The user greets; reply in kind.");
+    assert_eq!(answer, "Hello! 👋 How can I help?");
+    assert_eq!(format.split(&text), (Some(reasoning), answer));
+    let end = ids.iter().position(|&id| id == 200_007).unwrap();
+    assert_eq!(closed_at, Some(end + 1), "thinking ends with the analysis' <|end|>");
+}
