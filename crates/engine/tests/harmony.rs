@@ -143,3 +143,42 @@ fn a_gpt_oss_reply_streams_its_analysis_apart_from_its_answer() {
     let end = ids.iter().position(|&id| id == 200_007).unwrap();
     assert_eq!(closed_at, Some(end + 1), "thinking ends with the analysis' <|end|>");
 }
+
+/// The made gpt-oss file (`common::o200k::write_scripted_gpt_oss`) writes
+/// its Harmony reply through the real engine: greedy and sampled at the
+/// app's default settings, with a reasoning effort and without, and again
+/// as the second turn of a conversation whose first reply goes back
+/// through the template.
+#[test]
+fn a_gpt_oss_file_writes_a_whole_harmony_reply_through_the_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("scripted-gpt-oss.gguf");
+    common::o200k::write_scripted_gpt_oss(&path, "The user says hi.", "Hello! How can I help?");
+    let engine = Engine::open(&path).unwrap();
+    let (m, tok) = (engine.model(), engine.tokenizer());
+    let want = "<|channel|>analysis<|message|>The user says hi.<|end|><|start|>assistant<|channel|>final<|message|>Hello! How can I help?";
+    let reply = |messages: &[ChatMessage], options: PromptOptions, sampling: hearth_engine::SamplingParams| {
+        let ids = engine.encode_chat_with(messages, options).unwrap();
+        let out = engine
+            .new_session(None)
+            .start_turn(m, tok, &ids, engine.generation_config(sampling, 64), 1)
+            .unwrap()
+            .run()
+            .unwrap();
+        let s = &out.sequences[0];
+        assert_eq!(s.finish, hearth_engine::FinishReason::EndToken, "{:?}", s.text);
+        assert_eq!(s.tokens.last(), Some(&200_002), "ends on <|return|>");
+        s.text.clone()
+    };
+    let ask = [ChatMessage::user("Hi")];
+    let default = hearth_engine::SamplingParams { temperature: 0.7, seed: 3, ..Default::default() };
+    for effort in [None, Some(ReasoningEffort::Low), Some(ReasoningEffort::High)] {
+        let options = PromptOptions { effort, ..Default::default() };
+        assert_eq!(reply(&ask, options, hearth_engine::SamplingParams::greedy()), want);
+        assert_eq!(reply(&ask, options, default.clone()), want);
+    }
+    let format = engine.reasoning().unwrap();
+    assert_eq!(format.split(want), (Some("The user says hi.".into()), "Hello! How can I help?".into()));
+    let second = [ChatMessage::user("Hi"), ChatMessage::assistant(want), ChatMessage::user("Thanks")];
+    assert_eq!(reply(&second, PromptOptions::default(), default), want);
+}

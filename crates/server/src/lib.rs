@@ -244,7 +244,17 @@ async fn generate(api: Arc<Api>, body: Body, endpoint: Endpoint) -> Result<Respo
     // Dropped with the response (a client that goes away), it stops the
     // job; so does the server stopping.
     let guard = api.worker.submit_under(job, &api.shutdown)?.drop_guard();
-    let mut reply = Reply::new(endpoint, model, api.worker.clone(), g.n, g.logprobs, g.include_usage);
+    // A chat reply's reasoning goes out as `reasoning_content`, as
+    // llama.cpp's server and vLLM send it.
+    let reasoning = match endpoint {
+        Endpoint::Chat => api.worker.engine().and_then(|e| {
+            let format = e.reasoning()?.clone();
+            let inside = format.opened_with(g.settings.thinking);
+            Some((format, inside))
+        }),
+        Endpoint::Completion => None,
+    };
+    let mut reply = Reply::new(endpoint, model, api.worker.clone(), g.n, g.logprobs, g.include_usage, reasoning);
 
     // Until the prompt is known to fit, a failure is still an HTTP status.
     let mut early = VecDeque::new();

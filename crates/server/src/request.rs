@@ -3,7 +3,7 @@
 //! name a line and column, not the field).
 
 use hearth_engine::{ChatMessage, Role};
-use hearth_store::{ConversationSettings, OverflowPolicy};
+use hearth_store::{ConversationSettings, OverflowPolicy, ReasoningEffort};
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
@@ -169,7 +169,17 @@ impl Fields {
                     Some(Value::Null) | None if role == Role::Assistant => String::new(),
                     _ => return Err(ApiError::field(&at("content"), "must be a string or a list of text parts")),
                 };
-                Ok(ChatMessage::new(role, content))
+                let mut message = ChatMessage::new(role, content);
+                // A reply's reasoning as this server sends it back, for
+                // templates that take it (gpt-oss's drops earlier ones).
+                if role == Role::Assistant {
+                    match m.get("reasoning_content") {
+                        None | Some(Value::Null) => {}
+                        Some(Value::String(r)) => message.thinking = Some(r.clone()),
+                        Some(_) => return Err(ApiError::field(&at("reasoning_content"), "must be a string")),
+                    }
+                }
+                Ok(message)
             })
             .collect()
     }
@@ -265,6 +275,17 @@ impl Fields {
             context_length: 0,
             overflow: OverflowPolicy::StopAtLimit,
             thinking: defaults.thinking,
+            // OpenAI's values; its "minimal" is the least gpt-oss has.
+            reasoning_effort: match self.get("reasoning_effort") {
+                None => defaults.reasoning_effort,
+                Some(Value::String(e)) => match e.as_str() {
+                    "minimal" | "low" => ReasoningEffort::Low,
+                    "medium" => ReasoningEffort::Medium,
+                    "high" => ReasoningEffort::High,
+                    _ => return Err(ApiError::field("reasoning_effort", "must be low, medium or high")),
+                },
+                Some(_) => return Err(ApiError::field("reasoning_effort", "must be a string")),
+            },
         };
         if let Some(bad) = settings.validate().first() {
             return Err(ApiError::field(&bad.field, bad.message.clone()));

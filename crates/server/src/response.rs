@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use hearth_engine::{ReasoningFormat, ReplySplitter, SplitText};
 use hearth_store::{ReplyStats, TokenChoice};
 use hearth_worker::Worker;
 use serde_json::{json, Value};
@@ -30,6 +31,11 @@ pub struct Reply {
     offsets: Vec<usize>,
     /// Whether a choice's first chunk (the chat role) went out.
     opened: Vec<bool>,
+    /// A reasoning model's chat replies: each choice's text taken apart
+    /// into reasoning and answer as it streams.
+    splitters: Option<Vec<ReplySplitter>>,
+    /// Each choice's reasoning and answer so far (with `splitters`).
+    split: Vec<SplitText>,
 }
 
 /// How a request ended: each choice's finish reason and the usage.
@@ -50,6 +56,7 @@ impl Reply {
         n: usize,
         logprobs: Option<usize>,
         include_usage: bool,
+        reasoning: Option<(ReasoningFormat, bool)>,
     ) -> Self {
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let prefix = if endpoint == Endpoint::Chat { "chatcmpl" } else { "cmpl" };
@@ -65,7 +72,34 @@ impl Reply {
             choices: vec![Vec::new(); n],
             offsets: vec![0; n],
             opened: vec![false; n],
+            splitters: reasoning.map(|(format, inside)| vec![ReplySplitter::new(format, inside); n]),
+            split: vec![SplitText::default(); n],
         }
+    }
+
+    /// A chat delta for `text`: with a reasoning model, its reasoning and
+    /// answer apart (`reasoning_content`, `content`); `None` when all of it
+    /// is markup or waits.
+    fn delta(&mut self, variant: usize, text: &str, end: bool) -> Option<Value> {
+        let Some(splitters) = self.splitters.as_mut() else {
+            return (!text.is_empty() || !end).then(|| json!({"content": text}));
+        };
+        let mut out = splitters[variant].push(text);
+        if end {
+            let rest = splitters[variant].finish();
+            out.reasoning.push_str(&rest.reasoning);
+            out.answer.push_str(&rest.answer);
+        }
+        self.split[variant].reasoning.push_str(&out.reasoning);
+        self.split[variant].answer.push_str(&out.answer);
+        let mut delta = serde_json::Map::new();
+        if !out.reasoning.is_empty() {
+            delta.insert("reasoning_content".into(), out.reasoning.into());
+        }
+        if !out.answer.is_empty() {
+            delta.insert("content".into(), out.answer.into());
+        }
+        (!delta.is_empty()).then_some(Value::Object(delta))
     }
 
     /// Keeps a `tokens` event's text and choices; returns the chunks to
@@ -82,9 +116,13 @@ impl Reply {
             chunks.push(self.chunk(json!({"index": variant, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null})));
         }
         let choice = match self.endpoint {
-            Endpoint::Chat => {
-                json!({"index": variant, "delta": {"content": text}, "logprobs": logprobs, "finish_reason": null})
-            }
+            Endpoint::Chat => match self.delta(variant, &text, false) {
+                Some(delta) => json!({"index": variant, "delta": delta, "logprobs": logprobs, "finish_reason": null}),
+                None if logprobs.is_some() => {
+                    json!({"index": variant, "delta": {}, "logprobs": logprobs, "finish_reason": null})
+                }
+                None => return chunks,
+            },
             Endpoint::Completion => {
                 json!({"index": variant, "text": text, "logprobs": logprobs, "finish_reason": null})
             }
@@ -122,6 +160,13 @@ impl Reply {
                 self.opened[i] = true;
                 chunks.push(self.chunk(json!({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null})));
             }
+            if self.endpoint == Endpoint::Chat && self.splitters.is_some() {
+                // What waited for more text (a tag that never came) goes out.
+                if let Some(delta) = self.delta(i, "", true) {
+                    chunks
+                        .push(self.chunk(json!({"index": i, "delta": delta, "logprobs": null, "finish_reason": null})));
+                }
+            }
             let choice = match self.endpoint {
                 Endpoint::Chat => json!({"index": i, "delta": {}, "logprobs": null, "finish_reason": reason}),
                 Endpoint::Completion => json!({"index": i, "text": "", "logprobs": null, "finish_reason": reason}),
@@ -140,14 +185,31 @@ impl Reply {
     }
 
     /// The whole response, for a request that did not stream.
-    pub fn response(&self, ended: &Ended) -> Value {
+    pub fn response(&mut self, ended: &Ended) -> Value {
+        if self.endpoint == Endpoint::Chat && self.splitters.is_some() {
+            for i in 0..self.texts.len() {
+                self.delta(i, "", true);
+            }
+        }
         let choices: Vec<Value> = (0..self.texts.len())
             .map(|i| {
                 let logprobs = self.logprobs.map(|_| self.logprobs_json(&self.choices[i], 0));
                 let reason = ended.reasons.get(i).copied().unwrap_or("stop");
+                let mut message = json!({"role": "assistant", "content": self.texts[i], "refusal": null});
+                if self.splitters.is_some() {
+                    let SplitText { reasoning, answer } = &self.split[i];
+                    message["content"] = answer.clone().into();
+                    if !reasoning.is_empty() {
+                        message["reasoning_content"] = reasoning.clone().into();
+                    }
+                }
                 match self.endpoint {
-                    Endpoint::Chat => json!({"index": i, "message": {"role": "assistant", "content": self.texts[i], "refusal": null}, "logprobs": logprobs, "finish_reason": reason}),
-                    Endpoint::Completion => json!({"index": i, "text": self.texts[i], "logprobs": logprobs, "finish_reason": reason}),
+                    Endpoint::Chat => {
+                        json!({"index": i, "message": message, "logprobs": logprobs, "finish_reason": reason})
+                    }
+                    Endpoint::Completion => {
+                        json!({"index": i, "text": self.texts[i], "logprobs": logprobs, "finish_reason": reason})
+                    }
                 }
             })
             .collect();

@@ -93,6 +93,12 @@ pub struct ReasoningFormat {
     pub switch: Option<String>,
     /// The generation prompt opens the block, so replies carry only the close tag.
     pub opened_by_prompt: bool,
+    /// Harmony (gpt-oss): the answer is what follows this header, and
+    /// `open`/`close` mark each analysis message.
+    pub answer_start: Option<String>,
+    /// The template variable for the reasoning effort (low, medium, high),
+    /// where it reads one: the settings then offer it.
+    pub effort: Option<String>,
 }
 
 impl From<&hearth_engine::ReasoningFormat> for ReasoningFormat {
@@ -102,6 +108,8 @@ impl From<&hearth_engine::ReasoningFormat> for ReasoningFormat {
             close: f.close.clone(),
             switch: f.switch.clone(),
             opened_by_prompt: f.opened_by_prompt,
+            answer_start: f.answer_start.clone(),
+            effort: f.effort.clone(),
         }
     }
 }

@@ -9,6 +9,7 @@ import SettingsPanel from './SettingsPanel.svelte';
 const settings: ConversationSettings = {
   systemPrompt: '', temperature: 0.7, topK: 40, topP: 0.95, minP: 0.05, repeatPenalty: 1, penaltyWindow: 64,
   maxNewTokens: 512, seed: null, stopStrings: [], contextLength: 0, overflow: 'stopAtLimit', thinking: true,
+  reasoningEffort: 'medium',
 };
 const ready = { state: 'ready', path: '/q.gguf', name: 'Qwen3', architecture: 'qwen3', contextLength: 4096, device: 'cpu' } as const;
 
@@ -35,11 +36,11 @@ describe('SettingsPanel', () => {
     flushSync();
     expect(target.querySelector('[data-testid=setting-thinking]')).toBeNull();
 
-    app.models.status = { ...ready, reasoning: { open: '<think>', close: '</think>', switch: null, openedByPrompt: true } };
+    app.models.status = { ...ready, reasoning: { open: '<think>', close: '</think>', switch: null, openedByPrompt: true, answerStart: null, effort: null } };
     flushSync();
     expect(target.querySelector('[data-testid=setting-thinking]')).toBeNull();
 
-    app.models.status = { ...ready, reasoning: { open: '<think>', close: '</think>', switch: 'enable_thinking', openedByPrompt: false } };
+    app.models.status = { ...ready, reasoning: { open: '<think>', close: '</think>', switch: 'enable_thinking', openedByPrompt: false, answerStart: null, effort: null } };
     flushSync();
     const box = target.querySelector<HTMLInputElement>('[data-testid=setting-thinking]')!;
     expect(box.checked).toBe(true);
@@ -48,6 +49,43 @@ describe('SettingsPanel', () => {
     await new Promise((r) => setTimeout(r, 20));
     expect(app.error).toBeNull();
     expect(saved).toEqual([{ ...settings, thinking: false }]);
+    expect(target.querySelector('[data-testid=setting-reasoningEffort]')).toBeNull();
+    unmount(view);
+    target.remove();
+  });
+
+  it('offers the reasoning effort where the template reads one (gpt-oss)', async () => {
+    const saved: ConversationSettings[] = [];
+    mockIPC((cmd, args) => {
+      if (cmd === 'settings_validate') return [];
+      if (cmd === 'settings_set') {
+        saved.push((args as { settings: ConversationSettings }).settings);
+        return null;
+      }
+      throw new Error(`unexpected ${cmd}`);
+    });
+    app.activeId = 1;
+    app.settings.show(1, settings);
+    app.models.status = {
+      ...ready,
+      reasoning: {
+        open: '<|channel|>analysis<|message|>', close: '<|end|>', switch: null, openedByPrompt: false,
+        answerStart: '<|channel|>final<|message|>', effort: 'reasoning_effort',
+      },
+    };
+    const target = document.createElement('div');
+    document.body.append(target);
+    const view = mount(SettingsPanel, { target });
+    flushSync();
+    // Harmony has no on/off switch; it has an effort.
+    expect(target.querySelector('[data-testid=setting-thinking]')).toBeNull();
+    const select = target.querySelector<HTMLSelectElement>('[data-testid=setting-reasoningEffort]')!;
+    expect(select.value).toBe('medium');
+    select.value = 'high';
+    select.dispatchEvent(new Event('change'));
+    await new Promise((r) => setTimeout(r, 20));
+    expect(app.error).toBeNull();
+    expect(saved).toEqual([{ ...settings, reasoningEffort: 'high' }]);
     unmount(view);
     target.remove();
   });

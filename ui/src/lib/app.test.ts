@@ -9,7 +9,7 @@ import type { ThreadMessage } from './bindings/ThreadMessage';
 
 const defaults: ConversationSettings = {
   systemPrompt: '', temperature: 0.7, topK: 40, topP: 0.95, minP: 0.05, repeatPenalty: 1, penaltyWindow: 64,
-  maxNewTokens: 512, seed: null, stopStrings: [], contextLength: 0, overflow: 'stopAtLimit', thinking: true,
+  maxNewTokens: 512, seed: null, stopStrings: [], contextLength: 0, overflow: 'stopAtLimit', thinking: true, reasoningEffort: 'medium',
 };
 
 /** A fake shell: conversations in memory; chat_send streams through the channel. */
@@ -228,7 +228,7 @@ describe('AppState', () => {
   });
 
   it('counts a streaming reply\'s thinking tokens until the close tag, per variant', async () => {
-    fakeShell({ reasoning: { open: '<think>', close: '</think>', switch: 'enable_thinking', openedByPrompt: false }, events: [
+    fakeShell({ reasoning: { open: '<think>', close: '</think>', switch: 'enable_thinking', openedByPrompt: false, answerStart: null, effort: null }, events: [
       { event: 'started', data: { replyId: 0 } },
       { event: 'tokens', data: { text: '<think>', ids: [1], variant: 0 } },
       { event: 'tokens', data: { text: '\nHmm', ids: [2, 3], variant: 0 } },

@@ -2,9 +2,43 @@ import { describe, expect, it } from 'vitest';
 import type { ReasoningFormat } from './bindings/ReasoningFormat';
 import { splitThinking, ThinkingCounter } from './reasoning';
 
-const qwen3: ReasoningFormat = { open: '<think>', close: '</think>', switch: 'enable_thinking', openedByPrompt: false };
-const r1: ReasoningFormat = { open: '<think>', close: '</think>', switch: null, openedByPrompt: true };
-const other: ReasoningFormat = { open: '<|begin_of_thought|>', close: '<|end_of_thought|>', switch: null, openedByPrompt: false };
+const tags = { answerStart: null, effort: null };
+const qwen3: ReasoningFormat = { open: '<think>', close: '</think>', switch: 'enable_thinking', openedByPrompt: false, ...tags };
+const r1: ReasoningFormat = { open: '<think>', close: '</think>', switch: null, openedByPrompt: true, ...tags };
+const other: ReasoningFormat = { open: '<|begin_of_thought|>', close: '<|end_of_thought|>', switch: null, openedByPrompt: false, ...tags };
+// gpt-oss's Harmony, as the engine reads it from the template.
+const harmony: ReasoningFormat = {
+  open: '<|channel|>analysis<|message|>', close: '<|end|>', switch: null, openedByPrompt: false,
+  answerStart: '<|channel|>final<|message|>', effort: 'reasoning_effort',
+};
+
+describe('splitThinking on Harmony (gpt-oss)', () => {
+  const reply = '<|channel|>analysis<|message|>User asks 2+2. Simple.<|end|><|start|>assistant<|channel|>final<|message|>It is **4**.';
+
+  it('takes the analysis as thinking and the final message as the answer', () => {
+    expect(splitThinking(reply, harmony, false)).toEqual({ thinking: 'User asks 2+2. Simple.', closed: true, answer: 'It is **4**.' });
+    const two = '<|channel|>analysis<|message|>One.<|end|><|start|>assistant<|channel|>analysis<|message|>Two.<|end|>'
+      + '<|start|>assistant<|channel|>final<|message|>Done.<|end|>';
+    expect(splitThinking(two, harmony, false)).toEqual({ thinking: 'One.\n\nTwo.', closed: true, answer: 'Done.' });
+    expect(splitThinking('<|channel|>final<|message|>Hi', harmony, false)).toEqual({ thinking: null, closed: true, answer: 'Hi' });
+    expect(splitThinking('Typed by hand.', harmony, false)).toEqual({ thinking: null, closed: false, answer: 'Typed by hand.' });
+  });
+
+  it('streams without showing markup, at every length of the reply', () => {
+    for (let n = 0; n <= reply.length; n++) {
+      const s = splitThinking(reply.slice(0, n), harmony, true);
+      for (const part of [s.thinking ?? '', s.answer]) {
+        expect(part).not.toMatch(/<\|/);
+      }
+      expect('User asks 2+2. Simple.'.startsWith(s.thinking ?? '')).toBe(true);
+      expect('It is **4**.'.startsWith(s.answer)).toBe(true);
+    }
+    expect(splitThinking('<|channel|>analysis<|message|>Hmm, the us', harmony, true))
+      .toEqual({ thinking: 'Hmm, the us', closed: false, answer: '' });
+    expect(splitThinking('<|channel|>analysis<|message|>Hmm.<|end|><|start|>assi', harmony, true))
+      .toEqual({ thinking: 'Hmm.', closed: true, answer: '' });
+  });
+});
 
 describe('splitThinking', () => {
   it('takes the thinking from a reply that opens with the tag', () => {

@@ -1,12 +1,17 @@
 // Reasoning blocks: a reply from a reasoning model (Qwen3, the DeepSeek-R1
 // distills) opens with its thinking between the template's tags
-// (`<think>…</think>`); the answer follows the close tag. Pure functions,
-// so a reply splits the same way while it streams and once it is stored.
+// (`<think>…</think>`); the answer follows the close tag. gpt-oss writes
+// Harmony: analysis messages (`<|channel|>analysis<|message|>…<|end|>`)
+// are its thinking, and its `final` message is the answer. Pure
+// functions, so a reply splits the same way while it streams and once it
+// is stored.
 import type { ReasoningFormat } from './bindings/ReasoningFormat';
 
 /** The tags assumed when the model's template names none (a remote model,
  *  or no model loaded). */
-export const DEFAULT_REASONING: ReasoningFormat = { open: '<think>', close: '</think>', switch: null, openedByPrompt: false };
+export const DEFAULT_REASONING: ReasoningFormat = {
+  open: '<think>', close: '</think>', switch: null, openedByPrompt: false, answerStart: null, effort: null,
+};
 
 /** A reply split into its thinking and its answer. */
 export interface ThinkingSplit {
@@ -44,6 +49,7 @@ function partialTagAtEnd(text: string, tag: string): number {
  * shown as text.
  */
 export function splitThinking(text: string, format: ReasoningFormat | null, streaming: boolean, thought = false): ThinkingSplit {
+  if (format?.answerStart) return splitHarmony(text, format, streaming);
   const { open, close, openedByPrompt } = format ?? DEFAULT_REASONING;
   const start = text.trimStart();
   let body: string | null = null;
@@ -68,6 +74,50 @@ export function splitThinking(text: string, format: ReasoningFormat | null, stre
   const thinking = body.slice(0, c).trim();
   const answer = body.slice(c + close.length).trimStart();
   return { thinking: thinking === '' ? null : thinking, closed: true, answer };
+}
+
+/** The end of `text` cut where a tag may still be arriving, while streaming. */
+function settled(text: string, tags: string[], streaming: boolean): string {
+  if (!streaming) return text;
+  const cut = Math.max(...tags.map((t) => partialTagAtEnd(text, t)));
+  return text.slice(0, text.length - cut);
+}
+
+/**
+ * A Harmony reply (gpt-oss), as `ReasoningFormat::split` takes it apart in
+ * the engine: the analysis messages' text (joined by blank lines) is the
+ * thinking, the final message's text the answer; headers and `<|end|>`
+ * are markup. A reply with no markup at all is all answer.
+ */
+function splitHarmony(text: string, format: ReasoningFormat, streaming: boolean): ThinkingSplit {
+  const { open, close } = format;
+  const answerStart = format.answerStart as string;
+  const at = text.indexOf(answerStart);
+  const before = at < 0 ? text : text.slice(0, at);
+  const analysis: string[] = [];
+  let rest = before;
+  for (let o = rest.indexOf(open); o >= 0; o = rest.indexOf(open)) {
+    const body = rest.slice(o + open.length);
+    const end = body.indexOf(close);
+    analysis.push((end < 0 ? settled(body, [close, answerStart], streaming) : body.slice(0, end)).trim());
+    rest = end < 0 ? '' : body.slice(end);
+  }
+  const thinking = analysis.length > 0 ? analysis.join('\n\n') : null;
+  if (at >= 0) {
+    const body = text.slice(at + answerStart.length);
+    const end = body.indexOf(close);
+    const answer = (end < 0 ? settled(body, [close], streaming) : body.slice(0, end)).trim();
+    return { thinking: thinking === '' ? null : thinking, closed: true, answer };
+  }
+  if (thinking !== null) {
+    // Still in the analysis, or between it and the final message's header.
+    return { thinking: thinking === '' ? null : thinking, closed: before.includes(close), answer: '' };
+  }
+  // Nothing yet, or a header still arriving; or text with no Harmony at all.
+  if (streaming && (text === '' || text.startsWith('<|') || '<|'.startsWith(text))) {
+    return { thinking: null, closed: false, answer: '' };
+  }
+  return { thinking: null, closed: false, answer: text };
 }
 
 /**

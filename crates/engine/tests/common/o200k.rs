@@ -89,3 +89,159 @@ pub fn write_vocabulary_only(path: &Path) {
     md.extend(tokenizer_metadata());
     hearth_engine::gguf_writer::write(path, &md, &[], |_| unreachable!("no tensors")).unwrap();
 }
+
+/// A one-layer gpt-oss file, with the real vocabulary and template, whose
+/// weights write one Harmony reply whatever it is asked:
+/// `<|channel|>analysis<|message|>{thinking}<|end|><|start|>assistant<|channel|>final<|message|>{answer}<|return|>`.
+/// Real parts all through (the architecture, the file format, the
+/// tokenizer, the template); only the weights are made, not trained.
+///
+/// How: queries and keys are zero, so attention averages the values of the
+/// last `WINDOW` positions (its sliding window); a token's embedding is a
+/// one-hot "current" feature, and its value a one-hot "seen" feature. The
+/// FFN's experts are zero. Each output row asks for the current token that
+/// precedes it in the script (weight `CUR`), and where the script leaves a
+/// token twice with different successors (`<|channel|>`, `<|message|>`),
+/// the later successor asks for it a little less (`BRANCH`) and for a token
+/// seen only before it (`analysis`, `final`; weight `SEEN`) as well. The
+/// margins are tens of logits, so sampling at the app's default
+/// temperature follows the script too.
+pub fn write_scripted_gpt_oss(path: &Path, thinking: &str, answer: &str) {
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use hearth_engine::gguf_writer::TensorEntry;
+    use hearth_engine::GgmlType;
+
+    const E: usize = 64;
+    const HALF: usize = 32;
+    const WINDOW: usize = 12;
+    const CUR: f32 = 40.0;
+    const SEEN: f32 = 25.0;
+    const BRANCH: f32 = 10.0;
+    let bpe = tiktoken_rs::o200k_base_singleton();
+    let special = |name: &str| SPECIALS.iter().find(|(_, n)| *n == name).map(|(i, _)| *i).unwrap();
+    let word = |w: &str| -> Vec<u32> { bpe.encode_ordinary(w) };
+    let (start, channel, message, end, ret) = (
+        special("<|start|>"),
+        special("<|channel|>"),
+        special("<|message|>"),
+        special("<|end|>"),
+        special("<|return|>"),
+    );
+    let (assistant, analysis, fin) = (word("assistant")[0], word("analysis")[0], word("final")[0]);
+    let (think, say) = (word(thinking), word(answer));
+    // The script, from the prompt's last token.
+    let mut script = vec![assistant, channel, analysis, message];
+    script.extend(&think);
+    script.extend([end, start, assistant, channel, fin, message]);
+    script.extend(&say);
+    script.push(ret);
+    let mut slots: Vec<u32> = Vec::new();
+    for &t in &script {
+        if !slots.contains(&t) {
+            slots.push(t);
+        }
+    }
+    assert!(slots.len() <= HALF, "the script has {} distinct tokens; at most {HALF}", slots.len());
+    let slot = |t: u32| slots.iter().position(|&s| s == t).unwrap();
+    for text in [&think, &say] {
+        let unique: std::collections::HashSet<_> = text.iter().collect();
+        assert_eq!(unique.len(), text.len(), "each token of {thinking:?} and {answer:?} once");
+        assert!(text.iter().all(|t| ![assistant, analysis, fin].contains(t)), "no header word in the text");
+    }
+    assert!(think.iter().all(|t| !say.contains(t)), "the thinking and the answer share no token");
+    // The second `<|channel|>` must see the first `analysis`.
+    assert!(think.len() + 6 <= WINDOW, "at most {} thinking tokens", WINDOW - 6);
+
+    let mut embd = vec![0f32; VOCAB * E];
+    for (k, &t) in slots.iter().enumerate() {
+        embd[t as usize * E + k] = 1.0;
+    }
+    let mut output = vec![0f32; VOCAB * E];
+    // The successor of each current token; the first time wins.
+    for pair in script.windows(2) {
+        let (cur, next) = (pair[0], pair[1]);
+        let row = &mut output[next as usize * E..(next as usize + 1) * E];
+        row[slot(cur)] = CUR;
+    }
+    // The second header's branches: `final` after the analysis was seen,
+    // the answer after `final` was seen.
+    let later_answer = say[0];
+    for (next, cur, seen) in [(fin, channel, analysis), (later_answer, message, fin)] {
+        let row = &mut output[next as usize * E..(next as usize + 1) * E];
+        row[slot(cur)] = CUR - BRANCH;
+        row[HALF + slot(seen)] = SEEN;
+    }
+    // Values: the normed one-hot (8 at its slot) as 1; out: `WINDOW` times
+    // that into the "seen" half, so each token in the window counts 1.
+    let mut wv = vec![0f32; E * E];
+    let mut wo = vec![0f32; E * E];
+    for k in 0..HALF {
+        wv[k * E + k] = 1.0 / 8.0;
+        wo[(HALF + k) * E + k] = WINDOW as f32;
+    }
+
+    let layer = |n: &str| format!("blk.0.{n}");
+    let mut tensors: Vec<(TensorEntry, Vec<u8>)> = Vec::new();
+    let mut add = |name: String, dims: Vec<usize>, dtype: GgmlDType, values: Vec<f32>| {
+        let t = candle_core::Tensor::from_vec(values, dims.as_slice(), &candle_core::Device::Cpu).unwrap();
+        let q = QTensor::quantize(&t, dtype).unwrap();
+        let ggml = match dtype {
+            GgmlDType::F32 => GgmlType::F32,
+            GgmlDType::Q8_0 => GgmlType::Q8_0,
+            _ => unreachable!(),
+        };
+        tensors.push((TensorEntry { name, dims, dtype: ggml }, q.data().unwrap().into_owned()));
+    };
+    let zeros = |n: usize| vec![0f32; n];
+    let ones = |n: usize| vec![1f32; n];
+    let (experts, ffn) = (4, 32);
+    add("token_embd.weight".into(), vec![VOCAB, E], GgmlDType::Q8_0, embd);
+    add("output.weight".into(), vec![VOCAB, E], GgmlDType::Q8_0, output);
+    add("output_norm.weight".into(), vec![E], GgmlDType::F32, ones(E));
+    add(layer("attn_norm.weight"), vec![E], GgmlDType::F32, ones(E));
+    add(layer("post_attention_norm.weight"), vec![E], GgmlDType::F32, ones(E));
+    for n in ["attn_q", "attn_k"] {
+        add(layer(&format!("{n}.weight")), vec![E, E], GgmlDType::F32, zeros(E * E));
+    }
+    add(layer("attn_v.weight"), vec![E, E], GgmlDType::F32, wv);
+    add(layer("attn_output.weight"), vec![E, E], GgmlDType::F32, wo);
+    for n in ["attn_q", "attn_k", "attn_v", "attn_output"] {
+        add(layer(&format!("{n}.bias")), vec![E], GgmlDType::F32, zeros(E));
+    }
+    // A sink far below every score: no share of the softmax.
+    add(layer("attn_sinks.weight"), vec![1], GgmlDType::F32, vec![-1000.0]);
+    add(layer("ffn_gate_inp.weight"), vec![experts, E], GgmlDType::F32, zeros(experts * E));
+    add(layer("ffn_gate_inp.bias"), vec![experts], GgmlDType::F32, zeros(experts));
+    for n in ["ffn_gate_exps", "ffn_up_exps"] {
+        add(layer(&format!("{n}.weight")), vec![experts, ffn, E], GgmlDType::Q8_0, zeros(experts * ffn * E));
+        add(layer(&format!("{n}.bias")), vec![experts, ffn], GgmlDType::F32, zeros(experts * ffn));
+    }
+    add(layer("ffn_down_exps.weight"), vec![experts, E, ffn], GgmlDType::Q8_0, zeros(experts * E * ffn));
+    add(layer("ffn_down_exps.bias"), vec![experts, E], GgmlDType::F32, zeros(experts * E));
+
+    let k = |s: &str| format!("gpt-oss.{s}");
+    let u = |key: &str, v: u32| (k(key), Value::U32(v));
+    let mut md = vec![
+        ("general.architecture".to_string(), Value::String("gpt-oss".into())),
+        ("general.name".to_string(), Value::String("Hearth scripted Harmony".into())),
+        u("block_count", 1),
+        u("context_length", 8192),
+        u("embedding_length", E as u32),
+        u("feed_forward_length", ffn as u32),
+        u("attention.head_count", 1),
+        u("attention.head_count_kv", 1),
+        u("attention.key_length", E as u32),
+        u("attention.value_length", E as u32),
+        u("rope.dimension_count", E as u32),
+        (k("rope.freq_base"), Value::F32(150_000.0)),
+        (k("attention.layer_norm_rms_epsilon"), Value::F32(1e-5)),
+        u("attention.sliding_window", WINDOW as u32),
+        u("expert_count", experts as u32),
+        u("expert_used_count", 2),
+        u("expert_feed_forward_length", ffn as u32),
+    ];
+    md.extend(tokenizer_metadata());
+    let (entries, data): (Vec<TensorEntry>, Vec<Vec<u8>>) = tensors.into_iter().unzip();
+    let mut data = data.into_iter();
+    hearth_engine::gguf_writer::write(path, &md, &entries, |_| Ok(data.next().unwrap())).unwrap();
+}
