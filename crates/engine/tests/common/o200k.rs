@@ -55,9 +55,8 @@ pub fn tokenizer_metadata() -> Vec<(String, Value)> {
     merges.sort_by_key(|&(_, _, rank)| rank);
     let merges: Vec<Value> =
         merges.into_iter().map(|(l, r, _)| Value::String(format!("{} {}", tokens[l], tokens[r]))).collect();
-    let template =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/templates/gpt-oss.jinja"))
-            .unwrap();
+    // Relative to this file, so the other crates' tests that include it find it too.
+    let template = include_str!("../data/templates/gpt-oss.jinja");
     let s = |k: &str, v: &str| (k.to_string(), Value::String(v.to_string()));
     let u = |k: &str, v: u32| (k.to_string(), Value::U32(v));
     vec![
@@ -70,7 +69,7 @@ pub fn tokenizer_metadata() -> Vec<(String, Value)> {
         u("tokenizer.ggml.eos_token_id", 200_002),
         u("tokenizer.ggml.padding_token_id", 199_999),
         ("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)),
-        s("tokenizer.chat_template", &template),
+        s("tokenizer.chat_template", template),
     ]
 }
 
