@@ -425,6 +425,8 @@ mod tests {
             close: "</think>".into(),
             switch: None,
             opened_by_prompt,
+            answer_start: None,
+            effort: None,
         }
     }
 

@@ -82,7 +82,7 @@ describe('SettingsPanel', () => {
     const select = target.querySelector<HTMLSelectElement>('[data-testid=setting-reasoningEffort]')!;
     expect(select.value).toBe('medium');
     select.value = 'high';
-    select.dispatchEvent(new Event('change'));
+    select.dispatchEvent(new Event('change', { bubbles: true }));
     await new Promise((r) => setTimeout(r, 20));
     expect(app.error).toBeNull();
     expect(saved).toEqual([{ ...settings, reasoningEffort: 'high' }]);

@@ -12,4 +12,14 @@ switch: string | null,
 /**
  * The generation prompt opens the block, so replies carry only the close tag.
  */
-openedByPrompt: boolean, };
+openedByPrompt: boolean, 
+/**
+ * Harmony (gpt-oss): the answer is what follows this header, and
+ * `open`/`close` mark each analysis message.
+ */
+answerStart: string | null, 
+/**
+ * The template variable for the reasoning effort (low, medium, high),
+ * where it reads one: the settings then offer it.
+ */
+effort: string | null, };
