@@ -101,7 +101,7 @@ enum Ffn {
     Dense { gate: Matrix, up: Matrix, down: Matrix },
     /// A mixture of experts (`experts.rs`), with a shared expert every
     /// token runs where the family has one; on the CPU only.
-    Experts { experts: experts::Experts, shared: Option<SharedExpert> },
+    Experts { experts: Box<experts::Experts>, shared: Option<SharedExpert> },
 }
 
 /// Qwen 3.5's shared expert: a dense FFN scaled by `σ(gate_inp · x)`.
@@ -340,7 +340,7 @@ impl Model {
                     else {
                         unreachable!("loaded with Hearth's own kernels")
                     };
-                    let experts = experts::Experts::load(file, &p, config.n_embd, ec, router)?;
+                    let experts = Box::new(experts::Experts::load(file, &p, config.n_embd, ec, router)?);
                     weight_bytes.set(weight_bytes.get() + experts.bytes_per_token());
                     let shared = match ec.shared_ffn_len {
                         Some(n) => Some(SharedExpert {
