@@ -118,7 +118,10 @@ pub fn list_models(endpoint: &Endpoint, cancel: &dyn Fn() -> bool) -> Result<Vec
 }
 
 /// Streams a chat completion, handing each piece of text to `on_text` as it
-/// comes; returns how it ended. Stop (`cancel`) ends it within `POLL` with
+/// comes; returns how it ended. A reasoning model's reasoning, which
+/// llama.cpp's server, vLLM and Hearth send apart as `reasoning_content`
+/// (Ollama as `reasoning`), comes first inside `<think>`…`</think>`: the
+/// form Hearth keeps such a reply in, and folds into *Thinking*. Stop (`cancel`) ends it within `POLL` with
 /// the finish reason `cancelled`. A connection that ends before the
 /// server's `[DONE]` (or finish reason) is `Dropped`, after the text that
 /// came.
@@ -142,6 +145,7 @@ pub fn stream_chat(
     let mut out = Streamed::default();
     let (mut first, mut last) = (None, None);
     let mut finished = false;
+    let mut reasoning_open = false;
     loop {
         let line = match lines.next(cancel)? {
             Next::Line(l) => l,
@@ -178,11 +182,27 @@ pub fn stream_chat(
             .and_then(Value::as_array)
             .ok_or_else(|| RemoteError::Malformed(format!("a stream chunk has no `choices`: {}", clip(data))))?;
         for choice in choices.iter().filter(|c| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0) {
-            if let Some(text) = choice.pointer("/delta/content").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+            let piece = |key: &str| choice.pointer(key).and_then(Value::as_str).filter(|t| !t.is_empty());
+            let reasoning = piece("/delta/reasoning_content").or_else(|| piece("/delta/reasoning"));
+            let content = piece("/delta/content");
+            if reasoning.is_some() || content.is_some() {
                 let now = Instant::now();
                 first.get_or_insert(now);
                 last = Some(now);
                 out.chunks += 1;
+            }
+            if let Some(r) = reasoning {
+                if !reasoning_open {
+                    on_text("<think>\n");
+                    reasoning_open = true;
+                }
+                on_text(r);
+            }
+            if let Some(text) = content {
+                if reasoning_open {
+                    on_text("\n</think>\n\n");
+                    reasoning_open = false;
+                }
                 on_text(text);
             }
             if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
@@ -190,6 +210,9 @@ pub fn stream_chat(
                 finished = true;
             }
         }
+    }
+    if reasoning_open {
+        on_text("\n</think>");
     }
     if let (Some(f), Some(l)) = (first, last) {
         out.time_to_first_token = f - started;

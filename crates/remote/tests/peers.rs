@@ -1,6 +1,11 @@
 //! The client against real peers — Hearth's own API server on the default
-//! model, and llama-cpp-python's server where it is installed — and against
-//! small servers that misbehave on purpose.
+//! model (and on a made gpt-oss file, for reasoning), and llama-cpp-python's
+//! server where it is installed — and against small servers that misbehave
+//! on purpose.
+
+#[path = "../../engine/tests/common/o200k.rs"]
+#[allow(dead_code)]
+mod o200k;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -18,11 +23,17 @@ struct HearthPeer {
 
 impl HearthPeer {
     fn start() -> Self {
+        Self::serving(|_| hearth_engine::paths::default_model_path(|k| std::env::var_os(k)))
+    }
+
+    /// A peer serving the model `model(dir)` gives (written into `dir` if need be).
+    fn serving(model: impl FnOnce(&std::path::Path) -> std::path::PathBuf) -> Self {
         let dir = tempfile::tempdir().unwrap();
+        let model = model(dir.path());
         let store = hearth_store::Store::open(dir.path().join("hearth.db")).unwrap();
         let worker =
             Arc::new(hearth_worker::Worker::start(store, hearth_worker::WorkerConfig::in_memory(), Box::new(|_| {})));
-        worker.load_model(hearth_engine::paths::default_model_path(|k| std::env::var_os(k)));
+        worker.load_model(model);
         assert!(worker.wait_idle(Duration::from_secs(120)));
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let server = runtime.block_on(hearth_server::Server::start(worker, 0, Some("peer-key".into()))).unwrap();
@@ -125,6 +136,23 @@ fn hearth_as_a_peer_models_streaming_prefix_reuse_stop_and_a_wrong_key() {
     let wrong = Endpoint { api_key: Some("nope".into()), ..ep.clone() };
     assert!(matches!(list_models(&wrong, &never), Err(RemoteError::Unauthorized { .. })));
     assert!(matches!(stream_chat(&wrong, &turn1, &never, &mut |_| {}), Err(RemoteError::Unauthorized { .. })));
+}
+
+/// A reasoning model's `reasoning_content` arrives first, inside
+/// `<think>`…`</think>`, the form the app folds into Thinking.
+#[test]
+fn reasoning_content_comes_inside_think_tags_before_the_answer() {
+    let peer = HearthPeer::serving(|dir| {
+        let path = dir.join("scripted-gpt-oss.gguf");
+        o200k::write_scripted_gpt_oss(&path, "The user says hi.", "Hello! How can I help?");
+        path
+    });
+    let ep = peer.endpoint();
+    let models = list_models(&ep, &never).unwrap();
+    let mut text = String::new();
+    let done = stream_chat(&ep, &request(&models[0], vec![user("Hi")], 64), &never, &mut |t| text.push_str(t)).unwrap();
+    assert_eq!(text, "<think>\nThe user says hi.\n</think>\n\nHello! How can I help?");
+    assert_eq!(done.finish_reason, "stop");
 }
 
 /// A server that answers each connection with `respond(request)` and closes.

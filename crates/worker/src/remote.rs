@@ -49,9 +49,22 @@ fn chat_request(job: &ReplyJob, model: &str) -> ChatRequest {
                     hearth_engine::Role::User => "user",
                     hearth_engine::Role::Assistant => "assistant",
                 },
-                content: m.content.clone(),
+                content: match m.role {
+                    hearth_engine::Role::Assistant => answer_only(&m.content),
+                    _ => m.content.clone(),
+                },
             })
             .collect(),
+    }
+}
+
+/// A reply as the server is sent it back: without the reasoning that
+/// `stream_chat` kept in `<think>`…`</think>` before its answer (servers'
+/// templates drop earlier reasoning, and OpenAI's API has no field for it).
+fn answer_only(content: &str) -> String {
+    match content.trim_start().strip_prefix("<think>").and_then(|rest| rest.split_once("</think>")) {
+        Some((_, answer)) => answer.trim_start().to_string(),
+        None => content.to_string(),
     }
 }
 
@@ -185,5 +198,16 @@ fn finish_reason(reason: &str) -> &str {
         "stop" => "end_token",
         "length" => "max_tokens",
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_reply_goes_back_without_its_reasoning() {
+        use super::answer_only;
+        assert_eq!(answer_only("<think>\nThe user says hi.\n</think>\n\nHello!"), "Hello!");
+        assert_eq!(answer_only("Hello! <think> is a tag."), "Hello! <think> is a tag.");
+        assert_eq!(answer_only("<think>\nStill thinking"), "<think>\nStill thinking");
     }
 }
