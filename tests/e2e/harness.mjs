@@ -145,7 +145,7 @@ export async function setSetting(d, key, value) {
     // f32 values come back as the nearest f64 to them (0.9 as 0.8999999761…).
     if (want === null ? saved === null : Math.abs(Number(saved) - want) <= 1e-6 * Math.max(1, Math.abs(want))) return true;
     return (await d.$(`[data-testid=error-${key}]`)) !== null;
-  }, `setting ${key} = ${value} to be saved`);
+  }, `setting ${key} = ${value} to be saved`, 60000);
 }
 
 export { Keys };
