@@ -38,14 +38,30 @@ export class SettingsStore {
     delete this.fieldErrors[conversationId];
   }
 
-  /** Validates and, when every field is valid, saves the conversation's settings. */
+  /** Each conversation's edits, saved one after another. */
+  #saving: Record<number, Promise<unknown>> = {};
+  /** Each conversation's latest edit. */
+  #edits: Record<number, number> = {};
+
+  /** Validates and, when every field is valid, saves the conversation's
+   *  settings. Edits are saved in the order they were made, and one that a
+   *  later edit has replaced before its turn is not saved at all: typing
+   *  "40" edits twice, and the save of "4" must not land after that of "40"
+   *  (the commands may finish in either order). */
   async update(conversationId: number, next: ConversationSettings) {
     this.byConversation[conversationId] = next;
-    await this.guard(async () => {
-      const errors = await api.settings.validate(next);
-      this.fieldErrors[conversationId] = Object.fromEntries(errors.map((e) => [e.field, e.message]));
-      if (errors.length === 0) await api.settings.set(conversationId, next);
+    const edit = (this.#edits[conversationId] ?? 0) + 1;
+    this.#edits[conversationId] = edit;
+    const save = (this.#saving[conversationId] ?? Promise.resolve()).then(async () => {
+      if (this.#edits[conversationId] !== edit) return;
+      await this.guard(async () => {
+        const errors = await api.settings.validate(next);
+        this.fieldErrors[conversationId] = Object.fromEntries(errors.map((e) => [e.field, e.message]));
+        if (errors.length === 0) await api.settings.set(conversationId, next);
+      });
     });
+    this.#saving[conversationId] = save.catch(() => undefined);
+    await save;
   }
 
   async savePreset(name: string, settings: ConversationSettings) {
