@@ -58,21 +58,35 @@ pub struct Experts {
     pub dtype: String,
 }
 
-/// What `--dtype` names: a type and, where candle can quantize it, candle's.
-fn dtype_named(dtype: &str) -> Result<(GgmlType, Option<GgmlDType>), EngineError> {
+/// The type `--dtype` names.
+fn dtype_named(dtype: &str) -> Result<GgmlType, EngineError> {
     Ok(match dtype.to_ascii_lowercase().as_str() {
-        "q4_0" => (GgmlType::Q4_0, Some(GgmlDType::Q4_0)),
-        "q4_1" => (GgmlType::Q4_1, Some(GgmlDType::Q4_1)),
-        "q8_0" => (GgmlType::Q8_0, Some(GgmlDType::Q8_0)),
-        "q4_k" => (GgmlType::Q4K, Some(GgmlDType::Q4K)),
-        "q6_k" => (GgmlType::Q6K, Some(GgmlDType::Q6K)),
-        "mxfp4" => (GgmlType::Mxfp4, None),
+        "q4_0" => GgmlType::Q4_0,
+        "q4_1" => GgmlType::Q4_1,
+        "q8_0" => GgmlType::Q8_0,
+        "q4_k" => GgmlType::Q4K,
+        "q6_k" => GgmlType::Q6K,
+        "mxfp4" => GgmlType::Mxfp4,
         other => {
             return Err(EngineError::InvalidSetting {
                 field: "dtype",
                 reason: format!("{other:?} is not one of q4_0, q4_1, q8_0, q4_k, q6_k, mxfp4"),
             })
         }
+    })
+}
+
+/// candle's quantizer for a type this writer fills with values; `None`
+/// for MXFP4, which it fills with random blocks.
+fn candle_type(t: GgmlType) -> Option<GgmlDType> {
+    Some(match t {
+        GgmlType::F32 => GgmlDType::F32,
+        GgmlType::Q4_0 => GgmlDType::Q4_0,
+        GgmlType::Q4_1 => GgmlDType::Q4_1,
+        GgmlType::Q8_0 => GgmlDType::Q8_0,
+        GgmlType::Q4K => GgmlDType::Q4K,
+        GgmlType::Q6K => GgmlDType::Q6K,
+        _ => return None,
     })
 }
 
@@ -86,11 +100,10 @@ enum Fill {
     NegExp(f32),
 }
 
-/// A tensor to write: its entry, how it is filled, and candle's type for it.
+/// A tensor to write: its entry, and how it is filled.
 struct Planned {
     entry: TensorEntry,
     fill: Fill,
-    candle: Option<GgmlDType>,
 }
 
 /// An LCG over the whole file, so the same shape writes the same bytes.
@@ -119,14 +132,14 @@ impl Lcg {
 }
 
 pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> Result<(), EngineError> {
-    let (dtype, dtype_candle) = dtype_named(dtype)?;
-    if dtype_candle.is_none() {
+    let dtype = dtype_named(dtype)?;
+    if dtype == GgmlType::Mxfp4 {
         return Err(EngineError::InvalidSetting {
             field: "dtype",
             reason: "MXFP4 is for experts only here (--experts-dtype mxfp4)".into(),
         });
     }
-    let (experts_dtype, experts_candle) = match &shape.experts {
+    let experts_dtype = match &shape.experts {
         Some(e) => {
             if e.used == 0 || e.used > e.count {
                 return Err(EngineError::InvalidSetting {
@@ -136,7 +149,7 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
             }
             dtype_named(&e.dtype)?
         }
-        None => (dtype, dtype_candle),
+        None => dtype,
     };
     let arch = match (&shape.recurrent, &shape.experts, shape.gpt_oss) {
         (None, Some(_), true) => "gpt-oss",
@@ -236,11 +249,10 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
     let (q, kv) = (shape.heads * head_dim, shape.kv_heads * head_dim);
     let scale = 1.0 / (shape.embd as f32).sqrt();
     let mut plan: Vec<Planned> = Vec::new();
-    let mut add = |name: String, dims: Vec<usize>, dtype: GgmlType, candle: Option<GgmlDType>, fill: Fill| {
-        plan.push(Planned { entry: TensorEntry { name, dims, dtype }, fill, candle })
+    let mut add = |name: String, dims: Vec<usize>, dtype: GgmlType, fill: Fill| {
+        plan.push(Planned { entry: TensorEntry { name, dims, dtype }, fill })
     };
-    let f32_ = (GgmlType::F32, Some(GgmlDType::F32));
-    add("token_embd.weight".into(), vec![vocab, shape.embd], dtype, dtype_candle, Fill::Random(1.0));
+    add("token_embd.weight".into(), vec![vocab, shape.embd], dtype, Fill::Random(1.0));
     for i in 0..shape.layers {
         let p = |n: &str| format!("blk.{i}.{n}");
         let recurrent = shape.recurrent.as_ref().filter(|r| (i + 1) % r.interval != 0);
@@ -286,31 +298,26 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
         for (name, dims, t) in matrices {
             // The router's logits spread a few units, so that picks vary.
             let s = if name.starts_with("ffn_gate_inp") { 4.0 * scale } else { scale };
-            let candle = match t {
-                GgmlType::F32 => Some(GgmlDType::F32),
-                _ if name.contains("_exps") => experts_candle,
-                _ => dtype_candle,
-            };
-            add(p(name), dims, t, candle, Fill::Random(s));
+            add(p(name), dims, t, Fill::Random(s));
         }
-        add(p("attn_norm.weight"), vec![shape.embd], f32_.0, f32_.1, Fill::Ones);
+        add(p("attn_norm.weight"), vec![shape.embd], GgmlType::F32, Fill::Ones);
         // Qwen 3.5 and gpt-oss name their FFN norm `post_attention_norm`.
         let ffn_norm =
             if shape.recurrent.is_some() || shape.gpt_oss { "post_attention_norm.weight" } else { "ffn_norm.weight" };
-        add(p(ffn_norm), vec![shape.embd], f32_.0, f32_.1, Fill::Ones);
+        add(p(ffn_norm), vec![shape.embd], GgmlType::F32, Fill::Ones);
         if let Some(r) = recurrent {
             let channels = (2 * r.k_heads + r.v_heads) * r.state;
-            add(p("ssm_conv1d.weight"), vec![channels, 4], f32_.0, f32_.1, Fill::Random(0.5));
-            add(p("ssm_dt.bias"), vec![r.v_heads], f32_.0, f32_.1, Fill::Random(0.5));
-            add(p("ssm_a"), vec![r.v_heads], f32_.0, f32_.1, Fill::NegExp(0.5));
-            add(p("ssm_norm.weight"), vec![r.state], f32_.0, f32_.1, Fill::Ones);
+            add(p("ssm_conv1d.weight"), vec![channels, 4], GgmlType::F32, Fill::Random(0.5));
+            add(p("ssm_dt.bias"), vec![r.v_heads], GgmlType::F32, Fill::Random(0.5));
+            add(p("ssm_a"), vec![r.v_heads], GgmlType::F32, Fill::NegExp(0.5));
+            add(p("ssm_norm.weight"), vec![r.state], GgmlType::F32, Fill::Ones);
         }
         if shape.recurrent.is_some() && shape.experts.is_some() {
-            add(p("ffn_gate_inp_shexp.weight"), vec![shape.embd], f32_.0, f32_.1, Fill::Random(scale));
+            add(p("ffn_gate_inp_shexp.weight"), vec![shape.embd], GgmlType::F32, Fill::Random(scale));
         }
         if (shape.experts.is_some() || shape.recurrent.is_some()) && recurrent.is_none() && !shape.gpt_oss {
-            add(p("attn_q_norm.weight"), vec![head_dim], f32_.0, f32_.1, Fill::Ones);
-            add(p("attn_k_norm.weight"), vec![head_dim], f32_.0, f32_.1, Fill::Ones);
+            add(p("attn_q_norm.weight"), vec![head_dim], GgmlType::F32, Fill::Ones);
+            add(p("attn_k_norm.weight"), vec![head_dim], GgmlType::F32, Fill::Ones);
         }
         if let (true, Some(e)) = (shape.gpt_oss, &shape.experts) {
             for (name, dims, s) in [
@@ -325,13 +332,13 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
                 ("ffn_up_exps.bias", vec![e.count, e.ffn], 0.1),
                 ("ffn_down_exps.bias", vec![e.count, shape.embd], 0.1),
             ] {
-                add(p(name), dims, f32_.0, f32_.1, Fill::Random(s));
+                add(p(name), dims, GgmlType::F32, Fill::Random(s));
             }
         }
     }
-    add("output_norm.weight".into(), vec![shape.embd], f32_.0, f32_.1, Fill::Ones);
+    add("output_norm.weight".into(), vec![shape.embd], GgmlType::F32, Fill::Ones);
     if shape.gpt_oss {
-        add("output.weight".into(), vec![vocab, shape.embd], dtype, dtype_candle, Fill::Random(scale));
+        add("output.weight".into(), vec![vocab, shape.embd], dtype, Fill::Random(scale));
     }
 
     let entries: Vec<TensorEntry> = plan.iter().map(|p| p.entry.clone()).collect();
@@ -339,7 +346,7 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
     gguf_writer::write(out, &md, &entries, |i| {
         let p = &plan[i];
         let elems = p.entry.dims.iter().product::<usize>();
-        let Some(candle) = p.candle else { return Ok(rng.mxfp4(elems)) };
+        let Some(candle) = candle_type(p.entry.dtype) else { return Ok(rng.mxfp4(elems)) };
         let t = match p.fill {
             Fill::Ones => Tensor::ones(elems, candle_core::DType::F32, &Device::Cpu)?,
             Fill::Random(s) => Tensor::from_vec((0..elems).map(|_| rng.uniform(s)).collect(), elems, &Device::Cpu)?,

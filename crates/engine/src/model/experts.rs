@@ -339,12 +339,11 @@ struct Work {
 
 /// The f32 bias `name` of `dims` (rows first), where the file has it.
 fn bias(file: &mut GgufFile, name: &str, dims: &[usize]) -> Result<Option<Vec<f32>>> {
-    let Some(info) = file.tensor_info(name) else { return Ok(None) };
-    if info.dims != dims {
-        return Err(file.corrupt(format!("tensor {name} has shape {:?}, expected {dims:?}", info.dims)));
+    if !file.has_tensor(name) {
+        return Ok(None);
     }
-    let t = file.tensor(name, &candle_core::Device::Cpu)?;
-    Ok(Some(t.dequantize(&candle_core::Device::Cpu)?.flatten_all()?.to_vec1()?))
+    super::check_shape(file, name, dims)?;
+    Ok(Some(super::host_vector(file, name, &candle_core::Device::Cpu)?))
 }
 
 /// A 3-D expert tensor `[count, rows, cols]` as `PARTS` matrices per
