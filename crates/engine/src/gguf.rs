@@ -87,6 +87,12 @@ impl GgufFile {
         self.tensors.get(name)
     }
 
+    /// Another handle on the open file, for reading a tensor's rows as they
+    /// are needed (Gemma 4's per-layer embeddings) rather than loading it.
+    pub(crate) fn file_handle(&self) -> Result<File> {
+        self.file.try_clone().map_err(|source| EngineError::Io { path: self.path.clone(), source })
+    }
+
     /// A tensor's bytes, as stored.
     pub fn raw_tensor(&mut self, name: &str) -> Result<RawTensor> {
         let info = self.tensors.get(name).ok_or_else(|| self.corrupt(format!("missing tensor {name}")))?.clone();
@@ -202,6 +208,50 @@ impl GgufFile {
             Some(Value::Bool(b)) => Some(*b),
             _ => None,
         }
+    }
+
+    /// A count per layer: one value for every layer, or an array of `n`
+    /// (as llama.cpp's `get_key_or_arr` reads `attention.head_count` and
+    /// the like). `None` when absent.
+    pub fn per_layer_u32(&self, key: &str, n: usize) -> Result<Option<Vec<usize>>> {
+        match self.metadata().get(key) {
+            None => Ok(None),
+            Some(Value::Array(values)) => {
+                if values.len() != n {
+                    return Err(self.corrupt(format!("{key} has {} entries for {n} layers", values.len())));
+                }
+                let counts: Option<Vec<usize>> = values
+                    .iter()
+                    .map(|v| match v {
+                        Value::U32(x) => Some(*x as usize),
+                        Value::I32(x) => usize::try_from(*x).ok(),
+                        Value::U64(x) => usize::try_from(*x).ok(),
+                        Value::I64(x) => usize::try_from(*x).ok(),
+                        Value::U16(x) => Some(*x as usize),
+                        Value::U8(x) => Some(*x as usize),
+                        _ => None,
+                    })
+                    .collect();
+                counts.map(Some).ok_or_else(|| self.corrupt(format!("{key} holds something other than counts")))
+            }
+            Some(_) => Ok(self.u32_opt(key)?.map(|v| vec![v as usize; n])),
+        }
+    }
+
+    /// An array of booleans (`attention.sliding_window_pattern`).
+    pub fn bools(&self, key: &str) -> Result<Vec<bool>> {
+        self.array(key)?
+            .iter()
+            .map(|v| match v {
+                Value::Bool(b) => Some(*b),
+                Value::U8(x) => Some(*x != 0),
+                Value::I8(x) => Some(*x != 0),
+                Value::U32(x) => Some(*x != 0),
+                Value::I32(x) => Some(*x != 0),
+                _ => None,
+            })
+            .collect::<Option<Vec<bool>>>()
+            .ok_or_else(|| self.corrupt(format!("{key} is not a list of booleans")))
     }
 
     pub fn array(&self, key: &str) -> Result<&[Value]> {

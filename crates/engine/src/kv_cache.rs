@@ -69,10 +69,14 @@ pub struct KvCache {
     max_len: usize,
     batch: usize,
     n_layers: usize,
+    /// The full layers' KV heads and head size, as a saved cache's header
+    /// names them.
     n_kv_heads: usize,
     head_dim: usize,
-    /// `kv_layers[i]`: layer `i` keeps keys and values (all but a hybrid's recurrent layers).
-    kv_layers: Arc<Vec<bool>>,
+    /// `kv_layers[i]`: layer `i`'s KV heads and head size where it keeps
+    /// keys and values of its own (not a hybrid's recurrent layers, nor
+    /// Gemma 4's layers that read an earlier layer's).
+    kv_layers: Arc<Vec<Option<(usize, usize)>>>,
     recurrent: Option<RecurrentState>,
     device: Device,
 }
@@ -109,14 +113,23 @@ impl KvCache {
             n_layers: config.n_layers,
             n_kv_heads: config.n_kv_heads,
             head_dim: config.head_dim,
-            kv_layers: Arc::new((0..config.n_layers).map(|i| !config.is_recurrent(i)).collect()),
+            kv_layers: Arc::new(
+                (0..config.n_layers)
+                    .map(|i| {
+                        let a = config.attention_shape(i);
+                        config.stores_kv(i).then_some((a.n_kv_heads, a.head_dim))
+                    })
+                    .collect(),
+            ),
             recurrent: config.recurrent.as_ref().map(RecurrentState::new),
             device: device.clone(),
         }
     }
 
-    fn n_kv_layers(&self) -> usize {
-        self.kv_layers.iter().filter(|&&k| k).count()
+    /// Keys (and as many values) one position of one sequence holds, over
+    /// every layer.
+    fn kv_width(&self) -> usize {
+        self.kv_layers.iter().flatten().map(|(h, d)| h * d).sum()
     }
 
     /// A hybrid model's recurrent state, for its pass to read and write.
@@ -217,12 +230,12 @@ impl KvCache {
 
     /// Bytes one position of one sequence takes, in memory and on disk.
     pub fn bytes_per_position(&self) -> usize {
-        2 * self.n_kv_layers() * self.n_kv_heads * self.head_dim * 2
+        2 * self.kv_width() * 2
     }
 
     /// Bytes held by the buffers (what this cache costs in memory).
     pub fn allocated_bytes(&self) -> usize {
-        let kv = 2 * self.n_kv_layers() * self.batch * self.n_kv_heads * self.capacity * self.head_dim * 2;
+        let kv = 2 * self.kv_width() * self.batch * self.capacity * 2;
         kv + self.recurrent.as_ref().map_or(0, RecurrentState::allocated_bytes)
     }
 
@@ -267,27 +280,29 @@ impl KvCache {
 
     fn reallocate(&mut self, capacity: usize) -> Result<()> {
         let mut layers = Vec::with_capacity(self.n_layers);
-        let (len, old_cap, d) = (self.len, self.capacity, self.head_dim);
+        let (len, old_cap) = (self.len, self.capacity);
         for i in 0..self.n_layers {
             let old = self.layers.get(i);
-            let layer = if !self.kv_layers[i] {
+            let layer = if self.kv_layers[i].is_none() {
                 LayerKv::Host { k: Vec::new(), v: Vec::new() }
             } else if self.device.is_cpu() {
-                let mut k = zeroed_halves(self.batch * self.n_kv_heads * capacity * d);
+                let (heads, d) = self.kv_layers[i].expect("a layer with keys and values");
+                let mut k = zeroed_halves(self.batch * heads * capacity * d);
                 let mut v = zeroed_halves(k.len());
                 if let Some(LayerKv::Host { k: ok, v: ov }) = old {
-                    for run in 0..self.batch * self.n_kv_heads {
+                    for run in 0..self.batch * heads {
                         let (src, dst) = (run * old_cap * d, run * capacity * d);
                         k[dst..dst + len * d].copy_from_slice(&ok[src..src + len * d]);
                     }
-                    for row in 0..self.batch * self.n_kv_heads * d {
+                    for row in 0..self.batch * heads * d {
                         v[row * capacity..row * capacity + len]
                             .copy_from_slice(&ov[row * old_cap..row * old_cap + len]);
                     }
                 }
                 LayerKv::Host { k, v }
             } else {
-                let shape = (self.batch, self.n_kv_heads, capacity, self.head_dim);
+                let (heads, d) = self.kv_layers[i].expect("a layer with keys and values");
+                let shape = (self.batch, heads, capacity, d);
                 let k = Tensor::zeros(shape, DType::F16, &self.device)?;
                 let v = Tensor::zeros(shape, DType::F16, &self.device)?;
                 if let (Some(LayerKv::Device { k: ok, v: ov }), true) = (old, len > 0) {
@@ -313,7 +328,7 @@ impl KvCache {
 
     /// Mutable host buffers of `layer`; call `reserve` first (it unshares them).
     pub(crate) fn host_mut(&mut self, layer: usize) -> HostKvMut<'_> {
-        let (capacity, head_dim) = (self.capacity, self.head_dim);
+        let (capacity, head_dim) = (self.capacity, self.kv_layers[layer].map_or(0, |(_, d)| d));
         match Arc::get_mut(&mut self.layers).map(|l| &mut l[layer]) {
             Some(LayerKv::Host { k, v }) => HostKvMut { k, v_t: v, capacity, head_dim },
             _ => unreachable!("host_mut needs a reserved CPU cache"),
@@ -345,18 +360,18 @@ impl KvCache {
     /// Call `reserve` first and `advance` after the last layer (a caller
     /// that never advances leaves the cache as it was).
     pub(crate) fn write_bits<S: Halves + ?Sized>(&mut self, layer: usize, k: &S, v: &S, n: usize) -> Result<()> {
-        if !self.kv_layers[layer] {
+        let Some((heads, d)) = self.kv_layers[layer] else {
             if k.count() != 0 || v.count() != 0 {
-                return Err(EngineError::CorruptCache(format!("keys and values for recurrent layer {layer}")));
+                return Err(EngineError::CorruptCache(format!("keys and values for layer {layer}, which keeps none")));
             }
             return Ok(());
-        }
-        let (pos, d, runs) = (self.len, self.head_dim, self.batch * self.n_kv_heads);
+        };
+        let (pos, runs) = (self.len, self.batch * heads);
         if k.count() != runs * n * d || v.count() != k.count() {
             return Err(EngineError::CorruptCache(format!("{} values for {n} positions of layer {layer}", k.count())));
         }
         if !self.device.is_cpu() {
-            let shape = (self.batch, self.n_kv_heads, n, d);
+            let shape = (self.batch, heads, n, d);
             let kt = Tensor::from_vec(k.to_vec(), shape, &self.device)?;
             let vt = Tensor::from_vec(v.to_vec(), shape, &self.device)?;
             return self.write(layer, &kt, &vt);
@@ -380,9 +395,9 @@ impl KvCache {
     /// The stored f16 keys and values of positions `start..end` of `layer`,
     /// as `[batch, kv_heads, n, head_dim]`: what a saved cache holds.
     pub(crate) fn bits(&self, layer: usize, start: usize, end: usize) -> Result<(Vec<f16>, Vec<f16>)> {
-        if !self.kv_layers[layer] {
+        let Some((heads, d)) = self.kv_layers[layer] else {
             return Ok((Vec::new(), Vec::new()));
-        }
+        };
         match &self.layers[layer] {
             LayerKv::Device { k, v } => {
                 let read = |t: &Tensor| -> candle_core::Result<Vec<f16>> {
@@ -391,8 +406,8 @@ impl KvCache {
                 Ok((read(k)?, read(v)?))
             }
             LayerKv::Host { k, v } => {
-                let (d, cap) = (self.head_dim, self.capacity);
-                let runs = self.batch * self.n_kv_heads;
+                let cap = self.capacity;
+                let runs = self.batch * heads;
                 let keys = (0..runs)
                     .flat_map(|run| k[(run * cap + start) * d..(run * cap + end) * d].iter().copied())
                     .collect();
@@ -413,7 +428,8 @@ impl KvCache {
             }
             LayerKv::Host { .. } => {
                 let (k, v) = self.bits(layer, start, end)?;
-                let shape = (self.batch, self.n_kv_heads, end - start, self.head_dim);
+                let (heads, d) = self.kv_layers[layer].unwrap_or((0, 0));
+                let shape = (self.batch, heads, end - start, d);
                 let widen = |x: Vec<f16>| -> Vec<f32> { x.into_iter().map(f16::to_f32).collect() };
                 Ok((Tensor::from_vec(widen(k), shape, &self.device)?, Tensor::from_vec(widen(v), shape, &self.device)?))
             }
@@ -551,12 +567,11 @@ impl KvCache {
         }
         cache.batch = batch;
         cache.reserve(len, batch)?;
-        let n = batch * n_kv_heads * len * head_dim;
-        let mut buf = vec![0u8; n * 4];
+        let mut buf = Vec::new();
         for i in 0..n_layers {
-            if !cache.kv_layers[i] {
-                continue;
-            }
+            let Some((heads, d)) = cache.kv_layers[i] else { continue };
+            let n = batch * heads * len * d;
+            buf.resize(n * 4, 0);
             r.read_exact(&mut buf).map_err(|e| bad(format!("layer {i}: {e}")))?;
             let (k, v) = buf.split_at(n * 2);
             cache.write_bits(i, LeHalves::new(k), LeHalves::new(v), len)?;

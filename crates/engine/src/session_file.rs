@@ -238,9 +238,8 @@ pub fn read(path: &Path, identity: &CacheIdentity, model: &Model) -> Result<Rest
     let mut cache = model.new_cache(identity.context_length);
     let mut tokens: Vec<u32> = Vec::new();
     let mut passes = Passes::default();
-    let per_position = config.n_kv_heads * config.head_dim;
-    let kv_layers: Vec<bool> = (0..config.n_layers).map(|i| !config.is_recurrent(i)).collect();
-    let shape = ChunkShape { kv_layers: &kv_layers, per_position };
+    let widths: Vec<usize> = (0..config.n_layers).map(|i| config.kv_width(i)).collect();
+    let shape = ChunkShape { widths: &widths };
     let mut prev: [u8; 32] = digest;
     let complete = loop {
         let room = identity.context_length - tokens.len();
@@ -273,10 +272,9 @@ type State = Vec<(Vec<f32>, Vec<f32>)>;
 
 /// What a chunk holds per position.
 struct ChunkShape<'a> {
-    /// Layers that hold keys and values.
-    kv_layers: &'a [bool],
-    /// Keys (and values) per position of one such layer.
-    per_position: usize,
+    /// Keys (and as many values) per position of each layer; 0 for a layer
+    /// that keeps none.
+    widths: &'a [usize],
 }
 
 /// The head of one chunk starting at position `at` and chained to the
@@ -357,7 +355,6 @@ fn read_payload(
     mut hasher: Sha256,
     n: usize,
 ) -> std::result::Result<(State, [u8; 32]), String> {
-    let layer_bytes = n * shape.per_position * 2;
     let recurrent = cache.recurrent().map(|s| (s.n_layers(), s.layer_bytes())).unwrap_or((0, 0));
     let (full_tx, full_rx) = mpsc::sync_channel::<Vec<u8>>(1);
     let (empty_tx, empty_rx) = mpsc::channel::<Vec<u8>>();
@@ -376,10 +373,11 @@ fn read_payload(
                 read_exactly(r, &mut buf, len)?;
                 Ok(buf)
             };
-            for (layer, &has_kv) in shape.kv_layers.iter().enumerate() {
-                if !has_kv {
+            for (layer, &width) in shape.widths.iter().enumerate() {
+                if width == 0 {
                     continue;
                 }
+                let layer_bytes = n * width * 2;
                 let buf = next(2 * layer_bytes)?;
                 let (k, v) = buf.split_at(layer_bytes);
                 cache.write_bits(layer, LeHalves::new(k), LeHalves::new(v), n).map_err(|e| e.to_string())?;

@@ -23,6 +23,11 @@ pub(crate) struct SpmEncoder {
     add_space_prefix: bool,
     /// Longest first: (text, id, parsed only when asked to parse specials).
     specials: Vec<(String, u32, bool)>,
+    /// A BPE with merges over SentencePiece-style pieces (Gemma 4's
+    /// `gemma4`): each merge's rank, keyed `"left right"`, in place of the
+    /// scores; text is split into runs of newlines and runs of the rest
+    /// first, as llama.cpp's `gemma4` pre-tokenizer splits it.
+    merges: Option<AHashMap<String, u32>>,
 }
 
 /// A token's role, by GGUF's token type.
@@ -58,7 +63,20 @@ impl SpmEncoder {
             .map(|(i, (t, s))| (t.clone(), i as u32, *s == Special::WhenParsing))
             .collect();
         specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
-        Self { ids, scores, bytes, add_space_prefix, specials }
+        Self { ids, scores, bytes, add_space_prefix, specials, merges: None }
+    }
+
+    /// Gemma 4's vocabulary: `merges` (`"left right"`, by rank) decide the
+    /// pairs, lowest rank first, the leftmost on ties (llama.cpp's BPE
+    /// queue), and a run of newlines that is a token stays whole.
+    pub(crate) fn with_merges(tokens: &[String], special: &[Special], merges: &[String]) -> Self {
+        let mut encoder = Self::new(tokens, vec![0.0; tokens.len()], special, false);
+        let mut ranks = AHashMap::with_capacity(merges.len());
+        for (rank, m) in merges.iter().enumerate() {
+            ranks.entry(m.clone()).or_insert(rank as u32);
+        }
+        encoder.merges = Some(ranks);
+        encoder
     }
 
     pub(crate) fn encode(&self, text: &str, parse_special: bool) -> Vec<u32> {
@@ -76,7 +94,17 @@ impl SpmEncoder {
                         s.push(' ');
                     }
                     s.push_str(t);
-                    self.merge(&s.replace(' ', "▁"), &mut out);
+                    let text = s.replace(' ', "▁");
+                    if self.merges.is_some() {
+                        for word in newline_runs(&text) {
+                            match self.ids.get(word) {
+                                Some(&id) if word.bytes().all(|b| b == b'\n') => out.push(id),
+                                _ => self.merge(word, &mut out),
+                            }
+                        }
+                    } else {
+                        self.merge(&text, &mut out);
+                    }
                     prev_special = false;
                 }
             }
@@ -144,7 +172,14 @@ impl SpmEncoder {
                 let (Some(l), Some(r)) = (left, right) else { return };
                 let (a, b) = (&symbols[l], &symbols[r]);
                 let merged = &text[a.start..a.start + a.len + b.len];
-                if let Some(&id) = self.ids.get(merged) {
+                if let Some(ranks) = &self.merges {
+                    let key = format!("{} {}", &text[a.start..a.start + a.len], &text[b.start..b.start + b.len]);
+                    if let Some(&rank) = ranks.get(&key) {
+                        // Lowest rank first: as a score, its negation
+                        // (exact in f32 below 2^24 merges).
+                        queue.push(Bigram { score: -(rank as f32), left: l, right: r, size: merged.len() });
+                    }
+                } else if let Some(&id) = self.ids.get(merged) {
                     queue.push(Bigram {
                         score: self.scores.get(id as usize).copied().unwrap_or(0.0),
                         left: l,
@@ -185,6 +220,21 @@ impl SpmEncoder {
             i = sym.next;
         }
     }
+}
+
+/// `text` cut into runs of newlines and runs of anything else (llama.cpp's
+/// `[^\n]+|[\n]+`).
+fn newline_runs(text: &str) -> Vec<&str> {
+    let mut runs = Vec::new();
+    let mut start = 0;
+    let bytes = text.as_bytes();
+    for i in 1..=bytes.len() {
+        if i == bytes.len() || (bytes[i] == b'\n') != (bytes[i - 1] == b'\n') {
+            runs.push(&text[start..i]);
+            start = i;
+        }
+    }
+    runs
 }
 
 /// A candidate merge: the highest score first, then the leftmost.

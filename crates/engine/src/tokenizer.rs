@@ -80,30 +80,49 @@ impl Tokenizer {
         let eot = id("tokenizer.ggml.eot_token_id")?;
         // Checked for range only: both encoders fall back to bytes, not to <unk>.
         id("tokenizer.ggml.unknown_token_id")?;
-        let add_bos = file.bool_opt("tokenizer.ggml.add_bos_token").unwrap_or(model_kind == "llama");
+        // llama.cpp always adds Gemma 4's BOS, whatever the file says.
+        let add_bos =
+            model_kind == "gemma4" || file.bool_opt("tokenizer.ggml.add_bos_token").unwrap_or(model_kind == "llama");
 
         let json = Path::new(file.path()).with_file_name("tokenizer.json");
         let is_control = types.iter().map(|&t| t == TYPE_CONTROL).collect();
         let is_special = types.iter().map(|&t| t == TYPE_CONTROL || t == TYPE_USER_DEFINED).collect();
+        let special: Vec<Special> = types
+            .iter()
+            .map(|&t| match t {
+                TYPE_USER_DEFINED => Special::Always,
+                TYPE_CONTROL | TYPE_UNKNOWN => Special::WhenParsing,
+                _ => Special::No,
+            })
+            .collect();
+        if model_kind == "gemma4" && !json.is_file() {
+            // SentencePiece-style pieces merged by rank (llama.cpp's `gemma4`).
+            let merges: Vec<String> = file
+                .array("tokenizer.ggml.merges")
+                .map_err(|e| err(e.to_string()))?
+                .iter()
+                .map(|v| match v {
+                    Value::String(s) => Ok(s.clone()),
+                    _ => Err(err("tokenizer.ggml.merges holds a non-string".into())),
+                })
+                .collect::<Result<_>>()?;
+            let encoder = Encoder::Spm(SpmEncoder::with_merges(&tokens, &special, &merges));
+            let token_bytes = spm_table(&tokens, &types);
+            return Ok(Self { encoder, token_bytes, tokens, is_control, is_special, bos, eos, eot, add_bos });
+        }
         if model_kind == "llama" && !json.is_file() {
             let add_space_prefix = file.bool_opt("tokenizer.ggml.add_space_prefix").unwrap_or(true);
             let scores = spm_scores(file, tokens.len()).map_err(err)?;
-            let special: Vec<Special> = types
-                .iter()
-                .map(|&t| match t {
-                    TYPE_USER_DEFINED => Special::Always,
-                    TYPE_CONTROL | TYPE_UNKNOWN => Special::WhenParsing,
-                    _ => Special::No,
-                })
-                .collect();
             let encoder = Encoder::Spm(SpmEncoder::new(&tokens, scores, &special, add_space_prefix));
             let token_bytes = spm_table(&tokens, &types);
             return Ok(Self { encoder, token_bytes, tokens, is_control, is_special, bos, eos, eot, add_bos });
         }
         let token_bytes = match model_kind.as_str() {
             "gpt2" => byte_level_table(&tokens, &types),
-            "llama" => spm_table(&tokens, &types),
-            other => return Err(err(format!("tokenizer model {other:?} is not supported (gpt2 and llama are)"))),
+            "llama" | "gemma4" => spm_table(&tokens, &types),
+            other => {
+                return Err(err(format!("tokenizer model {other:?} is not supported (gpt2, llama and gemma4 are)")))
+            }
         };
         let special = if json.is_file() {
             tokenizers::Tokenizer::from_file(&json).map_err(|e| err(format!("{}: {e}", json.display())))?

@@ -307,3 +307,21 @@ fn a_written_random_gpt_oss_file_matches_llama_cpp() {
         check_file(&format!("written gpt-oss ({feed:?})"), &path, positions, feed);
     }
 }
+
+/// Gemma 4 like E2B: per-layer embeddings, heads of two sizes, the last two
+/// layers reading earlier layers' keys and values, a layer whose keys are
+/// its values, proportional RoPE, a window of 8 under a 600-token prompt.
+#[test]
+fn gemma4_matches_llama_cpp() {
+    for (positions, feed) in [(600, Feed::Prompt), (80, Feed::Steps)] {
+        check(&TinySpec::gemma4(false), positions, feed);
+    }
+}
+
+/// Gemma 4 like 26B-A4B: experts beside the dense MLP.
+#[test]
+fn gemma4_with_experts_matches_llama_cpp() {
+    for (positions, feed) in [(600, Feed::Prompt), (80, Feed::Steps)] {
+        check(&TinySpec::gemma4(true), positions, feed);
+    }
+}

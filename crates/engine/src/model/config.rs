@@ -27,9 +27,16 @@ pub enum Architecture {
     /// and a learned sink per head, every other layer a 128-position
     /// window, YaRN positions.
     GptOss,
+    /// Gemma 4 (E2B, E4B, 31B, 26B-A4B): Gemma 3's sandwich norms and
+    /// GELU with heads of another size (and count) on full layers, the last
+    /// layers reading earlier layers' keys and values, V normed without a
+    /// weight, attention unscaled, per-layer token embeddings (E models), a
+    /// per-layer output scale, a final soft-cap, and (26B-A4B) experts
+    /// beside the dense MLP.
+    Gemma4,
 }
 
-pub const SUPPORTED_ARCHITECTURES: &str = "llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, gemma3, gpt-oss";
+pub const SUPPORTED_ARCHITECTURES: &str = "llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, gemma3, gemma4, gpt-oss";
 
 impl Architecture {
     pub fn from_gguf_name(name: &str) -> Option<Self> {
@@ -42,6 +49,7 @@ impl Architecture {
             "qwen35" => Some(Self::Qwen35),
             "qwen35moe" => Some(Self::Qwen35Moe),
             "gpt-oss" => Some(Self::GptOss),
+            "gemma4" => Some(Self::Gemma4),
             _ => None,
         }
     }
@@ -56,6 +64,7 @@ impl Architecture {
             Self::Qwen35 => "qwen35",
             Self::Qwen35Moe => "qwen35moe",
             Self::GptOss => "gpt-oss",
+            Self::Gemma4 => "gemma4",
         }
     }
 
@@ -74,6 +83,12 @@ impl Architecture {
     /// Whether the FFN is a mixture of experts.
     pub(crate) fn has_experts(self) -> bool {
         matches!(self, Self::Qwen3Moe | Self::Qwen35Moe | Self::GptOss)
+    }
+
+    /// Gemma: embeddings scaled by √n_embd, GELU FFNs, and norms after
+    /// attention and the FFN as well as before.
+    pub(crate) fn is_gemma(self) -> bool {
+        matches!(self, Self::Gemma3 | Self::Gemma4)
     }
 
     /// Qwen 3.5 and gpt-oss store the FFN's norm as `post_attention_norm`.
@@ -148,6 +163,8 @@ pub enum ExpertActivation {
     /// gpt-oss's clamped SwiGLU: `g = min(gate, limit)`,
     /// `u = clamp(up, −limit, limit)`, `g · σ(alpha · g) · (u + 1)`.
     SwigluOai { alpha: f32, limit: f32 },
+    /// `GELU(gate) · up` (Gemma 4), GELU looked up as llama.cpp looks it up.
+    Gelu,
 }
 
 /// A mixture-of-experts FFN's shape and routing, the same in every layer.
@@ -198,6 +215,28 @@ impl YarnConfig {
     }
 }
 
+/// One attention layer's heads (Gemma 4's full layers have fewer, larger
+/// ones than its sliding layers; every other family's are all alike).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionShape {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Dimensions of each head that RoPE rotates.
+    pub rope_dims: usize,
+}
+
+impl AttentionShape {
+    pub fn q_width(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+
+    /// Keys (and values) of one position.
+    pub fn kv_width(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+}
+
 /// The shape and numerics of one model, independent of its weights.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
@@ -237,6 +276,24 @@ pub struct ModelConfig {
     pub experts: Option<ExpertsConfig>,
     /// `Some` for a hybrid family: which layers are recurrent, and their shape.
     pub recurrent: Option<RecurrentConfig>,
+    /// Each layer's heads. `n_heads`, `n_kv_heads`, `head_dim` and
+    /// `rope_dims` above are the full layers' (the first layer's where all
+    /// slide).
+    pub attention: Vec<AttentionShape>,
+    /// `kv_source[i]`: the layer whose keys and values layer `i` attends
+    /// to: itself, or for Gemma 4's last `attention.shared_kv_layers`
+    /// layers the last earlier layer of their kind (llama.cpp's rule).
+    pub kv_source: Vec<usize>,
+    /// Gemma 4's `attention.sliding_window_pattern`, a flag per layer, in
+    /// place of `sliding_window_pattern`.
+    pub sliding_layers: Option<Vec<bool>>,
+    /// What attention scores are multiplied by; `None`: 1/√head_dim.
+    pub attention_scale: Option<f32>,
+    /// `final_logit_softcapping`: logits become `cap · tanh(logit / cap)`.
+    pub final_logit_softcap: Option<f32>,
+    /// Gemma 4's per-layer token embeddings: values per layer
+    /// (`embedding_length_per_layer_input`), 0 for none.
+    pub per_layer_embd: usize,
 }
 
 impl ModelConfig {
@@ -250,16 +307,39 @@ impl ModelConfig {
             })?;
         let key = |k: &str| format!("{arch_name}.{k}");
         let n_embd = file.u32(&key("embedding_length"))? as usize;
-        let n_heads = file.u32(&key("attention.head_count"))? as usize;
-        let n_kv_heads = file.u32_opt(&key("attention.head_count_kv"))?.map_or(n_heads, |v| v as usize);
         let blocks = file.u32(&key("block_count"))? as usize;
         // Qwen 3.5's multi-token-prediction blocks come last and do not run.
         let nextn = file.u32_opt(&key("nextn_predict_layers"))?.unwrap_or(0) as usize;
         let n_layers = blocks.saturating_sub(nextn);
-        if n_heads == 0 || n_kv_heads == 0 || !n_heads.is_multiple_of(n_kv_heads) || n_layers == 0 {
-            return Err(
-                file.corrupt(format!("bad attention shape: {n_heads} heads, {n_kv_heads} KV heads, {n_layers} layers"))
-            );
+        let head_counts = file
+            .per_layer_u32(&key("attention.head_count"), blocks)?
+            .ok_or_else(|| file.corrupt(format!("missing metadata {}", key("attention.head_count"))))?;
+        let kv_counts = file.per_layer_u32(&key("attention.head_count_kv"), blocks)?.unwrap_or(head_counts.clone());
+        let gemma4 = architecture == Architecture::Gemma4;
+        let sliding_layers = if gemma4 {
+            let flags = file.bools(&key("attention.sliding_window_pattern"))?;
+            if flags.len() != blocks {
+                return Err(file.corrupt(format!(
+                    "{} has {} entries for {blocks} blocks",
+                    key("attention.sliding_window_pattern"),
+                    flags.len()
+                )));
+            }
+            Some(flags[..n_layers.min(blocks)].to_vec())
+        } else {
+            None
+        };
+        // The full layers' heads stand for the model where one number must.
+        let first_full = sliding_layers.as_ref().and_then(|f| f.iter().position(|&s| !s)).unwrap_or(0);
+        let (n_heads, n_kv_heads) =
+            (head_counts.get(first_full).copied().unwrap_or(0), kv_counts.get(first_full).copied().unwrap_or(0));
+        if n_layers == 0
+            || (0..n_layers)
+                .any(|i| head_counts[i] == 0 || kv_counts[i] == 0 || !head_counts[i].is_multiple_of(kv_counts[i]))
+        {
+            return Err(file.corrupt(format!(
+                "bad attention shape: {head_counts:?} heads, {kv_counts:?} KV heads, {n_layers} layers"
+            )));
         }
         let head_dim = match file.u32_opt(&key("attention.key_length"))? {
             Some(d) => d as usize,
@@ -268,6 +348,22 @@ impl ModelConfig {
         };
         if head_dim % 2 != 0 {
             return Err(file.corrupt(format!("head size {head_dim} is odd")));
+        }
+        if let Some(v) = file.u32_opt(&key("attention.value_length"))? {
+            if v as usize != head_dim && gemma4 {
+                return Err(file.corrupt(format!("keys of {head_dim} and values of {v}: Gemma 4 needs them alike")));
+            }
+        }
+        let head_dim_swa = file.u32_opt(&key("attention.key_length_swa"))?.map_or(head_dim, |d| d as usize);
+        if let Some(v) = file.u32_opt(&key("attention.value_length_swa"))? {
+            if v as usize != head_dim_swa {
+                return Err(file.corrupt(format!(
+                    "sliding layers' keys of {head_dim_swa} and values of {v}: Hearth needs them alike"
+                )));
+            }
+        }
+        if head_dim_swa == 0 || head_dim_swa % 2 != 0 {
+            return Err(file.corrupt(format!("sliding layers' head size {head_dim_swa} is odd")));
         }
         let context_length = file.u32_opt(&key("context_length"))?.unwrap_or(4096) as usize;
         let rms_eps = file.f32_opt(&key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-6) as f64;
@@ -290,10 +386,20 @@ impl ModelConfig {
                 let local = file.f32_opt(&key("rope.freq_base_swa"))?.unwrap_or(rope_base);
                 (Some(window), pattern, local)
             }
+            Architecture::Gemma4 => {
+                let window = file.u32(&key("attention.sliding_window"))? as usize;
+                if window == 0 {
+                    return Err(file.corrupt(format!("{} is 0", key("attention.sliding_window"))));
+                }
+                // llama.cpp's default for `rope.freq_base_swa`.
+                let local = file.f32_opt(&key("rope.freq_base_swa"))?.unwrap_or(10_000.0);
+                (Some(window), 1, local)
+            }
             _ => (None, 1, rope_base),
         };
         let (rope_linear_scale, rope_yarn) = rope_scaling(file, &key, context_length)?;
-        let experts = if architecture.has_experts() {
+        let gemma4_experts = gemma4 && file.u32_opt(&key("expert_count"))?.unwrap_or(0) > 0;
+        let experts = if architecture.has_experts() || gemma4_experts {
             let count = file.u32(&key("expert_count"))? as usize;
             let used = file.u32(&key("expert_used_count"))? as usize;
             if count == 0 || used == 0 || used > count {
@@ -303,7 +409,18 @@ impl ModelConfig {
                     key("expert_count")
                 )));
             }
-            let ffn_len = file.u32(&key("expert_feed_forward_length"))? as usize;
+            // One width for every layer (an array of them, as Gemma 4 may
+            // write, must agree).
+            let widths = file
+                .per_layer_u32(&key("expert_feed_forward_length"), blocks)?
+                .ok_or_else(|| file.corrupt(format!("missing metadata {}", key("expert_feed_forward_length"))))?;
+            let ffn_len = widths[0];
+            if widths.iter().any(|&w| w != ffn_len && w != 0) {
+                return Err(file.corrupt(format!(
+                    "{} differs between layers ({widths:?}); Hearth runs one width",
+                    key("expert_feed_forward_length")
+                )));
+            }
             let shared_ffn_len = if architecture == Architecture::Qwen35Moe {
                 let dense = file.u32_opt(&key("feed_forward_length"))?;
                 match file.u32_opt(&key("expert_shared_feed_forward_length"))?.or(dense) {
@@ -325,6 +442,8 @@ impl ModelConfig {
                 gating: if gpt_oss { Gating::SoftmaxWeight } else { Gating::Softmax },
                 activation: if gpt_oss {
                     ExpertActivation::SwigluOai { alpha: 1.702, limit: 7.0 }
+                } else if gemma4 {
+                    ExpertActivation::Gelu
                 } else {
                     ExpertActivation::Silu
                 },
@@ -341,6 +460,24 @@ impl ModelConfig {
                 key("rope.dimension_count")
             )));
         }
+        // As llama.cpp: sliding layers rotate as many as full ones unless told.
+        let rope_dims_swa = file.u32_opt(&key("rope.dimension_count_swa"))?.map_or(rope_dims, |d| d as usize);
+        if rope_dims_swa == 0 || rope_dims_swa % 2 != 0 || rope_dims_swa > head_dim_swa {
+            return Err(file.corrupt(format!(
+                "{}: {rope_dims_swa} rotary dimensions for sliding heads of {head_dim_swa}",
+                key("rope.dimension_count_swa")
+            )));
+        }
+        let is_swa = |i: usize| sliding_layers.as_ref().is_some_and(|f| f[i]);
+        let attention: Vec<AttentionShape> = (0..n_layers)
+            .map(|i| AttentionShape {
+                n_heads: head_counts[i],
+                n_kv_heads: kv_counts[i],
+                head_dim: if is_swa(i) { head_dim_swa } else { head_dim },
+                rope_dims: if is_swa(i) { rope_dims_swa } else { rope_dims },
+            })
+            .collect();
+        let kv_source = kv_sources(file, &key, &attention, sliding_layers.as_deref(), n_layers)?;
         let (rope_sections, recurrent) = if architecture.is_hybrid() {
             (
                 Some(rope_sections(file, &key("rope.dimension_sections"), rope_dims)?),
@@ -369,7 +506,39 @@ impl ModelConfig {
             rope_dims,
             rope_sections,
             recurrent,
+            attention,
+            kv_source,
+            sliding_layers,
+            // Gemma 4 scales neither queries nor scores.
+            attention_scale: gemma4.then_some(1.0),
+            final_logit_softcap: if gemma4 {
+                file.f32_opt(&key("final_logit_softcapping"))?.filter(|&c| c != 0.0)
+            } else {
+                None
+            },
+            per_layer_embd: if gemma4 { file.u32(&key("embedding_length_per_layer_input"))? as usize } else { 0 },
         })
+    }
+
+    /// Layer `layer`'s heads.
+    pub fn attention_shape(&self, layer: usize) -> AttentionShape {
+        self.attention[layer]
+    }
+
+    /// Whether layer `layer` writes keys and values of its own (not a
+    /// recurrent layer, nor one that reads an earlier layer's).
+    pub fn stores_kv(&self, layer: usize) -> bool {
+        !self.is_recurrent(layer) && self.kv_source[layer] == layer
+    }
+
+    /// Keys (and as many values) one position of `layer` stores; 0 for a
+    /// layer that stores none.
+    pub fn kv_width(&self, layer: usize) -> usize {
+        if self.stores_kv(layer) {
+            self.attention[layer].kv_width()
+        } else {
+            0
+        }
     }
 
     /// Whether layer `layer` is recurrent (a hybrid's Gated DeltaNet layer)
@@ -381,9 +550,58 @@ impl ModelConfig {
     /// Every `pattern`-th layer is global and the rest local (Gemma 3:
     /// five of six local; gpt-oss: even layers local).
     pub fn is_sliding(&self, layer: usize) -> bool {
+        if let Some(flags) = &self.sliding_layers {
+            return self.sliding_window.is_some() && flags[layer];
+        }
         self.sliding_window.is_some()
             && (self.sliding_window_pattern == 0 || !(layer + 1).is_multiple_of(self.sliding_window_pattern))
     }
+}
+
+/// The layer each layer attends with: itself, except Gemma 4's last
+/// `attention.shared_kv_layers`, which read the last earlier layer of their
+/// kind (llama.cpp: `n_kv − 2` for a sliding layer, `n_kv − 1` for a full
+/// one, where `n_kv` layers keep their own). The layer read must be of the
+/// same kind and shape, or the file is refused.
+fn kv_sources(
+    file: &GgufFile,
+    key: &dyn Fn(&str) -> String,
+    attention: &[AttentionShape],
+    sliding: Option<&[bool]>,
+    n_layers: usize,
+) -> Result<Vec<usize>> {
+    let shared_key = key("attention.shared_kv_layers");
+    let shared = file.u32_opt(&shared_key)?.unwrap_or(0) as usize;
+    if shared == 0 {
+        return Ok((0..n_layers).collect());
+    }
+    let Some(sliding) = sliding else {
+        return Err(file.corrupt(format!("{shared_key} without a per-layer sliding window pattern")));
+    };
+    if shared + 2 > n_layers {
+        return Err(
+            file.corrupt(format!("{shared_key} is {shared} of {n_layers} layers; at least 2 must keep their own"))
+        );
+    }
+    let n_kv = n_layers - shared;
+    (0..n_layers)
+        .map(|i| {
+            if i < n_kv {
+                return Ok(i);
+            }
+            let source = n_kv - if sliding[i] { 2 } else { 1 };
+            if sliding[source] != sliding[i] || attention[source] != attention[i] {
+                return Err(file.corrupt(format!(
+                    "layer {i} reads the keys and values of layer {source} ({shared_key}), which is {} and has heads {:?}, not {} with {:?}",
+                    if sliding[source] { "sliding" } else { "full" },
+                    attention[source],
+                    if sliding[i] { "sliding" } else { "full" },
+                    attention[i]
+                )));
+            }
+            Ok(source)
+        })
+        .collect()
 }
 
 /// `rope.scaling.*`: the factor positions are divided by, and YaRN's

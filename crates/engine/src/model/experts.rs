@@ -39,6 +39,9 @@ pub(super) struct Experts {
     down: Vec<QuantMatrix>,
     /// Biases, where the file has them (gpt-oss).
     biases: Biases,
+    /// `ffn_down_exps.scale`: each expert's output multiplied by its own
+    /// number (Gemma 4's `per_expert_scale`), where the file has one.
+    down_scale: Option<Vec<f32>>,
     config: ExpertsConfig,
     n_embd: usize,
 }
@@ -113,7 +116,8 @@ impl Experts {
             up: up_bias,
             down: bias(file, &format!("{prefix}.ffn_down_exps.bias"), &[count, n_embd])?,
         };
-        Ok(Self { router, gate, up, down, biases, config: config.clone(), n_embd })
+        let down_scale = bias(file, &format!("{prefix}.ffn_down_exps.scale"), &[count])?;
+        Ok(Self { router, gate, up, down, biases, down_scale, config: config.clone(), n_embd })
     }
 
     /// Bytes of weights one token reads: the router and `used` experts.
@@ -124,11 +128,14 @@ impl Experts {
 
     /// `out = Σ_k w_k · down_k(SiLU(gate_k(h)) · up_k(h))` for each of the
     /// `rows` rows of `h` (normed FFN inputs), over the experts each row
-    /// picked; `sequence_rows` as in `QuantMatrix::matmul_cols`.
+    /// picked by the router from `router_input` (Gemma 4's own), else from
+    /// `h`; `sequence_rows` as in `QuantMatrix::matmul_cols`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn forward_host(
         &self,
         pool: &WorkerPool,
         h: &[f32],
+        router_input: Option<&[f32]>,
         rows: usize,
         sequence_rows: usize,
         out: &mut [f32],
@@ -138,7 +145,7 @@ impl Experts {
         let mut logits = vec![0f32; rows * self.config.count];
         {
             let router = &*self.router;
-            let acts = Activations::for_matrices(h, [router]);
+            let acts = Activations::for_matrices(router_input.unwrap_or(h), [router]);
             let chunk = expert_chunk(self.config.count, pool.active_threads());
             let out = DisjointSlice::new(&mut logits);
             pool.run(self.config.count.div_ceil(chunk), &|t| {
@@ -218,6 +225,7 @@ impl Experts {
             match self.config.activation {
                 ExpertActivation::Silu => vec_ops::silu_mul(g, u),
                 ExpertActivation::SwigluOai { alpha, limit } => vec_ops::swiglu_oai(g, u, alpha, limit),
+                ExpertActivation::Gelu => vec_ops::gelu_mul(g, u),
             }
         }
 
@@ -240,6 +248,12 @@ impl Experts {
             });
         }
 
+        if let Some(scale) = &self.down_scale {
+            // `build_lora_mm_id`: the product times its expert's scale.
+            for (d, w) in downs.iter_mut().zip(&work) {
+                vec_ops::scale(d, scale[w.expert]);
+            }
+        }
         if let Some(b) = &self.biases.down {
             for (d, w) in downs.iter_mut().zip(&work) {
                 let b = &b[w.expert * e..(w.expert + 1) * e];

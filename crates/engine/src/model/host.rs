@@ -15,7 +15,7 @@ use std::ops::Range;
 use candle_core::{Device, Tensor};
 
 use super::delta_net::SequenceRows;
-use super::{window_start, Architecture, Attention, Block, Embeddings, Ffn, Matrix, Mixer, Model, Norm};
+use super::{window_start, Attention, Block, Embeddings, Ffn, Matrix, Mixer, Model, Norm};
 use crate::cpu::attention::{self, Order};
 use crate::cpu::vec_ops;
 
@@ -69,6 +69,10 @@ impl Model {
         if let Some(s) = self.embed_scale {
             vec_ops::scale(&mut x, s as f32);
         }
+        let per_layer = match &self.per_layer_embeddings {
+            Some(p) => p.inputs(pool, &flat, &x, seq)?,
+            None => Vec::new(),
+        };
         let rope_global = self.rope_global.tables(pos0, seq);
         // Only sliding layers use the local tables.
         let rope_local =
@@ -79,7 +83,7 @@ impl Model {
         let mut layers = || -> Result<()> {
             for (layer, block) in self.layers.iter().enumerate() {
                 let rope = if block.sliding { &rope_local } else { &rope_global };
-                self.block_host(pool, block, layer, &mut x, &mut buf, rope, &mut kv)?;
+                self.block_host(pool, block, layer, &mut x, &mut buf, rope, &per_layer, &mut kv)?;
                 // A decode step is short and ends in a sample; a chunk of a long
                 // prompt near a full context can take seconds, and Stop should
                 // not wait for all of it. The cache's length has not moved yet.
@@ -109,6 +113,7 @@ impl Model {
         let mut logits = vec![0f32; out_rows.len() * self.vocab_size];
         let sequence_rows = if all { seq } else { 1 };
         matmuls(pool, &last, out_rows.len(), sequence_rows, &mut [(&self.output, &mut logits)])?;
+        self.soft_cap(&mut logits);
         pool.end_pass();
         Ok(logits)
     }
@@ -133,6 +138,10 @@ impl Model {
         if let Some(s) = self.embed_scale {
             vec_ops::scale(&mut x, s as f32);
         }
+        let per_layer = match &self.per_layer_embeddings {
+            Some(p) => p.inputs(pool, tokens, &x, 1)?,
+            None => Vec::new(),
+        };
         // One table row per sequence, at its own position.
         let tables = |rope: &super::RopeFreqs| {
             let mut out = (Vec::new(), Vec::new());
@@ -150,7 +159,7 @@ impl Model {
         let mut layers = || -> Result<()> {
             for (layer, block) in self.layers.iter().enumerate() {
                 let rope = if block.sliding { &rope_local } else { &rope_global };
-                self.block_host(pool, block, layer, &mut x, &mut buf, rope, &mut kv)?;
+                self.block_host(pool, block, layer, &mut x, &mut buf, rope, &per_layer, &mut kv)?;
             }
             Ok(())
         };
@@ -173,8 +182,20 @@ impl Model {
         }
         let mut logits = vec![0f32; rows * self.vocab_size];
         matmuls(pool, &last, rows, 1, &mut [(&self.output, &mut logits)])?;
+        self.soft_cap(&mut logits);
         pool.end_pass();
         Ok(logits.chunks_exact(self.vocab_size).map(<[f32]>::to_vec).collect())
+    }
+
+    /// Gemma 4's final soft-cap, as llama.cpp's three ops compute it:
+    /// `tanh(logit · (1 / cap)) · cap`.
+    fn soft_cap(&self, logits: &mut [f32]) {
+        if let Some(cap) = self.config.final_logit_softcap {
+            let inv = 1.0 / cap;
+            for l in logits {
+                *l = (*l * inv).tanh() * cap;
+            }
+        }
     }
 
     /// Embedding rows for `ids`, as f32.
@@ -200,6 +221,7 @@ impl Model {
         x: &mut [f32],
         buf: &mut Buffers,
         rope: &(Vec<f32>, Vec<f32>),
+        per_layer: &[f32],
         kv: &mut KvRows,
     ) -> Result<()> {
         let c = &self.config;
@@ -227,8 +249,32 @@ impl Model {
         norm_rows(pool, &b.ffn_norm, x, &mut buf.h, e);
         match &b.ffn {
             Ffn::Dense { gate, up, down } => self.dense_ffn(pool, gate, up, down, rows, seq, buf)?,
+            Ffn::DenseAndExperts(d) => {
+                self.dense_ffn(pool, &d.gate, &d.up, &d.down, rows, seq, buf)?;
+                norm_in_place(&d.post_norm_1, &mut buf.o, e);
+                // The dense output waits in `moe_out` while the experts write `o`.
+                std::mem::swap(&mut buf.o, &mut buf.moe_out);
+                // The router reads `rms_norm(x) / √n_embd · router_scale`,
+                // each op rounded as llama.cpp's are.
+                let mut router_in = vec![0f32; rows * e];
+                let ones = vec![1f32; e];
+                let inv = 1.0 / (e as f32).sqrt();
+                for (o, xr) in router_in.chunks_exact_mut(e).zip(x.chunks_exact(e)) {
+                    vec_ops::rms_norm(o, xr, &ones, c.rms_eps as f32);
+                    for (v, &s) in o.iter_mut().zip(&d.router_scale) {
+                        *v = *v * inv * s;
+                    }
+                }
+                norm_rows(pool, &d.pre_norm_2, x, &mut buf.h, e);
+                buf.o.resize(rows * e, 0.0);
+                d.experts.forward_host(pool, &buf.h, Some(&router_in), rows, seq, &mut buf.o, &mut buf.experts)?;
+                norm_in_place(&d.post_norm_2, &mut buf.o, e);
+                for (o, &m) in buf.o.iter_mut().zip(&buf.moe_out) {
+                    *o += m;
+                }
+            }
             Ffn::Experts { experts, shared } => {
-                experts.forward_host(pool, &buf.h, rows, seq, &mut buf.o, &mut buf.experts)?;
+                experts.forward_host(pool, &buf.h, None, rows, seq, &mut buf.o, &mut buf.experts)?;
                 if let Some(s) = shared {
                     // llama.cpp: moe_out + ffn_shexp · σ(gate_inp · x), each op rounded.
                     // The experts' output waits in `moe_out` (both buffers kept
@@ -253,6 +299,12 @@ impl Model {
             norm_in_place(n, &mut buf.o, e);
         }
         vec_ops::add(x, &buf.o);
+        if let Some(p) = &b.per_layer {
+            p.add(pool, x, per_layer, layer, rows, seq)?;
+        }
+        if let Some(s) = b.out_scale {
+            vec_ops::scale(x, s);
+        }
         Ok(())
     }
 
@@ -272,7 +324,7 @@ impl Model {
         buf.gate.resize(rows * ffn, 0.0);
         buf.up.resize(rows * ffn, 0.0);
         matmuls(pool, &buf.h, rows, seq, &mut [(gate, &mut buf.gate), (up, &mut buf.up)])?;
-        let gelu = self.config.architecture == Architecture::Gemma3;
+        let gelu = self.config.architecture.is_gemma();
         for_row_chunks(pool, rows, &mut buf.gate, ffn, |range, gate| {
             let up = &buf.up[range.start * ffn..range.end * ffn];
             if gelu {
@@ -299,18 +351,31 @@ impl Model {
     ) -> Result<()> {
         let c = &self.config;
         let (rows, seq) = (kv.rows(), kv.sequence_rows());
-        let hd = c.head_dim;
-        let (qd, kd) = (c.n_heads * hd, c.n_kv_heads * hd);
+        let shape = c.attention_shape(layer);
+        let hd = shape.head_dim;
+        let (qd, kd) = (shape.q_width(), shape.kv_width());
+        buf.q.resize(rows * qd, 0.0);
+        buf.k.resize(rows * kd, 0.0);
+        buf.v.resize(rows * kd, 0.0);
+        buf.attn.resize(rows * qd, 0.0);
+        // Projections into the caches: none for a layer that reads an
+        // earlier layer's keys and values.
+        let mut jobs: Vec<(&Matrix, &mut Vec<f32>)> = Vec::with_capacity(3);
         if a.gated {
             // Each head's queries, then its output gate.
             buf.q_gate.resize(rows * 2 * qd, 0.0);
-            matmuls(
-                pool,
-                &buf.h,
-                rows,
-                seq,
-                &mut [(&a.wq.weight, &mut buf.q_gate), (&a.wk.weight, &mut buf.k), (&a.wv.weight, &mut buf.v)],
-            )?;
+            jobs.push((&a.wq.weight, &mut buf.q_gate));
+        } else {
+            jobs.push((&a.wq.weight, &mut buf.q));
+        }
+        if let Some(wk) = &a.wk {
+            jobs.push((&wk.weight, &mut buf.k));
+        }
+        if let Some(wv) = &a.wv {
+            jobs.push((&wv.weight, &mut buf.v));
+        }
+        matmuls(pool, &buf.h, rows, seq, &mut jobs)?;
+        if a.gated {
             buf.attn_gate.resize(rows * qd, 0.0);
             for (r, both) in buf.q_gate.chunks_exact(2 * qd).enumerate() {
                 for (h, head) in both.chunks_exact(2 * hd).enumerate() {
@@ -319,17 +384,16 @@ impl Model {
                     buf.attn_gate[at..at + hd].copy_from_slice(&head[hd..]);
                 }
             }
-        } else {
-            matmuls(
-                pool,
-                &buf.h,
-                rows,
-                seq,
-                &mut [(&a.wq.weight, &mut buf.q), (&a.wk.weight, &mut buf.k), (&a.wv.weight, &mut buf.v)],
-            )?;
         }
-        for (lin, out, width) in [(&a.wq, &mut buf.q, qd), (&a.wk, &mut buf.k, kd), (&a.wv, &mut buf.v, kd)] {
-            if let Some((_, bias)) = &lin.bias {
+        let stores = a.wk.is_some();
+        if stores && a.wv.is_none() {
+            // Gemma 4 without `attn_v`: the keys, before their norm, are the values.
+            buf.v.copy_from_slice(&buf.k);
+        }
+        for (lin, out, width) in
+            [(Some(&a.wq), &mut buf.q, qd), (a.wk.as_ref(), &mut buf.k, kd), (a.wv.as_ref(), &mut buf.v, kd)]
+        {
+            if let Some((_, bias)) = lin.and_then(|l| l.bias.as_ref()) {
                 out.chunks_exact_mut(width).for_each(|row| vec_ops::add(row, bias));
             }
         }
@@ -339,36 +403,49 @@ impl Model {
         if let Some(n) = &a.k_norm {
             norm_in_place(n, &mut buf.k, hd);
         }
+        if a.v_norm && stores {
+            // `ggml_rms_norm`: the norm without a weight.
+            let mut tmp = vec![0f32; hd];
+            let ones = vec![1f32; hd];
+            for piece in buf.v.chunks_exact_mut(hd) {
+                vec_ops::rms_norm(&mut tmp, piece, &ones, c.rms_eps as f32);
+                piece.copy_from_slice(&tmp);
+            }
+        }
         let interleaved = c.architecture.interleaved_rope();
         // A batch's rows share their positions' table rows; rows over
         // several caches have a table row each.
         let table_rows = if matches!(kv, KvRows::Batch { .. }) { seq } else { rows };
-        apply_rope(&mut buf.q, rope, table_rows, qd, hd, c.rope_dims, interleaved);
-        apply_rope(&mut buf.k, rope, table_rows, kd, hd, c.rope_dims, interleaved);
+        apply_rope(&mut buf.q, rope, table_rows, qd, hd, shape.rope_dims, interleaved);
+        if stores {
+            apply_rope(&mut buf.k, rope, table_rows, kd, hd, shape.rope_dims, interleaved);
+        }
 
         // New keys and values go straight into the caches' buffers.
+        let nkv = shape.n_kv_heads;
         match kv {
+            _ if !stores => {}
             KvRows::Batch { cache, seq, pos0, .. } => {
                 let mut store = cache.host_mut(layer);
                 for r in 0..rows {
                     let (bi, i) = (r / *seq, r % *seq);
-                    for h in 0..c.n_kv_heads {
+                    for h in 0..nkv {
                         let src = r * kd + h * hd;
-                        store.store(bi * c.n_kv_heads + h, *pos0 + i, &buf.k[src..src + hd], &buf.v[src..src + hd]);
+                        store.store(bi * nkv + h, *pos0 + i, &buf.k[src..src + hd], &buf.v[src..src + hd]);
                     }
                 }
             }
             KvRows::Caches { caches, positions } => {
                 for (r, cache) in caches.iter_mut().enumerate() {
                     let mut store = cache.host_mut(layer);
-                    for h in 0..c.n_kv_heads {
+                    for h in 0..nkv {
                         let src = r * kd + h * hd;
                         store.store(h, positions[r], &buf.k[src..src + hd], &buf.v[src..src + hd]);
                     }
                 }
             }
         }
-        let mut scale = 1.0f32 / (hd as f32).sqrt();
+        let mut scale = c.attention_scale.unwrap_or(1.0f32 / (hd as f32).sqrt());
         if c.architecture.scales_queries() {
             vec_ops::scale(&mut buf.q, scale);
             scale = 1.0;
@@ -436,10 +513,11 @@ impl Model {
         scale: f32,
     ) {
         let c = &self.config;
-        let (hd, nh, nkv) = (c.head_dim, c.n_heads, c.n_kv_heads);
+        let shape = c.attention_shape(layer);
+        let (hd, nh, nkv) = (shape.head_dim, shape.n_heads, shape.n_kv_heads);
         let n_rep = nh / nkv;
         let qd = nh * hd;
-        let kv = cache.host(layer);
+        let kv = cache.host(c.kv_source[layer]);
         let cap = kv.capacity;
         // Each (sequence, KV head) owns `cap · hd` keys and as many values.
         let head = |bi: usize, h: usize| {
@@ -449,7 +527,17 @@ impl Model {
         // Causal: positions up to p; a sliding layer sees the last `w`.
         let bounds_of = |p: usize| (window.map_or(0, |w| window_start(p, w)), p);
         if seq == 1 && pos0 >= LONG_HISTORY {
-            return self.attention_long_decode(pool, q, out, (batch, pos0, cap), bounds_of(pos0), sinks, scale, &head);
+            return self.attention_long_decode(
+                pool,
+                shape,
+                q,
+                out,
+                (batch, pos0, cap),
+                bounds_of(pos0),
+                sinks,
+                scale,
+                &head,
+            );
         }
         let (order, rows_per_task, heads_per_task) =
             if seq == 1 { (Order::Decode, 1, 1) } else { (Order::Prefill, 4, n_rep) };
@@ -497,9 +585,10 @@ impl Model {
         scale: f32,
     ) {
         let c = &self.config;
-        let (hd, nh, nkv) = (c.head_dim, c.n_heads, c.n_kv_heads);
+        let shape = c.attention_shape(layer);
+        let (hd, nh, nkv) = (shape.head_dim, shape.n_heads, shape.n_kv_heads);
         let (n_rep, qd) = (nh / nkv, nh * hd);
-        let views: Vec<_> = caches.iter().map(|cache| cache.host(layer)).collect();
+        let views: Vec<_> = caches.iter().map(|cache| cache.host(c.kv_source[layer])).collect();
         let out = DisjointSlice::new(out);
         pool.run(caches.len() * nh, &|t| {
             let (r, qh) = (t / nh, t % nh);
@@ -528,6 +617,7 @@ impl Model {
     fn attention_long_decode<'a>(
         &self,
         pool: &WorkerPool,
+        shape: super::AttentionShape,
         q: &[f32],
         out: &mut [f32],
         (batch, pos0, cap): (usize, usize, usize),
@@ -536,8 +626,7 @@ impl Model {
         scale: f32,
         head: &(dyn Fn(usize, usize) -> (&'a [half::f16], &'a [half::f16]) + Sync),
     ) {
-        let c = &self.config;
-        let (hd, nh, nkv) = (c.head_dim, c.n_heads, c.n_kv_heads);
+        let (hd, nh, nkv) = (shape.head_dim, shape.n_heads, shape.n_kv_heads);
         let (n_rep, qd) = (nh / nkv, nh * hd);
         debug_assert_eq!(hi, pos0);
         let start = lo / Order::Decode.lanes() * Order::Decode.lanes();
@@ -671,7 +760,9 @@ struct Buffers {
 impl Buffers {
     fn new(model: &Model, rows: usize) -> Self {
         let c = &model.config;
-        let (e, qd, kd) = (c.n_embd, c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
+        let e = c.n_embd;
+        let qd = c.attention.iter().map(|a| a.q_width()).max().unwrap_or(0);
+        let kd = c.attention.iter().map(|a| a.kv_width()).max().unwrap_or(0);
         let ffn = match model.layers.first().map(|b| &b.ffn) {
             Some(Ffn::Dense { gate, .. }) => gate.rows(),
             _ => 0,

@@ -9,9 +9,10 @@ mod delta_net;
 mod experts;
 mod host;
 mod matmul;
+mod per_layer;
 
 pub use config::{
-    Architecture, ExpertActivation, ExpertsConfig, Gating, ModelConfig, RecurrentConfig, YarnConfig,
+    Architecture, AttentionShape, ExpertActivation, ExpertsConfig, Gating, ModelConfig, RecurrentConfig, YarnConfig,
     SUPPORTED_ARCHITECTURES,
 };
 
@@ -54,6 +55,8 @@ pub struct Model {
     output: Matrix,
     rope_global: RopeFreqs,
     rope_local: RopeFreqs,
+    /// Gemma 4's per-layer token embeddings (E2B, E4B).
+    per_layer_embeddings: Option<per_layer::PerLayerEmbeddings>,
     weight_bytes_per_token: usize,
     vocab_size: usize,
     device: Device,
@@ -70,6 +73,12 @@ struct Block {
     ffn: Ffn,
     post_ffn_norm: Option<Norm>,
     sliding: bool,
+    /// Gemma 4: the layer's share of the per-layer embeddings, gated by
+    /// the residual and projected back into it.
+    per_layer: Option<per_layer::PerLayerInput>,
+    /// Gemma 4's `layer_output_scale`: the residual is multiplied by it
+    /// at the layer's end.
+    out_scale: Option<f32>,
 }
 
 /// How a layer mixes positions.
@@ -83,8 +92,11 @@ enum Mixer {
 struct Attention {
     /// With `gated`, each head's queries then its output gate.
     wq: Linear,
-    wk: Linear,
-    wv: Linear,
+    /// `None` in a layer that reads an earlier layer's keys and values.
+    wk: Option<Linear>,
+    /// `None` where the keys serve as values too (Gemma 4's layers without
+    /// `attn_v`) or the layer keeps none.
+    wv: Option<Linear>,
     wo: Linear,
     q_norm: Option<Norm>,
     k_norm: Option<Norm>,
@@ -93,6 +105,8 @@ struct Attention {
     /// gpt-oss: each head's sink logit (`attn_sinks`), in its softmax's
     /// denominator only.
     sinks: Option<Vec<f32>>,
+    /// Gemma 4: values RMS-normed per head, without a weight.
+    v_norm: bool,
 }
 
 /// A layer's feed-forward network.
@@ -102,6 +116,24 @@ enum Ffn {
     /// A mixture of experts (`experts.rs`), with a shared expert every
     /// token runs where the family has one; on the CPU only.
     Experts { experts: Box<experts::Experts>, shared: Option<SharedExpert> },
+    /// Gemma 4's 26B-A4B: a dense GELU FFN and experts side by side, each
+    /// with norms of its own, their outputs added.
+    DenseAndExperts(Box<DenseAndExperts>),
+}
+
+/// Gemma 4's FFN with experts: `post_norm_1(dense(ffn_norm(x))) +
+/// post_norm_2(experts(pre_norm_2(x)))`, the router reading
+/// `rms_norm(x) / √n_embd · router_scale`.
+struct DenseAndExperts {
+    gate: Matrix,
+    up: Matrix,
+    down: Matrix,
+    post_norm_1: Norm,
+    experts: experts::Experts,
+    pre_norm_2: Norm,
+    post_norm_2: Norm,
+    /// `ffn_gate_inp.scale`, per input value.
+    router_scale: Vec<f32>,
 }
 
 /// Qwen 3.5's shared expert: a dense FFN scaled by `σ(gate_inp · x)`.
@@ -212,6 +244,12 @@ impl Model {
     pub fn load_with(file: &mut GgufFile, device: &Device, kernels: Kernels) -> Result<Self> {
         let config = ModelConfig::from_gguf(file)?;
         let arch = config.architecture;
+        if !device.is_cpu() && arch == Architecture::Gemma4 {
+            return Err(crate::EngineError::setting(
+                "device",
+                "Gemma 4 runs on the CPU for now; choose the CPU device",
+            ));
+        }
         if !device.is_cpu() && (config.recurrent.is_some() || config.rope_dims != config.head_dim) {
             return Err(crate::EngineError::setting(
                 "device",
@@ -235,6 +273,33 @@ impl Model {
             let m = Matrix::load(file, name, device, own_kernels)?;
             weight_bytes.set(weight_bytes.get() + m.stored_bytes());
             Ok(m)
+        };
+
+        // A layer's gated FFN, its width read off `ffn_up`.
+        let dense_ffn = |file: &mut GgufFile, p: &str| -> Result<(Matrix, Matrix, Matrix)> {
+            let ffn_dim = match file.tensor_info(&format!("{p}.ffn_up.weight")).map(|i| i.dims.as_slice()) {
+                Some(&[rows, _]) => rows,
+                Some(_) => return Err(file.corrupt(format!("{p}.ffn_up.weight is not a matrix"))),
+                None => return Err(file.corrupt(format!("missing tensor {p}.ffn_up.weight"))),
+            };
+            Ok((
+                matmul(file, &format!("{p}.ffn_gate.weight"), ffn_dim, config.n_embd)?,
+                matmul(file, &format!("{p}.ffn_up.weight"), ffn_dim, config.n_embd)?,
+                matmul(file, &format!("{p}.ffn_down.weight"), config.n_embd, ffn_dim)?,
+            ))
+        };
+        let experts_of = |file: &mut GgufFile, p: &str, ec: &ExpertsConfig| -> Result<experts::Experts> {
+            if !device.is_cpu() {
+                return Err(crate::EngineError::setting(
+                    "device",
+                    "models with experts run on the CPU for now; choose the CPU device",
+                ));
+            }
+            check_shape(file, &format!("{p}.ffn_gate_inp.weight"), &[ec.count, config.n_embd])?;
+            let Matrix::Own(router) = Matrix::load(file, &format!("{p}.ffn_gate_inp.weight"), device, true)? else {
+                unreachable!("loaded with Hearth's own kernels")
+            };
+            experts::Experts::load(file, p, config.n_embd, ec, router)
         };
 
         let embd_dims = file
@@ -269,10 +334,10 @@ impl Model {
                 _ => matmul(file, "token_embd.weight", vocab_size, config.n_embd)?,
             }
         };
-        let q_dim = config.n_heads * config.head_dim;
-        let kv_dim = config.n_kv_heads * config.head_dim;
         let mut layers = Vec::with_capacity(config.n_layers);
         for i in 0..config.n_layers {
+            let shape = config.attention_shape(i);
+            let (q_dim, kv_dim) = (shape.q_width(), shape.kv_width());
             let p = format!("blk.{i}");
             let bias = |file: &mut GgufFile, name: &str| -> Result<Option<(Tensor, Vec<f32>)>> {
                 Ok(match file.tensor_opt(&format!("{p}.{name}.bias"), device)? {
@@ -313,34 +378,55 @@ impl Model {
                 } else {
                     None
                 };
+                if !file.has_tensor(&format!("{p}.attn_q.weight")) && file.has_tensor(&format!("{p}.attn_qkv.weight")) {
+                    return Err(file.corrupt(format!(
+                        "{p}.attn_qkv (queries, keys and values in one tensor) is not supported yet"
+                    )));
+                }
+                let stores_kv = config.stores_kv(i);
+                // Gemma 4: a layer without `attn_v` uses its keys as values.
+                let wv =
+                    if stores_kv && (arch != Architecture::Gemma4 || file.has_tensor(&format!("{p}.attn_v.weight"))) {
+                        Some(linear(file, "attn_v", kv_dim)?)
+                    } else {
+                        None
+                    };
                 Mixer::Attention(Attention {
                     wq: linear(file, "attn_q", if gated { 2 * q_dim } else { q_dim })?,
-                    wk: linear(file, "attn_k", kv_dim)?,
-                    wv: linear(file, "attn_v", kv_dim)?,
+                    wk: if stores_kv { Some(linear(file, "attn_k", kv_dim)?) } else { None },
+                    wv,
                     wo: Linear {
                         weight: matmul(file, &format!("{p}.attn_output.weight"), config.n_embd, q_dim)?,
                         bias: bias(file, "attn_output")?,
                     },
                     q_norm: norm_opt(file, &format!("{p}.attn_q_norm.weight"))?,
-                    k_norm: norm_opt(file, &format!("{p}.attn_k_norm.weight"))?,
+                    k_norm: if stores_kv { norm_opt(file, &format!("{p}.attn_k_norm.weight"))? } else { None },
                     gated,
                     sinks,
+                    v_norm: arch == Architecture::Gemma4,
                 })
             };
+            let gemma4_experts = arch == Architecture::Gemma4 && file.has_tensor(&format!("{p}.ffn_gate_inp.weight"));
             let ffn = match &config.experts {
-                Some(ec) => {
-                    if !device.is_cpu() {
-                        return Err(crate::EngineError::setting(
-                            "device",
-                            "models with experts run on the CPU for now; choose the CPU device",
-                        ));
-                    }
-                    check_shape(file, &format!("{p}.ffn_gate_inp.weight"), &[ec.count, config.n_embd])?;
-                    let Matrix::Own(router) = Matrix::load(file, &format!("{p}.ffn_gate_inp.weight"), device, true)?
-                    else {
-                        unreachable!("loaded with Hearth's own kernels")
-                    };
-                    let experts = Box::new(experts::Experts::load(file, &p, config.n_embd, ec, router)?);
+                Some(ec) if gemma4_experts => {
+                    let dense = dense_ffn(file, &p)?;
+                    let experts = experts_of(file, &p, ec)?;
+                    weight_bytes.set(weight_bytes.get() + experts.bytes_per_token());
+                    let scale_name = format!("{p}.ffn_gate_inp.scale");
+                    check_shape(file, &scale_name, &[config.n_embd])?;
+                    Ffn::DenseAndExperts(Box::new(DenseAndExperts {
+                        gate: dense.0,
+                        up: dense.1,
+                        down: dense.2,
+                        post_norm_1: norm(file, &format!("{p}.post_ffw_norm_1.weight"))?,
+                        experts,
+                        pre_norm_2: norm(file, &format!("{p}.pre_ffw_norm_2.weight"))?,
+                        post_norm_2: norm(file, &format!("{p}.post_ffw_norm_2.weight"))?,
+                        router_scale: host_vector(file, &scale_name, device)?,
+                    }))
+                }
+                Some(ec) if arch != Architecture::Gemma4 => {
+                    let experts = Box::new(experts_of(file, &p, ec)?);
                     weight_bytes.set(weight_bytes.get() + experts.bytes_per_token());
                     let shared = match ec.shared_ffn_len {
                         Some(n) => Some(SharedExpert {
@@ -357,17 +443,9 @@ impl Model {
                     };
                     Ffn::Experts { experts, shared }
                 }
-                None => {
-                    let ffn_dim = match file.tensor_info(&format!("{p}.ffn_up.weight")).map(|i| i.dims.as_slice()) {
-                        Some(&[rows, _]) => rows,
-                        Some(_) => return Err(file.corrupt(format!("{p}.ffn_up.weight is not a matrix"))),
-                        None => return Err(file.corrupt(format!("missing tensor {p}.ffn_up.weight"))),
-                    };
-                    Ffn::Dense {
-                        gate: matmul(file, &format!("{p}.ffn_gate.weight"), ffn_dim, config.n_embd)?,
-                        up: matmul(file, &format!("{p}.ffn_up.weight"), ffn_dim, config.n_embd)?,
-                        down: matmul(file, &format!("{p}.ffn_down.weight"), config.n_embd, ffn_dim)?,
-                    }
+                _ => {
+                    let (gate, up, down) = dense_ffn(file, &p)?;
+                    Ffn::Dense { gate, up, down }
                 }
             };
             // Qwen 3.5 and gpt-oss name their FFN norm `post_attention_norm`.
@@ -387,8 +465,35 @@ impl Model {
                 ffn,
                 post_ffn_norm: norm_opt(file, &format!("{p}.post_ffw_norm.weight"))?,
                 sliding: config.is_sliding(i),
+                per_layer: if config.per_layer_embd > 0 {
+                    Some(per_layer::PerLayerInput {
+                        gate: matmul(file, &format!("{p}.inp_gate.weight"), config.per_layer_embd, config.n_embd)?,
+                        proj: matmul(file, &format!("{p}.proj.weight"), config.n_embd, config.per_layer_embd)?,
+                        post_norm: norm(file, &format!("{p}.post_norm.weight"))?,
+                    })
+                } else {
+                    None
+                },
+                out_scale: match file.tensor_info(&format!("{p}.layer_output_scale.weight")) {
+                    Some(_) => {
+                        let name = format!("{p}.layer_output_scale.weight");
+                        check_shape(file, &name, &[1])?;
+                        Some(host_vector(file, &name, device)?[0])
+                    }
+                    None => None,
+                },
             });
         }
+        let per_layer_embeddings = if config.per_layer_embd > 0 {
+            let n = config.per_layer_embd * config.n_layers;
+            Some(per_layer::PerLayerEmbeddings {
+                tokens: per_layer::FileRows::open(file, "per_layer_token_embd.weight", vocab_size, n)?,
+                model_proj: matmul(file, "per_layer_model_proj.weight", n, config.n_embd)?,
+                proj_norm: norm(file, "per_layer_proj_norm.weight")?,
+            })
+        } else {
+            None
+        };
         let norm = norm(file, "output_norm.weight")?;
         let freq_factors: Option<Vec<f32>> = match file.tensor_opt("rope_freqs.weight", device)? {
             Some(t) => Some(t.dequantize(device)?.flatten_all()?.to_vec1()?),
@@ -404,13 +509,16 @@ impl Model {
         let mut rope_global = RopeFreqs::new(config.rope_dims, config.rope_base, freq_factors, freq_scale);
         rope_global.sections = config.rope_sections;
         rope_global.yarn = config.rope_yarn.map(|y| YarnRamp::new(&y, config.rope_dims, config.rope_base, freq_scale));
-        let mut rope_local = RopeFreqs::new(config.rope_dims, config.rope_base_local, None, 1.0);
+        let local_dims = (0..config.n_layers)
+            .find(|&i| config.is_sliding(i))
+            .map_or(config.rope_dims, |i| config.attention_shape(i).rope_dims);
+        let mut rope_local = RopeFreqs::new(local_dims, config.rope_base_local, None, 1.0);
         if config.rope_scaling_local {
             rope_local.freq_scale = freq_scale;
             rope_local.yarn =
-                config.rope_yarn.map(|y| YarnRamp::new(&y, config.rope_dims, config.rope_base_local, freq_scale));
+                config.rope_yarn.map(|y| YarnRamp::new(&y, local_dims, config.rope_base_local, freq_scale));
         }
-        let embed_scale = (arch == Architecture::Gemma3).then(|| (config.n_embd as f64).sqrt());
+        let embed_scale = arch.is_gemma().then(|| (config.n_embd as f64).sqrt());
         Ok(Self {
             weight_bytes_per_token: weight_bytes.get(),
             config,
@@ -421,6 +529,7 @@ impl Model {
             output,
             rope_global,
             rope_local,
+            per_layer_embeddings,
             vocab_size,
             device: device.clone(),
             passes_run: Default::default(),
@@ -543,6 +652,9 @@ impl Model {
     /// On the CPU it is the reference that tests hold the host pass to.
     pub fn forward_graph(&self, tokens: &[Vec<u32>], cache: &mut KvCache) -> Result<Tensor> {
         self.check_tokens(tokens)?;
+        if self.config.architecture == Architecture::Gemma4 {
+            return Err(crate::EngineError::setting("device", "Gemma 4 runs on the CPU's own pass only"));
+        }
         let batch = tokens.len();
         let seq_len = tokens[0].len();
         cache.reserve(seq_len, batch)?;
@@ -600,8 +712,11 @@ impl Model {
         let h = b.attn_norm.forward(x)?;
         let heads = |t: Tensor, n: usize| t.reshape((batch, seq_len, n, c.head_dim))?.transpose(1, 2)?.contiguous();
         let mut q = heads(a.wq.forward(&h)?, c.n_heads)?;
-        let mut k = heads(a.wk.forward(&h)?, c.n_kv_heads)?;
-        let v = heads(a.wv.forward(&h)?, c.n_kv_heads)?;
+        let (Some(wk), Some(wv)) = (&a.wk, &a.wv) else {
+            return Err(crate::EngineError::setting("device", "Gemma 4 runs on the CPU's own pass only"));
+        };
+        let mut k = heads(wk.forward(&h)?, c.n_kv_heads)?;
+        let v = heads(wv.forward(&h)?, c.n_kv_heads)?;
         if let Some(n) = &a.q_norm {
             q = n.forward(&q)?;
         }
@@ -654,7 +769,7 @@ impl Model {
             return Err(crate::EngineError::setting("device", "models with experts run on the CPU's own pass only"));
         };
         let gate = gate.forward(&h)?;
-        let act = if c.architecture == Architecture::Gemma3 {
+        let act = if c.architecture.is_gemma() {
             // llama.cpp looks GELU up in an f16 table: input and result rounded to f16.
             gate.to_dtype(DType::F16)?.to_dtype(DType::F32)?.gelu()?.to_dtype(DType::F16)?.to_dtype(DType::F32)?
         } else {

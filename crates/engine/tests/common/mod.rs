@@ -78,6 +78,8 @@ pub enum Family {
     /// gpt-oss: `experts` with biases, attention with biases and sinks,
     /// even layers sliding over `sliding_window`, YaRN.
     GptOss,
+    /// Gemma 4: written by `write_gemma4` from `TinySpec::gemma4`.
+    Gemma4,
 }
 
 impl Family {
@@ -119,6 +121,47 @@ pub struct TinySpec {
     /// gpt-oss's real vocabulary and template (`o200k.rs`) in place of the
     /// tiny one.
     pub o200k: bool,
+    /// Gemma 4's own choices.
+    pub gemma4: Gemma4Spec,
+}
+
+/// What a Gemma 4 file adds to `TinySpec` (its `head_dim`, `n_kv_heads`
+/// and `rope_dims` are the full layers').
+#[derive(Clone, Debug)]
+pub struct Gemma4Spec {
+    /// `attention.sliding_window_pattern`.
+    pub sliding: Vec<bool>,
+    /// `attention.shared_kv_layers`.
+    pub shared_kv_layers: usize,
+    /// Layers without `attn_v` (their keys serve as values).
+    pub no_v: Vec<usize>,
+    pub head_dim_swa: usize,
+    pub kv_heads_swa: usize,
+    pub rope_dims_swa: usize,
+    /// `embedding_length_per_layer_input` (0: none).
+    pub per_layer: usize,
+    /// Rotated pairs of a full head; the rest get llama.cpp's 1e30
+    /// frequency factor (Gemma 4's proportional RoPE).
+    pub rotated_pairs_full: usize,
+    pub softcap: f32,
+}
+
+impl Gemma4Spec {
+    /// E2B's structure, small: per-layer embeddings, the last two layers
+    /// reading layers 2 and 3, layer 1 without `attn_v`.
+    pub fn small() -> Self {
+        Self {
+            sliding: vec![true, false, true, false, true, false],
+            shared_kv_layers: 2,
+            no_v: vec![1],
+            head_dim_swa: 16,
+            kv_heads_swa: 2,
+            rope_dims_swa: 16,
+            per_layer: 32,
+            rotated_pairs_full: 8,
+            softcap: 30.0,
+        }
+    }
 }
 
 impl TinySpec {
@@ -146,7 +189,29 @@ impl TinySpec {
             // gpt-oss's own.
             yarn: (family == Family::GptOss).then_some((32.0, 4096)),
             o200k: false,
+            gemma4: Gemma4Spec::small(),
         }
+    }
+
+    /// A Gemma 4 model like E2B (`moe`: false) or 26B-A4B (experts beside
+    /// the dense MLP, all layers their own KV, no per-layer embeddings).
+    pub fn gemma4(moe: bool) -> Self {
+        let mut spec =
+            Self { n_layers: 6, n_heads: 4, n_kv_heads: 1, head_dim: 32, context: 2048, ..Self::new(Family::Gemma4) };
+        if moe {
+            spec.n_layers = 4;
+            spec.experts = (8, 2, 64);
+            spec.gemma4 = Gemma4Spec {
+                sliding: vec![true, true, false, true],
+                shared_kv_layers: 0,
+                no_v: vec![2],
+                per_layer: 0,
+                ..Gemma4Spec::small()
+            };
+        } else {
+            spec.experts = (0, 0, 0);
+        }
+        spec
     }
 }
 
@@ -170,6 +235,9 @@ fn random(rng: &mut Lcg, dims: &[usize], scale: f32) -> Tensor {
 
 /// Writes a random-weight model of `spec` to `path`.
 pub fn write_tiny(path: &Path, spec: &TinySpec) {
+    if spec.family == Family::Gemma4 {
+        return write_gemma4(path, spec);
+    }
     let arch = match spec.family {
         Family::Llama => "llama",
         Family::Qwen2 => "qwen2",
@@ -179,6 +247,7 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         Family::Qwen35 => "qwen35",
         Family::Qwen35Moe => "qwen35moe",
         Family::GptOss => "gpt-oss",
+        Family::Gemma4 => unreachable!("written by write_gemma4"),
     };
     let mut rng = Lcg(spec.seed);
     let mut tensors: Vec<(String, QTensor)> = Vec::new();
@@ -328,6 +397,108 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         md.push((k("rope.local_freq_base"), Value::F32(10000.0)));
     }
     md.extend(if spec.o200k { o200k::tokenizer_metadata() } else { tokenizer_metadata(spec.family) });
+    let md_refs: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let mut f = std::fs::File::create(path).unwrap();
+    gguf_file::write(&mut f, &md_refs, &t_refs).unwrap();
+}
+
+/// A random-weight Gemma 4 file of `spec` (see `TinySpec::gemma4`).
+pub fn write_gemma4(path: &Path, spec: &TinySpec) {
+    let g = &spec.gemma4;
+    let mut rng = Lcg(spec.seed);
+    let mut tensors: Vec<(String, QTensor)> = Vec::new();
+    let q = |t: &Tensor, dtype: GgmlDType| QTensor::quantize(t, dtype).unwrap();
+    let mut put = |name: String, t: Tensor, dtype: GgmlDType| tensors.push((name, q(&t, dtype)));
+    let (e, n) = (spec.n_embd, spec.n_layers);
+    let ones_ish = |rng: &mut Lcg, n: usize| (random(rng, &[n], 0.1) + 1.0).unwrap();
+    // Tied output: rows of about unit size give logits a few units apart.
+    put("token_embd.weight".into(), random(&mut rng, &[VOCAB, e], 1.0), spec.dtype);
+    put("output_norm.weight".into(), ones_ish(&mut rng, e), GgmlDType::F32);
+    let mut factors = vec![1f32; spec.head_dim / 2];
+    factors[g.rotated_pairs_full..].iter_mut().for_each(|f| *f = 1e30);
+    put("rope_freqs.weight".into(), Tensor::new(factors, &Device::Cpu).unwrap(), GgmlDType::F32);
+    if g.per_layer > 0 {
+        put("per_layer_token_embd.weight".into(), random(&mut rng, &[VOCAB, n * g.per_layer], 1.0), spec.dtype);
+        put("per_layer_model_proj.weight".into(), random(&mut rng, &[n * g.per_layer, e], 0.2), spec.dtype);
+        put("per_layer_proj_norm.weight".into(), ones_ish(&mut rng, g.per_layer), GgmlDType::F32);
+    }
+    let n_kv = n - g.shared_kv_layers;
+    for i in 0..n {
+        let p = format!("blk.{i}");
+        let swa = g.sliding[i];
+        let (hd, kvh) = if swa { (g.head_dim_swa, g.kv_heads_swa) } else { (spec.head_dim, spec.n_kv_heads) };
+        let (qd, kvd) = (spec.n_heads * hd, kvh * hd);
+        put(format!("{p}.attn_norm.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
+        put(format!("{p}.attn_q.weight"), random(&mut rng, &[qd, e], 0.2), spec.dtype);
+        put(format!("{p}.attn_q_norm.weight"), ones_ish(&mut rng, hd), GgmlDType::F32);
+        if i < n_kv {
+            put(format!("{p}.attn_k.weight"), random(&mut rng, &[kvd, e], 0.2), spec.dtype);
+            if !g.no_v.contains(&i) {
+                put(format!("{p}.attn_v.weight"), random(&mut rng, &[kvd, e], 0.2), spec.dtype);
+            }
+            put(format!("{p}.attn_k_norm.weight"), ones_ish(&mut rng, hd), GgmlDType::F32);
+        }
+        put(format!("{p}.attn_output.weight"), random(&mut rng, &[e, qd], 0.2), spec.dtype);
+        put(format!("{p}.post_attention_norm.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
+        put(format!("{p}.ffn_norm.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
+        put(format!("{p}.ffn_gate.weight"), random(&mut rng, &[spec.ffn, e], 0.2), spec.dtype);
+        put(format!("{p}.ffn_up.weight"), random(&mut rng, &[spec.ffn, e], 0.2), spec.dtype);
+        put(format!("{p}.ffn_down.weight"), random(&mut rng, &[e, spec.ffn], 0.2), spec.dtype);
+        put(format!("{p}.post_ffw_norm.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
+        let (experts, _, ff) = spec.experts;
+        if experts > 0 {
+            put(format!("{p}.ffn_gate_inp.weight"), random(&mut rng, &[experts, e], 0.5), GgmlDType::F32);
+            put(format!("{p}.ffn_gate_inp.scale"), ones_ish(&mut rng, e), GgmlDType::F32);
+            let (gate, up) = (random(&mut rng, &[experts, ff, e], 0.2), random(&mut rng, &[experts, ff, e], 0.2));
+            put(format!("{p}.ffn_gate_exps.weight"), gate, spec.experts_dtype);
+            put(format!("{p}.ffn_up_exps.weight"), up, spec.experts_dtype);
+            put(format!("{p}.ffn_down_exps.weight"), random(&mut rng, &[experts, e, ff], 0.2), spec.experts_dtype);
+            put(format!("{p}.ffn_down_exps.scale"), ones_ish(&mut rng, experts), GgmlDType::F32);
+            put(format!("{p}.pre_ffw_norm_2.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
+            put(format!("{p}.post_ffw_norm_1.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
+            put(format!("{p}.post_ffw_norm_2.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
+        }
+        if g.per_layer > 0 {
+            put(format!("{p}.inp_gate.weight"), random(&mut rng, &[g.per_layer, e], 0.3), spec.dtype);
+            put(format!("{p}.proj.weight"), random(&mut rng, &[e, g.per_layer], 0.3), spec.dtype);
+            put(format!("{p}.post_norm.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
+        }
+        put(format!("{p}.layer_output_scale.weight"), (random(&mut rng, &[1], 0.3) + 1.0).unwrap(), GgmlDType::F32);
+    }
+
+    let k = |s: &str| format!("gemma4.{s}");
+    let per_layer =
+        |f: &dyn Fn(bool) -> usize| Value::Array(g.sliding.iter().map(|&s| Value::I32(f(s) as i32)).collect());
+    let mut md: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), Value::String("gemma4".into())),
+        (k("block_count"), Value::U32(n as u32)),
+        (k("embedding_length"), Value::U32(e as u32)),
+        (k("feed_forward_length"), Value::U32(spec.ffn as u32)),
+        (k("attention.head_count"), Value::U32(spec.n_heads as u32)),
+        (k("attention.head_count_kv"), per_layer(&|s| if s { g.kv_heads_swa } else { spec.n_kv_heads })),
+        (k("attention.key_length"), Value::U32(spec.head_dim as u32)),
+        (k("attention.value_length"), Value::U32(spec.head_dim as u32)),
+        (k("attention.key_length_swa"), Value::U32(g.head_dim_swa as u32)),
+        (k("attention.value_length_swa"), Value::U32(g.head_dim_swa as u32)),
+        (k("rope.dimension_count"), Value::U32(spec.head_dim as u32)),
+        (k("rope.dimension_count_swa"), Value::U32(g.rope_dims_swa as u32)),
+        (k("context_length"), Value::U32(spec.context as u32)),
+        (k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
+        (k("rope.freq_base"), Value::F32(1_000_000.0)),
+        (k("rope.freq_base_swa"), Value::F32(10_000.0)),
+        (k("attention.sliding_window"), Value::U32(spec.sliding_window as u32)),
+        (k("attention.sliding_window_pattern"), Value::Array(g.sliding.iter().map(|&s| Value::Bool(s)).collect())),
+        (k("attention.shared_kv_layers"), Value::U32(g.shared_kv_layers as u32)),
+        (k("embedding_length_per_layer_input"), Value::U32(g.per_layer as u32)),
+        (k("final_logit_softcapping"), Value::F32(g.softcap)),
+    ];
+    if spec.experts.0 > 0 {
+        md.push((k("expert_count"), Value::U32(spec.experts.0 as u32)));
+        md.push((k("expert_used_count"), Value::U32(spec.experts.1 as u32)));
+        md.push((k("expert_feed_forward_length"), Value::U32(spec.experts.2 as u32)));
+    }
+    md.extend(tokenizer_metadata(Family::Gemma3));
     let md_refs: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let mut f = std::fs::File::create(path).unwrap();
