@@ -25,8 +25,17 @@ use crate::tokenizer::Tokenizer;
 /// Harmony (gpt-oss) ends a turn with `<|return|>` (its EOS) or, for a
 /// tool call, `<|call|>`; its `<|end|>` ends only a message, and is no
 /// control token there (`Tokenizer`).
-const END_OF_TURN_MARKERS: &[&str] =
-    &["<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<|endoftext|>", "<|call|>"];
+const END_OF_TURN_MARKERS: &[&str] = &[
+    "<|im_end|>",
+    "<end_of_turn>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|end|>",
+    "<|endoftext|>",
+    "<|call|>",
+    "<turn|>",
+    "<|tool_response>",
+];
 
 /// How a conversation's prompt is rendered beyond its messages: the
 /// template variables a reasoning model reads. A template without the

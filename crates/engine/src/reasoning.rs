@@ -79,6 +79,8 @@ const TAG_PAIRS: &[(&str, &str)] = &[
     ("<thinking>", "</thinking>"),
     ("<seed:think>", "</seed:think>"),
     ("<|begin_of_thought|>", "<|end_of_thought|>"),
+    // Gemma 4's thought channel.
+    ("<|channel>thought", "<channel|>"),
 ];
 
 /// Variables templates read to switch thinking on or off.

@@ -68,6 +68,7 @@ impl Tokenizer {
             return Err(err("token types and tokens differ in length".into()));
         }
         harmony_rendered_tokens(&tokens, &mut types);
+        end_tokens_are_control(&tokens, &mut types);
         let id = |key: &str| -> Result<Option<u32>> {
             let v = file.u32_opt(key).map_err(|e| err(e.to_string()))?;
             match v {
@@ -337,6 +338,17 @@ fn harmony_rendered_tokens(tokens: &[String], types: &mut [i32]) {
         let structure = matches!(t.as_str(), "<|channel|>" | "<|message|>" | "<|start|>" | "<|constrain|>");
         if structure || (end_ends_a_message && t == "<|end|>") {
             *ty = TYPE_USER_DEFINED;
+        }
+    }
+}
+
+/// llama.cpp makes a token that ends generation a control token whatever
+/// the file says (`<|tool_response>`, which Gemma 4's converter makes
+/// user-defined): it is then matched only where special text is parsed.
+fn end_tokens_are_control(tokens: &[String], types: &mut [i32]) {
+    for (t, ty) in tokens.iter().zip(types.iter_mut()) {
+        if t == "<|tool_response>" && *ty == TYPE_USER_DEFINED {
+            *ty = TYPE_CONTROL;
         }
     }
 }

@@ -2,6 +2,7 @@
 //! files written at test time for every supported family.
 #![allow(dead_code)]
 
+pub mod gemma4_vocab;
 pub mod o200k;
 pub mod retype;
 

@@ -1,0 +1,126 @@
+//! Gemma 4's vocabulary and template: a BPE over SentencePiece pieces
+//! (`tests/common/gemma4_vocab.rs` makes one from the real Gemma 3 file's
+//! pieces) tokenizing as llama.cpp tokenizes it from the same GGUF, and
+//! its real chat template rendering as Python's jinja2 renders it.
+
+mod common;
+
+use hearth_engine::gguf::GgufFile;
+use hearth_engine::tokenizer::Tokenizer;
+use hearth_engine::{ChatMessage, ChatTemplate, Role};
+
+fn template() -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/templates/gemma-4.jinja");
+    std::fs::read_to_string(path).unwrap()
+}
+
+fn corpus() -> Vec<String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tokenizer_pre.json");
+    let golden: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut texts: Vec<String> =
+        golden["pre"]["gpt-4o"].as_array().unwrap().iter().map(|c| c["text"].as_str().unwrap().to_string()).collect();
+    texts.extend(
+        [
+            // Gemma 4's turns, thinking and tool markup, as its template writes them.
+            "<bos><|turn>system\n<|think|>\nYou are a helpful assistant.<turn|>\n<|turn>user\nHi there<turn|>\n<|turn>model\n",
+            "<|channel>thought\nThe user greets me.\n<channel|>Hello! How can I help?<turn|>",
+            "<|turn>model\n<|channel>thought\n<channel|>",
+            "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|><|tool_response>response:get_weather{value:<|\"|>sunny<|\"|>}<tool_response|>",
+            "<|tool>declaration:get_weather{description:<|\"|>Weather<|\"|>}<tool|><|image|><|audio|>",
+            // Runs of newlines and spaces, alone and mixed, where the
+            // pre-tokenizer cuts.
+            "\n", "\n\n", "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n", " \n \n\n  \n\n\n   ",
+            "a\n\nb\n\n\nc \n d", "    indented\n        more\n\t\ttabs\n",
+            "trailing spaces     ", "     leading", " ", "  ", "",
+            // Scripts, symbols, and characters with no piece (bytes).
+            "日本語の文章と한국어 문장, 中文句子。", "Здравствуйте, как дела? مرحبا بالعالم שלום עולם नमस्ते",
+            "👩‍👩‍👧‍👦🏳️‍🌈 🇫🇷🇯🇵 👍🏽", "\u{1F9CC}\u{1FAE8} \u{E000}\u{10FFFD} \u{0}\u{1}\u{7F}",
+            "3.14159265358979 1,000,000 0x1F 1e-10 -42", "fn main() {\n    println!(\"{x:?}\");\n}\n",
+            "<start_of_turn>user\nold markup<end_of_turn>", "<eos><pad><unk> <mask>",
+        ]
+        .map(String::from),
+    );
+    texts
+}
+
+#[test]
+fn the_gemma4_vocabulary_tokenizes_as_llama_cpp_does() {
+    let Some(python) = common::llamacpp_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("gemma4-vocab.gguf");
+    common::gemma4_vocab::write_vocabulary_only(&common::gemma3_model(), &model, &template());
+    let texts = corpus();
+    let (texts_path, out) = (dir.path().join("texts.json"), dir.path().join("ids.json"));
+    std::fs::write(&texts_path, serde_json::to_string(&texts).unwrap()).unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/llamacpp/token_ids.py");
+    let run = std::process::Command::new(python).arg(script).arg(&model).arg(&texts_path).arg(&out).output().unwrap();
+    assert!(run.status.success(), "llama.cpp failed: {}", String::from_utf8_lossy(&run.stderr));
+    let want: Vec<[Vec<u32>; 2]> = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+
+    let tok = Tokenizer::from_gguf(&GgufFile::open(&model).unwrap()).unwrap();
+    assert_eq!(tok.vocab_size(), 262_144);
+    assert!(tok.add_bos(), "llama.cpp always adds Gemma 4's BOS");
+    let mut failures = Vec::new();
+    let mut tokens = 0;
+    for (text, [plain, special]) in texts.iter().zip(&want) {
+        for (parse_special, want) in [(false, plain), (true, special)] {
+            let got = tok.encode(text, false, parse_special).unwrap();
+            tokens += got.len();
+            if &got != want {
+                failures.push(format!("{text:?} (specials {parse_special}): Hearth {got:?}, llama.cpp {want:?}"));
+            }
+        }
+        // Decoding gives the text back (byte tokens and pieces alike), but
+        // for a typed `▁`, which reads as the space it stands for.
+        let ids = tok.encode(text, false, false).unwrap();
+        assert_eq!(tok.decode(&ids), text.replace('▁', " "), "decoding {text:?}");
+    }
+    eprintln!("{} texts, {tokens} tokens, {} differ", texts.len(), failures.len());
+    assert!(
+        failures.is_empty(),
+        "{} of {} encodings differ:\n{}",
+        failures.len(),
+        2 * texts.len(),
+        failures.join("\n")
+    );
+}
+
+fn data(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
+}
+
+fn message(m: &serde_json::Value) -> ChatMessage {
+    let role = match m["role"].as_str().unwrap() {
+        "system" => Role::System,
+        "user" => Role::User,
+        _ => Role::Assistant,
+    };
+    ChatMessage::new(role, m["content"].as_str().unwrap())
+}
+
+/// `scripts/golden/record_gemma4_template.py`'s cases: thinking unset, off
+/// and on, a system message, several turns, earlier replies whose thought
+/// channel the template strips.
+#[test]
+fn the_gemma4_template_renders_like_python_jinja2_with_thinking_off_and_on() {
+    let golden: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data("gemma4_template_golden.json")).unwrap()).unwrap();
+    let source = std::fs::read_to_string(data(golden["template"].as_str().unwrap())).unwrap();
+    let tmpl = ChatTemplate::new(&source, "<bos>", "<eos>").unwrap();
+    let format = hearth_engine::ReasoningFormat::detect(&tmpl).expect("Gemma 4 thinks in a channel");
+    assert_eq!((format.open.as_str(), format.close.as_str()), ("<|channel>thought", "<channel|>"));
+    assert_eq!(format.switch.as_deref(), Some("enable_thinking"));
+    assert!(!format.opened_by_prompt);
+    let mut rendered = 0;
+    for case in golden["cases"].as_array().unwrap() {
+        let messages: Vec<ChatMessage> = case["messages"].as_array().unwrap().iter().map(message).collect();
+        let agp = case["add_generation_prompt"].as_bool().unwrap();
+        let vars: Vec<(&str, serde_json::Value)> =
+            case["enable_thinking"].as_bool().map(|t| ("enable_thinking", t.into())).into_iter().collect();
+        let want = case["ok"].as_str().expect("every case renders");
+        let got = tmpl.render_with(&messages, agp, &vars).unwrap();
+        assert_eq!(got, want, "thinking {}, messages {}", case["enable_thinking"], case["messages"]);
+        rendered += 1;
+    }
+    assert_eq!(rendered, 36);
+}
