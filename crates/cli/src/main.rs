@@ -160,6 +160,24 @@ enum Command {
         /// 128-position window on even layers, YaRN, biased experts.
         #[arg(long)]
         gpt_oss: bool,
+        /// A Gemma 4 file (gemma4; with --experts, experts beside the dense
+        /// MLP): --heads, --kv-heads and --head-dim are its full layers';
+        /// four sliding layers to each full one.
+        #[arg(long)]
+        gemma4: bool,
+        /// Gemma 4: values per layer of the per-layer embeddings (E2B: 256; 0: none).
+        #[arg(long, default_value_t = 0)]
+        per_layer_embd: usize,
+        /// Gemma 4: the last layers that read earlier layers' keys and values.
+        #[arg(long, default_value_t = 0)]
+        shared_kv_layers: usize,
+        /// Gemma 4: the sliding layers' head size and KV heads, and their window.
+        #[arg(long, default_value_t = 256)]
+        head_dim_swa: usize,
+        #[arg(long, default_value_t = 1)]
+        kv_heads_swa: usize,
+        #[arg(long, default_value_t = 512)]
+        window: usize,
     },
     /// Writes the log-softmax at every position of a token sequence (a JSON
     /// array of ids) as an f32 .npy array of shape [positions, vocab].
@@ -309,6 +327,12 @@ fn run(cli: Cli) -> Result<(), EngineError> {
             rope_dims,
             shared_ffn,
             gpt_oss,
+            gemma4,
+            per_layer_embd,
+            shared_kv_layers,
+            head_dim_swa,
+            kv_heads_swa,
+            window,
         } => {
             use hearth_engine::random_model;
             let experts = experts.map(|count| random_model::Experts {
@@ -325,8 +349,25 @@ fn run(cli: Cli) -> Result<(), EngineError> {
                 rope_dims,
                 shared_ffn: shared_ffn.unwrap_or(expert_ffn),
             });
-            let shape =
-                random_model::Shape { layers, embd, ffn, heads, kv_heads, head_dim, experts, recurrent, gpt_oss };
+            let gemma4 = gemma4.then_some(random_model::Gemma4 {
+                per_layer: per_layer_embd,
+                shared_kv_layers,
+                head_dim_swa,
+                kv_heads_swa,
+                window,
+            });
+            let shape = random_model::Shape {
+                layers,
+                embd,
+                ffn,
+                heads,
+                kv_heads,
+                head_dim,
+                experts,
+                recurrent,
+                gpt_oss,
+                gemma4,
+            };
             random_model::write(
                 &out,
                 &tokenizer_from.unwrap_or_else(|| paths::default_model_path(|k| std::env::var_os(k))),

@@ -1,5 +1,5 @@
-//! A llama-family, Qwen3-MoE, Qwen 3.5 (hybrid, dense or with experts) or
-//! gpt-oss GGUF with random weights and another model's tokenizer, so that
+//! A llama-family, Qwen3-MoE, Qwen 3.5 (hybrid, dense or with experts),
+//! gpt-oss or Gemma 4 (dense, or with experts beside its MLP) GGUF with random weights and another model's tokenizer, so that
 //! speed can be measured at sizes and proportions the default model does
 //! not have (`hearth-cli write-random-model`; llama.cpp loads it too), and
 //! tests can run a family no small real file is at hand for.
@@ -34,6 +34,36 @@ pub struct Shape {
     /// A `gpt-oss` file (with `experts`): biases, sinks, a 128-position
     /// window on even layers, YaRN, an untied output.
     pub gpt_oss: bool,
+    /// A `gemma4` file (`heads`, `kv_heads` and `head_dim` are its full
+    /// layers'; with `experts` beside the dense MLP).
+    pub gemma4: Option<Gemma4>,
+}
+
+/// Gemma 4's choices: four sliding layers to each full one (the last
+/// layer full), full layers whose keys serve as values, the last
+/// `shared_kv_layers` reading the last layers before them of their kind.
+pub struct Gemma4 {
+    /// `embedding_length_per_layer_input` (0: none).
+    pub per_layer: usize,
+    pub shared_kv_layers: usize,
+    pub head_dim_swa: usize,
+    pub kv_heads_swa: usize,
+    pub window: usize,
+}
+
+impl Gemma4 {
+    /// Which layers slide: every fifth and the last are full, and so is the
+    /// last layer that keeps its own keys and values, the one before it
+    /// sliding (the layers that read them need one of each).
+    pub fn sliding(&self, layers: usize) -> Vec<bool> {
+        let mut sliding: Vec<bool> = (0..layers).map(|i| (i + 1) % 5 != 0 && i + 1 != layers).collect();
+        if self.shared_kv_layers > 0 && layers >= self.shared_kv_layers + 2 {
+            let n_kv = layers - self.shared_kv_layers;
+            sliding[n_kv - 1] = false;
+            sliding[n_kv - 2] = true;
+        }
+        sliding
+    }
 }
 
 /// A hybrid's Gated DeltaNet layers, and its attention layers' rotary share.
@@ -98,6 +128,9 @@ enum Fill {
     Ones,
     /// −exp of uniform in ±scale (a DeltaNet's `ssm_a`, as the converter stores it).
     NegExp(f32),
+    /// Gemma 4's `rope_freqs`: 1 for the first `n` pairs, 1e30 (no
+    /// rotation) for the rest, as its converter writes them.
+    RopeFactors(usize),
 }
 
 /// A tensor to write: its entry, and how it is filled.
@@ -131,6 +164,69 @@ impl Lcg {
     }
 }
 
+/// A Gemma 4 file's tensors after the token embeddings.
+fn gemma4_tensors(
+    add: &mut dyn FnMut(String, Vec<usize>, GgmlType, Fill),
+    shape: &Shape,
+    g: &Gemma4,
+    vocab: usize,
+    dtype: GgmlType,
+    experts_dtype: GgmlType,
+) {
+    let e = shape.embd;
+    let scale = 1.0 / (e as f32).sqrt();
+    let head_dim = shape.head_dim.unwrap_or(e / shape.heads);
+    let sliding = g.sliding(shape.layers);
+    let n_kv = shape.layers - g.shared_kv_layers;
+    // Proportional RoPE: a quarter of each full head's pairs rotate.
+    add("rope_freqs.weight".into(), vec![head_dim / 2], GgmlType::F32, Fill::RopeFactors(head_dim / 8));
+    if g.per_layer > 0 {
+        let n = g.per_layer * shape.layers;
+        add("per_layer_token_embd.weight".into(), vec![vocab, n], dtype, Fill::Random(1.0));
+        add("per_layer_model_proj.weight".into(), vec![n, e], dtype, Fill::Random(scale));
+        add("per_layer_proj_norm.weight".into(), vec![g.per_layer], GgmlType::F32, Fill::Ones);
+    }
+    for (i, &swa) in sliding.iter().enumerate() {
+        let p = |n: &str| format!("blk.{i}.{n}");
+        let (hd, kvh) = if swa { (g.head_dim_swa, g.kv_heads_swa) } else { (head_dim, shape.kv_heads) };
+        let (q, kv) = (shape.heads * hd, kvh * hd);
+        add(p("attn_q.weight"), vec![q, e], dtype, Fill::Random(scale));
+        if i < n_kv {
+            add(p("attn_k.weight"), vec![kv, e], dtype, Fill::Random(scale));
+            // Full layers' keys serve as their values (no `attn_v`).
+            if swa {
+                add(p("attn_v.weight"), vec![kv, e], dtype, Fill::Random(scale));
+            }
+            add(p("attn_k_norm.weight"), vec![hd], GgmlType::F32, Fill::Ones);
+        }
+        add(p("attn_q_norm.weight"), vec![hd], GgmlType::F32, Fill::Ones);
+        add(p("attn_output.weight"), vec![e, q], dtype, Fill::Random(1.0 / (q as f32).sqrt()));
+        for norm in ["attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm"] {
+            add(p(&format!("{norm}.weight")), vec![e], GgmlType::F32, Fill::Ones);
+        }
+        add(p("ffn_gate.weight"), vec![shape.ffn, e], dtype, Fill::Random(scale));
+        add(p("ffn_up.weight"), vec![shape.ffn, e], dtype, Fill::Random(scale));
+        add(p("ffn_down.weight"), vec![e, shape.ffn], dtype, Fill::Random(1.0 / (shape.ffn as f32).sqrt()));
+        if let Some(x) = &shape.experts {
+            add(p("ffn_gate_inp.weight"), vec![x.count, e], GgmlType::F32, Fill::Random(4.0 * scale));
+            add(p("ffn_gate_inp.scale"), vec![e], GgmlType::F32, Fill::Ones);
+            add(p("ffn_gate_exps.weight"), vec![x.count, x.ffn, e], experts_dtype, Fill::Random(scale));
+            add(p("ffn_up_exps.weight"), vec![x.count, x.ffn, e], experts_dtype, Fill::Random(scale));
+            add(p("ffn_down_exps.weight"), vec![x.count, e, x.ffn], experts_dtype, Fill::Random(scale));
+            add(p("ffn_down_exps.scale"), vec![x.count], GgmlType::F32, Fill::Ones);
+            for norm in ["pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2"] {
+                add(p(&format!("{norm}.weight")), vec![e], GgmlType::F32, Fill::Ones);
+            }
+        }
+        if g.per_layer > 0 {
+            add(p("inp_gate.weight"), vec![g.per_layer, e], dtype, Fill::Random(scale));
+            add(p("proj.weight"), vec![e, g.per_layer], dtype, Fill::Random(1.0 / (g.per_layer as f32).sqrt()));
+            add(p("post_norm.weight"), vec![e], GgmlType::F32, Fill::Ones);
+        }
+        add(p("layer_output_scale.weight"), vec![1], GgmlType::F32, Fill::Ones);
+    }
+}
+
 pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> Result<(), EngineError> {
     let dtype = dtype_named(dtype)?;
     if dtype == GgmlType::Mxfp4 {
@@ -152,6 +248,13 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
         None => dtype,
     };
     let arch = match (&shape.recurrent, &shape.experts, shape.gpt_oss) {
+        _ if shape.gemma4.is_some() && (shape.recurrent.is_some() || shape.gpt_oss) => {
+            return Err(EngineError::InvalidSetting {
+                field: "gemma4",
+                reason: "a Gemma 4 file has no recurrent layers and is not gpt-oss".into(),
+            })
+        }
+        (None, _, false) if shape.gemma4.is_some() => "gemma4",
         (None, Some(_), true) => "gpt-oss",
         (_, _, true) => {
             return Err(EngineError::InvalidSetting {
@@ -203,7 +306,6 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
         u("embedding_length", shape.embd),
         u("feed_forward_length", shape.ffn),
         u("attention.head_count", shape.heads),
-        u("attention.head_count_kv", shape.kv_heads),
         u("attention.key_length", head_dim),
         u("attention.value_length", head_dim),
         u("rope.dimension_count", shape.recurrent.as_ref().map_or(head_dim, |r| r.rope_dims)),
@@ -219,8 +321,33 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
             f("rope.scaling.factor", 32.0),
             u("rope.scaling.original_context_length", 4096),
         ]);
+    } else if let Some(g) = &shape.gemma4 {
+        let sliding = g.sliding(shape.layers);
+        let per_layer = |full: usize, swa: usize| {
+            Value::Array(sliding.iter().map(|&s| Value::I32(if s { swa } else { full } as i32)).collect())
+        };
+        md.extend([
+            u("context_length", 32_768),
+            f("rope.freq_base", 1_000_000.0),
+            f("rope.freq_base_swa", 10_000.0),
+            u("attention.key_length_swa", g.head_dim_swa),
+            u("attention.value_length_swa", g.head_dim_swa),
+            u("rope.dimension_count_swa", g.head_dim_swa),
+            u("attention.sliding_window", g.window),
+            (format!("{arch}.attention.head_count_kv"), per_layer(shape.kv_heads, g.kv_heads_swa)),
+            (
+                format!("{arch}.attention.sliding_window_pattern"),
+                Value::Array(sliding.iter().map(|&s| Value::Bool(s)).collect()),
+            ),
+            u("attention.shared_kv_layers", g.shared_kv_layers),
+            u("embedding_length_per_layer_input", g.per_layer),
+            f("final_logit_softcapping", 30.0),
+        ]);
     } else {
         md.extend([u("context_length", 4096), f("rope.freq_base", 10000.0)]);
+    }
+    if shape.gemma4.is_none() {
+        md.push(u("attention.head_count_kv", shape.kv_heads));
     }
     if let Some(e) = &shape.experts {
         md.extend([u("expert_count", e.count), u("expert_used_count", e.used), u("expert_feed_forward_length", e.ffn)]);
@@ -253,7 +380,13 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
         plan.push(Planned { entry: TensorEntry { name, dims, dtype }, fill })
     };
     add("token_embd.weight".into(), vec![vocab, shape.embd], dtype, Fill::Random(1.0));
+    if let Some(g) = &shape.gemma4 {
+        gemma4_tensors(&mut add, shape, g, vocab, dtype, experts_dtype);
+    }
     for i in 0..shape.layers {
+        if shape.gemma4.is_some() {
+            break;
+        }
         let p = |n: &str| format!("blk.{i}.{n}");
         let recurrent = shape.recurrent.as_ref().filter(|r| (i + 1) % r.interval != 0);
         let mut matrices = match recurrent {
@@ -342,6 +475,12 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
     }
 
     let entries: Vec<TensorEntry> = plan.iter().map(|p| p.entry.clone()).collect();
+    if entries.iter().any(|e| e.dims.last().is_some_and(|&k| k % e.dtype.block_size() != 0)) {
+        return Err(EngineError::InvalidSetting {
+            field: "dtype",
+            reason: "a tensor's rows are not whole blocks of its type; choose sizes that are multiples of 256".into(),
+        });
+    }
     let mut rng = Lcg(0x9E37_79B9_7F4A_7C15);
     gguf_writer::write(out, &md, &entries, |i| {
         let p = &plan[i];
@@ -350,6 +489,10 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
         let t = match p.fill {
             Fill::Ones => Tensor::ones(elems, candle_core::DType::F32, &Device::Cpu)?,
             Fill::Random(s) => Tensor::from_vec((0..elems).map(|_| rng.uniform(s)).collect(), elems, &Device::Cpu)?,
+            Fill::RopeFactors(n) => {
+                let v = (0..elems).map(|i| if i < n { 1.0 } else { 1e30 }).collect();
+                Tensor::from_vec(v, elems, &Device::Cpu)?
+            }
             Fill::NegExp(s) => {
                 let v = (0..elems).map(|_| -rng.uniform(s).exp()).collect();
                 Tensor::from_vec(v, elems, &Device::Cpu)?

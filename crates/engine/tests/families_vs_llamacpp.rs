@@ -301,6 +301,7 @@ fn a_written_random_gpt_oss_file_matches_llama_cpp() {
         experts: Some(Experts { count: 8, used: 4, ffn: 64, dtype: "mxfp4".into() }),
         recurrent: None,
         gpt_oss: true,
+        gemma4: None,
     };
     write(&path, &common::default_model(), &shape, "q8_0").unwrap();
     for (positions, feed) in [(300, Feed::Prompt), (40, Feed::Steps)] {
@@ -323,5 +324,40 @@ fn gemma4_matches_llama_cpp() {
 fn gemma4_with_experts_matches_llama_cpp() {
     for (positions, feed) in [(600, Feed::Prompt), (80, Feed::Steps)] {
         check(&TinySpec::gemma4(true), positions, feed);
+    }
+}
+
+/// The files `hearth-cli write-random-model --gemma4` writes (the benchmark
+/// and worker tests' Gemma 4), as llama.cpp reads them: E2B's structure
+/// with per-layer embeddings and shared KV layers, and one with experts.
+#[test]
+fn written_random_gemma4_files_match_llama_cpp() {
+    use hearth_engine::random_model::{write, Experts, Gemma4, Shape};
+    for experts in [None, Some(Experts { count: 8, used: 2, ffn: 64, dtype: "q8_0".into() })] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gemma4.gguf");
+        let moe = experts.is_some();
+        let shape = Shape {
+            layers: 7,
+            embd: 128,
+            ffn: 256,
+            heads: 4,
+            kv_heads: 1,
+            head_dim: Some(64),
+            experts,
+            recurrent: None,
+            gpt_oss: false,
+            gemma4: Some(Gemma4 {
+                per_layer: if moe { 0 } else { 32 },
+                shared_kv_layers: if moe { 0 } else { 3 },
+                head_dim_swa: 32,
+                kv_heads_swa: 2,
+                window: 16,
+            }),
+        };
+        write(&path, &common::default_model(), &shape, "q8_0").unwrap();
+        for (positions, feed) in [(300, Feed::Prompt), (40, Feed::Steps)] {
+            check_file(&format!("written gemma4, experts {moe} ({feed:?})"), &path, positions, feed);
+        }
     }
 }

@@ -1039,6 +1039,7 @@ fn hybrid_moe_file(dir: &std::path::Path) -> PathBuf {
         experts: Some(Experts { count: 8, used: 2, ffn: 128, dtype: "q8_0".into() }),
         recurrent: Some(Recurrent { state: 64, k_heads: 2, v_heads: 4, interval: 2, rope_dims: 16, shared_ffn: 128 }),
         gpt_oss: false,
+        gemma4: None,
     };
     write(&path, &hearth_engine::paths::default_model_path(|k| std::env::var_os(k)), &shape, "q8_0").unwrap();
     path
