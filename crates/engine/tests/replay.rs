@@ -130,6 +130,30 @@ fn a_turn_replays_bit_for_bit_on_the_default_model() {
     replays_exactly(common::open_default());
 }
 
+/// Gemma 4's structure (per-layer embeddings, shared KV layers, heads of
+/// two sizes, a window shorter than the turns), with the default model's
+/// vocabulary.
+#[test]
+fn a_turn_replays_bit_for_bit_on_a_gemma4_file() {
+    use hearth_engine::random_model::{write, Gemma4, Shape};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gemma4.gguf");
+    let shape = Shape {
+        layers: 7,
+        embd: 128,
+        ffn: 256,
+        heads: 4,
+        kv_heads: 1,
+        head_dim: Some(64),
+        experts: None,
+        recurrent: None,
+        gpt_oss: false,
+        gemma4: Some(Gemma4 { per_layer: 32, shared_kv_layers: 3, head_dim_swa: 32, kv_heads_swa: 2, window: 16 }),
+    };
+    write(&path, &common::default_model(), &shape, "q8_0").unwrap();
+    replays_exactly(Engine::open(&path).unwrap());
+}
+
 #[test]
 fn a_turn_replays_bit_for_bit_on_the_real_gemma3_file() {
     replays_exactly(Engine::open(common::gemma3_model()).unwrap());

@@ -42,8 +42,18 @@ fn cold(engine: &Engine, context: usize, prompt: &[u32]) -> Vec<u32> {
 fn restored_caches_continue_exactly_like_a_cold_prefill() {
     // Gemma 3's sliding-window layers included: the conversation is longer
     // than its window. Qwen 3.5's recurrent state comes back from its chunks.
-    for family in [Family::Llama, Family::Gemma3, Family::Qwen35] {
-        let (dir, path) = tiny(&TinySpec::new(family));
+    // Gemma 4's too: heads of two sizes, shared KV layers, per-layer
+    // embeddings, experts.
+    let specs = [
+        TinySpec::new(Family::Llama),
+        TinySpec::new(Family::Gemma3),
+        TinySpec::new(Family::Qwen35),
+        TinySpec::gemma4(false),
+        TinySpec::gemma4(true),
+    ];
+    for spec in specs {
+        let family = spec.family;
+        let (dir, path) = tiny(&spec);
         let engine = hashed(Engine::open(&path).unwrap());
         let context = 256;
         let identity = engine.cache_identity(context).unwrap();
@@ -232,8 +242,11 @@ fn a_branch_reuses_its_prefix_and_matches_a_cold_prefill() {
     // Edit the last message: the cache is truncated to where the two versions
     // part, and only the edited tail is run. Gemma 3's sliding layers need no
     // checkpoint, since the cache keeps every position and windows are masks.
-    for family in [Family::Llama, Family::Gemma3] {
-        let (_dir, path) = tiny(&TinySpec::new(family));
+    for spec in
+        [TinySpec::new(Family::Llama), TinySpec::new(Family::Gemma3), TinySpec::gemma4(false), TinySpec::gemma4(true)]
+    {
+        let family = spec.family;
+        let (_dir, path) = tiny(&spec);
         let engine = hashed(Engine::open(&path).unwrap());
         let (mut session, second) = conversation(&engine, 256);
         turn(&engine, &mut session, &second);

@@ -336,6 +336,78 @@ fn each_variant_of_a_batch_of_eight_is_the_reply_a_single_run_gives() {
     }
 }
 
+/// Generate N on Gemma 4 (with and without experts): each variant of a
+/// batch is the reply a single run gives, and a decode pass over several
+/// conversations' caches (past the window) gives each the step it gets alone.
+#[test]
+fn gemma4_variants_and_shared_decode_passes_are_each_sequence_alone() {
+    use hearth_engine::SamplingParams;
+    for spec in [TinySpec::gemma4(false), TinySpec::gemma4(true)] {
+        let (_dir, path) = tiny(&spec);
+        let engine = Engine::open(&path).unwrap();
+        let (m, tok) = (engine.model(), engine.tokenizer());
+        let prompt = tokens(20);
+        let sampling = SamplingParams { temperature: 1.0, seed: 11, ..SamplingParams::default() };
+        let mut session = engine.new_session(Some(256));
+        let mut turn = session.start_turn(m, tok, &prompt, engine.generation_config(sampling.clone(), 12), 4).unwrap();
+        while turn.step().unwrap().is_some() {}
+        let batch = turn.finish(0).unwrap();
+        let mut distinct = std::collections::HashSet::new();
+        for (b, variant) in batch.sequences.iter().enumerate() {
+            let sampling = SamplingParams { seed: 11 + b as u64, ..sampling.clone() };
+            let single = engine
+                .new_session(Some(256))
+                .start_turn(m, tok, &prompt, engine.generation_config(sampling, 12), 1)
+                .unwrap()
+                .run()
+                .unwrap();
+            assert_eq!(variant.tokens, single.sequences[0].tokens, "variant {b}");
+            distinct.insert(variant.tokens.clone());
+        }
+        assert!(
+            distinct.len() > 1,
+            "the variants differ from one another: {:?}",
+            batch.sequences.iter().map(|s| s.tokens.clone()).collect::<Vec<_>>()
+        );
+
+        let histories = [tokens(5), tokens(17), tokens(40)];
+        let mut apart: Vec<KvCache> = histories
+            .iter()
+            .map(|h| {
+                let mut c = m.new_cache(256);
+                logits(m, h, &mut c);
+                c
+            })
+            .collect();
+        let mut together: Vec<KvCache> = apart.clone();
+        for step in 0..3u32 {
+            let next: Vec<u32> = (0..3).map(|i| 7 + 11 * i + step).collect();
+            let want: Vec<Vec<f32>> = apart.iter_mut().zip(&next).map(|(c, &t)| logits(m, &[t], c)).collect();
+            let mut refs: Vec<&mut KvCache> = together.iter_mut().collect();
+            let got = m.decode_step_many(&next, &mut refs).unwrap();
+            assert_eq!(got, want, "step {step}: each row as it is alone");
+        }
+    }
+}
+
+/// Gemma 4's shared layers store nothing: a position costs the keys and
+/// values of the layers that keep their own, each at its own head size.
+#[test]
+fn a_gemma4_cache_stores_shared_layers_once() {
+    let spec = TinySpec::gemma4(false);
+    let (_dir, path) = tiny(&spec);
+    let engine = Engine::open(&path).unwrap();
+    let c = engine.model().config();
+    assert_eq!(c.kv_source, vec![0, 1, 2, 3, 2, 3], "layers 4 and 5 read layers 2 and 3");
+    let g = &spec.gemma4;
+    // Layers 0 and 2 slide (2 KV heads of 16), 1 and 3 are full (1 of 32).
+    let own = 2 * (g.kv_heads_swa * g.head_dim_swa) + 2 * (spec.n_kv_heads * spec.head_dim);
+    let mut cache = engine.model().new_cache(256);
+    assert_eq!(cache.bytes_per_position(), 2 * own * 2, "keys and values in f16, four layers");
+    logits(engine.model(), &tokens(40), &mut cache);
+    assert_eq!(cache.allocated_bytes(), 256 * cache.bytes_per_position(), "the buffers hold four layers");
+}
+
 #[test]
 fn one_decode_pass_over_several_caches_equals_a_step_each_for_every_family() {
     // Histories of different lengths, past Gemma's sliding window for one.

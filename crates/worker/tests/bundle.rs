@@ -153,6 +153,29 @@ fn a_hybrid_moe_bundle_resumes_in_another_data_folder_with_no_prefill_and_the_to
     a_bundle_resumes_exactly(&path);
 }
 
+/// A Gemma 4 bundle: a cache whose shared layers hold nothing, and whose
+/// layers have heads of two sizes.
+#[test]
+fn a_gemma4_bundle_resumes_in_another_data_folder_with_no_prefill_and_the_tokens_of_a_cold_prefill() {
+    use hearth_engine::random_model::{write, Gemma4, Shape};
+    let files = tempfile::tempdir().unwrap();
+    let path = files.path().join("gemma4-random.gguf");
+    let shape = Shape {
+        layers: 7,
+        embd: 256,
+        ffn: 512,
+        heads: 4,
+        kv_heads: 1,
+        head_dim: Some(128),
+        experts: None,
+        recurrent: None,
+        gpt_oss: false,
+        gemma4: Some(Gemma4 { per_layer: 64, shared_kv_layers: 3, head_dim_swa: 64, kv_heads_swa: 2, window: 16 }),
+    };
+    write(&path, &default_model(), &shape, "q8_0").unwrap();
+    a_bundle_resumes_exactly(&path);
+}
+
 #[test]
 fn a_bundle_without_its_model_imports_the_text_and_says_the_cache_was_skipped() {
     let a = folder(&default_model());

@@ -413,8 +413,10 @@ pub fn write_gemma4(path: &Path, spec: &TinySpec) {
     let mut put = |name: String, t: Tensor, dtype: GgmlDType| tensors.push((name, q(&t, dtype)));
     let (e, n) = (spec.n_embd, spec.n_layers);
     let ones_ish = |rng: &mut Lcg, n: usize| (random(rng, &[n], 0.1) + 1.0).unwrap();
-    // Tied output: rows of about unit size give logits a few units apart.
-    put("token_embd.weight".into(), random(&mut rng, &[VOCAB, e], 1.0), spec.dtype);
+    // Tied output. Scaled by √n_embd, rows of unit size would drown every
+    // layer's (post-normed) output, and the model would copy its input;
+    // at 0.3 the layers count and logits still spread a few units.
+    put("token_embd.weight".into(), random(&mut rng, &[VOCAB, e], 0.3), spec.dtype);
     put("output_norm.weight".into(), ones_ish(&mut rng, e), GgmlDType::F32);
     let mut factors = vec![1f32; spec.head_dim / 2];
     factors[g.rotated_pairs_full..].iter_mut().for_each(|f| *f = 1e30);
