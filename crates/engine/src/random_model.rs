@@ -379,7 +379,11 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
     let mut add = |name: String, dims: Vec<usize>, dtype: GgmlType, fill: Fill| {
         plan.push(Planned { entry: TensorEntry { name, dims, dtype }, fill })
     };
-    add("token_embd.weight".into(), vec![vocab, shape.embd], dtype, Fill::Random(1.0));
+    // Gemma scales its embeddings by √n_embd: rows of about 2/√n_embd then
+    // weigh about as much as a layer's (post-normed) output, and the model
+    // does not just copy its input.
+    let embd_scale = if shape.gemma4.is_some() { 2.0 / (shape.embd as f32).sqrt() } else { 1.0 };
+    add("token_embd.weight".into(), vec![vocab, shape.embd], dtype, Fill::Random(embd_scale));
     if let Some(g) = &shape.gemma4 {
         gemma4_tensors(&mut add, shape, g, vocab, dtype, experts_dtype);
     }

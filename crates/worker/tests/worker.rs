@@ -648,7 +648,34 @@ fn a_reply_replays_exactly_from_a_warm_a_restored_and_a_cold_cache() {
 
 #[test]
 fn generate_n_writes_variants_from_one_prompt_each_with_its_cache() {
-    let (_dir, store, worker) = start();
+    generate_n_on(None);
+}
+
+/// Gemma 4's cache through Generate N: heads of two sizes, shared layers,
+/// per-layer embeddings.
+#[test]
+fn generate_n_on_gemma4_writes_variants_from_one_prompt_each_with_its_cache() {
+    use hearth_engine::random_model::{write, Gemma4, Shape};
+    let files = tempfile::tempdir().unwrap();
+    let path = files.path().join("gemma4-random.gguf");
+    let shape = Shape {
+        layers: 7,
+        embd: 256,
+        ffn: 512,
+        heads: 4,
+        kv_heads: 1,
+        head_dim: Some(128),
+        experts: None,
+        recurrent: None,
+        gpt_oss: false,
+        gemma4: Some(Gemma4 { per_layer: 64, shared_kv_layers: 3, head_dim_swa: 64, kv_heads_swa: 2, window: 16 }),
+    };
+    write(&path, &hearth_engine::paths::default_model_path(|k| std::env::var_os(k)), &shape, "q8_0").unwrap();
+    generate_n_on(Some(path));
+}
+
+fn generate_n_on(model: Option<PathBuf>) {
+    let (_dir, store, worker) = start_on(model);
     let c = store.create_conversation().unwrap();
     let first = reply_row(&store, c.id, "Name a colour.");
     let parent = store.message(first).unwrap().parent_id;
@@ -712,7 +739,10 @@ fn generate_n_writes_variants_from_one_prompt_each_with_its_cache() {
     store.select_version(c.id, others[0]).unwrap();
     let next = reply_row(&store, c.id, "Why?");
     let mut more = history;
-    more.push(ChatMessage::assistant(replies[1].content.clone()));
+    // As the app's history carries a reply: with the tokens it was sampled
+    // as (a random model's text need not tokenize back to them).
+    let sampled = replies[1].stats.as_ref().unwrap().replay.as_ref().unwrap().tokens.clone();
+    more.push(ChatMessage::assistant(replies[1].content.clone()).with_ids(sampled));
     more.push(ChatMessage::user("Why?"));
     let (j, rx) = job(c.id, next, more, settings);
     worker.enqueue(j).unwrap();
