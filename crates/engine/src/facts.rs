@@ -26,6 +26,11 @@ pub struct ModelFacts {
     pub active_parameter_count: u64,
     /// Experts per layer and used per token, for a mixture of experts.
     pub experts: Option<ExpertCounts>,
+    /// Gemma 4's per-layer token embeddings (`per_layer_token_embd`): a
+    /// table read a row per token from the file, never loaded. Google
+    /// counts a model's "effective" parameters without it (E2B: 2B of 5B).
+    pub per_layer_embedding_parameters: u64,
+    pub per_layer_embedding_bytes: u64,
     /// The weight bytes one decode step reads: every matrix but the token
     /// embeddings (one row each), and of the experts only those it picks.
     pub bytes_per_token: u64,
@@ -42,7 +47,8 @@ pub struct ModelFacts {
     pub head_dim: u32,
     pub embedding_length: u32,
     /// The KV cache's bytes per position: f16 keys and values of every
-    /// attention layer (sliding-window layers keep every position too).
+    /// attention layer that keeps its own (sliding-window layers keep every
+    /// position too; Gemma 4's shared layers none), each at its head size.
     pub kv_bytes_per_token: u64,
     /// A hybrid's (Qwen 3.5's) recurrent state: the bytes of one copy. A
     /// conversation holds it and its checkpoints; 0 for a transformer.
@@ -86,13 +92,25 @@ impl ModelFacts {
         // The same derivation as `ModelConfig::from_gguf`, without refusing
         // architectures Hearth does not run.
         let embedding_length = file.u32(&key("embedding_length"))?;
-        let n_heads = file.u32(&key("attention.head_count"))?;
-        let n_kv_heads = file.u32_opt(&key("attention.head_count_kv"))?.unwrap_or(n_heads);
         let n_layers = file.u32(&key("block_count"))?;
-        let head_dim = match file.u32_opt(&key("attention.key_length"))? {
-            Some(d) => d,
-            None if n_heads > 0 && embedding_length % n_heads == 0 => embedding_length / n_heads,
-            None => return Err(file.corrupt("head size is not given and does not divide the embedding")),
+        // A family Hearth runs is read as it runs it (heads per layer,
+        // shared and recurrent layers); any other from its plain keys.
+        let config = match Architecture::from_gguf_name(&architecture) {
+            Some(_) => crate::model::ModelConfig::from_gguf(file).ok(),
+            None => None,
+        };
+        let (n_heads, n_kv_heads, head_dim) = match &config {
+            Some(c) => (c.n_heads as u32, c.n_kv_heads as u32, c.head_dim as u32),
+            None => {
+                let n_heads = file.u32(&key("attention.head_count"))?;
+                let n_kv_heads = file.u32_opt(&key("attention.head_count_kv"))?.unwrap_or(n_heads);
+                let head_dim = match file.u32_opt(&key("attention.key_length"))? {
+                    Some(d) => d,
+                    None if n_heads > 0 && embedding_length % n_heads == 0 => embedding_length / n_heads,
+                    None => return Err(file.corrupt("head size is not given and does not divide the embedding")),
+                };
+                (n_heads, n_kv_heads, head_dim)
+            }
         };
         let context_length = file.u32_opt(&key("context_length"))?.unwrap_or(4096);
 
@@ -106,6 +124,7 @@ impl ModelFacts {
             _ => n,
         };
         let tied = !file.has_tensor("output.weight");
+        let (mut per_layer_embedding_parameters, mut per_layer_embedding_bytes) = (0u64, 0u64);
         let mut parameter_count = 0u64;
         let mut active_parameter_count = 0u64;
         let mut bytes_per_token = 0u64;
@@ -117,6 +136,12 @@ impl ModelFacts {
             // Saturating: a hostile header may point many tensors at the same bytes.
             let elements = info.dims.iter().map(|&d| d as u64).product::<u64>();
             parameter_count = parameter_count.saturating_add(elements);
+            if name == "per_layer_token_embd.weight" {
+                // A row per token, read from the file; not in memory.
+                per_layer_embedding_parameters = elements;
+                per_layer_embedding_bytes = info.bytes;
+                continue;
+            }
             active_parameter_count = active_parameter_count.saturating_add(active_share(name, elements));
             if name != "token_embd.weight" || tied {
                 bytes_per_token = bytes_per_token.saturating_add(active_share(name, info.bytes));
@@ -142,10 +167,7 @@ impl ModelFacts {
         by_type.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.name.cmp(&b.name)));
 
         // A hybrid's recurrent layers keep a state in place of keys and values.
-        let recurrent = match Architecture::from_gguf_name(&architecture) {
-            Some(arch) if arch.is_hybrid() => crate::model::ModelConfig::from_gguf(file).ok().and_then(|c| c.recurrent),
-            _ => None,
-        };
+        let recurrent = config.as_ref().and_then(|c| c.recurrent.clone());
         let recurrent_layers = recurrent.as_ref().map_or(0, |r| r.layers.iter().filter(|&&l| l).count() as u32);
         let recurrent_state_bytes = recurrent.as_ref().map_or(0, |r| {
             (recurrent_layers as u64).saturating_mul(((r.conv_state_len() + r.delta_state_len()) * 4) as u64)
@@ -155,8 +177,12 @@ impl ModelFacts {
             Some(r) => (r.layers.len() as u32).saturating_sub(recurrent_layers),
             None => n_layers,
         };
-        let kv_bytes_per_token =
-            [attention_layers, n_kv_heads, head_dim].iter().fold(2 * 2u64, |acc, &n| acc.saturating_mul(n as u64));
+        let kv_bytes_per_token = match &config {
+            Some(c) => (0..c.n_layers).map(|i| 2 * 2 * c.kv_width(i) as u64).sum(),
+            None => {
+                [attention_layers, n_kv_heads, head_dim].iter().fold(2 * 2u64, |acc, &n| acc.saturating_mul(n as u64))
+            }
+        };
         Ok(Self {
             supported: Architecture::from_gguf_name(&architecture).is_some(),
             name: file.string_opt("general.name").map(str::to_string),
@@ -164,6 +190,8 @@ impl ModelFacts {
             parameter_count,
             active_parameter_count,
             experts,
+            per_layer_embedding_parameters,
+            per_layer_embedding_bytes,
             bytes_per_token,
             tensor_bytes,
             quant_types: by_type,
@@ -194,9 +222,12 @@ impl ModelFacts {
     }
 
     /// An estimate of the memory a conversation of `context` positions
-    /// needs: the weights plus a full KV cache (and a hybrid's state and
-    /// checkpoints).
+    /// needs: the weights loaded (not Gemma 4's per-layer table, read from
+    /// the file) plus a full KV cache (and a hybrid's state and checkpoints).
     pub fn memory_estimate(&self, context: u32) -> u64 {
-        self.tensor_bytes.saturating_add(self.kv_bytes(context)).saturating_add(self.recurrent_bytes(context))
+        self.tensor_bytes
+            .saturating_sub(self.per_layer_embedding_bytes)
+            .saturating_add(self.kv_bytes(context))
+            .saturating_add(self.recurrent_bytes(context))
     }
 }

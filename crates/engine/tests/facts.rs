@@ -116,3 +116,27 @@ fn a_hybrids_facts_count_keys_and_values_of_its_attention_layers_and_its_recurre
     let (_dir, path) = tiny(&TinySpec::new(Family::Llama));
     assert_eq!(ModelFacts::read(&path).unwrap().recurrent_state_bytes, 0);
 }
+
+/// Gemma 4: the per-layer table counted apart (Google's "effective"
+/// parameters leave it out) and out of the memory estimate, as it is read
+/// from the file; the KV cache of the layers that keep their own, each at
+/// its head size; the estimate equal to the engine's own cache.
+#[test]
+fn gemma4_facts() {
+    let spec = TinySpec::gemma4(false);
+    let (_dir, path) = tiny(&spec);
+    let f = ModelFacts::read(&path).unwrap();
+    let g = &spec.gemma4;
+    let table = (VOCAB * spec.n_layers * g.per_layer) as u64;
+    assert_eq!(f.per_layer_embedding_parameters, table);
+    assert_eq!(f.per_layer_embedding_bytes, table / 32 * 34, "Q8_0");
+    assert!(f.parameter_count > table && f.active_parameter_count == f.parameter_count - table);
+    assert_eq!(f.memory_estimate(0), f.tensor_bytes - f.per_layer_embedding_bytes);
+    // Full layers' heads stand for the model; two sliding layers of 2 × 16
+    // and two full ones of 1 × 32 keep keys and values, layers 4 and 5 none.
+    assert_eq!((f.n_heads, f.n_kv_heads, f.head_dim), (4, 1, 32));
+    assert_eq!(f.kv_bytes_per_token, 2 * 2 * (2 * 2 * 16 + 2 * 32));
+    let engine = hearth_engine::Engine::open(&path).unwrap();
+    let cache = hearth_engine::KvCache::new(engine.model().config(), 16, &hearth_engine::Device::Cpu);
+    assert_eq!(f.kv_bytes_per_token, cache.bytes_per_position() as u64);
+}

@@ -70,8 +70,12 @@ pub struct LibraryFacts {
     /// `general.name`, if the file has one.
     pub name: Option<String>,
     pub parameter_count: u64,
-    /// The parameters one token runs (fewer than `parameter_count` with experts).
+    /// The parameters one token runs (fewer than `parameter_count` with
+    /// experts, or without Gemma 4's per-layer table).
     pub active_parameter_count: u64,
+    /// Gemma 4's per-layer embeddings (E2B, E4B): read a row per token from
+    /// the file, not loaded; the model's "effective" size leaves them out.
+    pub per_layer_embedding_parameters: u64,
     /// Experts per layer, for a mixture of experts.
     pub expert_count: Option<u32>,
     /// Experts each token runs.
@@ -124,6 +128,7 @@ impl From<ModelFacts> for LibraryFacts {
             name: f.name,
             parameter_count: f.parameter_count,
             active_parameter_count: f.active_parameter_count,
+            per_layer_embedding_parameters: f.per_layer_embedding_parameters,
             expert_count: f.experts.map(|e| e.count),
             experts_used: f.experts.map(|e| e.used),
             bytes_per_token: f.bytes_per_token,

@@ -4,7 +4,7 @@ import type { LibraryModel } from './bindings/LibraryModel';
 /** The default model's header facts, as models_library reports them. */
 export const smolFacts = {
   architecture: 'llama', supported: true, name: 'Smollm2 135M 8k Lc100K Mix1 Ep2', parameterCount: 134_515_008, tensorBytes: 96_576_768,
-  activeParameterCount: 134_515_008, expertCount: null, expertsUsed: null, bytesPerToken: 96_576_768,
+  activeParameterCount: 134_515_008, perLayerEmbeddingParameters: 0, expertCount: null, expertsUsed: null, bytesPerToken: 96_576_768,
   quantTypes: [
     { name: 'Q4_1', bytes: 66_355_200, fraction: 0.68707, tensors: 210 },
     { name: 'Q8_0', bytes: 30_081_024, fraction: 0.31147, tensors: 1 },

@@ -153,12 +153,21 @@ export function paramsInWords(n: number): string {
 }
 
 /** Total parameters, and for a mixture of experts the ones a token runs:
- *  "30.5B · 3.3B active (8 of 128 experts)". */
+ *  "30.5B · 3.3B active (8 of 128 experts)"; for Gemma 4's E models those
+ *  without the per-layer table, as Google names them: "5.1B · 2.3B effective". */
 export function parametersInWords(
-  facts: Pick<LibraryFacts, 'parameterCount' | 'activeParameterCount' | 'expertCount' | 'expertsUsed'>,
+  facts: Pick<
+    LibraryFacts,
+    'parameterCount' | 'activeParameterCount' | 'expertCount' | 'expertsUsed' | 'perLayerEmbeddingParameters'
+  >,
 ): string {
   const total = paramsInWords(facts.parameterCount);
-  if (facts.expertCount === null || facts.expertsUsed === null) return total;
+  if (facts.expertCount === null || facts.expertsUsed === null) {
+    if (facts.perLayerEmbeddingParameters > 0) {
+      return `${total} · ${paramsInWords(facts.parameterCount - facts.perLayerEmbeddingParameters)} effective`;
+    }
+    return total;
+  }
   return `${total} · ${paramsInWords(facts.activeParameterCount)} active (${facts.expertsUsed} of ${facts.expertCount} experts)`;
 }
 

@@ -25,8 +25,11 @@ describe('model facts in words', () => {
     expect(paramsInWords(70_553_706_496)).toBe('71B');
     expect(sharesInWords(smolFacts)).toBe('Q4_1 69% · Q8_0 31% · F32 <1%');
     expect(parametersInWords(smolFacts)).toBe('135M');
-    const moe = { parameterCount: 30_532_122_624, activeParameterCount: 3_335_049_216, expertCount: 128, expertsUsed: 8 };
+    const moe = { parameterCount: 30_532_122_624, activeParameterCount: 3_335_049_216, expertCount: 128, expertsUsed: 8, perLayerEmbeddingParameters: 0 };
     expect(parametersInWords(moe)).toBe('31B · 3.3B active (8 of 128 experts)');
+    // Gemma 4 E2B: 5.1B parameters, 2.8B of them its per-layer table.
+    const e2b = { parameterCount: 5_100_000_000, activeParameterCount: 2_300_000_000, expertCount: null, expertsUsed: null, perLayerEmbeddingParameters: 2_800_000_000 };
+    expect(parametersInWords(e2b)).toBe('5.1B · 2.3B effective');
     expect(bytesInWords(98_362_432)).toBe('98.4 MB');
     expect(bytesInWords(4_920_000_000)).toBe('4.9 GB');
     expect(memoryInWords(smolFacts)).toBe('≈ 0.3 GB at 8,192 tokens');

@@ -14,9 +14,15 @@ supported: boolean,
  */
 name: string | null, parameterCount: number, 
 /**
- * The parameters one token runs (fewer than `parameter_count` with experts).
+ * The parameters one token runs (fewer than `parameter_count` with
+ * experts, or without Gemma 4's per-layer table).
  */
 activeParameterCount: number, 
+/**
+ * Gemma 4's per-layer embeddings (E2B, E4B): read a row per token from
+ * the file, not loaded; the model's "effective" size leaves them out.
+ */
+perLayerEmbeddingParameters: number, 
 /**
  * Experts per layer, for a mixture of experts.
  */
