@@ -104,7 +104,8 @@ enum Command {
     /// another model (default: the default model), for measuring speed at
     /// other sizes. The defaults make about 1.1B parameters. With
     /// `--experts`, a qwen3moe file whose FFNs are experts; with `--gpt-oss`
-    /// too, a gpt-oss file (`--experts-dtype mxfp4` as gpt-oss ships).
+    /// too, a gpt-oss file (`--experts-dtype mxfp4` as gpt-oss ships). With
+    /// `--gemma4`, a Gemma 4 file (with `--experts`, experts beside its MLP).
     WriteRandomModel {
         #[arg(long)]
         out: PathBuf,

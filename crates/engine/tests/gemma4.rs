@@ -7,7 +7,7 @@ mod common;
 
 use hearth_engine::gguf::GgufFile;
 use hearth_engine::tokenizer::Tokenizer;
-use hearth_engine::{ChatMessage, ChatTemplate, Role};
+use hearth_engine::{ChatMessage, ChatTemplate, Engine, PromptOptions, ReplySplitter, Role};
 
 fn template() -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/templates/gemma-4.jinja");
@@ -123,4 +123,60 @@ fn the_gemma4_template_renders_like_python_jinja2_with_thinking_off_and_on() {
         rendered += 1;
     }
     assert_eq!(rendered, 36);
+}
+
+/// A Gemma 4 file with its vocabulary and real template, through the
+/// engine: `<turn|>` and `<|tool_response>` end a reply and `<channel|>`
+/// does not; the thinking switch; a reply's thought channel dropped from
+/// the next prompt by the template and given to the API as reasoning.
+#[test]
+fn a_gemma4_file_ends_turns_thinks_on_its_switch_and_drops_earlier_thoughts() {
+    let mut spec = common::TinySpec::gemma4(false);
+    spec.gemma4.per_layer = 0;
+    spec.gemma4.real_vocab = true;
+    let (_dir, path) = common::tiny(&spec);
+    let engine = Engine::open(&path).unwrap();
+    let tok = engine.tokenizer();
+    let id = |t: &str| tok.token_id(t).unwrap();
+    let mut ends = engine.end_tokens().to_vec();
+    ends.sort();
+    let mut want = vec![id("<eos>"), id("<turn|>"), id("<|tool_response>")];
+    want.sort();
+    assert_eq!(ends, want);
+    let format = engine.reasoning().expect("Gemma 4 thinks").clone();
+    assert_eq!(format.switch.as_deref(), Some("enable_thinking"));
+
+    let reply = "<|channel>thought\nThe user adds.\n<channel|>It is **4**.";
+    let messages =
+        [ChatMessage::user("What is 2 + 2?"), ChatMessage::assistant(reply), ChatMessage::user("And 3 + 3?")];
+    let on = engine.render_chat(&messages, PromptOptions { thinking: Some(true), ..Default::default() }).unwrap();
+    assert!(on.starts_with("<bos><|turn>system\n<|think|>\n<turn|>\n"), "{on}");
+    assert!(on.ends_with("<|turn>user\nAnd 3 + 3?<turn|>\n<|turn>model\n"), "{on}");
+    assert!(!on.contains("The user adds"), "earlier thoughts are dropped: {on}");
+    let off = engine.render_chat(&messages, PromptOptions { thinking: Some(false), ..Default::default() }).unwrap();
+    assert!(off.ends_with("<|turn>model\n<|channel>thought\n<channel|>"), "{off}");
+    // Markup is one token each; `<bos>` once.
+    let ids = engine.encode_chat_with(&messages, PromptOptions { thinking: Some(true), ..Default::default() }).unwrap();
+    assert_eq!(ids.iter().filter(|&&i| i == id("<bos>")).count(), 1);
+    assert!(ids.contains(&id("<|think|>")) && ids.contains(&id("<|turn>")));
+    // A user's text that spells markup stays text.
+    let typed = tok.encode("<|turn>system", false, false).unwrap();
+    assert!(!typed.contains(&id("<|turn>")));
+
+    // The reply as the model writes it: its channel tokens are written out,
+    // and the API's reasoning and answer come apart.
+    let written = tok.encode(reply, false, true).unwrap();
+    assert!(written.contains(&id("<|channel>")) && written.contains(&id("<channel|>")));
+    assert_eq!(tok.decode(&written), reply, "the channel tokens are rendered");
+    let mut split = ReplySplitter::new(format, false);
+    let (mut reasoning, mut answer) = (String::new(), String::new());
+    for &t in &written {
+        let piece = split.push(&tok.decode(&[t]));
+        reasoning.push_str(&piece.reasoning);
+        answer.push_str(&piece.answer);
+    }
+    let rest = split.finish();
+    reasoning.push_str(&rest.reasoning);
+    answer.push_str(&rest.answer);
+    assert_eq!((reasoning.as_str(), answer.as_str()), ("The user adds.", "It is **4**."));
 }

@@ -145,6 +145,9 @@ pub struct Gemma4Spec {
     /// frequency factor (Gemma 4's proportional RoPE).
     pub rotated_pairs_full: usize,
     pub softcap: f32,
+    /// Gemma 4's vocabulary (`gemma4_vocab.rs`, from the real Gemma 3
+    /// file) and real template in place of the tiny ones.
+    pub real_vocab: bool,
 }
 
 impl Gemma4Spec {
@@ -161,6 +164,7 @@ impl Gemma4Spec {
             per_layer: 32,
             rotated_pairs_full: 8,
             softcap: 30.0,
+            real_vocab: false,
         }
     }
 }
@@ -413,16 +417,26 @@ pub fn write_gemma4(path: &Path, spec: &TinySpec) {
     let mut put = |name: String, t: Tensor, dtype: GgmlDType| tensors.push((name, q(&t, dtype)));
     let (e, n) = (spec.n_embd, spec.n_layers);
     let ones_ish = |rng: &mut Lcg, n: usize| (random(rng, &[n], 0.1) + 1.0).unwrap();
+    let vocabulary = if g.real_vocab {
+        let template = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/templates/gemma-4.jinja");
+        gemma4_vocab::tokenizer_metadata(&gemma3_model(), &std::fs::read_to_string(template).unwrap())
+    } else {
+        tokenizer_metadata(Family::Gemma3)
+    };
+    let vocab = match vocabulary.iter().find(|(k, _)| k == "tokenizer.ggml.tokens") {
+        Some((_, Value::Array(t))) => t.len(),
+        _ => unreachable!("a vocabulary has tokens"),
+    };
     // Tied output. Scaled by √n_embd, rows of unit size would drown every
     // layer's (post-normed) output, and the model would copy its input;
     // at 0.3 the layers count and logits still spread a few units.
-    put("token_embd.weight".into(), random(&mut rng, &[VOCAB, e], 0.3), spec.dtype);
+    put("token_embd.weight".into(), random(&mut rng, &[vocab, e], 0.3), spec.dtype);
     put("output_norm.weight".into(), ones_ish(&mut rng, e), GgmlDType::F32);
     let mut factors = vec![1f32; spec.head_dim / 2];
     factors[g.rotated_pairs_full..].iter_mut().for_each(|f| *f = 1e30);
     put("rope_freqs.weight".into(), Tensor::new(factors, &Device::Cpu).unwrap(), GgmlDType::F32);
     if g.per_layer > 0 {
-        put("per_layer_token_embd.weight".into(), random(&mut rng, &[VOCAB, n * g.per_layer], 1.0), spec.dtype);
+        put("per_layer_token_embd.weight".into(), random(&mut rng, &[vocab, n * g.per_layer], 1.0), spec.dtype);
         put("per_layer_model_proj.weight".into(), random(&mut rng, &[n * g.per_layer, e], 0.2), spec.dtype);
         put("per_layer_proj_norm.weight".into(), ones_ish(&mut rng, g.per_layer), GgmlDType::F32);
     }
@@ -501,7 +515,7 @@ pub fn write_gemma4(path: &Path, spec: &TinySpec) {
         md.push((k("expert_used_count"), Value::U32(spec.experts.1 as u32)));
         md.push((k("expert_feed_forward_length"), Value::U32(spec.experts.2 as u32)));
     }
-    md.extend(tokenizer_metadata(Family::Gemma3));
+    md.extend(vocabulary);
     let md_refs: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let mut f = std::fs::File::create(path).unwrap();
