@@ -93,6 +93,17 @@ describe('splitThinking', () => {
     expect(splitThinking('<|begin_of_thought|>hmm<|end_of_thought|>\nok', other, false)).toEqual({ thinking: 'hmm', closed: true, answer: 'ok' });
     expect(splitThinking('<think>hmm</think>ok', other, false)).toEqual({ thinking: null, closed: false, answer: '<think>hmm</think>ok' });
   });
+
+  it("reads Gemma 4's thought channel, as it streams and once stored", () => {
+    const gemma4: ReasoningFormat = { open: '<|channel>thought', close: '<channel|>', switch: 'enable_thinking', openedByPrompt: false, ...tags };
+    const reply = '<|channel>thought\nThe user adds.\n<channel|>It is **4**.';
+    expect(splitThinking(reply, gemma4, false)).toEqual({ thinking: 'The user adds.', closed: true, answer: 'It is **4**.' });
+    expect(splitThinking('<|channel>thought\nThe user', gemma4, true)).toEqual({ thinking: 'The user', closed: false, answer: '' });
+    expect(splitThinking('<|channel>thou', gemma4, true)).toEqual({ thinking: null, closed: false, answer: '' });
+    expect(splitThinking('<|channel>thought\nok<chan', gemma4, true)).toEqual({ thinking: 'ok', closed: false, answer: '' });
+    // Thinking off: the prompt closed an empty channel, and the reply is all answer.
+    expect(splitThinking('It is 4.', gemma4, false)).toEqual({ thinking: null, closed: false, answer: 'It is 4.' });
+  });
 });
 
 describe('ThinkingCounter', () => {
