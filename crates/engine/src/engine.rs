@@ -1,5 +1,6 @@
 //! A model file opened for chat: weights, tokenizer, chat template and end tokens.
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -58,6 +59,9 @@ pub struct Engine {
     end_tokens: Vec<u32>,
     /// How the template marks thinking, if it is a reasoning model's.
     reasoning: Option<ReasoningFormat>,
+    /// User-defined tokens the template writes as markup, sorted: kept as
+    /// text in a message, as control tokens are (`guarded_spans`).
+    template_markup: Vec<u32>,
     /// The whole file's SHA-256, once known: computed by `hash_file` (gigabytes
     /// take a while, so the app does it in the background) or remembered.
     file_sha256: OnceLock<String>,
@@ -98,6 +102,7 @@ impl Engine {
             }
         }
         let reasoning = ReasoningFormat::detect(&template);
+        let template_markup = tokenizer.user_defined_in(template.source());
         Ok(Self {
             path: path.as_ref().to_path_buf(),
             model,
@@ -105,6 +110,7 @@ impl Engine {
             template,
             end_tokens,
             reasoning,
+            template_markup,
             file_sha256: OnceLock::new(),
         })
     }
@@ -210,11 +216,16 @@ impl Engine {
     /// spliced in only where the template writes the content unchanged and
     /// a special token follows it (so the text on either side tokenizes as
     /// it does whole); otherwise the text is tokenized as usual.
+    ///
+    /// Only the template's own markup becomes special tokens: a system or
+    /// user message whose content spells one (`<|im_end|>`,
+    /// `<start_of_turn>`) is tokenized there as text (see `guarded_spans`).
     pub fn encode_chat_with(&self, messages: &[ChatMessage], options: PromptOptions) -> Result<Vec<u32>> {
         let text = self.render_chat(messages, options)?;
-        let mut ids = match self.encode_spliced(messages, options, &text)? {
+        let guarded = self.guarded_spans(messages, options, &text)?;
+        let mut ids = match self.encode_spliced(messages, options, &text, &guarded)? {
             Some(ids) => ids,
-            None => self.tokenizer.encode(&text, true, true)?,
+            None => self.tokenizer.encode_guarded(&text, true, &guarded, &|id| self.is_markup(id))?,
         };
         // Templates that spell out the BOS token would otherwise get two.
         if let Some(bos) = self.tokenizer.bos() {
@@ -225,10 +236,70 @@ impl Engine {
         Ok(ids)
     }
 
+    /// Whether `id` is a user-defined token the template writes as markup
+    /// (Harmony's `<|start|>`, Gemma 4's `<|channel>`): kept as text in a
+    /// message, as control tokens are.
+    fn is_markup(&self, id: u32) -> bool {
+        self.template_markup.binary_search(&id).is_ok()
+    }
+
+    /// Where in the rendered prompt `text` the template wrote the content of
+    /// each system or user message that spells markup (a control token, or
+    /// a user-defined one the template writes): there the spelling stays
+    /// text. (A reply's content is the model's own writing,
+    /// markup included.) Each such message is rendered once more with its
+    /// content replaced by a marker no real text has; what the template
+    /// writes before and after the marker is the same as in `text`, and the
+    /// content, as the template wrote it (trimmed, say), lies between.
+    /// A template that writes the content twice or not at all leaves no
+    /// such place, and the prompt is refused rather than let the content's
+    /// markup through.
+    fn guarded_spans(&self, messages: &[ChatMessage], options: PromptOptions, text: &str) -> Result<Vec<Range<usize>>> {
+        let mut spans = Vec::new();
+        for (i, m) in messages.iter().enumerate() {
+            if m.role == crate::template::Role::Assistant
+                || !self.tokenizer.spells_markup(&m.content, &|id| self.is_markup(id))
+            {
+                continue;
+            }
+            let marker = format!("\u{F8FF}hearth-text-{i}\u{F8FF}");
+            let mut marked = messages.to_vec();
+            marked[i].content = marker.clone();
+            marked[i].ids = None;
+            let marked_text = self.render_chat(&marked, options)?;
+            let place = match marked_text.match_indices(&marker).collect::<Vec<_>>().as_slice() {
+                [(at, _)] => {
+                    let (before, after) = (&marked_text[..*at], &marked_text[at + marker.len()..]);
+                    (before.len() + after.len() <= text.len() && text.starts_with(before) && text.ends_with(after))
+                        .then(|| before.len()..text.len() - after.len())
+                }
+                _ => None,
+            };
+            match place {
+                Some(span) => spans.push(span),
+                None => {
+                    return Err(EngineError::Template(format!(
+                        "message {} spells the model's control tokens, and its chat template rewrites that message, so Hearth cannot keep them as text; remove the markup from the message",
+                        i + 1
+                    )))
+                }
+            }
+        }
+        spans.sort_by_key(|s| s.start);
+        Ok(spans)
+    }
+
     /// The prompt with the kept tokens of `messages` spliced in, where that
     /// is exact (see `encode_chat_with`); `None` where it is not, or where no
-    /// message keeps its tokens. `text` is the prompt rendered as usual.
-    fn encode_spliced(&self, messages: &[ChatMessage], options: PromptOptions, text: &str) -> Result<Option<Vec<u32>>> {
+    /// message keeps its tokens. `text` is the prompt rendered as usual,
+    /// `guarded` its spans of content kept as text.
+    fn encode_spliced(
+        &self,
+        messages: &[ChatMessage],
+        options: PromptOptions,
+        text: &str,
+        guarded: &[Range<usize>],
+    ) -> Result<Option<Vec<u32>>> {
         // The tokens written as the content: a reply's own end token is not
         // (the template writes the turn's end), nor any control token after.
         let written = |m: &ChatMessage| -> Option<Vec<u32>> {
@@ -260,21 +331,34 @@ impl Engine {
         if restored != text {
             return Ok(None);
         }
+        // `guarded` spans within `text[at..at + len]`, relative to `at`.
+        let within = |at: usize, len: usize| -> Vec<Range<usize>> {
+            guarded
+                .iter()
+                .filter(|g| g.start < at + len && g.end > at)
+                .map(|g| g.start.max(at) - at..g.end.min(at + len) - at)
+                .collect()
+        };
         let mut ids = Vec::new();
         let mut rest = marked_text.as_str();
+        // Where `rest` begins in `text`.
+        let mut at = 0;
         for (n, &i) in kept.iter().enumerate() {
             let (before, after) = rest.split_once(&marker(i)).expect("each marker is there once");
-            ids.extend(self.tokenizer.encode(before, n == 0, true)?);
+            ids.extend(
+                self.tokenizer.encode_guarded(before, n == 0, &within(at, before.len()), &|id| self.is_markup(id))?,
+            );
             ids.extend_from_slice(spliced[i].as_deref().expect("kept messages have ids"));
+            at += before.len() + messages[i].content.len();
             rest = after;
             // The next text must start with a special token (the turn's end),
             // or it would have merged with the content's last characters.
-            let next = self.tokenizer.encode(rest, false, true)?;
+            let next = self.tokenizer.encode_guarded(rest, false, &within(at, rest.len()), &|id| self.is_markup(id))?;
             if next.first().is_some_and(|&id| !self.tokenizer.is_special(id)) {
                 return Ok(None);
             }
         }
-        ids.extend(self.tokenizer.encode(rest, false, true)?);
+        ids.extend(self.tokenizer.encode_guarded(rest, false, &within(at, rest.len()), &|id| self.is_markup(id))?);
         Ok(Some(ids))
     }
 

@@ -89,27 +89,43 @@ impl SpmEncoder {
                     prev_special = true;
                 }
                 Fragment::Text(t) => {
-                    let mut s = String::with_capacity(t.len() + 3);
-                    if self.add_space_prefix && prev_special {
-                        s.push(' ');
-                    }
-                    s.push_str(t);
-                    let text = s.replace(' ', "▁");
-                    if self.merges.is_some() {
-                        for word in newline_runs(&text) {
-                            match self.ids.get(word) {
-                                Some(&id) if word.bytes().all(|b| b == b'\n') => out.push(id),
-                                _ => self.merge(word, &mut out),
-                            }
-                        }
-                    } else {
-                        self.merge(&text, &mut out);
-                    }
+                    self.encode_run(t, prev_special, &mut out);
                     prev_special = false;
                 }
             }
         }
         out
+    }
+
+    /// `text` as one run of text, no special token cut out of it, as a run
+    /// that follows a special token (or starts the text) is encoded.
+    pub(crate) fn encode_verbatim(&self, text: &str) -> Vec<u32> {
+        let mut out = Vec::new();
+        if !text.is_empty() {
+            self.encode_run(text, true, &mut out);
+        }
+        out
+    }
+
+    /// One run of text between special tokens; `after_special`: it starts
+    /// the text or follows a special token (where the space prefix goes).
+    fn encode_run(&self, t: &str, after_special: bool, out: &mut Vec<u32>) {
+        let mut s = String::with_capacity(t.len() + 3);
+        if self.add_space_prefix && after_special {
+            s.push(' ');
+        }
+        s.push_str(t);
+        let text = s.replace(' ', "▁");
+        if self.merges.is_some() {
+            for word in newline_runs(&text) {
+                match self.ids.get(word) {
+                    Some(&id) if word.bytes().all(|b| b == b'\n') => out.push(id),
+                    _ => self.merge(word, out),
+                }
+            }
+        } else {
+            self.merge(&text, out);
+        }
     }
 
     /// Cuts special tokens out of `text`, longest first.

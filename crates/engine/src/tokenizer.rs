@@ -5,6 +5,7 @@
 //! of the raw bytes each token stands for, which is what lets the streaming
 //! decoder cut text only at UTF-8 boundaries.
 
+use std::ops::Range;
 use std::path::Path;
 
 use candle_core::quantized::gguf_file::Value;
@@ -34,6 +35,11 @@ pub struct Tokenizer {
     /// Control and user-defined tokens: each tokenizes apart from the
     /// text around it.
     is_special: Vec<bool>,
+    /// The texts of the tokens cut out of text before it is merged, longest
+    /// first, then by id (llama.cpp's partition): control ones (and, for
+    /// SentencePiece-style vocabularies, unknown ones), matched only where
+    /// special text is parsed, and user-defined ones, matched in any text.
+    cut_specials: Vec<Cut>,
     bos: Option<u32>,
     eos: Option<u32>,
     eot: Option<u32>,
@@ -87,6 +93,26 @@ impl Tokenizer {
 
         let json = Path::new(file.path()).with_file_name("tokenizer.json");
         let is_control = types.iter().map(|&t| t == TYPE_CONTROL).collect();
+        // SentencePiece-style encoders parse unknown-type tokens as llama.cpp
+        // does; the `tokenizers` path knows control and user-defined ones.
+        let parsed = |with_unknown: bool| -> Vec<Cut> {
+            let mut list: Vec<Cut> = tokens
+                .iter()
+                .zip(&types)
+                .enumerate()
+                .filter(|(_, (t, _))| !t.is_empty())
+                .filter_map(|(i, (t, &ty))| {
+                    let always = ty == TYPE_USER_DEFINED;
+                    (always || ty == TYPE_CONTROL || (with_unknown && ty == TYPE_UNKNOWN)).then(|| Cut {
+                        text: t.clone(),
+                        id: i as u32,
+                        always,
+                    })
+                })
+                .collect();
+            list.sort_by(|a, b| b.text.len().cmp(&a.text.len()).then(a.id.cmp(&b.id)));
+            list
+        };
         let is_special = types.iter().map(|&t| t == TYPE_CONTROL || t == TYPE_USER_DEFINED).collect();
         let special: Vec<Special> = types
             .iter()
@@ -109,14 +135,38 @@ impl Tokenizer {
                 .collect::<Result<_>>()?;
             let encoder = Encoder::Spm(SpmEncoder::with_merges(&tokens, &special, &merges));
             let token_bytes = spm_table(&tokens, &types);
-            return Ok(Self { encoder, token_bytes, tokens, is_control, is_special, bos, eos, eot, add_bos });
+            let cut_specials = parsed(true);
+            return Ok(Self {
+                encoder,
+                token_bytes,
+                tokens,
+                is_control,
+                is_special,
+                cut_specials,
+                bos,
+                eos,
+                eot,
+                add_bos,
+            });
         }
         if model_kind == "llama" && !json.is_file() {
             let add_space_prefix = file.bool_opt("tokenizer.ggml.add_space_prefix").unwrap_or(true);
             let scores = spm_scores(file, tokens.len()).map_err(err)?;
             let encoder = Encoder::Spm(SpmEncoder::new(&tokens, scores, &special, add_space_prefix));
             let token_bytes = spm_table(&tokens, &types);
-            return Ok(Self { encoder, token_bytes, tokens, is_control, is_special, bos, eos, eot, add_bos });
+            let cut_specials = parsed(true);
+            return Ok(Self {
+                encoder,
+                token_bytes,
+                tokens,
+                is_control,
+                is_special,
+                cut_specials,
+                bos,
+                eos,
+                eot,
+                add_bos,
+            });
         }
         let token_bytes = match model_kind.as_str() {
             "gpt2" => byte_level_table(&tokens, &types),
@@ -130,25 +180,27 @@ impl Tokenizer {
         } else {
             let pre = file.string_opt("tokenizer.ggml.pre").unwrap_or("default");
             let mut bpe = build_bpe(file, &tokens, pre).map_err(err)?;
-            // Control tokens are matched only when special tokens are parsed;
-            // user-defined ones always, as llama.cpp matches them.
+            // Matched when special tokens are parsed; user-defined ones are
+            // cut out of plain text by `encode` itself, as llama.cpp does.
             let added: Vec<AddedToken> = tokens
                 .iter()
                 .zip(&types)
                 .filter(|(_, &t)| t == TYPE_CONTROL || t == TYPE_USER_DEFINED)
-                .map(|(s, &t)| AddedToken::from(s.clone(), t == TYPE_CONTROL))
+                .map(|(s, _)| AddedToken::from(s.clone(), true))
                 .collect();
             bpe.add_special_tokens(added).map_err(|e| err(format!("special tokens: {e}")))?;
             bpe
         };
         let mut plain = special.clone();
         plain.set_encode_special_tokens(true);
+        let cut_specials = parsed(false);
         Ok(Self {
             encoder: Encoder::Hf { special, plain },
             token_bytes,
             tokens,
             is_control,
             is_special,
+            cut_specials,
             bos,
             eos,
             eot,
@@ -166,15 +218,132 @@ impl Tokenizer {
         }
         match &self.encoder {
             Encoder::Spm(spm) => ids.extend(spm.encode(text, parse_special)),
-            Encoder::Hf { special, plain } => {
-                let tok = if parse_special { special } else { plain };
-                let enc = tok
+            Encoder::Hf { special, .. } if parse_special => {
+                let enc = special
                     .encode(text, false)
                     .map_err(|e| EngineError::Tokenizer { path: "<encode>".into(), reason: e.to_string() })?;
                 ids.extend_from_slice(enc.get_ids());
             }
+            // User-defined tokens cut out; the text between spelled as text.
+            Encoder::Hf { .. } => ids.extend(self.encode_cut(text, &|c| c.always, &|_| true, &[])?),
         }
         Ok(ids)
+    }
+
+    /// `text` cut at the specials `cut` picks, longest first (within
+    /// `plain`, only those `cut_plain` picks too), the runs between encoded
+    /// with no special token matched in them.
+    fn encode_cut(
+        &self,
+        text: &str,
+        cut: &dyn Fn(&Cut) -> bool,
+        cut_plain: &dyn Fn(&Cut) -> bool,
+        plain: &[Range<usize>],
+    ) -> Result<Vec<u32>> {
+        enum Piece {
+            Text(Range<usize>),
+            Token(u32),
+        }
+        let mut pieces = vec![Piece::Text(0..text.len())];
+        for special in self.cut_specials.iter().filter(|c| cut(c)) {
+            let s = special.text.as_str();
+            if !text.contains(s) {
+                continue;
+            }
+            let step = s.chars().next().map_or(1, char::len_utf8);
+            let mut next = Vec::with_capacity(pieces.len() + 2);
+            for piece in pieces {
+                let Piece::Text(range) = piece else {
+                    next.push(piece);
+                    continue;
+                };
+                let (mut start, mut search) = (range.start, range.start);
+                while let Some(found) = text[search..range.end].find(s) {
+                    let (at, end) = (search + found, search + found + s.len());
+                    if !cut_plain(special) && plain.iter().any(|p| at < p.end && end > p.start) {
+                        search = at + step;
+                        continue;
+                    }
+                    if at > start {
+                        next.push(Piece::Text(start..at));
+                    }
+                    next.push(Piece::Token(special.id));
+                    (start, search) = (end, end);
+                }
+                if start < range.end {
+                    next.push(Piece::Text(start..range.end));
+                }
+            }
+            pieces = next;
+        }
+        let mut ids = Vec::new();
+        for piece in pieces {
+            match piece {
+                Piece::Token(id) => ids.push(id),
+                Piece::Text(range) => ids.extend(self.encode_verbatim(&text[range])?),
+            }
+        }
+        Ok(ids)
+    }
+
+    /// A run of text with no special token matched in it.
+    fn encode_verbatim(&self, text: &str) -> Result<Vec<u32>> {
+        match &self.encoder {
+            Encoder::Spm(spm) => Ok(spm.encode_verbatim(text)),
+            Encoder::Hf { plain, .. } => Ok(plain
+                .encode(text, false)
+                .map_err(|e| EngineError::Tokenizer { path: "<encode>".into(), reason: e.to_string() })?
+                .get_ids()
+                .to_vec()),
+        }
+    }
+
+    /// `encode(text, add_bos, true)`, except inside `plain` (byte ranges of
+    /// `text`: the messages' own content in a rendered prompt), where no
+    /// control token is matched: text there that spells one (`<|im_end|>`,
+    /// `<start_of_turn>`) is tokenized as the text it is, so a pasted text
+    /// or a tool's result cannot open a turn of its own. Elsewhere, and for
+    /// text that spells none, the ids are `encode`'s.
+    ///
+    /// User-defined tokens are matched in that text as in any (llama.cpp
+    /// matches them everywhere: Gemma's newline runs are such tokens),
+    /// except those `markup` names (a template's own, such as Harmony's
+    /// `<|start|>`, which llama.cpp makes user-defined).
+    pub fn encode_guarded(
+        &self,
+        text: &str,
+        add_bos: bool,
+        plain: &[Range<usize>],
+        markup: &dyn Fn(u32) -> bool,
+    ) -> Result<Vec<u32>> {
+        if plain.is_empty() {
+            return self.encode(text, add_bos, true);
+        }
+        let mut ids = Vec::new();
+        if add_bos && self.add_bos {
+            ids.extend(self.bos);
+        }
+        ids.extend(self.encode_cut(text, &|_| true, &|c| c.always && !markup(c.id), plain)?);
+        Ok(ids)
+    }
+
+    /// Whether `text` spells a control token, or a user-defined one that
+    /// `markup` names.
+    pub fn spells_markup(&self, text: &str, markup: &dyn Fn(u32) -> bool) -> bool {
+        self.cut_specials.iter().any(|c| (!c.always || markup(c.id)) && text.contains(c.text.as_str()))
+    }
+
+    /// The user-defined tokens `source` (a chat template) spells, other
+    /// than runs of whitespace: the markup it writes with them.
+    pub fn user_defined_in(&self, source: &str) -> Vec<u32> {
+        let mut ids: Vec<u32> = self
+            .cut_specials
+            .iter()
+            .filter(|c| c.always && !c.text.trim().is_empty() && source.contains(c.text.as_str()))
+            .map(|c| c.id)
+            .collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// Text for `ids`; control tokens contribute nothing, invalid UTF-8 becomes U+FFFD.
@@ -226,6 +395,14 @@ impl Tokenizer {
     pub fn add_bos(&self) -> bool {
         self.add_bos
     }
+}
+
+/// A special token as text is cut at it.
+struct Cut {
+    text: String,
+    id: u32,
+    /// User-defined: cut out of any text, not only where specials are parsed.
+    always: bool,
 }
 
 /// How text becomes ids.

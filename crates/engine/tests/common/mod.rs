@@ -124,6 +124,8 @@ pub struct TinySpec {
     pub o200k: bool,
     /// Gemma 4's own choices.
     pub gemma4: Gemma4Spec,
+    /// A chat template in place of the vocabulary's own.
+    pub chat_template: Option<String>,
 }
 
 /// What a Gemma 4 file adds to `TinySpec` (its `head_dim`, `n_kv_heads`
@@ -195,6 +197,7 @@ impl TinySpec {
             yarn: (family == Family::GptOss).then_some((32.0, 4096)),
             o200k: false,
             gemma4: Gemma4Spec::small(),
+            chat_template: None,
         }
     }
 
@@ -402,6 +405,7 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         md.push((k("rope.local_freq_base"), Value::F32(10000.0)));
     }
     md.extend(if spec.o200k { o200k::tokenizer_metadata() } else { tokenizer_metadata(spec.family) });
+    set_template(&mut md, spec);
     let md_refs: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let mut f = std::fs::File::create(path).unwrap();
@@ -516,10 +520,22 @@ pub fn write_gemma4(path: &Path, spec: &TinySpec) {
         md.push((k("expert_feed_forward_length"), Value::U32(spec.experts.2 as u32)));
     }
     md.extend(vocabulary);
+    set_template(&mut md, spec);
     let md_refs: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let mut f = std::fs::File::create(path).unwrap();
     gguf_file::write(&mut f, &md_refs, &t_refs).unwrap();
+}
+
+/// `spec.chat_template` in place of the vocabulary's template.
+fn set_template(md: &mut [(String, Value)], spec: &TinySpec) {
+    if let Some(t) = &spec.chat_template {
+        for (k, v) in md.iter_mut() {
+            if k == "tokenizer.chat_template" {
+                *v = Value::String(t.clone());
+            }
+        }
+    }
 }
 
 fn strings(v: Vec<String>) -> Value {
