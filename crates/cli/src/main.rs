@@ -88,6 +88,21 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Measures constrained decoding: a reply under a JSON schema (default:
+    /// any JSON object) against the same reply unconstrained, and the time
+    /// the grammar's mask takes per token when computed alone (in a reply
+    /// it runs beside the forward pass).
+    BenchGrammar {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// A JSON schema file (default: any JSON object).
+        #[arg(long)]
+        schema: Option<PathBuf>,
+        #[arg(long, default_value_t = 128)]
+        gen_tokens: usize,
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+    },
     /// Measures a conversation cache: time to first token of the next turn
     /// cold (full prefill), warm (cache in memory) and restored (a fresh
     /// process reading the saved cache), bytes on disk, and save time.
@@ -301,6 +316,9 @@ fn run(cli: Cli) -> Result<(), EngineError> {
             bench(&model, prompt_tokens, gen_tokens, repeats, batch, concurrent, json)
         }
         Command::BenchCache { model, history_tokens, json } => bench_cache::run(&model, history_tokens, json),
+        Command::BenchGrammar { model, schema, gen_tokens, repeats } => {
+            bench_grammar(&model, schema.as_deref(), gen_tokens, repeats)
+        }
         Command::Score { model, ids_file, out } => score::score(&open(&model)?, &ids_file, &out),
         Command::Perplexity { model, file, ctx, kl_base, json } => {
             score::perplexity(&open(&model)?, &file, ctx, kl_base.as_deref(), json)
@@ -516,6 +534,82 @@ fn chat(model: &ModelArgs, sampling: &SamplingArgs, system: Option<String>) -> R
         messages.push(ChatMessage::assistant(out.sequences[0].text.clone()));
         eprint!("> ");
     }
+    Ok(())
+}
+
+fn bench_grammar(
+    model: &ModelArgs,
+    schema: Option<&std::path::Path>,
+    gen_tokens: usize,
+    repeats: usize,
+) -> Result<(), EngineError> {
+    use hearth_engine::{ChatMessage, GrammarSpec, SamplingParams};
+    let engine = open(model)?;
+    let spec = match schema {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| EngineError::setting("schema", format!("{}: {e}", p.display())))?;
+            GrammarSpec::JsonSchema(
+                serde_json::from_str(&text).map_err(|e| EngineError::setting("schema", e.to_string()))?,
+            )
+        }
+        None => GrammarSpec::JsonObject,
+    };
+    let t = Instant::now();
+    let grammar = engine.compile_grammar(&spec)?;
+    let first_compile = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    engine.compile_grammar(&spec)?;
+    let compile = t.elapsed().as_secs_f64();
+    let prompt = engine.encode_chat(&[ChatMessage::user("Describe a city as a JSON object.")])?;
+    let sampling = SamplingParams { temperature: 0.0, ..Default::default() };
+    let run = |constrained: bool| -> Result<(usize, f64), EngineError> {
+        let mut config = engine.generation_config(sampling.clone(), gen_tokens);
+        if constrained {
+            config.grammar = Some(grammar.clone());
+        }
+        let mut session = engine.new_session(Some(prompt.len() + gen_tokens + 8));
+        let mut turn = session.start_turn(engine.model(), engine.tokenizer(), &prompt, config, 1)?;
+        let t = Instant::now();
+        let mut steps = 0;
+        while turn.step()?.is_some() {
+            steps += 1;
+        }
+        Ok((steps, t.elapsed().as_secs_f64()))
+    };
+    let (mut free, mut bound) = ((0, f64::MAX), (0, f64::MAX));
+    for _ in 0..repeats.max(1) {
+        let f = run(false)?;
+        let b = run(true)?;
+        free = (f.0, free.1.min(f.1 / f.0.max(1) as f64));
+        bound = (b.0, bound.1.min(b.1 / b.0.max(1) as f64));
+    }
+    // The mask alone: the constrained reply's tokens fed back one by one.
+    let mut config = engine.generation_config(sampling, gen_tokens);
+    config.grammar = Some(grammar.clone());
+    let mut session = engine.new_session(Some(prompt.len() + gen_tokens + 8));
+    let out = session.start_turn(engine.model(), engine.tokenizer(), &prompt, config, 1)?.run()?;
+    let tokens = &out.sequences[0].tokens;
+    let mut constraint = grammar.start();
+    let t = Instant::now();
+    for &tok in tokens {
+        constraint.mask()?;
+        if !engine.end_tokens().contains(&tok) {
+            constraint.consume(tok)?;
+        }
+    }
+    let mask = t.elapsed().as_secs_f64() / tokens.len().max(1) as f64;
+    println!(
+        "{}",
+        json!({
+            "grammar_compile_first_s": first_compile,
+            "grammar_compile_s": compile,
+            "unconstrained": {"tokens": free.0, "ms_per_token": free.1 * 1e3},
+            "constrained": {"tokens": bound.0, "ms_per_token": bound.1 * 1e3},
+            "mask_alone_ms_per_token": mask * 1e3,
+            "text": out.sequences[0].text,
+        })
+    );
     Ok(())
 }
 

@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 use candle_core::Device;
 
+use crate::constraint::{Grammar, GrammarSpec, Grammars};
 use crate::error::{EngineError, Result};
 use crate::gguf::GgufFile;
 use crate::model::{Kernels, Model};
@@ -62,6 +63,8 @@ pub struct Engine {
     /// User-defined tokens the template writes as markup, sorted: kept as
     /// text in a message, as control tokens are (`guarded_spans`).
     template_markup: Vec<u32>,
+    /// The grammar compiler over this model's vocabulary, built on first use.
+    grammars: OnceLock<Grammars>,
     /// The whole file's SHA-256, once known: computed by `hash_file` (gigabytes
     /// take a while, so the app does it in the background) or remembered.
     file_sha256: OnceLock<String>,
@@ -111,6 +114,7 @@ impl Engine {
             end_tokens,
             reasoning,
             template_markup,
+            grammars: OnceLock::new(),
             file_sha256: OnceLock::new(),
         })
     }
@@ -429,6 +433,22 @@ impl Engine {
             stop_strings: Vec::new(),
             sampling,
             top_logprobs: 0,
+            grammar: None,
         }
+    }
+
+    /// `spec` compiled for this model (its vocabulary's token trie is built
+    /// on first use, then kept): what `GenerationConfig::grammar` takes. An
+    /// invalid grammar or an unsupported schema feature is a setting error
+    /// naming it.
+    pub fn compile_grammar(&self, spec: &GrammarSpec) -> Result<Grammar> {
+        let grammars = match self.grammars.get() {
+            Some(g) => g,
+            None => {
+                let built = Grammars::new(&self.tokenizer, self.model.vocab_size(), &self.end_tokens)?;
+                self.grammars.get_or_init(|| built)
+            }
+        };
+        grammars.compile(spec)
     }
 }

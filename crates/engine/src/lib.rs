@@ -4,6 +4,7 @@
 //! conversation, and run turns through the [`SamplerLoop`] (via
 //! [`Session::start_turn`]). Nothing here knows about Tauri, IPC or storage.
 
+pub mod constraint;
 pub mod cpu;
 pub mod detok;
 pub mod device;
@@ -31,6 +32,7 @@ pub mod tokenizer;
 pub mod worker_pool;
 
 pub use candle_core::Device;
+pub use constraint::{Grammar, GrammarSpec, Grammars};
 pub use detok::StreamDecoder;
 pub use device::DeviceChoice;
 pub use engine::{Engine, PromptOptions, BUILD_ID};

@@ -14,6 +14,7 @@
 //! sampled one; the next step feeds it. This is what lets the next chat turn
 //! start from the cache without re-reading anything.
 
+use crate::constraint::{Constraint, Grammar, Mask};
 use crate::detok::StreamDecoder;
 use crate::error::Result;
 use crate::kv_cache::KvCache;
@@ -61,6 +62,10 @@ pub struct GenerationConfig {
     /// log-softmax of the logits, forbidden tokens excluded, before
     /// penalties, temperature and truncation.
     pub top_logprobs: usize,
+    /// A grammar every sequence's reply must follow (`Grammars::compile`):
+    /// tokens it forbids are never sampled, and the end tokens only where
+    /// it may end.
+    pub grammar: Option<Grammar>,
 }
 
 /// The loop's whole state between two steps.
@@ -91,6 +96,8 @@ pub struct SamplingState {
     /// Tokens before the loop that the penalties may see.
     penalty_context: Vec<u32>,
     text: Vec<TextState>,
+    /// Per sequence: where it is in the grammar, when there is one.
+    constraints: Vec<Option<Constraint>>,
 }
 
 impl SamplingState {
@@ -247,6 +254,7 @@ impl<'a> SamplerLoop<'a> {
             rngs: (0..batch as u64).map(|b| Rng::new(self.config.sampling.seed.wrapping_add(b))).collect(),
             penalty_context: penalty_context[penalty_context.len().saturating_sub(window)..].to_vec(),
             text: vec![TextState::default(); batch],
+            constraints: (0..batch).map(|_| self.config.grammar.as_ref().map(Grammar::start)).collect(),
         })
     }
 
@@ -300,14 +308,42 @@ impl<'a> SamplerLoop<'a> {
             return Ok(None);
         }
         let mut chosen_on_device = None;
+        // Each constrained sequence's mask: computed while the forward pass
+        // runs, where this step runs it; else now.
+        let mut masks: Vec<Option<Mask>> = Vec::new();
         let mut logits: Vec<Vec<f32>> = match (state.pending_logits.take(), given) {
             (Some(first), _) => vec![first; state.done.len()],
             (None, Some(given)) => vec![given],
             (None, None) => {
                 let inputs: Vec<Vec<u32>> = state.last_token.iter().map(|&t| vec![t]).collect();
-                let logits = self.model.forward(&inputs, &mut state.cache)?;
+                let (cache, constraints, done) = (&mut state.cache, &mut state.constraints, &state.done);
+                let (logits, computed) = std::thread::scope(|s| {
+                    let pending: Vec<_> = constraints
+                        .iter_mut()
+                        .zip(done)
+                        .map(|(c, &d)| c.as_mut().filter(|_| !d).map(|c| s.spawn(move || c.mask())))
+                        .collect();
+                    let logits = self.model.forward(&inputs, cache);
+                    let computed: Vec<Option<Result<Mask>>> = pending
+                        .into_iter()
+                        .map(|h| {
+                            h.map(|h| {
+                                h.join().unwrap_or_else(|_| {
+                                    Err(crate::EngineError::setting("response_format", "the grammar's thread panicked"))
+                                })
+                            })
+                        })
+                        .collect();
+                    (logits, computed)
+                });
+                masks = computed.into_iter().map(Option::transpose).collect::<Result<_>>()?;
+                let logits = logits?;
                 let s = &self.config.sampling;
-                if !logits.device().is_cpu() && s.is_greedy() && s.penalties_inactive() && self.config.top_logprobs == 0
+                if !logits.device().is_cpu()
+                    && s.is_greedy()
+                    && s.penalties_inactive()
+                    && self.config.top_logprobs == 0
+                    && self.config.grammar.is_none()
                 {
                     chosen_on_device = Some(crate::sampling::greedy_on_device(&logits, &self.config.forbidden_tokens)?);
                     vec![Vec::new(); inputs.len()]
@@ -316,6 +352,14 @@ impl<'a> SamplerLoop<'a> {
                 }
             }
         };
+        if masks.is_empty() {
+            masks = (0..state.done.len())
+                .map(|b| match &mut state.constraints[b] {
+                    Some(c) if !state.done[b] => c.mask().map(Some),
+                    _ => Ok(None),
+                })
+                .collect::<Result<_>>()?;
+        }
         let mut events = Vec::new();
         for (b, row) in logits.iter_mut().enumerate() {
             if state.done[b] {
@@ -329,6 +373,9 @@ impl<'a> SamplerLoop<'a> {
                         if let Some(l) = row.get_mut(t as usize) {
                             *l = f32::NEG_INFINITY;
                         }
+                    }
+                    if let Some(mask) = &masks[b] {
+                        mask.apply(row, &self.config.end_tokens);
                     }
                     let recent = recent_tokens(
                         &state.penalty_context,
@@ -346,6 +393,9 @@ impl<'a> SamplerLoop<'a> {
                     }
                 }
             };
+            if let (Some(c), false) = (&mut state.constraints[b], self.config.end_tokens.contains(&token)) {
+                c.consume(token)?;
+            }
             state.predicted_tokens[b][state.step] = token;
             state.last_token[b] = token;
             state.last_token_pos[b] += 1;

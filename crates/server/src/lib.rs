@@ -233,7 +233,18 @@ async fn generate(api: Arc<Api>, body: Body, endpoint: Endpoint) -> Result<Respo
     };
     let model = loaded(&api.worker)?;
     let (tx, mut events) = mpsc::unbounded_channel();
-    let request = Request { logprobs: g.logprobs, raw_prompt: g.raw_prompt.clone() };
+    // A grammar is checked against the loaded model before the job is
+    // queued, so that a bad one is a 400 naming what is wrong.
+    if let (Some(spec), Some(engine)) = (&g.grammar, api.worker.engine()) {
+        engine.compile_grammar(spec).map_err(|e| {
+            let message = match e {
+                hearth_engine::EngineError::InvalidSetting { reason, .. } => reason,
+                other => other.to_string(),
+            };
+            ApiError::field(g.grammar_field, message)
+        })?;
+    }
+    let request = Request { logprobs: g.logprobs, raw_prompt: g.raw_prompt.clone(), grammar: g.grammar.clone() };
     let job = ReplyJob::for_request(
         g.messages.clone(),
         g.settings.clone(),

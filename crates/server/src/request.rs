@@ -2,7 +2,7 @@
 //! field by field so that a bad one is a 400 naming it (serde's own errors
 //! name a line and column, not the field).
 
-use hearth_engine::{ChatMessage, Role};
+use hearth_engine::{ChatMessage, GrammarSpec, Role};
 use hearth_store::{ConversationSettings, OverflowPolicy, ReasoningEffort};
 use serde_json::{Map, Value};
 
@@ -22,6 +22,11 @@ pub struct Generation {
     pub logprobs: Option<usize>,
     pub stream: bool,
     pub include_usage: bool,
+    /// What the reply must follow: `response_format`'s JSON schema or any
+    /// JSON object, or Hearth's `grammar` (llguidance's Lark syntax).
+    pub grammar: Option<GrammarSpec>,
+    /// The request field the grammar came from, to name in an error.
+    pub grammar_field: &'static str,
 }
 
 /// The most sequences one request may sample (the worker's batch).
@@ -220,11 +225,7 @@ impl Fields {
         if self.get("tools").is_some_and(|t| t.as_array().is_none_or(|a| !a.is_empty())) {
             return Err(ApiError::field("tools", "tool calls are not supported by Hearth yet"));
         }
-        if let Some(format) = self.get("response_format") {
-            if format.get("type").and_then(Value::as_str) != Some("text") {
-                return Err(ApiError::field("response_format", "only {\"type\": \"text\"} is supported"));
-            }
-        }
+        let (grammar, grammar_field) = self.grammar()?;
         let stream = self.bool("stream", false)?;
         let include_usage = match self.get("stream_options") {
             None => false,
@@ -291,7 +292,56 @@ impl Fields {
             return Err(ApiError::field(&bad.field, bad.message.clone()));
         }
         let n = self.uint("n", 1, MAX_N as u64)?.unwrap_or(1) as usize;
-        Ok(Generation { messages, raw_prompt, settings, n, logprobs, stream, include_usage })
+        Ok(Generation { messages, raw_prompt, settings, n, logprobs, stream, include_usage, grammar, grammar_field })
+    }
+
+    /// `response_format` (OpenAI's `text`, `json_object`, and `json_schema`
+    /// with its `schema`; llama.cpp's `json_object` with a `schema` too) or
+    /// `grammar` (a Lark grammar, Hearth's extension); not both.
+    fn grammar(&self) -> Result<(Option<GrammarSpec>, &'static str), ApiError> {
+        let field = "response_format";
+        let format = match self.get(field) {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(f)) => {
+                let kind = f.get("type").and_then(Value::as_str);
+                match kind {
+                    Some("text") => None,
+                    Some("json_object") => Some(match f.get("schema") {
+                        Some(schema @ Value::Object(_)) => GrammarSpec::JsonSchema(schema.clone()),
+                        None | Some(Value::Null) => GrammarSpec::JsonObject,
+                        Some(_) => return Err(ApiError::field("response_format.schema", "must be an object")),
+                    }),
+                    Some("json_schema") => {
+                        let Some(Value::Object(js)) = f.get("json_schema") else {
+                            return Err(ApiError::field("response_format.json_schema", "must be an object"));
+                        };
+                        match js.get("schema") {
+                            Some(schema @ Value::Object(_)) => Some(GrammarSpec::JsonSchema(schema.clone())),
+                            // OpenAI: no schema is any JSON.
+                            None | Some(Value::Null) => Some(GrammarSpec::JsonObject),
+                            Some(_) => {
+                                return Err(ApiError::field("response_format.json_schema.schema", "must be an object"))
+                            }
+                        }
+                    }
+                    _ => {
+                        return Err(ApiError::field("response_format.type", "must be text, json_object or json_schema"))
+                    }
+                }
+            }
+            Some(_) => return Err(ApiError::field(field, "must be an object")),
+        };
+        let grammar = match self.get("grammar") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(g)) if !g.trim().is_empty() => Some(GrammarSpec::Lark(g.clone())),
+            Some(_) => return Err(ApiError::field("grammar", "must be a grammar in Lark syntax (a string)")),
+        };
+        match (format, grammar) {
+            (Some(_), Some(_)) => Err(ApiError::field("grammar", "cannot be given with a JSON response_format")),
+            (Some(f), None) => Ok((Some(f), field)),
+            (None, Some(g)) => Ok((Some(g), "grammar")),
+            (None, None) => Ok((None, field)),
+        }
     }
 }
 

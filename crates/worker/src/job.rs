@@ -45,6 +45,9 @@ pub struct Request {
     /// A prompt tokenized as it is (`/v1/completions`), in place of the
     /// messages rendered through the chat template.
     pub raw_prompt: Option<String>,
+    /// A grammar every sequence's reply follows (`response_format`,
+    /// `grammar`), compiled for the model the reply runs on.
+    pub grammar: Option<hearth_engine::GrammarSpec>,
 }
 
 impl ReplyJob {

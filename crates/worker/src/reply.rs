@@ -110,13 +110,19 @@ pub(super) fn generation_config(
 /// `generation_config` for a job: a request computes the alternatives it
 /// asks for and no others (nothing keeps them, and each costs a pass over
 /// the vocabulary per token).
-pub(super) fn job_config(engine: &hearth_engine::Engine, job: &ReplyJob) -> (hearth_engine::GenerationConfig, u32) {
+pub(super) fn job_config(
+    engine: &hearth_engine::Engine,
+    job: &ReplyJob,
+) -> Result<(hearth_engine::GenerationConfig, u32), AppError> {
     let (mut config, seed) = generation_config(engine, &job.settings);
     if let Some(r) = &job.request {
         // At least one, for the chosen token's own log-probability.
         config.top_logprobs = r.logprobs.map_or(0, |k| k.max(1));
+        if let Some(spec) = &r.grammar {
+            config.grammar = Some(engine.compile_grammar(spec)?);
+        }
     }
-    (config, seed)
+    Ok((config, seed))
 }
 
 /// What a reply's run was computed from, for its records.

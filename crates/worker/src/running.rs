@@ -169,7 +169,13 @@ impl WorkerThread {
         let Prompt { ids: prompt, context, dropped, reply_start } = prompt_ids(&engine, job, &job.settings)?;
         let (cache_key, session) = self.caches.take_for(&engine, job, &prompt, context);
         let session = session.unwrap_or_else(|| engine.new_session(Some(context)));
-        let (config, seed) = job_config(&engine, job);
+        let (config, seed) = match job_config(&engine, job) {
+            Ok(c) => c,
+            Err(e) => {
+                self.caches.put(cache_key, session, context, false);
+                return Err(e);
+            }
+        };
         match session.into_turn(engine.model(), engine.tokenizer(), prompt.clone(), config) {
             Ok(mut turn) => {
                 turn.set_checkpoint_at(reply_start);
