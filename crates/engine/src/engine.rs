@@ -16,6 +16,7 @@ use crate::sampling::SamplingParams;
 use crate::session::Session;
 use crate::session_file::CacheIdentity;
 use crate::template::{ChatMessage, ChatTemplate};
+use crate::tools::{ToolFormat, Tools};
 
 /// The engine's version and a hash of its source (see `build.rs`): it
 /// changes whenever kernels or numerics may have, which invalidates caches.
@@ -60,6 +61,8 @@ pub struct Engine {
     end_tokens: Vec<u32>,
     /// How the template marks thinking, if it is a reasoning model's.
     reasoning: Option<ReasoningFormat>,
+    /// How the template takes tools and the model writes calls.
+    tool_format: ToolFormat,
     /// User-defined tokens the template writes as markup, sorted: kept as
     /// text in a message, as control tokens are (`guarded_spans`).
     template_markup: Vec<u32>,
@@ -106,6 +109,7 @@ impl Engine {
         }
         let reasoning = ReasoningFormat::detect(&template);
         let template_markup = tokenizer.user_defined_in(template.source());
+        let tool_format = ToolFormat::detect(&template);
         Ok(Self {
             path: path.as_ref().to_path_buf(),
             model,
@@ -114,6 +118,7 @@ impl Engine {
             end_tokens,
             reasoning,
             template_markup,
+            tool_format,
             grammars: OnceLock::new(),
             file_sha256: OnceLock::new(),
         })
@@ -171,7 +176,18 @@ impl Engine {
     /// analysis as `thinking` (which the template then drops, as its text
     /// says, or keeps).
     pub fn render_chat(&self, messages: &[ChatMessage], options: PromptOptions) -> Result<String> {
-        let vars = self.template_vars(options);
+        self.render_chat_tools(messages, options, &Tools::default())
+    }
+
+    /// `render_chat`, with `tools` offered as the template takes them (its
+    /// `tools` variable, or Hearth's fallback: see `tools.rs`).
+    pub fn render_chat_tools(&self, messages: &[ChatMessage], options: PromptOptions, tools: &Tools) -> Result<String> {
+        let mut vars = self.template_vars(options);
+        let (prepared, listed) = self.tool_format.prepare(messages, tools);
+        let messages = prepared.as_slice();
+        if let Some(listed) = listed {
+            vars.push(("tools", listed));
+        }
         match self.reasoning.as_ref().filter(|f| f.answer_start.is_some()) {
             Some(format) => {
                 let messages: Vec<ChatMessage> = messages
@@ -225,9 +241,20 @@ impl Engine {
     /// user message whose content spells one (`<|im_end|>`,
     /// `<start_of_turn>`) is tokenized there as text (see `guarded_spans`).
     pub fn encode_chat_with(&self, messages: &[ChatMessage], options: PromptOptions) -> Result<Vec<u32>> {
-        let text = self.render_chat(messages, options)?;
-        let guarded = self.guarded_spans(messages, options, &text)?;
-        let mut ids = match self.encode_spliced(messages, options, &text, &guarded)? {
+        self.encode_chat_tools(messages, options, &Tools::default())
+    }
+
+    /// `encode_chat_with`, with `tools` offered (`render_chat_tools`). A
+    /// tool's result is a message's content like any: text, whatever it spells.
+    pub fn encode_chat_tools(
+        &self,
+        messages: &[ChatMessage],
+        options: PromptOptions,
+        tools: &Tools,
+    ) -> Result<Vec<u32>> {
+        let text = self.render_chat_tools(messages, options, tools)?;
+        let guarded = self.guarded_spans(messages, options, tools, &text)?;
+        let mut ids = match self.encode_spliced(messages, options, tools, &text, &guarded)? {
             Some(ids) => ids,
             None => self.tokenizer.encode_guarded(&text, true, &guarded, &|id| self.is_markup(id))?,
         };
@@ -258,7 +285,13 @@ impl Engine {
     /// A template that writes the content twice or not at all leaves no
     /// such place, and the prompt is refused rather than let the content's
     /// markup through.
-    fn guarded_spans(&self, messages: &[ChatMessage], options: PromptOptions, text: &str) -> Result<Vec<Range<usize>>> {
+    fn guarded_spans(
+        &self,
+        messages: &[ChatMessage],
+        options: PromptOptions,
+        tools: &Tools,
+        text: &str,
+    ) -> Result<Vec<Range<usize>>> {
         let mut spans = Vec::new();
         for (i, m) in messages.iter().enumerate() {
             if m.role == crate::template::Role::Assistant
@@ -270,7 +303,7 @@ impl Engine {
             let mut marked = messages.to_vec();
             marked[i].content = marker.clone();
             marked[i].ids = None;
-            let marked_text = self.render_chat(&marked, options)?;
+            let marked_text = self.render_chat_tools(&marked, options, tools)?;
             let place = match marked_text.match_indices(&marker).collect::<Vec<_>>().as_slice() {
                 [(at, _)] => {
                     let (before, after) = (&marked_text[..*at], &marked_text[at + marker.len()..]);
@@ -301,6 +334,7 @@ impl Engine {
         &self,
         messages: &[ChatMessage],
         options: PromptOptions,
+        tools: &Tools,
         text: &str,
         guarded: &[Range<usize>],
     ) -> Result<Option<Vec<u32>>> {
@@ -323,7 +357,7 @@ impl Engine {
         for &i in &kept {
             marked[i].content = marker(i);
         }
-        let marked_text = self.render_chat(&marked, options)?;
+        let marked_text = self.render_chat_tools(&marked, options, tools)?;
         let mut restored = marked_text.clone();
         for &i in &kept {
             if marked_text.matches(&marker(i)).count() != 1 {
@@ -364,6 +398,11 @@ impl Engine {
         }
         ids.extend(self.tokenizer.encode_guarded(rest, false, &within(at, rest.len()), &|id| self.is_markup(id))?);
         Ok(Some(ids))
+    }
+
+    /// How the template takes tools and the model writes its calls.
+    pub fn tool_format(&self) -> ToolFormat {
+        self.tool_format
     }
 
     /// The model file's size and modification time (ns since the Unix

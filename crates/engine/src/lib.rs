@@ -29,6 +29,7 @@ pub mod session_file;
 mod spm;
 pub mod template;
 pub mod tokenizer;
+pub mod tools;
 pub mod worker_pool;
 
 pub use candle_core::Device;
@@ -52,3 +53,4 @@ pub use session::{Advance, OwnedTurn, PrefillStart, Progress, Session, StopFn, T
 pub use session_file::{CacheIdentity, Restored};
 pub use template::{ChatMessage, ChatTemplate, Role};
 pub use tokenizer::Tokenizer;
+pub use tools::{ToolCall, ToolChoice, ToolFormat, ToolSpec, Tools};

@@ -15,6 +15,8 @@ pub enum Role {
     System,
     User,
     Assistant,
+    /// A tool's result, answering the call named by `tool_call_id`.
+    Tool,
 }
 
 /// One message of a conversation, as the template sees it.
@@ -33,11 +35,18 @@ pub struct ChatMessage {
     /// a cache that no longer matches.
     #[serde(skip)]
     pub ids: Option<Vec<u32>>,
+    /// The calls a reply made (OpenAI's `tool_calls`), as templates read
+    /// them: `{id, type: "function", function: {name, arguments}}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<crate::tools::ToolCall>>,
+    /// A tool message's answer to this call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
     pub fn new(role: Role, content: impl Into<String>) -> Self {
-        Self { role, content: content.into(), thinking: None, ids: None }
+        Self { role, content: content.into(), thinking: None, ids: None, tool_calls: None, tool_call_id: None }
     }
 
     /// This message, written as the tokens `ids` (which must decode to its

@@ -244,7 +244,21 @@ async fn generate(api: Arc<Api>, body: Body, endpoint: Endpoint) -> Result<Respo
             ApiError::field(g.grammar_field, message)
         })?;
     }
-    let request = Request { logprobs: g.logprobs, raw_prompt: g.raw_prompt.clone(), grammar: g.grammar.clone() };
+    if let (Some(spec), Some(engine)) = (g.tools.call_grammar(), api.worker.engine()) {
+        engine.compile_grammar(&spec).map_err(|e| {
+            let message = match e {
+                hearth_engine::EngineError::InvalidSetting { reason, .. } => reason,
+                other => other.to_string(),
+            };
+            ApiError::field("tools", message)
+        })?;
+    }
+    let request = Request {
+        logprobs: g.logprobs,
+        raw_prompt: g.raw_prompt.clone(),
+        grammar: g.grammar.clone(),
+        tools: g.tools.clone(),
+    };
     let job = ReplyJob::for_request(
         g.messages.clone(),
         g.settings.clone(),
@@ -265,7 +279,11 @@ async fn generate(api: Arc<Api>, body: Body, endpoint: Endpoint) -> Result<Respo
         }),
         Endpoint::Completion => None,
     };
-    let mut reply = Reply::new(endpoint, model, api.worker.clone(), g.n, g.logprobs, g.include_usage, reasoning);
+    let tools = match endpoint {
+        Endpoint::Chat if g.tools.offered() => api.worker.engine().map(|e| e.tool_format()),
+        _ => None,
+    };
+    let mut reply = Reply::new(endpoint, model, api.worker.clone(), g.n, g.logprobs, g.include_usage, reasoning, tools);
 
     // Until the prompt is known to fit, a failure is still an HTTP status.
     let mut early = VecDeque::new();

@@ -2,7 +2,7 @@
 //! field by field so that a bad one is a 400 naming it (serde's own errors
 //! name a line and column, not the field).
 
-use hearth_engine::{ChatMessage, GrammarSpec, Role};
+use hearth_engine::{ChatMessage, GrammarSpec, Role, ToolCall, ToolChoice, ToolSpec, Tools};
 use hearth_store::{ConversationSettings, OverflowPolicy, ReasoningEffort};
 use serde_json::{Map, Value};
 
@@ -27,6 +27,24 @@ pub struct Generation {
     pub grammar: Option<GrammarSpec>,
     /// The request field the grammar came from, to name in an error.
     pub grammar_field: &'static str,
+    /// The tools offered (chat only).
+    pub tools: Tools,
+}
+
+/// An assistant message's call as OpenAI writes it: `{id, type, function:
+/// {name, arguments}}`, the arguments as JSON text (or an object).
+fn tool_call(c: &Value) -> Option<ToolCall> {
+    let f = c.get("function")?;
+    let arguments = match f.get("arguments")? {
+        Value::String(s) => s.clone(),
+        other @ Value::Object(_) => other.to_string(),
+        _ => return None,
+    };
+    Some(ToolCall {
+        id: c.get("id").and_then(Value::as_str).unwrap_or_default().to_string(),
+        name: f.get("name")?.as_str()?.to_string(),
+        arguments,
+    })
 }
 
 /// The most sequences one request may sample (the worker's batch).
@@ -151,10 +169,11 @@ impl Fields {
                     Some("system" | "developer") => Role::System,
                     Some("user") => Role::User,
                     Some("assistant") => Role::Assistant,
+                    Some("tool") => Role::Tool,
                     Some(other) => {
                         return Err(ApiError::field(
                             &at("role"),
-                            format!("\"{other}\" is not supported; use system, developer, user or assistant"),
+                            format!("\"{other}\" is not supported; use system, developer, user, assistant or tool"),
                         ))
                     }
                     None => return Err(ApiError::field(&at("role"), "is required")),
@@ -182,6 +201,32 @@ impl Fields {
                         None | Some(Value::Null) => {}
                         Some(Value::String(r)) => message.thinking = Some(r.clone()),
                         Some(_) => return Err(ApiError::field(&at("reasoning_content"), "must be a string")),
+                    }
+                    match m.get("tool_calls") {
+                        None | Some(Value::Null) => {}
+                        Some(Value::Array(calls)) => {
+                            let calls = calls
+                                .iter()
+                                .enumerate()
+                                .map(|(j, c)| {
+                                    tool_call(c).ok_or_else(|| {
+                                        ApiError::field(
+                                            &at(&format!("tool_calls[{j}]")),
+                                            "must be {id, type: \"function\", function: {name, arguments}}",
+                                        )
+                                    })
+                                })
+                                .collect::<Result<Vec<_>, _>>()?;
+                            message.tool_calls = Some(calls);
+                        }
+                        Some(_) => return Err(ApiError::field(&at("tool_calls"), "must be a list")),
+                    }
+                }
+                if role == Role::Tool {
+                    match m.get("tool_call_id") {
+                        Some(Value::String(id)) => message.tool_call_id = Some(id.clone()),
+                        None | Some(Value::Null) => {}
+                        Some(_) => return Err(ApiError::field(&at("tool_call_id"), "must be a string")),
                     }
                 }
                 Ok(message)
@@ -222,10 +267,14 @@ impl Fields {
                 return Err(ApiError::field(penalty, "is not supported by Hearth; use repeat_penalty"));
             }
         }
-        if self.get("tools").is_some_and(|t| t.as_array().is_none_or(|a| !a.is_empty())) {
-            return Err(ApiError::field("tools", "tool calls are not supported by Hearth yet"));
-        }
         let (grammar, grammar_field) = self.grammar()?;
+        let tools = self.tools(raw_prompt.is_some())?;
+        if grammar.is_some() && tools.call_grammar().is_some() {
+            return Err(ApiError::field(
+                "tool_choice",
+                "a required tool call cannot be given with response_format or grammar",
+            ));
+        }
         let stream = self.bool("stream", false)?;
         let include_usage = match self.get("stream_options") {
             None => false,
@@ -292,7 +341,98 @@ impl Fields {
             return Err(ApiError::field(&bad.field, bad.message.clone()));
         }
         let n = self.uint("n", 1, MAX_N as u64)?.unwrap_or(1) as usize;
-        Ok(Generation { messages, raw_prompt, settings, n, logprobs, stream, include_usage, grammar, grammar_field })
+        Ok(Generation {
+            messages,
+            raw_prompt,
+            settings,
+            n,
+            logprobs,
+            stream,
+            include_usage,
+            grammar,
+            grammar_field,
+            tools,
+        })
+    }
+
+    /// `tools`, `tool_choice` and `parallel_tool_calls`, as OpenAI takes them.
+    fn tools(&self, completion: bool) -> Result<Tools, ApiError> {
+        let specs = match self.get("tools") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(_) if completion => return Err(ApiError::field("tools", "needs /v1/chat/completions")),
+            Some(Value::Array(list)) => list
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let at = |what: &str| format!("tools[{i}].{what}");
+                    if t.get("type").and_then(Value::as_str) != Some("function") {
+                        return Err(ApiError::field(&at("type"), "must be \"function\""));
+                    }
+                    let Some(f) = t.get("function").and_then(Value::as_object) else {
+                        return Err(ApiError::field(&at("function"), "must be an object"));
+                    };
+                    let name = match f.get("name").and_then(Value::as_str) {
+                        Some(n)
+                            if !n.is_empty()
+                                && n.len() <= 64
+                                && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') =>
+                        {
+                            n.to_string()
+                        }
+                        _ => {
+                            return Err(ApiError::field(
+                                &at("function.name"),
+                                "must be 1 to 64 letters, digits, underscores or dashes",
+                            ))
+                        }
+                    };
+                    let parameters = match f.get("parameters") {
+                        None | Some(Value::Null) => serde_json::json!({"type": "object", "properties": {}}),
+                        Some(p @ Value::Object(_)) => p.clone(),
+                        Some(_) => {
+                            return Err(ApiError::field(&at("function.parameters"), "must be a JSON schema object"))
+                        }
+                    };
+                    let description = match f.get("description") {
+                        None | Some(Value::Null) => None,
+                        Some(Value::String(d)) => Some(d.clone()),
+                        Some(_) => return Err(ApiError::field(&at("function.description"), "must be a string")),
+                    };
+                    Ok(ToolSpec { name, description, parameters })
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            Some(_) => return Err(ApiError::field("tools", "must be a list")),
+        };
+        let choice = match self.get("tool_choice") {
+            None | Some(Value::Null) => ToolChoice::Auto,
+            Some(Value::String(c)) => match c.as_str() {
+                "auto" => ToolChoice::Auto,
+                "none" => ToolChoice::None,
+                "required" => ToolChoice::Required,
+                _ => return Err(ApiError::field("tool_choice", "must be auto, none, required or a named function")),
+            },
+            Some(Value::Object(o)) => match o.get("function").and_then(|f| f.get("name")).and_then(Value::as_str) {
+                Some(n) => ToolChoice::Function(n.to_string()),
+                None => {
+                    return Err(ApiError::field(
+                        "tool_choice",
+                        "must name {\"type\": \"function\", \"function\": {\"name\": …}}",
+                    ))
+                }
+            },
+            Some(_) => return Err(ApiError::field("tool_choice", "must be a string or an object")),
+        };
+        match &choice {
+            ToolChoice::Required | ToolChoice::Function(_) if specs.is_empty() => {
+                return Err(ApiError::field("tool_choice", "needs tools"))
+            }
+            ToolChoice::Function(n) if !specs.iter().any(|t| &t.name == n) => {
+                return Err(ApiError::field("tool_choice", format!("names \"{n}\", which is not among the tools")))
+            }
+            _ => {}
+        }
+        let parallel = self.bool("parallel_tool_calls", true)?;
+        Ok(Tools { specs, choice, parallel })
     }
 
     /// `response_format` (OpenAI's `text`, `json_object`, and `json_schema`

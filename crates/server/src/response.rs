@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use hearth_engine::{ReasoningFormat, ReplySplitter, SplitText};
+use hearth_engine::{ReasoningFormat, ReplySplitter, SplitText, ToolCall, ToolFormat};
 use hearth_store::{ReplyStats, TokenChoice};
 use hearth_worker::Worker;
 use serde_json::{json, Value};
@@ -36,6 +36,14 @@ pub struct Reply {
     splitters: Option<Vec<ReplySplitter>>,
     /// Each choice's reasoning and answer so far (with `splitters`).
     split: Vec<SplitText>,
+    /// Where tools were offered: the form their calls take in a reply.
+    tools: Option<ToolFormat>,
+    /// With `tools`: each choice's answer so far, and how much of it went
+    /// out as content (a call's text never does: it goes out as `tool_calls`).
+    answers: Vec<String>,
+    sent: Vec<usize>,
+    /// Each call's id starts with this.
+    call_prefix: String,
 }
 
 /// How a request ended: each choice's finish reason and the usage.
@@ -49,6 +57,7 @@ pub struct Ended {
 }
 
 impl Reply {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         endpoint: Endpoint,
         model: String,
@@ -57,6 +66,7 @@ impl Reply {
         logprobs: Option<usize>,
         include_usage: bool,
         reasoning: Option<(ReasoningFormat, bool)>,
+        tools: Option<ToolFormat>,
     ) -> Self {
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let prefix = if endpoint == Endpoint::Chat { "chatcmpl" } else { "cmpl" };
@@ -74,7 +84,33 @@ impl Reply {
             opened: vec![false; n],
             splitters: reasoning.map(|(format, inside)| vec![ReplySplitter::new(format, inside); n]),
             split: vec![SplitText::default(); n],
+            tools,
+            answers: vec![String::new(); n],
+            sent: vec![0; n],
+            call_prefix: format!("call_{}_", random_hex()),
         }
+    }
+
+    /// With tools offered: the part of `answer` (the choice's new answer
+    /// text) that can go out as content now; what may be a call waits.
+    fn gate(&mut self, variant: usize, answer: String) -> String {
+        let Some(format) = self.tools else { return answer };
+        self.answers[variant].push_str(&answer);
+        let all = &self.answers[variant];
+        let end = format.content_end(all);
+        if end <= self.sent[variant] {
+            return String::new();
+        }
+        let out = all[self.sent[variant]..end].to_string();
+        self.sent[variant] = end;
+        out
+    }
+
+    /// A choice's calls, and its content without them (with tools offered).
+    fn calls(&self, variant: usize) -> Option<(String, Vec<ToolCall>)> {
+        let format = self.tools?;
+        let (content, calls) = format.parse(&self.answers[variant], &format!("{}{variant}_", self.call_prefix));
+        (!calls.is_empty()).then_some((content, calls))
     }
 
     /// A chat delta for `text`: with a reasoning model, its reasoning and
@@ -82,7 +118,8 @@ impl Reply {
     /// is markup or waits.
     fn delta(&mut self, variant: usize, text: &str, end: bool) -> Option<Value> {
         let Some(splitters) = self.splitters.as_mut() else {
-            return (!text.is_empty() || !end).then(|| json!({"content": text}));
+            let text = self.gate(variant, text.to_string());
+            return (!text.is_empty() || (!end && self.tools.is_none())).then(|| json!({"content": text}));
         };
         let mut out = splitters[variant].push(text);
         if end {
@@ -92,6 +129,7 @@ impl Reply {
         }
         self.split[variant].reasoning.push_str(&out.reasoning);
         self.split[variant].answer.push_str(&out.answer);
+        out.answer = self.gate(variant, out.answer);
         let mut delta = serde_json::Map::new();
         if !out.reasoning.is_empty() {
             delta.insert("reasoning_content".into(), out.reasoning.into());
@@ -167,6 +205,26 @@ impl Reply {
                         .push(self.chunk(json!({"index": i, "delta": delta, "logprobs": null, "finish_reason": null})));
                 }
             }
+            let mut reason = *reason;
+            if self.endpoint == Endpoint::Chat && self.tools.is_some() {
+                match self.calls(i) {
+                    Some((_, calls)) => {
+                        let deltas: Vec<Value> = calls.iter().enumerate().map(|(k, c)| call_json(c, Some(k))).collect();
+                        chunks.push(self.chunk(json!({"index": i, "delta": {"tool_calls": deltas}, "logprobs": null, "finish_reason": null})));
+                        if reason == "stop" {
+                            reason = "tool_calls";
+                        }
+                    }
+                    None => {
+                        // No call after all: what waited is content.
+                        let rest = self.answers[i][self.sent[i]..].to_string();
+                        self.sent[i] = self.answers[i].len();
+                        if !rest.is_empty() {
+                            chunks.push(self.chunk(json!({"index": i, "delta": {"content": rest}, "logprobs": null, "finish_reason": null})));
+                        }
+                    }
+                }
+            }
             let choice = match self.endpoint {
                 Endpoint::Chat => json!({"index": i, "delta": {}, "logprobs": null, "finish_reason": reason}),
                 Endpoint::Completion => json!({"index": i, "text": "", "logprobs": null, "finish_reason": reason}),
@@ -194,13 +252,22 @@ impl Reply {
         let choices: Vec<Value> = (0..self.texts.len())
             .map(|i| {
                 let logprobs = self.logprobs.map(|_| self.logprobs_json(&self.choices[i], 0));
-                let reason = ended.reasons.get(i).copied().unwrap_or("stop");
+                let mut reason = ended.reasons.get(i).copied().unwrap_or("stop");
                 let mut message = json!({"role": "assistant", "content": self.texts[i], "refusal": null});
                 if self.splitters.is_some() {
                     let SplitText { reasoning, answer } = &self.split[i];
                     message["content"] = answer.clone().into();
                     if !reasoning.is_empty() {
                         message["reasoning_content"] = reasoning.clone().into();
+                    }
+                }
+                if self.endpoint == Endpoint::Chat {
+                    if let Some((content, calls)) = self.calls(i) {
+                        message["content"] = if content.is_empty() { Value::Null } else { content.into() };
+                        message["tool_calls"] = calls.iter().map(|c| call_json(c, None)).collect();
+                        if reason == "stop" {
+                            reason = "tool_calls";
+                        }
                     }
                 }
                 match self.endpoint {
@@ -280,6 +347,15 @@ impl Reply {
 }
 
 /// The engine's finish reason in OpenAI's words.
+/// A call as OpenAI sends it (with its `index` in a stream's delta).
+fn call_json(c: &ToolCall, index: Option<usize>) -> Value {
+    let mut v = json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}});
+    if let Some(k) = index {
+        v["index"] = k.into();
+    }
+    v
+}
+
 fn finish_reason(reason: &str) -> &'static str {
     match reason {
         "max_tokens" | "cache_full" => "length",

@@ -48,6 +48,8 @@ pub struct Request {
     /// A grammar every sequence's reply follows (`response_format`,
     /// `grammar`), compiled for the model the reply runs on.
     pub grammar: Option<hearth_engine::GrammarSpec>,
+    /// The tools offered (`tools`, `tool_choice`, `parallel_tool_calls`).
+    pub tools: hearth_engine::Tools,
 }
 
 impl ReplyJob {

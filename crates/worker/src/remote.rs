@@ -48,6 +48,7 @@ fn chat_request(job: &ReplyJob, model: &str) -> ChatRequest {
                     hearth_engine::Role::System => "system",
                     hearth_engine::Role::User => "user",
                     hearth_engine::Role::Assistant => "assistant",
+                    hearth_engine::Role::Tool => "tool",
                 },
                 content: match m.role {
                     hearth_engine::Role::Assistant => answer_only(&m.content),

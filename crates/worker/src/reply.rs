@@ -118,8 +118,9 @@ pub(super) fn job_config(
     if let Some(r) = &job.request {
         // At least one, for the chosen token's own log-probability.
         config.top_logprobs = r.logprobs.map_or(0, |k| k.max(1));
-        if let Some(spec) = &r.grammar {
-            config.grammar = Some(engine.compile_grammar(spec)?);
+        // A grammar asked for, or a call the tool choice requires.
+        if let Some(spec) = r.grammar.clone().or_else(|| r.tools.call_grammar()) {
+            config.grammar = Some(engine.compile_grammar(&spec)?);
         }
     }
     Ok((config, seed))
@@ -241,10 +242,12 @@ pub fn prompt_ids(
         Some(text) => (engine.tokenizer().encode(text, true, false)?, 0, None),
         None => {
             let options = prompt_options(settings);
+            let no_tools = hearth_engine::Tools::default();
+            let tools = job.request.as_ref().map_or(&no_tools, |r| &r.tools);
             let fitted = crate::context::fit(&job.messages, settings.overflow, context, reserve, |m| {
-                engine.encode_chat_with(m, options).map(|ids| ids.len())
+                engine.encode_chat_tools(m, options, tools).map(|ids| ids.len())
             })?;
-            let prompt = engine.encode_chat_with(&fitted.messages, options)?;
+            let prompt = engine.encode_chat_tools(&fitted.messages, options, tools)?;
             let opening = engine.generation_prompt_ids(options)?;
             let reply_start = opening.filter(|o| prompt.ends_with(o)).map(|o| prompt.len() - o.len());
             (prompt, fitted.dropped, reply_start)

@@ -1,0 +1,258 @@
+//! Tool calling: the tools a reply may call, how a model's template asks
+//! for them and writes its calls, and the calls taken back out of a reply.
+//!
+//! Templates that spell Hermes's `<tool_call>` (Qwen 2.5, 3, 3.5, Hermes)
+//! get the tools as their `tools` variable and read `tool_calls` and
+//! `tool` messages themselves. Any other template gets them in Hearth's
+//! fallback: a system message listing the tools and asking for the same
+//! `<tool_call>` form, earlier calls written into the reply as that form,
+//! and tool results as user messages in `<tool_response>`. Either way a
+//! reply's calls are read from that form, and where a call is required
+//! (`tool_choice: required` or a named function) the reply is constrained
+//! to it, each call's arguments to its tool's JSON schema.
+
+use serde::ser::SerializeMap;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::constraint::GrammarSpec;
+use crate::template::{ChatMessage, ChatTemplate, Role};
+
+/// A function a reply may call (OpenAI's `tools[i].function`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: Option<String>,
+    /// A JSON schema of the arguments object.
+    pub parameters: Value,
+}
+
+impl ToolSpec {
+    /// As templates and the fallback list it: OpenAI's tool object.
+    pub fn to_json(&self) -> Value {
+        let mut function = json!({"name": self.name, "parameters": self.parameters});
+        if let Some(d) = &self.description {
+            function["description"] = d.clone().into();
+        }
+        json!({"type": "function", "function": function})
+    }
+}
+
+/// A call a reply made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// The arguments as JSON text.
+    pub arguments: String,
+}
+
+impl Serialize for ToolCall {
+    /// OpenAI's shape, the arguments as an object where they parse (what
+    /// templates such as Qwen's `tojson` expect), else as the text.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let arguments = serde_json::from_str::<Value>(&self.arguments).unwrap_or(Value::String(self.arguments.clone()));
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("id", &self.id)?;
+        m.serialize_entry("type", "function")?;
+        m.serialize_entry("function", &json!({"name": self.name, "arguments": arguments}))?;
+        m.end()
+    }
+}
+
+/// Whether and how a reply calls tools (OpenAI's `tool_choice`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ToolChoice {
+    /// The model decides.
+    #[default]
+    Auto,
+    /// No call: the tools are not offered.
+    None,
+    /// At least one call, and nothing but calls.
+    Required,
+    /// A call of this function.
+    Function(String),
+}
+
+/// The tools offered to one reply.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Tools {
+    pub specs: Vec<ToolSpec>,
+    pub choice: ToolChoice,
+    /// Several calls in one reply (OpenAI's `parallel_tool_calls`, on by default).
+    pub parallel: bool,
+}
+
+impl Tools {
+    /// Whether the reply is offered any tool.
+    pub fn offered(&self) -> bool {
+        !self.specs.is_empty() && self.choice != ToolChoice::None
+    }
+
+    /// The grammar of a reply that must call (`Required`, or a named
+    /// function): `<tool_call>` blocks, each holding a call whose name is
+    /// one of the tools (or the named one) and whose arguments follow its
+    /// schema; one block, or several when parallel calls are allowed.
+    /// `None` where the model may answer in text.
+    pub fn call_grammar(&self) -> Option<GrammarSpec> {
+        let picked: Vec<&ToolSpec> = match &self.choice {
+            ToolChoice::Auto | ToolChoice::None => return None,
+            ToolChoice::Required => self.specs.iter().collect(),
+            ToolChoice::Function(name) => self.specs.iter().filter(|t| &t.name == name).collect(),
+        };
+        let calls: Vec<Value> = picked
+            .iter()
+            .map(|t| {
+                json!({
+                    "type": "object",
+                    "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+                    "required": ["name", "arguments"],
+                    "additionalProperties": false,
+                })
+            })
+            .collect();
+        let schema = json!({
+            "anyOf": calls,
+            "x-guidance": {"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "},
+        });
+        let more = if self.parallel { " (\"\\n\" block)*" } else { "" };
+        Some(GrammarSpec::Lark(format!(
+            "start: block{more}\nblock: \"<tool_call>\\n\" call \"\\n</tool_call>\"\ncall: %json {schema}\n"
+        )))
+    }
+}
+
+/// How a template takes tools and how its model writes calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolFormat {
+    /// The template's own: Hermes's `<tool_call>` JSON blocks (Qwen 2.5, 3, 3.5, Hermes).
+    Hermes,
+    /// Hearth's fallback for any other template (see the module's doc).
+    Fallback,
+}
+
+const CALL_OPEN: &str = "<tool_call>";
+const CALL_CLOSE: &str = "</tool_call>";
+
+impl ToolFormat {
+    pub fn detect(template: &ChatTemplate) -> Self {
+        let source = template.source();
+        if source.contains(CALL_OPEN) && source.contains("tools") && source.contains("tool_calls") {
+            Self::Hermes
+        } else {
+            Self::Fallback
+        }
+    }
+
+    /// The template variables and messages that offer `tools`: for the
+    /// template's own format its `tools` variable; for the fallback a
+    /// system message and the calls and results rewritten as text.
+    pub fn prepare(&self, messages: &[ChatMessage], tools: &Tools) -> (Vec<ChatMessage>, Option<Value>) {
+        if !tools.offered() {
+            return (messages.to_vec(), None);
+        }
+        let listed: Vec<Value> = tools.specs.iter().map(ToolSpec::to_json).collect();
+        if *self == Self::Hermes {
+            return (messages.to_vec(), Some(Value::Array(listed)));
+        }
+        let signatures: Vec<String> = listed.iter().map(|t| t.to_string()).collect();
+        let offer = format!(
+            "You may call functions to help with the user's request. Their signatures, one JSON object each, are within <tools></tools>:\n<tools>\n{}\n</tools>\n\nTo call one, write only this, one block per call:\n<tool_call>\n{{\"name\": <function name>, \"arguments\": <the arguments as a JSON object>}}\n</tool_call>\nThe results come back within <tool_response></tool_response>.",
+            signatures.join("\n")
+        );
+        let mut out = Vec::with_capacity(messages.len() + 1);
+        match messages.first() {
+            Some(m) if m.role == Role::System => {
+                out.push(ChatMessage::system(format!("{}\n\n{offer}", m.content)));
+            }
+            _ => out.push(ChatMessage::system(offer)),
+        }
+        let skip = usize::from(messages.first().is_some_and(|m| m.role == Role::System));
+        for m in &messages[skip..] {
+            match m.role {
+                Role::Assistant if m.tool_calls.is_some() => {
+                    let mut text = m.content.clone();
+                    for call in m.tool_calls.iter().flatten() {
+                        if !text.is_empty() {
+                            text.push('\n');
+                        }
+                        text.push_str(&call_block(call));
+                    }
+                    out.push(ChatMessage { tool_calls: None, ids: None, ..ChatMessage::assistant(text) });
+                }
+                Role::Tool => out.push(ChatMessage::user(format!("<tool_response>\n{}\n</tool_response>", m.content))),
+                _ => out.push(m.clone()),
+            }
+        }
+        (out, None)
+    }
+
+    /// A reply taken apart: its text outside the call blocks (trimmed) and
+    /// the calls, numbered from `first_id`. A block that does not hold a
+    /// call (`{"name": …, "arguments": {…}}`) stays text.
+    pub fn parse(&self, text: &str, id_prefix: &str) -> (String, Vec<ToolCall>) {
+        let mut content = String::new();
+        let mut calls = Vec::new();
+        let mut rest = text;
+        while let Some(at) = rest.find(CALL_OPEN) {
+            let body_start = at + CALL_OPEN.len();
+            let Some(len) = rest[body_start..].find(CALL_CLOSE) else { break };
+            let body = rest[body_start..body_start + len].trim();
+            match serde_json::from_str::<Value>(body) {
+                Ok(Value::Object(o)) if o.get("name").is_some_and(Value::is_string) => {
+                    content.push_str(&rest[..at]);
+                    let arguments = o.get("arguments").cloned().unwrap_or(json!({}));
+                    let arguments = match arguments {
+                        Value::String(s) => s,
+                        other => other.to_string(),
+                    };
+                    calls.push(ToolCall {
+                        id: format!("{id_prefix}{}", calls.len()),
+                        name: o["name"].as_str().unwrap_or_default().to_string(),
+                        arguments,
+                    });
+                }
+                _ => content.push_str(&rest[..body_start + len + CALL_CLOSE.len()]),
+            }
+            rest = &rest[body_start + len + CALL_CLOSE.len()..];
+        }
+        content.push_str(rest);
+        (content.trim().to_string(), calls)
+    }
+
+    /// Where in streamed `text` a call may be starting: text before it can
+    /// be sent as content, the rest must wait (it may be a call).
+    pub fn content_end(&self, text: &str) -> usize {
+        if let Some(at) = text.find(CALL_OPEN) {
+            return at;
+        }
+        // A tail that may still become the opening tag.
+        (1..CALL_OPEN.len()).rev().find(|&n| text.ends_with(&CALL_OPEN[..n])).map_or(text.len(), |n| text.len() - n)
+    }
+}
+
+/// A call as the fallback asks the model to write it, name first.
+fn call_block(call: &ToolCall) -> String {
+    let arguments = serde_json::from_str::<Value>(&call.arguments).unwrap_or(Value::String(call.arguments.clone()));
+    format!("{CALL_OPEN}\n{{\"name\": {}, \"arguments\": {arguments}}}\n{CALL_CLOSE}", Value::String(call.name.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_come_out_of_a_reply_and_bad_blocks_stay_text() {
+        let text = "Let me look.\n<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"time\", \"arguments\": \"{}\"}\n</tool_call>";
+        let (content, calls) = ToolFormat::Hermes.parse(text, "call_");
+        assert_eq!(content, "Let me look.");
+        assert_eq!(calls.len(), 2);
+        assert_eq!((calls[0].name.as_str(), calls[0].arguments.as_str()), ("weather", "{\"city\":\"Paris\"}"));
+        assert_eq!((calls[1].id.as_str(), calls[1].arguments.as_str()), ("call_1", "{}"));
+        let (content, calls) = ToolFormat::Hermes.parse("<tool_call>not json</tool_call> ok", "c");
+        assert_eq!((content.as_str(), calls.len()), ("<tool_call>not json</tool_call> ok", 0));
+        assert_eq!(ToolFormat::Hermes.content_end("Hello <tool_"), 6);
+        assert_eq!(ToolFormat::Hermes.content_end("Hello"), 5);
+        assert_eq!(ToolFormat::Hermes.content_end("a<tool_call>{"), 1);
+    }
+}

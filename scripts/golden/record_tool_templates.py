@@ -1,0 +1,65 @@
+"""Records Python jinja2's rendering of templates that take tools (Hermes's
+`<tool_call>` form: Qwen3 and Qwen 3.5, kept in
+crates/engine/tests/data/templates/) with a `tools` list, an assistant
+message carrying `tool_calls` (arguments as an object, as Hearth passes
+them) and `tool` messages, for crates/engine/tests/tools.rs.
+
+    $(bench/setup-llamacpp.sh)/bin/python scripts/golden/record_tool_templates.py
+"""
+import json
+import os
+
+import jinja2
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "..", "..", "crates", "engine", "tests", "data")
+TEMPLATES = ["templates/qwen3.jinja", "templates/qwen3.5.jinja"]
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}, "description": "The weather in a city."}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}},
+]
+CALL = {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+CALL2 = {"id": "call_1", "type": "function", "function": {"name": "get_time", "arguments": {}}}
+MESSAGES = [
+    [{"role": "user", "content": "Weather in Paris?"}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"}],
+    [{"role": "user", "content": "Weather and time?"},
+     {"role": "assistant", "content": "", "tool_calls": [CALL, CALL2]},
+     {"role": "tool", "content": "{\"temperature\": 18}", "tool_call_id": "call_0"},
+     {"role": "tool", "content": "12:00", "tool_call_id": "call_1"}],
+    [{"role": "user", "content": "Weather?"},
+     {"role": "assistant", "content": "Let me check.", "tool_calls": [CALL]},
+     {"role": "tool", "content": "sunny", "tool_call_id": "call_0"},
+     {"role": "assistant", "content": "It is sunny."},
+     {"role": "user", "content": "Thanks"}],
+]
+
+
+def render(src, messages, tools):
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+
+    def raise_exception(msg):
+        raise jinja2.exceptions.TemplateError(msg)
+
+    env.globals["raise_exception"] = raise_exception
+    extra = {"tools": tools} if tools else {}
+    return env.from_string(src).render(messages=messages, add_generation_prompt=True, bos_token="", eos_token="<|im_end|>", **extra)
+
+
+def main():
+    cases = []
+    for name in TEMPLATES:
+        with open(os.path.join(DATA, name), encoding="utf-8") as f:
+            src = f.read()
+        for messages in MESSAGES:
+            for tools in (TOOLS, None):
+                cases.append({"template": name, "messages": messages, "tools": tools, "ok": render(src, messages, tools)})
+    out = os.path.join(DATA, "tool_template_golden.json")
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump({"cases": cases}, f, ensure_ascii=False, indent=1)
+    print(f"wrote {len(cases)} cases to {out}")
+
+
+if __name__ == "__main__":
+    main()
