@@ -177,6 +177,45 @@ class Api(unittest.TestCase):
             ask("word " * 9000, max_tokens=4)
         self.assertEqual(e.exception.body["code"], "context_length_exceeded")
 
+    def test_structured_output_follows_the_schema(self):
+        schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}, "population": {"type": "integer"}},
+                  "required": ["city", "population"], "additionalProperties": False}
+        r = ask("Name a city and its population.", max_tokens=60, temperature=1.0, seed=3,
+                response_format={"type": "json_schema", "json_schema": {"name": "city", "strict": True, "schema": schema}})
+        if r.choices[0].finish_reason == "stop":
+            v = json.loads(r.choices[0].message.content)
+            self.assertEqual(set(v), {"city", "population"})
+            self.assertIsInstance(v["population"], int)
+        with self.assertRaises(openai.BadRequestError) as e:
+            ask("hi", response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "dependentSchemas": {}}}})
+        self.assertEqual(e.exception.body["param"], "response_format")
+        self.assertIn("dependentSchemas", e.exception.body["message"])
+
+    def test_a_required_tool_call_comes_back_as_tool_calls(self):
+        tools = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
+                  "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}},
+                                 "required": ["city"], "additionalProperties": False}}}]
+        r = ask("What's the weather in Paris?", tools=tools, tool_choice="required", parallel_tool_calls=False, max_tokens=60)
+        choice = r.choices[0]
+        self.assertEqual(choice.finish_reason, "tool_calls")
+        call = choice.message.tool_calls[0]
+        self.assertEqual(call.function.name, "get_weather")
+        self.assertIn("city", json.loads(call.function.arguments))
+        # The result goes back as a tool message; the client's types round-trip.
+        messages = [{"role": "user", "content": "What's the weather in Paris?"}, choice.message.model_dump(exclude_none=True),
+                    {"role": "tool", "tool_call_id": call.id, "content": "18 degrees, sunny"}]
+        again = client.chat.completions.create(model="default", messages=messages, tools=tools, temperature=0, max_tokens=16)
+        self.assertIn(again.choices[0].finish_reason, ("stop", "length", "tool_calls"))
+        # Streamed: the client assembles the call from its delta.
+        stream = client.chat.completions.create(model="default", messages=messages[:1], tools=tools, tool_choice="required",
+                                                parallel_tool_calls=False, temperature=0, max_tokens=60, stream=True)
+        names, finish = [], None
+        for chunk in stream:
+            for d in chunk.choices[0].delta.tool_calls or []:
+                names.append(d.function.name)
+            finish = chunk.choices[0].finish_reason or finish
+        self.assertEqual((names, finish), (["get_weather"], "tool_calls"))
+
     def test_an_oversized_body_is_413(self):
         body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * (9 << 20)}]}).encode()
         status, answer = raw("/chat/completions", body)
