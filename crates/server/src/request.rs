@@ -508,7 +508,7 @@ mod tests {
                 "stream_options",
             ),
             (r#"{"messages":[{"role":"user","content":"hi"}],"presence_penalty":0.5}"#, "presence_penalty"),
-            (r#"{"messages":[{"role":"tool","content":"hi"}]}"#, "messages[0].role"),
+            (r#"{"messages":[{"role":"function","content":"hi"}]}"#, "messages[0].role"),
             (r#"{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#, "messages[0].content"),
             (r#"{"messages":[]}"#, "messages"),
             (r#"{"model":"m"}"#, "messages"),
