@@ -133,6 +133,7 @@ impl Clone for Constraint {
 }
 
 /// The tokens a constraint allows next.
+#[derive(Clone)]
 pub struct Mask {
     allowed: SimpleVob,
     /// The grammar may end here: the model's end tokens are allowed.

@@ -46,7 +46,8 @@ pub use model::{Architecture, Kernels, Model, ModelConfig};
 pub use passes::{Pass, Passes};
 pub use reasoning::{ReasoningEffort, ReasoningFormat, ReplySplitter, SplitText, Thinking, ThinkingTracker};
 pub use sampler_loop::{
-    FinishReason, GenerationConfig, Logprobs, NextInput, SamplerLoop, SamplingState, SequenceOutput, TokenEvent,
+    FinishReason, GenerationConfig, Logprobs, MaskSlot, NextInput, SamplerLoop, SamplingState, SequenceOutput,
+    TokenEvent,
 };
 pub use sampling::{Rng, SamplingParams};
 pub use session::{Advance, OwnedTurn, PrefillStart, Progress, Session, StopFn, Turn, TurnOutput, TurnStats};

@@ -98,6 +98,36 @@ pub struct SamplingState {
     text: Vec<TextState>,
     /// Per sequence: where it is in the grammar, when there is one.
     constraints: Vec<Option<Constraint>>,
+    /// Per sequence: its next mask, computed beside a pass a scheduler ran
+    /// (`MaskSlot`), for the step that takes that pass's logits.
+    precomputed: Vec<Option<Mask>>,
+}
+
+/// A one-sequence state's next mask, to compute on another thread while
+/// the forward pass the scheduler runs for it (and others) goes on.
+pub struct MaskSlot<'a> {
+    constraint: &'a mut Constraint,
+    out: &'a mut Option<Mask>,
+}
+
+impl MaskSlot<'_> {
+    /// Computes the mask; an error leaves none, and the step computes it
+    /// again and reports it.
+    pub fn compute(self) {
+        *self.out = self.constraint.mask().ok();
+    }
+}
+
+impl SamplingState {
+    /// The cache a one-sequence state's next step feeds, and where its
+    /// mask goes (with a grammar): both borrowed at once.
+    pub(crate) fn cache_and_mask(&mut self) -> (&mut KvCache, Option<MaskSlot<'_>>) {
+        let slot = match (self.constraints.first_mut(), self.precomputed.first_mut()) {
+            (Some(Some(constraint)), Some(out)) => Some(MaskSlot { constraint, out }),
+            _ => None,
+        };
+        (&mut self.cache, slot)
+    }
 }
 
 impl SamplingState {
@@ -255,6 +285,7 @@ impl<'a> SamplerLoop<'a> {
             penalty_context: penalty_context[penalty_context.len().saturating_sub(window)..].to_vec(),
             text: vec![TextState::default(); batch],
             constraints: (0..batch).map(|_| self.config.grammar.as_ref().map(Grammar::start)).collect(),
+            precomputed: vec![None; batch],
         })
     }
 
@@ -354,8 +385,9 @@ impl<'a> SamplerLoop<'a> {
         };
         if masks.is_empty() {
             masks = (0..state.done.len())
-                .map(|b| match &mut state.constraints[b] {
-                    Some(c) if !state.done[b] => c.mask().map(Some),
+                .map(|b| match (&mut state.constraints[b], state.precomputed[b].take()) {
+                    (Some(_), Some(ready)) if !state.done[b] => Ok(Some(ready)),
+                    (Some(c), _) if !state.done[b] => c.mask().map(Some),
                     _ => Ok(None),
                 })
                 .collect::<Result<_>>()?;

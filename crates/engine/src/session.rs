@@ -12,7 +12,7 @@ use crate::kv_cache::KvCache;
 use crate::model::{Model, PREFILL_CHUNK};
 use crate::passes::{Pass, Passes};
 use crate::sampler_loop::{
-    sequence_tokens, GenerationConfig, NextInput, SamplerLoop, SamplingState, SequenceOutput, TokenEvent,
+    sequence_tokens, GenerationConfig, MaskSlot, NextInput, SamplerLoop, SamplingState, SequenceOutput, TokenEvent,
 };
 use crate::tokenizer::Tokenizer;
 
@@ -647,13 +647,26 @@ impl OwnedTurn {
     /// for several turns as one pass (`Model::decode_step_many`) and gives
     /// each its logits with `advance_given`.
     pub fn decode_input(&mut self, model: &Model, tokenizer: &Tokenizer) -> Option<(u32, &mut KvCache)> {
+        self.decode_input_masked(model, tokenizer).map(|(t, cache, _)| (t, cache))
+    }
+
+    /// `decode_input`, and under a grammar the slot of the step's mask, for
+    /// the scheduler to compute beside the pass (`MaskSlot::compute`).
+    pub fn decode_input_masked(
+        &mut self,
+        model: &Model,
+        tokenizer: &Tokenizer,
+    ) -> Option<(u32, &mut KvCache, Option<MaskSlot<'_>>)> {
         if self.reading.is_some() {
             return None;
         }
         let sampler = SamplerLoop::new(model, tokenizer, self.config.clone()).ok()?;
         let state = self.parts.state.as_mut()?;
         match sampler.next_input(state) {
-            NextInput::Token(t) => Some((t, &mut state.cache)),
+            NextInput::Token(t) => {
+                let (cache, slot) = state.cache_and_mask();
+                Some((t, cache, slot))
+            }
             NextInput::Stopped | NextInput::Nothing => None,
         }
     }

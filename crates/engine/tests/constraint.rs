@@ -80,25 +80,38 @@ fn a_token_the_grammar_forbids_is_never_sampled() {
     }
 }
 
-/// Any JSON object: a reply that ended (not cut at the token limit, as
-/// an object nested without end may be) parses as one.
+/// Any JSON object: the end is allowed exactly where an object closes,
+/// never before, and text that is not an object is refused from its first
+/// token; sampled replies that ended (not cut at the limit, as an object
+/// nested without end may be) parse as one.
 #[test]
 fn any_json_object() {
     let engine = common::open_default();
-    let mut ended = 0;
+    let (tok, ends) = (engine.tokenizer(), engine.end_tokens());
+    let grammar = engine.compile_grammar(&GrammarSpec::JsonObject).unwrap();
+    let mut c = grammar.start();
+    let ids = tok.encode("{\"a\": [1, 2], \"b\": {\"c\": null}}", false, false).unwrap();
+    for (i, &t) in ids.iter().enumerate() {
+        let mask = c.mask().unwrap();
+        assert!(mask.allows(t, ends), "token {i} of a valid object refused");
+        assert!(!mask.allows(ends[0], ends), "the end allowed inside the object, at token {i}");
+        c.consume(t).unwrap();
+    }
+    assert!(c.mask().unwrap().allows(ends[0], ends), "the end refused after the object closed");
+    let array = tok.encode("[1]", false, false).unwrap();
+    assert!(!grammar.start().mask().unwrap().allows(array[0], ends), "an array is not an object");
+
     for seed in [11, 12] {
         let hot = SamplingParams { temperature: 0.7, seed, ..Default::default() };
         for (ids, text) in reply(&engine, "Give me a small JSON object.", &GrammarSpec::JsonObject, hot, 4) {
-            if engine.end_tokens().contains(ids.last().unwrap()) {
+            if ends.contains(ids.last().unwrap()) {
                 let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
                 assert!(v.is_object(), "{text}");
-                ended += 1;
             } else {
                 assert!(text.starts_with('{'), "{text}");
             }
         }
     }
-    assert!(ended >= 2, "only {ended} of 8 replies ended within the limit");
 }
 
 #[test]

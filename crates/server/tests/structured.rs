@@ -141,3 +141,29 @@ fn a_bad_or_unsupported_grammar_is_a_400_naming_it() {
         assert!(v["error"]["message"].as_str().unwrap().contains(says), "{text}");
     }
 }
+
+/// Two constrained requests at once share their decode passes (their masks
+/// computed beside the shared pass) and each writes what it writes alone.
+#[test]
+fn constrained_requests_side_by_side_write_what_they_write_alone() {
+    let peer = Peer::start();
+    let body = |city: &str, seed: u64| {
+        json!({"messages": [{"role": "user", "content": format!("Describe {city} as JSON.")}], "temperature": 1.0,
+            "seed": seed, "max_tokens": 48,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "city", "schema": schema()}}})
+    };
+    let content = |text: &str| -> String {
+        let v: Value = serde_json::from_str(text).unwrap();
+        v["choices"][0]["message"]["content"].as_str().unwrap().to_string()
+    };
+    let alone = [content(&peer.chat(body("Paris", 1)).1), content(&peer.chat(body("Rome", 2)).1)];
+    let together: Vec<String> = std::thread::scope(|s| {
+        let a = s.spawn(|| content(&peer.chat(body("Paris", 1)).1));
+        let b = s.spawn(|| content(&peer.chat(body("Rome", 2)).1));
+        vec![a.join().unwrap(), b.join().unwrap()]
+    });
+    assert_eq!(together, alone);
+    for c in &together {
+        assert!(c.starts_with("{\"city\": "), "{c}");
+    }
+}

@@ -203,20 +203,30 @@ impl WorkerThread {
             let mut ready = Vec::new();
             let mut tokens = Vec::new();
             let mut caches = Vec::new();
+            let mut masks = Vec::new();
             for (i, r) in running.iter_mut().enumerate() {
                 if r.cancel.is_cancelled() {
                     continue;
                 }
                 for (b, turn) in r.turns() {
-                    if let Some((token, cache)) = turn.decode_input(model, tokenizer) {
+                    if let Some((token, cache, mask)) = turn.decode_input_masked(model, tokenizer) {
                         ready.push((i, b));
                         tokens.push(token);
                         caches.push(cache);
+                        masks.extend(mask);
                     }
                 }
             }
             if ready.len() > 1 {
-                let pass = catch_unwind(AssertUnwindSafe(|| model.decode_step_many(&tokens, &mut caches)));
+                // Grammars' masks are computed beside the pass (a thread
+                // each), so a constrained reply costs little more.
+                let pass = std::thread::scope(|s| {
+                    for mask in masks.drain(..) {
+                        // A panic leaves no mask; the step computes it again.
+                        s.spawn(move || drop(catch_unwind(AssertUnwindSafe(|| mask.compute()))));
+                    }
+                    catch_unwind(AssertUnwindSafe(|| model.decode_step_many(&tokens, &mut caches)))
+                });
                 drop(caches);
                 match pass {
                     Ok(Ok(logits)) => ready.iter().zip(logits).for_each(|(&(i, b), l)| given[i][b] = Some(Ok(l))),
