@@ -1,6 +1,6 @@
 """Records Python jinja2's rendering of templates that take tools (Hermes's
-`<tool_call>` form: Qwen3 and Qwen 3.5, kept in
-crates/engine/tests/data/templates/) with a `tools` list, an assistant
+`<tool_call>` form: Qwen3 and Qwen 3.5; Llama 3.3's JSON calls and
+`ipython` results; kept in crates/engine/tests/data/templates/) with a `tools` list, an assistant
 message carrying `tool_calls` (arguments as an object, as Hearth passes
 them) and `tool` messages, for crates/engine/tests/tools.rs.
 
@@ -13,7 +13,12 @@ import jinja2
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "..", "crates", "engine", "tests", "data")
-TEMPLATES = ["templates/qwen3.jinja", "templates/qwen3.5.jinja"]
+# (file, bos, eos, whether it takes several calls in one message)
+TEMPLATES = [
+    ("templates/qwen3.jinja", "", "<|im_end|>", True),
+    ("templates/qwen3.5.jinja", "", "<|im_end|>", True),
+    ("templates/llama-3.3.jinja", "<|begin_of_text|>", "<|eot_id|>", False),
+]
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}, "description": "The weather in a city."}},
@@ -36,7 +41,7 @@ MESSAGES = [
 ]
 
 
-def render(src, messages, tools):
+def render(src, messages, tools, bos, eos):
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
 
     def raise_exception(msg):
@@ -44,17 +49,20 @@ def render(src, messages, tools):
 
     env.globals["raise_exception"] = raise_exception
     extra = {"tools": tools} if tools else {}
-    return env.from_string(src).render(messages=messages, add_generation_prompt=True, bos_token="", eos_token="<|im_end|>", **extra)
+    return env.from_string(src).render(messages=messages, add_generation_prompt=True, bos_token=bos, eos_token=eos, **extra)
 
 
 def main():
     cases = []
-    for name in TEMPLATES:
+    for name, bos, eos, several in TEMPLATES:
         with open(os.path.join(DATA, name), encoding="utf-8") as f:
             src = f.read()
         for messages in MESSAGES:
+            if not several and any(len(m.get("tool_calls", [])) > 1 for m in messages):
+                continue
             for tools in (TOOLS, None):
-                cases.append({"template": name, "messages": messages, "tools": tools, "ok": render(src, messages, tools)})
+                cases.append({"template": name, "bos": bos, "eos": eos, "messages": messages, "tools": tools,
+                              "ok": render(src, messages, tools, bos, eos)})
     out = os.path.join(DATA, "tool_template_golden.json")
     with open(out, "w", encoding="utf-8") as f:
         json.dump({"cases": cases}, f, ensure_ascii=False, indent=1)

@@ -90,23 +90,25 @@ impl Tools {
     }
 
     /// The grammar of a reply that must call (`Required`, or a named
-    /// function): `<tool_call>` blocks, each holding a call whose name is
-    /// one of the tools (or the named one) and whose arguments follow its
-    /// schema; one block, or several when parallel calls are allowed.
-    /// `None` where the model may answer in text.
-    pub fn call_grammar(&self) -> Option<GrammarSpec> {
+    /// function) in `format`: calls whose name is one of the tools (or the
+    /// named one) and whose arguments follow its schema; in `<tool_call>`
+    /// blocks, one or (with parallel calls) several; for Llama 3 one bare
+    /// `{"name", "parameters"}` object. `None` where the model may answer
+    /// in text.
+    pub fn call_grammar(&self, format: ToolFormat) -> Option<GrammarSpec> {
         let picked: Vec<&ToolSpec> = match &self.choice {
             ToolChoice::Auto | ToolChoice::None => return None,
             ToolChoice::Required => self.specs.iter().collect(),
             ToolChoice::Function(name) => self.specs.iter().filter(|t| &t.name == name).collect(),
         };
+        let arguments = if format == ToolFormat::Llama3 { "parameters" } else { "arguments" };
         let calls: Vec<Value> = picked
             .iter()
             .map(|t| {
                 json!({
                     "type": "object",
-                    "properties": {"name": {"const": t.name}, "arguments": t.parameters},
-                    "required": ["name", "arguments"],
+                    "properties": {"name": {"const": t.name}, arguments: t.parameters},
+                    "required": ["name", arguments],
                     "additionalProperties": false,
                 })
             })
@@ -115,6 +117,10 @@ impl Tools {
             "anyOf": calls,
             "x-guidance": {"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "},
         });
+        if format == ToolFormat::Llama3 {
+            // One call a reply, as its template allows.
+            return Some(GrammarSpec::JsonSchema(schema));
+        }
         let more = if self.parallel { " (\"\\n\" block)*" } else { "" };
         Some(GrammarSpec::Lark(format!(
             "start: block{more}\nblock: \"<tool_call>\\n\" call \"\\n</tool_call>\"\ncall: %json {schema}\n"
@@ -127,11 +133,17 @@ impl Tools {
 pub enum ToolFormat {
     /// The template's own: Hermes's `<tool_call>` JSON blocks (Qwen 2.5, 3, 3.5, Hermes).
     Hermes,
+    /// Llama 3.1, 3.2, 3.3: the template takes `tools`; the model answers
+    /// a call with one `{"name": …, "parameters": {…}}` object, and reads
+    /// results as `ipython` turns.
+    Llama3,
     /// Hearth's fallback for any other template (see the module's doc).
     Fallback,
 }
 
 const CALL_OPEN: &str = "<tool_call>";
+/// What Llama 3's template asks a call to look like.
+const LLAMA3_ASK: &str = "\"parameters\": dictionary of argument name and its value";
 const CALL_CLOSE: &str = "</tool_call>";
 
 impl ToolFormat {
@@ -139,6 +151,8 @@ impl ToolFormat {
         let source = template.source();
         if source.contains(CALL_OPEN) && source.contains("tools") && source.contains("tool_calls") {
             Self::Hermes
+        } else if source.contains(LLAMA3_ASK) && source.contains("tool_calls") {
+            Self::Llama3
         } else {
             Self::Fallback
         }
@@ -152,7 +166,7 @@ impl ToolFormat {
             return (messages.to_vec(), None);
         }
         let listed: Vec<Value> = tools.specs.iter().map(ToolSpec::to_json).collect();
-        if *self == Self::Hermes {
+        if matches!(self, Self::Hermes | Self::Llama3) {
             return (messages.to_vec(), Some(Value::Array(listed)));
         }
         let signatures: Vec<String> = listed.iter().map(|t| t.to_string()).collect();
@@ -191,6 +205,22 @@ impl ToolFormat {
     /// the calls, numbered from `first_id`. A block that does not hold a
     /// call (`{"name": …, "arguments": {…}}`) stays text.
     pub fn parse(&self, text: &str, id_prefix: &str) -> (String, Vec<ToolCall>) {
+        if *self == Self::Llama3 {
+            // The whole reply is the call, or there is none.
+            let body = text.trim().trim_start_matches("<|python_tag|>").trim();
+            return match serde_json::from_str::<Value>(body) {
+                Ok(Value::Object(o)) if o.get("name").is_some_and(Value::is_string) => {
+                    let arguments = o.get("parameters").or_else(|| o.get("arguments")).cloned().unwrap_or(json!({}));
+                    let arguments = match arguments {
+                        Value::String(s) => s,
+                        other => other.to_string(),
+                    };
+                    let name = o["name"].as_str().unwrap_or_default().to_string();
+                    (String::new(), vec![ToolCall { id: format!("{id_prefix}0"), name, arguments }])
+                }
+                _ => (text.trim().to_string(), Vec::new()),
+            };
+        }
         let mut content = String::new();
         let mut calls = Vec::new();
         let mut rest = text;
@@ -223,6 +253,15 @@ impl ToolFormat {
     /// Where in streamed `text` a call may be starting: text before it can
     /// be sent as content, the rest must wait (it may be a call).
     pub fn content_end(&self, text: &str) -> usize {
+        if *self == Self::Llama3 {
+            // A reply that opens with an object (or the python tag) may be a call.
+            let start = text.trim_start();
+            let maybe = start.is_empty()
+                || start.starts_with('{')
+                || "<|python_tag|>".starts_with(start)
+                || start.starts_with("<|python_tag|>");
+            return if maybe { 0 } else { text.len() };
+        }
         if let Some(at) = text.find(CALL_OPEN) {
             return at;
         }

@@ -1,6 +1,7 @@
 //! Tools through a model's own template: Qwen3's and Qwen 3.5's real
-//! templates (Hermes's `<tool_call>` form) render the tools, an assistant
-//! message's calls and the tools' results as Python jinja2 renders them
+//! templates (Hermes's `<tool_call>` form) and Llama 3.3's (JSON calls,
+//! `ipython` results) render the tools, an assistant message's calls and
+//! the tools' results as Python jinja2 renders them
 //! (`scripts/golden/record_tool_templates.py`); and a required call on a
 //! file with Qwen3's template comes back parsed, its arguments valid.
 
@@ -42,14 +43,16 @@ fn message(m: &Value) -> ChatMessage {
 }
 
 #[test]
-fn hermes_templates_render_tools_calls_and_results_like_python_jinja2() {
+fn tool_templates_render_tools_calls_and_results_like_python_jinja2() {
     let golden: Value =
         serde_json::from_str(&std::fs::read_to_string(data("tool_template_golden.json")).unwrap()).unwrap();
     let mut checked = 0;
     for case in golden["cases"].as_array().unwrap() {
         let source = std::fs::read_to_string(data(case["template"].as_str().unwrap())).unwrap();
-        let tmpl = ChatTemplate::new(&source, "", "<|im_end|>").unwrap();
-        assert_eq!(ToolFormat::detect(&tmpl), ToolFormat::Hermes);
+        let tmpl = ChatTemplate::new(&source, case["bos"].as_str().unwrap(), case["eos"].as_str().unwrap()).unwrap();
+        let want =
+            if case["template"].as_str().unwrap().contains("llama") { ToolFormat::Llama3 } else { ToolFormat::Hermes };
+        assert_eq!(ToolFormat::detect(&tmpl), want);
         let messages: Vec<ChatMessage> = case["messages"].as_array().unwrap().iter().map(message).collect();
         let vars: Vec<(&str, Value)> = match &case["tools"] {
             Value::Null => Vec::new(),
@@ -59,7 +62,7 @@ fn hermes_templates_render_tools_calls_and_results_like_python_jinja2() {
         assert_eq!(got, case["ok"].as_str().unwrap(), "{}: {}", case["template"], case["messages"]);
         checked += 1;
     }
-    assert_eq!(checked, 16);
+    assert_eq!(checked, 22);
 }
 
 fn weather() -> ToolSpec {
@@ -92,7 +95,7 @@ fn a_required_call_on_a_hermes_template_parses_and_follows_its_schema() {
     let mut complete = 0;
     for seed in 0..4 {
         let mut config = engine.generation_config(SamplingParams { temperature: 1.5, seed, ..Default::default() }, 400);
-        config.grammar = Some(engine.compile_grammar(&tools.call_grammar().unwrap()).unwrap());
+        config.grammar = Some(engine.compile_grammar(&tools.call_grammar(engine.tool_format()).unwrap()).unwrap());
         let mut session = engine.new_session(Some(1024));
         let out = session.start_turn(engine.model(), engine.tokenizer(), &prompt, config, 1).unwrap().run().unwrap();
         let text = &out.sequences[0].text;
@@ -135,4 +138,21 @@ fn the_fallback_offers_tools_in_a_system_message_and_results_stay_text() {
     // The template's own: a system, user, assistant and user turn opened and
     // closed, and the reply opened: 9; the result's spelled markup adds none.
     assert_eq!(controls, 9, "{ids:?}");
+}
+
+/// Llama 3's calls: the whole reply one `{"name", "parameters"}` object
+/// (after its python tag, where it writes one); anything else is text;
+/// while streaming, a reply that opens with an object is held back.
+#[test]
+fn llama3_calls_are_read_from_a_whole_reply() {
+    let f = ToolFormat::Llama3;
+    let (content, calls) = f.parse("{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "call_");
+    assert_eq!((content.as_str(), calls.len()), ("", 1));
+    assert_eq!((calls[0].name.as_str(), calls[0].arguments.as_str()), ("get_weather", "{\"city\":\"Paris\"}"));
+    assert_eq!(f.parse("<|python_tag|>{\"name\": \"t\", \"parameters\": {}}", "c").1.len(), 1);
+    assert_eq!(f.parse("The weather is {fine}.", "c"), ("The weather is {fine}.".to_string(), vec![]));
+    assert_eq!((f.content_end("  {\"na"), f.content_end("Sure"), f.content_end("")), (0, 4, 0));
+    let tools = Tools { specs: vec![weather()], choice: ToolChoice::Required, parallel: true };
+    let Some(hearth_engine::GrammarSpec::JsonSchema(schema)) = tools.call_grammar(f) else { panic!("a JSON call") };
+    assert_eq!(schema["anyOf"][0]["required"], serde_json::json!(["name", "parameters"]));
 }

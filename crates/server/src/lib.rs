@@ -244,7 +244,7 @@ async fn generate(api: Arc<Api>, body: Body, endpoint: Endpoint) -> Result<Respo
             ApiError::field(g.grammar_field, message)
         })?;
     }
-    if let (Some(spec), Some(engine)) = (g.tools.call_grammar(), api.worker.engine()) {
+    if let Some((spec, engine)) = api.worker.engine().and_then(|e| Some((g.tools.call_grammar(e.tool_format())?, e))) {
         engine.compile_grammar(&spec).map_err(|e| {
             let message = match e {
                 hearth_engine::EngineError::InvalidSetting { reason, .. } => reason,

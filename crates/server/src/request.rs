@@ -269,7 +269,7 @@ impl Fields {
         }
         let (grammar, grammar_field) = self.grammar()?;
         let tools = self.tools(raw_prompt.is_some())?;
-        if grammar.is_some() && tools.call_grammar().is_some() {
+        if grammar.is_some() && tools.call_grammar(hearth_engine::ToolFormat::Fallback).is_some() {
             return Err(ApiError::field(
                 "tool_choice",
                 "a required tool call cannot be given with response_format or grammar",

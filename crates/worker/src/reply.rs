@@ -119,7 +119,7 @@ pub(super) fn job_config(
         // At least one, for the chosen token's own log-probability.
         config.top_logprobs = r.logprobs.map_or(0, |k| k.max(1));
         // A grammar asked for, or a call the tool choice requires.
-        if let Some(spec) = r.grammar.clone().or_else(|| r.tools.call_grammar()) {
+        if let Some(spec) = r.grammar.clone().or_else(|| r.tools.call_grammar(engine.tool_format())) {
             config.grammar = Some(engine.compile_grammar(&spec)?);
         }
     }
