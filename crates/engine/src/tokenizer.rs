@@ -39,7 +39,7 @@ pub struct Tokenizer {
     /// first, then by id (llama.cpp's partition): control ones (and, for
     /// SentencePiece-style vocabularies, unknown ones), matched only where
     /// special text is parsed, and user-defined ones, matched in any text.
-    cut_specials: Vec<Cut>,
+    cut_specials: Cuts,
     bos: Option<u32>,
     eos: Option<u32>,
     eot: Option<u32>,
@@ -95,7 +95,7 @@ impl Tokenizer {
         let is_control = types.iter().map(|&t| t == TYPE_CONTROL).collect();
         // SentencePiece-style encoders parse unknown-type tokens as llama.cpp
         // does; the `tokenizers` path knows control and user-defined ones.
-        let parsed = |with_unknown: bool| -> Vec<Cut> {
+        let parsed = |with_unknown: bool| -> Cuts {
             let mut list: Vec<Cut> = tokens
                 .iter()
                 .zip(&types)
@@ -111,7 +111,9 @@ impl Tokenizer {
                 })
                 .collect();
             list.sort_by(|a, b| b.text.len().cmp(&a.text.len()).then(a.id.cmp(&b.id)));
-            list
+            let mut first = [false; 256];
+            list.iter().for_each(|c| first[c.text.as_bytes()[0] as usize] = true);
+            Cuts { list, first }
         };
         let is_special = types.iter().map(|&t| t == TYPE_CONTROL || t == TYPE_USER_DEFINED).collect();
         let special: Vec<Special> = types
@@ -122,46 +124,31 @@ impl Tokenizer {
                 _ => Special::No,
             })
             .collect();
-        if model_kind == "gemma4" && !json.is_file() {
-            // SentencePiece-style pieces merged by rank (llama.cpp's `gemma4`).
-            let merges: Vec<String> = file
-                .array("tokenizer.ggml.merges")
-                .map_err(|e| err(e.to_string()))?
-                .iter()
-                .map(|v| match v {
-                    Value::String(s) => Ok(s.clone()),
-                    _ => Err(err("tokenizer.ggml.merges holds a non-string".into())),
-                })
-                .collect::<Result<_>>()?;
-            let encoder = Encoder::Spm(SpmEncoder::with_merges(&tokens, &special, &merges));
-            let token_bytes = spm_table(&tokens, &types);
-            let cut_specials = parsed(true);
+        if (model_kind == "gemma4" || model_kind == "llama") && !json.is_file() {
+            let spm = if model_kind == "gemma4" {
+                // SentencePiece-style pieces merged by rank (llama.cpp's `gemma4`).
+                let merges: Vec<String> = file
+                    .array("tokenizer.ggml.merges")
+                    .map_err(|e| err(e.to_string()))?
+                    .iter()
+                    .map(|v| match v {
+                        Value::String(s) => Ok(s.clone()),
+                        _ => Err(err("tokenizer.ggml.merges holds a non-string".into())),
+                    })
+                    .collect::<Result<_>>()?;
+                SpmEncoder::with_merges(&tokens, &special, &merges)
+            } else {
+                let add_space_prefix = file.bool_opt("tokenizer.ggml.add_space_prefix").unwrap_or(true);
+                let scores = spm_scores(file, tokens.len()).map_err(err)?;
+                SpmEncoder::new(&tokens, scores, &special, add_space_prefix)
+            };
             return Ok(Self {
-                encoder,
-                token_bytes,
+                encoder: Encoder::Spm(spm),
+                token_bytes: spm_table(&tokens, &types),
+                cut_specials: parsed(true),
                 tokens,
                 is_control,
                 is_special,
-                cut_specials,
-                bos,
-                eos,
-                eot,
-                add_bos,
-            });
-        }
-        if model_kind == "llama" && !json.is_file() {
-            let add_space_prefix = file.bool_opt("tokenizer.ggml.add_space_prefix").unwrap_or(true);
-            let scores = spm_scores(file, tokens.len()).map_err(err)?;
-            let encoder = Encoder::Spm(SpmEncoder::new(&tokens, scores, &special, add_space_prefix));
-            let token_bytes = spm_table(&tokens, &types);
-            let cut_specials = parsed(true);
-            return Ok(Self {
-                encoder,
-                token_bytes,
-                tokens,
-                is_control,
-                is_special,
-                cut_specials,
                 bos,
                 eos,
                 eot,
@@ -245,7 +232,7 @@ impl Tokenizer {
             Token(u32),
         }
         let mut pieces = vec![Piece::Text(0..text.len())];
-        for special in self.cut_specials.iter().filter(|c| cut(c)) {
+        for special in self.cut_specials.list.iter().filter(|c| cut(c)) {
             let s = special.text.as_str();
             if !text.contains(s) {
                 continue;
@@ -330,7 +317,9 @@ impl Tokenizer {
     /// Whether `text` spells a control token, or a user-defined one that
     /// `markup` names.
     pub fn spells_markup(&self, text: &str, markup: &dyn Fn(u32) -> bool) -> bool {
-        self.cut_specials.iter().any(|c| (!c.always || markup(c.id)) && text.contains(c.text.as_str()))
+        // Most messages have no byte any special begins with: no search.
+        text.bytes().any(|b| self.cut_specials.first[b as usize])
+            && self.cut_specials.list.iter().any(|c| (!c.always || markup(c.id)) && text.contains(c.text.as_str()))
     }
 
     /// The user-defined tokens `source` (a chat template) spells, other
@@ -338,6 +327,7 @@ impl Tokenizer {
     pub fn user_defined_in(&self, source: &str) -> Vec<u32> {
         let mut ids: Vec<u32> = self
             .cut_specials
+            .list
             .iter()
             .filter(|c| c.always && !c.text.trim().is_empty() && source.contains(c.text.as_str()))
             .map(|c| c.id)
@@ -395,6 +385,13 @@ impl Tokenizer {
     pub fn add_bos(&self) -> bool {
         self.add_bos
     }
+}
+
+/// The special tokens text is cut at, longest first, and the bytes they
+/// begin with.
+struct Cuts {
+    list: Vec<Cut>,
+    first: [bool; 256],
 }
 
 /// A special token as text is cut at it.

@@ -8,60 +8,21 @@
 #[allow(dead_code)]
 mod o200k;
 
-use std::sync::Arc;
-use std::time::Duration;
+mod common;
 
+use common::Peer;
 use serde_json::{json, Value};
 
 const THINKING: &str = "The user says hi.";
 const ANSWER: &str = "Hello! How can I help?";
 
-struct Peer {
-    _dir: tempfile::TempDir,
-    runtime: tokio::runtime::Runtime,
-    server: Option<hearth_server::Server>,
-}
-
-impl Peer {
-    fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let model = dir.path().join("scripted-gpt-oss.gguf");
-        o200k::write_scripted_gpt_oss(&model, THINKING, ANSWER);
-        let store = hearth_store::Store::open(dir.path().join("hearth.db")).unwrap();
-        let worker =
-            Arc::new(hearth_worker::Worker::start(store, hearth_worker::WorkerConfig::in_memory(), Box::new(|_| {})));
-        worker.load_model(model);
-        assert!(worker.wait_idle(Duration::from_secs(120)));
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        let server = runtime.block_on(hearth_server::Server::start(worker, 0, Some("key".into()))).unwrap();
-        Self { _dir: dir, runtime, server: Some(server) }
-    }
-
-    /// `POST /v1/chat/completions`: the status and the body's text.
-    fn chat(&self, body: Value) -> (u16, String) {
-        let url = format!("{}/chat/completions", self.server.as_ref().unwrap().url());
-        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-        let mut r = agent
-            .post(&url)
-            .header("Authorization", "Bearer key")
-            .header("Content-Type", "application/json")
-            .send(body.to_string().as_bytes())
-            .unwrap();
-        (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        if let Some(s) = self.server.take() {
-            self.runtime.block_on(s.stop());
-        }
-    }
-}
-
 #[test]
 fn a_harmony_reply_comes_as_reasoning_content_and_content() {
-    let peer = Peer::start();
+    let peer = Peer::start(|dir| {
+        let model = dir.join("scripted-gpt-oss.gguf");
+        o200k::write_scripted_gpt_oss(&model, THINKING, ANSWER);
+        model
+    });
     let hi = json!([{"role": "user", "content": "Hi"}]);
 
     // Whole, at each effort the request may name.

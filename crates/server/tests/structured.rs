@@ -3,51 +3,10 @@
 //! Lark grammar (Hearth's `grammar`); streamed and whole; a schema feature
 //! the compiler lacks is a 400 naming it.
 
-use std::sync::Arc;
-use std::time::Duration;
+mod common;
 
+use common::Peer;
 use serde_json::{json, Value};
-
-struct Peer {
-    _dir: tempfile::TempDir,
-    runtime: tokio::runtime::Runtime,
-    server: Option<hearth_server::Server>,
-}
-
-impl Peer {
-    fn start() -> Self {
-        let model = hearth_engine::paths::default_model_path(|k| std::env::var_os(k));
-        let dir = tempfile::tempdir().unwrap();
-        let store = hearth_store::Store::open(dir.path().join("hearth.db")).unwrap();
-        let worker =
-            Arc::new(hearth_worker::Worker::start(store, hearth_worker::WorkerConfig::in_memory(), Box::new(|_| {})));
-        worker.load_model(model);
-        assert!(worker.wait_idle(Duration::from_secs(120)));
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        let server = runtime.block_on(hearth_server::Server::start(worker, 0, Some("key".into()))).unwrap();
-        Self { _dir: dir, runtime, server: Some(server) }
-    }
-
-    fn chat(&self, body: Value) -> (u16, String) {
-        let url = format!("{}/chat/completions", self.server.as_ref().unwrap().url());
-        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-        let mut r = agent
-            .post(&url)
-            .header("Authorization", "Bearer key")
-            .header("Content-Type", "application/json")
-            .send(body.to_string().as_bytes())
-            .unwrap();
-        (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        if let Some(s) = self.server.take() {
-            self.runtime.block_on(s.stop());
-        }
-    }
-}
 
 fn schema() -> Value {
     json!({
@@ -60,7 +19,7 @@ fn schema() -> Value {
 
 #[test]
 fn replies_follow_response_format_and_grammar() {
-    let peer = Peer::start();
+    let peer = Peer::on_default_model();
     let ask = json!([{"role": "user", "content": "Name a city and its population."}]);
     // A JSON schema, whole, at a hot temperature, three variants.
     let body = json!({"messages": ask, "temperature": 1.2, "seed": 5, "n": 3, "max_tokens": 60,
@@ -113,7 +72,7 @@ fn replies_follow_response_format_and_grammar() {
 
 #[test]
 fn a_bad_or_unsupported_grammar_is_a_400_naming_it() {
-    let peer = Peer::start();
+    let peer = Peer::on_default_model();
     let ask = json!([{"role": "user", "content": "Hi"}]);
     let unsupported = json!({"type": "object", "dependentSchemas": {"a": {"required": ["b"]}}});
     for (format, param, says) in [
@@ -146,7 +105,7 @@ fn a_bad_or_unsupported_grammar_is_a_400_naming_it() {
 /// computed beside the shared pass) and each writes what it writes alone.
 #[test]
 fn constrained_requests_side_by_side_write_what_they_write_alone() {
-    let peer = Peer::start();
+    let peer = Peer::on_default_model();
     let body = |city: &str, seed: u64| {
         json!({"messages": [{"role": "user", "content": format!("Describe {city} as JSON.")}], "temperature": 1.0,
             "seed": seed, "max_tokens": 48,

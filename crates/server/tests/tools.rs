@@ -4,51 +4,10 @@
 //! their tool's schema, whole and streamed; the result goes back as a
 //! `tool` message (as text, whatever it spells) and the model answers.
 
-use std::sync::Arc;
-use std::time::Duration;
+mod common;
 
+use common::Peer;
 use serde_json::{json, Value};
-
-struct Peer {
-    _dir: tempfile::TempDir,
-    runtime: tokio::runtime::Runtime,
-    server: Option<hearth_server::Server>,
-}
-
-impl Peer {
-    fn start() -> Self {
-        let model = hearth_engine::paths::default_model_path(|k| std::env::var_os(k));
-        let dir = tempfile::tempdir().unwrap();
-        let store = hearth_store::Store::open(dir.path().join("hearth.db")).unwrap();
-        let worker =
-            Arc::new(hearth_worker::Worker::start(store, hearth_worker::WorkerConfig::in_memory(), Box::new(|_| {})));
-        worker.load_model(model);
-        assert!(worker.wait_idle(Duration::from_secs(120)));
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        let server = runtime.block_on(hearth_server::Server::start(worker, 0, Some("key".into()))).unwrap();
-        Self { _dir: dir, runtime, server: Some(server) }
-    }
-
-    fn chat(&self, body: Value) -> (u16, String) {
-        let url = format!("{}/chat/completions", self.server.as_ref().unwrap().url());
-        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-        let mut r = agent
-            .post(&url)
-            .header("Authorization", "Bearer key")
-            .header("Content-Type", "application/json")
-            .send(body.to_string().as_bytes())
-            .unwrap();
-        (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        if let Some(s) = self.server.take() {
-            self.runtime.block_on(s.stop());
-        }
-    }
-}
 
 fn tools() -> Value {
     json!([
@@ -71,7 +30,7 @@ fn check_weather(call: &Value) {
 
 #[test]
 fn required_and_named_calls_follow_their_schemas_and_results_come_back_as_text() {
-    let peer = Peer::start();
+    let peer = Peer::on_default_model();
     let ask = json!({"role": "user", "content": "What's the weather in Paris?"});
     // Named: one call of get_weather, whole.
     let body = json!({"messages": [ask], "tools": tools(), "temperature": 0.8, "seed": 4, "max_tokens": 80,
@@ -130,7 +89,7 @@ fn required_and_named_calls_follow_their_schemas_and_results_come_back_as_text()
 
 #[test]
 fn bad_tools_are_a_400_naming_the_field() {
-    let peer = Peer::start();
+    let peer = Peer::on_default_model();
     let ask = json!([{"role": "user", "content": "Hi"}]);
     for (extra, param) in [
         (json!({"tools": [{"type": "retrieval"}]}), "tools[0].type"),
