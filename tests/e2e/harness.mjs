@@ -1,7 +1,7 @@
 // Starts tauri-driver and the real Hearth binary under it, with its own data
 // folder, and gives the tests a WebDriver session on the app window.
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, existsSync } from 'node:fs';
+import { mkdtempSync, existsSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { WebDriver, Keys } from './webdriver.mjs';
@@ -74,6 +74,8 @@ export class Harness {
       const timer = new Promise((r) => setTimeout(r, 5000, 'timeout'));
       if ((await Promise.race([exited, timer])) === 'timeout') p.kill('SIGKILL');
     }
+    // Each run leaves a database and caches of tens of MB; CI machines reuse /tmp.
+    rmSync(this.dataDir, { recursive: true, force: true });
   }
 }
 
