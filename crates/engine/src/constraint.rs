@@ -96,6 +96,20 @@ fn compact_json(mut schema: serde_json::Value) -> serde_json::Value {
     schema
 }
 
+/// Whether `schema` is a JSON schema a grammar can be built from, without a
+/// model: a tool's argument schema is checked when its server is listed, so
+/// a bad one is named there rather than failing a reply later.
+pub fn check_json_schema(schema: &serde_json::Value) -> std::result::Result<(), String> {
+    if !schema.is_object() && !schema.is_boolean() {
+        return Err("a JSON schema is an object".into());
+    }
+    let top = TopLevelGrammar::from_json_schema(compact_json(schema.clone()));
+    match llguidance::api::GrammarInit::Serialized(top).validate(None, llguidance::api::ParserLimits::default()) {
+        llguidance::earley::ValidationResult::Error(e) => Err(e),
+        _ => Ok(()),
+    }
+}
+
 fn grammar_error(e: impl Into<String>) -> EngineError {
     EngineError::setting("response_format", e.into())
 }
