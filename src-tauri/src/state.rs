@@ -26,6 +26,8 @@ pub struct AppState {
     pub api_server: crate::api_server::ApiServer,
     /// Remote endpoints' keys read or entered this session.
     pub keys: Arc<crate::endpoints::Keys>,
+    /// The MCP servers the user added, each started on first use.
+    pub mcp: Arc<hearth_mcp::Servers>,
     /// Set to cancel the default model's download in progress, if any.
     pub download: Mutex<Option<Arc<AtomicBool>>>,
     /// Held for as long as the app runs: one process per data folder.
@@ -62,9 +64,11 @@ impl AppState {
         if let Some(path) = requested.or_else(|| initial_model(&store, config)) {
             worker.load_model(path);
         }
+        let mcp = Arc::new(hearth_mcp::Servers::new(hearth_mcp::Limits::default(), stored_mcp_servers(&store)?));
         Ok(Self {
             store: Mutex::new(store),
             worker,
+            mcp,
             api_server: Default::default(),
             keys: Default::default(),
             download: Mutex::new(None),
@@ -75,6 +79,22 @@ impl AppState {
     pub fn store(&self) -> AppResult<MutexGuard<'_, Store>> {
         Ok(self.store.lock()?)
     }
+}
+
+/// The MCP servers in the database. One whose stored transport no longer
+/// reads (written by a newer Hearth, say) is left out, not fatal.
+pub fn stored_mcp_servers(store: &Store) -> AppResult<Vec<hearth_mcp::ServerConfig>> {
+    Ok(store
+        .mcp_servers()?
+        .into_iter()
+        .filter_map(|s| match serde_json::from_str(&s.transport) {
+            Ok(transport) => Some(hearth_mcp::ServerConfig { name: s.name, transport }),
+            Err(e) => {
+                tracing::warn!("MCP server “{}” is not readable: {e}", s.name);
+                None
+            }
+        })
+        .collect())
 }
 
 /// Locks the data folder for this process, or says who holds it. Two

@@ -361,3 +361,71 @@ fn http(port: u16, request: &str) -> String {
     stream.read_to_string(&mut answer).unwrap();
     answer
 }
+
+/// MCP servers in Settings: a bad `mcpServers` file adds nothing and says
+/// why; a taken name is refused; connecting starts a server and lists its
+/// tools (a bad schema named); a server that cannot start keeps its error;
+/// the list survives a restart; removing stops a server.
+#[test]
+fn mcp_servers_over_ipc() {
+    let (dir, app, w) = app();
+    assert_eq!(call(&w, "mcp_servers_list", json!({})).unwrap(), json!([]));
+    let err = call(
+        &w,
+        "mcp_servers_import",
+        json!({"json": r#"{"mcpServers": {"a": {"command": "x"}, "b": {"args": []}}}"#}),
+    )
+    .unwrap_err();
+    assert_eq!(err, json!({"kind": "tool", "message": "server “b” has neither a command nor a URL"}));
+    let err = call(&w, "mcp_servers_import", json!({"json": "not json"})).unwrap_err();
+    assert!(err["message"].as_str().unwrap().starts_with("the file is not valid JSON"), "{err}");
+    assert_eq!(call(&w, "mcp_servers_list", json!({})).unwrap(), json!([]), "nothing of a refused file is added");
+
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../crates/mcp/tests/data/scripted_server.py");
+    let file = dir.path().join("mcp.json");
+    std::fs::write(
+        &file,
+        json!({"mcpServers": {
+            "scripted": {"command": "python3", "args": [script]},
+            "missing": {"command": "hearth-no-such-command"}
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let listed = call(&w, "mcp_servers_import_file", json!({"path": file})).unwrap();
+    let names: Vec<_> = listed.as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["missing", "scripted"]);
+    assert!(listed.as_array().unwrap().iter().all(|s| s["running"] == false), "nothing starts until used: {listed}");
+    let err = call(&w, "mcp_servers_import_file", json!({"path": file})).unwrap_err();
+    assert_eq!(err["message"], "a server named “scripted” already exists");
+    let err = call(
+        &w,
+        "mcp_servers_add",
+        json!({"config": {"name": "x", "transport": {"type": "http", "url": "ftp://h", "headers": {}}}}),
+    )
+    .unwrap_err();
+    assert!(err["message"].as_str().unwrap().contains("not an http"), "{err}");
+
+    let states = call(&w, "mcp_servers_connect", json!({"name": "scripted"})).unwrap();
+    let scripted = states.as_array().unwrap().iter().find(|s| s["name"] == "scripted").unwrap().clone();
+    assert_eq!(scripted["running"], true);
+    let tools = scripted["tools"].as_array().unwrap();
+    assert!(tools.iter().any(|t| t["name"] == "echo" && t["problem"].is_null()));
+    assert!(tools.iter().any(|t| t["name"] == "bad_schema" && t["problem"].is_string()));
+
+    let err = call(&w, "mcp_servers_connect", json!({"name": "missing"})).unwrap_err();
+    assert_eq!(err["kind"], "tool");
+    let states = call(&w, "mcp_servers_list", json!({})).unwrap();
+    assert!(states[0]["error"].as_str().unwrap().contains("was not found"), "{states}");
+
+    call(&w, "mcp_servers_remove", json!({"name": "missing"})).unwrap();
+    let states = call(&w, "mcp_servers_list", json!({})).unwrap();
+    assert_eq!(states.as_array().unwrap().len(), 1);
+    // What the next start reads: the database has the server left.
+    let stored = hearth_store::Store::open(dir.path().join("hearth.db")).unwrap().mcp_servers().unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].name, "scripted");
+    assert!(stored[0].transport.contains("scripted_server.py"));
+    drop(w);
+    drop(app);
+}

@@ -25,11 +25,14 @@ use crate::error::{McpError, Result};
 use crate::result::{CallOutcome, ResultText};
 
 /// One tool a server offers, as Hearth shows and offers it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, ts_rs::TS)]
+#[serde(rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/", rename = "McpTool")]
 pub struct ToolInfo {
     pub name: String,
     pub description: Option<String>,
     /// The arguments' JSON schema (`inputSchema`).
+    #[ts(type = "unknown")]
     pub input_schema: Value,
     /// Why the model is not offered this tool (its schema is not one a
     /// grammar can be built from), or `None` when it is.

@@ -19,11 +19,13 @@ use crate::error::{McpError, Result};
 use crate::result::CallOutcome;
 
 /// What Settings shows of a server.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
+#[ts(export, export_to = "bindings/", rename = "McpServerState")]
 pub struct ServerState {
     pub name: String,
     /// The command line or the URL.
     pub summary: String,
+    pub transport: crate::config::Transport,
     pub running: bool,
     /// The tools it listed when it last started.
     pub tools: Vec<ToolInfo>,
@@ -44,8 +46,15 @@ pub struct Servers {
 }
 
 impl Servers {
-    pub fn new(limits: Limits) -> Self {
-        Self { limits, slots: Mutex::new(BTreeMap::new()) }
+    /// `configs`, none started yet: a server runs once something uses it.
+    pub fn new(limits: Limits, configs: Vec<ServerConfig>) -> Self {
+        let slots = configs
+            .into_iter()
+            .map(|c| {
+                (c.name.clone(), Arc::new(tokio::sync::Mutex::new(Slot { config: c, connection: None, error: None })))
+            })
+            .collect();
+        Self { limits, slots: Mutex::new(slots) }
     }
 
     /// Makes `configs` the servers. A server whose configuration changed,
@@ -93,6 +102,7 @@ impl Servers {
             out.push(ServerState {
                 name: s.config.name.clone(),
                 summary: s.config.summary(),
+                transport: s.config.transport.clone(),
                 running,
                 tools: s.connection.as_ref().map(|c| c.tools().to_vec()).unwrap_or_default(),
                 error: s.error.clone(),

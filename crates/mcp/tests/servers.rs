@@ -126,8 +126,7 @@ async fn a_misbehaving_server_costs_only_its_own_call() {
         return;
     }
     let count = tempfile::NamedTempFile::new().unwrap();
-    let servers = Servers::new(short());
-    servers.set(vec![scripted(&["--count", count.path().to_str().unwrap()])]).await;
+    let servers = Servers::new(short(), vec![scripted(&["--count", count.path().to_str().unwrap()])]);
     let cancel = CancellationToken::new();
 
     // A schema no grammar can be built from: named, and not offered.
@@ -216,7 +215,7 @@ async fn servers_that_cannot_start_say_why() {
     assert!(e.contains("server “gone”"), "{e}");
 
     // The error is kept for Settings.
-    let servers = Servers::new(short());
+    let servers = Servers::new(short(), Vec::new());
     servers.set(vec![stdio("nope", "hearth-no-such-command", &[])]).await;
     let (set, errors) = servers.tool_set(&["nope".into()], &cancel).await;
     assert!(set.is_empty() && errors.len() == 1);

@@ -10,6 +10,7 @@ mod conversations;
 mod endpoints;
 mod error;
 mod export;
+mod mcp_servers;
 mod messages;
 mod migrations;
 mod models;
@@ -23,6 +24,7 @@ pub use error::{Result, StoreError};
 pub use export::{
     Backup, ConversationExport, ExportedMessage, Import, ImportReport, MAX_IMPORT_BYTES, MAX_IMPORT_MESSAGES,
 };
+pub use mcp_servers::StoredMcpServer;
 pub use messages::{Message, MessageStatus, ReplayExport, ReplayRecord, ReplyStats, Role, ThreadMessage};
 pub use migrations::SCHEMA_VERSION;
 pub use models::RecentModel;

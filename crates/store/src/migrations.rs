@@ -78,6 +78,16 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE conversations ADD COLUMN model_path TEXT;
     "#,
+    // 6: the MCP servers the user added: a name, and how to reach the
+    // server (hearth-mcp's `Transport` as JSON), in the order added.
+    r#"
+    CREATE TABLE mcp_servers (
+        name TEXT PRIMARY KEY,
+        transport TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -43,6 +43,9 @@ pub enum ErrorKind {
     /// A file to import is malformed, too large, from a newer Hearth, or
     /// not what it claims to be; nothing was imported.
     BadImport,
+    /// An MCP server: its configuration is wrong, it cannot start, or a
+    /// call failed, timed out or was stopped.
+    Tool,
     Internal,
 }
 

@@ -6,6 +6,7 @@ pub mod chat;
 pub mod conversations;
 pub mod endpoints;
 pub mod export;
+pub mod mcp;
 pub mod models;
 pub mod server;
 pub mod settings;
@@ -68,5 +69,11 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         endpoints::endpoints_remove,
         endpoints::conversations_backend,
         endpoints::conversations_set_backend,
+        mcp::mcp_servers_list,
+        mcp::mcp_servers_add,
+        mcp::mcp_servers_import,
+        mcp::mcp_servers_import_file,
+        mcp::mcp_servers_remove,
+        mcp::mcp_servers_connect,
     ]
 }

@@ -8,6 +8,7 @@ import type { Backend } from './bindings/Backend';
 import type { CacheBudgets } from './bindings/CacheBudgets';
 import type { ConversationSettings } from './bindings/ConversationSettings';
 import type { DownloadEvent } from './bindings/DownloadEvent';
+import type { McpServerConfig } from './bindings/McpServerConfig';
 import type { ExportFormat } from './bindings/ExportFormat';
 import type { GenerationEvent } from './bindings/GenerationEvent';
 import type { Preset } from './bindings/Preset';
@@ -60,6 +61,16 @@ export const api = {
       commands.endpointsSetKey(id, apiKey, allowPlainText),
     models: (id: number) => commands.endpointsModels(id),
     remove: (id: number) => commands.endpointsRemove(id),
+  },
+  mcp: {
+    list: () => commands.mcpServersList(),
+    add: (config: McpServerConfig) => commands.mcpServersAdd(config),
+    /** An `mcpServers` JSON text (Claude Desktop, LM Studio, VS Code). */
+    importJson: (json: string) => commands.mcpServersImport(json),
+    importFile: (path: string) => commands.mcpServersImportFile(path),
+    remove: (name: string) => commands.mcpServersRemove(name),
+    /** Starts the server if it is not running and lists its tools. */
+    connect: (name: string) => commands.mcpServersConnect(name),
   },
   chat: {
     send: (conversationId: number, text: string, variants: number, onEvent: OnEvent) =>

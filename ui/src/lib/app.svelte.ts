@@ -3,6 +3,7 @@
 // read it and call its methods; only this file talks to the shell.
 import { api, asAppError, type ExportFormat } from './api';
 import { EndpointStore } from './endpoints.svelte';
+import { McpStore } from './mcp.svelte';
 import { ModelStore } from './models.svelte';
 import { SettingsStore } from './settings.svelte';
 import { DEFAULT_REASONING } from './reasoning';
@@ -38,6 +39,7 @@ export class AppState {
   readonly models = new ModelStore((f) => this.guard(f));
   readonly settings = new SettingsStore((f) => this.guard(f));
   readonly endpoints = new EndpointStore((f) => this.guard(f));
+  readonly mcp = new McpStore();
   /** Replies' tokens with their alternatives, by reply id, once asked for. */
   tokenViews = $state<Record<number, TokenView[]>>({});
   /** Token views shade each token by how unlikely the model found it. */
@@ -117,6 +119,7 @@ export class AppState {
       await this.settings.loadPresets();
       await this.endpoints.load();
       void this.endpoints.loadModels();
+      await this.mcp.load();
       this.conversations = await api.conversations.list();
       void this.refreshCaches();
       if (this.conversations.length > 0) await this.open(this.conversations[0].id);

@@ -18,6 +18,8 @@ import type { FieldError } from './FieldError';
 import type { GenerationEvent } from './GenerationEvent';
 import type { ImportResult } from './ImportResult';
 import type { LibraryModel } from './LibraryModel';
+import type { McpServerConfig } from './McpServerConfig';
+import type { McpServerState } from './McpServerState';
 import type { Message } from './Message';
 import type { ModelStatus } from './ModelStatus';
 import type { Preset } from './Preset';
@@ -297,6 +299,47 @@ export function endpointsRemove(id: number): Promise<void> {
  */
 export function endpointsSetKey(id: number, apiKey: string | null, allowPlainText: boolean): Promise<Endpoint> {
   return invoke('endpoints_set_key', { id, apiKey, allowPlainText });
+}
+
+/**
+ * Adds one server, after checking every field.
+ */
+export function mcpServersAdd(config: McpServerConfig): Promise<McpServerState[]> {
+  return invoke('mcp_servers_add', { config });
+}
+
+/**
+ * Starts a server (if it is not running) and lists its tools. A server
+ * that fails keeps its error in its state, and the error is returned.
+ */
+export function mcpServersConnect(name: string): Promise<McpServerState[]> {
+  return invoke('mcp_servers_connect', { name });
+}
+
+/**
+ * Adds every server of an `mcpServers` file (Claude Desktop's, LM
+ * Studio's `mcp.json`, VS Code's), or none with one message saying why.
+ */
+export function mcpServersImport(json: string): Promise<McpServerState[]> {
+  return invoke('mcp_servers_import', { json });
+}
+
+/**
+ * `mcp_servers_import` from a file the user picked.
+ */
+export function mcpServersImportFile(path: string): Promise<McpServerState[]> {
+  return invoke('mcp_servers_import_file', { path });
+}
+
+export function mcpServersList(): Promise<McpServerState[]> {
+  return invoke('mcp_servers_list');
+}
+
+/**
+ * Removes a server; it stops if it was running.
+ */
+export function mcpServersRemove(name: string): Promise<McpServerState[]> {
+  return invoke('mcp_servers_remove', { name });
 }
 
 /**
