@@ -253,19 +253,15 @@ async fn generate(api: Arc<Api>, body: Body, endpoint: Endpoint) -> Result<Respo
             ApiError::field("tools", message)
         })?;
     }
-    let request = Request {
-        logprobs: g.logprobs,
-        raw_prompt: g.raw_prompt.clone(),
-        grammar: g.grammar.clone(),
-        tools: g.tools.clone(),
-    };
-    let job = ReplyJob::for_request(
+    let request = Request { logprobs: g.logprobs, raw_prompt: g.raw_prompt.clone(), grammar: g.grammar.clone() };
+    let mut job = ReplyJob::for_request(
         g.messages.clone(),
         g.settings.clone(),
         g.n,
         request,
         Box::new(move |e| drop(tx.send(e))),
     );
+    job.tools = g.tools.clone();
     // Dropped with the response (a client that goes away), it stops the
     // job; so does the server stopping.
     let guard = api.worker.submit_under(job, &api.shutdown)?.drop_guard();

@@ -336,6 +336,10 @@ impl Fields {
                 },
                 Some(_) => return Err(ApiError::field("reasoning_effort", "must be a string")),
             },
+            // An API client brings its own tools (`tools`); the app's MCP
+            // servers are for its chats.
+            tool_servers: Vec::new(),
+            tool_use: Default::default(),
         };
         if let Some(bad) = settings.validate().first() {
             return Err(ApiError::field(&bad.field, bad.message.clone()));

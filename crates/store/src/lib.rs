@@ -16,6 +16,7 @@ mod migrations;
 mod models;
 mod settings;
 mod store;
+mod tool_calls;
 
 pub use alternatives::{TokenChoice, TokenChoices, KEPT_ALTERNATIVES};
 pub use conversations::{Conversation, SearchHit};
@@ -28,5 +29,6 @@ pub use mcp_servers::StoredMcpServer;
 pub use messages::{Message, MessageStatus, ReplayExport, ReplayRecord, ReplyStats, Role, ThreadMessage};
 pub use migrations::SCHEMA_VERSION;
 pub use models::RecentModel;
-pub use settings::{ConversationSettings, FieldError, OverflowPolicy, Preset, ReasoningEffort};
+pub use settings::{ConversationSettings, FieldError, OverflowPolicy, Preset, ReasoningEffort, ToolUse};
 pub use store::Store;
+pub use tool_calls::{ToolCallRecord, ToolCallStatus};

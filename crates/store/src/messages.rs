@@ -144,6 +144,8 @@ pub struct ThreadMessage {
     pub message: Message,
     /// Messages with the same parent, oldest first.
     pub version_ids: Vec<i64>,
+    /// The tool calls this reply made, in order, with their results.
+    pub tool_calls: Vec<crate::ToolCallRecord>,
 }
 
 const COLUMNS: &str = "id, conversation_id, parent_id, role, content, status, stats, created_at";
@@ -283,11 +285,17 @@ impl Store {
             let (id, parent) = row?;
             siblings.entry(parent).or_default().push(id);
         }
-        Ok(self
-            .path_to(leaf)?
+        self.path_to(leaf)?
             .into_iter()
-            .map(|m| ThreadMessage { version_ids: siblings.get(&m.parent_id).cloned().unwrap_or_default(), message: m })
-            .collect())
+            .map(|m| {
+                let tool_calls = if m.role == Role::Assistant { self.tool_calls(m.id)? } else { Vec::new() };
+                Ok(ThreadMessage {
+                    version_ids: siblings.get(&m.parent_id).cloned().unwrap_or_default(),
+                    message: m,
+                    tool_calls,
+                })
+            })
+            .collect()
     }
 
     /// Shows the branch through `message_id`, down its newest replies.

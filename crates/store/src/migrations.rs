@@ -88,6 +88,31 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         created_at INTEGER NOT NULL
     );
     "#,
+    // 7: the tool calls a reply made, in order, each with where it went,
+    // how it ended and what it gave back; and the tools a conversation
+    // allowed for good ("always in this chat").
+    r#"
+    CREATE TABLE tool_calls (
+        message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        call_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        arguments TEXT NOT NULL,
+        server TEXT,
+        tool TEXT,
+        status TEXT NOT NULL CHECK (status IN ('pending', 'ok', 'error', 'denied', 'stopped', 'failed')),
+        result TEXT NOT NULL DEFAULT '',
+        elapsed_ms INTEGER,
+        truncated INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (message_id, position)
+    );
+    CREATE TABLE tool_approvals (
+        conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        server TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        PRIMARY KEY (conversation_id, server, tool)
+    );
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

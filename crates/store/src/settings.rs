@@ -32,7 +32,29 @@ pub struct ConversationSettings {
     /// How hard to think, where the model's template reads it (gpt-oss's
     /// `reasoning_effort`); other models ignore it.
     pub reasoning_effort: ReasoningEffort,
+    /// The MCP servers (by name) whose tools the model is offered.
+    pub tool_servers: Vec<String>,
+    /// Whether the model may call those tools.
+    pub tool_use: ToolUse,
 }
+
+/// Whether a chat's model may call the tools of its servers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[serde(rename_all = "camelCase")]
+#[ts(export, export_to = "bindings/")]
+pub enum ToolUse {
+    /// The model decides.
+    #[default]
+    Auto,
+    /// Each message's first reply calls a tool (constrained to one); the
+    /// replies after the results answer freely.
+    Always,
+    /// Tools are not offered.
+    Never,
+}
+
+/// At most this many servers per chat.
+pub const MAX_TOOL_SERVERS: usize = 32;
 
 /// How hard a model that takes a reasoning effort thinks (gpt-oss).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
@@ -76,6 +98,8 @@ impl Default for ConversationSettings {
             overflow: OverflowPolicy::StopAtLimit,
             thinking: true,
             reasoning_effort: ReasoningEffort::Medium,
+            tool_servers: Vec::new(),
+            tool_use: ToolUse::Auto,
         }
     }
 }
@@ -152,6 +176,13 @@ impl ConversationSettings {
         check(self.stop_strings.iter().all(|s| !s.is_empty()) && self.stop_strings.len() <= 16, "stopStrings");
         check(self.context_length == 0 || (16..=MAX_CONTEXT).contains(&self.context_length), "contextLength");
         check(self.system_prompt.len() <= 1 << 20, "systemPrompt");
+        let unique: std::collections::HashSet<&String> = self.tool_servers.iter().collect();
+        check(
+            self.tool_servers.len() <= MAX_TOOL_SERVERS
+                && unique.len() == self.tool_servers.len()
+                && self.tool_servers.iter().all(|n| !n.trim().is_empty() && n.len() <= 256),
+            "toolServers",
+        );
         errors
     }
 }
@@ -173,6 +204,8 @@ fn message(field: &str) -> &'static str {
         "overflow" => "must be stopAtLimit, truncateMiddle or rollingWindow",
         "thinking" => "must be true or false",
         "reasoningEffort" => "must be low, medium or high",
+        "toolServers" => "must be at most 32 server names, each once, none empty",
+        "toolUse" => "must be auto, always or never",
         _ => "is not valid",
     }
 }

@@ -52,6 +52,11 @@ impl Store {
 
     /// A reply that was streaming when the app died is kept as interrupted.
     fn recover_interrupted(&self) -> Result<usize> {
+        // A tool call that was waiting or running was stopped by the exit.
+        self.conn.execute(
+            "UPDATE tool_calls SET status = 'stopped', result = 'Hearth closed before the call ended.' WHERE status = 'pending'",
+            [],
+        )?;
         Ok(self.conn.execute(
             "UPDATE messages SET status = 'interrupted',
                  stats = COALESCE(stats, '{\"finishReason\":\"interrupted\"}')

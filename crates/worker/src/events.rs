@@ -1,7 +1,7 @@
 //! What the worker tells the UI: per-reply generation events, sent over a
 //! `tauri::ipc::Channel`, and the model's status, broadcast as an app event.
 
-use hearth_store::{ReplyStats, TokenChoice};
+use hearth_store::{ReplyStats, TokenChoice, ToolCallRecord};
 use serde::Serialize;
 use ts_rs::TS;
 
@@ -51,7 +51,19 @@ pub enum GenerationEvent {
         #[serde(skip_serializing_if = "Vec::is_empty")]
         #[ts(optional, as = "Option<Vec<ReplyStats>>")]
         others: Vec<ReplyStats>,
+        /// The calls the reply made (its `reason` is then `tool_calls`),
+        /// pending: the app runs them and replies again with their results.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        #[ts(optional, as = "Option<Vec<ToolCallRecord>>")]
+        tool_calls: Vec<ToolCallRecord>,
     },
+    /// One of reply `reply_id`'s tool calls changed: it waits for the
+    /// user's approval, runs, or ended (its `status` says how). The calls
+    /// come after a `finished` whose reason is `tool_calls`; then the reply
+    /// that reads their results follows (`queued`, `started` with its id,
+    /// …), or, stopped, a `finished` with reason `cancelled`.
+    #[serde(rename_all = "camelCase")]
+    ToolCall { reply_id: i64, position: u32, call: ToolCallRecord, awaiting_approval: bool },
     /// A replay ended (it ends with this instead of `finished`).
     #[serde(rename_all = "camelCase")]
     Replayed { outcome: ReplayOutcome },

@@ -28,11 +28,33 @@ pub fn prompt_messages(
                 Role::User => hearth_engine::Role::User,
                 Role::Assistant => hearth_engine::Role::Assistant,
             };
-            let message = ChatMessage::new(role, m.content);
-            messages.push(match ids {
-                Some(ids) => message.with_ids(ids),
-                None => message,
-            });
+            let calls = if m.role == Role::Assistant { store.tool_calls(m.id)? } else { Vec::new() };
+            let mut message = ChatMessage::new(role, m.content);
+            if let Some(ids) = ids.filter(|_| calls.is_empty()) {
+                message = message.with_ids(ids);
+            }
+            if calls.is_empty() {
+                messages.push(message);
+                continue;
+            }
+            // A reply that called tools, then each call's result as the
+            // model reads it: the tool's text, or why there is none.
+            message.tool_calls = Some(
+                calls
+                    .iter()
+                    .map(|c| hearth_engine::ToolCall {
+                        id: c.call_id.clone(),
+                        name: c.name.clone(),
+                        arguments: c.arguments.clone(),
+                    })
+                    .collect(),
+            );
+            messages.push(message);
+            for c in calls {
+                let mut result = ChatMessage::new(hearth_engine::Role::Tool, tool_result_text(&c));
+                result.tool_call_id = Some(c.call_id);
+                messages.push(result);
+            }
         }
     }
     Ok((messages, settings))
@@ -49,4 +71,17 @@ fn reply_ids(store: &Store, m: &Message) -> AppResult<Option<Vec<u32>>> {
         return Ok(Some(choices.tokens.iter().map(|c| c.id).collect()));
     }
     Ok(m.stats.as_ref().and_then(|s| s.replay.as_ref()).map(|r| r.tokens.clone()).filter(|t| !t.is_empty()))
+}
+
+/// What the model reads back for a call.
+fn tool_result_text(c: &hearth_store::ToolCallRecord) -> String {
+    use hearth_store::ToolCallStatus as S;
+    match c.status {
+        S::Ok => c.result.clone(),
+        S::Error => format!("The tool reported an error: {}", c.result),
+        S::Denied => "The user did not allow this call.".into(),
+        S::Stopped => format!("The call was stopped. {}", c.result).trim_end().to_string(),
+        S::Failed => format!("The call failed: {}", c.result),
+        S::Pending => "The call has not run.".into(),
+    }
 }

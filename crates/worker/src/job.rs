@@ -32,6 +32,11 @@ pub struct ReplyJob {
     pub variant_ids: Vec<i64>,
     /// Set for a reply to an API request rather than in a conversation.
     pub request: Option<Request>,
+    /// The tools offered (an API request's `tools` and `tool_choice`, a
+    /// chat's MCP tools); a required call is constrained to the tools'
+    /// schemas. A stored reply's calls are taken out of its text and
+    /// recorded as its tool calls, pending.
+    pub tools: hearth_engine::Tools,
 }
 
 /// A reply to an API request: nothing is stored (its reply ids are 0), its
@@ -48,8 +53,6 @@ pub struct Request {
     /// A grammar every sequence's reply follows (`response_format`,
     /// `grammar`), compiled for the model the reply runs on.
     pub grammar: Option<hearth_engine::GrammarSpec>,
-    /// The tools offered (`tools`, `tool_choice`, `parallel_tool_calls`).
-    pub tools: hearth_engine::Tools,
 }
 
 impl ReplyJob {
@@ -73,6 +76,7 @@ impl ReplyJob {
             replay: None,
             variant_ids: Vec::new(),
             request: None,
+            tools: hearth_engine::Tools::default(),
         }
     }
 

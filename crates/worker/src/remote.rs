@@ -187,9 +187,12 @@ fn stream(
     match (error, saved) {
         (Some(error), _) => (job.events)(GenerationEvent::Error { error }),
         (None, Err(e)) => (job.events)(GenerationEvent::Error { error: e.into() }),
-        (None, Ok(())) => {
-            (job.events)(GenerationEvent::Finished { reason: stats.finish_reason.clone(), stats, others: Vec::new() })
-        }
+        (None, Ok(())) => (job.events)(GenerationEvent::Finished {
+            reason: stats.finish_reason.clone(),
+            stats,
+            others: Vec::new(),
+            tool_calls: Vec::new(),
+        }),
     }
 }
 

@@ -26,13 +26,23 @@ impl WorkerThread {
         match result {
             Ok(done) => {
                 let mut saved = Ok(());
-                for (id, d) in job.reply_ids().into_iter().zip(&done).filter(|_| job.stored()) {
+                let mut calls = Vec::new();
+                for (b, (id, d)) in job.reply_ids().into_iter().zip(&done).enumerate().filter(|_| job.stored()) {
                     let status = if d.reason == FinishReason::Cancelled {
                         MessageStatus::Interrupted
                     } else {
                         MessageStatus::Complete
                     };
-                    saved = saved.and(self.store.update_reply(id, &d.text, status, Some(&d.stats)));
+                    // A finished reply's calls come out of its text and wait to run.
+                    let (text, made) = match (&self.engine, job.tools.offered() && status == MessageStatus::Complete) {
+                        (Some(engine), true) => tool_calls_of(engine, id, &d.text),
+                        _ => (d.text.clone(), Vec::new()),
+                    };
+                    saved = saved.and(self.store.update_reply(id, &text, status, Some(&d.stats)));
+                    saved = saved.and(self.store.set_tool_calls(id, &made));
+                    if b == 0 {
+                        calls = made;
+                    }
                     // A reply continued from text it has no tokens for
                     // would show choices that do not line up with it.
                     let aligned = job.prefix.is_empty() || job.prefix_ids.is_some();
@@ -55,9 +65,14 @@ impl WorkerThread {
                 }
                 match saved {
                     Ok(()) => events(GenerationEvent::Finished {
-                        reason: done[0].reason.as_str().to_string(),
+                        reason: if calls.is_empty() {
+                            done[0].reason.as_str().to_string()
+                        } else {
+                            "tool_calls".into()
+                        },
                         stats: done[0].stats.clone(),
                         others: done[1..].iter().map(|d| d.stats.clone()).collect(),
+                        tool_calls: calls,
                     }),
                     Err(e) => events(GenerationEvent::Error { error: e.into() }),
                 }
@@ -82,6 +97,22 @@ impl WorkerThread {
             }
         }
     }
+}
+
+/// A finished reply's text without its calls, and the calls, pending, in
+/// the loaded model's own format. Call ids are the reply's id and the
+/// call's place, unique in the conversation.
+fn tool_calls_of(
+    engine: &hearth_engine::Engine,
+    reply_id: i64,
+    text: &str,
+) -> (String, Vec<hearth_store::ToolCallRecord>) {
+    let (content, calls) = engine.tool_format().parse(text, &format!("call_{reply_id}_"));
+    if calls.is_empty() {
+        return (text.to_string(), Vec::new());
+    }
+    let records = calls.into_iter().map(|c| hearth_store::ToolCallRecord::pending(c.id, c.name, c.arguments)).collect();
+    (content, records)
 }
 
 /// The sampler's configuration for a reply under `s`, and the seed it
@@ -118,10 +149,11 @@ pub(super) fn job_config(
     if let Some(r) = &job.request {
         // At least one, for the chosen token's own log-probability.
         config.top_logprobs = r.logprobs.map_or(0, |k| k.max(1));
-        // A grammar asked for, or a call the tool choice requires.
-        if let Some(spec) = r.grammar.clone().or_else(|| r.tools.call_grammar(engine.tool_format())) {
-            config.grammar = Some(engine.compile_grammar(&spec)?);
-        }
+    }
+    // A grammar asked for, or a call the tool choice requires.
+    let asked = job.request.as_ref().and_then(|r| r.grammar.clone());
+    if let Some(spec) = asked.or_else(|| job.tools.call_grammar(engine.tool_format())) {
+        config.grammar = Some(engine.compile_grammar(&spec)?);
     }
     Ok((config, seed))
 }
@@ -242,8 +274,7 @@ pub fn prompt_ids(
         Some(text) => (engine.tokenizer().encode(text, true, false)?, 0, None),
         None => {
             let options = prompt_options(settings);
-            let no_tools = hearth_engine::Tools::default();
-            let tools = job.request.as_ref().map_or(&no_tools, |r| &r.tools);
+            let tools = &job.tools;
             let fitted = crate::context::fit(&job.messages, settings.overflow, context, reserve, |m| {
                 engine.encode_chat_tools(m, options, tools).map(|ids| ids.len())
             })?;

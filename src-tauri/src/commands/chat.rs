@@ -12,6 +12,7 @@ use ts_rs::TS;
 use crate::error::{AppError, AppResult, ErrorKind};
 use crate::events::GenerationEvent;
 use crate::state::AppState;
+use crate::tool_turns::{self, Offer, ToolDecision};
 use crate::worker::history::prompt_messages;
 use crate::worker::ReplyJob;
 
@@ -37,8 +38,32 @@ fn sink(channel: Channel<GenerationEvent>) -> crate::worker::EventSink {
     })
 }
 
+/// The tools a local reply under `parent` is offered: none on a remote
+/// endpoint; a message's first reply is round 0, a reply to tool results
+/// (its parent a reply) a later one.
+async fn tool_offer(
+    state: &AppState,
+    conversation_id: i64,
+    parent: Option<i64>,
+    target: &Option<crate::worker::RemoteTarget>,
+) -> AppResult<Offer> {
+    if target.is_some() {
+        return Ok(Offer::default());
+    }
+    let (settings, round) = {
+        let store = state.store()?;
+        let round = match parent {
+            Some(p) => usize::from(store.message(p)?.role == Role::Assistant),
+            None => 0,
+        };
+        (store.conversation_settings(conversation_id)?, round)
+    };
+    Ok(tool_turns::offer(&state.mcp, &settings, round).await)
+}
+
 /// Adds `variants` empty replies under `parent` (the first one shown) and
-/// queues them as one batch.
+/// queues them as one batch, offered `offer`'s tools.
+#[allow(clippy::too_many_arguments)]
 fn start_reply(
     state: &AppState,
     store: &Store,
@@ -46,6 +71,7 @@ fn start_reply(
     parent: i64,
     variants: u32,
     target: Option<crate::worker::RemoteTarget>,
+    offer: Offer,
     on_event: Channel<GenerationEvent>,
 ) -> AppResult<Vec<Message>> {
     check_idle(state, conversation_id)?;
@@ -54,7 +80,19 @@ fn start_reply(
         .map(|_| store.add_message(conversation_id, Some(parent), Role::Assistant, "", MessageStatus::Streaming))
         .collect::<Result<Vec<_>, _>>()?;
     store.select_version(conversation_id, replies[0].id)?;
-    let mut job = ReplyJob::new(conversation_id, replies[0].id, messages, settings, sink(on_event));
+    let round = usize::from(store.message(parent)?.role == Role::Assistant);
+    let tools = offer.tools.clone();
+    let events = if tools.offered() && variants == 1 {
+        tool_turns::sink(state.tools.clone(), conversation_id, replies[0].id, round, offer, on_event)
+    } else {
+        sink(on_event)
+    };
+    let mut job = ReplyJob::new(conversation_id, replies[0].id, messages, settings, events);
+    // Calls are run for a single reply; beside others ("Generate N") a
+    // reply answers without tools.
+    if variants == 1 {
+        job.tools = tools;
+    }
     job.variant_ids = replies[1..].iter().map(|r| r.id).collect();
     if let Err(e) = dispatch(state, job, target) {
         for r in &replies {
@@ -99,9 +137,12 @@ fn variant_count(variants: Option<u32>) -> AppResult<u32> {
     }
 }
 
-/// Refuses a second reply while one is queued or running in the conversation.
+/// Refuses a second reply while one is queued or running in the
+/// conversation, or its tool calls are.
 fn check_idle(state: &AppState, conversation_id: i64) -> AppResult<()> {
-    if state.worker.busy_conversations().contains(&conversation_id) {
+    if state.worker.busy_conversations().contains(&conversation_id)
+        || state.tools.turns.busy().contains(&conversation_id)
+    {
         return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
     }
     Ok(())
@@ -143,13 +184,14 @@ pub async fn chat_send(
     let variants = variant_count(variants)?;
     check_idle(&state, conversation_id)?;
     let target = super::endpoints::remote_target(&state, conversation_id).await?;
+    let offer = tool_offer(&state, conversation_id, None, &target).await?;
     let store = state.store()?;
     if variants > 1 {
         local_only(&store, conversation_id, "writing several replies at once")?;
     }
     let parent = last_message(&store, conversation_id)?;
     let message = store.add_message(conversation_id, parent, Role::User, &text, MessageStatus::Complete)?;
-    let mut replies = start_reply(&state, &store, conversation_id, message.id, variants, target, on_event)?;
+    let mut replies = start_reply(&state, &store, conversation_id, message.id, variants, target, offer, on_event)?;
     let reply = replies.remove(0);
     Ok(Sent { message, reply: Some(reply), variants: replies })
 }
@@ -165,12 +207,13 @@ pub async fn chat_regenerate(
 ) -> AppResult<Vec<Message>> {
     let variants = variant_count(variants)?;
     let target = super::endpoints::remote_target(&state, conversation_id).await?;
+    let (_, parent) = reply_of(&*state.store()?, conversation_id, reply_id)?;
+    let offer = tool_offer(&state, conversation_id, Some(parent), &target).await?;
     let store = state.store()?;
     if variants > 1 {
         local_only(&store, conversation_id, "writing several replies at once")?;
     }
-    let (_, parent) = reply_of(&store, conversation_id, reply_id)?;
-    start_reply(&state, &store, conversation_id, parent, variants, target, on_event)
+    start_reply(&state, &store, conversation_id, parent, variants, target, offer, on_event)
 }
 
 /// Edits a message as a new version beside it. An edited user message gets
@@ -185,6 +228,7 @@ pub async fn chat_edit(
 ) -> AppResult<Sent> {
     non_empty(&text)?;
     let target = super::endpoints::remote_target(&state, conversation_id).await?;
+    let offer = tool_offer(&state, conversation_id, None, &target).await?;
     let store = state.store()?;
     let old = store.message(message_id)?;
     if old.conversation_id != conversation_id {
@@ -195,7 +239,9 @@ pub async fn chat_edit(
     }
     let message = store.add_message(conversation_id, old.parent_id, old.role, &text, MessageStatus::Complete)?;
     let reply = match old.role {
-        Role::User => Some(start_reply(&state, &store, conversation_id, message.id, 1, target, on_event)?.remove(0)),
+        Role::User => {
+            Some(start_reply(&state, &store, conversation_id, message.id, 1, target, offer, on_event)?.remove(0))
+        }
         _ => None,
     };
     Ok(Sent { message, reply, variants: Vec::new() })
@@ -450,13 +496,28 @@ pub async fn chat_continue_with(
 /// Stops the conversation's reply within one step. False if none was running.
 #[tauri::command]
 pub async fn chat_stop(state: State<'_, AppState>, conversation_id: i64) -> AppResult<bool> {
-    Ok(state.worker.stop(conversation_id))
+    let calls = state.tools.turns.stop(conversation_id);
+    Ok(state.worker.stop(conversation_id) || calls)
+}
+
+/// The user's answer to a tool call waiting for approval: run it once,
+/// allow its tool in this chat from now on, or deny it.
+#[tauri::command]
+pub async fn chat_tool_decide(
+    state: State<'_, AppState>,
+    conversation_id: i64,
+    call_id: String,
+    decision: ToolDecision,
+) -> AppResult<()> {
+    state.tools.turns.decide(conversation_id, &call_id, decision)
 }
 
 /// Conversations with a reply queued or being written.
 #[tauri::command]
 pub async fn chat_busy(state: State<'_, AppState>) -> AppResult<Vec<i64>> {
-    Ok(state.worker.busy_conversations())
+    let mut busy = state.worker.busy_conversations();
+    busy.extend(state.tools.turns.busy().into_iter().filter(|c| !busy.contains(c)).collect::<Vec<_>>());
+    Ok(busy)
 }
 
 /// How full the context would be if `draft` were sent now.

@@ -37,6 +37,7 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         chat::chat_edit,
         chat::chat_continue,
         chat::chat_stop,
+        chat::chat_tool_decide,
         chat::chat_busy,
         chat::chat_context_usage,
         settings::settings_get,

@@ -9,12 +9,13 @@ import MessageView from './MessageView.svelte';
 const item: ThreadMessage = {
   message: { id: 7, conversationId: 1, parentId: 6, role: 'assistant', content: '', status: 'streaming', stats: null, createdAt: 0 },
   versionIds: [7, 8, 9],
+  toolCalls: [],
 };
 
 describe('MessageView', () => {
   it('shows the variants of a stream side by side as they grow', () => {
     const stream: Stream = $state({
-      replyId: 7, text: 'Red', queuePosition: 0, started: true, tokens: 1, prefill: null, firstTokenAt: null, thought: null,
+      replyId: 7, text: 'Red', queuePosition: 0, started: true, tokens: 1, prefill: null, firstTokenAt: null, thought: null, awaiting: null,
       variants: [{ replyId: 8, text: '', tokens: 0, firstTokenAt: null, thought: null }, { replyId: 9, text: 'Blue', tokens: 1, firstTokenAt: null, thought: null }],
     });
     const target = document.createElement('div');
@@ -34,7 +35,7 @@ describe('MessageView', () => {
   });
 
   it('shows one stream as one body', () => {
-    const stream: Stream = $state({ replyId: 7, text: '**Hi**', queuePosition: 0, started: true, tokens: 1, prefill: null, firstTokenAt: null, thought: null, variants: [] });
+    const stream: Stream = $state({ replyId: 7, text: '**Hi**', queuePosition: 0, started: true, tokens: 1, prefill: null, firstTokenAt: null, thought: null, awaiting: null, variants: [] });
     const target = document.createElement('div');
     const view = mount(MessageView, { target, props: { item, stream } });
     flushSync();
@@ -96,7 +97,7 @@ describe('reasoning blocks', () => {
   it('streams the thinking into the collapsed block, live, then the answer below it', () => {
     const stream: Stream = $state({
       replyId: 7, text: '<think>\nLet me', queuePosition: 0, started: true, tokens: 3, prefill: null,
-      firstTokenAt: performance.now() - 2500, thought: null, variants: [],
+      firstTokenAt: performance.now() - 2500, thought: null, awaiting: null, variants: [],
     });
     const target = document.createElement('div');
     const view = mount(MessageView, { target, props: { item, stream } });
@@ -129,7 +130,7 @@ describe('reasoning blocks', () => {
 
   it('splits each variant column into its own thinking and answer', () => {
     const stream: Stream = $state({
-      replyId: 7, text: '<think>\nHmm', queuePosition: 0, started: true, tokens: 2, prefill: null, firstTokenAt: performance.now(), thought: null,
+      replyId: 7, text: '<think>\nHmm', queuePosition: 0, started: true, tokens: 2, prefill: null, firstTokenAt: performance.now(), thought: null, awaiting: null,
       variants: [{ replyId: 8, text: '<think>ok</think>\n\nBlue', tokens: 4, firstTokenAt: performance.now(), thought: { tokens: 3, ms: 900 } }],
     });
     const target = document.createElement('div');

@@ -9,7 +9,7 @@ import SettingsPanel from './SettingsPanel.svelte';
 const settings: ConversationSettings = {
   systemPrompt: '', temperature: 0.7, topK: 40, topP: 0.95, minP: 0.05, repeatPenalty: 1, penaltyWindow: 64,
   maxNewTokens: 512, seed: null, stopStrings: [], contextLength: 0, overflow: 'stopAtLimit', thinking: true,
-  reasoningEffort: 'medium',
+  reasoningEffort: 'medium', toolServers: [], toolUse: 'auto',
 };
 const ready = { state: 'ready', path: '/q.gguf', name: 'Qwen3', architecture: 'qwen3', contextLength: 4096, device: 'cpu' } as const;
 

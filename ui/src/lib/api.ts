@@ -9,6 +9,7 @@ import type { CacheBudgets } from './bindings/CacheBudgets';
 import type { ConversationSettings } from './bindings/ConversationSettings';
 import type { DownloadEvent } from './bindings/DownloadEvent';
 import type { McpServerConfig } from './bindings/McpServerConfig';
+import type { ToolDecision } from './bindings/ToolDecision';
 import type { ExportFormat } from './bindings/ExportFormat';
 import type { GenerationEvent } from './bindings/GenerationEvent';
 import type { Preset } from './bindings/Preset';
@@ -83,6 +84,9 @@ export const api = {
       commands.chatContinue(conversationId, replyId, channel(onEvent)),
     replay: (conversationId: number, replyId: number, onEvent: OnEvent) =>
       commands.chatReplay(conversationId, replyId, channel(onEvent)),
+    /** The user's answer to a tool call waiting for approval. */
+    decideTool: (conversationId: number, callId: string, decision: ToolDecision) =>
+      commands.chatToolDecide(conversationId, callId, decision),
     exportReplay: (conversationId: number, replyId: number, path: string) =>
       commands.chatExportReplay(conversationId, replyId, path),
     tokenChoices: (conversationId: number, replyId: number) =>

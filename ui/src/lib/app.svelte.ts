@@ -4,6 +4,7 @@
 import { api, asAppError, type ExportFormat } from './api';
 import { EndpointStore } from './endpoints.svelte';
 import { McpStore } from './mcp.svelte';
+import type { ToolDecision } from './bindings/ToolDecision';
 import { ModelStore } from './models.svelte';
 import { SettingsStore } from './settings.svelte';
 import { DEFAULT_REASONING } from './reasoning';
@@ -235,6 +236,25 @@ export class AppState {
     };
   }
 
+  /** Mid-stream, a reply ended in tool calls, a call changed, or the
+   *  reply after them began: the thread shows it. */
+  private progressed(conversationId: number) {
+    return () => {
+      void this.guard(async () => {
+        if (this.activeId === conversationId) this.thread = await api.conversations.thread(conversationId);
+      });
+    };
+  }
+
+  /** The tool call waiting for approval in a conversation, by its id. */
+  awaitingApproval(conversationId: number): string | null {
+    return this.live.byConversation[conversationId]?.awaiting ?? null;
+  }
+
+  async decideTool(conversationId: number, callId: string, decision: ToolDecision) {
+    await this.guard(() => api.chat.decideTool(conversationId, callId, decision));
+  }
+
   async send(text: string): Promise<boolean> {
     let id = this.activeId;
     if (id === null) {
@@ -245,7 +265,7 @@ export class AppState {
     const conversationId = id;
     const variants = this.variantCount;
     const ok = await this.guard(async () => {
-      const sent = await this.live.start(conversationId, { variants }, (on) => api.chat.send(conversationId, text, variants, on), this.ended(conversationId));
+      const sent = await this.live.start(conversationId, { variants }, (on) => api.chat.send(conversationId, text, variants, on), this.ended(conversationId), this.progressed(conversationId));
       const s = this.streams[conversationId];
       if (s) {
         s.replyId = sent.reply!.id;
@@ -263,7 +283,7 @@ export class AppState {
     const conversationId = this.activeId!;
     const variants = this.variantCount;
     await this.guard(async () => {
-      const [reply, ...others] = await this.live.start(conversationId, { variants }, (on) => api.chat.regenerate(conversationId, replyId, variants, on), this.ended(conversationId));
+      const [reply, ...others] = await this.live.start(conversationId, { variants }, (on) => api.chat.regenerate(conversationId, replyId, variants, on), this.ended(conversationId), this.progressed(conversationId));
       const s = this.streams[conversationId];
       if (s) {
         s.replyId = reply.id;
@@ -277,7 +297,7 @@ export class AppState {
     const conversationId = this.activeId!;
     await this.guard(async () => {
       if (isUser) {
-        const sent = await this.live.start(conversationId, {}, (on) => api.chat.edit(conversationId, messageId, text, on), this.ended(conversationId));
+        const sent = await this.live.start(conversationId, {}, (on) => api.chat.edit(conversationId, messageId, text, on), this.ended(conversationId), this.progressed(conversationId));
         if (sent.reply && this.streams[conversationId]) this.streams[conversationId].replyId = sent.reply.id;
       } else {
         // An edited reply is kept as written: no stream.

@@ -33,6 +33,8 @@ export interface Stream extends StreamThinking {
   prefill: { done: number; total: number } | null;
   /** The other replies written beside this one ("Generate N"), in order. */
   variants: StreamVariant[];
+  /** The tool call waiting for the user's approval, by its id. */
+  awaiting: string | null;
 }
 
 /** A recorded reply being run again (or the result of the last run), in
@@ -74,17 +76,18 @@ export class StreamStore {
     init: { replyId?: number; text?: string; variants?: number },
     call: (onEvent: OnEvent) => Promise<T>,
     ended: (error: string | null) => void,
+    progress: () => void = () => {},
   ): Promise<T> {
     const variants = init.variants ?? 1;
     this.byConversation[conversationId] = {
       replyId: init.replyId ?? -1, text: init.text ?? '', queuePosition: 0, started: false, tokens: 0, prefill: null,
-      firstTokenAt: null, thought: null,
+      firstTokenAt: null, thought: null, awaiting: null,
       variants: Array.from({ length: variants - 1 }, () => ({ replyId: -1, text: '', tokens: 0, firstTokenAt: null, thought: null })),
     };
     const close = this.closeTag(conversationId);
     this.thinking.set(conversationId, Array.from({ length: variants }, (_, i) => ({ counter: new ThinkingCounter(close, i === 0 ? (init.text ?? '') : ''), firstAt: null })));
     try {
-      return await call(this.listener(conversationId, ended));
+      return await call(this.listener(conversationId, ended, progress));
     } catch (e) {
       delete this.byConversation[conversationId];
       this.thinking.delete(conversationId);
@@ -126,7 +129,9 @@ export class StreamStore {
     delete this.replays[conversationId];
   }
 
-  private listener(conversationId: number, ended: (error: string | null) => void): OnEvent {
+  /** `progress`: the conversation changed mid-stream (a reply ended in
+   *  tool calls, a call changed, the reply reading their results began). */
+  private listener(conversationId: number, ended: (error: string | null) => void, progress: () => void): OnEvent {
     return (event: GenerationEvent) => {
       const s = this.byConversation[conversationId];
       switch (event.event) {
@@ -135,9 +140,24 @@ export class StreamStore {
           break;
         case 'started':
           if (s) {
+            if (s.replyId !== event.data.replyId && s.variants.length === 0 && s.tokens === 0) {
+              // A reply not known yet: the first one, or the one after tool
+              // calls, a new message to stream into.
+              Object.assign(s, { text: '', tokens: 0, prefill: null, firstTokenAt: null, thought: null });
+              this.thinking.set(conversationId, [{ counter: new ThinkingCounter(this.closeTag(conversationId), ''), firstAt: null }]);
+              progress();
+            }
+            s.replyId = event.data.replyId;
             s.started = true;
             s.queuePosition = 0;
           }
+          break;
+        case 'toolCall':
+          if (s) {
+            if (event.data.awaitingApproval) s.awaiting = event.data.call.callId;
+            else if (s.awaiting === event.data.call.callId) s.awaiting = null;
+          }
+          progress();
           break;
         case 'prefill':
           if (s) s.prefill = { done: event.data.done, total: event.data.total };
@@ -146,6 +166,14 @@ export class StreamStore {
           if (s) this.queueTokens(conversationId, event.data.variant, event.data.text, event.data.ids.length);
           break;
         case 'finished':
+          if (event.data.toolCalls?.length) {
+            // The reply ended in calls: they run next, then another reply.
+            this.flushTokens();
+            if (s) Object.assign(s, { replyId: -1, text: '', tokens: 0, started: false, prefill: null });
+            progress();
+            break;
+          }
+        // falls through
         case 'error':
           this.flushTokens();
           delete this.byConversation[conversationId];

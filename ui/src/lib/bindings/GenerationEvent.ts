@@ -3,9 +3,15 @@ import type { AppError } from "./AppError";
 import type { ReplayOutcome } from "./ReplayOutcome";
 import type { ReplyStats } from "./ReplyStats";
 import type { TokenChoice } from "./TokenChoice";
+import type { ToolCallRecord } from "./ToolCallRecord";
 
 /**
  * One reply's progress, in order: `queued`* `started` `prefill`* `token`*
  * then `finished` or `error`.
  */
-export type GenerationEvent = { "event": "queued", "data": { position: number, } } | { "event": "started", "data": { replyId: number, } } | { "event": "prefill", "data": { done: number, total: number, } } | { "event": "tokens", "data": { text: string, ids: Array<number>, variant: number, choices?: Array<TokenChoice>, } } | { "event": "finished", "data": { reason: string, stats: ReplyStats, others?: Array<ReplyStats>, } } | { "event": "replayed", "data": { outcome: ReplayOutcome, } } | { "event": "error", "data": { error: AppError, } };
+export type GenerationEvent = { "event": "queued", "data": { position: number, } } | { "event": "started", "data": { replyId: number, } } | { "event": "prefill", "data": { done: number, total: number, } } | { "event": "tokens", "data": { text: string, ids: Array<number>, variant: number, choices?: Array<TokenChoice>, } } | { "event": "finished", "data": { reason: string, stats: ReplyStats, others?: Array<ReplyStats>, 
+/**
+ * The calls the reply made (its `reason` is then `tool_calls`),
+ * pending: the app runs them and replies again with their results.
+ */
+toolCalls?: Array<ToolCallRecord>, } } | { "event": "toolCall", "data": { replyId: number, position: number, call: ToolCallRecord, awaitingApproval: boolean, } } | { "event": "replayed", "data": { outcome: ReplayOutcome, } } | { "event": "error", "data": { error: AppError, } };

@@ -31,6 +31,7 @@ import type { SettingsInput } from './SettingsInput';
 import type { StartupError } from './StartupError';
 import type { ThreadMessage } from './ThreadMessage';
 import type { TokenView } from './TokenView';
+import type { ToolDecision } from './ToolDecision';
 
 export function apiServerGet(): Promise<ApiServerState> {
   return invoke('api_server_get');
@@ -168,6 +169,14 @@ export function chatStop(conversationId: number): Promise<boolean> {
  */
 export function chatTokenChoices(conversationId: number, replyId: number): Promise<TokenView[]> {
   return invoke('chat_token_choices', { conversationId, replyId });
+}
+
+/**
+ * The user's answer to a tool call waiting for approval: run it once,
+ * allow its tool in this chat from now on, or deny it.
+ */
+export function chatToolDecide(conversationId: number, callId: string, decision: ToolDecision): Promise<void> {
+  return invoke('chat_tool_decide', { conversationId, callId, decision });
 }
 
 export function conversationsBackend(id: number): Promise<Backend> {
