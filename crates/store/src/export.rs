@@ -50,6 +50,9 @@ pub struct ExportedMessage {
     #[serde(default)]
     pub stats: Option<ReplyStats>,
     pub created_at: i64,
+    /// The tool calls a reply made, with their results; absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<crate::ToolCallRecord>,
 }
 
 /// Every conversation, for a backup.
@@ -179,6 +182,7 @@ fn from_plain(plain: Vec<PlainMessage>) -> Result<ConversationExport> {
             status: MessageStatus::Complete,
             stats: None,
             created_at: now,
+            tool_calls: Vec::new(),
         })
         .collect();
     let title = messages
@@ -211,6 +215,9 @@ impl ConversationExport {
             )));
         }
         for (i, m) in self.messages.iter().enumerate() {
+            if !m.tool_calls.is_empty() && m.role != Role::Assistant {
+                return Err(invalid(format!("message {i} of \"{}\" holds tool calls but is not a reply", self.title)));
+            }
             if let Some(p) = m.parent {
                 if p >= i {
                     return Err(invalid(format!(
@@ -252,15 +259,18 @@ impl Store {
         let position: std::collections::HashMap<i64, usize> = all.iter().enumerate().map(|(i, m)| (m.id, i)).collect();
         let messages = all
             .iter()
-            .map(|m| ExportedMessage {
-                parent: m.parent_id.and_then(|p| position.get(&p).copied()),
-                role: m.role,
-                content: m.content.clone(),
-                status: m.status,
-                stats: m.stats.clone(),
-                created_at: m.created_at,
+            .map(|m| {
+                Ok(ExportedMessage {
+                    parent: m.parent_id.and_then(|p| position.get(&p).copied()),
+                    role: m.role,
+                    content: m.content.clone(),
+                    status: m.status,
+                    stats: m.stats.clone(),
+                    created_at: m.created_at,
+                    tool_calls: if m.role == Role::Assistant { self.tool_calls(m.id)? } else { Vec::new() },
+                })
             })
-            .collect();
+            .collect::<Result<_>>()?;
         Ok(ConversationExport {
             format: ConversationExport::FORMAT.into(),
             version: ConversationExport::VERSION,
@@ -299,6 +309,15 @@ impl Store {
                 _ => "",
             };
             out.push_str(&format!("\n## {role}{note}\n\n{}\n", m.content.trim_end()));
+            for c in &t.tool_calls {
+                let status = crate::messages::enum_text(&c.status);
+                out.push_str(&format!(
+                    "\n**Tool call** `{}` ({status})\n\n```json\n{}\n```\n\n```text\n{}\n```\n",
+                    c.name,
+                    c.arguments,
+                    c.result.trim_end()
+                ));
+            }
         }
         Ok(out)
     }
@@ -340,7 +359,32 @@ impl Store {
                         m.created_at
                     ],
                 )?;
-                ids.push(tx.last_insert_rowid());
+                let id = tx.last_insert_rowid();
+                for (k, call) in m.tool_calls.iter().enumerate() {
+                    // A call that was waiting or running when exported cannot still be.
+                    let status = match call.status {
+                        crate::ToolCallStatus::Pending => crate::ToolCallStatus::Stopped,
+                        s => s,
+                    };
+                    tx.execute(
+                        "INSERT INTO tool_calls(message_id, position, call_id, name, arguments, server, tool, status, result, elapsed_ms, truncated)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                        params![
+                            id,
+                            k as i64,
+                            call.call_id,
+                            call.name,
+                            call.arguments,
+                            call.server,
+                            call.tool,
+                            crate::messages::enum_text(&status),
+                            call.result,
+                            call.elapsed_ms,
+                            call.truncated
+                        ],
+                    )?;
+                }
+                ids.push(id);
             }
             tx.execute(
                 "UPDATE conversations SET active_leaf = ?1 WHERE id = ?2",

@@ -135,3 +135,47 @@ fn bad_imports_are_refused_with_the_reason_and_change_nothing() {
     }
     assert_eq!(s.conversations().unwrap().len(), 1);
 }
+
+/// A reply's tool calls travel with the conversation: exported with their
+/// results, imported as they were (a call still pending when exported
+/// comes back stopped), shown in Markdown; calls on a user message are
+/// refused and nothing is imported.
+#[test]
+fn tool_calls_round_trip_through_json_and_show_in_markdown() {
+    let (_dir, store) = temp_store();
+    let c = store.create_conversation().unwrap();
+    let q = store.add_message(c.id, None, Role::User, "Time in Paris?", MessageStatus::Complete).unwrap();
+    let r = store.add_message(c.id, Some(q.id), Role::Assistant, "", MessageStatus::Complete).unwrap();
+    let mut ran = ToolCallRecord::pending("call_1_0".into(), "get_current_time".into(), r#"{"timezone":"Europe/Paris"}"#.into());
+    ran.server = Some("time".into());
+    ran.tool = Some("get_current_time".into());
+    ran.status = ToolCallStatus::Ok;
+    ran.result = "<script>12:00</script>".into();
+    ran.elapsed_ms = Some(31);
+    let waiting = ToolCallRecord::pending("call_1_1".into(), "echo".into(), "{}".into());
+    store.set_tool_calls(r.id, &[ran.clone(), waiting.clone()]).unwrap();
+    store.add_message(c.id, Some(r.id), Role::Assistant, "It is noon.", MessageStatus::Complete).unwrap();
+
+    let export = store.export_conversation(c.id).unwrap();
+    assert_eq!(export.messages[1].tool_calls, vec![ran.clone(), waiting.clone()]);
+    let json = serde_json::to_string(&export).unwrap();
+    assert!(!serde_json::to_value(&export.messages[0]).unwrap().as_object().unwrap().contains_key("toolCalls"));
+
+    let (_dir2, other) = temp_store();
+    let report = other.import(&Import::parse(json.as_bytes()).unwrap()).unwrap();
+    let thread = other.thread(report.imported[0]).unwrap();
+    let stopped = ToolCallRecord { status: ToolCallStatus::Stopped, ..waiting };
+    assert_eq!(thread[1].tool_calls, vec![ran, stopped]);
+    assert_eq!(thread[2].message.content, "It is noon.");
+
+    let md = store.export_markdown(c.id).unwrap();
+    assert!(md.contains("**Tool call** `get_current_time` (ok)"), "{md}");
+    assert!(md.contains("<script>12:00</script>"), "{md}");
+
+    let mut bad = export.clone();
+    bad.messages[0].tool_calls = bad.messages[1].tool_calls.clone();
+    let before = other.conversations().unwrap().len();
+    let err = Import::parse(serde_json::to_string(&bad).unwrap().as_bytes()).unwrap_err();
+    assert!(err.to_string().contains("holds tool calls but is not a reply"), "{err}");
+    assert_eq!(other.conversations().unwrap().len(), before);
+}
