@@ -29,6 +29,9 @@ use crate::worker::{EventSink, ReplyJob, Worker};
 /// them is offered none, so a model that keeps calling still answers.
 pub const MAX_ROUNDS: usize = 8;
 
+/// Calls one reply may make; the rest fail without running.
+pub const MAX_CALLS_PER_REPLY: usize = 8;
+
 /// What the user says to a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, TS)]
 #[serde(rename_all = "camelCase")]
@@ -140,7 +143,10 @@ pub async fn offer(mcp: &Servers, settings: &ConversationSettings, round: usize)
         (ToolUse::Always, 0) => ToolChoice::Required,
         _ => ToolChoice::Auto,
     };
-    let tools = Tools { specs: set.specs(), choice, parallel: true };
+    // A required call is one call: a small model held to the grammar
+    // would otherwise write call after call until its token limit.
+    let parallel = choice != ToolChoice::Required;
+    let tools = Tools { specs: set.specs(), choice, parallel };
     Offer { set: Arc::new(set), tools }
 }
 
@@ -188,6 +194,11 @@ async fn run_calls(
 ) -> AppResult<()> {
     let store = ctx.store()?;
     let mut calls = store.tool_calls(reply_id)?;
+    // More calls than any reply needs are not run; the model reads why.
+    for call in calls.iter_mut().skip(MAX_CALLS_PER_REPLY) {
+        call.status = ToolCallStatus::Failed;
+        call.result = format!("not run: a reply may make at most {MAX_CALLS_PER_REPLY} calls");
+    }
     let send = |position: usize, call: &ToolCallRecord, awaiting_approval: bool| {
         let _ = channel.send(GenerationEvent::ToolCall {
             reply_id,
@@ -197,6 +208,11 @@ async fn run_calls(
         });
     };
     for (i, call) in calls.iter_mut().enumerate() {
+        if call.status != ToolCallStatus::Pending {
+            store.update_tool_call(reply_id, i, call)?;
+            send(i, call, false);
+            continue;
+        }
         run_one(ctx, conversation_id, offer, stop, call, |c, awaiting| send(i, c, awaiting)).await?;
         store.update_tool_call(reply_id, i, call)?;
         send(i, call, false);

@@ -107,7 +107,7 @@ impl Tools {
             .map(|t| {
                 json!({
                     "type": "object",
-                    "properties": {"name": {"const": t.name}, arguments: t.parameters},
+                    "properties": {"name": {"const": t.name}, arguments: declared_only(&t.parameters)},
                     "required": ["name", arguments],
                     "additionalProperties": false,
                 })
@@ -126,6 +126,22 @@ impl Tools {
             "start: block{more}\nblock: \"<tool_call>\\n\" call \"\\n</tool_call>\"\ncall: %json {schema}\n"
         )))
     }
+}
+
+/// `schema` for a required call's arguments: where it says nothing of
+/// other properties, only those it declares. JSON Schema allows any others
+/// by default, and a small model held to a schema that allows anything can
+/// write nested objects until its token limit; a call needs only the
+/// arguments the tool names.
+fn declared_only(schema: &Value) -> Value {
+    let mut out = schema.clone();
+    if let Some(o) = out.as_object_mut() {
+        let is_object = o.get("type").and_then(Value::as_str) == Some("object") || o.contains_key("properties");
+        if is_object && !o.contains_key("additionalProperties") {
+            o.insert("additionalProperties".into(), Value::Bool(false));
+        }
+    }
+    out
 }
 
 /// How a template takes tools and how its model writes calls.
@@ -293,5 +309,26 @@ mod tests {
         assert_eq!(ToolFormat::Hermes.content_end("Hello <tool_"), 6);
         assert_eq!(ToolFormat::Hermes.content_end("Hello"), 5);
         assert_eq!(ToolFormat::Hermes.content_end("a<tool_call>{"), 1);
+    }
+
+    #[test]
+    fn a_required_call_names_only_the_arguments_its_schema_declares() {
+        let spec = |parameters: Value| ToolSpec { name: "t".into(), description: None, parameters };
+        let tools = Tools {
+            specs: vec![
+                spec(json!({"type": "object", "properties": {}})),
+                spec(json!({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": true})),
+            ],
+            choice: ToolChoice::Required,
+            parallel: false,
+        };
+        let Some(GrammarSpec::JsonSchema(schema)) = tools.call_grammar(ToolFormat::Llama3) else { panic!() };
+        let calls = schema["anyOf"].as_array().unwrap();
+        assert_eq!(calls[0]["properties"]["parameters"]["additionalProperties"], json!(false));
+        assert_eq!(
+            calls[1]["properties"]["parameters"]["additionalProperties"],
+            json!(true),
+            "a schema's own choice stands"
+        );
     }
 }

@@ -146,7 +146,8 @@ fn tool_calls_round_trip_through_json_and_show_in_markdown() {
     let c = store.create_conversation().unwrap();
     let q = store.add_message(c.id, None, Role::User, "Time in Paris?", MessageStatus::Complete).unwrap();
     let r = store.add_message(c.id, Some(q.id), Role::Assistant, "", MessageStatus::Complete).unwrap();
-    let mut ran = ToolCallRecord::pending("call_1_0".into(), "get_current_time".into(), r#"{"timezone":"Europe/Paris"}"#.into());
+    let mut ran =
+        ToolCallRecord::pending("call_1_0".into(), "get_current_time".into(), r#"{"timezone":"Europe/Paris"}"#.into());
     ran.server = Some("time".into());
     ran.tool = Some("get_current_time".into());
     ran.status = ToolCallStatus::Ok;

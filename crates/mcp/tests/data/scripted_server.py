@@ -6,7 +6,8 @@ Tools: echo (well-behaved), hang (never answers), die (exits mid-call),
 garbage (answers with malformed JSON-RPC, then nothing), flood (a result of
 1 MiB and 1 MiB of stderr), html (markup as its result), bad_schema (an input
 schema that is not a JSON schema). `--hang-on-start` never answers
-`initialize`; `--count FILE` appends a line to FILE on each start.
+`initialize`; `--count FILE` appends a line to FILE on each start; `--only
+NAME` lists that tool alone (so a model offered it can call nothing else).
 """
 import json
 import os
@@ -28,6 +29,11 @@ TOOLS = [
     {"name": "bad_schema", "description": "A broken schema.",
      "inputSchema": {"type": "object", "properties": {"x": {"type": "strnig"}}}},
 ]
+
+
+if "--only" in sys.argv:
+    ONLY = sys.argv[sys.argv.index("--only") + 1]
+    TOOLS = [t for t in TOOLS if t["name"] == ONLY]
 
 
 def send(msg):
