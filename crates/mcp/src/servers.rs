@@ -33,58 +33,59 @@ pub struct ServerState {
     pub error: Option<String>,
 }
 
+/// One server: its configuration (read without waiting), and its
+/// connection and last error (behind a lock held while it starts).
 struct Slot {
     config: ServerConfig,
+    state: tokio::sync::Mutex<SlotState>,
+}
+
+#[derive(Default)]
+struct SlotState {
     connection: Option<Arc<Connection>>,
     error: Option<String>,
+}
+
+impl Slot {
+    fn new(config: ServerConfig) -> Arc<Self> {
+        Arc::new(Self { config, state: Default::default() })
+    }
 }
 
 /// The servers the user added, by name.
 pub struct Servers {
     limits: Limits,
-    slots: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
+    slots: Mutex<BTreeMap<String, Arc<Slot>>>,
 }
 
 impl Servers {
     /// `configs`, none started yet: a server runs once something uses it.
     pub fn new(limits: Limits, configs: Vec<ServerConfig>) -> Self {
-        let slots = configs
-            .into_iter()
-            .map(|c| {
-                (c.name.clone(), Arc::new(tokio::sync::Mutex::new(Slot { config: c, connection: None, error: None })))
-            })
-            .collect();
+        let slots = configs.into_iter().map(|c| (c.name.clone(), Slot::new(c))).collect();
         Self { limits, slots: Mutex::new(slots) }
     }
 
     /// Makes `configs` the servers. A server whose configuration changed,
-    /// or that is gone, is stopped; the others keep running.
+    /// or that is gone, is stopped (a call it is running ends first: the
+    /// connection goes when its last user lets go); the others keep running.
     pub async fn set(&self, configs: Vec<ServerConfig>) {
         let mut stop = Vec::new();
         {
             let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
             let wanted: HashMap<&str, &ServerConfig> = configs.iter().map(|c| (c.name.as_str(), c)).collect();
-            let names: Vec<String> = slots.keys().cloned().collect();
-            for name in names {
-                let keep = match (wanted.get(name.as_str()), slots[&name].try_lock()) {
-                    (Some(c), Ok(slot)) => slot.config == **c,
-                    // Busy (starting or calling): replace it; the old one
-                    // ends when its last user drops it.
-                    (Some(_), Err(_)) => false,
-                    (None, _) => false,
-                };
+            slots.retain(|name, slot| {
+                let keep = wanted.get(name.as_str()).is_some_and(|c| **c == slot.config);
                 if !keep {
-                    stop.push(slots.remove(&name).expect("listed"));
+                    stop.push(slot.clone());
                 }
-            }
+                keep
+            });
             for c in configs {
-                slots.entry(c.name.clone()).or_insert_with(|| {
-                    Arc::new(tokio::sync::Mutex::new(Slot { config: c, connection: None, error: None }))
-                });
+                slots.entry(c.name.clone()).or_insert_with(|| Slot::new(c));
             }
         }
         for slot in stop {
-            if let Ok(mut s) = slot.try_lock() {
+            if let Ok(mut s) = slot.state.try_lock() {
                 if let Some(conn) = s.connection.take().and_then(|c| Arc::try_unwrap(c).ok()) {
                     conn.close().await;
                 }
@@ -97,12 +98,12 @@ impl Servers {
         let slots: Vec<_> = self.slots.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
         let mut out = Vec::with_capacity(slots.len());
         for slot in slots {
-            let s = slot.lock().await;
+            let s = slot.state.lock().await;
             let running = s.connection.as_ref().is_some_and(|c| !c.is_closed());
             out.push(ServerState {
-                name: s.config.name.clone(),
-                summary: s.config.summary(),
-                transport: s.config.transport.clone(),
+                name: slot.config.name.clone(),
+                summary: slot.config.summary(),
+                transport: slot.config.transport.clone(),
                 running,
                 tools: s.connection.as_ref().map(|c| c.tools().to_vec()).unwrap_or_default(),
                 error: s.error.clone(),
@@ -120,14 +121,14 @@ impl Servers {
             .get(name)
             .cloned()
             .ok_or_else(|| McpError::Config(format!("there is no server named “{name}”")))?;
-        let mut s = slot.lock().await;
+        let mut s = slot.state.lock().await;
         if let Some(c) = &s.connection {
             if !c.is_closed() {
                 return Ok(c.clone());
             }
         }
         s.connection = None;
-        match Connection::open(&s.config, self.limits, cancel).await {
+        match Connection::open(&slot.config, self.limits, cancel).await {
             Ok(c) => {
                 let c = Arc::new(c);
                 s.connection = Some(c.clone());
