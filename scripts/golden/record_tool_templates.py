@@ -1,6 +1,7 @@
 """Records Python jinja2's rendering of templates that take tools (Hermes's
 `<tool_call>` form: Qwen3 and Qwen 3.5; Llama 3.3's JSON calls and
-`ipython` results; kept in crates/engine/tests/data/templates/) with a `tools` list, an assistant
+`ipython` results; Gemma 4's `<|tool_call>call:NAME{…}` blocks; kept in
+crates/engine/tests/data/templates/) with a `tools` list, an assistant
 message carrying `tool_calls` (arguments as an object, as Hearth passes
 them) and `tool` messages, for crates/engine/tests/tools.rs.
 
@@ -18,6 +19,7 @@ TEMPLATES = [
     ("templates/qwen3.jinja", "", "<|im_end|>", True),
     ("templates/qwen3.5.jinja", "", "<|im_end|>", True),
     ("templates/llama-3.3.jinja", "<|begin_of_text|>", "<|eot_id|>", False),
+    ("templates/gemma-4.jinja", "<bos>", "<eos>", True),
 ]
 
 TOOLS = [

@@ -101,6 +101,9 @@ impl Tools {
             ToolChoice::Required => self.specs.iter().collect(),
             ToolChoice::Function(name) => self.specs.iter().filter(|t| &t.name == name).collect(),
         };
+        if format == ToolFormat::Gemma4 {
+            return Some(GrammarSpec::Lark(gemma4_call_grammar(&picked, self.parallel)));
+        }
         let arguments = if format == ToolFormat::Llama3 { "parameters" } else { "arguments" };
         let calls: Vec<Value> = picked
             .iter()
@@ -153,6 +156,10 @@ pub enum ToolFormat {
     /// a call with one `{"name": …, "parameters": {…}}` object, and reads
     /// results as `ipython` turns.
     Llama3,
+    /// Gemma 4: the template takes `tools`; a call is
+    /// `<|tool_call>call:NAME{key:value,…}<tool_call|>`, its strings
+    /// between `<|"|>` marks (`gemma4_args`).
+    Gemma4,
     /// Hearth's fallback for any other template (see the module's doc).
     Fallback,
 }
@@ -161,11 +168,15 @@ const CALL_OPEN: &str = "<tool_call>";
 /// What Llama 3's template asks a call to look like.
 const LLAMA3_ASK: &str = "\"parameters\": dictionary of argument name and its value";
 const CALL_CLOSE: &str = "</tool_call>";
+const GEMMA_OPEN: &str = "<|tool_call>call:";
+const GEMMA_CLOSE: &str = "<tool_call|>";
 
 impl ToolFormat {
     pub fn detect(template: &ChatTemplate) -> Self {
         let source = template.source();
-        if source.contains(CALL_OPEN) && source.contains("tools") && source.contains("tool_calls") {
+        if source.contains(GEMMA_OPEN) && source.contains("tool_calls") {
+            Self::Gemma4
+        } else if source.contains(CALL_OPEN) && source.contains("tools") && source.contains("tool_calls") {
             Self::Hermes
         } else if source.contains(LLAMA3_ASK) && source.contains("tool_calls") {
             Self::Llama3
@@ -182,7 +193,7 @@ impl ToolFormat {
             return (messages.to_vec(), None);
         }
         let listed: Vec<Value> = tools.specs.iter().map(ToolSpec::to_json).collect();
-        if matches!(self, Self::Hermes | Self::Llama3) {
+        if matches!(self, Self::Hermes | Self::Llama3 | Self::Gemma4) {
             return (messages.to_vec(), Some(Value::Array(listed)));
         }
         let signatures: Vec<String> = listed.iter().map(|t| t.to_string()).collect();
@@ -221,6 +232,9 @@ impl ToolFormat {
     /// the calls, numbered from `first_id`. A block that does not hold a
     /// call (`{"name": …, "arguments": {…}}`) stays text.
     pub fn parse(&self, text: &str, id_prefix: &str) -> (String, Vec<ToolCall>) {
+        if *self == Self::Gemma4 {
+            return gemma4_parse(text, id_prefix);
+        }
         if *self == Self::Llama3 {
             // The whole reply is the call, or there is none.
             let body = text.trim().trim_start_matches("<|python_tag|>").trim();
@@ -278,12 +292,163 @@ impl ToolFormat {
                 || start.starts_with("<|python_tag|>");
             return if maybe { 0 } else { text.len() };
         }
-        if let Some(at) = text.find(CALL_OPEN) {
+        let open = if *self == Self::Gemma4 { GEMMA_OPEN } else { CALL_OPEN };
+        if let Some(at) = text.find(open) {
             return at;
         }
         // A tail that may still become the opening tag.
-        (1..CALL_OPEN.len()).rev().find(|&n| text.ends_with(&CALL_OPEN[..n])).map_or(text.len(), |n| text.len() - n)
+        (1..open.len()).rev().find(|&n| text.ends_with(&open[..n])).map_or(text.len(), |n| text.len() - n)
     }
+}
+
+/// Gemma 4's calls taken out of a reply: each
+/// `<|tool_call>call:NAME{…}<tool_call|>` whose body reads as arguments;
+/// anything else stays text.
+fn gemma4_parse(text: &str, id_prefix: &str) -> (String, Vec<ToolCall>) {
+    let mut content = String::new();
+    let mut calls = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(GEMMA_OPEN) {
+        let after = &rest[at + GEMMA_OPEN.len()..];
+        let parsed = after.find('{').and_then(|brace| {
+            let name = after[..brace].trim();
+            let valid = !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || "_-.".contains(c));
+            let (args, used) = gemma4_value(&after[brace..], false).filter(|(v, _)| v.is_object() && valid)?;
+            let tail = after[brace + used..].trim_start();
+            tail.starts_with(GEMMA_CLOSE)
+                .then(|| (name.to_string(), args, after.len() - tail.len() + GEMMA_CLOSE.len()))
+        });
+        match parsed {
+            Some((name, args, used)) => {
+                content.push_str(&rest[..at]);
+                calls.push(ToolCall { id: format!("{id_prefix}{}", calls.len()), name, arguments: args.to_string() });
+                rest = &after[used..];
+            }
+            None => {
+                content.push_str(&rest[..at + GEMMA_OPEN.len()]);
+                rest = after;
+            }
+        }
+    }
+    content.push_str(rest);
+    (content.trim().to_string(), calls)
+}
+
+/// The Lark grammar of a required Gemma 4 call: one of `tools` by name,
+/// its top-level keys those its schema declares (any, where it allows
+/// others), values in Gemma 4's syntax. The values' types are not held to
+/// the schema (its syntax is not JSON, which llguidance's schema compiler
+/// writes); strings hold no `<`.
+fn gemma4_call_grammar(tools: &[&ToolSpec], parallel: bool) -> String {
+    let lark_str = |s: &str| Value::String(s.to_string()).to_string();
+    let mut rules = Vec::new();
+    let mut blocks = Vec::new();
+    for (i, t) in tools.iter().enumerate() {
+        let schema = declared_only(&t.parameters);
+        let declared: Vec<String> = schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default();
+        let open = schema.get("additionalProperties") != Some(&Value::Bool(false));
+        let key = if open {
+            "KEY".to_string()
+        } else if declared.is_empty() {
+            String::new()
+        } else {
+            format!("({})", declared.iter().map(|k| lark_str(k)).collect::<Vec<_>>().join(" | "))
+        };
+        let members =
+            if key.is_empty() { String::new() } else { format!("(key{i} \":\" value (\",\" key{i} \":\" value)*)?") };
+        if !key.is_empty() {
+            rules.push(format!("key{i}: {key}"));
+        }
+        rules.push(format!(
+            "block{i}: {} {} \"{{\" {members} \"}}\" {}",
+            lark_str(GEMMA_OPEN),
+            lark_str(&t.name),
+            lark_str(GEMMA_CLOSE)
+        ));
+        blocks.push(format!("block{i}"));
+    }
+    let more = if parallel { " block*" } else { "" };
+    format!(
+        "start: block{more}\nblock: {}\n{}\nvalue: STRING | NUMBER | \"true\" | \"false\" | \"null\" | object | array\nobject: \"{{\" (KEY \":\" value (\",\" KEY \":\" value)*)? \"}}\"\narray: \"[\" (value (\",\" value)*)? \"]\"\nKEY: /[A-Za-z_][A-Za-z0-9_]*/\nSTRING: /<\\|\"\\|>[^<]*<\\|\"\\|>/\nNUMBER: /-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][-+]?[0-9]+)?/\n",
+        blocks.join(" | "),
+        rules.join("\n")
+    )
+}
+
+/// Gemma 4's string mark, on both sides of a string.
+const GEMMA_QUOTE: &str = "<|\"|>";
+
+/// One value in Gemma 4's argument syntax at the start of `s` (as its
+/// template's `format_argument` writes it: strings between `<|"|>` marks,
+/// objects with bare keys (`quoted_keys`: keys marked as strings), arrays,
+/// and bare numbers, `true`, `false` and `null`/`None`), with the bytes it
+/// took.
+fn gemma4_value(s: &str, quoted_keys: bool) -> Option<(Value, usize)> {
+    if let Some(body) = s.strip_prefix(GEMMA_QUOTE) {
+        let end = body.find(GEMMA_QUOTE)?;
+        return Some((Value::String(body[..end].to_string()), GEMMA_QUOTE.len() * 2 + end));
+    }
+    let (open, close) = match s.as_bytes().first()? {
+        b'{' => (b'{', b'}'),
+        b'[' => (b'[', b']'),
+        _ => {
+            let end = s.find([',', '}', ']']).unwrap_or(s.len());
+            let word = s[..end].trim();
+            let value = match word {
+                "true" => Value::Bool(true),
+                "false" => Value::Bool(false),
+                "null" | "None" | "none" => Value::Null,
+                w => serde_json::from_str::<serde_json::Number>(w).map(Value::Number).ok()?,
+            };
+            return Some((value, end));
+        }
+    };
+    let mut i = 1;
+    let mut object = serde_json::Map::new();
+    let mut array = Vec::new();
+    loop {
+        let skip = s[i..].len() - s[i..].trim_start().len();
+        i += skip;
+        if s.as_bytes().get(i) == Some(&close) && (object.is_empty() && array.is_empty()) {
+            i += 1;
+            break;
+        }
+        if open == b'{' {
+            let (key, used) = if quoted_keys || s[i..].starts_with(GEMMA_QUOTE) {
+                let (k, used) = gemma4_value(&s[i..], quoted_keys)?;
+                (k.as_str()?.to_string(), used)
+            } else {
+                let end = s[i..].find(':')?;
+                (s[i..i + end].trim().to_string(), end)
+            };
+            i += used;
+            i += s[i..].find(':').filter(|&n| s[i..i + n].trim().is_empty())? + 1;
+            let skip = s[i..].len() - s[i..].trim_start().len();
+            let (v, used) = gemma4_value(&s[i + skip..], quoted_keys)?;
+            object.insert(key, v);
+            i += skip + used;
+        } else {
+            let (v, used) = gemma4_value(&s[i..], quoted_keys)?;
+            array.push(v);
+            i += used;
+        }
+        let skip = s[i..].len() - s[i..].trim_start().len();
+        i += skip;
+        match s.as_bytes().get(i)? {
+            b',' => i += 1,
+            c if *c == close => {
+                i += 1;
+                break;
+            }
+            _ => return None,
+        }
+    }
+    let value = if open == b'{' { Value::Object(object) } else { Value::Array(array) };
+    Some((value, i))
 }
 
 /// A call as the fallback asks the model to write it, name first.
@@ -330,5 +495,34 @@ mod tests {
             json!(true),
             "a schema's own choice stands"
         );
+    }
+
+    #[test]
+    fn gemma4_calls_come_out_of_a_reply_in_its_own_syntax() {
+        let text = "Checking.<|tool_call>call:get_weather{city:<|\"|>Paris, {France}<|\"|>,days:3,hourly:false,\
+            opts:{units:<|\"|>metric<|\"|>,tags:[<|\"|>a<|\"|>,2.5,null]}}<tool_call|><|tool_call>call:get_time{}<tool_call|>";
+        let (content, calls) = ToolFormat::Gemma4.parse(text, "c");
+        assert_eq!(content, "Checking.");
+        assert_eq!(calls.len(), 2);
+        assert_eq!((calls[0].id.as_str(), calls[0].name.as_str()), ("c0", "get_weather"));
+        let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
+        assert_eq!(
+            args,
+            json!({"city": "Paris, {France}", "days": 3, "hourly": false, "opts": {"units": "metric", "tags": ["a", 2.5, null]}})
+        );
+        assert_eq!((calls[1].name.as_str(), calls[1].arguments.as_str()), ("get_time", "{}"));
+        // Broken calls stay text.
+        for bad in [
+            "<|tool_call>call:get_weather{city:<|\"|>Paris}<tool_call|>",
+            "<|tool_call>call:{a:1}<tool_call|>",
+            "<|tool_call>call:f{a:1}",
+            "<|tool_call>call:f{a 1}<tool_call|>",
+        ] {
+            let (content, calls) = ToolFormat::Gemma4.parse(bad, "c");
+            assert!(calls.is_empty(), "{bad}");
+            assert_eq!(content, bad);
+        }
+        assert_eq!(ToolFormat::Gemma4.content_end("Hi <|tool_ca"), 3);
+        assert_eq!(ToolFormat::Gemma4.content_end("Hi <|tool_call>call:f{"), 3);
     }
 }

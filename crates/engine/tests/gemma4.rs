@@ -180,3 +180,46 @@ fn a_gemma4_file_ends_turns_thinks_on_its_switch_and_drops_earlier_thoughts() {
     answer.push_str(&rest.answer);
     assert_eq!((reasoning.as_str(), answer.as_str()), ("The user adds.", "It is **4**."));
 }
+
+/// Gemma 4's own tool format: the template takes the tools, and a required
+/// call, sampled hot on a random model, is a `<|tool_call>call:NAME{…}`
+/// block that parses, naming only the arguments the schema declares.
+#[test]
+fn a_required_gemma4_call_is_written_in_its_own_syntax_and_parses() {
+    use hearth_engine::{SamplingParams, ToolChoice, ToolFormat, ToolSpec, Tools};
+    let mut spec = common::TinySpec::gemma4(false);
+    spec.gemma4.per_layer = 0;
+    spec.gemma4.real_vocab = true;
+    let (_dir, path) = common::tiny(&spec);
+    let engine = Engine::open(&path).unwrap();
+    assert_eq!(engine.tool_format(), ToolFormat::Gemma4);
+    let weather = ToolSpec {
+        name: "get_weather".into(),
+        description: Some("The weather in a city.".into()),
+        parameters: serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}),
+    };
+    let tools = Tools { specs: vec![weather], choice: ToolChoice::Required, parallel: false };
+    let ask = [ChatMessage::user("Weather in Paris?")];
+    let text = engine.render_chat_tools(&ask, PromptOptions::default(), &tools).unwrap();
+    assert!(text.contains("<|tool>declaration:get_weather{description:<|\"|>The weather in a city.<|\"|>"), "{text}");
+    let prompt = engine.encode_chat_tools(&ask, PromptOptions::default(), &tools).unwrap();
+    let grammar = engine.compile_grammar(&tools.call_grammar(ToolFormat::Gemma4).unwrap()).unwrap();
+    let mut complete = 0;
+    for seed in 0..4 {
+        let mut config = engine.generation_config(SamplingParams { temperature: 1.5, seed, ..Default::default() }, 300);
+        config.grammar = Some(grammar.clone());
+        let mut session = engine.new_session(Some(2048));
+        let out = session.start_turn(engine.model(), engine.tokenizer(), &prompt, config, 1).unwrap().run().unwrap();
+        let seq = &out.sequences[0];
+        if !engine.end_tokens().contains(seq.tokens.last().unwrap()) {
+            continue; // cut at the limit: a prefix of a call
+        }
+        let (content, calls) = ToolFormat::Gemma4.parse(&seq.text, "call_");
+        assert_eq!((content.as_str(), calls.len()), ("", 1), "{:?}", seq.text);
+        assert_eq!(calls[0].name, "get_weather");
+        let args: serde_json::Value = serde_json::from_str(&calls[0].arguments).unwrap();
+        assert!(args.as_object().unwrap().keys().all(|k| k == "city" || k == "days"), "{args}");
+        complete += 1;
+    }
+    assert!(complete >= 2, "{complete} of 4 calls ended within the limit");
+}

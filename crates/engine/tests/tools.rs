@@ -50,8 +50,14 @@ fn tool_templates_render_tools_calls_and_results_like_python_jinja2() {
     for case in golden["cases"].as_array().unwrap() {
         let source = std::fs::read_to_string(data(case["template"].as_str().unwrap())).unwrap();
         let tmpl = ChatTemplate::new(&source, case["bos"].as_str().unwrap(), case["eos"].as_str().unwrap()).unwrap();
-        let want =
-            if case["template"].as_str().unwrap().contains("llama") { ToolFormat::Llama3 } else { ToolFormat::Hermes };
+        let template = case["template"].as_str().unwrap();
+        let want = if template.contains("llama") {
+            ToolFormat::Llama3
+        } else if template.contains("gemma-4") {
+            ToolFormat::Gemma4
+        } else {
+            ToolFormat::Hermes
+        };
         assert_eq!(ToolFormat::detect(&tmpl), want);
         let messages: Vec<ChatMessage> = case["messages"].as_array().unwrap().iter().map(message).collect();
         let vars: Vec<(&str, Value)> = match &case["tools"] {
@@ -62,7 +68,7 @@ fn tool_templates_render_tools_calls_and_results_like_python_jinja2() {
         assert_eq!(got, case["ok"].as_str().unwrap(), "{}: {}", case["template"], case["messages"]);
         checked += 1;
     }
-    assert_eq!(checked, 22);
+    assert_eq!(checked, 30);
 }
 
 fn weather() -> ToolSpec {
