@@ -104,6 +104,29 @@ impl Tools {
         if format == ToolFormat::Gemma4 {
             return Some(GrammarSpec::Lark(gemma4_call_grammar(&picked, self.parallel)));
         }
+        if format == ToolFormat::Harmony {
+            // One commentary message to one of the functions, its arguments
+            // following that function's schema.
+            let lark_str = |s: &str| Value::String(s.to_string()).to_string();
+            let alternatives: Vec<String> = picked
+                .iter()
+                .map(|t| {
+                    // Compact, as the template's `tojson` writes arguments back.
+                    let mut schema = declared_only(&t.parameters);
+                    if let Some(o) = schema.as_object_mut() {
+                        o.entry("x-guidance").or_insert(
+                            json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}),
+                        );
+                    }
+                    format!(
+                        "{} %json {}",
+                        lark_str(&format!("<|channel|>commentary {HARMONY_TO}{} <|constrain|>json<|message|>", t.name)),
+                        schema
+                    )
+                })
+                .collect();
+            return Some(GrammarSpec::Lark(format!("start: {}\n", alternatives.join(" | "))));
+        }
         let arguments = if format == ToolFormat::Llama3 { "parameters" } else { "arguments" };
         let calls: Vec<Value> = picked
             .iter()
@@ -160,6 +183,11 @@ pub enum ToolFormat {
     /// `<|tool_call>call:NAME{key:value,…}<tool_call|>`, its strings
     /// between `<|"|>` marks (`gemma4_args`).
     Gemma4,
+    /// gpt-oss's Harmony: the template takes `tools` (as a `functions`
+    /// namespace); a call is a commentary message addressed
+    /// `to=functions.NAME` holding the arguments as JSON, ended by `<|call|>`;
+    /// one call per reply.
+    Harmony,
     /// Hearth's fallback for any other template (see the module's doc).
     Fallback,
 }
@@ -169,6 +197,8 @@ const CALL_OPEN: &str = "<tool_call>";
 const LLAMA3_ASK: &str = "\"parameters\": dictionary of argument name and its value";
 const CALL_CLOSE: &str = "</tool_call>";
 const GEMMA_OPEN: &str = "<|tool_call>call:";
+/// Where a Harmony message header names the function it calls.
+const HARMONY_TO: &str = "to=functions.";
 const GEMMA_CLOSE: &str = "<tool_call|>";
 
 impl ToolFormat {
@@ -176,6 +206,8 @@ impl ToolFormat {
         let source = template.source();
         if source.contains(GEMMA_OPEN) && source.contains("tool_calls") {
             Self::Gemma4
+        } else if source.contains("functions.") && source.contains("<|call|>") && source.contains("tool_calls") {
+            Self::Harmony
         } else if source.contains(CALL_OPEN) && source.contains("tools") && source.contains("tool_calls") {
             Self::Hermes
         } else if source.contains(LLAMA3_ASK) && source.contains("tool_calls") {
@@ -193,7 +225,7 @@ impl ToolFormat {
             return (messages.to_vec(), None);
         }
         let listed: Vec<Value> = tools.specs.iter().map(ToolSpec::to_json).collect();
-        if matches!(self, Self::Hermes | Self::Llama3 | Self::Gemma4) {
+        if matches!(self, Self::Hermes | Self::Llama3 | Self::Gemma4 | Self::Harmony) {
             return (messages.to_vec(), Some(Value::Array(listed)));
         }
         let signatures: Vec<String> = listed.iter().map(|t| t.to_string()).collect();
@@ -234,6 +266,9 @@ impl ToolFormat {
     pub fn parse(&self, text: &str, id_prefix: &str) -> (String, Vec<ToolCall>) {
         if *self == Self::Gemma4 {
             return gemma4_parse(text, id_prefix);
+        }
+        if *self == Self::Harmony {
+            return harmony_parse(text, id_prefix);
         }
         if *self == Self::Llama3 {
             // The whole reply is the call, or there is none.
@@ -292,12 +327,55 @@ impl ToolFormat {
                 || start.starts_with("<|python_tag|>");
             return if maybe { 0 } else { text.len() };
         }
+        if *self == Self::Harmony {
+            // A call's header may be anywhere in a message that has not
+            // reached its body; the answer comes apart by its channel.
+            return text.find(HARMONY_TO).map_or(text.len(), |at| harmony_header_start(text, at));
+        }
         let open = if *self == Self::Gemma4 { GEMMA_OPEN } else { CALL_OPEN };
         if let Some(at) = text.find(open) {
             return at;
         }
         // A tail that may still become the opening tag.
         (1..open.len()).rev().find(|&n| text.ends_with(&open[..n])).map_or(text.len(), |n| text.len() - n)
+    }
+}
+
+/// Where the Harmony message whose header holds `to=functions.` at `at`
+/// begins: its `<|start|>`, else the reply's own start (the generation
+/// prompt opened it).
+fn harmony_header_start(text: &str, at: usize) -> usize {
+    let before = &text[..at];
+    match (before.rfind("<|start|>"), before.rfind("<|message|>")) {
+        (Some(s), m) if m.is_none_or(|m| m < s) => s,
+        (_, Some(_)) => at,
+        _ => 0,
+    }
+}
+
+/// gpt-oss's call taken out of a reply: the message whose header says
+/// `to=functions.NAME`, its body the arguments as JSON (the reply ends at
+/// its `<|call|>`, which ends generation). The messages before it (its
+/// analysis) stay content; a header without a JSON body stays text.
+fn harmony_parse(text: &str, id_prefix: &str) -> (String, Vec<ToolCall>) {
+    let Some(at) = text.find(HARMONY_TO) else { return (text.trim().to_string(), Vec::new()) };
+    let start = harmony_header_start(text, at);
+    let after = &text[at + HARMONY_TO.len()..];
+    let name_end = after.find(|c: char| c.is_whitespace() || c == '<').unwrap_or(after.len());
+    let name = &after[..name_end];
+    let parsed = after.find("<|message|>").and_then(|m| {
+        let body = &after[m + "<|message|>".len()..];
+        let mut values = serde_json::Deserializer::from_str(body).into_iter::<Value>();
+        let value = values.next()?.ok()?;
+        let rest = body[values.byte_offset()..].trim();
+        (value.is_object() && (rest.is_empty() || rest.starts_with("<|"))).then_some(value)
+    });
+    match parsed {
+        Some(args) if !name.is_empty() => (
+            text[..start].trim().to_string(),
+            vec![ToolCall { id: format!("{id_prefix}0"), name: name.to_string(), arguments: args.to_string() }],
+        ),
+        _ => (text.trim().to_string(), Vec::new()),
     }
 }
 
@@ -524,5 +602,23 @@ mod tests {
         }
         assert_eq!(ToolFormat::Gemma4.content_end("Hi <|tool_ca"), 3);
         assert_eq!(ToolFormat::Gemma4.content_end("Hi <|tool_call>call:f{"), 3);
+    }
+
+    #[test]
+    fn a_harmony_call_comes_out_of_a_reply_with_its_analysis_left() {
+        let reply = "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary \
+            to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}";
+        let (content, calls) = ToolFormat::Harmony.parse(reply, "c");
+        assert_eq!(content, "<|channel|>analysis<|message|>Need weather.<|end|>");
+        assert_eq!(calls.len(), 1);
+        assert_eq!((calls[0].name.as_str(), calls[0].arguments.as_str()), ("get_weather", r#"{"city":"Paris"}"#));
+        // Addressed before the channel, as the template writes it; the reply's own first message.
+        let (content, calls) = ToolFormat::Harmony.parse(" to=functions.f<|channel|>commentary json<|message|>{}", "c");
+        assert_eq!((content.as_str(), calls[0].name.as_str()), ("", "f"));
+        // No JSON body: text.
+        let half = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\":";
+        assert!(ToolFormat::Harmony.parse(half, "c").1.is_empty());
+        assert_eq!(ToolFormat::Harmony.content_end(half), 0);
+        assert_eq!(ToolFormat::Harmony.content_end("<|channel|>final<|message|>Hi"), 29);
     }
 }

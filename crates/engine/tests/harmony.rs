@@ -182,3 +182,60 @@ fn a_gpt_oss_file_writes_a_whole_harmony_reply_through_the_engine() {
     let second = [ChatMessage::user("Hi"), ChatMessage::assistant(want), ChatMessage::user("Thanks")];
     assert_eq!(reply(&second, PromptOptions::default(), default), want);
 }
+
+/// gpt-oss's own tool format: the template takes the tools as its
+/// `functions` namespace and renders an earlier call and its result as
+/// Harmony messages; a required call, sampled hot on a random model, is a
+/// commentary message to one function whose JSON body parses.
+#[test]
+fn a_required_gpt_oss_call_is_a_commentary_message_to_the_function() {
+    use hearth_engine::{SamplingParams, ToolCall, ToolChoice, ToolFormat, ToolSpec, Tools};
+    let (_dir, engine) = gpt_oss_engine();
+    assert_eq!(engine.tool_format(), ToolFormat::Harmony);
+    let weather = ToolSpec {
+        name: "get_weather".into(),
+        description: Some("The weather in a city.".into()),
+        parameters: serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+    };
+    let tools = Tools { specs: vec![weather], choice: ToolChoice::Required, parallel: false };
+    let mut call = ChatMessage::assistant("");
+    call.tool_calls = Some(vec![ToolCall {
+        id: "call_0".into(),
+        name: "get_weather".into(),
+        arguments: r#"{"city":"Paris"}"#.into(),
+    }]);
+    let mut result = ChatMessage::new(Role::Tool, "sunny");
+    result.tool_call_id = Some("call_0".into());
+    let history = [ChatMessage::user("Weather in Paris?"), call, result];
+    let text = engine.render_chat_tools(&history, PromptOptions::default(), &tools).unwrap();
+    assert!(text.contains("namespace functions {") && text.contains("type get_weather = (_: {"), "{text}");
+    assert!(
+        text.contains(
+            "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Paris\"}<|call|>\
+             <|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>\"sunny\"<|end|>"
+        ),
+        "{text}"
+    );
+
+    let ask = [ChatMessage::user("Weather in Paris?")];
+    let prompt = engine.encode_chat_tools(&ask, PromptOptions::default(), &tools).unwrap();
+    let grammar = engine.compile_grammar(&tools.call_grammar(ToolFormat::Harmony).unwrap()).unwrap();
+    let mut complete = 0;
+    for seed in 0..4 {
+        let mut config = engine.generation_config(SamplingParams { temperature: 1.5, seed, ..Default::default() }, 200);
+        config.grammar = Some(grammar.clone());
+        let mut session = engine.new_session(Some(4096));
+        let out = session.start_turn(engine.model(), engine.tokenizer(), &prompt, config, 1).unwrap().run().unwrap();
+        let seq = &out.sequences[0];
+        if !engine.end_tokens().contains(seq.tokens.last().unwrap()) {
+            continue; // cut at the limit: a prefix of a call
+        }
+        let (_, calls) = ToolFormat::Harmony.parse(&seq.text, "call_");
+        assert_eq!(calls.len(), 1, "{:?}", seq.text);
+        assert_eq!(calls[0].name, "get_weather");
+        let args: serde_json::Value = serde_json::from_str(&calls[0].arguments).unwrap();
+        assert!(args["city"].is_string(), "{args}");
+        complete += 1;
+    }
+    assert!(complete >= 2, "{complete} of 4 calls ended within the limit");
+}

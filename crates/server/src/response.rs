@@ -42,6 +42,9 @@ pub struct Reply {
     /// out as content (a call's text never does: it goes out as `tool_calls`).
     answers: Vec<String>,
     sent: Vec<usize>,
+    /// With Harmony's tools: each choice's whole text, its call being a
+    /// commentary message the reasoning splitter keeps out of the answer.
+    raw: Vec<String>,
     /// Each call's id starts with this.
     call_prefix: String,
 }
@@ -86,6 +89,7 @@ impl Reply {
             split: vec![SplitText::default(); n],
             tools,
             answers: vec![String::new(); n],
+            raw: vec![String::new(); n],
             sent: vec![0; n],
             call_prefix: format!("call_{}_", random_hex()),
         }
@@ -109,7 +113,12 @@ impl Reply {
     /// A choice's calls, and its content without them (with tools offered).
     fn calls(&self, variant: usize) -> Option<(String, Vec<ToolCall>)> {
         let format = self.tools?;
-        let (content, calls) = format.parse(&self.answers[variant], &format!("{}{variant}_", self.call_prefix));
+        let prefix = format!("{}{variant}_", self.call_prefix);
+        if format == ToolFormat::Harmony {
+            let (_, calls) = format.parse(&self.raw[variant], &prefix);
+            return (!calls.is_empty()).then(|| (self.answers[variant].trim().to_string(), calls));
+        }
+        let (content, calls) = format.parse(&self.answers[variant], &prefix);
         (!calls.is_empty()).then_some((content, calls))
     }
 
@@ -117,6 +126,9 @@ impl Reply {
     /// answer apart (`reasoning_content`, `content`); `None` when all of it
     /// is markup or waits.
     fn delta(&mut self, variant: usize, text: &str, end: bool) -> Option<Value> {
+        if self.tools == Some(ToolFormat::Harmony) {
+            self.raw[variant].push_str(text);
+        }
         let Some(splitters) = self.splitters.as_mut() else {
             let text = self.gate(variant, text.to_string());
             return (!text.is_empty() || (!end && self.tools.is_none())).then(|| json!({"content": text}));
