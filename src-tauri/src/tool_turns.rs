@@ -50,6 +50,17 @@ pub enum ToolDecision {
 pub struct Offer {
     pub set: Arc<ToolSet>,
     pub tools: Tools,
+    /// Why some of the chat's servers are left out (each names its server).
+    pub unavailable: Vec<String>,
+}
+
+impl Offer {
+    /// Tells the page which servers were left out, if any.
+    pub fn report(&self, channel: &Channel<GenerationEvent>) {
+        if !self.unavailable.is_empty() {
+            let _ = channel.send(GenerationEvent::ToolsUnavailable { errors: self.unavailable.clone() });
+        }
+    }
 }
 
 /// Conversations whose calls are waiting or running, and the approvals
@@ -135,8 +146,9 @@ pub async fn offer(mcp: &Servers, settings: &ConversationSettings, round: usize)
         return Offer::default();
     }
     let (set, errors) = mcp.tool_set(&settings.tool_servers, &CancellationToken::new()).await;
-    for e in errors {
-        tracing::warn!("tools left out of a reply: {e}");
+    let unavailable: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    if set.is_empty() {
+        return Offer { unavailable, ..Offer::default() };
     }
     let choice = match (settings.tool_use, round) {
         (_, r) if r == MAX_ROUNDS => ToolChoice::None,
@@ -147,7 +159,7 @@ pub async fn offer(mcp: &Servers, settings: &ConversationSettings, round: usize)
     // would otherwise write call after call until its token limit.
     let parallel = choice != ToolChoice::Required;
     let tools = Tools { specs: set.specs(), choice, parallel };
-    Offer { set: Arc::new(set), tools }
+    Offer { set: Arc::new(set), tools, unavailable }
 }
 
 /// The events of a chat reply that may call tools: passed on to the page,
@@ -230,6 +242,7 @@ async fn run_calls(
     // The next reply is queued before the conversation counts as idle.
     let settings = store.conversation_settings(conversation_id)?;
     let next_offer = offer_again(ctx, &settings, round + 1, offer).await;
+    next_offer.report(channel);
     let (messages, settings) = prompt_messages(&store, conversation_id, Some(reply_id))?;
     let reply = store.add_message(conversation_id, Some(reply_id), Role::Assistant, "", MessageStatus::Streaming)?;
     store.select_version(conversation_id, reply.id)?;
@@ -253,7 +266,11 @@ async fn offer_again(ctx: &ToolContext, settings: &ConversationSettings, round: 
     if fresh.tools.specs.is_empty() && round <= MAX_ROUNDS && !last.tools.specs.is_empty() {
         // The servers went away mid-turn: the model still reads its calls'
         // results; it is offered nothing new.
-        return Offer { set: last.set.clone(), tools: Tools { choice: ToolChoice::None, ..last.tools.clone() } };
+        return Offer {
+            set: last.set.clone(),
+            tools: Tools { choice: ToolChoice::None, ..last.tools.clone() },
+            unavailable: fresh.unavailable,
+        };
     }
     fresh
 }

@@ -3,8 +3,8 @@
 // scripted server that misbehaves), chosen per chat; the model's call asks
 // for approval, runs, and its result feeds the next reply. A denied call, a
 // hanging server stopped with Stop, a server that dies mid-call, a result
-// with HTML shown as text, bad files and commands, and the conversation
-// exported and imported with its calls.
+// with HTML shown as text, bad files and commands, a chat whose server cannot
+// start, and the conversation exported and imported with its calls.
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir, tmpdir } from 'node:os';
@@ -34,17 +34,19 @@ async function setValue(testid, value) {
 
 /** Pastes an mcpServers file into Settings and imports it. */
 async function importServers(json) {
-  if (!(await d.$('[data-testid=mcp-import-text]'))) await (await d.find('[data-testid=mcp-import-toggle]')).click();
+  // Clicked from script: the settings panel may have scrolled it out of reach.
+  if (!(await d.$('[data-testid=mcp-import-text]'))) await d.execute('document.querySelector("[data-testid=mcp-import-toggle]").click()');
   await d.find('[data-testid=mcp-import-text]');
   await setValue('mcp-import-text', json);
-  await (await d.find('[data-testid=mcp-import]')).click();
+  await d.execute('document.querySelector("[data-testid=mcp-import]").click()');
 }
 
 /** A new chat offered `server`'s tools, its model made to call one. */
 async function chatWith(server) {
   await newChat(d);
   const id = await activeConversationId(d);
-  await (await d.find(`[data-testid=setting-tool-server][data-name="${server}"]`)).click();
+  await d.find(`[data-testid=setting-tool-server][data-name="${server}"]`);
+  await d.execute(`document.querySelector('[data-testid=setting-tool-server][data-name="${server}"]').click()`);
   await setValue('setting-toolUse', 'always');
   await setValue('setting-temperature', '0');
   await d.waitFor(async () => {
@@ -189,6 +191,23 @@ describe('MCP servers and tool calls', () => {
     const result = await (await done.$('[data-testid=tool-call-result]')).text();
     assert.equal(result, '<script>alert(1)</script><b>bold</b>');
     assert.equal(await d.execute('return document.querySelectorAll("[data-testid=tool-calls] script, [data-testid=tool-calls] b").length'), 0);
+  });
+
+  it('a chat whose server cannot start says so, and answers without its tools', async () => {
+    await importServers(JSON.stringify({ mcpServers: { broken: { command: 'hearth-no-such-command' } } }));
+    await d.waitFor(async () => (await d.$$('[data-testid=mcp-server]')).length === 6, 'six servers');
+    const id = await chatWith('broken');
+    const dismiss = 'document.querySelector("[data-testid=tool-notice] button")?.click()';
+    await d.execute(dismiss);
+    await send(d, 'Hello there.');
+    const toast = await d.find('[data-testid=tool-notice]', 60000);
+    assert.match(await toast.text(), /Tools left out of this reply: server “broken”: the command “hearth-no-such-command” was not found/);
+    await idle(id);
+    const thread = await invoke('conversations_thread', { id });
+    const reply = thread[thread.length - 1];
+    assert.equal(reply.message.status, 'complete');
+    assert.equal(reply.toolCalls.length, 0);
+    await d.execute(dismiss);
   });
 
   it('exports and imports the conversation with its calls', async () => {

@@ -101,6 +101,10 @@ impl Tools {
             ToolChoice::Required => self.specs.iter().collect(),
             ToolChoice::Function(name) => self.specs.iter().filter(|t| &t.name == name).collect(),
         };
+        if picked.is_empty() {
+            // Nothing to call (no tools, or none of that name): no call can be required.
+            return None;
+        }
         if format == ToolFormat::Gemma4 {
             return Some(GrammarSpec::Lark(gemma4_call_grammar(&picked, self.parallel)));
         }

@@ -64,6 +64,10 @@ pub enum GenerationEvent {
     /// …), or, stopped, a `finished` with reason `cancelled`.
     #[serde(rename_all = "camelCase")]
     ToolCall { reply_id: i64, position: u32, call: ToolCallRecord, awaiting_approval: bool },
+    /// Some of the chat's MCP servers could not be started: the reply
+    /// runs without their tools. Each error names its server.
+    #[serde(rename_all = "camelCase")]
+    ToolsUnavailable { errors: Vec<String> },
     /// A replay ended (it ends with this instead of `finished`).
     #[serde(rename_all = "camelCase")]
     Replayed { outcome: ReplayOutcome },

@@ -81,6 +81,7 @@ fn start_reply(
         .collect::<Result<Vec<_>, _>>()?;
     store.select_version(conversation_id, replies[0].id)?;
     let round = usize::from(store.message(parent)?.role == Role::Assistant);
+    offer.report(&on_event);
     let tools = offer.tools.clone();
     let events = if tools.offered() && variants == 1 {
         tool_turns::sink(state.tools.clone(), conversation_id, replies[0].id, round, offer, on_event)

@@ -50,6 +50,8 @@ export class AppState {
   /** The last deleted conversation, while its undo is offered. */
   deleted = $state<Conversation | null>(null);
   error = $state<string | null>(null);
+  /** Tools a reply went without (a chat's server that cannot start), until dismissed. */
+  toolNotice = $state<string | null>(null);
   /** A short note on what the last import, export or backup did. */
   notice = $state<{ kind: 'import' | 'export' | 'backup'; text: string } | null>(null);
 
@@ -239,7 +241,11 @@ export class AppState {
   /** Mid-stream, a reply ended in tool calls, a call changed, or the
    *  reply after them began: the thread shows it. */
   private progressed(conversationId: number) {
-    return () => {
+    return (notice?: string) => {
+      if (notice) {
+        this.toolNotice = notice;
+        return;
+      }
       void this.guard(async () => {
         if (this.activeId === conversationId) this.thread = await api.conversations.thread(conversationId);
       });

@@ -76,7 +76,7 @@ export class StreamStore {
     init: { replyId?: number; text?: string; variants?: number },
     call: (onEvent: OnEvent) => Promise<T>,
     ended: (error: string | null) => void,
-    progress: () => void = () => {},
+    progress: (notice?: string) => void = () => {},
   ): Promise<T> {
     const variants = init.variants ?? 1;
     this.byConversation[conversationId] = {
@@ -130,8 +130,9 @@ export class StreamStore {
   }
 
   /** `progress`: the conversation changed mid-stream (a reply ended in
-   *  tool calls, a call changed, the reply reading their results began). */
-  private listener(conversationId: number, ended: (error: string | null) => void, progress: () => void): OnEvent {
+   *  tool calls, a call changed, the reply reading their results began),
+   *  or, with a notice, something the user should know (a server left out). */
+  private listener(conversationId: number, ended: (error: string | null) => void, progress: (notice?: string) => void): OnEvent {
     return (event: GenerationEvent) => {
       const s = this.byConversation[conversationId];
       switch (event.event) {
@@ -151,6 +152,10 @@ export class StreamStore {
             s.started = true;
             s.queuePosition = 0;
           }
+          break;
+        case 'toolsUnavailable':
+          // A chat's server that cannot start: the reply goes on without it.
+          progress(`Tools left out of this reply: ${event.data.errors.join('; ')}`);
           break;
         case 'toolCall':
           if (s) {

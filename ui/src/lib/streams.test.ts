@@ -14,8 +14,11 @@ describe('StreamStore and tool calls', () => {
     const live = new StreamStore();
     let on: (e: GenerationEvent) => void = () => {};
     let progressed = 0;
+    const notices: string[] = [];
     let ended: string | null | undefined;
-    await live.start(1, {}, async (listener) => { on = listener; }, (e) => (ended = e), () => progressed++);
+    await live.start(1, {}, async (listener) => { on = listener; }, (e) => (ended = e), (notice) => (notice ? notices.push(notice) : progressed++));
+    on({ event: 'toolsUnavailable', data: { errors: ['server “x”: the command “x” was not found'] } });
+    expect(notices).toEqual(['Tools left out of this reply: server “x”: the command “x” was not found']);
     on({ event: 'started', data: { replyId: 7 } });
     on({ event: 'finished', data: { reason: 'tool_calls', stats, toolCalls: [call] } });
     expect(live.busy(1)).toBe(true);

@@ -14,4 +14,4 @@ export type GenerationEvent = { "event": "queued", "data": { position: number, }
  * The calls the reply made (its `reason` is then `tool_calls`),
  * pending: the app runs them and replies again with their results.
  */
-toolCalls?: Array<ToolCallRecord>, } } | { "event": "toolCall", "data": { replyId: number, position: number, call: ToolCallRecord, awaitingApproval: boolean, } } | { "event": "replayed", "data": { outcome: ReplayOutcome, } } | { "event": "error", "data": { error: AppError, } };
+toolCalls?: Array<ToolCallRecord>, } } | { "event": "toolCall", "data": { replyId: number, position: number, call: ToolCallRecord, awaitingApproval: boolean, } } | { "event": "toolsUnavailable", "data": { errors: Array<string>, } } | { "event": "replayed", "data": { outcome: ReplayOutcome, } } | { "event": "error", "data": { error: AppError, } };
