@@ -360,30 +360,18 @@ impl Store {
                     ],
                 )?;
                 let id = tx.last_insert_rowid();
-                for (k, call) in m.tool_calls.iter().enumerate() {
-                    // A call that was waiting or running when exported cannot still be.
-                    let status = match call.status {
-                        crate::ToolCallStatus::Pending => crate::ToolCallStatus::Stopped,
-                        s => s,
-                    };
-                    tx.execute(
-                        "INSERT INTO tool_calls(message_id, position, call_id, name, arguments, server, tool, status, result, elapsed_ms, truncated)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-                        params![
-                            id,
-                            k as i64,
-                            call.call_id,
-                            call.name,
-                            call.arguments,
-                            call.server,
-                            call.tool,
-                            crate::messages::enum_text(&status),
-                            call.result,
-                            call.elapsed_ms,
-                            call.truncated
-                        ],
-                    )?;
-                }
+                // A call that was waiting or running when exported cannot still be.
+                let calls: Vec<crate::ToolCallRecord> = m
+                    .tool_calls
+                    .iter()
+                    .map(|c| match c.status {
+                        crate::ToolCallStatus::Pending => {
+                            crate::ToolCallRecord { status: crate::ToolCallStatus::Stopped, ..c.clone() }
+                        }
+                        _ => c.clone(),
+                    })
+                    .collect();
+                crate::tool_calls::insert_tool_calls(&tx, id, &calls)?;
                 ids.push(id);
             }
             tx.execute(

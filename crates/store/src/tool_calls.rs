@@ -70,30 +70,37 @@ impl ToolCallRecord {
     }
 }
 
+/// Writes `calls` as reply `message_id`'s, in order, inside the caller's
+/// transaction.
+pub(crate) fn insert_tool_calls(conn: &rusqlite::Connection, message_id: i64, calls: &[ToolCallRecord]) -> Result<()> {
+    for (i, c) in calls.iter().enumerate() {
+        conn.execute(
+            "INSERT INTO tool_calls(message_id, position, call_id, name, arguments, server, tool, status, result, elapsed_ms, truncated)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            params![
+                message_id,
+                i as i64,
+                c.call_id,
+                c.name,
+                c.arguments,
+                c.server,
+                c.tool,
+                enum_text(&c.status),
+                c.result,
+                c.elapsed_ms,
+                c.truncated
+            ],
+        )?;
+    }
+    Ok(())
+}
+
 impl Store {
     /// Records reply `message_id`'s calls, replacing any it had.
     pub fn set_tool_calls(&self, message_id: i64, calls: &[ToolCallRecord]) -> Result<()> {
         let tx = self.conn.unchecked_transaction()?;
         tx.execute("DELETE FROM tool_calls WHERE message_id = ?1", [message_id])?;
-        for (i, c) in calls.iter().enumerate() {
-            tx.execute(
-                "INSERT INTO tool_calls(message_id, position, call_id, name, arguments, server, tool, status, result, elapsed_ms, truncated)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-                params![
-                    message_id,
-                    i as i64,
-                    c.call_id,
-                    c.name,
-                    c.arguments,
-                    c.server,
-                    c.tool,
-                    enum_text(&c.status),
-                    c.result,
-                    c.elapsed_ms,
-                    c.truncated
-                ],
-            )?;
-        }
+        insert_tool_calls(&tx, message_id, calls)?;
         tx.commit()?;
         Ok(())
     }
