@@ -35,6 +35,9 @@ pub enum GrammarSpec {
 pub struct Grammars {
     factory: Arc<ParserFactory>,
     end_tokens: Vec<u32>,
+    /// Lark string literals that are exactly one markup token's text, and
+    /// that token (`Tokenizer::markup_tokens`).
+    markup: Vec<(String, u32)>,
 }
 
 impl Grammars {
@@ -60,7 +63,12 @@ impl Grammars {
         let env: toktrie::TokEnv = Arc::new(ApproximateTokEnv::new(trie));
         let mut factory = ParserFactory::new_simple(&env).map_err(|e| grammar_error(e.to_string()))?;
         factory.quiet();
-        Ok(Self { factory: Arc::new(factory), end_tokens: end_tokens.to_vec() })
+        let markup = tokenizer
+            .markup_tokens()
+            .into_iter()
+            .map(|(text, id)| (serde_json::Value::String(text).to_string(), id))
+            .collect();
+        Ok(Self { factory: Arc::new(factory), end_tokens: end_tokens.to_vec(), markup })
     }
 
     /// Checks `spec` and compiles it; an unsupported schema feature is an
@@ -71,7 +79,7 @@ impl Grammars {
             GrammarSpec::JsonObject => {
                 TopLevelGrammar::from_json_schema(compact_json(serde_json::json!({"type": "object"})))
             }
-            GrammarSpec::Lark(lark) => TopLevelGrammar::from_lark(lark.clone()),
+            GrammarSpec::Lark(lark) => TopLevelGrammar::from_lark(self.markup_as_tokens(lark)),
         };
         let parser = self.factory.create_parser(top).map_err(|e| grammar_error(e.to_string()))?;
         let matcher = Matcher::new(Ok(parser));
@@ -79,6 +87,42 @@ impl Grammars {
             return Err(grammar_error(e));
         }
         Ok(Grammar { prototype: Arc::new(matcher), end_tokens: self.end_tokens.clone() })
+    }
+}
+
+impl Grammars {
+    /// `lark` with each string literal that is exactly a markup token's
+    /// text (`"[TOOL_CALLS]"`, `"<|channel|>"`) matched by that token only:
+    /// a literal is otherwise matched by any tokens that spell it, and a
+    /// model held to a call could write its marker letter by letter, which
+    /// reads the same but is not the token its template writes, nor the one
+    /// it was trained to write.
+    fn markup_as_tokens(&self, lark: &str) -> String {
+        let swap = |text: &str| {
+            let mut out = text.to_string();
+            for (quoted, id) in &self.markup {
+                if out.contains(quoted.as_str()) {
+                    out = out.replace(quoted.as_str(), &format!("<[{id}]>"));
+                }
+            }
+            out
+        };
+        // Not inside a `%json` schema, whose strings are a tool's own.
+        let mut out = String::with_capacity(lark.len());
+        let mut rest = lark;
+        while let Some(at) = rest.find("%json") {
+            let body = at + "%json".len();
+            out.push_str(&swap(&rest[..body]));
+            let mut values = serde_json::Deserializer::from_str(&rest[body..]).into_iter::<serde_json::Value>();
+            let used = match values.next() {
+                Some(Ok(_)) => values.byte_offset(),
+                _ => 0,
+            };
+            out.push_str(&rest[body..body + used]);
+            rest = &rest[body + used..];
+        }
+        out.push_str(&swap(rest));
+        out
     }
 }
 

@@ -74,6 +74,7 @@ impl Tokenizer {
             return Err(err("token types and tokens differ in length".into()));
         }
         harmony_rendered_tokens(&tokens, &mut types);
+        mistral_rendered_tokens(&tokens, &mut types);
         end_tokens_are_control(&tokens, &mut types);
         let id = |key: &str| -> Result<Option<u32>> {
             let v = file.u32_opt(key).map_err(|e| err(e.to_string()))?;
@@ -322,6 +323,18 @@ impl Tokenizer {
             && self.cut_specials.list.iter().any(|c| (!c.always || markup(c.id)) && text.contains(c.text.as_str()))
     }
 
+    /// The user-defined tokens other than runs of whitespace, with their
+    /// text: markup a model writes as one token (Harmony's `<|channel|>`,
+    /// Mistral's `[TOOL_CALLS]`).
+    pub fn markup_tokens(&self) -> Vec<(String, u32)> {
+        self.cut_specials
+            .list
+            .iter()
+            .filter(|c| c.always && !c.text.trim().is_empty())
+            .map(|c| (c.text.clone(), c.id))
+            .collect()
+    }
+
     /// The user-defined tokens `source` (a chat template) spells, other
     /// than runs of whitespace: the markup it writes with them.
     pub fn user_defined_in(&self, source: &str) -> Vec<u32> {
@@ -511,6 +524,24 @@ fn harmony_rendered_tokens(tokens: &[String], types: &mut [i32]) {
     for (t, ty) in tokens.iter().zip(types.iter_mut()) {
         let structure = matches!(t.as_str(), "<|channel|>" | "<|message|>" | "<|start|>" | "<|constrain|>");
         if structure || (end_ends_a_message && t == "<|end|>") {
+            *ty = TYPE_USER_DEFINED;
+        }
+    }
+}
+
+/// Mistral's tool-call markers (`[TOOL_CALLS]name[ARGS]{…}`) are control
+/// tokens in its files; llama.cpp writes them out in generated text where
+/// tools are offered (its "preserved tokens"), since the calls are read
+/// from them. Hearth writes them always, as it does Harmony's: a reply's
+/// calls are taken from its text, and a required call's grammar spells
+/// them. Chat messages that spell those the template writes stay text
+/// (`encode_guarded`: they are its markup).
+fn mistral_rendered_tokens(tokens: &[String], types: &mut [i32]) {
+    if !tokens.iter().any(|t| t == "[TOOL_CALLS]") {
+        return;
+    }
+    for (t, ty) in tokens.iter().zip(types.iter_mut()) {
+        if matches!(t.as_str(), "[TOOL_CALLS]" | "[ARGS]" | "[CALL_ID]") {
             *ty = TYPE_USER_DEFINED;
         }
     }

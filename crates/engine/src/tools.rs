@@ -1,15 +1,17 @@
 //! Tool calling: the tools a reply may call, how a model's template asks
 //! for them and writes its calls, and the calls taken back out of a reply.
 //!
-//! Templates that spell Hermes's `<tool_call>` (Qwen 2.5, 3, 3.5, Hermes)
-//! get the tools as their `tools` variable and read `tool_calls` and
-//! `tool` messages themselves. Any other template gets them in Hearth's
-//! fallback: a system message listing the tools and asking for the same
-//! `<tool_call>` form, earlier calls written into the reply as that form,
-//! and tool results as user messages in `<tool_response>`. Either way a
-//! reply's calls are read from that form, and where a call is required
-//! (`tool_choice: required` or a named function) the reply is constrained
-//! to it, each call's arguments to its tool's JSON schema.
+//! Templates with a tool syntax of their own (`ToolFormat`: Hermes's
+//! `<tool_call>` of Qwen 2.5, 3, 3.5 and Hermes; Llama 3's; Gemma 4's;
+//! gpt-oss's Harmony; Mistral's `[TOOL_CALLS]`) get the tools as their
+//! `tools` variable and read `tool_calls` and `tool` messages themselves.
+//! Any other template gets them in Hearth's fallback: a system message
+//! listing the tools and asking for Hermes's `<tool_call>` form, earlier
+//! calls written into the reply as that form, and tool results as user
+//! messages in `<tool_response>`. Either way a reply's calls are read from
+//! the form it was asked for, and where a call is required (`tool_choice:
+//! required` or a named function) the reply is constrained to it, each
+//! call's arguments to its tool's JSON schema.
 
 use serde::ser::SerializeMap;
 use serde::Serialize;
@@ -115,21 +117,32 @@ impl Tools {
             let alternatives: Vec<String> = picked
                 .iter()
                 .map(|t| {
-                    // Compact, as the template's `tojson` writes arguments back.
-                    let mut schema = declared_only(&t.parameters);
-                    if let Some(o) = schema.as_object_mut() {
-                        o.entry("x-guidance").or_insert(
-                            json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}),
-                        );
-                    }
                     format!(
-                        "{} %json {}",
-                        lark_str(&format!("<|channel|>commentary {HARMONY_TO}{} <|constrain|>json<|message|>", t.name)),
-                        schema
+                        "\"<|channel|>\" {} \"<|constrain|>\" \"json\" \"<|message|>\" %json {}",
+                        lark_str(&format!("commentary {HARMONY_TO}{} ", t.name)),
+                        compact(declared_only(&t.parameters))
                     )
                 })
                 .collect();
             return Some(GrammarSpec::Lark(format!("start: {}\n", alternatives.join(" | "))));
+        }
+        if format == ToolFormat::Mistral {
+            // `[TOOL_CALLS]NAME[ARGS]{…}`, once or (with parallel calls) more.
+            let lark_str = |s: &str| Value::String(s.to_string()).to_string();
+            let alternatives: Vec<String> = picked
+                .iter()
+                .map(|t| {
+                    format!(
+                        "{} {} {} %json {}",
+                        lark_str(MISTRAL_CALLS),
+                        lark_str(&t.name),
+                        lark_str(MISTRAL_ARGS),
+                        compact(declared_only(&t.parameters))
+                    )
+                })
+                .collect();
+            let more = if self.parallel { " call*" } else { "" };
+            return Some(GrammarSpec::Lark(format!("start: call{more}\ncall: {}\n", alternatives.join(" | "))));
         }
         let arguments = if format == ToolFormat::Llama3 { "parameters" } else { "arguments" };
         let calls: Vec<Value> = picked
@@ -143,17 +156,22 @@ impl Tools {
                 })
             })
             .collect();
-        let schema = json!({
-            "anyOf": calls,
-            "x-guidance": {"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "},
-        });
+        if format == ToolFormat::MistralNemo {
+            // `[TOOL_CALLS]` and one array of calls.
+            let mut array = json!({"type": "array", "items": {"anyOf": calls}, "minItems": 1});
+            if !self.parallel {
+                array["maxItems"] = 1.into();
+            }
+            return Some(GrammarSpec::Lark(format!("start: {:?} %json {}\n", MISTRAL_CALLS, compact(array))));
+        }
+        let schema = compact(json!({"anyOf": calls}));
         if format == ToolFormat::Llama3 {
             // One call a reply, as its template allows.
             return Some(GrammarSpec::JsonSchema(schema));
         }
         let more = if self.parallel { " (\"\\n\" block)*" } else { "" };
         Some(GrammarSpec::Lark(format!(
-            "start: block{more}\nblock: \"<tool_call>\\n\" call \"\\n</tool_call>\"\ncall: %json {schema}\n"
+            "start: block{more}\nblock: \"<tool_call>\" \"\\n\" call \"\\n\" \"</tool_call>\"\ncall: %json {schema}\n"
         )))
     }
 }
@@ -174,6 +192,16 @@ fn declared_only(schema: &Value) -> Value {
     out
 }
 
+/// `schema` written as templates' `tojson` writes arguments back: one
+/// space after `,` and `:`, none elsewhere.
+fn compact(mut schema: Value) -> Value {
+    if let Some(o) = schema.as_object_mut() {
+        o.entry("x-guidance")
+            .or_insert(json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}));
+    }
+    schema
+}
+
 /// How a template takes tools and how its model writes calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolFormat {
@@ -192,6 +220,14 @@ pub enum ToolFormat {
     /// `to=functions.NAME` holding the arguments as JSON, ended by `<|call|>`;
     /// one call per reply.
     Harmony,
+    /// Mistral Small 3.2, Ministral 3, Devstral, Magistral: the template
+    /// takes `tools`; each call is `[TOOL_CALLS]NAME[ARGS]{…}` (Small 3.2
+    /// may put `[CALL_ID]ID` before `[ARGS]`), after any text.
+    Mistral,
+    /// Mistral Nemo and the 7B v0.3: the template takes `tools`; the calls
+    /// are one JSON array after `[TOOL_CALLS]`, each
+    /// `{"name": …, "arguments": {…}}`.
+    MistralNemo,
     /// Hearth's fallback for any other template (see the module's doc).
     Fallback,
 }
@@ -204,6 +240,10 @@ const GEMMA_OPEN: &str = "<|tool_call>call:";
 /// Where a Harmony message header names the function it calls.
 const HARMONY_TO: &str = "to=functions.";
 const GEMMA_CLOSE: &str = "<tool_call|>";
+/// Mistral's marker before each call (before all of them, for Nemo).
+const MISTRAL_CALLS: &str = "[TOOL_CALLS]";
+const MISTRAL_ARGS: &str = "[ARGS]";
+const MISTRAL_CALL_ID: &str = "[CALL_ID]";
 
 impl ToolFormat {
     pub fn detect(template: &ChatTemplate) -> Self {
@@ -212,6 +252,12 @@ impl ToolFormat {
             Self::Gemma4
         } else if source.contains("functions.") && source.contains("<|call|>") && source.contains("tool_calls") {
             Self::Harmony
+        } else if source.contains(MISTRAL_CALLS) && source.contains("tool_calls") {
+            if source.contains(MISTRAL_ARGS) {
+                Self::Mistral
+            } else {
+                Self::MistralNemo
+            }
         } else if source.contains(CALL_OPEN) && source.contains("tools") && source.contains("tool_calls") {
             Self::Hermes
         } else if source.contains(LLAMA3_ASK) && source.contains("tool_calls") {
@@ -229,6 +275,9 @@ impl ToolFormat {
             return (messages.to_vec(), None);
         }
         let listed: Vec<Value> = tools.specs.iter().map(ToolSpec::to_json).collect();
+        if matches!(self, Self::Mistral | Self::MistralNemo) {
+            return (mistral_ids(messages), Some(Value::Array(listed)));
+        }
         if matches!(self, Self::Hermes | Self::Llama3 | Self::Gemma4 | Self::Harmony) {
             return (messages.to_vec(), Some(Value::Array(listed)));
         }
@@ -274,16 +323,20 @@ impl ToolFormat {
         if *self == Self::Harmony {
             return harmony_parse(text, id_prefix);
         }
+        if *self == Self::Mistral {
+            return mistral_parse(text, id_prefix);
+        }
+        if *self == Self::MistralNemo {
+            return mistral_nemo_parse(text, id_prefix);
+        }
         if *self == Self::Llama3 {
             // The whole reply is the call, or there is none.
             let body = text.trim().trim_start_matches("<|python_tag|>").trim();
             return match serde_json::from_str::<Value>(body) {
                 Ok(Value::Object(o)) if o.get("name").is_some_and(Value::is_string) => {
-                    let arguments = o.get("parameters").or_else(|| o.get("arguments")).cloned().unwrap_or(json!({}));
-                    let arguments = match arguments {
-                        Value::String(s) => s,
-                        other => other.to_string(),
-                    };
+                    let arguments = arguments_text(
+                        o.get("parameters").or_else(|| o.get("arguments")).cloned().unwrap_or(json!({})),
+                    );
                     let name = o["name"].as_str().unwrap_or_default().to_string();
                     (String::new(), vec![ToolCall { id: format!("{id_prefix}0"), name, arguments }])
                 }
@@ -300,11 +353,7 @@ impl ToolFormat {
             match serde_json::from_str::<Value>(body) {
                 Ok(Value::Object(o)) if o.get("name").is_some_and(Value::is_string) => {
                     content.push_str(&rest[..at]);
-                    let arguments = o.get("arguments").cloned().unwrap_or(json!({}));
-                    let arguments = match arguments {
-                        Value::String(s) => s,
-                        other => other.to_string(),
-                    };
+                    let arguments = arguments_text(o.get("arguments").cloned().unwrap_or(json!({})));
                     calls.push(ToolCall {
                         id: format!("{id_prefix}{}", calls.len()),
                         name: o["name"].as_str().unwrap_or_default().to_string(),
@@ -336,7 +385,11 @@ impl ToolFormat {
             // reached its body; the answer comes apart by its channel.
             return text.find(HARMONY_TO).map_or(text.len(), |at| harmony_header_start(text, at));
         }
-        let open = if *self == Self::Gemma4 { GEMMA_OPEN } else { CALL_OPEN };
+        let open = match self {
+            Self::Gemma4 => GEMMA_OPEN,
+            Self::Mistral | Self::MistralNemo => MISTRAL_CALLS,
+            _ => CALL_OPEN,
+        };
         if let Some(at) = text.find(open) {
             return at;
         }
@@ -357,6 +410,117 @@ fn harmony_header_start(text: &str, at: usize) -> usize {
     }
 }
 
+/// `messages` with every call id as Mistral's templates require it: nine
+/// letters or digits (Small 3.2's and Nemo's refuse any other). An id that
+/// is not one becomes one derived from it, the same each time, so a
+/// conversation renders to the same prompt turn after turn (and its cache
+/// stays valid), and a call and its result keep matching.
+fn mistral_ids(messages: &[ChatMessage]) -> Vec<ChatMessage> {
+    fn nine(id: &str) -> String {
+        if id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return id.to_string();
+        }
+        // FNV-1a, written in base 62.
+        let mut h = id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        (0..9)
+            .map(|_| {
+                let d = DIGITS[(h % 62) as usize] as char;
+                h /= 62;
+                d
+            })
+            .collect()
+    }
+    messages
+        .iter()
+        .map(|m| {
+            let mut m = m.clone();
+            if let Some(calls) = &mut m.tool_calls {
+                calls.iter_mut().for_each(|c| c.id = nine(&c.id));
+            }
+            if let Some(id) = &mut m.tool_call_id {
+                *id = nine(id);
+            }
+            m
+        })
+        .collect()
+}
+
+/// The first JSON value in `s` (after whitespace) and the bytes it took.
+fn json_prefix(s: &str) -> Option<(Value, usize)> {
+    let mut values = serde_json::Deserializer::from_str(s).into_iter::<Value>();
+    let value = values.next()?.ok()?;
+    Some((value, values.byte_offset()))
+}
+
+/// The arguments of a call as JSON text: an object as written, a string
+/// (some models write them as one) as its content.
+fn arguments_text(arguments: Value) -> String {
+    match arguments {
+        Value::String(s) => s,
+        other => other.to_string(),
+    }
+}
+
+/// Mistral's calls taken out of a reply: from its first `[TOOL_CALLS]`,
+/// each `[TOOL_CALLS]NAME[ARGS]{…}` (or `NAME[CALL_ID]ID[ARGS]{…}`); the
+/// text before the first call is content, and so is anything from a call
+/// that does not read as one.
+fn mistral_parse(text: &str, id_prefix: &str) -> (String, Vec<ToolCall>) {
+    let Some(first) = text.find(MISTRAL_CALLS) else { return (text.trim().to_string(), Vec::new()) };
+    let mut calls = Vec::new();
+    let mut rest = &text[first..];
+    while let Some(body) = rest.strip_prefix(MISTRAL_CALLS) {
+        let call = body.find(MISTRAL_ARGS).and_then(|args_at| {
+            let head = &body[..args_at];
+            let name = head.split(MISTRAL_CALL_ID).next().unwrap_or_default().trim();
+            let valid = !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || "_-.".contains(c));
+            let (args, used) = json_prefix(&body[args_at + MISTRAL_ARGS.len()..])?;
+            (valid && (args.is_object() || args.is_string()))
+                .then(|| (name.to_string(), args, args_at + MISTRAL_ARGS.len() + used))
+        });
+        let Some((name, args, used)) = call else { break };
+        calls.push(ToolCall { id: format!("{id_prefix}{}", calls.len()), name, arguments: arguments_text(args) });
+        rest = body[used..].trim_start();
+    }
+    let mut content = text[..first].to_string();
+    content.push_str(rest);
+    (content.trim().to_string(), calls)
+}
+
+/// Mistral Nemo's calls: one JSON array of `{"name", "arguments"}` after
+/// `[TOOL_CALLS]`. An array that does not read as calls stays text.
+fn mistral_nemo_parse(text: &str, id_prefix: &str) -> (String, Vec<ToolCall>) {
+    let Some(at) = text.find(MISTRAL_CALLS) else { return (text.trim().to_string(), Vec::new()) };
+    let body = &text[at + MISTRAL_CALLS.len()..];
+    let calls = json_prefix(body).and_then(|(value, used)| {
+        let calls: Option<Vec<ToolCall>> = value
+            .as_array()
+            .filter(|a| !a.is_empty())?
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let name = c.get("name")?.as_str()?.to_string();
+                let args = c.get("arguments").cloned().unwrap_or(json!({}));
+                (args.is_object() || args.is_string()).then(|| ToolCall {
+                    id: format!("{id_prefix}{i}"),
+                    name,
+                    arguments: arguments_text(args),
+                })
+            })
+            .collect();
+        Some((calls?, used))
+    });
+    match calls {
+        Some((calls, used)) => {
+            let mut content = text[..at].to_string();
+            content.push_str(&body[used..]);
+            (content.trim().to_string(), calls)
+        }
+        None => (text.trim().to_string(), Vec::new()),
+    }
+}
+
 /// gpt-oss's call taken out of a reply: the message whose header says
 /// `to=functions.NAME`, its body the arguments as JSON (the reply ends at
 /// its `<|call|>`, which ends generation). The messages before it (its
@@ -369,9 +533,8 @@ fn harmony_parse(text: &str, id_prefix: &str) -> (String, Vec<ToolCall>) {
     let name = &after[..name_end];
     let parsed = after.find("<|message|>").and_then(|m| {
         let body = &after[m + "<|message|>".len()..];
-        let mut values = serde_json::Deserializer::from_str(body).into_iter::<Value>();
-        let value = values.next()?.ok()?;
-        let rest = body[values.byte_offset()..].trim();
+        let (value, used) = json_prefix(body)?;
+        let rest = body[used..].trim();
         (value.is_object() && (rest.is_empty() || rest.starts_with("<|"))).then_some(value)
     });
     match parsed {
@@ -446,8 +609,7 @@ fn gemma4_call_grammar(tools: &[&ToolSpec], parallel: bool) -> String {
             rules.push(format!("key{i}: {key}"));
         }
         rules.push(format!(
-            "block{i}: {} {} \"{{\" {members} \"}}\" {}",
-            lark_str(GEMMA_OPEN),
+            "block{i}: \"<|tool_call>\" \"call:\" {} \"{{\" {members} \"}}\" {}",
             lark_str(&t.name),
             lark_str(GEMMA_CLOSE)
         ));
@@ -624,5 +786,62 @@ mod tests {
         assert!(ToolFormat::Harmony.parse(half, "c").1.is_empty());
         assert_eq!(ToolFormat::Harmony.content_end(half), 0);
         assert_eq!(ToolFormat::Harmony.content_end("<|channel|>final<|message|>Hi"), 29);
+    }
+
+    #[test]
+    fn mistral_calls_come_out_of_a_reply_after_its_text() {
+        let reply = "Checking both.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[CALL_ID]a1b2c3d4e[ARGS]{}";
+        let (content, calls) = ToolFormat::Mistral.parse(reply, "c");
+        assert_eq!(content, "Checking both.");
+        assert_eq!(calls.len(), 2);
+        assert_eq!((calls[0].name.as_str(), calls[0].arguments.as_str()), ("get_weather", r#"{"city":"Paris"}"#));
+        assert_eq!(
+            (calls[1].id.as_str(), calls[1].name.as_str(), calls[1].arguments.as_str()),
+            ("c1", "get_time", "{}")
+        );
+        // A call that does not read as one stays text, from where it starts.
+        let (content, calls) = ToolFormat::Mistral.parse("[TOOL_CALLS]f[ARGS]{}[TOOL_CALLS]g[ARGS]{\"a\":", "c");
+        assert_eq!((content.as_str(), calls.len()), ("[TOOL_CALLS]g[ARGS]{\"a\":", 1));
+        assert!(ToolFormat::Mistral.parse("[TOOL_CALLS][ARGS]{}", "c").1.is_empty());
+        assert_eq!(ToolFormat::Mistral.content_end("Hi [TOOL_CA"), 3);
+        assert_eq!(ToolFormat::Mistral.content_end("Hi [TOOL_CALLS]f"), 3);
+        assert_eq!(ToolFormat::Mistral.content_end("Hi [x]"), 6);
+
+        let nemo = "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"abc123def\"}, {\"name\": \"get_time\", \"arguments\": {}}]";
+        let (content, calls) = ToolFormat::MistralNemo.parse(nemo, "c");
+        assert_eq!((content.as_str(), calls.len()), ("", 2));
+        assert_eq!((calls[0].name.as_str(), calls[0].arguments.as_str()), ("get_weather", r#"{"city":"Paris"}"#));
+        for bad in [
+            "[TOOL_CALLS][]",
+            "[TOOL_CALLS][{\"arguments\": {}}]",
+            "[TOOL_CALLS]{\"name\": \"f\"}",
+            "[TOOL_CALLS][{\"name\"",
+        ] {
+            let (content, calls) = ToolFormat::MistralNemo.parse(bad, "c");
+            assert_eq!((content.as_str(), calls.len()), (bad, 0));
+        }
+    }
+
+    #[test]
+    fn mistral_templates_get_call_ids_of_nine_letters_and_digits_the_same_each_time() {
+        let call = |id: &str| ToolCall { id: id.into(), name: "f".into(), arguments: "{}".into() };
+        let mut reply = ChatMessage::assistant("");
+        reply.tool_calls = Some(vec![call("call_12_0"), call("abc123XYZ"), call("call_12_1")]);
+        let mut result = ChatMessage::new(Role::Tool, "ok");
+        result.tool_call_id = Some("call_12_0".into());
+        let tools = Tools {
+            specs: vec![ToolSpec { name: "f".into(), description: None, parameters: json!({}) }],
+            ..Default::default()
+        };
+        let (once, listed) =
+            ToolFormat::Mistral.prepare(&[ChatMessage::user("Hi"), reply.clone(), result.clone()], &tools);
+        assert!(listed.is_some());
+        let ids: Vec<&str> = once[1].tool_calls.as_ref().unwrap().iter().map(|c| c.id.as_str()).collect();
+        assert!(ids.iter().all(|id| id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric())), "{ids:?}");
+        assert_eq!(ids[1], "abc123XYZ", "an id that is one already stays");
+        assert_ne!(ids[0], ids[2]);
+        assert_eq!(once[2].tool_call_id.as_deref(), Some(ids[0]), "a result still names its call");
+        let (again, _) = ToolFormat::MistralNemo.prepare(&[ChatMessage::user("Hi"), reply, result], &tools);
+        assert_eq!(again, once);
     }
 }

@@ -126,6 +126,9 @@ pub struct TinySpec {
     pub gemma4: Gemma4Spec,
     /// A chat template in place of the vocabulary's own.
     pub chat_template: Option<String>,
+    /// Control tokens written in place of the tiny vocabulary's last
+    /// filler tokens (a family's markup, such as Mistral's `[TOOL_CALLS]`).
+    pub control_tokens: Vec<&'static str>,
 }
 
 /// What a Gemma 4 file adds to `TinySpec` (its `head_dim`, `n_kv_heads`
@@ -198,6 +201,7 @@ impl TinySpec {
             o200k: false,
             gemma4: Gemma4Spec::small(),
             chat_template: None,
+            control_tokens: Vec::new(),
         }
     }
 
@@ -527,8 +531,27 @@ pub fn write_gemma4(path: &Path, spec: &TinySpec) {
     gguf_file::write(&mut f, &md_refs, &t_refs).unwrap();
 }
 
-/// `spec.chat_template` in place of the vocabulary's template.
+/// `spec.chat_template` in place of the vocabulary's template, and
+/// `spec.control_tokens` in place of its last tokens.
 fn set_template(md: &mut [(String, Value)], spec: &TinySpec) {
+    let n = spec.control_tokens.len();
+    if n > 0 {
+        for (k, v) in md.iter_mut() {
+            match (k.as_str(), v) {
+                ("tokenizer.ggml.tokens", Value::Array(tokens)) => {
+                    let at = tokens.len() - n;
+                    for (t, name) in tokens[at..].iter_mut().zip(&spec.control_tokens) {
+                        *t = Value::String(name.to_string());
+                    }
+                }
+                ("tokenizer.ggml.token_type", Value::Array(types)) => {
+                    let at = types.len() - n;
+                    types[at..].iter_mut().for_each(|t| *t = Value::I32(3));
+                }
+                _ => {}
+            }
+        }
+    }
     if let Some(t) = &spec.chat_template {
         for (k, v) in md.iter_mut() {
             if k == "tokenizer.chat_template" {
