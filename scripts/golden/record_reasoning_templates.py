@@ -1,6 +1,6 @@
 """Records Python jinja2's rendering of reasoning models' chat templates:
-Qwen3 (thinking switched by `enable_thinking`, earlier thinking dropped
-from history) and a DeepSeek-R1 distill (the generation prompt opens the
+Qwen3 and SmolLM3 (thinking switched by `enable_thinking`, earlier
+thinking dropped from history) and a DeepSeek-R1 distill (the generation prompt opens the
 thinking block, history keeps only what follows `</think>`).
 
     python scripts/golden/record_reasoning_templates.py
@@ -18,6 +18,7 @@ DATA = os.path.join(HERE, "..", "..", "crates", "engine", "tests", "data")
 
 TEMPLATES = {
     "qwen3": ("templates/qwen3.jinja", "", "<|im_end|>"),
+    "smollm3": ("templates/smollm3.jinja", "", "<|im_end|>"),
     "deepseek-r1-distill-qwen": ("templates/deepseek-r1-distill-qwen.jinja", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
 }
 

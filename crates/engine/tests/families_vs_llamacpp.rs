@@ -187,6 +187,14 @@ fn qwen3moe_with_k_quant_experts_matches_llama_cpp() {
     }
 }
 
+/// SmolLM3: its fourth and eighth layers attend without RoPE.
+#[test]
+fn smollm3_matches_llama_cpp() {
+    let spec = TinySpec { n_layers: 8, context: 2048, ..TinySpec::new(Family::SmolLm3) };
+    check(&spec, 100, Feed::Prompt);
+    check(&spec, 40, Feed::Steps);
+}
+
 #[test]
 fn f32_weights_match_llama_cpp_as_a_prompt_and_as_steps() {
     // A router's f32 products: tinyBLAS for a prompt, a dot product each

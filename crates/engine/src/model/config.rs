@@ -8,6 +8,8 @@ use crate::gguf::GgufFile;
 pub enum Architecture {
     /// Llama 2/3, Mistral, SmolLM: GGUF stores Q/K permuted for interleaved RoPE.
     Llama,
+    /// SmolLM3: Llama with no RoPE on every fourth layer (`no_rope_interval`).
+    SmolLm3,
     /// Qwen 2 and 2.5: biases on Q/K/V, NeoX RoPE.
     Qwen2,
     /// Qwen 3: per-head RMS norms on Q and K, NeoX RoPE.
@@ -36,12 +38,14 @@ pub enum Architecture {
     Gemma4,
 }
 
-pub const SUPPORTED_ARCHITECTURES: &str = "llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, gemma3, gemma4, gpt-oss";
+pub const SUPPORTED_ARCHITECTURES: &str =
+    "llama, smollm3, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, gemma3, gemma4, gpt-oss";
 
 impl Architecture {
     pub fn from_gguf_name(name: &str) -> Option<Self> {
         match name {
             "llama" | "mistral" => Some(Self::Llama),
+            "smollm3" => Some(Self::SmolLm3),
             "qwen2" => Some(Self::Qwen2),
             "qwen3" => Some(Self::Qwen3),
             "qwen3moe" => Some(Self::Qwen3Moe),
@@ -57,6 +61,7 @@ impl Architecture {
     pub fn gguf_name(self) -> &'static str {
         match self {
             Self::Llama => "llama",
+            Self::SmolLm3 => "smollm3",
             Self::Qwen2 => "qwen2",
             Self::Qwen3 => "qwen3",
             Self::Qwen3Moe => "qwen3moe",
@@ -70,7 +75,16 @@ impl Architecture {
 
     /// GGUF's llama tensors are permuted so that rotation pairs are adjacent.
     pub(crate) fn interleaved_rope(self) -> bool {
-        matches!(self, Self::Llama)
+        matches!(self, Self::Llama | Self::SmolLm3)
+    }
+
+    /// Every how many layers one attends without RoPE (its `n`-th, `2n`-th,
+    /// …; llama.cpp's `n_no_rope_layer_step`, fixed per family).
+    pub(crate) fn no_rope_interval(self) -> Option<usize> {
+        match self {
+            Self::SmolLm3 => Some(4),
+            _ => None,
+        }
     }
 
     /// Gemma scales the queries by 1/√head_dim before attention rather than
@@ -222,7 +236,7 @@ pub struct AttentionShape {
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
-    /// Dimensions of each head that RoPE rotates.
+    /// Dimensions of each head that RoPE rotates (0 on SmolLM3's unrotated layers).
     pub rope_dims: usize,
 }
 
@@ -469,12 +483,19 @@ impl ModelConfig {
             )));
         }
         let is_swa = |i: usize| sliding_layers.as_ref().is_some_and(|f| f[i]);
+        let unrotated = |i: usize| architecture.no_rope_interval().is_some_and(|n| (i + 1).is_multiple_of(n));
         let attention: Vec<AttentionShape> = (0..n_layers)
             .map(|i| AttentionShape {
                 n_heads: head_counts[i],
                 n_kv_heads: kv_counts[i],
                 head_dim: if is_swa(i) { head_dim_swa } else { head_dim },
-                rope_dims: if is_swa(i) { rope_dims_swa } else { rope_dims },
+                rope_dims: if unrotated(i) {
+                    0
+                } else if is_swa(i) {
+                    rope_dims_swa
+                } else {
+                    rope_dims
+                },
             })
             .collect();
         let kv_source = kv_sources(file, &key, &attention, sliding_layers.as_deref(), n_layers)?;

@@ -250,10 +250,11 @@ impl Model {
                 "Gemma 4 runs on the CPU for now; choose the CPU device",
             ));
         }
-        if !device.is_cpu() && (config.recurrent.is_some() || config.rope_dims != config.head_dim) {
+        let partial_rope = config.attention.iter().any(|a| a.rope_dims != a.head_dim);
+        if !device.is_cpu() && (config.recurrent.is_some() || partial_rope) {
             return Err(crate::EngineError::setting(
                 "device",
-                "hybrid models (Qwen 3.5) and partial rotary embeddings run on the CPU for now; choose the CPU device",
+                "hybrid models (Qwen 3.5), partial rotary embeddings and layers without them (SmolLM3) run on the CPU for now; choose the CPU device",
             ));
         }
         let norm = |file: &mut GgufFile, name: &str| -> Result<Norm> {

@@ -67,6 +67,8 @@ pub fn open_default() -> Engine {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Family {
     Llama,
+    /// SmolLM3: Llama without RoPE on every fourth layer.
+    SmolLm3,
     Qwen2,
     Qwen3,
     Gemma3,
@@ -252,6 +254,7 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
     }
     let arch = match spec.family {
         Family::Llama => "llama",
+        Family::SmolLm3 => "smollm3",
         Family::Qwen2 => "qwen2",
         Family::Qwen3 => "qwen3",
         Family::Gemma3 => "gemma3",
@@ -614,7 +617,7 @@ fn tokenizer_metadata(family: Family) -> Vec<(String, Value)> {
             types.push(4);
         }
         let pre = match family {
-            Family::Llama => "smollm",
+            Family::Llama | Family::SmolLm3 => "smollm",
             Family::Qwen35 | Family::Qwen35Moe => "qwen35",
             Family::GptOss => "gpt-4o",
             _ => "qwen2",
