@@ -19,10 +19,13 @@ DATA = os.path.join(HERE, "..", "..", "crates", "engine", "tests", "data")
 TEMPLATES = {
     "qwen3": ("templates/qwen3.jinja", "", "<|im_end|>"),
     "smollm3": ("templates/smollm3.jinja", "", "<|im_end|>"),
+    "ministral-3-reasoning": ("templates/ministral-3-reasoning.jinja", "<s>", "</s>"),
     "deepseek-r1-distill-qwen": ("templates/deepseek-r1-distill-qwen.jinja", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
 }
 
 THOUGHT = "<think>\nThe user adds two and two.\nThat is four.\n</think>\n\nThe answer is 4."
+# Each template's own tags, for its cases' replies.
+TAGS = {"ministral-3-reasoning": ("[THINK]", "[/THINK]")}
 MESSAGES = [
     [{"role": "user", "content": "What is 2 + 2?"}],
     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"}],
@@ -59,6 +62,9 @@ def main():
             src = f.read()
         templates[name] = {"file": rel, "bos_token": bos, "eos_token": eos}
         for messages in MESSAGES:
+            if name in TAGS:
+                open_tag, close_tag = TAGS[name]
+                messages = [dict(m, content=m["content"].replace("<think>", open_tag).replace("</think>", close_tag)) for m in messages]
             for agp in (True, False):
                 for thinking in (None, True, False):
                     cases.append({"template": name, "messages": messages, "add_generation_prompt": agp, "enable_thinking": thinking,

@@ -81,6 +81,9 @@ const TAG_PAIRS: &[(&str, &str)] = &[
     ("<|begin_of_thought|>", "<|end_of_thought|>"),
     // Gemma 4's thought channel.
     ("<|channel>thought", "<channel|>"),
+    // Magistral and Ministral 3's reasoning models (tokens Hearth writes out:
+    // `tokenizer::mistral_rendered_tokens`).
+    ("[THINK]", "[/THINK]"),
 ];
 
 /// Variables templates read to switch thinking on or off.

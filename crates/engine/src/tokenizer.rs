@@ -453,6 +453,10 @@ const QWEN2_REGEX: &str =
 /// punctuation.
 const GPT4O_REGEX: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Mistral's Tekken (Mistral Nemo, Small 3.x, Ministral 3, Devstral): GPT-4o's
+/// without its contractions and with digits one at a time.
+const TEKKEN_REGEX: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// Qwen 3.5's: Qwen 2's, with combining marks (`\p{M}`) kept in letter runs.
 const QWEN35_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
@@ -469,7 +473,14 @@ fn build_bpe(file: &GgufFile, tokens: &[String], pre: &str) -> std::result::Resu
         })
         .collect::<std::result::Result<_, _>>()?;
     let vocab: ahash::AHashMap<String, u32> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
-    let bpe = BPE::builder().vocab_and_merges(vocab, merges).ignore_merges(false).build().map_err(|e| e.to_string())?;
+    // Tekken (Mistral's) takes a piece that is a whole token as that token
+    // before any merge, as llama.cpp's `ignore_merges` does.
+    let ignore_merges = pre == "tekken";
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .ignore_merges(ignore_merges)
+        .build()
+        .map_err(|e| e.to_string())?;
     let byte_level = ByteLevel::new(false, true, false);
     let split = |re: &str| -> std::result::Result<PreTokenizerWrapper, String> {
         Ok(Split::new(SplitPattern::Regex(re.into()), SplitDelimiterBehavior::Isolated, false)
@@ -483,9 +494,10 @@ fn build_bpe(file: &GgufFile, tokens: &[String], pre: &str) -> std::result::Resu
         "qwen2" | "deepseek-r1-qwen" => PreSequence::new(vec![split(QWEN2_REGEX)?, byte_level.into()]).into(),
         "qwen35" => PreSequence::new(vec![split(QWEN35_REGEX)?, byte_level.into()]).into(),
         "gpt-4o" | "llama4" => PreSequence::new(vec![split(GPT4O_REGEX)?, byte_level.into()]).into(),
+        "tekken" => PreSequence::new(vec![split(TEKKEN_REGEX)?, byte_level.into()]).into(),
         other => {
             return Err(format!(
-            "pre-tokenizer {other:?} is not supported; refusing to guess (supported: smollm, gpt-2, llama-bpe, qwen2, qwen35, gpt-4o)"
+            "pre-tokenizer {other:?} is not supported; refusing to guess (supported: smollm, gpt-2, llama-bpe, qwen2, qwen35, gpt-4o, tekken)"
         ))
         }
     };
@@ -529,11 +541,12 @@ fn harmony_rendered_tokens(tokens: &[String], types: &mut [i32]) {
     }
 }
 
-/// Mistral's tool-call markers (`[TOOL_CALLS]name[ARGS]{…}`) are control
-/// tokens in its files; llama.cpp writes them out in generated text where
-/// tools are offered (its "preserved tokens"), since the calls are read
-/// from them. Hearth writes them always, as it does Harmony's: a reply's
-/// calls are taken from its text, and a required call's grammar spells
+/// Mistral's tool-call markers (`[TOOL_CALLS]name[ARGS]{…}`) and thinking
+/// tags (`[THINK]…[/THINK]`) are control tokens in its files; llama.cpp
+/// writes them out in generated text where tools or reasoning are in play
+/// (its "preserved tokens"), since calls and thoughts are read from them.
+/// Hearth writes them always, as it does Harmony's: a reply's calls and
+/// thinking are taken from its text, and a required call's grammar spells
 /// them. Chat messages that spell those the template writes stay text
 /// (`encode_guarded`: they are its markup).
 fn mistral_rendered_tokens(tokens: &[String], types: &mut [i32]) {
@@ -541,7 +554,7 @@ fn mistral_rendered_tokens(tokens: &[String], types: &mut [i32]) {
         return;
     }
     for (t, ty) in tokens.iter().zip(types.iter_mut()) {
-        if matches!(t.as_str(), "[TOOL_CALLS]" | "[ARGS]" | "[CALL_ID]") {
+        if matches!(t.as_str(), "[TOOL_CALLS]" | "[ARGS]" | "[CALL_ID]" | "[THINK]" | "[/THINK]") {
             *ty = TYPE_USER_DEFINED;
         }
     }

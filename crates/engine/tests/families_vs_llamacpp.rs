@@ -195,6 +195,16 @@ fn smollm3_matches_llama_cpp() {
     check(&spec, 40, Feed::Steps);
 }
 
+/// Mistral 3: YaRN with the file's betas and log multiplier, queries
+/// sharpened every 32 positions (the attention temperature), an attention
+/// output bias, Tekken's pre-tokenizer.
+#[test]
+fn mistral3_matches_llama_cpp() {
+    let spec = TinySpec { n_layers: 3, context: 2048, ..TinySpec::new(Family::Mistral3) };
+    check(&spec, 100, Feed::Prompt);
+    check(&spec, 70, Feed::Steps);
+}
+
 #[test]
 fn f32_weights_match_llama_cpp_as_a_prompt_and_as_steps() {
     // A router's f32 products: tinyBLAS for a prompt, a dot product each

@@ -107,7 +107,7 @@ fn templates_render_like_python_jinja2() {
     assert!(checked >= 60);
 }
 
-/// Reasoning models' real templates (Qwen3, SmolLM3, a DeepSeek-R1 distill) against
+/// Reasoning models' real templates (Qwen3, SmolLM3, Ministral 3's, a DeepSeek-R1 distill) against
 /// jinja2: thinking switched on, off and left to the template, and earlier
 /// replies' thinking kept or dropped as each template says.
 #[test]
@@ -122,10 +122,13 @@ fn reasoning_templates_render_like_python_jinja2_and_declare_their_tags() {
         let tmpl =
             ChatTemplate::new(&source, t["bos_token"].as_str().unwrap(), t["eos_token"].as_str().unwrap()).unwrap();
         let format = hearth_engine::ReasoningFormat::detect(&tmpl).expect("a reasoning template declares its tags");
-        assert_eq!((format.open.as_str(), format.close.as_str()), ("<think>", "</think>"));
+        let mistral = name == "ministral-3-reasoning";
+        let tags = if mistral { ("[THINK]", "[/THINK]") } else { ("<think>", "</think>") };
+        assert_eq!((format.open.as_str(), format.close.as_str()), tags, "{name}");
         let switched = name == "qwen3" || name == "smollm3";
         assert_eq!(format.switch.as_deref(), switched.then_some("enable_thinking"), "{name}");
-        assert_eq!(format.opened_by_prompt, !switched, "{name}");
+        // The R1 distills' generation prompt opens the thinking; the others' does not.
+        assert_eq!(format.opened_by_prompt, !switched && !mistral, "{name}");
         let messages = case_messages(case);
         let agp = case["add_generation_prompt"].as_bool().unwrap();
         let got = match case["enable_thinking"].as_bool() {
@@ -142,7 +145,7 @@ fn reasoning_templates_render_like_python_jinja2_and_declare_their_tags() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 108);
+    assert_eq!(checked, 144);
 }
 
 /// Greedy ids against llama.cpp (its default f16 KV cache, as Hearth's) on

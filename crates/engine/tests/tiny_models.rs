@@ -86,7 +86,13 @@ fn reference_logits(family: Family, path: &std::path::Path, toks: &[u32]) -> Vec
             m.forward(&x, 0).unwrap()
         }
         Family::Gemma3 => unreachable!("candle's gemma3 is not a valid reference; see ARCHITECTURE.md"),
-        Family::SmolLm3 | Family::Qwen3Moe | Family::Qwen35 | Family::Qwen35Moe | Family::GptOss | Family::Gemma4 => {
+        Family::SmolLm3
+        | Family::Mistral3
+        | Family::Qwen3Moe
+        | Family::Qwen35
+        | Family::Qwen35Moe
+        | Family::GptOss
+        | Family::Gemma4 => {
             unreachable!("candle has none of these; tests/families_vs_llamacpp.rs holds them to llama.cpp")
         }
     };

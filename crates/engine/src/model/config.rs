@@ -10,6 +10,11 @@ pub enum Architecture {
     Llama,
     /// SmolLM3: Llama with no RoPE on every fourth layer (`no_rope_interval`).
     SmolLm3,
+    /// Ministral 3, Devstral 2, Mistral Small 3.x (`mistral3`): Llama with
+    /// YaRN read in full (`rope.scaling.yarn_*`), Llama 4's attention
+    /// temperature (`attention.temperature_scale`) and an optional
+    /// attention output bias.
+    Mistral3,
     /// Qwen 2 and 2.5: biases on Q/K/V, NeoX RoPE.
     Qwen2,
     /// Qwen 3: per-head RMS norms on Q and K, NeoX RoPE.
@@ -46,6 +51,7 @@ impl Architecture {
         match name {
             "llama" | "mistral" => Some(Self::Llama),
             "smollm3" => Some(Self::SmolLm3),
+            "mistral3" => Some(Self::Mistral3),
             "qwen2" => Some(Self::Qwen2),
             "qwen3" => Some(Self::Qwen3),
             "qwen3moe" => Some(Self::Qwen3Moe),
@@ -62,6 +68,7 @@ impl Architecture {
         match self {
             Self::Llama => "llama",
             Self::SmolLm3 => "smollm3",
+            Self::Mistral3 => "mistral3",
             Self::Qwen2 => "qwen2",
             Self::Qwen3 => "qwen3",
             Self::Qwen3Moe => "qwen3moe",
@@ -75,7 +82,14 @@ impl Architecture {
 
     /// GGUF's llama tensors are permuted so that rotation pairs are adjacent.
     pub(crate) fn interleaved_rope(self) -> bool {
-        matches!(self, Self::Llama | Self::SmolLm3)
+        matches!(self, Self::Llama | Self::SmolLm3 | Self::Mistral3)
+    }
+
+    /// Whether YaRN's betas and `mscale_all_dim` come from the file
+    /// (`rope.scaling.yarn_beta_fast`, `_slow`, `yarn_log_multiplier`);
+    /// llama.cpp reads them for these families only, else its defaults.
+    pub(crate) fn reads_yarn_details(self) -> bool {
+        matches!(self, Self::Mistral3)
     }
 
     /// Every how many layers one attends without RoPE (its `n`-th, `2n`-th,
@@ -219,13 +233,34 @@ pub struct YarnConfig {
 
 impl YarnConfig {
     /// llama.cpp's derivation for a scaling `factor` (`1 / freq_scale`).
-    fn new(original_context: usize, factor: f32, rope_attn_factor: f32) -> Self {
-        // get_mscale(factor, 1): libllama is compiled without FMA, so
+    /// `log_mul` is `rope.scaling.yarn_log_multiplier` (`mscale_all_dim`),
+    /// 0 where the file has none.
+    fn new(original_context: usize, factor: f32, rope_attn_factor: f32, betas: (f32, f32), log_mul: f32) -> Self {
+        // llama.cpp's get_mscale; libllama is compiled without FMA, so
         // nothing here is fused.
-        let mut attn_factor = if factor <= 1.0 { 1.0 } else { 0.1f32 * factor.ln() + 1.0 };
+        let mscale = |m: f32| if factor <= 1.0 { 1.0 } else { 0.1f32 * m * factor.ln() + 1.0 };
+        let mut attn_factor = if log_mul != 0.0 { mscale(1.0) / mscale(log_mul) } else { mscale(1.0) };
         attn_factor *= 1.0 / (1.0 + 0.1f32 * factor.ln());
         attn_factor *= rope_attn_factor;
-        Self { original_context, beta_fast: 32.0, beta_slow: 1.0, ext_factor: 1.0, attn_factor }
+        Self { original_context, beta_fast: betas.0, beta_slow: betas.1, ext_factor: 1.0, attn_factor }
+    }
+}
+
+/// `ModelConfig::attention_temperature`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionTemperature {
+    /// `attention.temperature_scale`.
+    pub scale: f32,
+    /// Positions per step (llama.cpp: YaRN's original context).
+    pub floor: usize,
+}
+
+impl AttentionTemperature {
+    /// The queries' factor at `position`, as llama.cpp's
+    /// `llm_graph_input_attn_temp` computes it (the log in f64).
+    pub fn factor(&self, position: usize) -> f32 {
+        let steps = (position as f32 / self.floor as f32).floor() as f64;
+        ((steps + 1.0).ln() * self.scale as f64 + 1.0) as f32
     }
 }
 
@@ -303,6 +338,10 @@ pub struct ModelConfig {
     pub sliding_layers: Option<Vec<bool>>,
     /// What attention scores are multiplied by; `None`: 1/√head_dim.
     pub attention_scale: Option<f32>,
+    /// Llama 4's attention temperature (Mistral 3): queries at position
+    /// `p` are multiplied by `ln(⌊p / floor⌋ + 1) · scale + 1`, so that
+    /// attention sharpens past the trained context.
+    pub attention_temperature: Option<AttentionTemperature>,
     /// `final_logit_softcapping`: logits become `cap · tanh(logit / cap)`.
     pub final_logit_softcap: Option<f32>,
     /// Gemma 4's per-layer token embeddings: values per layer
@@ -411,7 +450,7 @@ impl ModelConfig {
             }
             _ => (None, 1, rope_base),
         };
-        let (rope_linear_scale, rope_yarn) = rope_scaling(file, &key, context_length)?;
+        let (rope_linear_scale, rope_yarn) = rope_scaling(file, &key, context_length, architecture)?;
         let gemma4_experts = gemma4 && file.u32_opt(&key("expert_count"))?.unwrap_or(0) > 0;
         let experts = if architecture.has_experts() || gemma4_experts {
             let count = file.u32(&key("expert_count"))? as usize;
@@ -532,6 +571,7 @@ impl ModelConfig {
             sliding_layers,
             // Gemma 4 scales neither queries nor scores.
             attention_scale: gemma4.then_some(1.0),
+            attention_temperature: attention_temperature(file, &key, architecture, context_length)?,
             final_logit_softcap: if gemma4 {
                 file.f32_opt(&key("final_logit_softcapping"))?.filter(|&c| c != 0.0)
             } else {
@@ -632,6 +672,7 @@ fn rope_scaling(
     file: &GgufFile,
     key: &dyn Fn(&str) -> String,
     context_length: usize,
+    architecture: Architecture,
 ) -> Result<(f32, Option<YarnConfig>)> {
     let kind = file.string_opt(&key("rope.scaling.type")).unwrap_or("linear").to_string();
     let factor_key = key("rope.scaling.factor");
@@ -660,12 +701,52 @@ fn rope_scaling(
                 return Err(file.corrupt(format!("{} is 0", key("rope.scaling.original_context_length"))));
             }
             let attn = file.f32_opt(&key("rope.scaling.attn_factor"))?.unwrap_or(1.0);
+            let (mut betas, mut log_mul) = ((32.0, 1.0), 0.0);
+            if architecture.reads_yarn_details() {
+                let beta_fast = file.f32_opt(&key("rope.scaling.yarn_beta_fast"))?.unwrap_or(betas.0);
+                let beta_slow = file.f32_opt(&key("rope.scaling.yarn_beta_slow"))?.unwrap_or(betas.1);
+                log_mul = file.f32_opt(&key("rope.scaling.yarn_log_multiplier"))?.unwrap_or(0.0);
+                if !(beta_fast.is_finite() && beta_slow.is_finite() && log_mul.is_finite()) {
+                    return Err(file.corrupt(format!(
+                        "YaRN's betas ({beta_fast}, {beta_slow}) or log multiplier ({log_mul}) are not finite"
+                    )));
+                }
+                betas = (beta_fast, beta_slow);
+            }
             // As llama.cpp: the factor it divides by is 1 / (1 / factor).
             let freq_scale = 1.0 / factor;
-            Ok((factor, Some(YarnConfig::new(original, 1.0 / freq_scale, attn))))
+            Ok((factor, Some(YarnConfig::new(original, 1.0 / freq_scale, attn, betas, log_mul))))
         }
         other => {
             Err(file.corrupt(format!("{} is {other:?}; Hearth knows none, linear and yarn", key("rope.scaling.type"))))
+        }
+    }
+}
+
+/// `attention.temperature_scale` (Mistral 3), its step llama.cpp's
+/// `n_ctx_orig_yarn`: `rope.scaling.original_context_length`, else the
+/// trained context.
+fn attention_temperature(
+    file: &GgufFile,
+    key: &dyn Fn(&str) -> String,
+    architecture: Architecture,
+    context_length: usize,
+) -> Result<Option<AttentionTemperature>> {
+    if architecture != Architecture::Mistral3 {
+        return Ok(None);
+    }
+    let scale_key = key("attention.temperature_scale");
+    match file.f32_opt(&scale_key)? {
+        None => Ok(None),
+        Some(s) if s == 0.0 => Ok(None),
+        Some(s) if !s.is_finite() => Err(file.corrupt(format!("{scale_key} is {s}"))),
+        Some(scale) => {
+            let floor =
+                file.u32_opt(&key("rope.scaling.original_context_length"))?.map_or(context_length, |n| n as usize);
+            if floor == 0 {
+                return Err(file.corrupt(format!("{scale_key} with no original context to step by")));
+            }
+            Ok(Some(AttentionTemperature { scale, floor }))
         }
     }
 }

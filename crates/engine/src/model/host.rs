@@ -420,6 +420,11 @@ impl Model {
         if stores {
             apply_rope(&mut buf.k, rope, table_rows, kd, hd, shape.rope_dims, interleaved);
         }
+        if let Some(t) = &c.attention_temperature {
+            for (r, row) in buf.q.chunks_exact_mut(qd).enumerate() {
+                vec_ops::scale(row, t.factor(kv.position(r)));
+            }
+        }
 
         // New keys and values go straight into the caches' buffers.
         let nkv = shape.n_kv_heads;
@@ -735,6 +740,14 @@ impl KvRows<'_, '_> {
         match self {
             KvRows::Batch { seq, .. } => *seq,
             KvRows::Caches { .. } => 1,
+        }
+    }
+
+    /// The position of row `row`.
+    fn position(&self, row: usize) -> usize {
+        match self {
+            KvRows::Batch { seq, pos0, .. } => pos0 + row % seq,
+            KvRows::Caches { positions, .. } => positions[row],
         }
     }
 }

@@ -251,10 +251,10 @@ impl Model {
             ));
         }
         let partial_rope = config.attention.iter().any(|a| a.rope_dims != a.head_dim);
-        if !device.is_cpu() && (config.recurrent.is_some() || partial_rope) {
+        if !device.is_cpu() && (config.recurrent.is_some() || partial_rope || config.attention_temperature.is_some()) {
             return Err(crate::EngineError::setting(
                 "device",
-                "hybrid models (Qwen 3.5), partial rotary embeddings and layers without them (SmolLM3) run on the CPU for now; choose the CPU device",
+                "hybrid models (Qwen 3.5), partial rotary embeddings, layers without them (SmolLM3) and attention temperature (Mistral 3) run on the CPU for now; choose the CPU device",
             ));
         }
         let norm = |file: &mut GgufFile, name: &str| -> Result<Norm> {

@@ -69,6 +69,9 @@ pub enum Family {
     Llama,
     /// SmolLM3: Llama without RoPE on every fourth layer.
     SmolLm3,
+    /// Mistral 3: Llama with YaRN's own betas and log multiplier, the
+    /// attention temperature and an attention output bias.
+    Mistral3,
     Qwen2,
     Qwen3,
     Gemma3,
@@ -198,8 +201,13 @@ impl TinySpec {
             fused_gate_up: false,
             recurrent: (64, 2, 4, if hybrid { 2 } else { 4 }),
             rope_dims: 8,
-            // gpt-oss's own.
-            yarn: (family == Family::GptOss).then_some((32.0, 4096)),
+            // gpt-oss's own; Mistral 3's steps its attention temperature
+            // every 32 positions here (16,384 in Ministral 3).
+            yarn: match family {
+                Family::GptOss => Some((32.0, 4096)),
+                Family::Mistral3 => Some((4.0, 32)),
+                _ => None,
+            },
             o200k: false,
             gemma4: Gemma4Spec::small(),
             chat_template: None,
@@ -255,6 +263,7 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
     let arch = match spec.family {
         Family::Llama => "llama",
         Family::SmolLm3 => "smollm3",
+        Family::Mistral3 => "mistral3",
         Family::Qwen2 => "qwen2",
         Family::Qwen3 => "qwen3",
         Family::Gemma3 => "gemma3",
@@ -305,6 +314,9 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
             put(format!("{p}.attn_output.weight"), random(&mut rng, &[e, qd], 0.2), spec.dtype);
         }
         let gpt_oss = spec.family == Family::GptOss;
+        if spec.family == Family::Mistral3 {
+            put(format!("{p}.attn_output.bias"), random(&mut rng, &[e], 0.1), GgmlDType::F32);
+        }
         if gpt_oss {
             put(format!("{p}.attn_output.bias"), random(&mut rng, &[e], 0.1), GgmlDType::F32);
             // A few units, as trained sinks are: some above the scores, some below.
@@ -384,6 +396,13 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
     }
     if spec.family == Family::GptOss {
         md.push((k("attention.sliding_window"), Value::U32(spec.sliding_window as u32)));
+    }
+    if spec.family == Family::Mistral3 {
+        // Ministral 3's (its betas are llama.cpp's defaults: these are not).
+        md.push((k("rope.scaling.yarn_beta_fast"), Value::F32(16.0)));
+        md.push((k("rope.scaling.yarn_beta_slow"), Value::F32(2.0)));
+        md.push((k("rope.scaling.yarn_log_multiplier"), Value::F32(1.0)));
+        md.push((k("attention.temperature_scale"), Value::F32(0.1)));
     }
     if spec.family.is_hybrid() {
         // Pairs shared out as Qwen 3.5's [11, 11, 10, 0] shares 32.
@@ -618,6 +637,7 @@ fn tokenizer_metadata(family: Family) -> Vec<(String, Value)> {
         }
         let pre = match family {
             Family::Llama | Family::SmolLm3 => "smollm",
+            Family::Mistral3 => "tekken",
             Family::Qwen35 | Family::Qwen35Moe => "qwen35",
             Family::GptOss => "gpt-4o",
             _ => "qwen2",

@@ -24,7 +24,7 @@ steps = "--steps" in sys.argv[4:]
 ids = json.load(open(ids_path))
 if steps:
     llm = llama_cpp.Llama(model_path=model, n_ctx=len(ids) + 16, n_threads=2, n_threads_batch=2, n_batch=1, n_ubatch=1,
-                          verbose=False, logits_all=True)
+                          verbose=False, logits_all=True, **llamacpp_ref.FILE_YARN)
 else:
     llm = llamacpp_ref.load(model, threads=2, n_ctx=len(ids) + 16, logits_all=True)
 llm.reset()
