@@ -736,9 +736,8 @@ fn attention_temperature(
         return Ok(None);
     }
     let scale_key = key("attention.temperature_scale");
-    match file.f32_opt(&scale_key)? {
+    match file.f32_opt(&scale_key)?.filter(|&s| s != 0.0) {
         None => Ok(None),
-        Some(s) if s == 0.0 => Ok(None),
         Some(s) if !s.is_finite() => Err(file.corrupt(format!("{scale_key} is {s}"))),
         Some(scale) => {
             let floor =
