@@ -4,9 +4,11 @@ renders them (trim_blocks, lstrip_blocks, raise_exception).
     python scripts/golden/record_templates.py MODEL.gguf OUT.json
 
 The SmolLM2 template is read from the model file; the others are the
-families' published templates, written out here.
+families' published templates, written out here or kept in
+crates/engine/tests/data/templates/ (`FILES`).
 """
 import json
+import os
 import sys
 
 import jinja2
@@ -124,6 +126,13 @@ def render(src, messages, agp, bos, eos):
         return {"error": str(e)}
 
 
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "crates", "engine", "tests", "data")
+# Templates kept as files: (file, bos, eos).
+FILES = {
+    "phi-3.5": ("templates/phi-3.5.jinja", "<s>", "<|endoftext|>"),
+}
+
+
 def main():
     model, out = sys.argv[1], sys.argv[2]
     llm = llama_cpp.Llama(model_path=model, vocab_only=True, verbose=False)
@@ -135,6 +144,9 @@ def main():
         "mistral": (MISTRAL, "<s>", "</s>"),
         "pycompat": (PYCOMPAT, "", ""),
     }
+    for name, (rel, bos, eos) in FILES.items():
+        with open(os.path.join(DATA, rel), encoding="utf-8") as f:
+            templates[name] = (f.read(), bos, eos)
     cases = []
     for name, (src, bos, eos) in templates.items():
         for messages in MESSAGES:

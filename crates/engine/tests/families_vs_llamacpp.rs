@@ -205,6 +205,18 @@ fn mistral3_matches_llama_cpp() {
     check(&spec, 70, Feed::Steps);
 }
 
+/// Phi-3: fused projections, 12 of 16 dimensions rotated, queries scaled
+/// before attention, LongRoPE's magnitude, and its long factors for a
+/// session past the original context, its short ones within it.
+#[test]
+fn phi3_matches_llama_cpp_with_long_and_short_factors() {
+    let spec = TinySpec { n_layers: 3, rope_dims: 12, context: 8192, ..TinySpec::new(Family::Phi3) };
+    check(&spec, 100, Feed::Prompt);
+    check(&spec, 40, Feed::Steps);
+    let short = TinySpec { original_context: Some(4096), ..spec };
+    check(&short, 100, Feed::Prompt);
+}
+
 #[test]
 fn f32_weights_match_llama_cpp_as_a_prompt_and_as_steps() {
     // A router's f32 products: tinyBLAS for a prompt, a dot product each

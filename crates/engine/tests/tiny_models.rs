@@ -88,6 +88,7 @@ fn reference_logits(family: Family, path: &std::path::Path, toks: &[u32]) -> Vec
         Family::Gemma3 => unreachable!("candle's gemma3 is not a valid reference; see ARCHITECTURE.md"),
         Family::SmolLm3
         | Family::Mistral3
+        | Family::Phi3
         | Family::Qwen3Moe
         | Family::Qwen35
         | Family::Qwen35Moe

@@ -10,6 +10,10 @@ pub enum Architecture {
     Llama,
     /// SmolLM3: Llama with no RoPE on every fourth layer (`no_rope_interval`).
     SmolLm3,
+    /// Phi-3, Phi-3.5 and Phi-4-mini (`phi3`): queries, keys and values in
+    /// one `attn_qkv`, gate and up in one `ffn_up`, NeoX RoPE (partial on
+    /// Phi-4-mini) with LongRoPE's factors, queries scaled before attention.
+    Phi3,
     /// Ministral 3, Devstral 2, Mistral Small 3.x (`mistral3`): Llama with
     /// YaRN read in full (`rope.scaling.yarn_*`), Llama 4's attention
     /// temperature (`attention.temperature_scale`) and an optional
@@ -44,7 +48,7 @@ pub enum Architecture {
 }
 
 pub const SUPPORTED_ARCHITECTURES: &str =
-    "llama, smollm3, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, gemma3, gemma4, gpt-oss";
+    "llama, mistral3, smollm3, phi3, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, gemma3, gemma4, gpt-oss";
 
 impl Architecture {
     pub fn from_gguf_name(name: &str) -> Option<Self> {
@@ -52,6 +56,7 @@ impl Architecture {
             "llama" | "mistral" => Some(Self::Llama),
             "smollm3" => Some(Self::SmolLm3),
             "mistral3" => Some(Self::Mistral3),
+            "phi3" => Some(Self::Phi3),
             "qwen2" => Some(Self::Qwen2),
             "qwen3" => Some(Self::Qwen3),
             "qwen3moe" => Some(Self::Qwen3Moe),
@@ -69,6 +74,7 @@ impl Architecture {
             Self::Llama => "llama",
             Self::SmolLm3 => "smollm3",
             Self::Mistral3 => "mistral3",
+            Self::Phi3 => "phi3",
             Self::Qwen2 => "qwen2",
             Self::Qwen3 => "qwen3",
             Self::Qwen3Moe => "qwen3moe",
@@ -105,7 +111,7 @@ impl Architecture {
     /// the scores after it; with f16 keys the queries are rounded after the
     /// scaling, so where it happens shows in the last bits.
     pub(crate) fn scales_queries(self) -> bool {
-        matches!(self, Self::Gemma3)
+        matches!(self, Self::Gemma3 | Self::Phi3)
     }
 
     /// Whether the FFN is a mixture of experts.
@@ -317,6 +323,14 @@ pub struct ModelConfig {
     /// YaRN (`rope.scaling.type = yarn`): the scaled angles are blended
     /// back towards the unscaled ones for the fast-turning pairs.
     pub rope_yarn: Option<YarnConfig>,
+    /// What RoPE's cos and sin are multiplied by without YaRN
+    /// (`rope.scaling.attn_factor`: Phi-3's LongRoPE; YaRN's own magnitude
+    /// includes it).
+    pub rope_attn_factor: f32,
+    /// The context the model was trained at before any extension
+    /// (`rope.scaling.original_context_length`, else `context_length`):
+    /// longer sessions take LongRoPE's long factors.
+    pub original_context: usize,
     /// `Some(w)`: layer i attends to the last w positions only, when `is_sliding(i)`.
     pub sliding_window: Option<usize>,
     /// Every `pattern`-th layer is full, the rest slide (0: all slide).
@@ -451,6 +465,8 @@ impl ModelConfig {
             _ => (None, 1, rope_base),
         };
         let (rope_linear_scale, rope_yarn) = rope_scaling(file, &key, context_length, architecture)?;
+        let original_context =
+            file.u32_opt(&key("rope.scaling.original_context_length"))?.map_or(context_length, |n| n as usize);
         let gemma4_experts = gemma4 && file.u32_opt(&key("expert_count"))?.unwrap_or(0) > 0;
         let experts = if architecture.has_experts() || gemma4_experts {
             let count = file.u32(&key("expert_count"))? as usize;
@@ -560,6 +576,17 @@ impl ModelConfig {
             rope_linear_scale,
             rope_scaling_local: architecture == Architecture::GptOss,
             rope_yarn,
+            rope_attn_factor: if rope_yarn.is_some() {
+                1.0
+            } else {
+                match file.f32_opt(&key("rope.scaling.attn_factor"))? {
+                    Some(f) if !f.is_finite() || f <= 0.0 => {
+                        return Err(file.corrupt(format!("{} is {f}", key("rope.scaling.attn_factor"))))
+                    }
+                    f => f.unwrap_or(1.0),
+                }
+            },
+            original_context,
             sliding_window,
             sliding_window_pattern,
             experts,
@@ -571,7 +598,7 @@ impl ModelConfig {
             sliding_layers,
             // Gemma 4 scales neither queries nor scores.
             attention_scale: gemma4.then_some(1.0),
-            attention_temperature: attention_temperature(file, &key, architecture, context_length)?,
+            attention_temperature: attention_temperature(file, &key, architecture, original_context)?,
             final_logit_softcap: if gemma4 {
                 file.f32_opt(&key("final_logit_softcapping"))?.filter(|&c| c != 0.0)
             } else {
@@ -724,13 +751,12 @@ fn rope_scaling(
 }
 
 /// `attention.temperature_scale` (Mistral 3), its step llama.cpp's
-/// `n_ctx_orig_yarn`: `rope.scaling.original_context_length`, else the
-/// trained context.
+/// `n_ctx_orig_yarn` (`original_context`).
 fn attention_temperature(
     file: &GgufFile,
     key: &dyn Fn(&str) -> String,
     architecture: Architecture,
-    context_length: usize,
+    original_context: usize,
 ) -> Result<Option<AttentionTemperature>> {
     if architecture != Architecture::Mistral3 {
         return Ok(None);
@@ -740,8 +766,7 @@ fn attention_temperature(
         None => Ok(None),
         Some(s) if !s.is_finite() => Err(file.corrupt(format!("{scale_key} is {s}"))),
         Some(scale) => {
-            let floor =
-                file.u32_opt(&key("rope.scaling.original_context_length"))?.map_or(context_length, |n| n as usize);
+            let floor = original_context;
             if floor == 0 {
                 return Err(file.corrupt(format!("{scale_key} with no original context to step by")));
             }

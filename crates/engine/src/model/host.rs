@@ -73,7 +73,7 @@ impl Model {
             Some(p) => p.inputs(pool, &flat, &x, seq)?,
             None => Vec::new(),
         };
-        let rope_global = self.rope_global.tables(pos0, seq);
+        let rope_global = self.rope_for(cache.max_len()).tables(pos0, seq);
         // Only sliding layers use the local tables.
         let rope_local =
             if c.sliding_window.is_some() { self.rope_local.tables(pos0, seq) } else { Default::default() };
@@ -134,6 +134,7 @@ impl Model {
             cache.begin_pass(1);
         }
         let positions: Vec<usize> = caches.iter().map(|c| c.len()).collect();
+        let contexts: Vec<usize> = caches.iter().map(|c| c.max_len()).collect();
         let mut x = self.embed(tokens);
         if let Some(s) = self.embed_scale {
             vec_ops::scale(&mut x, s as f32);
@@ -142,18 +143,24 @@ impl Model {
             Some(p) => p.inputs(pool, tokens, &x, 1)?,
             None => Vec::new(),
         };
-        // One table row per sequence, at its own position.
-        let tables = |rope: &super::RopeFreqs| {
+        // One table row per sequence, at its own position (and, for
+        // LongRoPE, by its own session's length).
+        let tables = |ropes: &[&super::RopeFreqs]| {
             let mut out = (Vec::new(), Vec::new());
-            for &p in &positions {
+            for (rope, &p) in ropes.iter().zip(&positions) {
                 let (cos, sin) = rope.tables(p, 1);
                 out.0.extend(cos);
                 out.1.extend(sin);
             }
             out
         };
-        let rope_global = tables(&self.rope_global);
-        let rope_local = if c.sliding_window.is_some() { tables(&self.rope_local) } else { Default::default() };
+        let globals: Vec<&super::RopeFreqs> = contexts.iter().map(|&n| self.rope_for(n)).collect();
+        let rope_global = tables(&globals);
+        let rope_local = if c.sliding_window.is_some() {
+            tables(&vec![&self.rope_local; positions.len()])
+        } else {
+            Default::default()
+        };
         let mut buf = Buffers::new(self, rows);
         let mut kv = KvRows::Caches { caches, positions };
         let mut layers = || -> Result<()> {

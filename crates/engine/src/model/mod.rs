@@ -54,6 +54,9 @@ pub struct Model {
     norm: Norm,
     output: Matrix,
     rope_global: RopeFreqs,
+    /// LongRoPE's long factors (Phi-3), for sessions longer than the
+    /// original context; `rope_global` has the short ones.
+    rope_global_long: Option<RopeFreqs>,
     rope_local: RopeFreqs,
     /// Gemma 4's per-layer token embeddings (E2B, E4B).
     per_layer_embeddings: Option<per_layer::PerLayerEmbeddings>,
@@ -193,6 +196,27 @@ impl Matrix {
         Ok(Self::Candle(QMatMul::from_qtensor(file.tensor(name, device)?)?))
     }
 
+    /// Rows `rows` of tensor `name` as a matrix of their own, with Hearth's
+    /// kernels: a part of a fused tensor (Phi-3's `attn_qkv`, its `ffn_up`
+    /// holding gate and up).
+    fn load_rows(file: &mut GgufFile, name: &str, rows: std::ops::Range<usize>) -> Result<Self> {
+        let raw = file.raw_tensor(name)?;
+        let &[n, k] = raw.dims.as_slice() else { return Err(file.corrupt(format!("tensor {name} is not a matrix"))) };
+        let bs = raw.dtype.block_size();
+        if rows.end > n || k % bs != 0 {
+            return Err(file.corrupt(format!("tensor {name} ({n}×{k}) has no rows {rows:?}")));
+        }
+        let row_bytes = k / bs * raw.dtype.block_bytes();
+        let data = raw.data.get(rows.start * row_bytes..rows.end * row_bytes).ok_or_else(|| {
+            file.corrupt(format!("tensor {name} holds {} bytes, too few for {n}×{k}", raw.data.len()))
+        })?;
+        match QuantMatrix::from_raw(raw.dtype, &[rows.len(), k], data) {
+            Ok(m) => Ok(Self::Own(Arc::new(m))),
+            Err(_) if !raw.dtype.is_runnable() => Err(file.unsupported_type(name, raw.dtype)),
+            Err(why) => Err(file.corrupt(format!("tensor {name} {why}"))),
+        }
+    }
+
     fn stored_bytes(&self) -> usize {
         match self {
             Self::Own(m) => m.stored_bytes(),
@@ -250,6 +274,12 @@ impl Model {
                 "Gemma 4 runs on the CPU for now; choose the CPU device",
             ));
         }
+        if !device.is_cpu() && arch == Architecture::Phi3 {
+            return Err(crate::EngineError::setting(
+                "device",
+                "Phi-3 (fused projections) runs on the CPU for now; choose the CPU device",
+            ));
+        }
         let partial_rope = config.attention.iter().any(|a| a.rope_dims != a.head_dim);
         if !device.is_cpu() && (config.recurrent.is_some() || partial_rope || config.attention_temperature.is_some()) {
             return Err(crate::EngineError::setting(
@@ -276,13 +306,36 @@ impl Model {
             Ok(m)
         };
 
-        // A layer's gated FFN, its width read off `ffn_up`.
+        // Rows of a fused tensor as a matrix each.
+        let matmul_parts = |file: &mut GgufFile, name: &str, parts: &[usize], cols: usize| -> Result<Vec<Matrix>> {
+            check_shape(file, name, &[parts.iter().sum(), cols])?;
+            let mut start = 0;
+            parts
+                .iter()
+                .map(|&n| {
+                    let m = Matrix::load_rows(file, name, start..start + n)?;
+                    start += n;
+                    weight_bytes.set(weight_bytes.get() + m.stored_bytes());
+                    Ok(m)
+                })
+                .collect()
+        };
+        // A layer's gated FFN, its width read off `ffn_up`, which may hold
+        // gate and up in one (Phi-3: gate first).
         let dense_ffn = |file: &mut GgufFile, p: &str| -> Result<(Matrix, Matrix, Matrix)> {
-            let ffn_dim = match file.tensor_info(&format!("{p}.ffn_up.weight")).map(|i| i.dims.as_slice()) {
+            let up_rows = match file.tensor_info(&format!("{p}.ffn_up.weight")).map(|i| i.dims.as_slice()) {
                 Some(&[rows, _]) => rows,
                 Some(_) => return Err(file.corrupt(format!("{p}.ffn_up.weight is not a matrix"))),
                 None => return Err(file.corrupt(format!("missing tensor {p}.ffn_up.weight"))),
             };
+            if !file.has_tensor(&format!("{p}.ffn_gate.weight")) {
+                let ffn_dim = up_rows / 2;
+                let mut both = matmul_parts(file, &format!("{p}.ffn_up.weight"), &[ffn_dim, ffn_dim], config.n_embd)?;
+                let up = both.pop().expect("two parts");
+                let gate = both.pop().expect("two parts");
+                return Ok((gate, up, matmul(file, &format!("{p}.ffn_down.weight"), config.n_embd, ffn_dim)?));
+            }
+            let ffn_dim = up_rows;
             Ok((
                 matmul(file, &format!("{p}.ffn_gate.weight"), ffn_dim, config.n_embd)?,
                 matmul(file, &format!("{p}.ffn_up.weight"), ffn_dim, config.n_embd)?,
@@ -379,22 +432,36 @@ impl Model {
                 } else {
                     None
                 };
-                if !file.has_tensor(&format!("{p}.attn_q.weight")) && file.has_tensor(&format!("{p}.attn_qkv.weight")) {
-                    return Err(file.corrupt(format!(
-                        "{p}.attn_qkv (queries, keys and values in one tensor) is not supported yet"
-                    )));
-                }
                 let stores_kv = config.stores_kv(i);
-                // Gemma 4: a layer without `attn_v` uses its keys as values.
-                let wv =
-                    if stores_kv && (arch != Architecture::Gemma4 || file.has_tensor(&format!("{p}.attn_v.weight"))) {
+                let fused = format!("{p}.attn_qkv.weight");
+                let (wq, wk, wv) = if !file.has_tensor(&format!("{p}.attn_q.weight")) && file.has_tensor(&fused) {
+                    // Phi-3: queries, keys and values in one tensor.
+                    if gated || !stores_kv || file.has_tensor(&format!("{p}.attn_qkv.bias")) {
+                        return Err(file.corrupt(format!(
+                            "{fused} (queries, keys and values in one tensor) with gates, shared keys or a bias"
+                        )));
+                    }
+                    let mut qkv = matmul_parts(file, &fused, &[q_dim, kv_dim, kv_dim], config.n_embd)?.into_iter();
+                    let mut next = || Linear { weight: qkv.next().expect("three parts"), bias: None };
+                    (next(), Some(next()), Some(next()))
+                } else {
+                    // Gemma 4: a layer without `attn_v` uses its keys as values.
+                    let wv = if stores_kv
+                        && (arch != Architecture::Gemma4 || file.has_tensor(&format!("{p}.attn_v.weight")))
+                    {
                         Some(linear(file, "attn_v", kv_dim)?)
                     } else {
                         None
                     };
+                    (
+                        linear(file, "attn_q", if gated { 2 * q_dim } else { q_dim })?,
+                        if stores_kv { Some(linear(file, "attn_k", kv_dim)?) } else { None },
+                        wv,
+                    )
+                };
                 Mixer::Attention(Attention {
-                    wq: linear(file, "attn_q", if gated { 2 * q_dim } else { q_dim })?,
-                    wk: if stores_kv { Some(linear(file, "attn_k", kv_dim)?) } else { None },
+                    wq,
+                    wk,
                     wv,
                     wo: Linear {
                         weight: matmul(file, &format!("{p}.attn_output.weight"), config.n_embd, q_dim)?,
@@ -506,10 +573,31 @@ impl Model {
         if freq_factors.is_some() && config.rope_dims != config.head_dim {
             return Err(file.corrupt("rope_freqs.weight with partial rotary embeddings"));
         }
+        // LongRoPE (Phi-3): factors for sessions within the original
+        // context and for longer ones, chosen as llama.cpp chooses them by
+        // the context a session is opened with.
+        let long_rope = |file: &mut GgufFile, name: &str| -> Result<Option<Vec<f32>>> {
+            if !file.has_tensor(name) {
+                return Ok(None);
+            }
+            check_shape(file, name, &[config.rope_dims / 2])?;
+            Ok(Some(host_vector(file, name, device)?))
+        };
+        let (short, long) =
+            (long_rope(file, "rope_factors_short.weight")?, long_rope(file, "rope_factors_long.weight")?);
+        if (short.is_some() || long.is_some()) && freq_factors.is_some() {
+            return Err(file.corrupt("rope_freqs.weight beside LongRoPE's rope_factors_long and _short"));
+        }
         let freq_scale = 1.0 / config.rope_linear_scale;
-        let mut rope_global = RopeFreqs::new(config.rope_dims, config.rope_base, freq_factors, freq_scale);
-        rope_global.sections = config.rope_sections;
-        rope_global.yarn = config.rope_yarn.map(|y| YarnRamp::new(&y, config.rope_dims, config.rope_base, freq_scale));
+        let global = |factors: Option<Vec<f32>>| {
+            let mut rope = RopeFreqs::new(config.rope_dims, config.rope_base, factors, freq_scale);
+            rope.sections = config.rope_sections;
+            rope.yarn = config.rope_yarn.map(|y| YarnRamp::new(&y, config.rope_dims, config.rope_base, freq_scale));
+            rope.mscale = config.rope_attn_factor;
+            rope
+        };
+        let rope_global_long = long.map(|f| global(Some(f)));
+        let rope_global = global(freq_factors.or(short));
         let local_dims = (0..config.n_layers)
             .find(|&i| config.is_sliding(i))
             .map_or(config.rope_dims, |i| config.attention_shape(i).rope_dims);
@@ -529,12 +617,22 @@ impl Model {
             norm,
             output,
             rope_global,
+            rope_global_long,
             rope_local,
             per_layer_embeddings,
             vocab_size,
             device: device.clone(),
             passes_run: Default::default(),
         })
+    }
+
+    /// The full layers' RoPE for a session of `context` positions: LongRoPE's
+    /// long factors past the original context.
+    fn rope_for(&self, context: usize) -> &RopeFreqs {
+        match &self.rope_global_long {
+            Some(long) if context > self.config.original_context => long,
+            _ => &self.rope_global,
+        }
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -669,7 +767,7 @@ impl Model {
         if let Some(s) = self.embed_scale {
             x = (x * s)?;
         }
-        let rope_global = Rope::new(&self.rope_global, pos0, seq_len, &self.device)?;
+        let rope_global = Rope::new(self.rope_for(cache.max_len()), pos0, seq_len, &self.device)?;
         let rope_local = Rope::new(&self.rope_local, pos0, seq_len, &self.device)?;
         let mask_global = causal_mask(seq_len, pos0, 0, None, &self.device)?;
         let mask_local = match self.config.sliding_window {
@@ -834,6 +932,9 @@ struct RopeFreqs {
     sections: Option<[usize; 4]>,
     /// YaRN's blend of scaled and unscaled angles, and its magnitude.
     yarn: Option<YarnRamp>,
+    /// What cos and sin are multiplied by without YaRN
+    /// (`ModelConfig::rope_attn_factor`).
+    mscale: f32,
 }
 
 /// YaRN for one frequency base, as llama.cpp's `rope_yarn` applies it.
@@ -884,6 +985,7 @@ impl RopeFreqs {
             freq_scale,
             sections: None,
             yarn: None,
+            mscale: 1.0,
         }
     }
 
@@ -920,8 +1022,8 @@ impl RopeFreqs {
                         sin.push(0.0);
                     }
                     (None, true) => {
-                        cos.push(interpolated.cos());
-                        sin.push(interpolated.sin());
+                        cos.push(interpolated.cos() * self.mscale);
+                        sin.push(interpolated.sin() * self.mscale);
                     }
                     (Some(y), true) => {
                         // GCC fuses the blend's first product into its sum.

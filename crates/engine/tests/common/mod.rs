@@ -72,6 +72,9 @@ pub enum Family {
     /// Mistral 3: Llama with YaRN's own betas and log multiplier, the
     /// attention temperature and an attention output bias.
     Mistral3,
+    /// Phi-3: fused `attn_qkv` and gate-and-up `ffn_up`, partial NeoX RoPE
+    /// (`rope_dims`) with LongRoPE's long and short factors and magnitude.
+    Phi3,
     Qwen2,
     Qwen3,
     Gemma3,
@@ -134,6 +137,9 @@ pub struct TinySpec {
     /// Control tokens written in place of the tiny vocabulary's last
     /// filler tokens (a family's markup, such as Mistral's `[TOOL_CALLS]`).
     pub control_tokens: Vec<&'static str>,
+    /// `rope.scaling.original_context_length` (Phi-3: sessions longer than
+    /// this take LongRoPE's long factors).
+    pub original_context: Option<u32>,
 }
 
 /// What a Gemma 4 file adds to `TinySpec` (its `head_dim`, `n_kv_heads`
@@ -212,6 +218,7 @@ impl TinySpec {
             gemma4: Gemma4Spec::small(),
             chat_template: None,
             control_tokens: Vec::new(),
+            original_context: (family == Family::Phi3).then_some(32),
         }
     }
 
@@ -264,6 +271,7 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         Family::Llama => "llama",
         Family::SmolLm3 => "smollm3",
         Family::Mistral3 => "mistral3",
+        Family::Phi3 => "phi3",
         Family::Qwen2 => "qwen2",
         Family::Qwen3 => "qwen3",
         Family::Gemma3 => "gemma3",
@@ -287,6 +295,15 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
     if spec.family != Family::Gemma3 {
         put("output.weight".into(), random(&mut rng, &[vocab, e], 0.2), spec.dtype);
     }
+    if spec.family == Family::Phi3 {
+        // Divisors of each pair's angle: near 1 for short sessions, up to
+        // several for long ones (Phi-3.5's run from 1 to about 60).
+        let factors = |rng: &mut Lcg, spread: f64| {
+            random(rng, &[spec.rope_dims / 2], 1.0).abs().unwrap().affine(spread, 1.0).unwrap()
+        };
+        put("rope_factors_short.weight".into(), factors(&mut rng, 0.2), GgmlDType::F32);
+        put("rope_factors_long.weight".into(), factors(&mut rng, 6.0), GgmlDType::F32);
+    }
     let (sd, hk, hv, interval) = spec.recurrent;
     for i in 0..spec.n_layers {
         let p = format!("blk.{i}");
@@ -305,6 +322,9 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
             put(format!("{p}.ssm_alpha.weight"), random(&mut rng, &[hv, e], 0.2), spec.dtype);
             put(format!("{p}.ssm_norm.weight"), ones_ish(&mut rng, sd), GgmlDType::F32);
             put(format!("{p}.ssm_out.weight"), random(&mut rng, &[e, hv * sd], 0.2), spec.dtype);
+        } else if spec.family == Family::Phi3 {
+            put(format!("{p}.attn_qkv.weight"), random(&mut rng, &[qd + 2 * kvd, e], 0.2), spec.dtype);
+            put(format!("{p}.attn_output.weight"), random(&mut rng, &[e, qd], 0.2), spec.dtype);
         } else {
             // Qwen 3.5's queries carry an output gate per head.
             let q_rows = if spec.family.is_hybrid() { 2 * qd } else { qd };
@@ -349,6 +369,10 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
                 put(format!("{p}.ffn_up_exps.bias"), random(&mut rng, &[n, ff], 0.3), GgmlDType::F32);
                 put(format!("{p}.ffn_down_exps.bias"), random(&mut rng, &[n, e], 0.3), GgmlDType::F32);
             }
+        } else if spec.family == Family::Phi3 {
+            // Gate and up in one, gate first.
+            put(format!("{p}.ffn_up.weight"), random(&mut rng, &[2 * spec.ffn, e], 0.2), spec.dtype);
+            put(format!("{p}.ffn_down.weight"), random(&mut rng, &[e, spec.ffn], 0.2), spec.dtype);
         } else {
             put(format!("{p}.ffn_gate.weight"), random(&mut rng, &[spec.ffn, e], 0.2), spec.dtype);
             put(format!("{p}.ffn_up.weight"), random(&mut rng, &[spec.ffn, e], 0.2), spec.dtype);
@@ -383,7 +407,11 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         (k("attention.value_length"), Value::U32(spec.head_dim as u32)),
         (
             k("rope.dimension_count"),
-            Value::U32(if spec.family.is_hybrid() { spec.rope_dims } else { spec.head_dim } as u32),
+            Value::U32(if spec.family.is_hybrid() || spec.family == Family::Phi3 {
+                spec.rope_dims
+            } else {
+                spec.head_dim
+            } as u32),
         ),
         (k("context_length"), Value::U32(spec.context as u32)),
         (k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
@@ -396,6 +424,13 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
     }
     if spec.family == Family::GptOss {
         md.push((k("attention.sliding_window"), Value::U32(spec.sliding_window as u32)));
+    }
+    if let Some(n) = spec.original_context {
+        md.push((k("rope.scaling.original_context_length"), Value::U32(n)));
+    }
+    if spec.family == Family::Phi3 {
+        // sqrt(1 + ln(scale) / ln(original)), as the converter writes it.
+        md.push((k("rope.scaling.attn_factor"), Value::F32(1.19)));
     }
     if spec.family == Family::Mistral3 {
         // Ministral 3's (its betas are llama.cpp's defaults: these are not).
@@ -638,6 +673,7 @@ fn tokenizer_metadata(family: Family) -> Vec<(String, Value)> {
         let pre = match family {
             Family::Llama | Family::SmolLm3 => "smollm",
             Family::Mistral3 => "tekken",
+            Family::Phi3 => "gpt-4o",
             Family::Qwen35 | Family::Qwen35Moe => "qwen35",
             Family::GptOss => "gpt-4o",
             _ => "qwen2",
