@@ -130,6 +130,7 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cra
 # Templates kept as files: (file, bos, eos).
 FILES = {
     "phi-3.5": ("templates/phi-3.5.jinja", "<s>", "<|endoftext|>"),
+    "gemma-2": ("templates/gemma-2.jinja", "<bos>", "<eos>"),
 }
 
 

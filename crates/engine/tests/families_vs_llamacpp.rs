@@ -217,6 +217,15 @@ fn phi3_matches_llama_cpp_with_long_and_short_factors() {
     check(&short, 100, Feed::Prompt);
 }
 
+/// Gemma 2: soft-capped attention scores (before the window's mask) and
+/// logits, every other layer sliding over 8 positions, post-norms, GELU.
+#[test]
+fn gemma2_matches_llama_cpp() {
+    let spec = TinySpec { n_layers: 4, context: 2048, ..TinySpec::new(Family::Gemma2) };
+    check(&spec, 100, Feed::Prompt);
+    check(&spec, 40, Feed::Steps);
+}
+
 #[test]
 fn f32_weights_match_llama_cpp_as_a_prompt_and_as_steps() {
     // A router's f32 products: tinyBLAS for a prompt, a dot product each

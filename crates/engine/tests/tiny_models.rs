@@ -86,7 +86,8 @@ fn reference_logits(family: Family, path: &std::path::Path, toks: &[u32]) -> Vec
             m.forward(&x, 0).unwrap()
         }
         Family::Gemma3 => unreachable!("candle's gemma3 is not a valid reference; see ARCHITECTURE.md"),
-        Family::SmolLm3
+        Family::Gemma2
+        | Family::SmolLm3
         | Family::Mistral3
         | Family::Phi3
         | Family::Qwen3Moe

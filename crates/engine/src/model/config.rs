@@ -26,6 +26,10 @@ pub enum Architecture {
     /// Qwen3-MoE (Qwen3-30B-A3B, Qwen3-Coder): Qwen 3 with experts in
     /// place of the dense FFN.
     Qwen3Moe,
+    /// Gemma 2: Gemma 3 without QK norms, with attention scores and
+    /// logits soft-capped (`tanh(x / cap) · cap`) and every other layer
+    /// sliding.
+    Gemma2,
     /// Gemma 3: sandwich norms, GELU, scaled embeddings, sliding-window layers.
     Gemma3,
     /// Qwen 3.5 and 3.6, dense: three of every four layers Gated DeltaNet
@@ -48,7 +52,7 @@ pub enum Architecture {
 }
 
 pub const SUPPORTED_ARCHITECTURES: &str =
-    "llama, mistral3, smollm3, phi3, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, gemma3, gemma4, gpt-oss";
+    "llama, mistral3, smollm3, phi3, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, gemma2, gemma3, gemma4, gpt-oss";
 
 impl Architecture {
     pub fn from_gguf_name(name: &str) -> Option<Self> {
@@ -60,6 +64,7 @@ impl Architecture {
             "qwen2" => Some(Self::Qwen2),
             "qwen3" => Some(Self::Qwen3),
             "qwen3moe" => Some(Self::Qwen3Moe),
+            "gemma2" => Some(Self::Gemma2),
             "gemma3" => Some(Self::Gemma3),
             "qwen35" => Some(Self::Qwen35),
             "qwen35moe" => Some(Self::Qwen35Moe),
@@ -78,6 +83,7 @@ impl Architecture {
             Self::Qwen2 => "qwen2",
             Self::Qwen3 => "qwen3",
             Self::Qwen3Moe => "qwen3moe",
+            Self::Gemma2 => "gemma2",
             Self::Gemma3 => "gemma3",
             Self::Qwen35 => "qwen35",
             Self::Qwen35Moe => "qwen35moe",
@@ -111,7 +117,7 @@ impl Architecture {
     /// the scores after it; with f16 keys the queries are rounded after the
     /// scaling, so where it happens shows in the last bits.
     pub(crate) fn scales_queries(self) -> bool {
-        matches!(self, Self::Gemma3 | Self::Phi3)
+        matches!(self, Self::Gemma2 | Self::Gemma3 | Self::Phi3)
     }
 
     /// Whether the FFN is a mixture of experts.
@@ -122,7 +128,7 @@ impl Architecture {
     /// Gemma: embeddings scaled by √n_embd, GELU FFNs, and norms after
     /// attention and the FFN as well as before.
     pub(crate) fn is_gemma(self) -> bool {
-        matches!(self, Self::Gemma3 | Self::Gemma4)
+        matches!(self, Self::Gemma2 | Self::Gemma3 | Self::Gemma4)
     }
 
     /// Qwen 3.5 and gpt-oss store the FFN's norm as `post_attention_norm`.
@@ -358,6 +364,9 @@ pub struct ModelConfig {
     pub attention_temperature: Option<AttentionTemperature>,
     /// `final_logit_softcapping`: logits become `cap · tanh(logit / cap)`.
     pub final_logit_softcap: Option<f32>,
+    /// `attn_logit_softcapping` (Gemma 2): each attention score becomes
+    /// `cap · tanh(score / cap)` before the softmax.
+    pub attention_softcap: Option<f32>,
     /// Gemma 4's per-layer token embeddings: values per layer
     /// (`embedding_length_per_layer_input`), 0 for none.
     pub per_layer_embd: usize,
@@ -442,6 +451,13 @@ impl ModelConfig {
                 let pattern = file.u32_opt(&key("attention.sliding_window_type"))?.unwrap_or(6) as usize;
                 let local = file.f32_opt(&key("rope.local_freq_base"))?.unwrap_or(10_000.0);
                 (window, pattern.max(1), local)
+            }
+            Architecture::Gemma2 => {
+                // llama.cpp's defaults: a 4,096-position window on every other layer.
+                let window = file.u32_opt(&key("attention.sliding_window"))?.unwrap_or(4096) as usize;
+                let pattern = file.u32_opt(&key("attention.sliding_window_pattern"))?.unwrap_or(2) as usize;
+                let local = file.f32_opt(&key("rope.freq_base_swa"))?.unwrap_or(rope_base);
+                (Some(window).filter(|&w| w > 0), pattern, local)
             }
             Architecture::GptOss => {
                 let window = file.u32(&key("attention.sliding_window"))? as usize;
@@ -596,13 +612,25 @@ impl ModelConfig {
             attention,
             kv_source,
             sliding_layers,
-            // Gemma 4 scales neither queries nor scores.
-            attention_scale: gemma4.then_some(1.0),
-            attention_temperature: attention_temperature(file, &key, architecture, original_context)?,
-            final_logit_softcap: if gemma4 {
-                file.f32_opt(&key("final_logit_softcapping"))?.filter(|&c| c != 0.0)
+            // Gemma 4 scales neither queries nor scores; Gemma 2 27B (46
+            // layers) by the width per head rather than the head size, as
+            // llama.cpp (after gemma_pytorch) does.
+            attention_scale: if gemma4 {
+                Some(1.0)
+            } else if architecture == Architecture::Gemma2 && n_layers == 46 {
+                Some(1.0 / ((n_embd / n_heads) as f32).sqrt())
             } else {
                 None
+            },
+            attention_temperature: attention_temperature(file, &key, architecture, original_context)?,
+            final_logit_softcap: match architecture {
+                Architecture::Gemma4 => file.f32_opt(&key("final_logit_softcapping"))?.filter(|&c| c != 0.0),
+                Architecture::Gemma2 => softcap(file, &key("final_logit_softcapping"), 30.0)?,
+                _ => None,
+            },
+            attention_softcap: match architecture {
+                Architecture::Gemma2 => softcap(file, &key("attn_logit_softcapping"), 50.0)?,
+                _ => None,
             },
             per_layer_embd: if gemma4 { file.u32(&key("embedding_length_per_layer_input"))? as usize } else { 0 },
         })
@@ -772,6 +800,16 @@ fn attention_temperature(
             }
             Ok(Some(AttentionTemperature { scale, floor }))
         }
+    }
+}
+
+/// A soft-cap (`key`, else llama.cpp's `default`): 0 for none; a negative
+/// or non-finite cap is refused.
+fn softcap(file: &GgufFile, key: &str, default: f32) -> Result<Option<f32>> {
+    match file.f32_opt(key)?.unwrap_or(default) {
+        c if c == 0.0 => Ok(None),
+        c if !c.is_finite() || c < 0.0 => Err(file.corrupt(format!("{key} is {c}"))),
+        c => Ok(Some(c)),
     }
 }
 

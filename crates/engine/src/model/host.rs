@@ -457,11 +457,12 @@ impl Model {
                 }
             }
         }
-        let mut scale = c.attention_scale.unwrap_or(1.0f32 / (hd as f32).sqrt());
+        let mut by = c.attention_scale.unwrap_or(1.0f32 / (hd as f32).sqrt());
         if c.architecture.scales_queries() {
-            vec_ops::scale(&mut buf.q, scale);
-            scale = 1.0;
+            vec_ops::scale(&mut buf.q, by);
+            by = 1.0;
         }
+        let scale = ScoreScale { by, softcap: c.attention_softcap };
         // llama.cpp multiplies the f16 keys by the queries rounded to f16.
         attention::round_to_f16(&mut buf.q);
         let window = sliding.then_some(c.sliding_window).flatten();
@@ -522,7 +523,7 @@ impl Model {
         out: &mut [f32],
         (batch, seq, pos0): (usize, usize, usize),
         (window, sinks): (Option<usize>, Option<&[f32]>),
-        scale: f32,
+        scale: ScoreScale,
     ) {
         let c = &self.config;
         let shape = c.attention_shape(layer);
@@ -594,7 +595,7 @@ impl Model {
         q: &[f32],
         out: &mut [f32],
         (window, sinks): (Option<usize>, Option<&[f32]>),
-        scale: f32,
+        scale: ScoreScale,
     ) {
         let c = &self.config;
         let shape = c.attention_shape(layer);
@@ -635,7 +636,7 @@ impl Model {
         (batch, pos0, cap): (usize, usize, usize),
         (lo, hi): (usize, usize),
         sinks: Option<&[f32]>,
-        scale: f32,
+        scale: ScoreScale,
         head: &(dyn Fn(usize, usize) -> (&'a [half::f16], &'a [half::f16]) + Sync),
     ) {
         let (hd, nh, nkv) = (shape.head_dim, shape.n_heads, shape.n_kv_heads);
@@ -654,7 +655,8 @@ impl Model {
                 let n = positions.len();
                 let queries: Vec<&[f32]> = (0..n_rep).map(|r| &q[bi * qd + (h * n_rep + r) * hd..][..hd]).collect();
                 let mut scores = vec![0f32; n_rep * n];
-                attention::scores(&mut scores, n, &queries, head(bi, h).0, positions.clone(), scale, Order::Decode);
+                attention::scores(&mut scores, n, &queries, head(bi, h).0, positions.clone(), scale.by, Order::Decode);
+                scale.cap(&mut scores);
                 for (r, s) in scores.chunks(n).enumerate() {
                     let row = (bi * nh + h * n_rep + r) * width + positions.start - start;
                     // SAFETY: tasks write disjoint position ranges of each row.
@@ -702,7 +704,7 @@ fn attend(
     keys: &[half::f16],
     values_t: &[half::f16],
     cap: usize,
-    scale: f32,
+    scale: ScoreScale,
     order: Order,
 ) {
     let first = bounds.iter().map(|b| b.0).min().unwrap_or(0);
@@ -710,7 +712,8 @@ fn attend(
     let start = first / order.lanes() * order.lanes();
     let width = last + 1 - start;
     let mut scores = vec![0f32; queries.len() * width];
-    attention::scores(&mut scores, width, queries, keys, start..last + 1, scale, order);
+    attention::scores(&mut scores, width, queries, keys, start..last + 1, scale.by, order);
+    scale.cap(&mut scores);
     for ((row, &(lo, hi)), &sink) in scores.chunks_mut(width).zip(bounds).zip(sinks) {
         row[..lo - start].fill(f32::NEG_INFINITY);
         row[hi + 1 - start..].fill(f32::NEG_INFINITY);
@@ -718,6 +721,24 @@ fn attend(
     }
     let probs: Vec<&[f32]> = scores.chunks(width).collect();
     attention::weighted_values(outs, &probs, values_t, cap, 0..keys.len() / cap, start, order);
+}
+
+/// What attention scores are multiplied by, and (Gemma 2) the soft-cap
+/// applied to them before the mask and softmax.
+#[derive(Clone, Copy)]
+struct ScoreScale {
+    by: f32,
+    softcap: Option<f32>,
+}
+
+impl ScoreScale {
+    /// `cap · tanh(score / cap)`, as llama.cpp's three ops compute it.
+    fn cap(&self, scores: &mut [f32]) {
+        if let Some(cap) = self.softcap {
+            let inv = 1.0 / cap;
+            scores.iter_mut().for_each(|s| *s = (*s * inv).tanh() * cap);
+        }
+    }
 }
 
 /// Query head `h`'s sink logit, or −∞ (no sink).

@@ -268,10 +268,10 @@ impl Model {
     pub fn load_with(file: &mut GgufFile, device: &Device, kernels: Kernels) -> Result<Self> {
         let config = ModelConfig::from_gguf(file)?;
         let arch = config.architecture;
-        if !device.is_cpu() && arch == Architecture::Gemma4 {
+        if !device.is_cpu() && matches!(arch, Architecture::Gemma2 | Architecture::Gemma4) {
             return Err(crate::EngineError::setting(
                 "device",
-                "Gemma 4 runs on the CPU for now; choose the CPU device",
+                "Gemma 2 and Gemma 4 run on the CPU for now; choose the CPU device",
             ));
         }
         if !device.is_cpu() && arch == Architecture::Phi3 {

@@ -67,6 +67,9 @@ pub fn open_default() -> Engine {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Family {
     Llama,
+    /// Gemma 2: Gemma 3's norms and GELU without QK norms, soft-capped
+    /// attention scores and logits, every other layer sliding.
+    Gemma2,
     /// SmolLM3: Llama without RoPE on every fourth layer.
     SmolLm3,
     /// Mistral 3: Llama with YaRN's own betas and log multiplier, the
@@ -269,6 +272,7 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
     }
     let arch = match spec.family {
         Family::Llama => "llama",
+        Family::Gemma2 => "gemma2",
         Family::SmolLm3 => "smollm3",
         Family::Mistral3 => "mistral3",
         Family::Phi3 => "phi3",
@@ -292,7 +296,7 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
     let vocab = if spec.o200k { o200k::VOCAB } else { VOCAB };
     put("token_embd.weight".into(), random(&mut rng, &[vocab, e], 1.0), spec.dtype);
     put("output_norm.weight".into(), ones_ish(&mut rng, e), GgmlDType::F32);
-    if spec.family != Family::Gemma3 {
+    if !matches!(spec.family, Family::Gemma2 | Family::Gemma3) {
         put("output.weight".into(), random(&mut rng, &[vocab, e], 0.2), spec.dtype);
     }
     if spec.family == Family::Phi3 {
@@ -389,7 +393,7 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
             put(format!("{p}.attn_q_norm.weight"), ones_ish(&mut rng, spec.head_dim), GgmlDType::F32);
             put(format!("{p}.attn_k_norm.weight"), ones_ish(&mut rng, spec.head_dim), GgmlDType::F32);
         }
-        if spec.family == Family::Gemma3 {
+        if matches!(spec.family, Family::Gemma2 | Family::Gemma3) {
             put(format!("{p}.post_attention_norm.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
             put(format!("{p}.post_ffw_norm.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
         }
@@ -459,6 +463,12 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         md.push((k("expert_count"), Value::U32(spec.experts.0 as u32)));
         md.push((k("expert_used_count"), Value::U32(spec.experts.1 as u32)));
         md.push((k("expert_feed_forward_length"), Value::U32(spec.experts.2 as u32)));
+    }
+    if spec.family == Family::Gemma2 {
+        // Caps that bite at these scores' sizes (the real ones are 50 and 30).
+        md.push((k("attention.sliding_window"), Value::U32(spec.sliding_window as u32)));
+        md.push((k("attn_logit_softcapping"), Value::F32(2.0)));
+        md.push((k("final_logit_softcapping"), Value::F32(3.0)));
     }
     if spec.family == Family::Gemma3 {
         md.push((k("attention.sliding_window"), Value::U32(spec.sliding_window as u32)));
@@ -625,7 +635,7 @@ fn strings(v: Vec<String>) -> Value {
 fn tokenizer_metadata(family: Family) -> Vec<(String, Value)> {
     let s = |k: &str, v: &str| (k.to_string(), Value::String(v.to_string()));
     let u = |k: &str, v: u32| (k.to_string(), Value::U32(v));
-    if family == Family::Gemma3 {
+    if matches!(family, Family::Gemma2 | Family::Gemma3) {
         let mut tokens: Vec<String> =
             ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"].map(String::from).to_vec();
         let mut types = vec![3, 3, 3, 2, 3, 3];
