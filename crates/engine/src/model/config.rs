@@ -806,11 +806,11 @@ fn attention_temperature(
 /// A soft-cap (`key`, else llama.cpp's `default`): 0 for none; a negative
 /// or non-finite cap is refused.
 fn softcap(file: &GgufFile, key: &str, default: f32) -> Result<Option<f32>> {
-    match file.f32_opt(key)?.unwrap_or(default) {
-        c if c == 0.0 => Ok(None),
-        c if !c.is_finite() || c < 0.0 => Err(file.corrupt(format!("{key} is {c}"))),
-        c => Ok(Some(c)),
+    let c = file.f32_opt(key)?.unwrap_or(default);
+    if !c.is_finite() || c < 0.0 {
+        return Err(file.corrupt(format!("{key} is {c}")));
     }
+    Ok((c != 0.0).then_some(c))
 }
 
 /// `rope.dimension_sections`: four counts of rotation pairs, adding up to
