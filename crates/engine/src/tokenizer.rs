@@ -453,6 +453,10 @@ const QWEN2_REGEX: &str =
 /// punctuation.
 const GPT4O_REGEX: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// OLMo's (and GPT-2's own): contractions, letters, digits and other
+/// runs, each with one leading space.
+const OLMO_REGEX: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
+
 /// Mistral's Tekken (Mistral Nemo, Small 3.x, Ministral 3, Devstral): GPT-4o's
 /// without its contractions and with digits one at a time.
 const TEKKEN_REGEX: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -490,14 +494,18 @@ fn build_bpe(file: &GgufFile, tokens: &[String], pre: &str) -> std::result::Resu
     let pre_tokenizer: PreTokenizerWrapper = match pre {
         "smollm" => PreSequence::new(vec![Digits::new(true).into(), ByteLevel::new(false, true, true).into()]).into(),
         "gpt-2" | "gpt2" => ByteLevel::new(false, true, true).into(),
-        "llama3" | "llama-bpe" | "llama-v3" => PreSequence::new(vec![split(LLAMA3_REGEX)?, byte_level.into()]).into(),
+        // DBRX's and Smaug's are Llama 3's (OLMo 2 names DBRX's).
+        "llama3" | "llama-bpe" | "llama-v3" | "dbrx" | "smaug-bpe" => {
+            PreSequence::new(vec![split(LLAMA3_REGEX)?, byte_level.into()]).into()
+        }
+        "olmo" => PreSequence::new(vec![split(OLMO_REGEX)?, byte_level.into()]).into(),
         "qwen2" | "deepseek-r1-qwen" => PreSequence::new(vec![split(QWEN2_REGEX)?, byte_level.into()]).into(),
         "qwen35" => PreSequence::new(vec![split(QWEN35_REGEX)?, byte_level.into()]).into(),
         "gpt-4o" | "llama4" => PreSequence::new(vec![split(GPT4O_REGEX)?, byte_level.into()]).into(),
         "tekken" => PreSequence::new(vec![split(TEKKEN_REGEX)?, byte_level.into()]).into(),
         other => {
             return Err(format!(
-            "pre-tokenizer {other:?} is not supported; refusing to guess (supported: smollm, gpt-2, llama-bpe, qwen2, qwen35, gpt-4o, tekken)"
+            "pre-tokenizer {other:?} is not supported; refusing to guess (supported: smollm, gpt-2, llama-bpe, dbrx, smaug-bpe, olmo, qwen2, qwen35, gpt-4o, tekken)"
         ))
         }
     };

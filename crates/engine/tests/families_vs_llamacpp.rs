@@ -226,6 +226,18 @@ fn gemma2_matches_llama_cpp() {
     check(&spec, 40, Feed::Steps);
 }
 
+/// OLMo 2: no pre-norms, post-norms after attention and the FFN, Q and K
+/// normed across all heads; and as OLMo 3, three of four layers sliding.
+#[test]
+fn olmo2_and_olmo3_match_llama_cpp() {
+    let spec = TinySpec { n_layers: 4, context: 2048, ..TinySpec::new(Family::Olmo2) };
+    check(&spec, 100, Feed::Prompt);
+    check(&spec, 40, Feed::Steps);
+    let olmo3 = TinySpec { olmo3_window: true, ..spec };
+    check(&olmo3, 100, Feed::Prompt);
+    check(&olmo3, 40, Feed::Steps);
+}
+
 #[test]
 fn f32_weights_match_llama_cpp_as_a_prompt_and_as_steps() {
     // A router's f32 products: tinyBLAS for a prompt, a dot product each

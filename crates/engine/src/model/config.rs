@@ -10,6 +10,10 @@ pub enum Architecture {
     Llama,
     /// SmolLM3: Llama with no RoPE on every fourth layer (`no_rope_interval`).
     SmolLm3,
+    /// OLMo 2 (and OLMo 3, written as `olmo2`): norms after attention and
+    /// the FFN only, none before; Q and K RMS-normed across all heads at
+    /// once; NeoX RoPE; OLMo 3's every fourth layer full, the rest sliding.
+    Olmo2,
     /// Phi-3, Phi-3.5 and Phi-4-mini (`phi3`): queries, keys and values in
     /// one `attn_qkv`, gate and up in one `ffn_up`, NeoX RoPE (partial on
     /// Phi-4-mini) with LongRoPE's factors, queries scaled before attention.
@@ -52,7 +56,7 @@ pub enum Architecture {
 }
 
 pub const SUPPORTED_ARCHITECTURES: &str =
-    "llama, mistral3, smollm3, phi3, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, gemma2, gemma3, gemma4, gpt-oss";
+    "llama, mistral3, smollm3, phi3, olmo2, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, gemma2, gemma3, gemma4, gpt-oss";
 
 impl Architecture {
     pub fn from_gguf_name(name: &str) -> Option<Self> {
@@ -61,6 +65,7 @@ impl Architecture {
             "smollm3" => Some(Self::SmolLm3),
             "mistral3" => Some(Self::Mistral3),
             "phi3" => Some(Self::Phi3),
+            "olmo2" => Some(Self::Olmo2),
             "qwen2" => Some(Self::Qwen2),
             "qwen3" => Some(Self::Qwen3),
             "qwen3moe" => Some(Self::Qwen3Moe),
@@ -80,6 +85,7 @@ impl Architecture {
             Self::SmolLm3 => "smollm3",
             Self::Mistral3 => "mistral3",
             Self::Phi3 => "phi3",
+            Self::Olmo2 => "olmo2",
             Self::Qwen2 => "qwen2",
             Self::Qwen3 => "qwen3",
             Self::Qwen3Moe => "qwen3moe",
@@ -129,6 +135,11 @@ impl Architecture {
     /// attention and the FFN as well as before.
     pub(crate) fn is_gemma(self) -> bool {
         matches!(self, Self::Gemma2 | Self::Gemma3 | Self::Gemma4)
+    }
+
+    /// OLMo 2: no norm before attention or the FFN, only after them.
+    pub(crate) fn post_norms_only(self) -> bool {
+        matches!(self, Self::Olmo2)
     }
 
     /// Qwen 3.5 and gpt-oss store the FFN's norm as `post_attention_norm`.
@@ -458,6 +469,17 @@ impl ModelConfig {
                 let pattern = file.u32_opt(&key("attention.sliding_window_pattern"))?.unwrap_or(2) as usize;
                 let local = file.f32_opt(&key("rope.freq_base_swa"))?.unwrap_or(rope_base);
                 (Some(window).filter(|&w| w > 0), pattern, local)
+            }
+            Architecture::Olmo2 => {
+                // OLMo 3: a window where the file gives one, every fourth layer full.
+                match file.u32_opt(&key("attention.sliding_window"))?.filter(|&w| w > 0) {
+                    Some(w) => {
+                        let pattern = file.u32_opt(&key("attention.sliding_window_pattern"))?.unwrap_or(4) as usize;
+                        let local = file.f32_opt(&key("rope.freq_base_swa"))?.unwrap_or(rope_base);
+                        (Some(w as usize), pattern, local)
+                    }
+                    None => (None, 1, rope_base),
+                }
             }
             Architecture::GptOss => {
                 let window = file.u32(&key("attention.sliding_window"))? as usize;

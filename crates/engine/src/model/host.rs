@@ -235,7 +235,7 @@ impl Model {
         let (rows, seq) = (kv.rows(), kv.sequence_rows());
         let e = c.n_embd;
 
-        norm_rows(pool, &b.attn_norm, x, &mut buf.h, e);
+        norm_rows(pool, b.attn_norm.as_ref(), x, &mut buf.h, e);
         match &b.mixer {
             Mixer::Attention(a) => self.attention_host(pool, a, b.sliding, layer, buf, rope, kv)?,
             Mixer::DeltaNet(d) => {
@@ -253,7 +253,7 @@ impl Model {
         }
         vec_ops::add(x, &buf.o);
 
-        norm_rows(pool, &b.ffn_norm, x, &mut buf.h, e);
+        norm_rows(pool, b.ffn_norm.as_ref(), x, &mut buf.h, e);
         match &b.ffn {
             Ffn::Dense { gate, up, down } => self.dense_ffn(pool, gate, up, down, rows, seq, buf)?,
             Ffn::DenseAndExperts(d) => {
@@ -272,7 +272,7 @@ impl Model {
                         *v = *v * inv * s;
                     }
                 }
-                norm_rows(pool, &d.pre_norm_2, x, &mut buf.h, e);
+                norm_rows(pool, Some(&d.pre_norm_2), x, &mut buf.h, e);
                 buf.o.resize(rows * e, 0.0);
                 d.experts.forward_host(pool, &buf.h, Some(&router_in), rows, seq, &mut buf.o, &mut buf.experts)?;
                 norm_in_place(&d.post_norm_2, &mut buf.o, e);
@@ -404,11 +404,12 @@ impl Model {
                 out.chunks_exact_mut(width).for_each(|row| vec_ops::add(row, bias));
             }
         }
+        // Per head, or (OLMo 2) across all heads: the weight's length says.
         if let Some(n) = &a.q_norm {
-            norm_in_place(n, &mut buf.q, hd);
+            norm_in_place(n, &mut buf.q, n.host.len());
         }
         if let Some(n) = &a.k_norm {
-            norm_in_place(n, &mut buf.k, hd);
+            norm_in_place(n, &mut buf.k, n.host.len());
         }
         if a.v_norm && stores {
             // `ggml_rms_norm`: the norm without a weight.
@@ -848,7 +849,12 @@ fn for_row_chunks(
     });
 }
 
-fn norm_rows(pool: &WorkerPool, n: &Norm, x: &[f32], out: &mut [f32], width: usize) {
+/// `x`'s rows normed into `out`, or copied where there is no norm (OLMo 2).
+fn norm_rows(pool: &WorkerPool, n: Option<&Norm>, x: &[f32], out: &mut [f32], width: usize) {
+    let Some(n) = n else {
+        out[..x.len()].copy_from_slice(x);
+        return;
+    };
     let rows = x.len() / width;
     for_row_chunks(pool, rows, out, width, |range, out| {
         let src = &x[range.start * width..range.end * width];

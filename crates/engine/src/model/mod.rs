@@ -69,10 +69,11 @@ pub struct Model {
 }
 
 struct Block {
-    attn_norm: Norm,
+    /// `None` for OLMo 2, which norms only after attention and the FFN.
+    attn_norm: Option<Norm>,
     mixer: Mixer,
     post_attn_norm: Option<Norm>,
-    ffn_norm: Norm,
+    ffn_norm: Option<Norm>,
     ffn: Ffn,
     post_ffn_norm: Option<Norm>,
     sliding: bool,
@@ -274,10 +275,10 @@ impl Model {
                 "Gemma 2 and Gemma 4 run on the CPU for now; choose the CPU device",
             ));
         }
-        if !device.is_cpu() && arch == Architecture::Phi3 {
+        if !device.is_cpu() && matches!(arch, Architecture::Phi3 | Architecture::Olmo2) {
             return Err(crate::EngineError::setting(
                 "device",
-                "Phi-3 (fused projections) runs on the CPU for now; choose the CPU device",
+                "Phi-3 (fused projections) and OLMo 2 (norms across heads) run on the CPU for now; choose the CPU device",
             ));
         }
         let partial_rope = config.attention.iter().any(|a| a.rope_dims != a.head_dim);
@@ -306,6 +307,15 @@ impl Model {
             Ok(m)
         };
 
+        // A Q or K norm: per head, or (OLMo 2) across all `width` at once.
+        let qk_norm = |file: &mut GgufFile, name: &str, width: usize| -> Result<Option<Norm>> {
+            let n = norm_opt(file, name)?;
+            match &n {
+                Some(n) if n.host.len() != width && !width.is_multiple_of(n.host.len().max(1)) => Err(file
+                    .corrupt(format!("{name} has {} values for {width} (and no head size divides it)", n.host.len()))),
+                _ => Ok(n),
+            }
+        };
         // Rows of a fused tensor as a matrix each.
         let matmul_parts = |file: &mut GgufFile, name: &str, parts: &[usize], cols: usize| -> Result<Vec<Matrix>> {
             check_shape(file, name, &[parts.iter().sum(), cols])?;
@@ -467,8 +477,8 @@ impl Model {
                         weight: matmul(file, &format!("{p}.attn_output.weight"), config.n_embd, q_dim)?,
                         bias: bias(file, "attn_output")?,
                     },
-                    q_norm: norm_opt(file, &format!("{p}.attn_q_norm.weight"))?,
-                    k_norm: if stores_kv { norm_opt(file, &format!("{p}.attn_k_norm.weight"))? } else { None },
+                    q_norm: qk_norm(file, &format!("{p}.attn_q_norm.weight"), q_dim)?,
+                    k_norm: if stores_kv { qk_norm(file, &format!("{p}.attn_k_norm.weight"), kv_dim)? } else { None },
                     gated,
                     sinks,
                     v_norm: arch == Architecture::Gemma4,
@@ -518,15 +528,21 @@ impl Model {
             };
             // Qwen 3.5 and gpt-oss name their FFN norm `post_attention_norm`.
             let (post_attn_norm, ffn_norm) = if arch.ffn_norm_is_post_attention() {
-                (None, norm(file, &format!("{p}.post_attention_norm.weight"))?)
+                (None, Some(norm(file, &format!("{p}.post_attention_norm.weight"))?))
+            } else if arch.post_norms_only() {
+                (Some(norm(file, &format!("{p}.post_attention_norm.weight"))?), None)
             } else {
                 (
                     norm_opt(file, &format!("{p}.post_attention_norm.weight"))?,
-                    norm(file, &format!("{p}.ffn_norm.weight"))?,
+                    Some(norm(file, &format!("{p}.ffn_norm.weight"))?),
                 )
             };
             layers.push(Block {
-                attn_norm: norm(file, &format!("{p}.attn_norm.weight"))?,
+                attn_norm: if arch.post_norms_only() {
+                    None
+                } else {
+                    Some(norm(file, &format!("{p}.attn_norm.weight"))?)
+                },
                 mixer,
                 post_attn_norm,
                 ffn_norm,
@@ -808,7 +824,10 @@ impl Model {
         if a.gated {
             return Err(crate::EngineError::setting("device", "gated attention runs on the CPU's own pass only"));
         }
-        let h = b.attn_norm.forward(x)?;
+        let h = match &b.attn_norm {
+            Some(n) => n.forward(x)?,
+            None => x.clone(),
+        };
         let heads = |t: Tensor, n: usize| t.reshape((batch, seq_len, n, c.head_dim))?.transpose(1, 2)?.contiguous();
         let mut q = heads(a.wq.forward(&h)?, c.n_heads)?;
         let (Some(wk), Some(wv)) = (&a.wk, &a.wv) else {
@@ -863,7 +882,10 @@ impl Model {
         }
         let x = (x + attn)?;
 
-        let h = b.ffn_norm.forward(&x)?;
+        let h = match &b.ffn_norm {
+            Some(n) => n.forward(&x)?,
+            None => x.clone(),
+        };
         let Ffn::Dense { gate, up, down } = &b.ffn else {
             return Err(crate::EngineError::setting("device", "models with experts run on the CPU's own pass only"));
         };

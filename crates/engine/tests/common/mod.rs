@@ -67,6 +67,9 @@ pub fn open_default() -> Engine {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Family {
     Llama,
+    /// OLMo 2: post-norms only, Q and K normed across heads (with
+    /// `olmo3_window`, OLMo 3's sliding layers).
+    Olmo2,
     /// Gemma 2: Gemma 3's norms and GELU without QK norms, soft-capped
     /// attention scores and logits, every other layer sliding.
     Gemma2,
@@ -143,6 +146,8 @@ pub struct TinySpec {
     /// `rope.scaling.original_context_length` (Phi-3: sessions longer than
     /// this take LongRoPE's long factors).
     pub original_context: Option<u32>,
+    /// OLMo 2 written as OLMo 3: `sliding_window` on three of every four layers.
+    pub olmo3_window: bool,
 }
 
 /// What a Gemma 4 file adds to `TinySpec` (its `head_dim`, `n_kv_heads`
@@ -222,6 +227,7 @@ impl TinySpec {
             chat_template: None,
             control_tokens: Vec::new(),
             original_context: (family == Family::Phi3).then_some(32),
+            olmo3_window: false,
         }
     }
 
@@ -273,6 +279,7 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
     let arch = match spec.family {
         Family::Llama => "llama",
         Family::Gemma2 => "gemma2",
+        Family::Olmo2 => "olmo2",
         Family::SmolLm3 => "smollm3",
         Family::Mistral3 => "mistral3",
         Family::Phi3 => "phi3",
@@ -311,7 +318,10 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
     let (sd, hk, hv, interval) = spec.recurrent;
     for i in 0..spec.n_layers {
         let p = format!("blk.{i}");
-        put(format!("{p}.attn_norm.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
+        let olmo2 = spec.family == Family::Olmo2;
+        if !olmo2 {
+            put(format!("{p}.attn_norm.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
+        }
         let recurrent = spec.family.is_hybrid() && (i + 1) % interval != 0;
         if recurrent {
             let channels = (2 * hk + hv) * sd;
@@ -347,7 +357,15 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
             put(format!("{p}.attn_sinks.weight"), random(&mut rng, &[spec.n_heads], 3.0), GgmlDType::F32);
         }
         let ffn_norm = if spec.family.is_hybrid() || gpt_oss { "post_attention_norm" } else { "ffn_norm" };
-        put(format!("{p}.{ffn_norm}.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
+        if olmo2 {
+            // After attention and the FFN only; Q and K normed across heads.
+            put(format!("{p}.post_attention_norm.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
+            put(format!("{p}.post_ffw_norm.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
+            put(format!("{p}.attn_q_norm.weight"), ones_ish(&mut rng, qd), GgmlDType::F32);
+            put(format!("{p}.attn_k_norm.weight"), ones_ish(&mut rng, kvd), GgmlDType::F32);
+        } else {
+            put(format!("{p}.{ffn_norm}.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
+        }
         if spec.family == Family::Qwen35Moe {
             put(format!("{p}.ffn_gate_inp_shexp.weight"), random(&mut rng, &[e], 0.3), GgmlDType::F32);
             put(format!("{p}.ffn_gate_shexp.weight"), random(&mut rng, &[spec.ffn, e], 0.2), spec.dtype);
@@ -463,6 +481,9 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         md.push((k("expert_count"), Value::U32(spec.experts.0 as u32)));
         md.push((k("expert_used_count"), Value::U32(spec.experts.1 as u32)));
         md.push((k("expert_feed_forward_length"), Value::U32(spec.experts.2 as u32)));
+    }
+    if spec.olmo3_window {
+        md.push((k("attention.sliding_window"), Value::U32(spec.sliding_window as u32)));
     }
     if spec.family == Family::Gemma2 {
         // Caps that bite at these scores' sizes (the real ones are 50 and 30).
