@@ -7,6 +7,7 @@ The SmolLM2 template is read from the model file; the others are the
 families' published templates, written out here or kept in
 crates/engine/tests/data/templates/ (`FILES`).
 """
+import datetime
 import json
 import os
 import sys
@@ -120,6 +121,8 @@ def render(src, messages, agp, bos, eos):
         raise jinja2.exceptions.TemplateError(msg)
 
     env.globals["raise_exception"] = raise_exception
+    # A fixed day (Granite writes today's date); the test sets the same.
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime(2026, 1, 1).strftime(fmt)
     try:
         return {"ok": env.from_string(src).render(messages=messages, add_generation_prompt=agp, bos_token=bos, eos_token=eos)}
     except jinja2.exceptions.TemplateError as e:
@@ -131,6 +134,7 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cra
 FILES = {
     "phi-3.5": ("templates/phi-3.5.jinja", "<s>", "<|endoftext|>"),
     "gemma-2": ("templates/gemma-2.jinja", "<bos>", "<eos>"),
+    "granite-3.3": ("templates/granite-3.3.jinja", "", "<|end_of_text|>"),
 }
 
 

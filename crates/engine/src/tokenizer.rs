@@ -492,7 +492,11 @@ fn build_bpe(file: &GgufFile, tokens: &[String], pre: &str) -> std::result::Resu
             .into())
     };
     let pre_tokenizer: PreTokenizerWrapper = match pre {
-        "smollm" => PreSequence::new(vec![Digits::new(true).into(), ByteLevel::new(false, true, true).into()]).into(),
+        // StarCoder's and Refact's (Granite 3) split as SmolLM's: digits one
+        // by one, then GPT-2's.
+        "smollm" | "starcoder" | "refact" => {
+            PreSequence::new(vec![Digits::new(true).into(), ByteLevel::new(false, true, true).into()]).into()
+        }
         "gpt-2" | "gpt2" => ByteLevel::new(false, true, true).into(),
         // DBRX's and Smaug's are Llama 3's (OLMo 2 names DBRX's).
         "llama3" | "llama-bpe" | "llama-v3" | "dbrx" | "smaug-bpe" => {
@@ -505,7 +509,7 @@ fn build_bpe(file: &GgufFile, tokens: &[String], pre: &str) -> std::result::Resu
         "tekken" => PreSequence::new(vec![split(TEKKEN_REGEX)?, byte_level.into()]).into(),
         other => {
             return Err(format!(
-            "pre-tokenizer {other:?} is not supported; refusing to guess (supported: smollm, gpt-2, llama-bpe, dbrx, smaug-bpe, olmo, qwen2, qwen35, gpt-4o, tekken)"
+            "pre-tokenizer {other:?} is not supported; refusing to guess (supported: smollm, starcoder, refact, gpt-2, llama-bpe, dbrx, smaug-bpe, olmo, qwen2, qwen35, gpt-4o, tekken)"
         ))
         }
     };

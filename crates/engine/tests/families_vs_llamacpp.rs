@@ -238,6 +238,18 @@ fn olmo2_and_olmo3_match_llama_cpp() {
     check(&olmo3, 40, Feed::Steps);
 }
 
+/// Granite 3: embeddings, each half's residual, attention and logits
+/// scaled; Granite MoE Shared: experts beside an ungated shared expert.
+#[test]
+fn granite_and_granitemoe_match_llama_cpp() {
+    let spec = TinySpec { n_layers: 3, context: 2048, ..TinySpec::new(Family::Granite) };
+    check(&spec, 100, Feed::Prompt);
+    check(&spec, 40, Feed::Steps);
+    let moe = TinySpec { n_layers: 2, context: 2048, ..TinySpec::new(Family::GraniteMoe) };
+    check(&moe, 100, Feed::Prompt);
+    check(&moe, 40, Feed::Steps);
+}
+
 #[test]
 fn f32_weights_match_llama_cpp_as_a_prompt_and_as_steps() {
     // A router's f32 products: tinyBLAS for a prompt, a dot product each

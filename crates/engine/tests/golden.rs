@@ -86,10 +86,12 @@ fn templates_render_like_python_jinja2() {
     for case in golden["cases"].as_array().unwrap() {
         let name = case["template"].as_str().unwrap();
         let t = &golden["templates"][name];
-        let tmpl = ChatTemplate::new(
+        let new_year = || chrono::NaiveDate::from_ymd_opt(2026, 1, 1).unwrap().and_hms_opt(0, 0, 0).unwrap();
+        let tmpl = ChatTemplate::with_clock(
             t["source"].as_str().unwrap(),
             t["bos_token"].as_str().unwrap(),
             t["eos_token"].as_str().unwrap(),
+            new_year,
         )
         .unwrap();
         let messages = case_messages(case);

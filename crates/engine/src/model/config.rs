@@ -10,6 +10,13 @@ pub enum Architecture {
     Llama,
     /// SmolLM3: Llama with no RoPE on every fourth layer (`no_rope_interval`).
     SmolLm3,
+    /// Granite 3.x (`granite`): Llama with its four scales (embeddings,
+    /// each half's residual, attention, logits) and RoPE switched off by
+    /// `rope.scaling.finetuned = false`.
+    Granite,
+    /// Granite 3.x MoE (`granitemoe`): Granite with experts in place of the
+    /// dense FFN, and (Granite MoE Shared) an ungated shared expert.
+    GraniteMoe,
     /// OLMo 2 (and OLMo 3, written as `olmo2`): norms after attention and
     /// the FFN only, none before; Q and K RMS-normed across all heads at
     /// once; NeoX RoPE; OLMo 3's every fourth layer full, the rest sliding.
@@ -56,7 +63,7 @@ pub enum Architecture {
 }
 
 pub const SUPPORTED_ARCHITECTURES: &str =
-    "llama, mistral3, smollm3, phi3, olmo2, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, gemma2, gemma3, gemma4, gpt-oss";
+    "llama, mistral3, smollm3, phi3, olmo2, granite, granitemoe, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, gemma2, gemma3, gemma4, gpt-oss";
 
 impl Architecture {
     pub fn from_gguf_name(name: &str) -> Option<Self> {
@@ -66,6 +73,8 @@ impl Architecture {
             "mistral3" => Some(Self::Mistral3),
             "phi3" => Some(Self::Phi3),
             "olmo2" => Some(Self::Olmo2),
+            "granite" => Some(Self::Granite),
+            "granitemoe" => Some(Self::GraniteMoe),
             "qwen2" => Some(Self::Qwen2),
             "qwen3" => Some(Self::Qwen3),
             "qwen3moe" => Some(Self::Qwen3Moe),
@@ -86,6 +95,8 @@ impl Architecture {
             Self::Mistral3 => "mistral3",
             Self::Phi3 => "phi3",
             Self::Olmo2 => "olmo2",
+            Self::Granite => "granite",
+            Self::GraniteMoe => "granitemoe",
             Self::Qwen2 => "qwen2",
             Self::Qwen3 => "qwen3",
             Self::Qwen3Moe => "qwen3moe",
@@ -100,7 +111,45 @@ impl Architecture {
 
     /// GGUF's llama tensors are permuted so that rotation pairs are adjacent.
     pub(crate) fn interleaved_rope(self) -> bool {
-        matches!(self, Self::Llama | Self::SmolLm3 | Self::Mistral3)
+        matches!(self, Self::Llama | Self::SmolLm3 | Self::Mistral3 | Self::Granite | Self::GraniteMoe)
+    }
+
+    /// Whether the graph pass (other devices than the CPU) knows this
+    /// family's layers; the rest run on the CPU's own pass only.
+    pub(crate) fn runs_on_graph(self) -> bool {
+        matches!(
+            self,
+            Self::Llama
+                | Self::Qwen2
+                | Self::Qwen3
+                | Self::Qwen3Moe
+                | Self::Qwen35
+                | Self::Qwen35Moe
+                | Self::Gemma3
+                | Self::GptOss
+        )
+    }
+
+    /// The family as people name it, for messages.
+    pub fn family_name(self) -> &'static str {
+        match self {
+            Self::Llama => "Llama",
+            Self::SmolLm3 => "SmolLM3",
+            Self::Mistral3 => "Mistral 3",
+            Self::Phi3 => "Phi-3",
+            Self::Olmo2 => "OLMo 2",
+            Self::Granite => "Granite",
+            Self::GraniteMoe => "Granite MoE",
+            Self::Qwen2 => "Qwen 2",
+            Self::Qwen3 => "Qwen 3",
+            Self::Qwen3Moe => "Qwen3-MoE",
+            Self::Gemma2 => "Gemma 2",
+            Self::Gemma3 => "Gemma 3",
+            Self::Qwen35 => "Qwen 3.5",
+            Self::Qwen35Moe => "Qwen 3.5 MoE",
+            Self::GptOss => "gpt-oss",
+            Self::Gemma4 => "Gemma 4",
+        }
     }
 
     /// Whether YaRN's betas and `mscale_all_dim` come from the file
@@ -128,7 +177,7 @@ impl Architecture {
 
     /// Whether the FFN is a mixture of experts.
     pub(crate) fn has_experts(self) -> bool {
-        matches!(self, Self::Qwen3Moe | Self::Qwen35Moe | Self::GptOss)
+        matches!(self, Self::Qwen3Moe | Self::Qwen35Moe | Self::GptOss | Self::GraniteMoe)
     }
 
     /// Gemma: embeddings scaled by √n_embd, GELU FFNs, and norms after
@@ -378,6 +427,12 @@ pub struct ModelConfig {
     /// `attn_logit_softcapping` (Gemma 2): each attention score becomes
     /// `cap · tanh(score / cap)` before the softmax.
     pub attention_softcap: Option<f32>,
+    /// Granite's scales: the embeddings are multiplied by the first, each
+    /// half's output by the second before it joins the residual, and the
+    /// logits divided by the third.
+    pub embedding_scale: Option<f32>,
+    pub residual_scale: Option<f32>,
+    pub logit_scale: Option<f32>,
     /// Gemma 4's per-layer token embeddings: values per layer
     /// (`embedding_length_per_layer_input`), 0 for none.
     pub per_layer_embd: usize,
@@ -403,6 +458,7 @@ impl ModelConfig {
             .ok_or_else(|| file.corrupt(format!("missing metadata {}", key("attention.head_count"))))?;
         let kv_counts = file.per_layer_u32(&key("attention.head_count_kv"), blocks)?.unwrap_or(head_counts.clone());
         let gemma4 = architecture == Architecture::Gemma4;
+        let granite = matches!(architecture, Architecture::Granite | Architecture::GraniteMoe);
         let sliding_layers = if gemma4 {
             let flags = file.bools(&key("attention.sliding_window_pattern"))?;
             if flags.len() != blocks {
@@ -518,17 +574,25 @@ impl ModelConfig {
             }
             // One width for every layer (an array of them, as Gemma 4 may
             // write, must agree).
+            // Granite MoE's experts are `feed_forward_length` wide.
+            let width_key = key(if architecture == Architecture::GraniteMoe {
+                "feed_forward_length"
+            } else {
+                "expert_feed_forward_length"
+            });
             let widths = file
-                .per_layer_u32(&key("expert_feed_forward_length"), blocks)?
-                .ok_or_else(|| file.corrupt(format!("missing metadata {}", key("expert_feed_forward_length"))))?;
+                .per_layer_u32(&width_key, blocks)?
+                .ok_or_else(|| file.corrupt(format!("missing metadata {width_key}")))?;
             let ffn_len = widths[0];
             if widths.iter().any(|&w| w != ffn_len && w != 0) {
-                return Err(file.corrupt(format!(
-                    "{} differs between layers ({widths:?}); Hearth runs one width",
-                    key("expert_feed_forward_length")
-                )));
+                return Err(
+                    file.corrupt(format!("{width_key} differs between layers ({widths:?}); Hearth runs one width"))
+                );
             }
-            let shared_ffn_len = if architecture == Architecture::Qwen35Moe {
+            let shared_ffn_len = if architecture == Architecture::GraniteMoe {
+                // Granite MoE Shared: an ungated shared expert where the file gives its width.
+                file.u32_opt(&key("expert_shared_feed_forward_length"))?.filter(|&n| n > 0).map(|n| n as usize)
+            } else if architecture == Architecture::Qwen35Moe {
                 let dense = file.u32_opt(&key("feed_forward_length"))?;
                 match file.u32_opt(&key("expert_shared_feed_forward_length"))?.or(dense) {
                     Some(n) => Some(n as usize),
@@ -576,7 +640,10 @@ impl ModelConfig {
             )));
         }
         let is_swa = |i: usize| sliding_layers.as_ref().is_some_and(|f| f[i]);
-        let unrotated = |i: usize| architecture.no_rope_interval().is_some_and(|n| (i + 1).is_multiple_of(n));
+        // Granite: `rope.scaling.finetuned = false` switches RoPE off.
+        let no_rope = granite && file.bool_opt(&key("rope.scaling.finetuned")) == Some(false);
+        let unrotated =
+            |i: usize| no_rope || architecture.no_rope_interval().is_some_and(|n| (i + 1).is_multiple_of(n));
         let attention: Vec<AttentionShape> = (0..n_layers)
             .map(|i| AttentionShape {
                 n_heads: head_counts[i],
@@ -641,6 +708,8 @@ impl ModelConfig {
                 Some(1.0)
             } else if architecture == Architecture::Gemma2 && n_layers == 46 {
                 Some(1.0 / ((n_embd / n_heads) as f32).sqrt())
+            } else if granite {
+                file.f32_opt(&key("attention.scale"))?.filter(|&s| s != 0.0)
             } else {
                 None
             },
@@ -654,6 +723,9 @@ impl ModelConfig {
                 Architecture::Gemma2 => softcap(file, &key("attn_logit_softcapping"), 50.0)?,
                 _ => None,
             },
+            embedding_scale: if granite { scale(file, &key("embedding_scale"), false)? } else { None },
+            residual_scale: if granite { scale(file, &key("residual_scale"), false)? } else { None },
+            logit_scale: if granite { scale(file, &key("logit_scale"), true)? } else { None },
             per_layer_embd: if gemma4 { file.u32(&key("embedding_length_per_layer_input"))? as usize } else { 0 },
         })
     }
@@ -822,6 +894,17 @@ fn attention_temperature(
             }
             Ok(Some(AttentionTemperature { scale, floor }))
         }
+    }
+}
+
+/// A multiplier read from `key` (0 or absent: none; `required`: the
+/// file must have it); a non-finite one is refused, and so is a zero
+/// divisor where it is required.
+fn scale(file: &GgufFile, key: &str, required: bool) -> Result<Option<f32>> {
+    match file.f32_opt(key)? {
+        None if required => Err(file.corrupt(format!("missing metadata {key}"))),
+        Some(s) if !s.is_finite() || (required && s == 0.0) => Err(file.corrupt(format!("{key} is {s}"))),
+        s => Ok(s.filter(|&s| s != 0.0)),
     }
 }
 

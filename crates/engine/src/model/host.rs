@@ -194,9 +194,13 @@ impl Model {
         Ok(logits.chunks_exact(self.vocab_size).map(<[f32]>::to_vec).collect())
     }
 
-    /// Gemma 4's final soft-cap, as llama.cpp's three ops compute it:
+    /// The logits' last ops: Granite's scale (`logit · (1 / scale)`), and
+    /// Gemma's soft-cap as llama.cpp's three ops compute it:
     /// `tanh(logit · (1 / cap)) · cap`.
     fn soft_cap(&self, logits: &mut [f32]) {
+        if let Some(s) = self.config.logit_scale {
+            vec_ops::scale(logits, 1.0 / s);
+        }
         if let Some(cap) = self.config.final_logit_softcap {
             let inv = 1.0 / cap;
             for l in logits {
@@ -251,6 +255,9 @@ impl Model {
         if let Some(n) = &b.post_attn_norm {
             norm_in_place(n, &mut buf.o, e);
         }
+        if let Some(s) = c.residual_scale {
+            vec_ops::scale(&mut buf.o, s);
+        }
         vec_ops::add(x, &buf.o);
 
         norm_rows(pool, b.ffn_norm.as_ref(), x, &mut buf.h, e);
@@ -287,15 +294,24 @@ impl Model {
                     // The experts' output waits in `moe_out` (both buffers kept
                     // from layer to layer) while the shared expert writes `o`.
                     std::mem::swap(&mut buf.o, &mut buf.moe_out);
-                    buf.shared_gate.resize(rows, 0.0);
-                    matmuls(pool, &buf.h, rows, seq, &mut [(&s.gate_inp, &mut buf.shared_gate)])?;
+                    if let Some(gate_inp) = &s.gate_inp {
+                        buf.shared_gate.resize(rows, 0.0);
+                        matmuls(pool, &buf.h, rows, seq, &mut [(gate_inp, &mut buf.shared_gate)])?;
+                    }
                     buf.o.resize(rows * e, 0.0);
                     self.dense_ffn(pool, &s.gate, &s.up, &s.down, rows, seq, buf)?;
                     let moe = buf.moe_out.chunks_exact_mut(e);
-                    for ((m, row), &g) in moe.zip(buf.o.chunks_exact(e)).zip(&buf.shared_gate) {
-                        let g = 1.0 / (1.0 + (-g).exp());
-                        for (m, &s) in m.iter_mut().zip(row) {
-                            *m += s * g;
+                    if s.gate_inp.is_some() {
+                        for ((m, row), &g) in moe.zip(buf.o.chunks_exact(e)).zip(&buf.shared_gate) {
+                            let g = 1.0 / (1.0 + (-g).exp());
+                            for (m, &s) in m.iter_mut().zip(row) {
+                                *m += s * g;
+                            }
+                        }
+                    } else {
+                        // Granite MoE Shared: moe_out + ffn_shexp.
+                        for (m, row) in moe.zip(buf.o.chunks_exact(e)) {
+                            vec_ops::add(m, row);
                         }
                     }
                     std::mem::swap(&mut buf.o, &mut buf.moe_out);
@@ -304,6 +320,9 @@ impl Model {
         }
         if let Some(n) = &b.post_ffn_norm {
             norm_in_place(n, &mut buf.o, e);
+        }
+        if let Some(s) = c.residual_scale {
+            vec_ops::scale(&mut buf.o, s);
         }
         vec_ops::add(x, &buf.o);
         if let Some(p) = &b.per_layer {

@@ -140,10 +140,11 @@ struct DenseAndExperts {
     router_scale: Vec<f32>,
 }
 
-/// Qwen 3.5's shared expert: a dense FFN scaled by `σ(gate_inp · x)`.
+/// A shared expert: a dense FFN every token runs beside the routed
+/// experts, scaled by `σ(gate_inp · x)` (Qwen 3.5) or not (Granite MoE).
 struct SharedExpert {
     /// `ffn_gate_inp_shexp`, one row.
-    gate_inp: Matrix,
+    gate_inp: Option<Matrix>,
     gate: Matrix,
     up: Matrix,
     down: Matrix,
@@ -269,16 +270,10 @@ impl Model {
     pub fn load_with(file: &mut GgufFile, device: &Device, kernels: Kernels) -> Result<Self> {
         let config = ModelConfig::from_gguf(file)?;
         let arch = config.architecture;
-        if !device.is_cpu() && matches!(arch, Architecture::Gemma2 | Architecture::Gemma4) {
+        if !device.is_cpu() && !arch.runs_on_graph() {
             return Err(crate::EngineError::setting(
                 "device",
-                "Gemma 2 and Gemma 4 run on the CPU for now; choose the CPU device",
-            ));
-        }
-        if !device.is_cpu() && matches!(arch, Architecture::Phi3 | Architecture::Olmo2) {
-            return Err(crate::EngineError::setting(
-                "device",
-                "Phi-3 (fused projections) and OLMo 2 (norms across heads) run on the CPU for now; choose the CPU device",
+                format!("{} runs on the CPU for now; choose the CPU device", arch.family_name()),
             ));
         }
         let partial_rope = config.attention.iter().any(|a| a.rope_dims != a.head_dim);
@@ -508,11 +503,11 @@ impl Model {
                     weight_bytes.set(weight_bytes.get() + experts.bytes_per_token());
                     let shared = match ec.shared_ffn_len {
                         Some(n) => Some(SharedExpert {
-                            gate_inp: shared_gate_input(
-                                file,
-                                &format!("{p}.ffn_gate_inp_shexp.weight"),
-                                config.n_embd,
-                            )?,
+                            gate_inp: if arch == Architecture::GraniteMoe {
+                                None
+                            } else {
+                                Some(shared_gate_input(file, &format!("{p}.ffn_gate_inp_shexp.weight"), config.n_embd)?)
+                            },
                             gate: matmul(file, &format!("{p}.ffn_gate_shexp.weight"), n, config.n_embd)?,
                             up: matmul(file, &format!("{p}.ffn_up_shexp.weight"), n, config.n_embd)?,
                             down: matmul(file, &format!("{p}.ffn_down_shexp.weight"), config.n_embd, n)?,
@@ -623,7 +618,8 @@ impl Model {
             rope_local.yarn =
                 config.rope_yarn.map(|y| YarnRamp::new(&y, local_dims, config.rope_base_local, freq_scale));
         }
-        let embed_scale = arch.is_gemma().then(|| (config.n_embd as f64).sqrt());
+        let embed_scale =
+            if arch.is_gemma() { Some((config.n_embd as f64).sqrt()) } else { config.embedding_scale.map(f64::from) };
         Ok(Self {
             weight_bytes_per_token: weight_bytes.get(),
             config,

@@ -67,6 +67,10 @@ pub fn open_default() -> Engine {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Family {
     Llama,
+    /// Granite 3: Llama with embedding, residual, attention and logit scales.
+    Granite,
+    /// Granite MoE Shared: Granite with experts and an ungated shared expert.
+    GraniteMoe,
     /// OLMo 2: post-norms only, Q and K normed across heads (with
     /// `olmo3_window`, OLMo 3's sliding layers).
     Olmo2,
@@ -103,7 +107,7 @@ impl Family {
     }
 
     pub fn has_experts(self) -> bool {
-        matches!(self, Family::Qwen3Moe | Family::Qwen35Moe | Family::GptOss)
+        matches!(self, Family::Qwen3Moe | Family::Qwen35Moe | Family::GptOss | Family::GraniteMoe)
     }
 }
 
@@ -280,6 +284,8 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         Family::Llama => "llama",
         Family::Gemma2 => "gemma2",
         Family::Olmo2 => "olmo2",
+        Family::Granite => "granite",
+        Family::GraniteMoe => "granitemoe",
         Family::SmolLm3 => "smollm3",
         Family::Mistral3 => "mistral3",
         Family::Phi3 => "phi3",
@@ -366,8 +372,10 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         } else {
             put(format!("{p}.{ffn_norm}.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
         }
-        if spec.family == Family::Qwen35Moe {
-            put(format!("{p}.ffn_gate_inp_shexp.weight"), random(&mut rng, &[e], 0.3), GgmlDType::F32);
+        if matches!(spec.family, Family::Qwen35Moe | Family::GraniteMoe) {
+            if spec.family == Family::Qwen35Moe {
+                put(format!("{p}.ffn_gate_inp_shexp.weight"), random(&mut rng, &[e], 0.3), GgmlDType::F32);
+            }
             put(format!("{p}.ffn_gate_shexp.weight"), random(&mut rng, &[spec.ffn, e], 0.2), spec.dtype);
             put(format!("{p}.ffn_up_shexp.weight"), random(&mut rng, &[spec.ffn, e], 0.2), spec.dtype);
             put(format!("{p}.ffn_down_shexp.weight"), random(&mut rng, &[e, spec.ffn], 0.2), spec.dtype);
@@ -422,7 +430,11 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         ("general.architecture".into(), Value::String(arch.into())),
         (k("block_count"), Value::U32(spec.n_layers as u32)),
         (k("embedding_length"), Value::U32(e as u32)),
-        (k("feed_forward_length"), Value::U32(spec.ffn as u32)),
+        // Granite MoE's experts are `feed_forward_length` wide.
+        (
+            k("feed_forward_length"),
+            Value::U32(if spec.family == Family::GraniteMoe { spec.experts.2 } else { spec.ffn } as u32),
+        ),
         (k("attention.head_count"), Value::U32(spec.n_heads as u32)),
         (k("attention.head_count_kv"), Value::U32(spec.n_kv_heads as u32)),
         (k("attention.key_length"), Value::U32(spec.head_dim as u32)),
@@ -474,8 +486,15 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         md.push((k("ssm.inner_size"), Value::U32((hv * sd) as u32)));
         md.push((k("full_attention_interval"), Value::U32(interval as u32)));
     }
-    if spec.family == Family::Qwen35Moe {
+    if matches!(spec.family, Family::Qwen35Moe | Family::GraniteMoe) {
         md.push((k("expert_shared_feed_forward_length"), Value::U32(spec.ffn as u32)));
+    }
+    if matches!(spec.family, Family::Granite | Family::GraniteMoe) {
+        // Granite 3.3 2B's.
+        md.push((k("embedding_scale"), Value::F32(12.0)));
+        md.push((k("residual_scale"), Value::F32(0.22)));
+        md.push((k("attention.scale"), Value::F32(0.015625)));
+        md.push((k("logit_scale"), Value::F32(8.0)));
     }
     if spec.family.has_experts() {
         md.push((k("expert_count"), Value::U32(spec.experts.0 as u32)));
@@ -587,7 +606,11 @@ pub fn write_gemma4(path: &Path, spec: &TinySpec) {
         ("general.architecture".into(), Value::String("gemma4".into())),
         (k("block_count"), Value::U32(n as u32)),
         (k("embedding_length"), Value::U32(e as u32)),
-        (k("feed_forward_length"), Value::U32(spec.ffn as u32)),
+        // Granite MoE's experts are `feed_forward_length` wide.
+        (
+            k("feed_forward_length"),
+            Value::U32(if spec.family == Family::GraniteMoe { spec.experts.2 } else { spec.ffn } as u32),
+        ),
         (k("attention.head_count"), Value::U32(spec.n_heads as u32)),
         (k("attention.head_count_kv"), per_layer(&|s| if s { g.kv_heads_swa } else { spec.n_kv_heads })),
         (k("attention.key_length"), Value::U32(spec.head_dim as u32)),
@@ -705,6 +728,7 @@ fn tokenizer_metadata(family: Family) -> Vec<(String, Value)> {
             Family::Llama | Family::SmolLm3 => "smollm",
             Family::Mistral3 => "tekken",
             Family::Phi3 => "gpt-4o",
+            Family::Granite | Family::GraniteMoe => "refact",
             Family::Qwen35 | Family::Qwen35Moe => "qwen35",
             Family::GptOss => "gpt-4o",
             _ => "qwen2",
