@@ -250,6 +250,17 @@ fn granite_and_granitemoe_match_llama_cpp() {
     check(&moe, 40, Feed::Steps);
 }
 
+/// Qwen3-VL's text model, dense and with experts: multi-section RoPE over
+/// text positions, which llama.cpp runs as its IMROPE.
+#[test]
+fn qwen3vl_text_matches_llama_cpp() {
+    let spec = TinySpec { n_layers: 2, context: 2048, ..TinySpec::new(Family::Qwen3Vl) };
+    check(&spec, 100, Feed::Prompt);
+    check(&spec, 40, Feed::Steps);
+    let moe = TinySpec { n_layers: 2, context: 2048, ..TinySpec::new(Family::Qwen3VlMoe) };
+    check(&moe, 100, Feed::Prompt);
+}
+
 #[test]
 fn f32_weights_match_llama_cpp_as_a_prompt_and_as_steps() {
     // A router's f32 products: tinyBLAS for a prompt, a dot product each

@@ -87,6 +87,8 @@ fn reference_logits(family: Family, path: &std::path::Path, toks: &[u32]) -> Vec
         }
         Family::Gemma3 => unreachable!("candle's gemma3 is not a valid reference; see ARCHITECTURE.md"),
         Family::Gemma2
+        | Family::Qwen3Vl
+        | Family::Qwen3VlMoe
         | Family::Granite
         | Family::GraniteMoe
         | Family::Olmo2

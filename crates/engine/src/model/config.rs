@@ -37,6 +37,12 @@ pub enum Architecture {
     /// Qwen3-MoE (Qwen3-30B-A3B, Qwen3-Coder): Qwen 3 with experts in
     /// place of the dense FFN.
     Qwen3Moe,
+    /// Qwen3-VL's text model (`qwen3vl`, `qwen3vlmoe`): Qwen 3 (or
+    /// Qwen3-MoE) with multi-section RoPE, which text positions (the same
+    /// in every section) reduce to NeoX's; its deepstack inputs are image
+    /// features, zero for text.
+    Qwen3Vl,
+    Qwen3VlMoe,
     /// Gemma 2: Gemma 3 without QK norms, with attention scores and
     /// logits soft-capped (`tanh(x / cap) · cap`) and every other layer
     /// sliding.
@@ -63,7 +69,7 @@ pub enum Architecture {
 }
 
 pub const SUPPORTED_ARCHITECTURES: &str =
-    "llama, mistral3, smollm3, phi3, olmo2, granite, granitemoe, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, gemma2, gemma3, gemma4, gpt-oss";
+    "llama, mistral3, smollm3, phi3, olmo2, granite, granitemoe, qwen2, qwen3, qwen3moe, qwen3vl, qwen3vlmoe, qwen35, qwen35moe, gemma2, gemma3, gemma4, gpt-oss";
 
 impl Architecture {
     pub fn from_gguf_name(name: &str) -> Option<Self> {
@@ -78,6 +84,8 @@ impl Architecture {
             "qwen2" => Some(Self::Qwen2),
             "qwen3" => Some(Self::Qwen3),
             "qwen3moe" => Some(Self::Qwen3Moe),
+            "qwen3vl" => Some(Self::Qwen3Vl),
+            "qwen3vlmoe" => Some(Self::Qwen3VlMoe),
             "gemma2" => Some(Self::Gemma2),
             "gemma3" => Some(Self::Gemma3),
             "qwen35" => Some(Self::Qwen35),
@@ -100,6 +108,8 @@ impl Architecture {
             Self::Qwen2 => "qwen2",
             Self::Qwen3 => "qwen3",
             Self::Qwen3Moe => "qwen3moe",
+            Self::Qwen3Vl => "qwen3vl",
+            Self::Qwen3VlMoe => "qwen3vlmoe",
             Self::Gemma2 => "gemma2",
             Self::Gemma3 => "gemma3",
             Self::Qwen35 => "qwen35",
@@ -143,6 +153,8 @@ impl Architecture {
             Self::Qwen2 => "Qwen 2",
             Self::Qwen3 => "Qwen 3",
             Self::Qwen3Moe => "Qwen3-MoE",
+            Self::Qwen3Vl => "Qwen3-VL",
+            Self::Qwen3VlMoe => "Qwen3-VL MoE",
             Self::Gemma2 => "Gemma 2",
             Self::Gemma3 => "Gemma 3",
             Self::Qwen35 => "Qwen 3.5",
@@ -177,7 +189,7 @@ impl Architecture {
 
     /// Whether the FFN is a mixture of experts.
     pub(crate) fn has_experts(self) -> bool {
-        matches!(self, Self::Qwen3Moe | Self::Qwen35Moe | Self::GptOss | Self::GraniteMoe)
+        matches!(self, Self::Qwen3Moe | Self::Qwen3VlMoe | Self::Qwen35Moe | Self::GptOss | Self::GraniteMoe)
     }
 
     /// Gemma: embeddings scaled by √n_embd, GELU FFNs, and norms after
@@ -664,6 +676,8 @@ impl ModelConfig {
                 Some(rope_sections(file, &key("rope.dimension_sections"), rope_dims)?),
                 Some(recurrent(file, &key, blocks, n_layers)?),
             )
+        } else if matches!(architecture, Architecture::Qwen3Vl | Architecture::Qwen3VlMoe) {
+            (Some(rope_sections(file, &key("rope.dimension_sections"), rope_dims)?), None)
         } else {
             (None, None)
         };

@@ -90,6 +90,9 @@ pub enum Family {
     Gemma3,
     /// Qwen 3 with `experts` in place of the dense FFN.
     Qwen3Moe,
+    /// Qwen3-VL's text model: Qwen 3 (or Qwen3-MoE) with multi-section RoPE.
+    Qwen3Vl,
+    Qwen3VlMoe,
     /// Qwen 3.5: Gated DeltaNet layers, every fourth gated attention.
     Qwen35,
     /// Qwen 3.5 with `experts` and a shared expert.
@@ -107,7 +110,7 @@ impl Family {
     }
 
     pub fn has_experts(self) -> bool {
-        matches!(self, Family::Qwen3Moe | Family::Qwen35Moe | Family::GptOss | Family::GraniteMoe)
+        matches!(self, Family::Qwen3Moe | Family::Qwen3VlMoe | Family::Qwen35Moe | Family::GptOss | Family::GraniteMoe)
     }
 }
 
@@ -293,6 +296,8 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         Family::Qwen3 => "qwen3",
         Family::Gemma3 => "gemma3",
         Family::Qwen3Moe => "qwen3moe",
+        Family::Qwen3Vl => "qwen3vl",
+        Family::Qwen3VlMoe => "qwen3vlmoe",
         Family::Qwen35 => "qwen35",
         Family::Qwen35Moe => "qwen35moe",
         Family::GptOss => "gpt-oss",
@@ -413,8 +418,10 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
             put(format!("{p}.attn_k.bias"), random(&mut rng, &[kvd], 0.1), GgmlDType::F32);
             put(format!("{p}.attn_v.bias"), random(&mut rng, &[kvd], 0.1), GgmlDType::F32);
         }
-        if matches!(spec.family, Family::Qwen3 | Family::Qwen3Moe | Family::Gemma3)
-            || (spec.family.is_hybrid() && !recurrent)
+        if matches!(
+            spec.family,
+            Family::Qwen3 | Family::Qwen3Moe | Family::Qwen3Vl | Family::Qwen3VlMoe | Family::Gemma3
+        ) || (spec.family.is_hybrid() && !recurrent)
         {
             put(format!("{p}.attn_q_norm.weight"), ones_ish(&mut rng, spec.head_dim), GgmlDType::F32);
             put(format!("{p}.attn_k_norm.weight"), ones_ish(&mut rng, spec.head_dim), GgmlDType::F32);
@@ -485,6 +492,13 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         md.push((k("ssm.time_step_rank"), Value::U32(hv as u32)));
         md.push((k("ssm.inner_size"), Value::U32((hv * sd) as u32)));
         md.push((k("full_attention_interval"), Value::U32(interval as u32)));
+    }
+    if matches!(spec.family, Family::Qwen3Vl | Family::Qwen3VlMoe) {
+        // Qwen3-VL's [24, 20, 20, 0] of 64 pairs, at this head size.
+        let pairs = spec.head_dim / 2;
+        let sections = [pairs - 2 * (pairs * 5 / 16), pairs * 5 / 16, pairs * 5 / 16, 0];
+        md.push((k("rope.dimension_sections"), Value::Array(sections.iter().map(|&s| Value::I32(s as i32)).collect())));
+        md.push((k("n_deepstack_layers"), Value::U32(0)));
     }
     if matches!(spec.family, Family::Qwen35Moe | Family::GraniteMoe) {
         md.push((k("expert_shared_feed_forward_length"), Value::U32(spec.ffn as u32)));
