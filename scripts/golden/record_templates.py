@@ -135,6 +135,7 @@ FILES = {
     "phi-3.5": ("templates/phi-3.5.jinja", "<s>", "<|endoftext|>"),
     "gemma-2": ("templates/gemma-2.jinja", "<bos>", "<eos>"),
     "granite-3.3": ("templates/granite-3.3.jinja", "", "<|end_of_text|>"),
+    "glm-4.6": ("templates/glm-4.6.jinja", "", "<|endoftext|>"),
 }
 
 

@@ -479,7 +479,7 @@ fn build_bpe(file: &GgufFile, tokens: &[String], pre: &str) -> std::result::Resu
     let vocab: ahash::AHashMap<String, u32> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
     // Tekken (Mistral's) takes a piece that is a whole token as that token
     // before any merge, as llama.cpp's `ignore_merges` does.
-    let ignore_merges = pre == "tekken";
+    let ignore_merges = matches!(pre, "tekken" | "glm4" | "glm5");
     let bpe = BPE::builder()
         .vocab_and_merges(vocab, merges)
         .ignore_merges(ignore_merges)
@@ -498,8 +498,8 @@ fn build_bpe(file: &GgufFile, tokens: &[String], pre: &str) -> std::result::Resu
             PreSequence::new(vec![Digits::new(true).into(), ByteLevel::new(false, true, true).into()]).into()
         }
         "gpt-2" | "gpt2" => ByteLevel::new(false, true, true).into(),
-        // DBRX's and Smaug's are Llama 3's (OLMo 2 names DBRX's).
-        "llama3" | "llama-bpe" | "llama-v3" | "dbrx" | "smaug-bpe" => {
+        // DBRX's, Smaug's and GLM's are Llama 3's (OLMo 2 names DBRX's).
+        "llama3" | "llama-bpe" | "llama-v3" | "dbrx" | "smaug-bpe" | "glm4" | "glm5" | "chatglm-bpe" => {
             PreSequence::new(vec![split(LLAMA3_REGEX)?, byte_level.into()]).into()
         }
         "olmo" => PreSequence::new(vec![split(OLMO_REGEX)?, byte_level.into()]).into(),
@@ -509,7 +509,7 @@ fn build_bpe(file: &GgufFile, tokens: &[String], pre: &str) -> std::result::Resu
         "tekken" => PreSequence::new(vec![split(TEKKEN_REGEX)?, byte_level.into()]).into(),
         other => {
             return Err(format!(
-            "pre-tokenizer {other:?} is not supported; refusing to guess (supported: smollm, starcoder, refact, gpt-2, llama-bpe, dbrx, smaug-bpe, olmo, qwen2, qwen35, gpt-4o, tekken)"
+            "pre-tokenizer {other:?} is not supported; refusing to guess (supported: smollm, starcoder, refact, gpt-2, llama-bpe, dbrx, smaug-bpe, glm4, olmo, qwen2, qwen35, gpt-4o, tekken)"
         ))
         }
     };

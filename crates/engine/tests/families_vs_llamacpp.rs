@@ -261,6 +261,16 @@ fn qwen3vl_text_matches_llama_cpp() {
     check(&moe, 100, Feed::Prompt);
 }
 
+/// GLM-4.5: a dense first layer, then sigmoid-routed experts picked with
+/// a selection bias, weights normalised and scaled, beside a shared
+/// expert; biased QKV and half the head rotated.
+#[test]
+fn glm4moe_matches_llama_cpp() {
+    let spec = TinySpec { n_layers: 3, rope_dims: 8, context: 2048, ..TinySpec::new(Family::Glm4Moe) };
+    check(&spec, 100, Feed::Prompt);
+    check(&spec, 40, Feed::Steps);
+}
+
 #[test]
 fn f32_weights_match_llama_cpp_as_a_prompt_and_as_steps() {
     // A router's f32 products: tinyBLAS for a prompt, a dot product each

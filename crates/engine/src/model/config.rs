@@ -10,6 +10,10 @@ pub enum Architecture {
     Llama,
     /// SmolLM3: Llama with no RoPE on every fourth layer (`no_rope_interval`).
     SmolLm3,
+    /// GLM-4.5 and 4.6 (`glm4moe`): biased QKV, partial NeoX RoPE, the
+    /// first layers dense, then sigmoid-routed experts with a selection
+    /// bias beside an ungated shared expert.
+    Glm4Moe,
     /// Granite 3.x (`granite`): Llama with its four scales (embeddings,
     /// each half's residual, attention, logits) and RoPE switched off by
     /// `rope.scaling.finetuned = false`.
@@ -69,7 +73,7 @@ pub enum Architecture {
 }
 
 pub const SUPPORTED_ARCHITECTURES: &str =
-    "llama, mistral3, smollm3, phi3, olmo2, granite, granitemoe, qwen2, qwen3, qwen3moe, qwen3vl, qwen3vlmoe, qwen35, qwen35moe, gemma2, gemma3, gemma4, gpt-oss";
+    "llama, mistral3, smollm3, phi3, olmo2, granite, granitemoe, glm4moe, qwen2, qwen3, qwen3moe, qwen3vl, qwen3vlmoe, qwen35, qwen35moe, gemma2, gemma3, gemma4, gpt-oss";
 
 impl Architecture {
     pub fn from_gguf_name(name: &str) -> Option<Self> {
@@ -81,6 +85,7 @@ impl Architecture {
             "olmo2" => Some(Self::Olmo2),
             "granite" => Some(Self::Granite),
             "granitemoe" => Some(Self::GraniteMoe),
+            "glm4moe" => Some(Self::Glm4Moe),
             "qwen2" => Some(Self::Qwen2),
             "qwen3" => Some(Self::Qwen3),
             "qwen3moe" => Some(Self::Qwen3Moe),
@@ -105,6 +110,7 @@ impl Architecture {
             Self::Olmo2 => "olmo2",
             Self::Granite => "granite",
             Self::GraniteMoe => "granitemoe",
+            Self::Glm4Moe => "glm4moe",
             Self::Qwen2 => "qwen2",
             Self::Qwen3 => "qwen3",
             Self::Qwen3Moe => "qwen3moe",
@@ -150,6 +156,7 @@ impl Architecture {
             Self::Olmo2 => "OLMo 2",
             Self::Granite => "Granite",
             Self::GraniteMoe => "Granite MoE",
+            Self::Glm4Moe => "GLM-4.5",
             Self::Qwen2 => "Qwen 2",
             Self::Qwen3 => "Qwen 3",
             Self::Qwen3Moe => "Qwen3-MoE",
@@ -189,7 +196,10 @@ impl Architecture {
 
     /// Whether the FFN is a mixture of experts.
     pub(crate) fn has_experts(self) -> bool {
-        matches!(self, Self::Qwen3Moe | Self::Qwen3VlMoe | Self::Qwen35Moe | Self::GptOss | Self::GraniteMoe)
+        matches!(
+            self,
+            Self::Qwen3Moe | Self::Qwen3VlMoe | Self::Qwen35Moe | Self::GptOss | Self::GraniteMoe | Self::Glm4Moe
+        )
     }
 
     /// Gemma: embeddings scaled by √n_embd, GELU FFNs, and norms after
@@ -205,7 +215,7 @@ impl Architecture {
 
     /// Qwen 3.5 and gpt-oss store the FFN's norm as `post_attention_norm`.
     pub(crate) fn ffn_norm_is_post_attention(self) -> bool {
-        matches!(self, Self::Qwen35 | Self::Qwen35Moe | Self::GptOss)
+        matches!(self, Self::Qwen35 | Self::Qwen35Moe | Self::GptOss | Self::Glm4Moe)
     }
 
     /// gpt-oss: a learned logit per head joins each attention softmax's
@@ -265,6 +275,9 @@ pub enum Gating {
     /// The top k of the raw logits, then a softmax over those k only
     /// (gpt-oss).
     SoftmaxWeight,
+    /// A sigmoid of each logit; the top k (by it plus a selection bias,
+    /// where the layer has one) weighted by it (GLM-4.5, DeepSeek V3).
+    Sigmoid,
 }
 
 /// What joins an expert's gate and up projections.
@@ -295,6 +308,10 @@ pub struct ExpertsConfig {
     /// The shared expert's hidden width, where every token also runs one
     /// (Qwen 3.5: `expert_shared_feed_forward_length`).
     pub shared_ffn_len: Option<usize>,
+    /// What the picked weights are multiplied by (`expert_weights_scale`).
+    pub weights_scale: Option<f32>,
+    /// The first layers, whose FFN is dense (`leading_dense_block_count`).
+    pub dense_lead: usize,
 }
 
 /// YaRN's parameters as llama.cpp's context derives them (`llama_context`'s
@@ -595,13 +612,19 @@ impl ModelConfig {
             let widths = file
                 .per_layer_u32(&width_key, blocks)?
                 .ok_or_else(|| file.corrupt(format!("missing metadata {width_key}")))?;
-            let ffn_len = widths[0];
+            // Dense leading layers may be listed with width 0.
+            let ffn_len = widths.iter().copied().find(|&w| w != 0).unwrap_or(0);
             if widths.iter().any(|&w| w != ffn_len && w != 0) {
                 return Err(
                     file.corrupt(format!("{width_key} differs between layers ({widths:?}); Hearth runs one width"))
                 );
             }
-            let shared_ffn_len = if architecture == Architecture::GraniteMoe {
+            let glm = architecture == Architecture::Glm4Moe;
+            let shared_ffn_len = if glm {
+                // `expert_shared_count` experts' worth, ungated.
+                let shared = file.u32_opt(&key("expert_shared_count"))?.unwrap_or(0) as usize;
+                (shared > 0).then_some(shared * ffn_len)
+            } else if architecture == Architecture::GraniteMoe {
                 // Granite MoE Shared: an ungated shared expert where the file gives its width.
                 file.u32_opt(&key("expert_shared_feed_forward_length"))?.filter(|&n| n > 0).map(|n| n as usize)
             } else if architecture == Architecture::Qwen35Moe {
@@ -622,7 +645,18 @@ impl ModelConfig {
                 count,
                 used,
                 ffn_len,
-                gating: if gpt_oss { Gating::SoftmaxWeight } else { Gating::Softmax },
+                gating: if gpt_oss {
+                    Gating::SoftmaxWeight
+                } else if glm {
+                    // llama.cpp's numbering: 1 softmax, 2 sigmoid (GLM's default).
+                    match file.u32_opt(&key("expert_gating_func"))?.unwrap_or(2) {
+                        1 => Gating::Softmax,
+                        2 => Gating::Sigmoid,
+                        n => return Err(file.corrupt(format!("{} is {n}", key("expert_gating_func")))),
+                    }
+                } else {
+                    Gating::Softmax
+                },
                 activation: if gpt_oss {
                     ExpertActivation::SwigluOai { alpha: 1.702, limit: 7.0 }
                 } else if gemma4 {
@@ -630,8 +664,22 @@ impl ModelConfig {
                 } else {
                     ExpertActivation::Silu
                 },
-                normalize_weights: !gpt_oss,
+                normalize_weights: if glm {
+                    file.bool_opt(&key("expert_weights_norm")).unwrap_or(false)
+                } else {
+                    !gpt_oss
+                },
                 shared_ffn_len,
+                weights_scale: if glm {
+                    file.f32_opt(&key("expert_weights_scale"))?.filter(|&s| s != 0.0 && s != 1.0)
+                } else {
+                    None
+                },
+                dense_lead: if glm {
+                    file.u32_opt(&key("leading_dense_block_count"))?.unwrap_or(0) as usize
+                } else {
+                    0
+                },
             })
         } else {
             None

@@ -39,6 +39,9 @@ pub(super) struct Experts {
     down: Vec<QuantMatrix>,
     /// Biases, where the file has them (gpt-oss).
     biases: Biases,
+    /// `exp_probs_b`: added to each expert's probability to pick the
+    /// experts, not to weight them (GLM-4.5, DeepSeek V3).
+    selection_bias: Option<Vec<f32>>,
     /// `ffn_down_exps.scale`: each expert's output multiplied by its own
     /// number (Gemma 4's `per_expert_scale`), where the file has one.
     down_scale: Option<Vec<f32>>,
@@ -117,7 +120,8 @@ impl Experts {
             down: bias(file, &format!("{prefix}.ffn_down_exps.bias"), &[count, n_embd])?,
         };
         let down_scale = bias(file, &format!("{prefix}.ffn_down_exps.scale"), &[count])?;
-        Ok(Self { router, gate, up, down, biases, down_scale, config: config.clone(), n_embd })
+        let selection_bias = bias(file, &format!("{prefix}.exp_probs_b.bias"), &[count])?;
+        Ok(Self { router, gate, up, down, biases, selection_bias, down_scale, config: config.clone(), n_embd })
     }
 
     /// Bytes of weights one token reads: the router and `used` experts.
@@ -284,13 +288,21 @@ impl Experts {
 
     /// Picks this row's experts from its router logits (overwritten).
     fn route(&self, logits: &mut [f32]) -> Vec<Pick> {
-        if self.config.gating == Gating::Softmax {
-            attention::softmax_f32(logits)
+        match self.config.gating {
+            Gating::Softmax => attention::softmax_f32(logits),
+            // ggml_sigmoid: 1 / (1 + e^−x), in f32.
+            Gating::Sigmoid => logits.iter_mut().for_each(|l| *l = 1.0 / (1.0 + (-*l).exp())),
+            Gating::SoftmaxWeight => {}
         }
         let probs: &[f32] = logits;
+        // Picked by the probabilities plus the selection bias, where there is one.
+        let selection: Vec<f32> = match &self.selection_bias {
+            Some(b) => probs.iter().zip(b).map(|(&p, &b)| p + b).collect(),
+            None => probs.to_vec(),
+        };
         let mut order: Vec<usize> = (0..probs.len()).collect();
         // Largest first; ties to the lower id.
-        order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+        order.sort_by(|&a, &b| selection[b].total_cmp(&selection[a]).then(a.cmp(&b)));
         order.truncate(self.config.used);
         let mut weights: Vec<f32> = order.iter().map(|&x| probs[x]).collect();
         if self.config.gating == Gating::SoftmaxWeight {
@@ -300,6 +312,9 @@ impl Experts {
         if self.config.normalize_weights {
             let sum = (weights.iter().map(|&w| w as f64).sum::<f64>() as f32).max(MIN_WEIGHT_SUM);
             weights.iter_mut().for_each(|w| *w /= sum);
+        }
+        if let Some(s) = self.config.weights_scale {
+            weights.iter_mut().for_each(|w| *w *= s);
         }
         order.into_iter().zip(weights).map(|(expert, weight)| Pick { expert, weight }).collect()
     }

@@ -498,12 +498,12 @@ impl Model {
                         router_scale: host_vector(file, &scale_name, device)?,
                     }))
                 }
-                Some(ec) if arch != Architecture::Gemma4 => {
+                Some(ec) if arch != Architecture::Gemma4 && i >= ec.dense_lead => {
                     let experts = Box::new(experts_of(file, &p, ec)?);
                     weight_bytes.set(weight_bytes.get() + experts.bytes_per_token());
                     let shared = match ec.shared_ffn_len {
                         Some(n) => Some(SharedExpert {
-                            gate_inp: if arch == Architecture::GraniteMoe {
+                            gate_inp: if matches!(arch, Architecture::GraniteMoe | Architecture::Glm4Moe) {
                                 None
                             } else {
                                 Some(shared_gate_input(file, &format!("{p}.ffn_gate_inp_shexp.weight"), config.n_embd)?)

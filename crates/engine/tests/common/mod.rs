@@ -67,6 +67,9 @@ pub fn open_default() -> Engine {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Family {
     Llama,
+    /// GLM-4.5: biased QKV, partial RoPE, a dense first layer, then
+    /// sigmoid-routed experts with a selection bias beside a shared expert.
+    Glm4Moe,
     /// Granite 3: Llama with embedding, residual, attention and logit scales.
     Granite,
     /// Granite MoE Shared: Granite with experts and an ungated shared expert.
@@ -110,7 +113,15 @@ impl Family {
     }
 
     pub fn has_experts(self) -> bool {
-        matches!(self, Family::Qwen3Moe | Family::Qwen3VlMoe | Family::Qwen35Moe | Family::GptOss | Family::GraniteMoe)
+        matches!(
+            self,
+            Family::Qwen3Moe
+                | Family::Qwen3VlMoe
+                | Family::Qwen35Moe
+                | Family::GptOss
+                | Family::GraniteMoe
+                | Family::Glm4Moe
+        )
     }
 }
 
@@ -288,6 +299,7 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         Family::Gemma2 => "gemma2",
         Family::Olmo2 => "olmo2",
         Family::Granite => "granite",
+        Family::Glm4Moe => "glm4moe",
         Family::GraniteMoe => "granitemoe",
         Family::SmolLm3 => "smollm3",
         Family::Mistral3 => "mistral3",
@@ -367,7 +379,13 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
             // A few units, as trained sinks are: some above the scores, some below.
             put(format!("{p}.attn_sinks.weight"), random(&mut rng, &[spec.n_heads], 3.0), GgmlDType::F32);
         }
-        let ffn_norm = if spec.family.is_hybrid() || gpt_oss { "post_attention_norm" } else { "ffn_norm" };
+        let ffn_norm = if spec.family.is_hybrid() || gpt_oss || spec.family == Family::Glm4Moe {
+            "post_attention_norm"
+        } else {
+            "ffn_norm"
+        };
+        // GLM-4.5: the first layer dense.
+        let dense_here = spec.family == Family::Glm4Moe && i == 0;
         if olmo2 {
             // After attention and the FFN only; Q and K normed across heads.
             put(format!("{p}.post_attention_norm.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
@@ -377,16 +395,24 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         } else {
             put(format!("{p}.{ffn_norm}.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
         }
-        if matches!(spec.family, Family::Qwen35Moe | Family::GraniteMoe) {
+        if matches!(spec.family, Family::Qwen35Moe | Family::GraniteMoe)
+            || (spec.family == Family::Glm4Moe && !dense_here)
+        {
             if spec.family == Family::Qwen35Moe {
                 put(format!("{p}.ffn_gate_inp_shexp.weight"), random(&mut rng, &[e], 0.3), GgmlDType::F32);
             }
-            put(format!("{p}.ffn_gate_shexp.weight"), random(&mut rng, &[spec.ffn, e], 0.2), spec.dtype);
-            put(format!("{p}.ffn_up_shexp.weight"), random(&mut rng, &[spec.ffn, e], 0.2), spec.dtype);
-            put(format!("{p}.ffn_down_shexp.weight"), random(&mut rng, &[e, spec.ffn], 0.2), spec.dtype);
+            // GLM's one shared expert is as wide as a routed one.
+            let w = if spec.family == Family::Glm4Moe { spec.experts.2 } else { spec.ffn };
+            put(format!("{p}.ffn_gate_shexp.weight"), random(&mut rng, &[w, e], 0.2), spec.dtype);
+            put(format!("{p}.ffn_up_shexp.weight"), random(&mut rng, &[w, e], 0.2), spec.dtype);
+            put(format!("{p}.ffn_down_shexp.weight"), random(&mut rng, &[e, w], 0.2), spec.dtype);
         }
-        if spec.family.has_experts() {
+        if spec.family.has_experts() && !dense_here {
             let (n, _, ff) = spec.experts;
+            if spec.family == Family::Glm4Moe {
+                // Selection biases a few tenths apart, as trained ones are.
+                put(format!("{p}.exp_probs_b.bias"), random(&mut rng, &[n], 0.3), GgmlDType::F32);
+            }
             // Router logits a few units apart, so that picks are clear.
             put(format!("{p}.ffn_gate_inp.weight"), random(&mut rng, &[n, e], 0.5), GgmlDType::F32);
             let (gate, up) = (random(&mut rng, &[n, ff, e], 0.2), random(&mut rng, &[n, ff, e], 0.2));
@@ -413,7 +439,7 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
             put(format!("{p}.ffn_up.weight"), random(&mut rng, &[spec.ffn, e], 0.2), spec.dtype);
             put(format!("{p}.ffn_down.weight"), random(&mut rng, &[e, spec.ffn], 0.2), spec.dtype);
         }
-        if matches!(spec.family, Family::Qwen2 | Family::GptOss) {
+        if matches!(spec.family, Family::Qwen2 | Family::GptOss | Family::Glm4Moe) {
             put(format!("{p}.attn_q.bias"), random(&mut rng, &[qd], 0.1), GgmlDType::F32);
             put(format!("{p}.attn_k.bias"), random(&mut rng, &[kvd], 0.1), GgmlDType::F32);
             put(format!("{p}.attn_v.bias"), random(&mut rng, &[kvd], 0.1), GgmlDType::F32);
@@ -448,7 +474,7 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         (k("attention.value_length"), Value::U32(spec.head_dim as u32)),
         (
             k("rope.dimension_count"),
-            Value::U32(if spec.family.is_hybrid() || spec.family == Family::Phi3 {
+            Value::U32(if spec.family.is_hybrid() || matches!(spec.family, Family::Phi3 | Family::Glm4Moe) {
                 spec.rope_dims
             } else {
                 spec.head_dim
@@ -502,6 +528,13 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
     }
     if matches!(spec.family, Family::Qwen35Moe | Family::GraniteMoe) {
         md.push((k("expert_shared_feed_forward_length"), Value::U32(spec.ffn as u32)));
+    }
+    if spec.family == Family::Glm4Moe {
+        md.push((k("expert_shared_count"), Value::U32(1)));
+        md.push((k("leading_dense_block_count"), Value::U32(1)));
+        md.push((k("expert_weights_norm"), Value::Bool(true)));
+        md.push((k("expert_weights_scale"), Value::F32(1.5)));
+        md.push((k("expert_gating_func"), Value::U32(2)));
     }
     if matches!(spec.family, Family::Granite | Family::GraniteMoe) {
         // Granite 3.3 2B's.
@@ -743,6 +776,7 @@ fn tokenizer_metadata(family: Family) -> Vec<(String, Value)> {
             Family::Mistral3 => "tekken",
             Family::Phi3 => "gpt-4o",
             Family::Granite | Family::GraniteMoe => "refact",
+            Family::Glm4Moe => "glm4",
             Family::Qwen35 | Family::Qwen35Moe => "qwen35",
             Family::GptOss => "gpt-4o",
             _ => "qwen2",
