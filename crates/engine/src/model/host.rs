@@ -453,6 +453,41 @@ impl Model {
             }
         }
 
+        self.store_and_attend(pool, layer, sliding, stores, a.sinks.as_deref(), buf, kv);
+
+        if a.gated {
+            // llama.cpp's sigmoid is scalar libm code.
+            for (o, &g) in buf.attn.iter_mut().zip(&buf.attn_gate) {
+                *o *= 1.0 / (1.0 + (-g).exp());
+            }
+        }
+        matmuls(pool, &buf.attn, rows, seq, &mut [(&a.wo.weight, &mut buf.o)])?;
+        if let Some((_, bias)) = &a.wo.bias {
+            buf.o.chunks_exact_mut(c.n_embd).for_each(|row| vec_ops::add(row, bias));
+        }
+        Ok(())
+    }
+
+    /// Writes the new keys and values (`buf.k`, `buf.v`) into the caches
+    /// (where the layer `stores` its own) and attends with the queries
+    /// (`buf.q`) into `buf.attn`: the part of attention every kind of
+    /// layer shares (MLA's too, `mla_host`).
+    #[allow(clippy::too_many_arguments)]
+    fn store_and_attend(
+        &self,
+        pool: &WorkerPool,
+        layer: usize,
+        sliding: bool,
+        stores: bool,
+        sinks: Option<&[f32]>,
+        buf: &mut Buffers,
+        kv: &mut KvRows,
+    ) {
+        let c = &self.config;
+        let rows = kv.rows();
+        let shape = c.attention_shape(layer);
+        let hd = shape.head_dim;
+        let (qd, kd) = (shape.q_width(), shape.kv_width());
         // New keys and values go straight into the caches' buffers.
         let nkv = shape.n_kv_heads;
         match kv {
@@ -486,7 +521,6 @@ impl Model {
         // llama.cpp multiplies the f16 keys by the queries rounded to f16.
         attention::round_to_f16(&mut buf.q);
         let window = sliding.then_some(c.sliding_window).flatten();
-        let sinks = a.sinks.as_deref();
         match kv {
             KvRows::Batch { cache, batch, seq, pos0 } => {
                 self.attention(pool, cache, layer, &buf.q, &mut buf.attn, (*batch, *seq, *pos0), (window, sinks), scale)
@@ -511,18 +545,6 @@ impl Model {
                 }
             }
         }
-
-        if a.gated {
-            // llama.cpp's sigmoid is scalar libm code.
-            for (o, &g) in buf.attn.iter_mut().zip(&buf.attn_gate) {
-                *o *= 1.0 / (1.0 + (-g).exp());
-            }
-        }
-        matmuls(pool, &buf.attn, rows, seq, &mut [(&a.wo.weight, &mut buf.o)])?;
-        if let Some((_, bias)) = &a.wo.bias {
-            buf.o.chunks_exact_mut(c.n_embd).for_each(|row| vec_ops::add(row, bias));
-        }
-        Ok(())
     }
 
     /// Scaled dot-product attention of the new queries against the cache,
