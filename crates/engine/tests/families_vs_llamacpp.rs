@@ -271,6 +271,16 @@ fn glm4moe_matches_llama_cpp() {
     check(&spec, 40, Feed::Steps);
 }
 
+/// DeepSeek V2's layout (GLM-4.7-Flash): latent attention with queries
+/// through a low rank, one cached latent and rotated key per position, a
+/// dense first layer, then sigmoid-routed experts beside a shared one.
+#[test]
+fn deepseek2_latent_attention_matches_llama_cpp() {
+    let spec = TinySpec { n_layers: 3, context: 2048, ..TinySpec::new(Family::Deepseek2) };
+    check(&spec, 100, Feed::Prompt);
+    check(&spec, 40, Feed::Steps);
+}
+
 #[test]
 fn f32_weights_match_llama_cpp_as_a_prompt_and_as_steps() {
     // A router's f32 products: tinyBLAS for a prompt, a dot product each

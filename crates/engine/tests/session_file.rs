@@ -242,9 +242,14 @@ fn a_branch_reuses_its_prefix_and_matches_a_cold_prefill() {
     // Edit the last message: the cache is truncated to where the two versions
     // part, and only the edited tail is run. Gemma 3's sliding layers need no
     // checkpoint, since the cache keeps every position and windows are masks.
-    for spec in
-        [TinySpec::new(Family::Llama), TinySpec::new(Family::Gemma3), TinySpec::gemma4(false), TinySpec::gemma4(true)]
-    {
+    for spec in [
+        TinySpec::new(Family::Llama),
+        TinySpec::new(Family::Gemma3),
+        TinySpec::gemma4(false),
+        TinySpec::gemma4(true),
+        TinySpec::new(Family::Deepseek2),
+        TinySpec::new(Family::Phi3),
+    ] {
         let family = spec.family;
         let (_dir, path) = tiny(&spec);
         let engine = hashed(Engine::open(&path).unwrap());

@@ -87,6 +87,7 @@ fn reference_logits(family: Family, path: &std::path::Path, toks: &[u32]) -> Vec
         }
         Family::Gemma3 => unreachable!("candle's gemma3 is not a valid reference; see ARCHITECTURE.md"),
         Family::Gemma2
+        | Family::Deepseek2
         | Family::Glm4Moe
         | Family::Qwen3Vl
         | Family::Qwen3VlMoe
@@ -350,13 +351,19 @@ fn each_variant_of_a_batch_of_eight_is_the_reply_a_single_run_gives() {
     }
 }
 
-/// Generate N on Gemma 4 (with and without experts): each variant of a
-/// batch is the reply a single run gives, and a decode pass over several
-/// conversations' caches (past the window) gives each the step it gets alone.
+/// Generate N on Gemma 4 (with and without experts), DeepSeek V2's latent
+/// attention and Phi-3's fused projections: each variant of a batch is the
+/// reply a single run gives, and a decode pass over several conversations'
+/// caches (past Gemma's window) gives each the step it gets alone.
 #[test]
-fn gemma4_variants_and_shared_decode_passes_are_each_sequence_alone() {
+fn variants_and_shared_decode_passes_are_each_sequence_alone() {
     use hearth_engine::SamplingParams;
-    for spec in [TinySpec::gemma4(false), TinySpec::gemma4(true)] {
+    for spec in [
+        TinySpec::gemma4(false),
+        TinySpec::gemma4(true),
+        TinySpec { n_layers: 2, ..TinySpec::new(Family::Deepseek2) },
+        TinySpec { n_layers: 2, ..TinySpec::new(Family::Phi3) },
+    ] {
         let (_dir, path) = tiny(&spec);
         let engine = Engine::open(&path).unwrap();
         let (m, tok) = (engine.model(), engine.tokenizer());

@@ -10,6 +10,12 @@ pub enum Architecture {
     Llama,
     /// SmolLM3: Llama with no RoPE on every fourth layer (`no_rope_interval`).
     SmolLm3,
+    /// DeepSeek V2 and V3's layout (`deepseek2`: GLM-4.7-Flash, Kimi,
+    /// DeepSeek-V2-Lite): multi-head latent attention (`MlaConfig`: one
+    /// compressed latent and a shared rotated key per position, cached as
+    /// llama.cpp caches them), the first layers dense, then experts with a
+    /// shared expert.
+    Deepseek2,
     /// GLM-4.5 and 4.6 (`glm4moe`): biased QKV, partial NeoX RoPE, the
     /// first layers dense, then sigmoid-routed experts with a selection
     /// bias beside an ungated shared expert.
@@ -73,7 +79,7 @@ pub enum Architecture {
 }
 
 pub const SUPPORTED_ARCHITECTURES: &str =
-    "llama, mistral3, smollm3, phi3, olmo2, granite, granitemoe, glm4moe, qwen2, qwen3, qwen3moe, qwen3vl, qwen3vlmoe, qwen35, qwen35moe, gemma2, gemma3, gemma4, gpt-oss";
+    "llama, mistral3, smollm3, phi3, olmo2, granite, granitemoe, glm4moe, deepseek2, qwen2, qwen3, qwen3moe, qwen3vl, qwen3vlmoe, qwen35, qwen35moe, gemma2, gemma3, gemma4, gpt-oss";
 
 impl Architecture {
     pub fn from_gguf_name(name: &str) -> Option<Self> {
@@ -86,6 +92,7 @@ impl Architecture {
             "granite" => Some(Self::Granite),
             "granitemoe" => Some(Self::GraniteMoe),
             "glm4moe" => Some(Self::Glm4Moe),
+            "deepseek2" => Some(Self::Deepseek2),
             "qwen2" => Some(Self::Qwen2),
             "qwen3" => Some(Self::Qwen3),
             "qwen3moe" => Some(Self::Qwen3Moe),
@@ -111,6 +118,7 @@ impl Architecture {
             Self::Granite => "granite",
             Self::GraniteMoe => "granitemoe",
             Self::Glm4Moe => "glm4moe",
+            Self::Deepseek2 => "deepseek2",
             Self::Qwen2 => "qwen2",
             Self::Qwen3 => "qwen3",
             Self::Qwen3Moe => "qwen3moe",
@@ -127,7 +135,10 @@ impl Architecture {
 
     /// GGUF's llama tensors are permuted so that rotation pairs are adjacent.
     pub(crate) fn interleaved_rope(self) -> bool {
-        matches!(self, Self::Llama | Self::SmolLm3 | Self::Mistral3 | Self::Granite | Self::GraniteMoe)
+        matches!(
+            self,
+            Self::Llama | Self::SmolLm3 | Self::Mistral3 | Self::Granite | Self::GraniteMoe | Self::Deepseek2
+        )
     }
 
     /// Whether the graph pass (other devices than the CPU) knows this
@@ -157,6 +168,7 @@ impl Architecture {
             Self::Granite => "Granite",
             Self::GraniteMoe => "Granite MoE",
             Self::Glm4Moe => "GLM-4.5",
+            Self::Deepseek2 => "DeepSeek V2 (MLA)",
             Self::Qwen2 => "Qwen 2",
             Self::Qwen3 => "Qwen 3",
             Self::Qwen3Moe => "Qwen3-MoE",
@@ -175,7 +187,7 @@ impl Architecture {
     /// (`rope.scaling.yarn_beta_fast`, `_slow`, `yarn_log_multiplier`);
     /// llama.cpp reads them for these families only, else its defaults.
     pub(crate) fn reads_yarn_details(self) -> bool {
-        matches!(self, Self::Mistral3)
+        matches!(self, Self::Mistral3 | Self::Deepseek2)
     }
 
     /// Every how many layers one attends without RoPE (its `n`-th, `2n`-th,
@@ -198,7 +210,13 @@ impl Architecture {
     pub(crate) fn has_experts(self) -> bool {
         matches!(
             self,
-            Self::Qwen3Moe | Self::Qwen3VlMoe | Self::Qwen35Moe | Self::GptOss | Self::GraniteMoe | Self::Glm4Moe
+            Self::Qwen3Moe
+                | Self::Qwen3VlMoe
+                | Self::Qwen35Moe
+                | Self::GptOss
+                | Self::GraniteMoe
+                | Self::Glm4Moe
+                | Self::Deepseek2
         )
     }
 
@@ -267,6 +285,32 @@ impl RecurrentConfig {
     }
 }
 
+/// Multi-head latent attention (DeepSeek V2's, `attn_k_b` and `attn_v_b`
+/// given apart): each position keeps one `kv_lora_rank` latent and one
+/// `rope_dims` rotated key shared by all heads; a head's query is its
+/// unrotated part taken into the latent's space by `attn_k_b` beside its
+/// rotated part, and its output, a mix of latents, leaves through
+/// `attn_v_b`. The cache holds the latent and the rotated key (`key_length`
+/// = `kv_lora_rank` + `rope_dims`, one KV head).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MlaConfig {
+    /// `attention.q_lora_rank`: queries through a low-rank pair (`attn_q_a`,
+    /// its norm, `attn_q_b`); `None`: one `attn_q` (the lite models).
+    pub q_lora_rank: Option<usize>,
+    pub kv_lora_rank: usize,
+    /// Each head's key size before absorption (`key_length_mla`): its
+    /// unrotated part and `rope_dims`.
+    pub head_k: usize,
+    /// Each head's value size (`value_length_mla`).
+    pub head_v: usize,
+}
+
+impl MlaConfig {
+    pub fn nope(&self, rope_dims: usize) -> usize {
+        self.head_k - rope_dims
+    }
+}
+
 /// How a router turns its logits into expert weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gating {
@@ -330,20 +374,31 @@ pub struct YarnConfig {
     /// multiplies in `1 + 0.1 ln(factor)`: `mscale(factor) / (1 + 0.1 ln
     /// factor)` times `rope.scaling.attn_factor`, in f32.
     pub attn_factor: f32,
+    /// `rope.scaling.yarn_log_multiplier` (DeepSeek V2's, over 0.1), 0 for none.
+    pub log_mul: f32,
 }
 
 impl YarnConfig {
     /// llama.cpp's derivation for a scaling `factor` (`1 / freq_scale`).
     /// `log_mul` is `rope.scaling.yarn_log_multiplier` (`mscale_all_dim`),
-    /// 0 where the file has none.
-    fn new(original_context: usize, factor: f32, rope_attn_factor: f32, betas: (f32, f32), log_mul: f32) -> Self {
+    /// 0 where the file has none; `own_mscale`: the model's `mscale` is
+    /// `log_mul` too where that is not 1 (llama.cpp's rule for DeepSeek V2).
+    fn new(
+        original_context: usize,
+        factor: f32,
+        rope_attn_factor: f32,
+        betas: (f32, f32),
+        log_mul: f32,
+        own_mscale: bool,
+    ) -> Self {
         // llama.cpp's get_mscale; libllama is compiled without FMA, so
         // nothing here is fused.
         let mscale = |m: f32| if factor <= 1.0 { 1.0 } else { 0.1f32 * m * factor.ln() + 1.0 };
-        let mut attn_factor = if log_mul != 0.0 { mscale(1.0) / mscale(log_mul) } else { mscale(1.0) };
+        let m = if own_mscale && log_mul != 1.0 { log_mul } else { 1.0 };
+        let mut attn_factor = if log_mul != 0.0 { mscale(m) / mscale(log_mul) } else { mscale(1.0) };
         attn_factor *= 1.0 / (1.0 + 0.1f32 * factor.ln());
         attn_factor *= rope_attn_factor;
-        Self { original_context, beta_fast: betas.0, beta_slow: betas.1, ext_factor: 1.0, attn_factor }
+        Self { original_context, beta_fast: betas.0, beta_slow: betas.1, ext_factor: 1.0, attn_factor, log_mul }
     }
 }
 
@@ -447,6 +502,8 @@ pub struct ModelConfig {
     pub sliding_layers: Option<Vec<bool>>,
     /// What attention scores are multiplied by; `None`: 1/√head_dim.
     pub attention_scale: Option<f32>,
+    /// DeepSeek V2's multi-head latent attention, in every layer.
+    pub mla: Option<MlaConfig>,
     /// Llama 4's attention temperature (Mistral 3): queries at position
     /// `p` are multiplied by `ln(⌊p / floor⌋ + 1) · scale + 1`, so that
     /// attention sharpens past the trained context.
@@ -619,7 +676,15 @@ impl ModelConfig {
                     file.corrupt(format!("{width_key} differs between layers ({widths:?}); Hearth runs one width"))
                 );
             }
-            let glm = architecture == Architecture::Glm4Moe;
+            // GLM-4.5's and DeepSeek V2's routing, read the same way.
+            let glm = matches!(architecture, Architecture::Glm4Moe | Architecture::Deepseek2);
+            if file.u32_opt(&key("expert_group_count"))?.unwrap_or(1) > 1 {
+                return Err(EngineError::UnsupportedArchitecture {
+                    path: file.path().to_path_buf(),
+                    architecture: format!("{arch_name} with expert groups (DeepSeek V3)"),
+                    supported: SUPPORTED_ARCHITECTURES,
+                });
+            }
             let shared_ffn_len = if glm {
                 // `expert_shared_count` experts' worth, ungated.
                 let shared = file.u32_opt(&key("expert_shared_count"))?.unwrap_or(0) as usize;
@@ -648,8 +713,13 @@ impl ModelConfig {
                 gating: if gpt_oss {
                     Gating::SoftmaxWeight
                 } else if glm {
-                    // llama.cpp's numbering: 1 softmax, 2 sigmoid (GLM's default).
-                    match file.u32_opt(&key("expert_gating_func"))?.unwrap_or(2) {
+                    // llama.cpp's numbering: 1 softmax, 2 sigmoid. Unsaid,
+                    // GLM-4.5's is sigmoid, and DeepSeek V2's softmax but for
+                    // GLM-4.7-Flash (llama.cpp knows it by its shape).
+                    let vocab = file.array("tokenizer.ggml.tokens").map_or(0, |t| t.len());
+                    let glm_flash = matches!(blocks, 47 | 48) && vocab == 154_880;
+                    let default = if architecture == Architecture::Glm4Moe || glm_flash { 2 } else { 1 };
+                    match file.u32_opt(&key("expert_gating_func"))?.unwrap_or(default) {
                         1 => Gating::Softmax,
                         2 => Gating::Sigmoid,
                         n => return Err(file.corrupt(format!("{} is {n}", key("expert_gating_func")))),
@@ -729,6 +799,11 @@ impl ModelConfig {
         } else {
             (None, None)
         };
+        let mla = if architecture == Architecture::Deepseek2 {
+            Some(mla(file, &key, head_dim, rope_dims, &kv_counts[..n_layers])?)
+        } else {
+            None
+        };
         Ok(Self {
             architecture,
             n_layers,
@@ -772,10 +847,19 @@ impl ModelConfig {
                 Some(1.0 / ((n_embd / n_heads) as f32).sqrt())
             } else if granite {
                 file.f32_opt(&key("attention.scale"))?.filter(|&s| s != 0.0)
+            } else if let Some(m) = &mla {
+                // llama.cpp's: YaRN's magnitude undone, then `mscale²` over
+                // the head's key size before absorption.
+                let attn_factor = rope_yarn.map_or(1.0, |y| y.attn_factor);
+                let ln = (rope_linear_scale).ln();
+                let original = attn_factor * (1.0 + 0.1 * ln);
+                let mscale = original * (1.0 + 0.1 * rope_yarn.map_or(0.0, |y| y.log_mul) * ln);
+                Some(mscale * mscale / (m.head_k as f32).sqrt())
             } else {
                 None
             },
             attention_temperature: attention_temperature(file, &key, architecture, original_context)?,
+            mla,
             final_logit_softcap: match architecture {
                 Architecture::Gemma4 => file.f32_opt(&key("final_logit_softcapping"))?.filter(|&c| c != 0.0),
                 Architecture::Gemma2 => softcap(file, &key("final_logit_softcapping"), 30.0)?,
@@ -917,6 +1001,10 @@ fn rope_scaling(
                 let beta_fast = file.f32_opt(&key("rope.scaling.yarn_beta_fast"))?.unwrap_or(betas.0);
                 let beta_slow = file.f32_opt(&key("rope.scaling.yarn_beta_slow"))?.unwrap_or(betas.1);
                 log_mul = file.f32_opt(&key("rope.scaling.yarn_log_multiplier"))?.unwrap_or(0.0);
+                if architecture == Architecture::Deepseek2 {
+                    // llama.cpp cancels the 0.1 its converter wrote in.
+                    log_mul /= 0.1;
+                }
                 if !(beta_fast.is_finite() && beta_slow.is_finite() && log_mul.is_finite()) {
                     return Err(file.corrupt(format!(
                         "YaRN's betas ({beta_fast}, {beta_slow}) or log multiplier ({log_mul}) are not finite"
@@ -926,7 +1014,8 @@ fn rope_scaling(
             }
             // As llama.cpp: the factor it divides by is 1 / (1 / factor).
             let freq_scale = 1.0 / factor;
-            Ok((factor, Some(YarnConfig::new(original, 1.0 / freq_scale, attn, betas, log_mul))))
+            let own_mscale = architecture == Architecture::Deepseek2;
+            Ok((factor, Some(YarnConfig::new(original, 1.0 / freq_scale, attn, betas, log_mul, own_mscale))))
         }
         other => {
             Err(file.corrupt(format!("{} is {other:?}; Hearth knows none, linear and yarn", key("rope.scaling.type"))))
@@ -978,6 +1067,40 @@ fn softcap(file: &GgufFile, key: &str, default: f32) -> Result<Option<f32>> {
         return Err(file.corrupt(format!("{key} is {c}")));
     }
     Ok((c != 0.0).then_some(c))
+}
+
+/// DeepSeek V2's attention shape: the latent and the rotated key are the
+/// one KV head `key_length` wide; files without `key_length_mla` (the old
+/// `attn_kv_b` ones) are refused, as llama.cpp asks them re-converted.
+fn mla(
+    file: &GgufFile,
+    key: &dyn Fn(&str) -> String,
+    head_dim: usize,
+    rope_dims: usize,
+    kv_heads: &[usize],
+) -> Result<MlaConfig> {
+    let need = |k: &str| -> Result<usize> { Ok(file.u32(&key(k))? as usize) };
+    let Some(head_k) = file.u32_opt(&key("attention.key_length_mla"))? else {
+        return Err(file.corrupt(format!(
+            "{} is missing: a DeepSeek V2 file from before llama.cpp split attn_kv_b; convert it again",
+            key("attention.key_length_mla")
+        )));
+    };
+    let config = MlaConfig {
+        q_lora_rank: file.u32_opt(&key("attention.q_lora_rank"))?.filter(|&r| r > 0).map(|r| r as usize),
+        kv_lora_rank: need("attention.kv_lora_rank")?,
+        head_k: head_k as usize,
+        head_v: need("attention.value_length_mla")?,
+    };
+    if config.kv_lora_rank + rope_dims != head_dim || kv_heads.iter().any(|&h| h != 1) || config.head_k <= rope_dims {
+        return Err(file.corrupt(format!(
+            "latent attention of rank {} with {rope_dims} rotated dimensions needs one KV head of {} (key_length is {head_dim}, KV heads {kv_heads:?}, key_length_mla {})",
+            config.kv_lora_rank,
+            config.kv_lora_rank + rope_dims,
+            config.head_k
+        )));
+    }
+    Ok(config)
 }
 
 /// `rope.dimension_sections`: four counts of rotation pairs, adding up to

@@ -242,6 +242,7 @@ impl Model {
         norm_rows(pool, b.attn_norm.as_ref(), x, &mut buf.h, e);
         match &b.mixer {
             Mixer::Attention(a) => self.attention_host(pool, a, b.sliding, layer, buf, rope, kv)?,
+            Mixer::Mla(m) => self.mla_host(pool, m, layer, buf, rope, kv)?,
             Mixer::DeltaNet(d) => {
                 let mut sequences: Vec<SequenceRows> = match kv {
                     KvRows::Batch { cache, seq, .. } => vec![SequenceRows { rows: 0..*seq, cache }],
@@ -466,6 +467,101 @@ impl Model {
             buf.o.chunks_exact_mut(c.n_embd).for_each(|row| vec_ops::add(row, bias));
         }
         Ok(())
+    }
+
+    /// DeepSeek V2's latent attention (`mla.rs`) of `buf.h` into `buf.o`, as
+    /// llama.cpp runs it with `attn_k_b` and `attn_v_b` apart: each head's
+    /// query is its unrotated part times `attn_k_b` beside its rotated
+    /// part; the one KV head is the normed latent beside the rotated shared
+    /// key, and is also the value (its first `kv_lora_rank` dimensions are
+    /// what each head mixes); each head's mix leaves through `attn_v_b`.
+    fn mla_host(
+        &self,
+        pool: &WorkerPool,
+        m: &super::mla::Mla,
+        layer: usize,
+        buf: &mut Buffers,
+        rope: &(Vec<f32>, Vec<f32>),
+        kv: &mut KvRows,
+    ) -> Result<()> {
+        let c = &self.config;
+        let mla = c.mla.expect("a latent-attention layer has its shape");
+        let (rows, seq) = (kv.rows(), kv.sequence_rows());
+        let nh = c.attention_shape(layer).n_heads;
+        let (rd, kvr, hk, hv) = (c.rope_dims, mla.kv_lora_rank, mla.head_k, mla.head_v);
+        let (nope, width) = (hk - rd, kvr + rd);
+        let interleaved = c.architecture.interleaved_rope();
+        let table_rows = if matches!(kv, KvRows::Batch { .. }) { seq } else { rows };
+
+        let mut q = vec![0f32; rows * nh * hk];
+        match &m.query {
+            super::mla::Query::Direct(wq) => matmuls(pool, &buf.h, rows, seq, &mut [(wq, &mut q)])?,
+            super::mla::Query::LowRank { a, norm, b } => {
+                let r = a.rows();
+                let mut qa = vec![0f32; rows * r];
+                matmuls(pool, &buf.h, rows, seq, &mut [(a, &mut qa)])?;
+                norm_in_place(norm, &mut qa, r);
+                matmuls(pool, &qa, rows, seq, &mut [(b, &mut q)])?;
+            }
+        }
+        let mut kva = vec![0f32; rows * width];
+        matmuls(pool, &buf.h, rows, seq, &mut [(&m.kv_a, &mut kva)])?;
+
+        // The key: the normed latent, then the shared key rotated.
+        buf.k.resize(rows * width, 0.0);
+        let mut k_pe = vec![0f32; rows * rd];
+        for (r, (row, pe)) in kva.chunks_exact(width).zip(k_pe.chunks_exact_mut(rd)).enumerate() {
+            vec_ops::rms_norm(&mut buf.k[r * width..r * width + kvr], &row[..kvr], &m.kv_a_norm.host, m.kv_a_norm.eps);
+            pe.copy_from_slice(&row[kvr..]);
+        }
+        apply_rope(&mut k_pe, rope, table_rows, rd, rd, rd, interleaved);
+        for (row, pe) in buf.k.chunks_exact_mut(width).zip(k_pe.chunks_exact(rd)) {
+            row[kvr..].copy_from_slice(pe);
+        }
+        buf.v.clear();
+        buf.v.extend_from_slice(&buf.k);
+
+        // The queries: each head's unrotated part into the latent's space,
+        // then its rotated part.
+        let mut q_pe = vec![0f32; rows * nh * rd];
+        for (src, dst) in q.chunks_exact(hk).zip(q_pe.chunks_exact_mut(rd)) {
+            dst.copy_from_slice(&src[nope..]);
+        }
+        apply_rope(&mut q_pe, rope, table_rows, nh * rd, rd, rd, interleaved);
+        buf.q.resize(rows * nh * width, 0.0);
+        let mut q_nope = vec![0f32; rows * nope];
+        let mut absorbed = vec![0f32; rows * kvr];
+        for (h, k_b) in m.k_b.iter().enumerate() {
+            for (r, dst) in q_nope.chunks_exact_mut(nope).enumerate() {
+                dst.copy_from_slice(&q[(r * nh + h) * hk..(r * nh + h) * hk + nope]);
+            }
+            matmuls(pool, &q_nope, rows, seq, &mut [(k_b, &mut absorbed)])?;
+            for r in 0..rows {
+                let at = (r * nh + h) * width;
+                buf.q[at..at + kvr].copy_from_slice(&absorbed[r * kvr..(r + 1) * kvr]);
+                buf.q[at + kvr..at + width].copy_from_slice(&q_pe[(r * nh + h) * rd..(r * nh + h + 1) * rd]);
+            }
+        }
+
+        buf.attn.resize(rows * nh * width, 0.0);
+        self.store_and_attend(pool, layer, false, true, None, buf, kv);
+
+        // Each head's mix of latents out through `attn_v_b`.
+        let mut mixed = vec![0f32; rows * kvr];
+        let mut head_out = vec![0f32; rows * hv];
+        let mut out = vec![0f32; rows * nh * hv];
+        for (h, v_b) in m.v_b.iter().enumerate() {
+            for (r, dst) in mixed.chunks_exact_mut(kvr).enumerate() {
+                let at = (r * nh + h) * width;
+                dst.copy_from_slice(&buf.attn[at..at + kvr]);
+            }
+            matmuls(pool, &mixed, rows, seq, &mut [(v_b, &mut head_out)])?;
+            for r in 0..rows {
+                out[(r * nh + h) * hv..(r * nh + h + 1) * hv].copy_from_slice(&head_out[r * hv..(r + 1) * hv]);
+            }
+        }
+        buf.o.resize(rows * c.n_embd, 0.0);
+        matmuls(pool, &out, rows, seq, &mut [(&m.wo.weight, &mut buf.o)])
     }
 
     /// Writes the new keys and values (`buf.k`, `buf.v`) into the caches

@@ -9,6 +9,7 @@ mod delta_net;
 mod experts;
 mod host;
 mod matmul;
+mod mla;
 mod per_layer;
 
 pub use config::{
@@ -89,6 +90,8 @@ struct Block {
 enum Mixer {
     /// Attention over the KV cache.
     Attention(Attention),
+    /// DeepSeek V2's latent attention over the KV cache (`mla.rs`); on the CPU only.
+    Mla(Box<mla::Mla>),
     /// A hybrid's recurrent layer (`delta_net.rs`); on the CPU only.
     DeltaNet(delta_net::DeltaNet),
 }
@@ -198,25 +201,38 @@ impl Matrix {
         Ok(Self::Candle(QMatMul::from_qtensor(file.tensor(name, device)?)?))
     }
 
-    /// Rows `rows` of tensor `name` as a matrix of their own, with Hearth's
-    /// kernels: a part of a fused tensor (Phi-3's `attn_qkv`, its `ffn_up`
-    /// holding gate and up).
-    fn load_rows(file: &mut GgufFile, name: &str, rows: std::ops::Range<usize>) -> Result<Self> {
+    /// Tensor `name` cut into matrices of `parts` rows each, read once,
+    /// with Hearth's kernels: the parts of a fused tensor (Phi-3's
+    /// `attn_qkv`, its `ffn_up` holding gate and up) or a 3-D tensor's
+    /// matrices (DeepSeek V2's `attn_k_b` per head), whose leading
+    /// dimensions count as rows.
+    fn load_parts(file: &mut GgufFile, name: &str, parts: &[usize]) -> Result<Vec<Self>> {
         let raw = file.raw_tensor(name)?;
-        let &[n, k] = raw.dims.as_slice() else { return Err(file.corrupt(format!("tensor {name} is not a matrix"))) };
+        let Some((&k, lead)) = raw.dims.split_last().filter(|(_, lead)| !lead.is_empty()) else {
+            return Err(file.corrupt(format!("tensor {name} is not a matrix")));
+        };
+        let n: usize = lead.iter().product();
         let bs = raw.dtype.block_size();
-        if rows.end > n || k % bs != 0 {
-            return Err(file.corrupt(format!("tensor {name} ({n}×{k}) has no rows {rows:?}")));
+        if parts.iter().sum::<usize>() != n || k % bs != 0 {
+            return Err(file.corrupt(format!("tensor {name} ({:?}) does not split into {parts:?} rows", raw.dims)));
         }
         let row_bytes = k / bs * raw.dtype.block_bytes();
-        let data = raw.data.get(rows.start * row_bytes..rows.end * row_bytes).ok_or_else(|| {
-            file.corrupt(format!("tensor {name} holds {} bytes, too few for {n}×{k}", raw.data.len()))
-        })?;
-        match QuantMatrix::from_raw(raw.dtype, &[rows.len(), k], data) {
-            Ok(m) => Ok(Self::Own(Arc::new(m))),
-            Err(_) if !raw.dtype.is_runnable() => Err(file.unsupported_type(name, raw.dtype)),
-            Err(why) => Err(file.corrupt(format!("tensor {name} {why}"))),
+        if raw.data.len() != n * row_bytes {
+            return Err(file.corrupt(format!("tensor {name} holds {} bytes, not {}", raw.data.len(), n * row_bytes)));
         }
+        let mut start = 0;
+        parts
+            .iter()
+            .map(|&rows| {
+                let data = &raw.data[start * row_bytes..(start + rows) * row_bytes];
+                start += rows;
+                match QuantMatrix::from_raw(raw.dtype, &[rows, k], data) {
+                    Ok(m) => Ok(Self::Own(Arc::new(m))),
+                    Err(_) if !raw.dtype.is_runnable() => Err(file.unsupported_type(name, raw.dtype)),
+                    Err(why) => Err(file.corrupt(format!("tensor {name} {why}"))),
+                }
+            })
+            .collect()
     }
 
     fn stored_bytes(&self) -> usize {
@@ -312,18 +328,14 @@ impl Model {
             }
         };
         // Rows of a fused tensor as a matrix each.
+        let load_parts = |file: &mut GgufFile, name: &str, parts: &[usize]| -> Result<Vec<Matrix>> {
+            let matrices = Matrix::load_parts(file, name, parts)?;
+            weight_bytes.set(weight_bytes.get() + matrices.iter().map(Matrix::stored_bytes).sum::<usize>());
+            Ok(matrices)
+        };
         let matmul_parts = |file: &mut GgufFile, name: &str, parts: &[usize], cols: usize| -> Result<Vec<Matrix>> {
             check_shape(file, name, &[parts.iter().sum(), cols])?;
-            let mut start = 0;
-            parts
-                .iter()
-                .map(|&n| {
-                    let m = Matrix::load_rows(file, name, start..start + n)?;
-                    start += n;
-                    weight_bytes.set(weight_bytes.get() + m.stored_bytes());
-                    Ok(m)
-                })
-                .collect()
+            load_parts(file, name, parts)
         };
         // A layer's gated FFN, its width read off `ffn_up`, which may hold
         // gate and up in one (Phi-3: gate first).
@@ -428,6 +440,18 @@ impl Model {
                     config.rms_eps as f32,
                     &mut load,
                 )?)
+            } else if let Some(m) = &config.mla {
+                Mixer::Mla(Box::new(mla::Mla::load(
+                    file,
+                    &p,
+                    m,
+                    shape.n_heads,
+                    config.n_embd,
+                    config.rope_dims,
+                    &|file, name| norm(file, name),
+                    &|file, name, rows, cols| matmul(file, name, rows, cols),
+                    &|file, name, parts| load_parts(file, name, parts),
+                )?))
             } else {
                 let gated = arch.is_hybrid();
                 let sinks = if arch.has_attention_sinks() {
@@ -503,7 +527,10 @@ impl Model {
                     weight_bytes.set(weight_bytes.get() + experts.bytes_per_token());
                     let shared = match ec.shared_ffn_len {
                         Some(n) => Some(SharedExpert {
-                            gate_inp: if matches!(arch, Architecture::GraniteMoe | Architecture::Glm4Moe) {
+                            gate_inp: if matches!(
+                                arch,
+                                Architecture::GraniteMoe | Architecture::Glm4Moe | Architecture::Deepseek2
+                            ) {
                                 None
                             } else {
                                 Some(shared_gate_input(file, &format!("{p}.ffn_gate_inp_shexp.weight"), config.n_embd)?)

@@ -67,6 +67,9 @@ pub fn open_default() -> Engine {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Family {
     Llama,
+    /// DeepSeek V2's layout (GLM-4.7-Flash): latent attention, a dense
+    /// first layer, sigmoid-routed experts beside a shared one.
+    Deepseek2,
     /// GLM-4.5: biased QKV, partial RoPE, a dense first layer, then
     /// sigmoid-routed experts with a selection bias beside a shared expert.
     Glm4Moe,
@@ -121,6 +124,7 @@ impl Family {
                 | Family::GptOss
                 | Family::GraniteMoe
                 | Family::Glm4Moe
+                | Family::Deepseek2
         )
     }
 }
@@ -271,6 +275,15 @@ impl TinySpec {
     }
 }
 
+/// DeepSeek V2's latent attention here: the latent's rank, the rotated
+/// key's size, each head's unrotated query part, value and query rank.
+pub const MLA_RANK: usize = 32;
+pub const MLA_ROPE: usize = 32;
+pub const MLA_NOPE: usize = 32;
+pub const MLA_V: usize = 32;
+pub const MLA_Q_RANK: usize = 32;
+const MLA_KV_HEADS: usize = 1;
+
 /// Tiny vocab: the control tokens, then the 256 GPT-2 byte characters (or
 /// SentencePiece byte tokens for Gemma), then filler up to VOCAB.
 pub const VOCAB: usize = 320;
@@ -300,6 +313,7 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         Family::Olmo2 => "olmo2",
         Family::Granite => "granite",
         Family::Glm4Moe => "glm4moe",
+        Family::Deepseek2 => "deepseek2",
         Family::GraniteMoe => "granitemoe",
         Family::SmolLm3 => "smollm3",
         Family::Mistral3 => "mistral3",
@@ -359,6 +373,21 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
             put(format!("{p}.ssm_alpha.weight"), random(&mut rng, &[hv, e], 0.2), spec.dtype);
             put(format!("{p}.ssm_norm.weight"), ones_ish(&mut rng, sd), GgmlDType::F32);
             put(format!("{p}.ssm_out.weight"), random(&mut rng, &[e, hv * sd], 0.2), spec.dtype);
+        } else if spec.family == Family::Deepseek2 {
+            // Latent attention: MLA_* below; queries through a low rank.
+            let nh = spec.n_heads;
+            put(format!("{p}.attn_q_a.weight"), random(&mut rng, &[MLA_Q_RANK, e], 0.2), spec.dtype);
+            put(format!("{p}.attn_q_a_norm.weight"), ones_ish(&mut rng, MLA_Q_RANK), GgmlDType::F32);
+            put(
+                format!("{p}.attn_q_b.weight"),
+                random(&mut rng, &[nh * (MLA_NOPE + MLA_ROPE), MLA_Q_RANK], 0.2),
+                spec.dtype,
+            );
+            put(format!("{p}.attn_kv_a_mqa.weight"), random(&mut rng, &[MLA_RANK + MLA_ROPE, e], 0.2), spec.dtype);
+            put(format!("{p}.attn_kv_a_norm.weight"), ones_ish(&mut rng, MLA_RANK), GgmlDType::F32);
+            put(format!("{p}.attn_k_b.weight"), random(&mut rng, &[nh, MLA_RANK, MLA_NOPE], 0.2), spec.dtype);
+            put(format!("{p}.attn_v_b.weight"), random(&mut rng, &[nh, MLA_V, MLA_RANK], 0.2), spec.dtype);
+            put(format!("{p}.attn_output.weight"), random(&mut rng, &[e, nh * MLA_V], 0.2), spec.dtype);
         } else if spec.family == Family::Phi3 {
             put(format!("{p}.attn_qkv.weight"), random(&mut rng, &[qd + 2 * kvd, e], 0.2), spec.dtype);
             put(format!("{p}.attn_output.weight"), random(&mut rng, &[e, qd], 0.2), spec.dtype);
@@ -384,8 +413,8 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         } else {
             "ffn_norm"
         };
-        // GLM-4.5: the first layer dense.
-        let dense_here = spec.family == Family::Glm4Moe && i == 0;
+        // GLM-4.5 and DeepSeek V2: the first layer dense.
+        let dense_here = matches!(spec.family, Family::Glm4Moe | Family::Deepseek2) && i == 0;
         if olmo2 {
             // After attention and the FFN only; Q and K normed across heads.
             put(format!("{p}.post_attention_norm.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
@@ -396,20 +425,20 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
             put(format!("{p}.{ffn_norm}.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
         }
         if matches!(spec.family, Family::Qwen35Moe | Family::GraniteMoe)
-            || (spec.family == Family::Glm4Moe && !dense_here)
+            || (matches!(spec.family, Family::Glm4Moe | Family::Deepseek2) && !dense_here)
         {
             if spec.family == Family::Qwen35Moe {
                 put(format!("{p}.ffn_gate_inp_shexp.weight"), random(&mut rng, &[e], 0.3), GgmlDType::F32);
             }
             // GLM's one shared expert is as wide as a routed one.
-            let w = if spec.family == Family::Glm4Moe { spec.experts.2 } else { spec.ffn };
+            let w = if matches!(spec.family, Family::Glm4Moe | Family::Deepseek2) { spec.experts.2 } else { spec.ffn };
             put(format!("{p}.ffn_gate_shexp.weight"), random(&mut rng, &[w, e], 0.2), spec.dtype);
             put(format!("{p}.ffn_up_shexp.weight"), random(&mut rng, &[w, e], 0.2), spec.dtype);
             put(format!("{p}.ffn_down_shexp.weight"), random(&mut rng, &[e, w], 0.2), spec.dtype);
         }
         if spec.family.has_experts() && !dense_here {
             let (n, _, ff) = spec.experts;
-            if spec.family == Family::Glm4Moe {
+            if matches!(spec.family, Family::Glm4Moe | Family::Deepseek2) {
                 // Selection biases a few tenths apart, as trained ones are.
                 put(format!("{p}.exp_probs_b.bias"), random(&mut rng, &[n], 0.3), GgmlDType::F32);
             }
@@ -529,7 +558,24 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
     if matches!(spec.family, Family::Qwen35Moe | Family::GraniteMoe) {
         md.push((k("expert_shared_feed_forward_length"), Value::U32(spec.ffn as u32)));
     }
-    if spec.family == Family::Glm4Moe {
+    if spec.family == Family::Deepseek2 {
+        // One KV head: the latent beside the rotated key (`key_length`),
+        // the latent alone as the value.
+        for (key, v) in [
+            ("attention.head_count_kv", MLA_KV_HEADS),
+            ("attention.key_length", MLA_RANK + MLA_ROPE),
+            ("attention.value_length", MLA_RANK),
+            ("attention.key_length_mla", MLA_NOPE + MLA_ROPE),
+            ("attention.value_length_mla", MLA_V),
+            ("rope.dimension_count", MLA_ROPE),
+            ("attention.q_lora_rank", MLA_Q_RANK),
+            ("attention.kv_lora_rank", MLA_RANK),
+        ] {
+            md.retain(|(k2, _)| *k2 != k(key));
+            md.push((k(key), Value::U32(v as u32)));
+        }
+    }
+    if matches!(spec.family, Family::Glm4Moe | Family::Deepseek2) {
         md.push((k("expert_shared_count"), Value::U32(1)));
         md.push((k("leading_dense_block_count"), Value::U32(1)));
         md.push((k("expert_weights_norm"), Value::Bool(true)));
@@ -776,7 +822,7 @@ fn tokenizer_metadata(family: Family) -> Vec<(String, Value)> {
             Family::Mistral3 => "tekken",
             Family::Phi3 => "gpt-4o",
             Family::Granite | Family::GraniteMoe => "refact",
-            Family::Glm4Moe => "glm4",
+            Family::Glm4Moe | Family::Deepseek2 => "glm4",
             Family::Qwen35 | Family::Qwen35Moe => "qwen35",
             Family::GptOss => "gpt-4o",
             _ => "qwen2",
