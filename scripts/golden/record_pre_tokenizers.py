@@ -14,7 +14,7 @@ import tempfile
 import llama_cpp
 from corpus import corpus
 
-NAMES = ["gpt-4o", "qwen2", "qwen35", "llama-bpe", "tekken", "dbrx", "olmo", "refact", "starcoder", "glm4"]
+NAMES = ["gpt-4o", "qwen2", "qwen35", "llama-bpe", "tekken", "dbrx", "olmo", "refact", "starcoder", "glm4", "lfm2"]
 
 
 def with_pre(src, dst, value):

@@ -136,6 +136,7 @@ FILES = {
     "gemma-2": ("templates/gemma-2.jinja", "<bos>", "<eos>"),
     "granite-3.3": ("templates/granite-3.3.jinja", "", "<|end_of_text|>"),
     "glm-4.6": ("templates/glm-4.6.jinja", "", "<|endoftext|>"),
+    "lfm2.5": ("templates/lfm2.5-instruct.jinja", "<|startoftext|>", "<|im_end|>"),
 }
 
 

@@ -477,9 +477,10 @@ fn build_bpe(file: &GgufFile, tokens: &[String], pre: &str) -> std::result::Resu
         })
         .collect::<std::result::Result<_, _>>()?;
     let vocab: ahash::AHashMap<String, u32> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
-    // Tekken (Mistral's) takes a piece that is a whole token as that token
-    // before any merge, as llama.cpp's `ignore_merges` does.
-    let ignore_merges = matches!(pre, "tekken" | "glm4" | "glm5");
+    // These take a piece that is a whole token as that token before any
+    // merge, as llama.cpp's `ignore_merges` does for them.
+    let ignore_merges =
+        matches!(pre, "tekken" | "glm4" | "glm5" | "llama3" | "llama-v3" | "llama-bpe" | "pixtral" | "lfm2");
     let bpe = BPE::builder()
         .vocab_and_merges(vocab, merges)
         .ignore_merges(ignore_merges)
@@ -499,7 +500,7 @@ fn build_bpe(file: &GgufFile, tokens: &[String], pre: &str) -> std::result::Resu
         }
         "gpt-2" | "gpt2" => ByteLevel::new(false, true, true).into(),
         // DBRX's, Smaug's and GLM's are Llama 3's (OLMo 2 names DBRX's).
-        "llama3" | "llama-bpe" | "llama-v3" | "dbrx" | "smaug-bpe" | "glm4" | "glm5" | "chatglm-bpe" => {
+        "llama3" | "llama-bpe" | "llama-v3" | "dbrx" | "smaug-bpe" | "glm4" | "glm5" | "chatglm-bpe" | "pixtral" | "lfm2" => {
             PreSequence::new(vec![split(LLAMA3_REGEX)?, byte_level.into()]).into()
         }
         "olmo" => PreSequence::new(vec![split(OLMO_REGEX)?, byte_level.into()]).into(),
@@ -509,7 +510,7 @@ fn build_bpe(file: &GgufFile, tokens: &[String], pre: &str) -> std::result::Resu
         "tekken" => PreSequence::new(vec![split(TEKKEN_REGEX)?, byte_level.into()]).into(),
         other => {
             return Err(format!(
-            "pre-tokenizer {other:?} is not supported; refusing to guess (supported: smollm, starcoder, refact, gpt-2, llama-bpe, dbrx, smaug-bpe, glm4, olmo, qwen2, qwen35, gpt-4o, tekken)"
+            "pre-tokenizer {other:?} is not supported; refusing to guess (supported: smollm, starcoder, refact, gpt-2, llama-bpe, dbrx, smaug-bpe, glm4, lfm2, pixtral, olmo, qwen2, qwen35, gpt-4o, tekken)"
         ))
         }
     };

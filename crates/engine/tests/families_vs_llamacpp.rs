@@ -281,6 +281,15 @@ fn deepseek2_latent_attention_matches_llama_cpp() {
     check(&spec, 40, Feed::Steps);
 }
 
+/// LFM2: short gated convolutions (their state carried from pass to
+/// pass) between QK-normed attention layers.
+#[test]
+fn lfm2_matches_llama_cpp() {
+    let spec = TinySpec { n_layers: 4, context: 2048, ..TinySpec::new(Family::Lfm2) };
+    check(&spec, 100, Feed::Prompt);
+    check(&spec, 40, Feed::Steps);
+}
+
 #[test]
 fn f32_weights_match_llama_cpp_as_a_prompt_and_as_steps() {
     // A router's f32 products: tinyBLAS for a prompt, a dot product each

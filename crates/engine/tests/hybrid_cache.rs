@@ -1,5 +1,5 @@
 //! A hybrid model's cache (Qwen 3.5: recurrent layers beside attention
-//! layers) keeps every promise a transformer's does: the next turn reads
+//! layers; LFM2's short convolutions) keeps every promise a transformer's does: the next turn reads
 //! only its new tokens, an edit or a branch reads from the latest
 //! checkpoint before it, a saved cache continues exactly, a stopped chunk
 //! leaves the cache as it was, and a replay gives the same bits.
@@ -32,7 +32,7 @@ fn turn(engine: &Engine, session: &mut Session, prompt: &[u32], max: usize) -> (
 
 #[test]
 fn an_edit_reads_from_the_latest_checkpoint_before_it_with_the_bits_of_a_fresh_read() {
-    for family in [Family::Qwen35, Family::Qwen35Moe] {
+    for family in [Family::Qwen35, Family::Qwen35Moe, Family::Lfm2] {
         let (_dir, engine) = engine(family);
         let m = engine.model();
         let mut session = engine.new_session(Some(4096));
@@ -90,61 +90,67 @@ fn the_next_turn_reads_only_its_new_tokens_and_a_branch_in_a_reply_at_most_an_in
 
 #[test]
 fn a_saved_hybrid_cache_continues_bit_for_bit_and_a_damaged_chunk_keeps_the_ones_before() {
-    let (dir, engine) = engine(Family::Qwen35);
-    let m = engine.model();
-    let context = 4096;
-    let identity = engine.cache_identity(context).unwrap();
-    let mut session = engine.new_session(Some(context));
-    let first = ids(700, 5);
-    let (reply, _) = turn(&engine, &mut session, &first, 8);
-    let file = dir.path().join("c.session");
-    session_file::write(&file, &identity, &session).unwrap();
-    let saved_one = session.clone();
+    // Qwen 3.5's delta-rule state and LFM2's convolution state alike.
+    for family in [Family::Qwen35, Family::Lfm2] {
+        let (dir, engine) = engine(family);
+        let m = engine.model();
+        let context = 4096;
+        let identity = engine.cache_identity(context).unwrap();
+        let mut session = engine.new_session(Some(context));
+        let first = ids(700, 5);
+        let (reply, _) = turn(&engine, &mut session, &first, 8);
+        let file = dir.path().join("c.session");
+        session_file::write(&file, &identity, &session).unwrap();
+        let saved_one = session.clone();
 
-    let mut second: Vec<u32> = first.iter().chain(&reply).copied().collect();
-    second.extend(ids(9, 6));
-    let (reply2, _) = turn(&engine, &mut session, &second, 8);
-    session_file::append(&file, &session, saved_one.tokens().len()).unwrap();
+        let mut second: Vec<u32> = first.iter().chain(&reply).copied().collect();
+        second.extend(ids(9, 6));
+        let (reply2, _) = turn(&engine, &mut session, &second, 8);
+        session_file::append(&file, &session, saved_one.tokens().len()).unwrap();
 
-    let restored = session_file::read(&file, &identity, m).unwrap();
-    assert!(restored.complete);
-    let mut restored = restored.session;
-    assert_eq!(restored.tokens(), session.tokens());
-    assert_eq!(restored.passes(), session.passes());
-    assert_eq!(
-        restored.cache().checkpoint_positions(),
-        session.cache().checkpoint_positions(),
-        "every checkpoint saved"
-    );
+        let restored = session_file::read(&file, &identity, m).unwrap();
+        assert!(restored.complete);
+        let mut restored = restored.session;
+        assert_eq!(restored.tokens(), session.tokens());
+        assert_eq!(restored.passes(), session.passes());
+        assert_eq!(
+            restored.cache().checkpoint_positions(),
+            session.cache().checkpoint_positions(),
+            "every checkpoint saved"
+        );
 
-    let mut third: Vec<u32> = second.iter().chain(&reply2).copied().collect();
-    third.extend(ids(5, 7));
-    let mut live = session.clone();
-    let (a, na) = turn(&engine, &mut live, &third, 6);
-    let (b, nb) = turn(&engine, &mut restored, &third, 6);
-    assert_eq!((a.clone(), na), (b, nb), "restored continues as the live cache does");
-    assert_eq!(na, third.len() - session.tokens().len());
-    // The same bits: both caches written again are the same file.
-    let (fa, fb) = (dir.path().join("a.session"), dir.path().join("b.session"));
-    session_file::write(&fa, &identity, &live).unwrap();
-    session_file::write(&fb, &identity, &restored).unwrap();
-    assert!(std::fs::read(&fa).unwrap() == std::fs::read(&fb).unwrap(), "the recurrent state came back bit for bit");
+        let mut third: Vec<u32> = second.iter().chain(&reply2).copied().collect();
+        third.extend(ids(5, 7));
+        let mut live = session.clone();
+        let (a, na) = turn(&engine, &mut live, &third, 6);
+        let (b, nb) = turn(&engine, &mut restored, &third, 6);
+        assert_eq!((a.clone(), na), (b, nb), "restored continues as the live cache does");
+        assert_eq!(na, third.len() - session.tokens().len());
+        // The same bits: both caches written again are the same file.
+        let (fa, fb) = (dir.path().join("a.session"), dir.path().join("b.session"));
+        session_file::write(&fa, &identity, &live).unwrap();
+        session_file::write(&fb, &identity, &restored).unwrap();
+        assert!(
+            std::fs::read(&fa).unwrap() == std::fs::read(&fb).unwrap(),
+            "the recurrent state came back bit for bit"
+        );
 
-    // Damage the last byte (turn 2's last chunk): the chunks before remain,
-    // each with its state, and continue as the live cache cut back there.
-    let mut bytes = std::fs::read(&file).unwrap();
-    let last = bytes.len() - 1;
-    bytes[last] ^= 0x55;
-    std::fs::write(&file, &bytes).unwrap();
-    let partial = session_file::read(&file, &identity, m).unwrap();
-    assert!(!partial.complete);
-    let mut partial = partial.session;
-    let kept = partial.tokens().len();
-    assert!(kept >= saved_one.tokens().len() && kept < session.tokens().len(), "kept {kept}");
-    let mut cut = session.clone();
-    cut.truncate(kept);
-    assert_eq!(cut.tokens().len(), kept, "a chunk's end is a checkpoint");
-    assert_eq!(turn(&engine, &mut partial, &third, 6), turn(&engine, &mut cut, &third, 6));
+        // Damage the last byte (turn 2's last chunk): the chunks before remain,
+        // each with its state, and continue as the live cache cut back there.
+        let mut bytes = std::fs::read(&file).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x55;
+        std::fs::write(&file, &bytes).unwrap();
+        let partial = session_file::read(&file, &identity, m).unwrap();
+        assert!(!partial.complete);
+        let mut partial = partial.session;
+        let kept = partial.tokens().len();
+        assert!(kept >= saved_one.tokens().len() && kept < session.tokens().len(), "kept {kept}");
+        let mut cut = session.clone();
+        cut.truncate(kept);
+        assert_eq!(cut.tokens().len(), kept, "a chunk's end is a checkpoint");
+        assert_eq!(turn(&engine, &mut partial, &third, 6), turn(&engine, &mut cut, &third, 6));
+    }
 }
 
 #[test]

@@ -87,6 +87,7 @@ fn reference_logits(family: Family, path: &std::path::Path, toks: &[u32]) -> Vec
         }
         Family::Gemma3 => unreachable!("candle's gemma3 is not a valid reference; see ARCHITECTURE.md"),
         Family::Gemma2
+        | Family::Lfm2
         | Family::Deepseek2
         | Family::Glm4Moe
         | Family::Qwen3Vl

@@ -10,6 +10,10 @@ pub enum Architecture {
     Llama,
     /// SmolLM3: Llama with no RoPE on every fourth layer (`no_rope_interval`).
     SmolLm3,
+    /// LFM2 (`lfm2`): a hybrid whose recurrent layers (those with no KV
+    /// heads) are short gated convolutions (`RecurrentConfig::short_conv`),
+    /// the rest attention with QK norms and NeoX RoPE.
+    Lfm2,
     /// DeepSeek V2 and V3's layout (`deepseek2`: GLM-4.7-Flash, Kimi,
     /// DeepSeek-V2-Lite): multi-head latent attention (`MlaConfig`: one
     /// compressed latent and a shared rotated key per position, cached as
@@ -79,7 +83,7 @@ pub enum Architecture {
 }
 
 pub const SUPPORTED_ARCHITECTURES: &str =
-    "llama, mistral3, smollm3, phi3, olmo2, granite, granitemoe, glm4moe, deepseek2, qwen2, qwen3, qwen3moe, qwen3vl, qwen3vlmoe, qwen35, qwen35moe, gemma2, gemma3, gemma4, gpt-oss";
+    "llama, mistral3, smollm3, phi3, olmo2, granite, granitemoe, glm4moe, deepseek2, lfm2, qwen2, qwen3, qwen3moe, qwen3vl, qwen3vlmoe, qwen35, qwen35moe, gemma2, gemma3, gemma4, gpt-oss";
 
 impl Architecture {
     pub fn from_gguf_name(name: &str) -> Option<Self> {
@@ -93,6 +97,7 @@ impl Architecture {
             "granitemoe" => Some(Self::GraniteMoe),
             "glm4moe" => Some(Self::Glm4Moe),
             "deepseek2" => Some(Self::Deepseek2),
+            "lfm2" => Some(Self::Lfm2),
             "qwen2" => Some(Self::Qwen2),
             "qwen3" => Some(Self::Qwen3),
             "qwen3moe" => Some(Self::Qwen3Moe),
@@ -119,6 +124,7 @@ impl Architecture {
             Self::GraniteMoe => "granitemoe",
             Self::Glm4Moe => "glm4moe",
             Self::Deepseek2 => "deepseek2",
+            Self::Lfm2 => "lfm2",
             Self::Qwen2 => "qwen2",
             Self::Qwen3 => "qwen3",
             Self::Qwen3Moe => "qwen3moe",
@@ -169,6 +175,7 @@ impl Architecture {
             Self::GraniteMoe => "Granite MoE",
             Self::Glm4Moe => "GLM-4.5",
             Self::Deepseek2 => "DeepSeek V2 (MLA)",
+            Self::Lfm2 => "LFM2",
             Self::Qwen2 => "Qwen 2",
             Self::Qwen3 => "Qwen 3",
             Self::Qwen3Moe => "Qwen3-MoE",
@@ -265,12 +272,17 @@ pub struct RecurrentConfig {
     pub v_heads: usize,
     /// `layers[i]`: whether layer `i` is recurrent rather than attention.
     pub layers: Vec<bool>,
+    /// LFM2: the recurrent layers are short gated convolutions over this
+    /// many channels (`n_embd`), their state the convolution's alone; the
+    /// delta-rule fields above are 0.
+    pub short_conv: Option<usize>,
 }
 
 impl RecurrentConfig {
-    /// Channels of the convolution: queries, keys and values side by side.
+    /// Channels of the convolution: queries, keys and values side by side
+    /// (LFM2: the embedding's).
     pub fn conv_channels(&self) -> usize {
-        (2 * self.k_heads + self.v_heads) * self.head_dim
+        self.short_conv.unwrap_or((2 * self.k_heads + self.v_heads) * self.head_dim)
     }
 
     /// Floats of one layer's convolution state: the last `conv_kernel − 1`
@@ -558,13 +570,22 @@ impl ModelConfig {
         } else {
             None
         };
+        // LFM2's convolution layers have no KV heads.
+        let lfm2 = architecture == Architecture::Lfm2;
+        let conv_layer = |i: usize| lfm2 && kv_counts[i] == 0;
         // The full layers' heads stand for the model where one number must.
-        let first_full = sliding_layers.as_ref().and_then(|f| f.iter().position(|&s| !s)).unwrap_or(0);
+        let first_full = sliding_layers
+            .as_ref()
+            .and_then(|f| f.iter().position(|&s| !s))
+            .or_else(|| lfm2.then(|| (0..n_layers).find(|&i| !conv_layer(i))).flatten())
+            .unwrap_or(0);
         let (n_heads, n_kv_heads) =
             (head_counts.get(first_full).copied().unwrap_or(0), kv_counts.get(first_full).copied().unwrap_or(0));
         if n_layers == 0
-            || (0..n_layers)
-                .any(|i| head_counts[i] == 0 || kv_counts[i] == 0 || !head_counts[i].is_multiple_of(kv_counts[i]))
+            || (0..n_layers).any(|i| {
+                !conv_layer(i)
+                    && (head_counts[i] == 0 || kv_counts[i] == 0 || !head_counts[i].is_multiple_of(kv_counts[i]))
+            })
         {
             return Err(file.corrupt(format!(
                 "bad attention shape: {head_counts:?} heads, {kv_counts:?} KV heads, {n_layers} layers"
@@ -793,6 +814,23 @@ impl ModelConfig {
             (
                 Some(rope_sections(file, &key("rope.dimension_sections"), rope_dims)?),
                 Some(recurrent(file, &key, blocks, n_layers)?),
+            )
+        } else if lfm2 {
+            let kernel = file.u32(&key("shortconv.l_cache"))? as usize;
+            if kernel < 2 {
+                return Err(file.corrupt(format!("{} is {kernel}", key("shortconv.l_cache"))));
+            }
+            let layers: Vec<bool> = (0..n_layers).map(conv_layer).collect();
+            (
+                None,
+                Some(RecurrentConfig {
+                    conv_kernel: kernel,
+                    head_dim: 0,
+                    k_heads: 0,
+                    v_heads: 0,
+                    layers,
+                    short_conv: Some(n_embd),
+                }),
             )
         } else if matches!(architecture, Architecture::Qwen3Vl | Architecture::Qwen3VlMoe) {
             (Some(rope_sections(file, &key("rope.dimension_sections"), rope_dims)?), None)
@@ -1179,5 +1217,5 @@ fn recurrent(file: &GgufFile, key: &dyn Fn(&str) -> String, blocks: usize, n_lay
             (0..n_layers).map(|i| (i + 1) % interval != 0).collect()
         }
     };
-    Ok(RecurrentConfig { conv_kernel, head_dim, k_heads, v_heads, layers })
+    Ok(RecurrentConfig { conv_kernel, head_dim, k_heads, v_heads, layers, short_conv: None })
 }

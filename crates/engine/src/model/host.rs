@@ -243,14 +243,20 @@ impl Model {
         match &b.mixer {
             Mixer::Attention(a) => self.attention_host(pool, a, b.sliding, layer, buf, rope, kv)?,
             Mixer::Mla(m) => self.mla_host(pool, m, layer, buf, rope, kv)?,
-            Mixer::DeltaNet(d) => {
+            Mixer::DeltaNet(_) | Mixer::ShortConv(_) => {
                 let mut sequences: Vec<SequenceRows> = match kv {
                     KvRows::Batch { cache, seq, .. } => vec![SequenceRows { rows: 0..*seq, cache }],
                     KvRows::Caches { caches, .. } => {
                         caches.iter_mut().enumerate().map(|(r, cache)| SequenceRows { rows: r..r + 1, cache }).collect()
                     }
                 };
-                d.forward_host(pool, &buf.h, rows, seq, &mut sequences, &mut buf.o, &mut buf.delta)?;
+                match &b.mixer {
+                    Mixer::DeltaNet(d) => {
+                        d.forward_host(pool, &buf.h, rows, seq, &mut sequences, &mut buf.o, &mut buf.delta)?
+                    }
+                    Mixer::ShortConv(s) => s.forward_host(pool, &buf.h, rows, seq, &mut sequences, &mut buf.o)?,
+                    _ => unreachable!("a recurrent mixer"),
+                }
             }
         }
         if let Some(n) = &b.post_attn_norm {

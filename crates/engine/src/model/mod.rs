@@ -11,6 +11,7 @@ mod host;
 mod matmul;
 mod mla;
 mod per_layer;
+mod short_conv;
 
 pub use config::{
     Architecture, AttentionShape, ExpertActivation, ExpertsConfig, Gating, ModelConfig, RecurrentConfig, YarnConfig,
@@ -94,6 +95,8 @@ enum Mixer {
     Mla(Box<mla::Mla>),
     /// A hybrid's recurrent layer (`delta_net.rs`); on the CPU only.
     DeltaNet(delta_net::DeltaNet),
+    /// LFM2's short gated convolution (`short_conv.rs`); on the CPU only.
+    ShortConv(short_conv::ShortConv),
 }
 
 struct Attention {
@@ -431,15 +434,19 @@ impl Model {
                 let slot = (0..i).filter(|&l| config.is_recurrent(l)).count();
                 let mut load =
                     |file: &mut GgufFile, name: &str, rows: usize, cols: usize| matmul(file, name, rows, cols);
-                Mixer::DeltaNet(delta_net::DeltaNet::load(
-                    file,
-                    &p,
-                    shape,
-                    slot,
-                    config.n_embd,
-                    config.rms_eps as f32,
-                    &mut load,
-                )?)
+                if shape.short_conv.is_some() {
+                    Mixer::ShortConv(short_conv::ShortConv::load(file, &p, shape, slot, config.n_embd, &mut load)?)
+                } else {
+                    Mixer::DeltaNet(delta_net::DeltaNet::load(
+                        file,
+                        &p,
+                        shape,
+                        slot,
+                        config.n_embd,
+                        config.rms_eps as f32,
+                        &mut load,
+                    )?)
+                }
             } else if let Some(m) = &config.mla {
                 Mixer::Mla(Box::new(mla::Mla::load(
                     file,
@@ -600,7 +607,9 @@ impl Model {
         } else {
             None
         };
-        let norm = norm(file, "output_norm.weight")?;
+        // LFM2's converter names the final norm `token_embd_norm`.
+        let norm =
+            norm(file, if arch == Architecture::Lfm2 { "token_embd_norm.weight" } else { "output_norm.weight" })?;
         let freq_factors: Option<Vec<f32>> = match file.tensor_opt("rope_freqs.weight", device)? {
             Some(t) => Some(t.dequantize(device)?.flatten_all()?.to_vec1()?),
             None => None,

@@ -67,6 +67,9 @@ pub fn open_default() -> Engine {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Family {
     Llama,
+    /// LFM2: short gated convolutions on even layers (no KV heads), QK-normed
+    /// attention on odd ones.
+    Lfm2,
     /// DeepSeek V2's layout (GLM-4.7-Flash): latent attention, a dense
     /// first layer, sigmoid-routed experts beside a shared one.
     Deepseek2,
@@ -314,6 +317,7 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         Family::Granite => "granite",
         Family::Glm4Moe => "glm4moe",
         Family::Deepseek2 => "deepseek2",
+        Family::Lfm2 => "lfm2",
         Family::GraniteMoe => "granitemoe",
         Family::SmolLm3 => "smollm3",
         Family::Mistral3 => "mistral3",
@@ -339,7 +343,9 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
     let ones_ish = |rng: &mut Lcg, n: usize| (random(rng, &[n], 0.1) + 1.0).unwrap();
     let vocab = if spec.o200k { o200k::VOCAB } else { VOCAB };
     put("token_embd.weight".into(), random(&mut rng, &[vocab, e], 1.0), spec.dtype);
-    put("output_norm.weight".into(), ones_ish(&mut rng, e), GgmlDType::F32);
+    // LFM2's converter names the final norm `token_embd_norm`.
+    let output_norm = if spec.family == Family::Lfm2 { "token_embd_norm.weight" } else { "output_norm.weight" };
+    put(output_norm.into(), ones_ish(&mut rng, e), GgmlDType::F32);
     if !matches!(spec.family, Family::Gemma2 | Family::Gemma3) {
         put("output.weight".into(), random(&mut rng, &[vocab, e], 0.2), spec.dtype);
     }
@@ -373,6 +379,11 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
             put(format!("{p}.ssm_alpha.weight"), random(&mut rng, &[hv, e], 0.2), spec.dtype);
             put(format!("{p}.ssm_norm.weight"), ones_ish(&mut rng, sd), GgmlDType::F32);
             put(format!("{p}.ssm_out.weight"), random(&mut rng, &[e, hv * sd], 0.2), spec.dtype);
+        } else if spec.family == Family::Lfm2 && i % 2 == 0 {
+            // A short convolution of three taps.
+            put(format!("{p}.shortconv.in_proj.weight"), random(&mut rng, &[3 * e, e], 0.2), spec.dtype);
+            put(format!("{p}.shortconv.conv.weight"), random(&mut rng, &[e, 3], 0.5), GgmlDType::F32);
+            put(format!("{p}.shortconv.out_proj.weight"), random(&mut rng, &[e, e], 0.2), spec.dtype);
         } else if spec.family == Family::Deepseek2 {
             // Latent attention: MLA_* below; queries through a low rank.
             let nh = spec.n_heads;
@@ -477,6 +488,7 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
             spec.family,
             Family::Qwen3 | Family::Qwen3Moe | Family::Qwen3Vl | Family::Qwen3VlMoe | Family::Gemma3
         ) || (spec.family.is_hybrid() && !recurrent)
+            || (spec.family == Family::Lfm2 && i % 2 == 1)
         {
             put(format!("{p}.attn_q_norm.weight"), ones_ish(&mut rng, spec.head_dim), GgmlDType::F32);
             put(format!("{p}.attn_k_norm.weight"), ones_ish(&mut rng, spec.head_dim), GgmlDType::F32);
@@ -557,6 +569,14 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
     }
     if matches!(spec.family, Family::Qwen35Moe | Family::GraniteMoe) {
         md.push((k("expert_shared_feed_forward_length"), Value::U32(spec.ffn as u32)));
+    }
+    if spec.family == Family::Lfm2 {
+        // No KV heads marks a convolution layer.
+        let kv: Vec<Value> =
+            (0..spec.n_layers).map(|i| Value::U32(if i % 2 == 0 { 0 } else { spec.n_kv_heads as u32 })).collect();
+        md.retain(|(k2, _)| *k2 != k("attention.head_count_kv"));
+        md.push((k("attention.head_count_kv"), Value::Array(kv)));
+        md.push((k("shortconv.l_cache"), Value::U32(3)));
     }
     if spec.family == Family::Deepseek2 {
         // One KV head: the latent beside the rotated key (`key_length`),
@@ -823,6 +843,7 @@ fn tokenizer_metadata(family: Family) -> Vec<(String, Value)> {
             Family::Phi3 => "gpt-4o",
             Family::Granite | Family::GraniteMoe => "refact",
             Family::Glm4Moe | Family::Deepseek2 => "glm4",
+            Family::Lfm2 => "lfm2",
             Family::Qwen35 | Family::Qwen35Moe => "qwen35",
             Family::GptOss => "gpt-4o",
             _ => "qwen2",
