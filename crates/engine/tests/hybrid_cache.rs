@@ -174,41 +174,44 @@ fn a_chunk_stopped_between_layers_leaves_the_recurrent_state_as_it_was() {
 
 #[test]
 fn a_hybrid_turn_replays_bit_for_bit_from_cold_restored_and_live_caches() {
-    let (dir, engine) = engine(Family::Qwen35);
-    let context = 2048;
-    let identity = engine.cache_identity(context).unwrap();
-    let mut session = engine.new_session(Some(context));
-    let p1 = ids(600, 9);
-    let (r1, _) = turn(&engine, &mut session, &p1, 10);
-    let mut p2: Vec<u32> = p1.iter().chain(&r1).copied().collect();
-    p2.extend(ids(20, 10));
-    let config = || {
-        let mut c = engine.generation_config(SamplingParams::greedy(), 10);
-        c.end_tokens.clear();
-        c
-    };
-    let out = session.start_turn(engine.model(), engine.tokenizer(), &p2, config(), 1).unwrap();
-    let passes = out.prompt_passes().clone();
-    let r2 = out.run().unwrap().sequences[0].tokens.clone();
-    let file = dir.path().join("c.session");
-    session_file::write(&file, &identity, &session).unwrap();
+    for family in [Family::Qwen35, Family::Lfm2] {
+        let (dir, engine) = engine(family);
+        let context = 2048;
+        let identity = engine.cache_identity(context).unwrap();
+        let mut session = engine.new_session(Some(context));
+        let p1 = ids(600, 9);
+        let (r1, _) = turn(&engine, &mut session, &p1, 10);
+        let mut p2: Vec<u32> = p1.iter().chain(&r1).copied().collect();
+        p2.extend(ids(20, 10));
+        let config = || {
+            let mut c = engine.generation_config(SamplingParams::greedy(), 10);
+            c.end_tokens.clear();
+            c
+        };
+        let out = session.start_turn(engine.model(), engine.tokenizer(), &p2, config(), 1).unwrap();
+        let passes = out.prompt_passes().clone();
+        let r2 = out.run().unwrap().sequences[0].tokens.clone();
+        let file = dir.path().join("c.session");
+        session_file::write(&file, &identity, &session).unwrap();
 
-    let replay = |s: &mut Session| {
-        let turn = s.start_replay(engine.model(), engine.tokenizer(), &p2, &passes, config(), &mut |_| true).unwrap();
-        let processed = turn.stats().processed_tokens;
-        (turn.run().unwrap().sequences[0].tokens.clone(), processed)
-    };
-    let mut cold = engine.new_session(Some(context));
-    assert_eq!(replay(&mut cold).0, r2, "from a cold cache");
-    let mut restored = session_file::read(&file, &identity, engine.model()).unwrap().session;
-    assert_eq!(replay(&mut restored).0, r2, "from a restored cache");
-    assert_eq!(replay(&mut session).0, r2, "from the live cache");
-    // Each leaves the live cache's bits.
-    for (what, s) in [("cold", &cold), ("restored", &restored)] {
-        let (a, b) = (dir.path().join("a.session"), dir.path().join("b.session"));
-        session_file::write(&a, &identity, s).unwrap();
-        session_file::write(&b, &identity, &session).unwrap();
-        assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap(), "{what}");
+        let replay = |s: &mut Session| {
+            let turn =
+                s.start_replay(engine.model(), engine.tokenizer(), &p2, &passes, config(), &mut |_| true).unwrap();
+            let processed = turn.stats().processed_tokens;
+            (turn.run().unwrap().sequences[0].tokens.clone(), processed)
+        };
+        let mut cold = engine.new_session(Some(context));
+        assert_eq!(replay(&mut cold).0, r2, "from a cold cache");
+        let mut restored = session_file::read(&file, &identity, engine.model()).unwrap().session;
+        assert_eq!(replay(&mut restored).0, r2, "from a restored cache");
+        assert_eq!(replay(&mut session).0, r2, "from the live cache");
+        // Each leaves the live cache's bits.
+        for (what, s) in [("cold", &cold), ("restored", &restored)] {
+            let (a, b) = (dir.path().join("a.session"), dir.path().join("b.session"));
+            session_file::write(&a, &identity, s).unwrap();
+            session_file::write(&b, &identity, &session).unwrap();
+            assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap(), "{what}");
+        }
     }
 }
 

@@ -158,3 +158,14 @@ fn a_turn_replays_bit_for_bit_on_a_gemma4_file() {
 fn a_turn_replays_bit_for_bit_on_the_real_gemma3_file() {
     replays_exactly(Engine::open(common::gemma3_model()).unwrap());
 }
+
+/// DeepSeek V2's latent attention and Phi-3's fused projections (LFM2's
+/// convolution state replays as Qwen 3.5's does: `hybrid_cache.rs`).
+#[test]
+fn a_turn_replays_bit_for_bit_on_latent_attention_and_fused_projections() {
+    use common::{tiny, Family, TinySpec};
+    for family in [Family::Deepseek2, Family::Phi3] {
+        let (_dir, path) = tiny(&TinySpec { context: 2048, ..TinySpec::new(family) });
+        replays_exactly(Engine::open(&path).unwrap());
+    }
+}
