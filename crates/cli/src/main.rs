@@ -194,6 +194,12 @@ enum Command {
         kv_heads_swa: usize,
         #[arg(long, default_value_t = 512)]
         window: usize,
+        /// One of the other families, in its own layout at these sizes:
+        /// smollm3, mistral3, phi3, olmo2, granite, granitemoe, gemma2,
+        /// qwen3vl, glm4moe, deepseek2 (GLM-4.7-Flash's latent attention),
+        /// lfm2 (the MoE ones with --experts).
+        #[arg(long)]
+        family: Option<String>,
     },
     /// Writes the log-softmax at every position of a token sequence (a JSON
     /// array of ids) as an f32 .npy array of shape [positions, vocab].
@@ -352,6 +358,7 @@ fn run(cli: Cli) -> Result<(), EngineError> {
             head_dim_swa,
             kv_heads_swa,
             window,
+            family,
         } => {
             use hearth_engine::random_model;
             let experts = experts.map(|count| random_model::Experts {
@@ -387,12 +394,11 @@ fn run(cli: Cli) -> Result<(), EngineError> {
                 gpt_oss,
                 gemma4,
             };
-            random_model::write(
-                &out,
-                &tokenizer_from.unwrap_or_else(|| paths::default_model_path(|k| std::env::var_os(k))),
-                &shape,
-                &dtype,
-            )
+            let tokenizer_from = tokenizer_from.unwrap_or_else(|| paths::default_model_path(|k| std::env::var_os(k)));
+            match family {
+                Some(family) => random_model::write_family(&out, &tokenizer_from, &family, &shape, &dtype),
+                None => random_model::write(&out, &tokenizer_from, &shape, &dtype),
+            }
         }
     }
 }

@@ -290,6 +290,33 @@ fn lfm2_matches_llama_cpp() {
     check(&spec, 40, Feed::Steps);
 }
 
+/// The CLI's files of the other families (`random_model::write_family`,
+/// which the benchmarks use) open in both engines and agree: their
+/// layouts and metadata are the families' own.
+#[test]
+fn written_random_files_of_each_other_family_match_llama_cpp() {
+    use hearth_engine::random_model::{write_family, Experts, Shape, FAMILIES};
+    let dir = tempfile::tempdir().unwrap();
+    for family in FAMILIES {
+        let moe = matches!(*family, "granitemoe" | "glm4moe" | "deepseek2");
+        let shape = Shape {
+            layers: 3,
+            embd: 256,
+            ffn: 512,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: Some(64),
+            experts: moe.then(|| Experts { count: 8, used: 2, ffn: 256, dtype: "q8_0".into() }),
+            recurrent: None,
+            gpt_oss: false,
+            gemma4: None,
+        };
+        let path = dir.path().join(format!("{family}.gguf"));
+        write_family(&path, &common::default_model(), family, &shape, "q8_0").unwrap();
+        check_file(family, &path, 40, Feed::Prompt);
+    }
+}
+
 #[test]
 fn f32_weights_match_llama_cpp_as_a_prompt_and_as_steps() {
     // A router's f32 products: tinyBLAS for a prompt, a dot product each
