@@ -26,6 +26,8 @@ TEMPLATES = [
     ("templates/ministral-3-reasoning.jinja", "<s>", "</s>", True),
     ("templates/devstral-small.jinja", "<s>", "</s>", True),
     ("templates/mistral-nemo.jinja", "<s>", "</s>", True),
+    ("templates/glm-4.6.jinja", "", "", True),
+    ("templates/glm-4.7-flash.jinja", "", "", True),
 ]
 # Mistral's templates take call ids of nine letters and digits only (Hearth
 # gives them such ids: `ToolFormat::prepare`).
@@ -63,7 +65,14 @@ def render(src, messages, tools, bos, eos):
     # jinja2 returns it as Markup, and `'"' + key + '": ' + x|tojson` (Nemo's
     # template) then escapes the plain side; Hugging Face's and llama.cpp's
     # renderers return text, and so does Hearth's.
-    env.filters["tojson"] = lambda x, indent=None: str(jinja2.utils.htmlsafe_json_dumps(x, sort_keys=True, indent=indent))
+    # GLM's templates pass `ensure_ascii=False`, which Hugging Face's
+    # `tojson` takes: then no character is escaped.
+    def tojson(x, indent=None, ensure_ascii=True):
+        if not ensure_ascii:
+            return json.dumps(x, sort_keys=True, indent=indent, ensure_ascii=False)
+        return str(jinja2.utils.htmlsafe_json_dumps(x, sort_keys=True, indent=indent))
+
+    env.filters["tojson"] = tojson
     # A fixed day (Mistral Small 3.2 writes the date); the test sets the same.
     env.globals["strftime_now"] = lambda fmt: datetime.datetime(2026, 1, 1).strftime(fmt)
     extra = {"tools": tools} if tools else {}

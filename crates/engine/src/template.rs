@@ -120,6 +120,7 @@ impl ChatTemplate {
             }
             Ok(clock().format_with_items(items.into_iter()).to_string())
         });
+        env.add_filter("tojson", tojson);
         env.add_template_owned(NAME, source.to_string()).map_err(|e| EngineError::Template(describe(&e)))?;
         Ok(Self { env, source: source.to_string(), bos_token: bos_token.into(), eos_token: eos_token.into() })
     }
@@ -159,6 +160,59 @@ impl ChatTemplate {
         let extra: std::collections::BTreeMap<&str, &serde_json::Value> = vars.iter().map(|(k, v)| (*k, v)).collect();
         tmpl.render(context! { ..minijinja::value::Value::from(minijinja::value::Serde(&extra)), ..base })
             .map_err(|e| EngineError::Template(describe(&e)))
+    }
+}
+
+/// `tojson` as Hugging Face's templates call it: minijinja's own, or with
+/// `ensure_ascii=False` (GLM's templates) Python's `json.dumps` without
+/// escaping: `, ` and `: ` between items, keys sorted (as maps reach
+/// templates), every character as it is.
+fn tojson(
+    value: &minijinja::value::Value,
+    indent: Option<minijinja::value::Value>,
+    kwargs: minijinja::value::Kwargs,
+) -> std::result::Result<minijinja::value::Value, JinjaError> {
+    let ascii: Option<bool> = kwargs.get("ensure_ascii")?;
+    if ascii != Some(false) || indent.is_some() {
+        return minijinja::filters::tojson(value, indent, kwargs);
+    }
+    kwargs.assert_all_used()?;
+    let json = serde_json::to_value(value)
+        .map_err(|e| JinjaError::new(ErrorKind::InvalidOperation, "cannot serialize to JSON").with_source(e))?;
+    let mut out = String::new();
+    python_json(&json, &mut out);
+    Ok(minijinja::value::Value::from_safe_string(out))
+}
+
+/// `value` as Python's `json.dumps(value, ensure_ascii=False, sort_keys=True)` writes it.
+fn python_json(value: &serde_json::Value, out: &mut String) {
+    use serde_json::Value as J;
+    match value {
+        J::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                python_json(v, out);
+            }
+            out.push(']');
+        }
+        J::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                out.push_str(&J::String(k.clone()).to_string());
+                out.push_str(": ");
+                python_json(&map[k], out);
+            }
+            out.push('}');
+        }
+        other => out.push_str(&other.to_string()),
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! Templates with a tool syntax of their own (`ToolFormat`: Hermes's
 //! `<tool_call>` of Qwen 2.5, 3, 3.5 and Hermes; Llama 3's; Gemma 4's;
-//! gpt-oss's Harmony; Mistral's `[TOOL_CALLS]`) get the tools as their
+//! gpt-oss's Harmony; Mistral's `[TOOL_CALLS]`; GLM's `<arg_key>` tags) get the tools as their
 //! `tools` variable and read `tool_calls` and `tool` messages themselves.
 //! Any other template gets them in Hearth's fallback: a system message
 //! listing the tools and asking for Hermes's `<tool_call>` form, earlier
@@ -126,6 +126,9 @@ impl Tools {
                 .collect();
             return Some(GrammarSpec::Lark(format!("start: {}\n", alternatives.join(" | "))));
         }
+        if format == ToolFormat::Glm {
+            return Some(GrammarSpec::Lark(glm_call_grammar(&picked, self.parallel)));
+        }
         if format == ToolFormat::Mistral {
             // `[TOOL_CALLS]NAME[ARGS]{…}`, once or (with parallel calls) more.
             let lark_str = |s: &str| Value::String(s.to_string()).to_string();
@@ -228,6 +231,11 @@ pub enum ToolFormat {
     /// are one JSON array after `[TOOL_CALLS]`, each
     /// `{"name": …, "arguments": {…}}`.
     MistralNemo,
+    /// GLM-4.5, 4.6 and 4.7 (and GLM-4.7-Flash): the template takes
+    /// `tools`; a call is `<tool_call>NAME` then `<arg_key>K</arg_key>
+    /// <arg_value>V</arg_value>` per argument (strings as they are, other
+    /// values as JSON) and `</tool_call>`.
+    Glm,
     /// Hearth's fallback for any other template (see the module's doc).
     Fallback,
 }
@@ -244,6 +252,9 @@ const GEMMA_CLOSE: &str = "<tool_call|>";
 const MISTRAL_CALLS: &str = "[TOOL_CALLS]";
 const MISTRAL_ARGS: &str = "[ARGS]";
 const MISTRAL_CALL_ID: &str = "[CALL_ID]";
+/// GLM's argument tags.
+const GLM_KEY: (&str, &str) = ("<arg_key>", "</arg_key>");
+const GLM_VALUE: (&str, &str) = ("<arg_value>", "</arg_value>");
 
 impl ToolFormat {
     pub fn detect(template: &ChatTemplate) -> Self {
@@ -252,6 +263,8 @@ impl ToolFormat {
             Self::Gemma4
         } else if source.contains("functions.") && source.contains("<|call|>") && source.contains("tool_calls") {
             Self::Harmony
+        } else if source.contains(GLM_KEY.0) && source.contains(CALL_OPEN) && source.contains("tool_calls") {
+            Self::Glm
         } else if source.contains(MISTRAL_CALLS) && source.contains("tool_calls") {
             if source.contains(MISTRAL_ARGS) {
                 Self::Mistral
@@ -278,7 +291,7 @@ impl ToolFormat {
         if matches!(self, Self::Mistral | Self::MistralNemo) {
             return (mistral_ids(messages), Some(Value::Array(listed)));
         }
-        if matches!(self, Self::Hermes | Self::Llama3 | Self::Gemma4 | Self::Harmony) {
+        if matches!(self, Self::Hermes | Self::Llama3 | Self::Gemma4 | Self::Harmony | Self::Glm) {
             return (messages.to_vec(), Some(Value::Array(listed)));
         }
         let signatures: Vec<String> = listed.iter().map(|t| t.to_string()).collect();
@@ -328,6 +341,9 @@ impl ToolFormat {
         }
         if *self == Self::MistralNemo {
             return mistral_nemo_parse(text, id_prefix);
+        }
+        if *self == Self::Glm {
+            return glm_parse(text, id_prefix);
         }
         if *self == Self::Llama3 {
             // The whole reply is the call, or there is none.
@@ -460,6 +476,115 @@ fn arguments_text(arguments: Value) -> String {
         Value::String(s) => s,
         other => other.to_string(),
     }
+}
+
+/// GLM's calls taken out of a reply: each `<tool_call>NAME` with its
+/// `<arg_key>`/`<arg_value>` pairs and `</tool_call>`; a value reads as JSON
+/// where it is JSON (numbers, booleans, objects, arrays, null: how the
+/// template writes every value but a string), else as the string it is.
+/// A block that does not read as a call stays text.
+fn glm_parse(text: &str, id_prefix: &str) -> (String, Vec<ToolCall>) {
+    let mut content = String::new();
+    let mut calls = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(CALL_OPEN) {
+        let body_start = at + CALL_OPEN.len();
+        let Some(len) = rest[body_start..].find(CALL_CLOSE) else { break };
+        let body = &rest[body_start..body_start + len];
+        match glm_call(body) {
+            Some((name, args)) => {
+                content.push_str(&rest[..at]);
+                calls.push(ToolCall { id: format!("{id_prefix}{}", calls.len()), name, arguments: args.to_string() });
+            }
+            None => content.push_str(&rest[..body_start + len + CALL_CLOSE.len()]),
+        }
+        rest = &rest[body_start + len + CALL_CLOSE.len()..];
+    }
+    content.push_str(rest);
+    (content.trim().to_string(), calls)
+}
+
+/// One GLM call's body (between `<tool_call>` and `</tool_call>`): its name
+/// and arguments.
+fn glm_call(body: &str) -> Option<(String, Value)> {
+    let name_end = body.find(GLM_KEY.0).unwrap_or(body.len());
+    let name = body[..name_end].trim();
+    if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || "_-.".contains(c)) {
+        return None;
+    }
+    let mut args = serde_json::Map::new();
+    let mut rest = body[name_end..].trim_start();
+    while !rest.is_empty() {
+        let key_body = rest.strip_prefix(GLM_KEY.0)?;
+        let key_end = key_body.find(GLM_KEY.1)?;
+        let key = key_body[..key_end].trim().to_string();
+        let after = key_body[key_end + GLM_KEY.1.len()..].trim_start();
+        let value_body = after.strip_prefix(GLM_VALUE.0)?;
+        let value_end = value_body.find(GLM_VALUE.1)?;
+        let raw = &value_body[..value_end];
+        let value = match serde_json::from_str::<Value>(raw) {
+            Ok(v) if !v.is_string() => v,
+            _ => Value::String(raw.to_string()),
+        };
+        args.insert(key, value);
+        rest = value_body[value_end + GLM_VALUE.1.len()..].trim_start();
+    }
+    Some((name.to_string(), Value::Object(args)))
+}
+
+/// The Lark grammar of a required GLM call: one of `tools` by name, then
+/// its declared keys (any key where its schema allows others), each value a
+/// string's text (no `<`, as long as the schema allows) where the schema
+/// says string, else JSON of the property's schema; newlines between the tags allowed, as GLM-4.6 writes
+/// them and 4.7 does not. Which keys are required is not held.
+fn glm_call_grammar(tools: &[&ToolSpec], parallel: bool) -> String {
+    let lark_str = |s: &str| Value::String(s.to_string()).to_string();
+    let mut rules = Vec::new();
+    let mut calls = Vec::new();
+    for (i, t) in tools.iter().enumerate() {
+        let schema = declared_only(&t.parameters);
+        let props: Vec<(String, Value)> = schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .map(|p| p.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default();
+        let open = schema.get("additionalProperties") != Some(&Value::Bool(false));
+        let mut args = Vec::new();
+        for (j, (key, prop)) in props.iter().enumerate() {
+            let value = if prop.get("type").and_then(Value::as_str) == Some("string") {
+                // Its length held where the schema bounds it.
+                match prop.get("maxLength").and_then(Value::as_u64) {
+                    Some(n) => {
+                        let min = prop.get("minLength").and_then(Value::as_u64).unwrap_or(1).min(n);
+                        format!("/[^<]{{{min},{n}}}/")
+                    }
+                    None => "TEXT".to_string(),
+                }
+            } else {
+                format!("%json {}", compact(prop.clone()))
+            };
+            rules.push(format!(
+                "arg{i}_{j}: \"<arg_key>\" {} \"</arg_key>\" NL? \"<arg_value>\" {value} \"</arg_value>\" NL?",
+                lark_str(key)
+            ));
+            args.push(format!("arg{i}_{j}"));
+        }
+        if open {
+            rules.push(format!(
+                "arg{i}_any: \"<arg_key>\" KEY \"</arg_key>\" NL? \"<arg_value>\" TEXT \"</arg_value>\" NL?"
+            ));
+            args.push(format!("arg{i}_any"));
+        }
+        let body = if args.is_empty() { String::new() } else { format!("({})*", args.join(" | ")) };
+        rules.push(format!("call{i}: {} NL? {body}", lark_str(&t.name)));
+        calls.push(format!("call{i}"));
+    }
+    let more = if parallel { " (NL? block)*" } else { "" };
+    format!(
+        "start: block{more}\nblock: \"<tool_call>\" ({}) \"</tool_call>\"\n{}\nKEY: /[A-Za-z_][A-Za-z0-9_]*/\nTEXT: /[^<]+/\nNL: \"\\n\"\n",
+        calls.join(" | "),
+        rules.join("\n")
+    )
 }
 
 /// Mistral's calls taken out of a reply: from its first `[TOOL_CALLS]`,
@@ -843,5 +968,26 @@ mod tests {
         assert_eq!(once[2].tool_call_id.as_deref(), Some(ids[0]), "a result still names its call");
         let (again, _) = ToolFormat::MistralNemo.prepare(&[ChatMessage::user("Hi"), reply, result], &tools);
         assert_eq!(again, once);
+    }
+
+    #[test]
+    fn glm_calls_come_out_of_a_reply_in_its_tags() {
+        let reply = "Checking.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>opts</arg_key>\n<arg_value>{\"units\": \"metric\"}</arg_value>\n</tool_call><tool_call>get_time</tool_call>";
+        let (content, calls) = ToolFormat::Glm.parse(reply, "c");
+        assert_eq!(content, "Checking.");
+        assert_eq!(calls.len(), 2);
+        let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
+        assert_eq!(args, json!({"city": "Paris", "days": 3, "opts": {"units": "metric"}}));
+        assert_eq!((calls[1].name.as_str(), calls[1].arguments.as_str()), ("get_time", "{}"));
+        // GLM-4.7's form, with no newlines between the tags.
+        let (_, calls) =
+            ToolFormat::Glm.parse("<tool_call>f<arg_key>a</arg_key><arg_value>x y</arg_value></tool_call>", "c");
+        assert_eq!(calls[0].arguments, r#"{"a":"x y"}"#);
+        for bad in
+            ["<tool_call>f<arg_key>a</arg_key></tool_call>", "<tool_call></tool_call>", "<tool_call>f junk</tool_call>"]
+        {
+            let (content, calls) = ToolFormat::Glm.parse(bad, "c");
+            assert_eq!((content.as_str(), calls.len()), (bad, 0), "{bad}");
+        }
     }
 }

@@ -58,6 +58,8 @@ fn tool_templates_render_tools_calls_and_results_like_python_jinja2() {
             ToolFormat::Llama3
         } else if template.contains("gemma-4") {
             ToolFormat::Gemma4
+        } else if template.contains("glm") {
+            ToolFormat::Glm
         } else if template.contains("nemo") {
             ToolFormat::MistralNemo
         } else if template.contains("stral") {
@@ -75,7 +77,7 @@ fn tool_templates_render_tools_calls_and_results_like_python_jinja2() {
         assert_eq!(got, case["ok"].as_str().unwrap(), "{}: {}", case["template"], case["messages"]);
         checked += 1;
     }
-    assert_eq!(checked, 62);
+    assert_eq!(checked, 78);
 }
 
 fn weather() -> ToolSpec {
@@ -248,6 +250,45 @@ fn a_required_call_on_a_mistral_template_is_written_with_its_markers_and_parses(
         assert_eq!(calls[0].name, "get_weather");
         let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
         assert!(args["city"].as_str().is_some_and(|c| c.chars().count() <= 30), "{:?}", seq.text);
+        complete += 1;
+    }
+    assert!(complete >= 2, "{complete} of 4 calls ended within the limit");
+}
+
+/// On a file with GLM-4.7-Flash's template: the tools reach the prompt
+/// (its `tojson(ensure_ascii=False)` renders), and a required call, sampled
+/// hot, is written in GLM's tags and parses, its arguments valid.
+#[test]
+fn a_required_call_on_a_glm_template_is_written_in_its_tags_and_parses() {
+    let source = std::fs::read_to_string(data("templates/glm-4.7-flash.jinja")).unwrap();
+    let (_dir, path) = tiny(&TinySpec { chat_template: Some(source), context: 2048, ..TinySpec::new(Family::Qwen3) });
+    let engine = Engine::open(&path).unwrap();
+    assert_eq!(engine.tool_format(), ToolFormat::Glm);
+    let mut spec = weather();
+    spec.parameters["properties"]["days"] = serde_json::json!({"type": "integer", "minimum": 1, "maximum": 9});
+    let tools = Tools { specs: vec![spec], choice: ToolChoice::Required, parallel: false };
+    let ask = [ChatMessage::user("Weather in Paris?")];
+    let text = engine.render_chat_tools(&ask, PromptOptions::default(), &tools).unwrap();
+    assert!(text.contains("\"name\": \"get_weather\""), "{text}");
+    let prompt = engine.encode_chat_tools(&ask, PromptOptions::default(), &tools).unwrap();
+    let mut complete = 0;
+    for seed in 0..4 {
+        let mut config = engine.generation_config(SamplingParams { temperature: 1.5, seed, ..Default::default() }, 300);
+        config.grammar = Some(engine.compile_grammar(&tools.call_grammar(engine.tool_format()).unwrap()).unwrap());
+        let mut session = engine.new_session(Some(1024));
+        let out = session.start_turn(engine.model(), engine.tokenizer(), &prompt, config, 1).unwrap().run().unwrap();
+        let seq = &out.sequences[0];
+        if !engine.end_tokens().contains(seq.tokens.last().unwrap()) {
+            continue; // cut at the limit: a prefix of a call
+        }
+        assert!(seq.text.starts_with("<tool_call>get_weather"), "{:?}", seq.text);
+        let (content, calls) = engine.tool_format().parse(&seq.text, "call_");
+        assert_eq!((content.as_str(), calls.len()), ("", 1), "{:?}", seq.text);
+        let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
+        if let Some(days) = args.get("days") {
+            assert!(days.as_u64().is_some_and(|d| (1..=9).contains(&d)), "{:?}", seq.text);
+        }
+        assert!(args.get("city").is_none_or(|c| c.as_str().is_some_and(|c| c.chars().count() <= 30)), "{:?}", seq.text);
         complete += 1;
     }
     assert!(complete >= 2, "{complete} of 4 calls ended within the limit");
