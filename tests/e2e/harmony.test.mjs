@@ -6,9 +6,9 @@
 // no markup shows, and the reasoning effort is a setting of the chat.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { activeConversationId, Harness, lastReply, newChat, send, waitForReply } from './harness.mjs';
 
@@ -50,6 +50,8 @@ describe('gpt-oss: Harmony', () => {
 
   after(async () => {
     await h.stop();
+    // The written model (40 MB) goes with its folder, as the harness's data folders do.
+    rmSync(dirname(model), { recursive: true, force: true });
   });
 
   it('folds the analysis into Thinking and shows the final message as the answer', async () => {

@@ -5,9 +5,9 @@
 // Models view shows the experts and the state.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Harness, messages, newChat, send, setSetting, waitForReply } from './harness.mjs';
 
@@ -30,6 +30,8 @@ describe('a hybrid model with experts', () => {
 
   after(async () => {
     await h.stop();
+    // The written model goes with its folder, as the harness's data folders do.
+    rmSync(dirname(model), { recursive: true, force: true });
   });
 
   it('streams, and the next turn reads only its new tokens', async () => {
