@@ -107,45 +107,29 @@ impl Tools {
             // Nothing to call (no tools, or none of that name): no call can be required.
             return None;
         }
-        if format == ToolFormat::Gemma4 {
-            return Some(GrammarSpec::Lark(gemma4_call_grammar(&picked, self.parallel)));
-        }
-        if format == ToolFormat::Harmony {
-            // One commentary message to one of the functions, its arguments
-            // following that function's schema.
-            let lark_str = |s: &str| Value::String(s.to_string()).to_string();
-            let alternatives: Vec<String> = picked
-                .iter()
-                .map(|t| {
+        match format {
+            ToolFormat::Gemma4 => return Some(GrammarSpec::Lark(gemma4_call_grammar(&picked, self.parallel))),
+            ToolFormat::Glm => return Some(GrammarSpec::Lark(glm_call_grammar(&picked, self.parallel))),
+            ToolFormat::Harmony => {
+                // One commentary message to one of the functions, its
+                // arguments following that function's schema.
+                let calls = json_calls(&picked, |t| {
                     format!(
-                        "\"<|channel|>\" {} \"<|constrain|>\" \"json\" \"<|message|>\" %json {}",
-                        lark_str(&format!("commentary {HARMONY_TO}{} ", t.name)),
-                        compact(declared_only(&t.parameters))
+                        "\"<|channel|>\" {} \"<|constrain|>\" \"json\" \"<|message|>\"",
+                        lark_str(&format!("commentary {HARMONY_TO}{} ", t.name))
                     )
-                })
-                .collect();
-            return Some(GrammarSpec::Lark(format!("start: {}\n", alternatives.join(" | "))));
-        }
-        if format == ToolFormat::Glm {
-            return Some(GrammarSpec::Lark(glm_call_grammar(&picked, self.parallel)));
-        }
-        if format == ToolFormat::Mistral {
-            // `[TOOL_CALLS]NAME[ARGS]{…}`, once or (with parallel calls) more.
-            let lark_str = |s: &str| Value::String(s.to_string()).to_string();
-            let alternatives: Vec<String> = picked
-                .iter()
-                .map(|t| {
-                    format!(
-                        "{} {} {} %json {}",
-                        lark_str(MISTRAL_CALLS),
-                        lark_str(&t.name),
-                        lark_str(MISTRAL_ARGS),
-                        compact(declared_only(&t.parameters))
-                    )
-                })
-                .collect();
-            let more = if self.parallel { " call*" } else { "" };
-            return Some(GrammarSpec::Lark(format!("start: call{more}\ncall: {}\n", alternatives.join(" | "))));
+                });
+                return Some(GrammarSpec::Lark(format!("start: {calls}\n")));
+            }
+            ToolFormat::Mistral => {
+                // `[TOOL_CALLS]NAME[ARGS]{…}`, once or (with parallel calls) more.
+                let calls = json_calls(&picked, |t| {
+                    format!("{} {} {}", lark_str(MISTRAL_CALLS), lark_str(&t.name), lark_str(MISTRAL_ARGS))
+                });
+                let more = if self.parallel { " call*" } else { "" };
+                return Some(GrammarSpec::Lark(format!("start: call{more}\ncall: {calls}\n")));
+            }
+            _ => {}
         }
         let arguments = if format == ToolFormat::Llama3 { "parameters" } else { "arguments" };
         let calls: Vec<Value> = picked
@@ -193,6 +177,19 @@ fn declared_only(schema: &Value) -> Value {
         }
     }
     out
+}
+
+/// `s` as a Lark string literal.
+fn lark_str(s: &str) -> String {
+    Value::String(s.to_string()).to_string()
+}
+
+/// Lark alternatives, one per tool: `head(tool)` then the tool's arguments
+/// as JSON of its schema (declared keys only, written compactly).
+fn json_calls(tools: &[&ToolSpec], head: impl Fn(&ToolSpec) -> String) -> String {
+    let alternatives: Vec<String> =
+        tools.iter().map(|t| format!("{} %json {}", head(t), compact(declared_only(&t.parameters)))).collect();
+    alternatives.join(" | ")
 }
 
 /// `schema` written as templates' `tojson` writes arguments back: one
@@ -330,20 +327,13 @@ impl ToolFormat {
     /// the calls, numbered from `first_id`. A block that does not hold a
     /// call (`{"name": …, "arguments": {…}}`) stays text.
     pub fn parse(&self, text: &str, id_prefix: &str) -> (String, Vec<ToolCall>) {
-        if *self == Self::Gemma4 {
-            return gemma4_parse(text, id_prefix);
-        }
-        if *self == Self::Harmony {
-            return harmony_parse(text, id_prefix);
-        }
-        if *self == Self::Mistral {
-            return mistral_parse(text, id_prefix);
-        }
-        if *self == Self::MistralNemo {
-            return mistral_nemo_parse(text, id_prefix);
-        }
-        if *self == Self::Glm {
-            return glm_parse(text, id_prefix);
+        match self {
+            Self::Gemma4 => return gemma4_parse(text, id_prefix),
+            Self::Harmony => return harmony_parse(text, id_prefix),
+            Self::Mistral => return mistral_parse(text, id_prefix),
+            Self::MistralNemo => return mistral_nemo_parse(text, id_prefix),
+            Self::Glm => return glm_parse(text, id_prefix),
+            Self::Hermes | Self::Llama3 | Self::Fallback => {}
         }
         if *self == Self::Llama3 {
             // The whole reply is the call, or there is none.
@@ -538,7 +528,6 @@ fn glm_call(body: &str) -> Option<(String, Value)> {
 /// says string, else JSON of the property's schema; newlines between the tags allowed, as GLM-4.6 writes
 /// them and 4.7 does not. Which keys are required is not held.
 fn glm_call_grammar(tools: &[&ToolSpec], parallel: bool) -> String {
-    let lark_str = |s: &str| Value::String(s.to_string()).to_string();
     let mut rules = Vec::new();
     let mut calls = Vec::new();
     for (i, t) in tools.iter().enumerate() {
@@ -710,7 +699,6 @@ fn gemma4_parse(text: &str, id_prefix: &str) -> (String, Vec<ToolCall>) {
 /// the schema (its syntax is not JSON, which llguidance's schema compiler
 /// writes); strings hold no `<`.
 fn gemma4_call_grammar(tools: &[&ToolSpec], parallel: bool) -> String {
-    let lark_str = |s: &str| Value::String(s.to_string()).to_string();
     let mut rules = Vec::new();
     let mut blocks = Vec::new();
     for (i, t) in tools.iter().enumerate() {

@@ -107,24 +107,33 @@ fn a_required_call_on_a_hermes_template_parses_and_follows_its_schema() {
         "{prompt_text}"
     );
     let prompt = engine.encode_chat_tools(&ask, PromptOptions::default(), &tools).unwrap();
-    let mut complete = 0;
-    for seed in 0..4 {
-        let mut config = engine.generation_config(SamplingParams { temperature: 1.5, seed, ..Default::default() }, 400);
-        config.grammar = Some(engine.compile_grammar(&tools.call_grammar(engine.tool_format()).unwrap()).unwrap());
-        let mut session = engine.new_session(Some(1024));
-        let out = session.start_turn(engine.model(), engine.tokenizer(), &prompt, config, 1).unwrap().run().unwrap();
-        let text = &out.sequences[0].text;
-        if !engine.end_tokens().contains(out.sequences[0].tokens.last().unwrap()) {
-            continue; // cut at the limit: a prefix of a call
-        }
+    for (_, text) in &required_calls(&engine, &prompt, &tools, 400) {
         let (content, calls) = engine.tool_format().parse(text, "call_");
         assert_eq!((content.as_str(), calls.len()), ("", 1), "{text:?}");
         assert_eq!(calls[0].name, "get_weather");
         let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
         assert!(args["city"].as_str().is_some_and(|c| c.chars().count() <= 30), "{text:?}");
-        complete += 1;
     }
-    assert!(complete >= 2, "{complete} of 4 calls ended within the limit");
+}
+
+/// Required calls sampled hot from `prompt` under `tools`' grammar, four
+/// seeds of at most `max` tokens: the (tokens, text) of those that ended
+/// within the limit (a cut one is a prefix of a call), at least two.
+fn required_calls(engine: &Engine, prompt: &[u32], tools: &Tools, max: usize) -> Vec<(Vec<u32>, String)> {
+    let grammar = tools.call_grammar(engine.tool_format()).unwrap();
+    let mut complete = Vec::new();
+    for seed in 0..4 {
+        let mut config = engine.generation_config(SamplingParams { temperature: 1.5, seed, ..Default::default() }, max);
+        config.grammar = Some(engine.compile_grammar(&grammar).unwrap());
+        let mut session = engine.new_session(Some(1024));
+        let out = session.start_turn(engine.model(), engine.tokenizer(), prompt, config, 1).unwrap().run().unwrap();
+        let seq = &out.sequences[0];
+        if engine.end_tokens().contains(seq.tokens.last().unwrap()) {
+            complete.push((seq.tokens.clone(), seq.text.clone()));
+        }
+    }
+    assert!(complete.len() >= 2, "{} of 4 calls ended within the limit", complete.len());
+    complete
 }
 
 /// A template with no tool syntax (the tiny ChatML one) gets Hearth's
@@ -234,25 +243,14 @@ fn a_required_call_on_a_mistral_template_is_written_with_its_markers_and_parses(
     // (A short system message: the template's default is 2,000 bytes, a token each here.)
     let ask = [ChatMessage::system("Be brief."), ChatMessage::user("Weather in Paris?")];
     let prompt = engine.encode_chat_tools(&ask, PromptOptions::default(), &tools).unwrap();
-    let mut complete = 0;
-    for seed in 0..4 {
-        let mut config = engine.generation_config(SamplingParams { temperature: 1.5, seed, ..Default::default() }, 300);
-        config.grammar = Some(engine.compile_grammar(&tools.call_grammar(engine.tool_format()).unwrap()).unwrap());
-        let mut session = engine.new_session(Some(1024));
-        let out = session.start_turn(engine.model(), engine.tokenizer(), &prompt, config, 1).unwrap().run().unwrap();
-        let seq = &out.sequences[0];
-        if !engine.end_tokens().contains(seq.tokens.last().unwrap()) {
-            continue; // cut at the limit: a prefix of a call
-        }
-        assert_eq!(seq.tokens[0], marker[0], "the marker is its token, not its letters");
-        let (content, calls) = engine.tool_format().parse(&seq.text, "call_");
-        assert_eq!((content.as_str(), calls.len()), ("", 1), "{:?}", seq.text);
+    for (tokens, text) in &required_calls(&engine, &prompt, &tools, 300) {
+        assert_eq!(tokens[0], marker[0], "the marker is its token, not its letters");
+        let (content, calls) = engine.tool_format().parse(text, "call_");
+        assert_eq!((content.as_str(), calls.len()), ("", 1), "{text:?}");
         assert_eq!(calls[0].name, "get_weather");
         let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
-        assert!(args["city"].as_str().is_some_and(|c| c.chars().count() <= 30), "{:?}", seq.text);
-        complete += 1;
+        assert!(args["city"].as_str().is_some_and(|c| c.chars().count() <= 30), "{text:?}");
     }
-    assert!(complete >= 2, "{complete} of 4 calls ended within the limit");
 }
 
 /// On a file with GLM-4.7-Flash's template: the tools reach the prompt
@@ -271,25 +269,14 @@ fn a_required_call_on_a_glm_template_is_written_in_its_tags_and_parses() {
     let text = engine.render_chat_tools(&ask, PromptOptions::default(), &tools).unwrap();
     assert!(text.contains("\"name\": \"get_weather\""), "{text}");
     let prompt = engine.encode_chat_tools(&ask, PromptOptions::default(), &tools).unwrap();
-    let mut complete = 0;
-    for seed in 0..4 {
-        let mut config = engine.generation_config(SamplingParams { temperature: 1.5, seed, ..Default::default() }, 300);
-        config.grammar = Some(engine.compile_grammar(&tools.call_grammar(engine.tool_format()).unwrap()).unwrap());
-        let mut session = engine.new_session(Some(1024));
-        let out = session.start_turn(engine.model(), engine.tokenizer(), &prompt, config, 1).unwrap().run().unwrap();
-        let seq = &out.sequences[0];
-        if !engine.end_tokens().contains(seq.tokens.last().unwrap()) {
-            continue; // cut at the limit: a prefix of a call
-        }
-        assert!(seq.text.starts_with("<tool_call>get_weather"), "{:?}", seq.text);
-        let (content, calls) = engine.tool_format().parse(&seq.text, "call_");
-        assert_eq!((content.as_str(), calls.len()), ("", 1), "{:?}", seq.text);
+    for (_, text) in &required_calls(&engine, &prompt, &tools, 300) {
+        assert!(text.starts_with("<tool_call>get_weather"), "{text:?}");
+        let (content, calls) = engine.tool_format().parse(text, "call_");
+        assert_eq!((content.as_str(), calls.len()), ("", 1), "{text:?}");
         let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
         if let Some(days) = args.get("days") {
-            assert!(days.as_u64().is_some_and(|d| (1..=9).contains(&d)), "{:?}", seq.text);
+            assert!(days.as_u64().is_some_and(|d| (1..=9).contains(&d)), "{text:?}");
         }
-        assert!(args.get("city").is_none_or(|c| c.as_str().is_some_and(|c| c.chars().count() <= 30)), "{:?}", seq.text);
-        complete += 1;
+        assert!(args.get("city").is_none_or(|c| c.as_str().is_some_and(|c| c.chars().count() <= 30)), "{text:?}");
     }
-    assert!(complete >= 2, "{complete} of 4 calls ended within the limit");
 }
