@@ -178,7 +178,7 @@ impl ModelFacts {
             None => n_layers,
         };
         let kv_bytes_per_token = match &config {
-            Some(c) => (0..c.n_layers).map(|i| 2 * 2 * c.kv_width(i) as u64).sum(),
+            Some(c) => (0..c.n_layers).map(|i| 2 * (c.kv_width(i) + c.value_width(i)) as u64).sum(),
             None => {
                 [attention_layers, n_kv_heads, head_dim].iter().fold(2 * 2u64, |acc, &n| acc.saturating_mul(n as u64))
             }

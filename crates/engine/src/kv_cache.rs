@@ -24,6 +24,7 @@
 //! clones, truncates, saves and restores as a whole.
 
 use std::io::{Read, Write};
+use std::ops::Range;
 use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
@@ -32,6 +33,7 @@ use half::f16;
 use crate::error::{EngineError, Result};
 use crate::model::config::ModelConfig;
 use crate::recurrent_state::RecurrentState;
+use crate::worker_pool::{DisjointSlice, WorkerPool};
 
 /// Smallest allocation, in positions, so short chats do not regrow every turn.
 const MIN_CAPACITY: usize = 256;
@@ -44,19 +46,39 @@ pub(crate) struct HostKvMut<'a> {
     pub k: &'a mut [f16],
     pub v_t: &'a mut [f16],
     pub capacity: usize,
-    head_dim: usize,
+    shape: KvShape,
 }
 
 impl HostKvMut<'_> {
     /// Stores one position's key and value of run `run` (sequence × KV
     /// head), rounded to f16 as llama.cpp's `ggml_set_rows` rounds them.
+    /// `v` is empty for a layer whose values are its keys (`KvShape`).
     pub fn store(&mut self, run: usize, pos: usize, k: &[f32], v: &[f32]) {
         use half::slice::HalfFloatSliceExt;
-        let (d, cap) = (self.head_dim, self.capacity);
-        self.k[(run * cap + pos) * d..(run * cap + pos + 1) * d].convert_from_f32_slice(k);
+        let (kd, vd, cap) = (self.shape.key_dim, self.shape.value_dim, self.capacity);
+        debug_assert_eq!((k.len(), v.len()), (kd, vd));
+        self.k[(run * cap + pos) * kd..(run * cap + pos + 1) * kd].convert_from_f32_slice(k);
         for (j, x) in v.iter().enumerate() {
-            self.v_t[(run * d + j) * cap + pos] = f16::from_f32(*x);
+            self.v_t[(run * vd + j) * cap + pos] = f16::from_f32(*x);
         }
+    }
+}
+
+/// What one position of one KV head of a layer stores.
+#[derive(Clone, Copy, Debug)]
+struct KvShape {
+    heads: usize,
+    key_dim: usize,
+    /// 0 where the values are the keys' leading dimensions (latent
+    /// attention's, `ModelConfig::values_in_keys`): they are read from the
+    /// keys, not stored twice.
+    value_dim: usize,
+}
+
+impl KvShape {
+    /// f16 values one position of one sequence holds.
+    fn width(&self) -> usize {
+        self.heads * (self.key_dim + self.value_dim)
     }
 }
 
@@ -73,10 +95,10 @@ pub struct KvCache {
     /// names them.
     n_kv_heads: usize,
     head_dim: usize,
-    /// `kv_layers[i]`: layer `i`'s KV heads and head size where it keeps
+    /// `kv_layers[i]`: layer `i`'s KV heads and sizes where it keeps
     /// keys and values of its own (not a hybrid's recurrent layers, nor
     /// Gemma 4's layers that read an earlier layer's).
-    kv_layers: Arc<Vec<Option<(usize, usize)>>>,
+    kv_layers: Arc<Vec<Option<KvShape>>>,
     recurrent: Option<RecurrentState>,
     device: Device,
 }
@@ -94,11 +116,131 @@ enum LayerKv {
 }
 
 /// One layer's host buffers: keys `[batch, kv_heads, capacity, head_dim]`,
-/// values transposed, `[batch, kv_heads, head_dim, capacity]`.
+/// values transposed, `[batch, kv_heads, head_dim, capacity]` (empty where
+/// the values are the keys' leading dimensions: see `values_t`).
 pub(crate) struct HostKv<'a> {
     pub k: &'a [f16],
-    pub v_t: &'a [f16],
+    v_t: &'a [f16],
     pub capacity: usize,
+    key_dim: usize,
+}
+
+impl<'a> HostKv<'a> {
+    /// The values of positions `..end`, transposed as attention reads them.
+    /// A layer whose values are its keys' first `lead` dimensions
+    /// (`ModelConfig::values_in_keys`) has them transposed here, for this
+    /// pass only, as llama.cpp transposes its view of the keys: the cache
+    /// holds the latent once, and the sums come out as they do there.
+    pub fn values_t(&self, pool: &WorkerPool, lead: usize, end: usize) -> ValuesT<'a> {
+        if !self.v_t.is_empty() || self.k.is_empty() {
+            return ValuesT { data: std::borrow::Cow::Borrowed(self.v_t), stride: self.capacity, dims: self.key_dim };
+        }
+        let (kd, cap) = (self.key_dim, self.capacity);
+        let runs = self.k.len() / (cap * kd);
+        // Blocks of dimensions, each read as a short row of every key and
+        // written as that many sequential rows.
+        const DIMS: usize = 32;
+        let blocks = lead.div_ceil(DIMS);
+        // Every element is written below: no zeroing first (this runs on
+        // every pass over the whole history).
+        let n = runs * lead * end;
+        let mut out: Vec<f16> = Vec::with_capacity(n);
+        let dst = DisjointSlice::new(&mut out.spare_capacity_mut()[..n]);
+        pool.run(runs * blocks, &|t| {
+            let (run, block) = (t / blocks, t % blocks);
+            let dims = block * DIMS..((block + 1) * DIMS).min(lead);
+            // SAFETY: each task writes its own run's rows of its own dimensions.
+            let rows = unsafe { dst.slice((run * lead + dims.start) * end..(run * lead + dims.end) * end) };
+            let keys = &self.k[run * cap * kd..];
+            transpose_into(rows, end, &keys[..end * kd], kd, dims);
+        });
+        // SAFETY: the tasks above wrote every one of the `n` elements.
+        unsafe { out.set_len(n) };
+        ValuesT { data: std::borrow::Cow::Owned(out), stride: end, dims: lead }
+    }
+}
+
+/// Writes dimensions `dims` of `n` rows of `keys` (each `kd` wide) into
+/// `rows` as `dims.len()` rows of `n`: `rows[j * n + i] = keys[i * kd + dims.start + j]`.
+fn transpose_into(rows: &mut [std::mem::MaybeUninit<f16>], n: usize, keys: &[f16], kd: usize, dims: Range<usize>) {
+    assert!(rows.len() == dims.len() * n && keys.len() >= n * kd && dims.end <= kd);
+    let (mut i, width) = (0, dims.len());
+    #[cfg(target_arch = "x86_64")]
+    while i + 8 <= n {
+        let mut j = 0;
+        while j + 8 <= width {
+            // SAFETY: rows i..i + 8 and dimensions dims.start + j..+ 8 of
+            // the keys, and positions i..i + 8 of rows j..j + 8, are in
+            // bounds by the assert above; SSE2 is part of x86-64.
+            unsafe {
+                transpose_8x8(keys.as_ptr().add(i * kd + dims.start + j), kd, rows.as_mut_ptr().add(j * n + i), n)
+            };
+            j += 8;
+        }
+        for j in j..width {
+            for r in 0..8 {
+                rows[j * n + i + r] = std::mem::MaybeUninit::new(keys[(i + r) * kd + dims.start + j]);
+            }
+        }
+        i += 8;
+    }
+    for i in i..n {
+        for j in 0..width {
+            rows[j * n + i] = std::mem::MaybeUninit::new(keys[i * kd + dims.start + j]);
+        }
+    }
+}
+
+/// An 8 × 8 block of 16-bit values from rows `src_stride` apart into rows
+/// `dst_stride` apart, transposed, in SSE2 registers.
+///
+/// # Safety
+/// Eight values at each of `src + r * src_stride` and `dst + r * dst_stride`
+/// (`r < 8`) are in bounds.
+#[cfg(target_arch = "x86_64")]
+unsafe fn transpose_8x8(src: *const f16, src_stride: usize, dst: *mut std::mem::MaybeUninit<f16>, dst_stride: usize) {
+    use std::arch::x86_64::*;
+    let row = |r: usize| _mm_loadu_si128(src.add(r * src_stride) as *const __m128i);
+    let (a0, a1, a2, a3) = (row(0), row(1), row(2), row(3));
+    let (a4, a5, a6, a7) = (row(4), row(5), row(6), row(7));
+    // Pairs of 16-bit, then 32-bit, then 64-bit lanes interleaved.
+    let (b0, b1) = (_mm_unpacklo_epi16(a0, a1), _mm_unpackhi_epi16(a0, a1));
+    let (b2, b3) = (_mm_unpacklo_epi16(a2, a3), _mm_unpackhi_epi16(a2, a3));
+    let (b4, b5) = (_mm_unpacklo_epi16(a4, a5), _mm_unpackhi_epi16(a4, a5));
+    let (b6, b7) = (_mm_unpacklo_epi16(a6, a7), _mm_unpackhi_epi16(a6, a7));
+    let (c0, c1) = (_mm_unpacklo_epi32(b0, b2), _mm_unpackhi_epi32(b0, b2));
+    let (c2, c3) = (_mm_unpacklo_epi32(b1, b3), _mm_unpackhi_epi32(b1, b3));
+    let (c4, c5) = (_mm_unpacklo_epi32(b4, b6), _mm_unpackhi_epi32(b4, b6));
+    let (c6, c7) = (_mm_unpacklo_epi32(b5, b7), _mm_unpackhi_epi32(b5, b7));
+    let out = [
+        _mm_unpacklo_epi64(c0, c4),
+        _mm_unpackhi_epi64(c0, c4),
+        _mm_unpacklo_epi64(c1, c5),
+        _mm_unpackhi_epi64(c1, c5),
+        _mm_unpacklo_epi64(c2, c6),
+        _mm_unpackhi_epi64(c2, c6),
+        _mm_unpacklo_epi64(c3, c7),
+        _mm_unpackhi_epi64(c3, c7),
+    ];
+    for (r, v) in out.into_iter().enumerate() {
+        _mm_storeu_si128(dst.add(r * dst_stride) as *mut __m128i, v);
+    }
+}
+
+/// A layer's values as attention reads them: `[run, dims, stride]`, each
+/// row one dimension over positions.
+pub(crate) struct ValuesT<'a> {
+    data: std::borrow::Cow<'a, [f16]>,
+    pub stride: usize,
+    pub dims: usize,
+}
+
+impl ValuesT<'_> {
+    /// Run `run`'s (sequence × KV head) values.
+    pub fn run(&self, run: usize) -> &[f16] {
+        let n = self.dims * self.stride;
+        &self.data[run * n..(run + 1) * n]
+    }
 }
 
 impl KvCache {
@@ -117,7 +259,8 @@ impl KvCache {
                 (0..config.n_layers)
                     .map(|i| {
                         let a = config.attention_shape(i);
-                        config.stores_kv(i).then_some((a.n_kv_heads, a.head_dim))
+                        let value_dim = if config.values_in_keys() { 0 } else { a.head_dim };
+                        config.stores_kv(i).then_some(KvShape { heads: a.n_kv_heads, key_dim: a.head_dim, value_dim })
                     })
                     .collect(),
             ),
@@ -126,10 +269,9 @@ impl KvCache {
         }
     }
 
-    /// Keys (and as many values) one position of one sequence holds, over
-    /// every layer.
+    /// Keys and values one position of one sequence holds, over every layer.
     fn kv_width(&self) -> usize {
-        self.kv_layers.iter().flatten().map(|(h, d)| h * d).sum()
+        self.kv_layers.iter().flatten().map(KvShape::width).sum()
     }
 
     /// A hybrid model's recurrent state, for its pass to read and write.
@@ -230,12 +372,12 @@ impl KvCache {
 
     /// Bytes one position of one sequence takes, in memory and on disk.
     pub fn bytes_per_position(&self) -> usize {
-        2 * self.kv_width() * 2
+        self.kv_width() * 2
     }
 
     /// Bytes held by the buffers (what this cache costs in memory).
     pub fn allocated_bytes(&self) -> usize {
-        let kv = 2 * self.kv_width() * self.batch * self.capacity * 2;
+        let kv = self.kv_width() * self.batch * self.capacity * 2;
         kv + self.recurrent.as_ref().map_or(0, RecurrentState::allocated_bytes)
     }
 
@@ -283,33 +425,26 @@ impl KvCache {
         let (len, old_cap) = (self.len, self.capacity);
         for i in 0..self.n_layers {
             let old = self.layers.get(i);
-            let layer = if self.kv_layers[i].is_none() {
-                LayerKv::Host { k: Vec::new(), v: Vec::new() }
-            } else if self.device.is_cpu() {
-                let (heads, d) = self.kv_layers[i].expect("a layer with keys and values");
-                let mut k = zeroed_halves(self.batch * heads * capacity * d);
-                let mut v = zeroed_halves(k.len());
-                if let Some(LayerKv::Host { k: ok, v: ov }) = old {
-                    for run in 0..self.batch * heads {
-                        let (src, dst) = (run * old_cap * d, run * capacity * d);
-                        k[dst..dst + len * d].copy_from_slice(&ok[src..src + len * d]);
+            let layer = if let Some(KvShape { heads, key_dim: d, value_dim: vd }) = self.kv_layers[i] {
+                if self.device.is_cpu() {
+                    let mut k = zeroed_halves(self.batch * heads * capacity * d);
+                    let mut v = zeroed_halves(self.batch * heads * capacity * vd);
+                    if let Some(LayerKv::Host { k: ok, v: ov }) = old {
+                        for run in 0..self.batch * heads {
+                            let (src, dst) = (run * old_cap * d, run * capacity * d);
+                            k[dst..dst + len * d].copy_from_slice(&ok[src..src + len * d]);
+                        }
+                        for row in 0..self.batch * heads * vd {
+                            v[row * capacity..row * capacity + len]
+                                .copy_from_slice(&ov[row * old_cap..row * old_cap + len]);
+                        }
                     }
-                    for row in 0..self.batch * heads * d {
-                        v[row * capacity..row * capacity + len]
-                            .copy_from_slice(&ov[row * old_cap..row * old_cap + len]);
-                    }
+                    LayerKv::Host { k, v }
+                } else {
+                    self.device_layer(old, heads, d, vd, capacity)?
                 }
-                LayerKv::Host { k, v }
             } else {
-                let (heads, d) = self.kv_layers[i].expect("a layer with keys and values");
-                let shape = (self.batch, heads, capacity, d);
-                let k = Tensor::zeros(shape, DType::F16, &self.device)?;
-                let v = Tensor::zeros(shape, DType::F16, &self.device)?;
-                if let (Some(LayerKv::Device { k: ok, v: ov }), true) = (old, len > 0) {
-                    k.slice_set(&ok.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
-                    v.slice_set(&ov.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
-                }
-                LayerKv::Device { k, v }
+                LayerKv::Host { k: Vec::new(), v: Vec::new() }
             };
             layers.push(layer);
         }
@@ -318,19 +453,41 @@ impl KvCache {
         Ok(())
     }
 
+    /// A device layer's buffers of `capacity` positions, holding `old`'s.
+    fn device_layer(
+        &self,
+        old: Option<&LayerKv>,
+        heads: usize,
+        d: usize,
+        vd: usize,
+        capacity: usize,
+    ) -> Result<LayerKv> {
+        let len = self.len;
+        let k = Tensor::zeros((self.batch, heads, capacity, d), DType::F16, &self.device)?;
+        let v = Tensor::zeros((self.batch, heads, capacity, vd), DType::F16, &self.device)?;
+        if let (Some(LayerKv::Device { k: ok, v: ov }), true) = (old, len > 0) {
+            k.slice_set(&ok.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+            v.slice_set(&ov.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+        }
+        Ok(LayerKv::Device { k, v })
+    }
+
     /// Layer `layer`'s host buffers (CPU caches only).
     pub(crate) fn host(&self, layer: usize) -> HostKv<'_> {
         match &self.layers[layer] {
-            LayerKv::Host { k, v } => HostKv { k, v_t: v, capacity: self.capacity },
+            LayerKv::Host { k, v } => {
+                HostKv { k, v_t: v, capacity: self.capacity, key_dim: self.kv_layers[layer].map_or(0, |s| s.key_dim) }
+            }
             LayerKv::Device { .. } => unreachable!("host access to a device cache"),
         }
     }
 
     /// Mutable host buffers of `layer`; call `reserve` first (it unshares them).
     pub(crate) fn host_mut(&mut self, layer: usize) -> HostKvMut<'_> {
-        let (capacity, head_dim) = (self.capacity, self.kv_layers[layer].map_or(0, |(_, d)| d));
+        let capacity = self.capacity;
+        let shape = self.kv_layers[layer].unwrap_or(KvShape { heads: 0, key_dim: 0, value_dim: 0 });
         match Arc::get_mut(&mut self.layers).map(|l| &mut l[layer]) {
-            Some(LayerKv::Host { k, v }) => HostKvMut { k, v_t: v, capacity, head_dim },
+            Some(LayerKv::Host { k, v }) => HostKvMut { k, v_t: v, capacity, shape },
             _ => unreachable!("host_mut needs a reserved CPU cache"),
         }
     }
@@ -360,20 +517,23 @@ impl KvCache {
     /// Call `reserve` first and `advance` after the last layer (a caller
     /// that never advances leaves the cache as it was).
     pub(crate) fn write_bits<S: Halves + ?Sized>(&mut self, layer: usize, k: &S, v: &S, n: usize) -> Result<()> {
-        let Some((heads, d)) = self.kv_layers[layer] else {
+        let Some(KvShape { heads, key_dim: d, value_dim: vd }) = self.kv_layers[layer] else {
             if k.count() != 0 || v.count() != 0 {
                 return Err(EngineError::CorruptCache(format!("keys and values for layer {layer}, which keeps none")));
             }
             return Ok(());
         };
         let (pos, runs) = (self.len, self.batch * heads);
-        if k.count() != runs * n * d || v.count() != k.count() {
-            return Err(EngineError::CorruptCache(format!("{} values for {n} positions of layer {layer}", k.count())));
+        if k.count() != runs * n * d || v.count() != runs * n * vd {
+            return Err(EngineError::CorruptCache(format!(
+                "{} keys and {} values for {n} positions of layer {layer}",
+                k.count(),
+                v.count()
+            )));
         }
         if !self.device.is_cpu() {
-            let shape = (self.batch, heads, n, d);
-            let kt = Tensor::from_vec(k.to_vec(), shape, &self.device)?;
-            let vt = Tensor::from_vec(v.to_vec(), shape, &self.device)?;
+            let kt = Tensor::from_vec(k.to_vec(), (self.batch, heads, n, d), &self.device)?;
+            let vt = Tensor::from_vec(v.to_vec(), (self.batch, heads, n, vd), &self.device)?;
             return self.write(layer, &kt, &vt);
         }
         let host = self.host_mut(layer);
@@ -382,10 +542,11 @@ impl KvCache {
             let (src, dst) = (run * n * d, (run * cap + pos) * d);
             k.copy_to(src, &mut host.k[dst..dst + n * d]);
             // Row by row of the destination, so the writes are sequential.
-            for j in 0..d {
-                let row = &mut host.v_t[(run * d + j) * cap + pos..(run * d + j) * cap + pos + n];
+            let src = run * n * vd;
+            for j in 0..vd {
+                let row = &mut host.v_t[(run * vd + j) * cap + pos..(run * vd + j) * cap + pos + n];
                 for (i, x) in row.iter_mut().enumerate() {
-                    *x = v.at(src + i * d + j);
+                    *x = v.at(src + i * vd + j);
                 }
             }
         }
@@ -393,9 +554,10 @@ impl KvCache {
     }
 
     /// The stored f16 keys and values of positions `start..end` of `layer`,
-    /// as `[batch, kv_heads, n, head_dim]`: what a saved cache holds.
+    /// as `[batch, kv_heads, n, head_dim]`: what a saved cache holds (no
+    /// values where they are the keys').
     pub(crate) fn bits(&self, layer: usize, start: usize, end: usize) -> Result<(Vec<f16>, Vec<f16>)> {
-        let Some((heads, d)) = self.kv_layers[layer] else {
+        let Some(KvShape { heads, key_dim: d, value_dim: vd }) = self.kv_layers[layer] else {
             return Ok((Vec::new(), Vec::new()));
         };
         match &self.layers[layer] {
@@ -412,7 +574,7 @@ impl KvCache {
                     .flat_map(|run| k[(run * cap + start) * d..(run * cap + end) * d].iter().copied())
                     .collect();
                 let values = (0..runs)
-                    .flat_map(|run| (start..end).flat_map(move |i| (0..d).map(move |j| v[(run * d + j) * cap + i])))
+                    .flat_map(|run| (start..end).flat_map(move |i| (0..vd).map(move |j| v[(run * vd + j) * cap + i])))
                     .collect();
                 Ok((keys, values))
             }
@@ -428,10 +590,13 @@ impl KvCache {
             }
             LayerKv::Host { .. } => {
                 let (k, v) = self.bits(layer, start, end)?;
-                let (heads, d) = self.kv_layers[layer].unwrap_or((0, 0));
-                let shape = (self.batch, heads, end - start, d);
+                let s = self.kv_layers[layer].unwrap_or(KvShape { heads: 0, key_dim: 0, value_dim: 0 });
+                let n = end - start;
                 let widen = |x: Vec<f16>| -> Vec<f32> { x.into_iter().map(f16::to_f32).collect() };
-                Ok((Tensor::from_vec(widen(k), shape, &self.device)?, Tensor::from_vec(widen(v), shape, &self.device)?))
+                Ok((
+                    Tensor::from_vec(widen(k), (self.batch, s.heads, n, s.key_dim), &self.device)?,
+                    Tensor::from_vec(widen(v), (self.batch, s.heads, n, s.value_dim), &self.device)?,
+                ))
             }
         }
     }
@@ -487,11 +652,11 @@ impl KvCache {
             .iter()
             .map(|l| match l {
                 LayerKv::Host { k, v } => {
-                    let per_row = k.len() / self.batch;
-                    Ok(LayerKv::Host {
-                        k: k[row * per_row..(row + 1) * per_row].to_vec(),
-                        v: v[row * per_row..(row + 1) * per_row].to_vec(),
-                    })
+                    let row_of = |x: &[f16]| {
+                        let per_row = x.len() / self.batch;
+                        x[row * per_row..(row + 1) * per_row].to_vec()
+                    };
+                    Ok(LayerKv::Host { k: row_of(k), v: row_of(v) })
                 }
                 LayerKv::Device { k, v } => {
                     Ok(LayerKv::Device { k: k.narrow(0, row, 1)?.contiguous()?, v: v.narrow(0, row, 1)?.contiguous()? })
@@ -569,9 +734,9 @@ impl KvCache {
         cache.reserve(len, batch)?;
         let mut buf = Vec::new();
         for i in 0..n_layers {
-            let Some((heads, d)) = cache.kv_layers[i] else { continue };
-            let n = batch * heads * len * d;
-            buf.resize(n * 4, 0);
+            let Some(KvShape { heads, key_dim, value_dim }) = cache.kv_layers[i] else { continue };
+            let n = batch * heads * len * key_dim;
+            buf.resize((n + batch * heads * len * value_dim) * 2, 0);
             r.read_exact(&mut buf).map_err(|e| bad(format!("layer {i}: {e}")))?;
             let (k, v) = buf.split_at(n * 2);
             cache.write_bits(i, LeHalves::new(k), LeHalves::new(v), len)?;
@@ -651,6 +816,37 @@ impl Halves for LeHalves {
         let src = &self.0[2 * from..2 * (from + dst.len())];
         for (d, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
             *d = f16::from_bits(u16::from_le_bytes([c[0], c[1]]));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Latent attention's values, transposed from the keys for a pass, are
+    /// the keys' leading dimensions at every position, for lengths and
+    /// widths that are and are not whole 8 × 8 blocks.
+    #[test]
+    fn values_read_from_the_keys_are_the_keys_leading_dimensions_transposed() {
+        let pool = WorkerPool::new(2);
+        for (kd, lead, cap, end) in [(576, 512, 64, 61), (20, 13, 9, 9), (72, 64, 40, 16), (8, 8, 3, 1)] {
+            let runs = 2;
+            let k: Vec<f16> = (0..runs * cap * kd).map(|i| f16::from_bits(i as u16)).collect();
+            let kv = HostKv { k: &k, v_t: &[], capacity: cap, key_dim: kd };
+            let v = kv.values_t(&pool, lead, end);
+            assert_eq!((v.stride, v.dims), (end, lead));
+            for run in 0..runs {
+                for i in 0..end {
+                    for j in 0..lead {
+                        assert_eq!(
+                            v.run(run)[j * end + i].to_bits(),
+                            k[(run * cap + i) * kd + j].to_bits(),
+                            "{kd} {lead} {end}: {run} {i} {j}"
+                        );
+                    }
+                }
+            }
         }
     }
 }

@@ -238,7 +238,8 @@ pub fn read(path: &Path, identity: &CacheIdentity, model: &Model) -> Result<Rest
     let mut cache = model.new_cache(identity.context_length);
     let mut tokens: Vec<u32> = Vec::new();
     let mut passes = Passes::default();
-    let widths: Vec<usize> = (0..config.n_layers).map(|i| config.kv_width(i)).collect();
+    let widths: Vec<(usize, usize)> =
+        (0..config.n_layers).map(|i| (config.kv_width(i), config.value_width(i))).collect();
     let shape = ChunkShape { widths: &widths };
     let mut prev: [u8; 32] = digest;
     let complete = loop {
@@ -272,9 +273,9 @@ type State = Vec<(Vec<f32>, Vec<f32>)>;
 
 /// What a chunk holds per position.
 struct ChunkShape<'a> {
-    /// Keys (and as many values) per position of each layer; 0 for a layer
-    /// that keeps none.
-    widths: &'a [usize],
+    /// Keys and values per position of each layer; 0 for a layer that
+    /// keeps none.
+    widths: &'a [(usize, usize)],
 }
 
 /// The head of one chunk starting at position `at` and chained to the
@@ -373,13 +374,12 @@ fn read_payload(
                 read_exactly(r, &mut buf, len)?;
                 Ok(buf)
             };
-            for (layer, &width) in shape.widths.iter().enumerate() {
-                if width == 0 {
+            for (layer, &(keys, values)) in shape.widths.iter().enumerate() {
+                if keys == 0 {
                     continue;
                 }
-                let layer_bytes = n * width * 2;
-                let buf = next(2 * layer_bytes)?;
-                let (k, v) = buf.split_at(layer_bytes);
+                let buf = next(n * (keys + values) * 2)?;
+                let (k, v) = buf.split_at(n * keys * 2);
                 cache.write_bits(layer, LeHalves::new(k), LeHalves::new(v), n).map_err(|e| e.to_string())?;
                 full_tx.send(buf).map_err(|_| "the hashing thread stopped".to_string())?;
             }

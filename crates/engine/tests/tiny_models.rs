@@ -430,6 +430,24 @@ fn a_gemma4_cache_stores_shared_layers_once() {
     assert_eq!(cache.allocated_bytes(), 256 * cache.bytes_per_position(), "the buffers hold four layers");
 }
 
+/// Latent attention's values are the cached latent itself: a position
+/// costs one KV head of the latent and the rotated key, in f16, as
+/// llama.cpp's cache holds it, not a second copy for the values.
+#[test]
+fn a_latent_attention_cache_stores_the_latent_once() {
+    let (_dir, path) = tiny(&TinySpec::new(Family::Deepseek2));
+    let engine = Engine::open(&path).unwrap();
+    let c = engine.model().config();
+    let mla = c.mla.expect("latent attention");
+    assert_eq!((c.n_kv_heads, c.head_dim), (1, mla.kv_lora_rank + c.rope_dims));
+    let mut cache = engine.model().new_cache(256);
+    assert_eq!(cache.bytes_per_position(), c.n_layers * c.head_dim * 2, "keys only, in f16");
+    logits(engine.model(), &tokens(40), &mut cache);
+    assert_eq!(cache.allocated_bytes(), 256 * cache.bytes_per_position());
+    let facts = hearth_engine::ModelFacts::read(&path).unwrap();
+    assert_eq!(facts.kv_bytes_per_token, cache.bytes_per_position() as u64, "the memory estimate agrees");
+}
+
 #[test]
 fn one_decode_pass_over_several_caches_equals_a_step_each_for_every_family() {
     // Histories of different lengths, past Gemma's sliding window for one.

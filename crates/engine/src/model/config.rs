@@ -925,14 +925,31 @@ impl ModelConfig {
         !self.is_recurrent(layer) && self.kv_source[layer] == layer
     }
 
-    /// Keys (and as many values) one position of `layer` stores; 0 for a
-    /// layer that stores none.
+    /// Keys one position of `layer` stores; 0 for a layer that stores none.
     pub fn kv_width(&self, layer: usize) -> usize {
         if self.stores_kv(layer) {
             self.attention[layer].kv_width()
         } else {
             0
         }
+    }
+
+    /// Values one position of `layer` stores: as many as keys, but none
+    /// where the values are the keys' leading dimensions.
+    pub fn value_width(&self, layer: usize) -> usize {
+        if self.values_in_keys() {
+            0
+        } else {
+            self.kv_width(layer)
+        }
+    }
+
+    /// Whether attention's values are the first dimensions of its keys
+    /// rather than values of their own: latent attention's are the latent
+    /// (`MlaConfig::kv_lora_rank`), which the key holds beside the rotated
+    /// part, so the cache keeps it once, as llama.cpp's does.
+    pub fn values_in_keys(&self) -> bool {
+        self.mla.is_some()
     }
 
     /// Whether layer `layer` is recurrent (a hybrid's Gated DeltaNet layer)

@@ -475,12 +475,19 @@ impl Model {
         Ok(())
     }
 
+    /// How many of the keys' leading dimensions are the values, where
+    /// they are (`ModelConfig::values_in_keys`).
+    fn values_lead(&self) -> usize {
+        self.config.mla.map_or(0, |m| m.kv_lora_rank)
+    }
+
     /// DeepSeek V2's latent attention (`mla.rs`) of `buf.h` into `buf.o`, as
     /// llama.cpp runs it with `attn_k_b` and `attn_v_b` apart: each head's
     /// query is its unrotated part times `attn_k_b` beside its rotated
     /// part; the one KV head is the normed latent beside the rotated shared
-    /// key, and is also the value (its first `kv_lora_rank` dimensions are
-    /// what each head mixes); each head's mix leaves through `attn_v_b`.
+    /// key, and its first `kv_lora_rank` dimensions are also the values
+    /// (`ModelConfig::values_in_keys`: stored once); each head's mix of
+    /// latents leaves through `attn_v_b`.
     fn mla_host(
         &self,
         pool: &WorkerPool,
@@ -524,8 +531,6 @@ impl Model {
         for (row, pe) in buf.k.chunks_exact_mut(width).zip(k_pe.chunks_exact(rd)) {
             row[kvr..].copy_from_slice(pe);
         }
-        buf.v.clear();
-        buf.v.extend_from_slice(&buf.k);
 
         // The queries: each head's unrotated part into the latent's space,
         // then its rotated part.
@@ -592,6 +597,7 @@ impl Model {
         let (qd, kd) = (shape.q_width(), shape.kv_width());
         // New keys and values go straight into the caches' buffers.
         let nkv = shape.n_kv_heads;
+        let vd = if c.values_in_keys() { 0 } else { hd };
         match kv {
             _ if !stores => {}
             KvRows::Batch { cache, seq, pos0, .. } => {
@@ -600,7 +606,7 @@ impl Model {
                     let (bi, i) = (r / *seq, r % *seq);
                     for h in 0..nkv {
                         let src = r * kd + h * hd;
-                        store.store(bi * nkv + h, *pos0 + i, &buf.k[src..src + hd], &buf.v[src..src + hd]);
+                        store.store(bi * nkv + h, *pos0 + i, &buf.k[src..src + hd], &buf.v[src..src + vd]);
                     }
                 }
             }
@@ -609,7 +615,7 @@ impl Model {
                     let mut store = cache.host_mut(layer);
                     for h in 0..nkv {
                         let src = r * kd + h * hd;
-                        store.store(h, positions[r], &buf.k[src..src + hd], &buf.v[src..src + hd]);
+                        store.store(h, positions[r], &buf.k[src..src + hd], &buf.v[src..src + vd]);
                     }
                 }
             }
@@ -676,10 +682,11 @@ impl Model {
         let qd = nh * hd;
         let kv = cache.host(c.kv_source[layer]);
         let cap = kv.capacity;
-        // Each (sequence, KV head) owns `cap · hd` keys and as many values.
+        let values = kv.values_t(pool, self.values_lead(), pos0 + seq);
+        // Each (sequence, KV head) owns `cap · hd` keys and its values.
         let head = |bi: usize, h: usize| {
             let at = (bi * nkv + h) * cap * hd;
-            (&kv.k[at..at + cap * hd], &kv.v_t[at..at + cap * hd])
+            (&kv.k[at..at + cap * hd], values.run(bi * nkv + h))
         };
         // Causal: positions up to p; a sliding layer sees the last `w`.
         let bounds_of = |p: usize| (window.map_or(0, |w| window_start(p, w)), p);
@@ -689,7 +696,7 @@ impl Model {
                 shape,
                 q,
                 out,
-                (batch, pos0, cap),
+                (batch, pos0, (values.stride, values.dims)),
                 bounds_of(pos0),
                 sinks,
                 scale,
@@ -721,7 +728,16 @@ impl Model {
                     outs.push(unsafe { out.slice(range) });
                 }
             }
-            attend(&mut outs, &queries, &bounds, &head_sinks, keys, values_t, cap, scale, order);
+            attend(
+                &mut outs,
+                &queries,
+                &bounds,
+                &head_sinks,
+                keys,
+                (values_t, values.stride, values.dims),
+                scale,
+                order,
+            );
         });
     }
 
@@ -746,6 +762,8 @@ impl Model {
         let (hd, nh, nkv) = (shape.head_dim, shape.n_heads, shape.n_kv_heads);
         let (n_rep, qd) = (nh / nkv, nh * hd);
         let views: Vec<_> = caches.iter().map(|cache| cache.host(c.kv_source[layer])).collect();
+        let values: Vec<_> =
+            views.iter().zip(positions).map(|(kv, &p)| kv.values_t(pool, self.values_lead(), p + 1)).collect();
         let out = DisjointSlice::new(out);
         pool.run(caches.len() * nh, &|t| {
             let (r, qh) = (t / nh, t % nh);
@@ -761,8 +779,7 @@ impl Model {
                 &bounds,
                 &[sink_of(sinks, qh)],
                 &kv.k[at..at + kv.capacity * hd],
-                &kv.v_t[at..at + kv.capacity * hd],
-                kv.capacity,
+                (values[r].run(qh / n_rep), values[r].stride, values[r].dims),
                 scale,
                 Order::Decode,
             );
@@ -777,7 +794,7 @@ impl Model {
         shape: super::AttentionShape,
         q: &[f32],
         out: &mut [f32],
-        (batch, pos0, cap): (usize, usize, usize),
+        (batch, pos0, (stride, value_dims)): (usize, usize, (usize, usize)),
         (lo, hi): (usize, usize),
         sinks: Option<&[f32]>,
         scale: ScoreScale,
@@ -814,12 +831,12 @@ impl Model {
                 attention::softmax(row, sink_of(sinks, t % nh));
             });
         }
-        let dim_chunks = hd.div_ceil(DIMS_PER_TASK);
+        let dim_chunks = value_dims.div_ceil(DIMS_PER_TASK);
         let out = DisjointSlice::new(out);
         let probs = &probs;
         pool.run(batch * nkv * dim_chunks, &|t| {
             let (bi, h, chunk) = (t / (nkv * dim_chunks), (t / dim_chunks) % nkv, t % dim_chunks);
-            let dims = chunk * DIMS_PER_TASK..((chunk + 1) * DIMS_PER_TASK).min(hd);
+            let dims = chunk * DIMS_PER_TASK..((chunk + 1) * DIMS_PER_TASK).min(value_dims);
             let p: Vec<&[f32]> = (0..n_rep).map(|r| &probs[(bi * nh + h * n_rep + r) * width..][..width]).collect();
             let mut outs: Vec<&mut [f32]> = (0..n_rep)
                 .map(|r| {
@@ -828,14 +845,14 @@ impl Model {
                     unsafe { out.slice(at + dims.start..at + dims.end) }
                 })
                 .collect();
-            attention::weighted_values(&mut outs, &p, head(bi, h).1, cap, dims, start, Order::Decode);
+            attention::weighted_values(&mut outs, &p, head(bi, h).1, stride, dims, start, Order::Decode);
         });
     }
 }
 
 /// Attention for queries that share one KV head, in one task: query `g`
 /// sees positions `bounds[g].0..=bounds[g].1` of `keys` (`[pos, hd]`) and
-/// `values_t` (`[hd, cap]`). Rows start at a multiple of the order's lanes,
+/// `values_t` (`[dims, stride]`), and writes the first `dims` of its output. Rows start at a multiple of the order's lanes,
 /// as llama.cpp's start at position 0; positions masked for one query but
 /// not another are scored and then set to −∞. `sinks[g]` is query `g`'s
 /// head's sink logit, −∞ for none.
@@ -846,8 +863,7 @@ fn attend(
     bounds: &[(usize, usize)],
     sinks: &[f32],
     keys: &[half::f16],
-    values_t: &[half::f16],
-    cap: usize,
+    (values_t, stride, dims): (&[half::f16], usize, usize),
     scale: ScoreScale,
     order: Order,
 ) {
@@ -864,7 +880,7 @@ fn attend(
         attention::softmax(row, sink);
     }
     let probs: Vec<&[f32]> = scores.chunks(width).collect();
-    attention::weighted_values(outs, &probs, values_t, cap, 0..keys.len() / cap, start, order);
+    attention::weighted_values(outs, &probs, values_t, stride, 0..dims, start, order);
 }
 
 /// What attention scores are multiplied by, and (Gemma 2) the soft-cap
