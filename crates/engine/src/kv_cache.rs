@@ -16,7 +16,8 @@
 //! half the memory and half the disk of f32, and the session file holds the
 //! exact bits that memory holds, so a restored cache is the cache that was
 //! saved. On the CPU the buffers are plain `Vec<f16>`s that the forward pass
-//! reads and writes directly; on other devices they are f16 candle tensors.
+//! reads and writes directly; on other devices (and for the graph pass on
+//! the CPU, `Kernels::Graph`) they are f16 candle tensors.
 //!
 //! A hybrid model's recurrent layers keep no keys or values: their state,
 //! and the checkpoints that let the cache be cut back, are a
@@ -101,6 +102,9 @@ pub struct KvCache {
     kv_layers: Arc<Vec<Option<KvShape>>>,
     recurrent: Option<RecurrentState>,
     device: Device,
+    /// Buffers as candle tensors (`LayerKv::Device`) rather than plain
+    /// host vectors: on a GPU, and for the graph pass on the CPU.
+    tensors: bool,
 }
 
 enum LayerKv {
@@ -266,7 +270,22 @@ impl KvCache {
             ),
             recurrent: config.recurrent.as_ref().map(RecurrentState::new),
             device: device.clone(),
+            tensors: !device.is_cpu(),
         }
+    }
+
+    /// Whether the buffers are candle tensors, as on a GPU (rather than the
+    /// host pass's plain vectors).
+    pub fn holds_tensors(&self) -> bool {
+        self.tensors
+    }
+
+    /// This empty cache with its buffers as tensors even on the CPU, as a
+    /// GPU keeps them: for the graph pass there (`Kernels::Graph`).
+    pub(crate) fn in_tensors(mut self) -> Self {
+        debug_assert!(self.layers.is_empty());
+        self.tensors = true;
+        self
     }
 
     /// Keys and values one position of one sequence holds, over every layer.
@@ -426,7 +445,7 @@ impl KvCache {
         for i in 0..self.n_layers {
             let old = self.layers.get(i);
             let layer = if let Some(KvShape { heads, key_dim: d, value_dim: vd }) = self.kv_layers[i] {
-                if self.device.is_cpu() {
+                if !self.tensors {
                     let mut k = zeroed_halves(self.batch * heads * capacity * d);
                     let mut v = zeroed_halves(self.batch * heads * capacity * vd);
                     if let Some(LayerKv::Host { k: ok, v: ov }) = old {
@@ -496,7 +515,7 @@ impl KvCache {
     /// rounded to f16. Call `reserve` first and `advance` after the last layer.
     pub(crate) fn write(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<()> {
         let (k, v) = (k.to_dtype(DType::F16)?, v.to_dtype(DType::F16)?);
-        if self.device.is_cpu() {
+        if !self.tensors {
             let n = k.dims4()?.2;
             let (kd, vd) = (k.flatten_all()?.to_vec1::<f16>()?, v.flatten_all()?.to_vec1::<f16>()?);
             return self.write_bits(layer, kd.as_slice(), vd.as_slice(), n);
@@ -531,7 +550,7 @@ impl KvCache {
                 v.count()
             )));
         }
-        if !self.device.is_cpu() {
+        if self.tensors {
             let kt = Tensor::from_vec(k.to_vec(), (self.batch, heads, n, d), &self.device)?;
             let vt = Tensor::from_vec(v.to_vec(), (self.batch, heads, n, vd), &self.device)?;
             return self.write(layer, &kt, &vt);

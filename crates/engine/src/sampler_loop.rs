@@ -370,7 +370,7 @@ impl<'a> SamplerLoop<'a> {
                 masks = computed.into_iter().map(Option::transpose).collect::<Result<_>>()?;
                 let logits = logits?;
                 let s = &self.config.sampling;
-                if !logits.device().is_cpu()
+                if self.model.runs_graph()
                     && s.is_greedy()
                     && s.penalties_inactive()
                     && self.config.top_logprobs == 0

@@ -40,6 +40,11 @@ pub enum Kernels {
     Hearth,
     /// candle's `QMatMul` everywhere: the reference for structure tests.
     Candle,
+    /// What a GPU runs, on the CPU: candle's kernels in the tensor-graph
+    /// pass (`forward_graph`), with the embeddings and the KV cache as
+    /// tensors, so that everything but candle's device kernels is tested
+    /// on a machine without a GPU. (On a GPU every kind runs this way.)
+    Graph,
 }
 
 /// A loaded model's weights and shape.
@@ -65,6 +70,9 @@ pub struct Model {
     weight_bytes_per_token: usize,
     vocab_size: usize,
     device: Device,
+    /// Whether passes run as the tensor graph (`forward_graph`): on a GPU,
+    /// or on the CPU with `Kernels::Graph`.
+    graph: bool,
     /// Forward passes run so far, a pass over several caches counting once:
     /// how a scheduler's tests see that replies share their passes.
     passes_run: std::sync::atomic::AtomicU64,
@@ -289,14 +297,15 @@ impl Model {
     pub fn load_with(file: &mut GgufFile, device: &Device, kernels: Kernels) -> Result<Self> {
         let config = ModelConfig::from_gguf(file)?;
         let arch = config.architecture;
-        if !device.is_cpu() && !arch.runs_on_graph() {
+        let graph = !device.is_cpu() || kernels == Kernels::Graph;
+        if graph && !arch.runs_on_graph() {
             return Err(crate::EngineError::setting(
                 "device",
                 format!("{} runs on the CPU for now; choose the CPU device", arch.family_name()),
             ));
         }
         let partial_rope = config.attention.iter().any(|a| a.rope_dims != a.head_dim);
-        if !device.is_cpu() && (config.recurrent.is_some() || partial_rope || config.attention_temperature.is_some()) {
+        if graph && (config.recurrent.is_some() || partial_rope || config.attention_temperature.is_some()) {
             return Err(crate::EngineError::setting(
                 "device",
                 "hybrid models (Qwen 3.5), partial rotary embeddings, layers without them (SmolLM3) and attention temperature (Mistral 3) run on the CPU for now; choose the CPU device",
@@ -363,7 +372,7 @@ impl Model {
             ))
         };
         let experts_of = |file: &mut GgufFile, p: &str, ec: &ExpertsConfig| -> Result<experts::Experts> {
-            if !device.is_cpu() {
+            if graph {
                 return Err(crate::EngineError::setting(
                     "device",
                     "models with experts run on the CPU for now; choose the CPU device",
@@ -389,7 +398,7 @@ impl Model {
         }
         // On the CPU the embeddings stay in their file type, rows widened as
         // they are looked up; tied to the output, one copy serves both.
-        let embd = Matrix::load(file, "token_embd.weight", device, device.is_cpu())?;
+        let embd = Matrix::load(file, "token_embd.weight", device, !graph)?;
         let embeddings = match &embd {
             Matrix::Own(m) => Embeddings::Quant(m.clone()),
             Matrix::Candle(q) => Embeddings::Device(match q {
@@ -670,6 +679,7 @@ impl Model {
             per_layer_embeddings,
             vocab_size,
             device: device.clone(),
+            graph,
             passes_run: Default::default(),
         })
     }
@@ -704,7 +714,17 @@ impl Model {
     /// An empty cache for this model holding up to `max_len` positions
     /// (clamped to the model's trained context).
     pub fn new_cache(&self, max_len: usize) -> KvCache {
-        KvCache::new(&self.config, max_len.min(self.config.context_length).max(1), &self.device)
+        let cache = KvCache::new(&self.config, max_len.min(self.config.context_length).max(1), &self.device);
+        if self.graph {
+            cache.in_tensors()
+        } else {
+            cache
+        }
+    }
+
+    /// Whether passes run as the tensor graph, as on a GPU (`Kernels::Graph`).
+    pub fn runs_graph(&self) -> bool {
+        self.graph
     }
 
     /// Runs `tokens` (`[batch][n]`, the same length for every sequence) at the
@@ -719,8 +739,8 @@ impl Model {
     /// when it says so: the cache then holds what it held before (keys and
     /// values written past its length are not part of it; a hybrid's
     /// recurrent state goes back to the checkpoint taken before the pass, or
-    /// for a one-row pass that failed, to its latest one). On the CPU only;
-    /// a GPU pass runs whole.
+    /// for a one-row pass that failed, to its latest one). The graph pass
+    /// asks between layers too (on a GPU, between the layers' launches).
     pub fn forward_stoppable(
         &self,
         tokens: &[Vec<u32>],
@@ -729,10 +749,10 @@ impl Model {
     ) -> Result<Tensor> {
         self.check_tokens(tokens)?;
         self.passes_run.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if self.device.is_cpu() {
-            self.forward_host(tokens, cache, stop)
+        if self.graph {
+            self.forward_graph_stoppable(tokens, cache, stop)
         } else {
-            self.forward_graph(tokens, cache)
+            self.forward_host(tokens, cache, stop)
         }
     }
 
@@ -746,7 +766,7 @@ impl Model {
             return Err(crate::EngineError::setting("caches", "one token for each cache of one sequence"));
         }
         self.check_tokens(&tokens.iter().map(|&t| vec![t]).collect::<Vec<_>>())?;
-        if self.device.is_cpu() {
+        if !self.graph {
             self.passes_run.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return self.forward_host_caches(tokens, caches);
         }
@@ -767,8 +787,8 @@ impl Model {
     /// prefill in chunks of [`PREFILL_CHUNK`] after what `cache` holds: how
     /// `hearth-cli score` and `perplexity` compare logits with llama.cpp's.
     pub fn logits_at_every_position(&self, ids: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
-        if !self.device.is_cpu() {
-            return Err(crate::EngineError::setting("device", "scoring every position runs on the CPU"));
+        if self.graph {
+            return Err(crate::EngineError::setting("device", "scoring every position runs on the CPU's own pass"));
         }
         let mut out = Vec::with_capacity(ids.len() * self.vocab_size);
         for chunk in ids.chunks(PREFILL_CHUNK) {
@@ -798,6 +818,17 @@ impl Model {
     /// [`Model::forward`] built from candle tensor ops: what runs on a GPU.
     /// On the CPU it is the reference that tests hold the host pass to.
     pub fn forward_graph(&self, tokens: &[Vec<u32>], cache: &mut KvCache) -> Result<Tensor> {
+        self.forward_graph_stoppable(tokens, cache, &|| false)
+    }
+
+    /// `forward_graph`, asking `stop` between the layers of a pass of
+    /// several positions (see `forward_stoppable`).
+    fn forward_graph_stoppable(
+        &self,
+        tokens: &[Vec<u32>],
+        cache: &mut KvCache,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Tensor> {
         self.check_tokens(tokens)?;
         if self.config.architecture == Architecture::Gemma4 {
             return Err(crate::EngineError::setting("device", "Gemma 4 runs on the CPU's own pass only"));
@@ -830,6 +861,11 @@ impl Model {
                 (&rope_global, mask_global.as_ref(), 0)
             };
             x = self.block_forward(block, i, &x, rope, mask, start, cache)?;
+            // Keys and values written past the cache's length are not yet
+            // part of it: stopping here leaves it as it was.
+            if seq_len > 1 && i + 1 < self.layers.len() && stop() {
+                return Err(crate::EngineError::Stopped);
+            }
         }
         cache.advance(seq_len);
         let x = self.norm.forward(&x.narrow(1, seq_len - 1, 1)?.contiguous()?)?;

@@ -1,0 +1,219 @@
+//! The graph pass as a GPU runs it, run on the CPU (`Kernels::Graph`): the
+//! embeddings and the KV cache as tensors, candle's kernels, the greedy
+//! token chosen where the logits are. Everything a GPU build runs but
+//! candle's device kernels, tested on a machine without a GPU.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use common::{tiny, Family, TinySpec, VOCAB};
+use hearth_engine::{session_file, Advance, Device, Engine, EngineError, Kernels, OwnedTurn, SamplingParams, Session};
+
+/// The families the graph pass knows that a tiny file can hold: every
+/// dense transformer (the rest are refused on a GPU, see `refused`).
+const FAMILIES: [Family; 4] = [Family::Llama, Family::Qwen2, Family::Qwen3, Family::Gemma3];
+
+/// The file at `path` on the graph pass, its hash known (as the app's is once hashed).
+fn graph(path: &std::path::Path) -> Engine {
+    let engine = Engine::open_with(path, &Device::Cpu, Kernels::Graph).unwrap();
+    assert!(engine.model().runs_graph());
+    engine.hash_file(&|| false).unwrap();
+    engine
+}
+
+/// The same kernels (candle's) in the CPU's own pass: the other side of
+/// each comparison, so only the pass differs.
+fn host(path: &std::path::Path) -> Engine {
+    let engine = Engine::open_with(path, &Device::Cpu, Kernels::Candle).unwrap();
+    assert!(!engine.model().runs_graph());
+    engine
+}
+
+fn ids(n: usize, salt: u32) -> Vec<u32> {
+    (0..n as u32).map(|i| 3 + (i * 37 + salt * 11) % (VOCAB as u32 - 3)).collect()
+}
+
+/// One greedy turn of `n` sequences of 12 tokens; their tokens, and how
+/// many prompt tokens were run.
+fn turn(engine: &Engine, session: &mut Session, prompt: &[u32], n: usize) -> (Vec<Vec<u32>>, usize) {
+    let mut config = engine.generation_config(SamplingParams::greedy(), 12);
+    config.end_tokens.clear();
+    let out = session.start_turn(engine.model(), engine.tokenizer(), prompt, config, n).unwrap().run().unwrap();
+    (out.sequences.iter().map(|s| s.tokens.clone()).collect(), out.stats.processed_tokens)
+}
+
+fn reply(engine: &Engine, session: &mut Session, prompt: &[u32]) -> Vec<u32> {
+    turn(engine, session, prompt, 1).0.remove(0)
+}
+
+fn cold(engine: &Engine, prompt: &[u32]) -> Vec<u32> {
+    reply(engine, &mut engine.new_session(Some(256)), prompt)
+}
+
+/// The host pass's logits after `tokens`, one pass.
+fn host_logits(engine: &Engine, tokens: &[u32]) -> Vec<f32> {
+    let mut cache = engine.model().new_cache(256);
+    engine.model().forward(&[tokens.to_vec()], &mut cache).unwrap().to_vec2::<f32>().unwrap().remove(0)
+}
+
+/// Greedy on the graph (its token picked on the device) writes what the
+/// host pass writes, token for token, up to the first near-tie: where the
+/// two first differ, the host's two best logits must be within the two
+/// passes' rounding of each other.
+#[test]
+fn greedy_on_the_graph_equals_the_host_pass_for_every_family_it_runs() {
+    for family in FAMILIES {
+        let (_dir, path) = tiny(&TinySpec::new(family));
+        let (g, h) = (graph(&path), host(&path));
+        let prompt = ids(30, 1);
+        let mut session = g.new_session(Some(256));
+        let on_graph = reply(&g, &mut session, &prompt);
+        assert!(session.cache().holds_tensors(), "{family:?}: the graph's cache is tensors");
+        let on_host = cold(&h, &prompt);
+        assert_eq!(on_graph.len(), 12);
+        if let Some(at) = on_graph.iter().zip(&on_host).position(|(a, b)| a != b) {
+            let history: Vec<u32> = prompt.iter().chain(&on_host[..at]).copied().collect();
+            let mut logits = host_logits(&h, &history);
+            let range = logits.iter().fold(0f32, |m, x| m.max(x.abs()));
+            logits.sort_by(|a, b| b.total_cmp(a));
+            assert!(
+                logits[0] - logits[1] < 1e-2 * range,
+                "{family:?}: the graph's greedy reply leaves the host's at token {at} with a margin of {} (range {range}): {on_graph:?} vs {on_host:?}",
+                logits[0] - logits[1]
+            );
+            eprintln!("{family:?}: equal up to a near-tie at token {at}");
+        }
+    }
+}
+
+/// A conversation on the graph saved, restored, cut back and branched runs
+/// on as a cold prefill of the same tokens does, reading only its new
+/// tokens, with its cache as tensors throughout.
+#[test]
+fn the_graphs_tensor_cache_saves_restores_truncates_and_branches() {
+    for family in FAMILIES {
+        let (dir, path) = tiny(&TinySpec::new(family));
+        let engine = graph(&path);
+        let context = 256;
+        let identity = engine.cache_identity(context).unwrap();
+        let mut session = engine.new_session(Some(context));
+        let first = ids(40, 1);
+        let answer = reply(&engine, &mut session, &first);
+        let mut second: Vec<u32> = first.iter().chain(&answer).copied().collect();
+        second.extend(ids(9, 2));
+
+        // Saved and restored: the restored cache is tensors again, and the
+        // next turn reads only its new tokens.
+        let file = dir.path().join("c.session");
+        session_file::write(&file, &identity, &session).unwrap();
+        let restored = session_file::read(&file, &identity, engine.model()).unwrap();
+        assert!(restored.complete);
+        let mut restored = restored.session;
+        assert!(restored.cache().holds_tensors());
+        assert_eq!(restored.tokens(), session.tokens());
+        let (warm, processed) = turn(&engine, &mut restored, &second, 1);
+        assert_eq!(warm[0], cold(&engine, &second), "{family:?}: restored");
+        assert_eq!(processed, second.len() - session.tokens().len(), "{family:?}: only the new tokens are run");
+
+        // A clone (a branch) cut back into the first prompt: the rest of
+        // the prompt and the new turn run, and the original is untouched.
+        let mut branch = session.clone();
+        branch.truncate(25);
+        let edited: Vec<u32> = first[..25].iter().chain(&ids(7, 3)).copied().collect();
+        let (out, processed) = turn(&engine, &mut branch, &edited, 1);
+        assert_eq!(out[0], cold(&engine, &edited), "{family:?}: cut back");
+        assert_eq!(processed, edited.len() - 25, "{family:?}: the kept prefix is not read again");
+        let (again, _) = turn(&engine, &mut session, &second, 1);
+        assert_eq!(again[0], warm[0], "{family:?}: the branch left the original as it was");
+    }
+}
+
+/// Generate N on the graph: the cache is repeated into a batch of tensors,
+/// and greedy rows write what one reply writes.
+#[test]
+fn generate_n_on_the_graph_writes_each_row_as_one_reply() {
+    for family in FAMILIES {
+        let (_dir, path) = tiny(&TinySpec::new(family));
+        let engine = graph(&path);
+        let prompt = ids(30, 4);
+        let (rows, _) = turn(&engine, &mut engine.new_session(Some(256)), &prompt, 3);
+        let one = cold(&engine, &prompt);
+        assert_eq!(rows.len(), 3);
+        for (i, row) in rows.iter().enumerate() {
+            assert_eq!(row, &one, "{family:?}: row {i}");
+        }
+    }
+}
+
+fn run_to_end(engine: &Engine, turn: &mut OwnedTurn) -> Vec<u32> {
+    let mut tokens = Vec::new();
+    loop {
+        match turn.advance(engine.model(), engine.tokenizer()).unwrap() {
+            Advance::Prefill(_) => {}
+            Advance::Tokens(events) => {
+                tokens.extend(events.iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD).map(|e| e.token))
+            }
+            Advance::Done => return tokens,
+        }
+    }
+}
+
+/// Stop asked for mid-way through a prefill chunk on the graph: the pass
+/// ends between layers, the cache keeps only the chunks before, and going
+/// on from there writes what the whole prefill wrote, from the same passes.
+#[test]
+fn a_prefill_on_the_graph_stops_between_layers_and_goes_on_exactly() {
+    for family in FAMILIES {
+        let (_dir, path) = tiny(&TinySpec { n_layers: 4, ..TinySpec::new(family) });
+        let engine = graph(&path);
+        let (m, tok) = (engine.model(), engine.tokenizer());
+        let prompt = ids(100, 5);
+        let mut config = engine.generation_config(SamplingParams::greedy(), 8);
+        config.end_tokens.clear();
+        let start = |session: Session| -> OwnedTurn {
+            let mut turn = session.into_turn(m, tok, prompt.clone(), config.clone()).map_err(|(_, e)| e).unwrap();
+            turn.set_prefill_rows(32);
+            turn
+        };
+        let mut whole = start(engine.new_session(Some(256)));
+        let want = run_to_end(&engine, &mut whole);
+        let (want_session, _) = whole.finish(m, tok);
+
+        // Asked after each layer but the last: the second chunk stops after its second layer.
+        let layers = m.config().n_layers;
+        let asked = Arc::new(AtomicUsize::new(0));
+        let mut turn = start(engine.new_session(Some(256)));
+        let counter = asked.clone();
+        turn.set_stop(Arc::new(move || counter.fetch_add(1, Ordering::Relaxed) + 1 >= (layers - 1) + 2));
+        assert!(matches!(turn.advance(m, tok).unwrap(), Advance::Prefill(p) if p.done == 32), "{family:?}");
+        assert!(matches!(turn.advance(m, tok), Err(EngineError::Stopped)), "{family:?}");
+        assert_eq!(asked.load(Ordering::Relaxed), (layers - 1) + 2, "{family:?}: asked between layers");
+        assert!(turn.cancel(m, tok).is_empty());
+        let (session, out) = turn.finish(m, tok);
+        assert!(out.unwrap().is_none());
+        assert_eq!((session.tokens(), session.cache().len()), (&prompt[..32], 32), "{family:?}");
+
+        let mut again = start(session);
+        assert_eq!(again.prefill_progress().unwrap().total, 100 - 32);
+        assert_eq!(run_to_end(&engine, &mut again), want, "{family:?}");
+        let (session, _) = again.finish(m, tok);
+        assert_eq!((session.tokens(), session.passes()), (want_session.tokens(), want_session.passes()));
+    }
+}
+
+/// What the graph pass does not know yet is refused at load with the
+/// family's name or the layer kind, not run wrongly.
+#[test]
+fn families_the_graph_does_not_run_are_refused_by_name() {
+    for (spec, named) in [
+        (TinySpec::new(Family::Phi3), "Phi-3"),
+        (TinySpec::new(Family::Deepseek2), "DeepSeek"),
+        (TinySpec::new(Family::Qwen35), "hybrid"),
+    ] {
+        let (_dir, path) = tiny(&spec);
+        let err = Engine::open_with(&path, &Device::Cpu, Kernels::Graph).err().expect("refused");
+        assert!(err.to_string().contains(named), "{:?}: {err}", spec.family);
+    }
+}
