@@ -118,19 +118,40 @@ impl GgufFile {
     /// Types candle lacks are widened to f32 by Hearth's own dequantizers.
     pub fn tensor(&mut self, name: &str, device: &Device) -> Result<QTensor> {
         let raw = self.raw_tensor(name)?;
+        self.qtensor(name, raw.dtype, &raw.data, raw.dims, device)
+    }
+
+    /// Tensor `name` cut along its first dimension into `count` tensors
+    /// (a 3-D tensor of experts into each expert's matrix), read once.
+    pub fn tensor_parts(&mut self, name: &str, count: usize, device: &Device) -> Result<Vec<QTensor>> {
+        let raw = self.raw_tensor(name)?;
+        let Some((&first, rest)) = raw.dims.split_first() else {
+            return Err(self.corrupt(format!("tensor {name} has no dimensions")));
+        };
+        if count == 0 || first != count || raw.data.len() % count != 0 {
+            return Err(self.corrupt(format!("tensor {name} of shape {:?} does not cut into {count}", raw.dims)));
+        }
+        raw.data
+            .chunks_exact(raw.data.len() / count)
+            .map(|part| self.qtensor(name, raw.dtype, part, rest.to_vec(), device))
+            .collect()
+    }
+
+    /// `data` of type `dtype` and shape `dims` as a candle tensor; a type
+    /// candle lacks is widened to f32 by Hearth's dequantizer.
+    fn qtensor(&self, name: &str, dtype: GgmlType, data: &[u8], dims: Vec<usize>, device: &Device) -> Result<QTensor> {
         let fail = |e: candle_core::Error| self.corrupt(format!("tensor {name}: {e}"));
-        match raw.dtype.to_candle() {
+        match dtype.to_candle() {
             Some(dtype) => {
-                candle_core::quantized::ggml_file::qtensor_from_ggml(dtype, &raw.data, raw.dims, device).map_err(fail)
+                candle_core::quantized::ggml_file::qtensor_from_ggml(dtype, data, dims, device).map_err(fail)
             }
             None => {
-                let values = crate::cpu::dequantize(raw.dtype, &raw.data)
-                    .ok_or_else(|| self.unsupported_type(name, raw.dtype))?;
+                let values = crate::cpu::dequantize(dtype, data).ok_or_else(|| self.unsupported_type(name, dtype))?;
                 let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
                 candle_core::quantized::ggml_file::qtensor_from_ggml(
                     candle_core::quantized::GgmlDType::F32,
                     &bytes,
-                    raw.dims,
+                    dims,
                     device,
                 )
                 .map_err(fail)

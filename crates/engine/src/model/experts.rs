@@ -288,36 +288,43 @@ impl Experts {
 
     /// Picks this row's experts from its router logits (overwritten).
     fn route(&self, logits: &mut [f32]) -> Vec<Pick> {
-        match self.config.gating {
-            Gating::Softmax => attention::softmax_f32(logits),
-            // ggml_sigmoid: 1 / (1 + e^−x), in f32.
-            Gating::Sigmoid => logits.iter_mut().for_each(|l| *l = 1.0 / (1.0 + (-*l).exp())),
-            Gating::SoftmaxWeight => {}
-        }
-        let probs: &[f32] = logits;
-        // Picked by the probabilities plus the selection bias, where there is one.
-        let selection: Vec<f32> = match &self.selection_bias {
-            Some(b) => probs.iter().zip(b).map(|(&p, &b)| p + b).collect(),
-            None => probs.to_vec(),
-        };
-        let mut order: Vec<usize> = (0..probs.len()).collect();
-        // Largest first; ties to the lower id.
-        order.sort_by(|&a, &b| selection[b].total_cmp(&selection[a]).then(a.cmp(&b)));
-        order.truncate(self.config.used);
-        let mut weights: Vec<f32> = order.iter().map(|&x| probs[x]).collect();
-        if self.config.gating == Gating::SoftmaxWeight {
-            // The picked logits, in pick order, through `soft_max`.
-            attention::softmax_f32(&mut weights);
-        }
-        if self.config.normalize_weights {
-            let sum = (weights.iter().map(|&w| w as f64).sum::<f64>() as f32).max(MIN_WEIGHT_SUM);
-            weights.iter_mut().for_each(|w| *w /= sum);
-        }
-        if let Some(s) = self.config.weights_scale {
-            weights.iter_mut().for_each(|w| *w *= s);
-        }
-        order.into_iter().zip(weights).map(|(expert, weight)| Pick { expert, weight }).collect()
+        route(&self.config, self.selection_bias.as_deref(), logits)
     }
+}
+
+/// Picks a row's experts from its router logits (overwritten), as
+/// `config` gates them, with `selection_bias` added for the picking only:
+/// the experts in pick order, each with its weight.
+pub(super) fn route(config: &ExpertsConfig, selection_bias: Option<&[f32]>, logits: &mut [f32]) -> Vec<Pick> {
+    match config.gating {
+        Gating::Softmax => attention::softmax_f32(logits),
+        // ggml_sigmoid: 1 / (1 + e^−x), in f32.
+        Gating::Sigmoid => logits.iter_mut().for_each(|l| *l = 1.0 / (1.0 + (-*l).exp())),
+        Gating::SoftmaxWeight => {}
+    }
+    let probs: &[f32] = logits;
+    // Picked by the probabilities plus the selection bias, where there is one.
+    let selection: Vec<f32> = match selection_bias {
+        Some(b) => probs.iter().zip(b).map(|(&p, &b)| p + b).collect(),
+        None => probs.to_vec(),
+    };
+    let mut order: Vec<usize> = (0..probs.len()).collect();
+    // Largest first; ties to the lower id.
+    order.sort_by(|&a, &b| selection[b].total_cmp(&selection[a]).then(a.cmp(&b)));
+    order.truncate(config.used);
+    let mut weights: Vec<f32> = order.iter().map(|&x| probs[x]).collect();
+    if config.gating == Gating::SoftmaxWeight {
+        // The picked logits, in pick order, through `soft_max`.
+        attention::softmax_f32(&mut weights);
+    }
+    if config.normalize_weights {
+        let sum = (weights.iter().map(|&w| w as f64).sum::<f64>() as f32).max(MIN_WEIGHT_SUM);
+        weights.iter_mut().for_each(|w| *w /= sum);
+    }
+    if let Some(s) = config.weights_scale {
+        weights.iter_mut().for_each(|w| *w *= s);
+    }
+    order.into_iter().zip(weights).map(|(expert, weight)| Pick { expert, weight }).collect()
 }
 
 /// Buffers the experts of every layer of a pass reuse: fresh ones each
@@ -350,9 +357,9 @@ fn expert_chunk(rows: usize, threads: usize) -> usize {
 
 /// One expert a row picked, with its weight.
 #[derive(Debug, Clone, Copy)]
-struct Pick {
-    expert: usize,
-    weight: f32,
+pub(super) struct Pick {
+    pub expert: usize,
+    pub weight: f32,
 }
 
 /// One picked expert's share of a pass.

@@ -7,6 +7,7 @@
 pub(crate) mod config;
 mod delta_net;
 mod experts;
+mod graph_experts;
 mod host;
 mod matmul;
 mod mla;
@@ -137,6 +138,8 @@ enum Ffn {
     /// Gemma 4's 26B-A4B: a dense GELU FFN and experts side by side, each
     /// with norms of its own, their outputs added.
     DenseAndExperts(Box<DenseAndExperts>),
+    /// A mixture of experts in the graph pass (`graph_experts.rs`).
+    GraphExperts(Box<graph_experts::GraphExperts>),
 }
 
 /// Gemma 4's FFN with experts: `post_norm_1(dense(ffn_norm(x))) +
@@ -537,6 +540,11 @@ impl Model {
                         post_norm_2: norm(file, &format!("{p}.post_ffw_norm_2.weight"))?,
                         router_scale: host_vector(file, &scale_name, device)?,
                     }))
+                }
+                Some(ec) if graph && arch != Architecture::Gemma4 && i >= ec.dense_lead => {
+                    let experts = graph_experts::GraphExperts::load(file, &p, config.n_embd, ec, device)?;
+                    weight_bytes.set(weight_bytes.get() + experts.bytes_per_token());
+                    Ffn::GraphExperts(Box::new(experts))
                 }
                 Some(ec) if arch != Architecture::Gemma4 && i >= ec.dense_lead => {
                     let experts = Box::new(experts_of(file, &p, ec)?);
@@ -954,8 +962,16 @@ impl Model {
             Some(n) => n.forward(&x)?,
             None => x.clone(),
         };
-        let Ffn::Dense { gate, up, down } = &b.ffn else {
-            return Err(crate::EngineError::setting("device", "models with experts run on the CPU's own pass only"));
+        let (gate, up, down) = match &b.ffn {
+            Ffn::Dense { gate, up, down } => (gate, up, down),
+            Ffn::GraphExperts(experts) => {
+                let mut ffn = experts.forward(&h)?;
+                if let Some(n) = &b.post_ffn_norm {
+                    ffn = n.forward(&ffn)?;
+                }
+                return Ok((x + ffn)?);
+            }
+            _ => unreachable!("the graph's layers load their experts as GraphExperts"),
         };
         let gate = gate.forward(&h)?;
         let act = if c.architecture.is_gemma() {

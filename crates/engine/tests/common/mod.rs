@@ -13,6 +13,19 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use hearth_engine::Engine;
 
+/// candle's CPU kernels (the structure tests' reference, and the graph
+/// pass on the CPU) run in a pool whose threads are pinned to cores and
+/// spin at a barrier: on a 2-core machine running tests side by side, a
+/// 64-wide matmul then takes a millisecond of spinning instead of
+/// microseconds. One thread, unless the environment says otherwise.
+#[ctor::ctor(unsafe)]
+fn candle_on_one_thread() {
+    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        // SAFETY: before main, no other thread reads the environment.
+        unsafe { std::env::set_var("CANDLE_NUM_THREADS", "1") };
+    }
+}
+
 /// The real SmolLM2 file. Fails loudly rather than skipping: these tests are
 /// the proof that the real loading path works.
 pub fn default_model() -> PathBuf {

@@ -1,0 +1,131 @@
+//! A mixture of experts in the graph pass (what a GPU runs): each expert's
+//! matrices are candle tensors on the device, cut from the file's 3-D
+//! tensors.
+//!
+//! The router's logits come back to the host, which picks each row's
+//! experts as the CPU's pass does (`experts::route`): that is the one host
+//! step, since candle has no top-k. Then each picked expert runs once on
+//! the rows that picked it (gathered with `index_select`), and its output,
+//! times each row's weight, is added into those rows on the device.
+//! (candle's fused CUDA kernel, `indexed_moe_forward`, has no CPU form, so
+//! it could not be tested here; this form runs the same on both.)
+//!
+//! The families whose experts carry more than this (biases, a selection
+//! bias, per-expert scales, a fused gate and up, gpt-oss's clamped SwiGLU,
+//! a shared expert) are refused on the graph by what they carry.
+
+use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::{DType, Device, Module, Tensor};
+
+use super::config::{ExpertActivation, ExpertsConfig};
+use super::experts::route;
+use crate::error::{EngineError, Result};
+use crate::gguf::GgufFile;
+
+/// One layer's experts and router on the device.
+pub(super) struct GraphExperts {
+    router: QMatMul,
+    gate: Vec<QMatMul>,
+    up: Vec<QMatMul>,
+    down: Vec<QMatMul>,
+    config: ExpertsConfig,
+    bytes_per_token: usize,
+}
+
+impl GraphExperts {
+    /// Layer `prefix`'s router and `ffn_{gate,up,down}_exps` on `device`.
+    pub(super) fn load(
+        file: &mut GgufFile,
+        prefix: &str,
+        n_embd: usize,
+        config: &ExpertsConfig,
+        device: &Device,
+    ) -> Result<Self> {
+        let refuse = |what: &str| {
+            EngineError::setting("device", format!("experts with {what} run on the CPU for now; choose the CPU device"))
+        };
+        for (tensor, what) in [
+            ("ffn_gate_inp.bias", "router biases (gpt-oss)"),
+            ("ffn_gate_exps.bias", "biases (gpt-oss)"),
+            ("ffn_down_exps.bias", "biases (gpt-oss)"),
+            ("exp_probs_b.bias", "a selection bias (GLM-4.5, DeepSeek)"),
+            ("ffn_down_exps.scale", "per-expert scales (Gemma 4)"),
+            ("ffn_gate_up_exps.weight", "gate and up fused"),
+        ] {
+            if file.has_tensor(&format!("{prefix}.{tensor}")) {
+                return Err(refuse(what));
+            }
+        }
+        if config.activation != ExpertActivation::Silu {
+            return Err(refuse("another activation than SiLU"));
+        }
+        if config.shared_ffn_len.is_some() {
+            return Err(refuse("a shared expert"));
+        }
+        let (count, ffn) = (config.count, config.ffn_len);
+        let mut load = |name: &str, rows: usize, cols: usize| -> Result<Vec<QTensor>> {
+            let name = format!("{prefix}.{name}.weight");
+            super::check_shape(file, &name, &[count, rows, cols])?;
+            file.tensor_parts(&name, count, device)
+        };
+        let (gate, up, down) = (
+            load("ffn_gate_exps", ffn, n_embd)?,
+            load("ffn_up_exps", ffn, n_embd)?,
+            load("ffn_down_exps", n_embd, ffn)?,
+        );
+        let router_name = format!("{prefix}.ffn_gate_inp.weight");
+        super::check_shape(file, &router_name, &[count, n_embd])?;
+        let router = file.tensor(&router_name, device)?;
+        let one = gate[0].storage_size_in_bytes() + up[0].storage_size_in_bytes() + down[0].storage_size_in_bytes();
+        let bytes_per_token = router.storage_size_in_bytes() + one * config.used;
+        let matmuls = |ts: Vec<QTensor>| -> Result<Vec<QMatMul>> {
+            Ok(ts.into_iter().map(QMatMul::from_qtensor).collect::<candle_core::Result<_>>()?)
+        };
+        Ok(Self {
+            router: QMatMul::from_qtensor(router)?,
+            gate: matmuls(gate)?,
+            up: matmuls(up)?,
+            down: matmuls(down)?,
+            config: config.clone(),
+            bytes_per_token,
+        })
+    }
+
+    /// Bytes of weights one token reads: the router and `used` experts.
+    pub(super) fn bytes_per_token(&self) -> usize {
+        self.bytes_per_token
+    }
+
+    /// `Σ_k w_k · down_k(SiLU(gate_k(h)) · up_k(h))` for every row of `h`
+    /// (`[…, n_embd]`, the normed FFN input), in `h`'s shape.
+    pub(super) fn forward(&self, h: &Tensor) -> Result<Tensor> {
+        let e = h.dim(candle_core::D::Minus1)?;
+        let rows = h.elem_count() / e;
+        let x = h.reshape((rows, e))?;
+        let device = x.device();
+        // The host step: each row's experts and weights.
+        let logits: Vec<Vec<f32>> = self.router.forward(&x)?.to_dtype(DType::F32)?.to_vec2()?;
+        let mut rows_of: Vec<Vec<u32>> = vec![Vec::new(); self.config.count];
+        let mut weights_of: Vec<Vec<f32>> = vec![Vec::new(); self.config.count];
+        for (r, mut row) in logits.into_iter().enumerate() {
+            for pick in route(&self.config, None, &mut row) {
+                rows_of[pick.expert].push(r as u32);
+                weights_of[pick.expert].push(pick.weight);
+            }
+        }
+        let mut out = Tensor::zeros((rows, e), DType::F32, device)?;
+        for (expert, (picked, weights)) in rows_of.into_iter().zip(weights_of).enumerate() {
+            if picked.is_empty() {
+                continue;
+            }
+            let n = picked.len();
+            let index = Tensor::from_vec(picked, n, device)?;
+            let xs = x.index_select(&index, 0)?;
+            let act = (candle_nn::ops::silu(&self.gate[expert].forward(&xs)?)? * self.up[expert].forward(&xs)?)?;
+            let weighted =
+                self.down[expert].forward(&act)?.broadcast_mul(&Tensor::from_vec(weights, (n, 1), device)?)?;
+            out = out.index_add(&index, &weighted, 0)?;
+        }
+        Ok(out.reshape(h.shape())?)
+    }
+}
