@@ -8,21 +8,47 @@
 # an older driver: the lent H200 has driver 580, which is CUDA 13.0. cudarc
 # takes its CUDA version from this nvcc. CUDA 12's nvcc wheel has no driver
 # program, so 13 is the oldest that works this way. x86-64 Linux only.
+#
+# `--link` also installs what linking a CUDA build needs (bench/device.sh):
+# cuBLAS, cuRAND and NVRTC from the same CUDA 13.0.2 set (about 550 MB more),
+# plain-name links to them, and a link stub for the driver's libcuda (made
+# from the functions cudarc declares), which the GPU machine's driver
+# replaces at run time.
 set -euo pipefail
 dir="${HEARTH_CUDA_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hearth/cuda}"
 PINS=(nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85)
+if [ "${1:-}" = --link ]; then
+  PINS+=(nvidia-cublas==13.1.0.3 nvidia-curand==10.4.0.35 nvidia-cuda-nvrtc==13.0.88)
+fi
 if [ "$(uname -s)-$(uname -m)" != Linux-x86_64 ]; then
   echo "PyPI's CUDA toolkit wheels are for x86-64 Linux; this is $(uname -s)-$(uname -m)" >&2
   exit 3
 fi
 stamp="$dir/pins"
-if [ "$(cat "$stamp" 2>/dev/null)" != "${PINS[*]}" ]; then
-  rm -rf "$dir/venv"
+# The stamp lists the pins installed, one a line: install when one is missing.
+missing=0
+for pin in "${PINS[@]}"; do grep -qxF "$pin" "$stamp" 2>/dev/null || missing=1; done
+if [ $missing = 1 ]; then
   mkdir -p "$dir"
-  python3 -m venv "$dir/venv"
+  [ -x "$dir/venv/bin/pip" ] || python3 -m venv "$dir/venv"
   "$dir/venv/bin/pip" install -q --disable-pip-version-check "${PINS[@]}" >&2
-  echo "${PINS[*]}" > "$stamp"
+  printf '%s\n' "${PINS[@]}" > "$stamp"
 fi
 root=$(echo "$dir"/venv/lib/python3*/site-packages/nvidia/cu13)
 "$root/bin/nvcc" --version | grep -q "release 13.0" || { echo "$root/bin/nvcc is not CUDA 13.0" >&2; exit 1; }
+if [ "${1:-}" = --link ]; then
+  # The linker looks for plain names; the wheels hold versioned ones.
+  for lib in cudart cublas cublasLt curand nvrtc; do
+    so=$(cd "$root/lib" && ls "lib$lib.so."* | sort | head -1)
+    ln -sf "$so" "$root/lib/lib$lib.so"
+  done
+  if [ ! -f "$root/lib/stubs/libcuda.so" ]; then
+    mkdir -p "$root/lib/stubs"
+    sys=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-0.19.*/src/driver/sys/mod.rs | head -1)
+    grep -oE '^ +fn cu[A-Za-z0-9_]+\(' "$sys" | sed -E 's/^ +fn (cu[A-Za-z0-9_]+)\(/int \1(void) { return 999; }/' | sort -u > "$dir/libcuda-stub.c"
+    cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$root/lib/stubs/libcuda.so" "$dir/libcuda-stub.c"
+  fi
+  # So that the build starts here too (for work that needs no GPU).
+  ln -sf libcuda.so "$root/lib/stubs/libcuda.so.1"
+fi
 echo "$root"

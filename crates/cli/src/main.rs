@@ -5,6 +5,7 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
+mod device_check;
 mod replay;
 mod score;
 mod serve;
@@ -227,6 +228,53 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The checks `bench/device.sh` runs on a GPU machine, one JSON line
+    /// per figure: read bandwidth, greedy replies against the CPU's own
+    /// pass, prefill and decode against the bandwidth bound, Generate 4
+    /// against one, two conversations against one, and a long prefill
+    /// stopped mid-way. `--device cpu --graph` runs them against the GPU's
+    /// pass on the CPU (how the check itself is tested).
+    DeviceCheck {
+        /// cuda, cuda:N, metal, or cpu.
+        #[arg(long, default_value = "cuda")]
+        device: String,
+        /// With `--device cpu`: the graph pass as a GPU runs it.
+        #[arg(long)]
+        graph: bool,
+        /// Worker threads for the CPU side.
+        #[arg(long)]
+        threads: Option<usize>,
+        /// A file whose greedy reply is compared with the CPU's (repeatable).
+        #[arg(long = "greedy-model")]
+        greedy_models: Vec<PathBuf>,
+        #[arg(long, default_value_t = 64)]
+        greedy_tokens: usize,
+        /// A file for the speed figures and the stopped prefill.
+        #[arg(long)]
+        speed_model: Option<PathBuf>,
+        #[arg(long, default_value_t = 512)]
+        prompt_tokens: usize,
+        #[arg(long, default_value_t = 128)]
+        gen_tokens: usize,
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+        #[arg(long, default_value_t = 4096)]
+        stop_prompt_tokens: usize,
+        /// The stopped prefill's chunk, in rows (at most 512).
+        #[arg(long, default_value_t = 512)]
+        stop_chunk: usize,
+        /// The bandwidth probe's buffer.
+        #[arg(long, default_value_t = 2048)]
+        bandwidth_mib: usize,
+    },
+    /// Writes a file of a model's tokenizer alone (no weights), from which
+    /// `write-random-model --tokenizer-from` writes models elsewhere.
+    WriteVocab {
+        #[arg(long)]
+        from: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// The restored half of bench-cache, run in a fresh process.
     #[command(hide = true)]
     BenchCacheRestored {
@@ -322,6 +370,43 @@ fn run(cli: Cli) -> Result<(), EngineError> {
             bench(&model, prompt_tokens, gen_tokens, repeats, batch, concurrent, json)
         }
         Command::BenchCache { model, history_tokens, json } => bench_cache::run(&model, history_tokens, json),
+        Command::WriteVocab { from, out } => hearth_engine::random_model::write_vocab(&out, &from),
+        Command::DeviceCheck {
+            device,
+            graph,
+            threads,
+            greedy_models,
+            greedy_tokens,
+            speed_model,
+            prompt_tokens,
+            gen_tokens,
+            repeats,
+            stop_prompt_tokens,
+            stop_chunk,
+            bandwidth_mib,
+        } => {
+            set_threads(&ModelArgs { model: None, threads, device: device.clone() })?;
+            let device = device.parse::<hearth_engine::DeviceChoice>()?.open()?;
+            if graph && !device.is_cpu() {
+                return Err(EngineError::setting(
+                    "graph",
+                    "the graph pass is what a GPU runs already; --graph is for --device cpu",
+                ));
+            }
+            device_check::run(&device_check::Plan {
+                device,
+                graph,
+                greedy_models,
+                greedy_tokens,
+                speed_model,
+                prompt_tokens,
+                gen_tokens,
+                repeats,
+                stop_prompt_tokens,
+                stop_chunk,
+                bandwidth_mib,
+            })
+        }
         Command::BenchGrammar { model, schema, gen_tokens, repeats } => {
             bench_grammar(&model, schema.as_deref(), gen_tokens, repeats)
         }
@@ -629,6 +714,44 @@ fn bench(
     json_out: bool,
 ) -> Result<(), EngineError> {
     let engine = open(model)?;
+    let figures = bench_figures(&engine, prompt_tokens, gen_tokens, repeats, batch, concurrent)?;
+    let f = |k: &str| figures[k].as_f64().unwrap_or(0.0);
+    if let (false, Some(c)) = (json_out, figures["concurrent"].as_object()) {
+        println!(
+            "{concurrent} conversations in turn: the slowest at {:.2}x the decode speed of one alone",
+            c["worst_ratio"].as_f64().unwrap_or(0.0)
+        );
+    }
+    if let (false, Some(b)) = (json_out, figures["batched"].as_object()) {
+        println!(
+            "{batch} sequences: {:.2}x the wall time of one ({:.1} tok/s in all)",
+            b["wall_ratio"].as_f64().unwrap_or(0.0),
+            b["batch_tokens_per_s"].as_f64().unwrap_or(0.0)
+        );
+    }
+    if json_out {
+        println!("{figures}");
+    } else {
+        println!(
+            "prefill: {:.1} tok/s ({} tokens), decode: {:.1} tok/s ({gen_tokens} tokens), {} threads",
+            f("prefill_tokens_per_s"),
+            figures["prompt_tokens"],
+            f("decode_tokens_per_s"),
+            figures["threads"]
+        );
+    }
+    Ok(())
+}
+
+/// `bench`'s figures for `engine`, as the JSON object `--json` prints.
+pub(crate) fn bench_figures(
+    engine: &Engine,
+    prompt_tokens: usize,
+    gen_tokens: usize,
+    repeats: usize,
+    batch: usize,
+    concurrent: usize,
+) -> Result<serde_json::Value, EngineError> {
     let m = engine.model();
     // A fixed, ordinary English text, repeated to the requested length.
     let seed_text = "The quick brown fox jumps over the lazy dog while the river runs past the old mill and the farmers gather the harvest before the rain. ";
@@ -656,8 +779,8 @@ fn bench(
     let decode_tps = gen_tokens as f64 / best_decode;
     let threads = hearth_engine::worker_pool::WorkerPool::global().threads();
     let batched = if batch > 1 {
-        let one = batch_decode_seconds(&engine, &prompt, gen_tokens, 1, repeats)?;
-        let many = batch_decode_seconds(&engine, &prompt, gen_tokens, batch, repeats)?;
+        let one = batch_decode_seconds(engine, &prompt, gen_tokens, 1, repeats)?;
+        let many = batch_decode_seconds(engine, &prompt, gen_tokens, batch, repeats)?;
         Some(
             json!({"batch": batch, "one_sequence_s": one, "batch_s": many, "wall_ratio": many / one, "batch_tokens_per_s": (batch * gen_tokens) as f64 / many}),
         )
@@ -665,8 +788,8 @@ fn bench(
         None
     };
     let concurrently = if concurrent > 1 {
-        let alone = concurrent_decode_rates(&engine, &prompt, gen_tokens, 1)?[0];
-        let each = concurrent_decode_rates(&engine, &prompt, gen_tokens, concurrent)?;
+        let alone = concurrent_decode_rates(engine, &prompt, gen_tokens, 1)?[0];
+        let each = concurrent_decode_rates(engine, &prompt, gen_tokens, concurrent)?;
         let worst = each.iter().copied().fold(f64::MAX, f64::min);
         Some(
             json!({"conversations": concurrent, "alone_tokens_per_s": alone, "each_tokens_per_s": each, "worst_ratio": worst / alone}),
@@ -674,42 +797,21 @@ fn bench(
     } else {
         None
     };
-    if let (false, Some(c)) = (json_out, &concurrently) {
-        println!(
-            "{concurrent} conversations in turn: the slowest at {:.2}x the decode speed of one alone",
-            c["worst_ratio"].as_f64().unwrap_or(0.0)
-        );
-    }
-    if let (false, Some(b)) = (json_out, &batched) {
-        println!(
-            "{batch} sequences: {:.2}x the wall time of one ({:.1} tok/s in all)",
-            b["wall_ratio"].as_f64().unwrap_or(0.0),
-            b["batch_tokens_per_s"].as_f64().unwrap_or(0.0)
-        );
-    }
-    if json_out {
-        println!(
-            "{}",
-            json!({
-                "engine": "hearth",
-                "model": engine.path().display().to_string(),
-                "threads": threads,
-                "device": hearth_engine::device::describe(engine.model().device()),
-                "weight_bytes_per_token": engine.model().weight_bytes_per_token(),
-                "prompt_tokens": prompt.len(),
-                "prompt_token_ids": prompt,
-                "gen_tokens": gen_tokens,
-                "prefill_tokens_per_s": prefill_tps,
-                "decode_tokens_per_s": decode_tps,
-                "peak_rss_bytes": peak_rss_bytes(),
-                "batched": batched,
-                "concurrent": concurrently,
-            })
-        );
-    } else {
-        println!("prefill: {prefill_tps:.1} tok/s ({} tokens), decode: {decode_tps:.1} tok/s ({gen_tokens} tokens), {threads} threads", prompt.len());
-    }
-    Ok(())
+    Ok(json!({
+        "engine": "hearth",
+        "model": engine.path().display().to_string(),
+        "threads": threads,
+        "device": hearth_engine::device::describe(engine.model().device()),
+        "weight_bytes_per_token": engine.model().weight_bytes_per_token(),
+        "prompt_tokens": prompt.len(),
+        "prompt_token_ids": prompt,
+        "gen_tokens": gen_tokens,
+        "prefill_tokens_per_s": prefill_tps,
+        "decode_tokens_per_s": decode_tps,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "batched": batched,
+        "concurrent": concurrently,
+    }))
 }
 
 /// The best decode time of `gen_tokens` steps for `batch` sequences sampled

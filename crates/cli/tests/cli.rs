@@ -125,6 +125,41 @@ fn a_random_model_is_written_that_loads_and_runs() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A vocabulary carried without its model (as to the GPU machine): the
+/// file holds the tokenizer alone, and a model written from it tokenizes
+/// as the real one does.
+#[test]
+fn a_vocabulary_alone_makes_models_that_tokenize_as_the_real_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = hearth_engine::paths::default_model_path(|k| std::env::var_os(k));
+    let (vocab, random) = (dir.path().join("v.gguf"), dir.path().join("r.gguf"));
+    let (ok, _, err) = cli(&["write-vocab", "--from", model.to_str().unwrap(), "--out", vocab.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let size = std::fs::metadata(&vocab).unwrap().len();
+    assert!(size < 4 << 20, "{size} bytes: the tokenizer alone");
+    let (ok, _, err) = cli(&[
+        "write-random-model",
+        "--out",
+        random.to_str().unwrap(),
+        "--tokenizer-from",
+        vocab.to_str().unwrap(),
+        "--layers",
+        "1",
+        "--embd",
+        "256",
+        "--ffn",
+        "512",
+        "--heads",
+        "4",
+        "--kv-heads",
+        "2",
+    ]);
+    assert!(ok, "{err}");
+    let text = "Hearth runs <|im_start|> models, naïvely 42 times.";
+    let ids = |m: &std::path::Path| cli(&["tokenize", "--model", m.to_str().unwrap(), "--text", text, "--special"]).1;
+    assert_eq!(ids(&random), ids(&model));
+}
+
 #[test]
 fn bad_input_is_a_clear_error_not_a_panic() {
     let (ok, _, err) = cli(&["generate", "--model", "/nonexistent.gguf", "--prompt", "hi"]);
@@ -282,4 +317,41 @@ fn two_plus_two() -> &'static str {
         hearth_engine::cpu::isa::Isa::Avx512Vnni => "The answer is 4.",
         _ => "The answer to this classic math problem is 4.",
     }
+}
+
+/// `bench/device.sh`'s checks, run against the GPU's pass on the CPU: every
+/// figure comes as one JSON line, the greedy replies agree with the CPU's
+/// own pass up to a near-tie, and the stopped prefill keeps its first
+/// chunk and goes on to the reply an unstopped one gives.
+#[test]
+fn device_check_runs_its_checks_against_the_graph_pass_on_the_cpu() {
+    let model = hearth_engine::paths::default_model_path(|k| std::env::var_os(k));
+    let model = model.to_str().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth-cli"))
+        .args(["device-check", "--device", "cpu", "--graph", "--threads", "2", "--greedy-model", model])
+        .args(["--greedy-tokens", "8", "--speed-model", model, "--prompt-tokens", "64", "--gen-tokens", "8"])
+        .args(["--repeats", "1", "--stop-prompt-tokens", "200", "--stop-chunk", "64", "--bandwidth-mib", "64"])
+        // candle's CPU pool spins at a barrier on pinned threads (see the engine's tests).
+        .env("CANDLE_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<serde_json::Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let checks: Vec<&str> = lines.iter().map(|l| l["check"].as_str().unwrap()).collect();
+    assert_eq!(checks, ["bandwidth", "greedy", "speed", "generate_n", "concurrent", "stop_prefill"], "{stdout}");
+    let by = |name: &str| lines.iter().find(|l| l["check"] == name).unwrap();
+    assert!(by("bandwidth")["gb_per_s"].as_f64().unwrap() > 0.1);
+    let greedy = by("greedy");
+    assert_eq!(greedy["pass"], true, "{greedy}");
+    assert_eq!(greedy["tokens"], 8);
+    let speed = by("speed");
+    for key in ["prefill_tokens_per_s", "decode_tokens_per_s", "bound_tokens_per_s", "share_of_bound"] {
+        assert!(speed[key].as_f64().unwrap() > 0.0, "{key}: {speed}");
+    }
+    assert!(by("generate_n")["wall_ratio"].as_f64().unwrap() > 0.0);
+    assert_eq!(by("concurrent")["each_tokens_per_s"].as_array().unwrap().len(), 2);
+    let stop = by("stop_prefill");
+    assert_eq!(stop["pass"], true, "{stop}");
+    assert_eq!(stop["kept_positions"], 64);
 }

@@ -464,6 +464,14 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
     write_planned(out, &md, plan)
 }
 
+/// A file of `from`'s tokenizer metadata alone, no tensors: a vocabulary
+/// small enough to carry where the model is not (a few MB), from which
+/// `write` and `write_family` make random-weight files there.
+pub fn write_vocab(out: &Path, from: &Path) -> Result<(), EngineError> {
+    let (md, _) = tokenizer_of(from)?;
+    gguf_writer::write(out, &md, &[], |_| unreachable!("no tensors"))
+}
+
 /// `tokenizer_from`'s tokenizer metadata and vocabulary size.
 fn tokenizer_of(tokenizer_from: &Path) -> Result<(Vec<(String, Value)>, usize), EngineError> {
     let io = |e: std::io::Error| EngineError::InvalidSetting { field: "out", reason: e.to_string() };
