@@ -21,13 +21,14 @@
 # The models are random-weight files written there: the default model's
 # shape and vocabulary for greedy, a 1.1B Q4_K file for speed. The real
 # default and Gemma 3 files (100 and 250 MB) are compared too where they are
-# found (HEARTH_MODELS_DIR), which on the GPU machine they are not.
+# found (HEARTH_MODEL_DIR), which on the GPU machine they are not.
 #
 # With the device tool: carry target/device, run `bash bench/device.sh check`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PAYLOAD=${HEARTH_DEVICE_PAYLOAD:-target/device}
-MODELS=${HEARTH_MODELS_DIR:-$HOME/.cache/hearth/models}
+# Where scripts/fetch-model.sh and fetch-gemma.sh keep the real files.
+MODELS=${HEARTH_MODEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hearth/models}
 LIMIT=$((64 * 1024 * 1024))
 
 vocabulary() { # CLI: the default model's tokenizer alone, from the real file here
@@ -50,8 +51,8 @@ case "${1:-}" in
     xz -T2 -6 -c "$built" > "$PAYLOAD/hearth-cli.xz"
     echo "libraries the build asks for at start:" >&2
     readelf -d "$built" | grep NEEDED >&2
-    size=$(du -cb "$PAYLOAD" | tail -1 | cut -f1)
-    tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+    size=$(du -sb "$PAYLOAD" | cut -f1)
+    tree=$(git ls-files -z | xargs -0 stat -c %s 2>/dev/null | awk '{ n += $1 } END { print n + 0 }')
     echo "payload: $((size / 1024 / 1024)) MiB in $PAYLOAD, the working tree $((tree / 1024 / 1024)) MiB, of 64 MiB" >&2
     [ $((size + tree)) -le $LIMIT ] || { echo "the payload does not fit in 64 MiB" >&2; exit 1; }
     ;;
@@ -92,7 +93,7 @@ case "${1:-}" in
     mkdir -p "$PAYLOAD"
     [ -f "$PAYLOAD/smollm2.vocab.gguf" ] || vocabulary target/release/hearth-cli
     HEARTH_CLI=target/release/hearth-cli HEARTH_DEVICE=cpu HEARTH_DEVICE_SMALL=1 CANDLE_NUM_THREADS=1 \
-      "$0" check --graph --threads 2 --greedy-tokens 16 --prompt-tokens 64 --gen-tokens 8 --repeats 1 \
+      bash bench/device.sh check --graph --threads 2 --greedy-tokens 16 --prompt-tokens 64 --gen-tokens 8 --repeats 1 \
       --stop-prompt-tokens 200 --stop-chunk 64 --bandwidth-mib 64
     ;;
   *)

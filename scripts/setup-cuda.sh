@@ -34,19 +34,27 @@ if [ $missing = 1 ]; then
   "$dir/venv/bin/pip" install -q --disable-pip-version-check "${PINS[@]}" >&2
   printf '%s\n' "${PINS[@]}" > "$stamp"
 fi
-root=$(echo "$dir"/venv/lib/python3*/site-packages/nvidia/cu13)
-"$root/bin/nvcc" --version | grep -q "release 13.0" || { echo "$root/bin/nvcc is not CUDA 13.0" >&2; exit 1; }
+root=$(ls -d "$dir"/venv/lib/python3*/site-packages/nvidia/cu13 | head -1)
+case "$("$root/bin/nvcc" --version)" in
+  *"release 13.0"*) ;;
+  *) echo "$root/bin/nvcc is not CUDA 13.0" >&2; exit 1 ;;
+esac
 if [ "${1:-}" = --link ]; then
   # The linker looks for plain names; the wheels hold versioned ones.
   for lib in cudart cublas cublasLt curand nvrtc; do
     so=$(cd "$root/lib" && ls "lib$lib.so."* | sort | head -1)
     ln -sf "$so" "$root/lib/lib$lib.so"
   done
-  if [ ! -f "$root/lib/stubs/libcuda.so" ]; then
+  # The stub holds every driver function the locked cudarc declares.
+  repo="$(cd "$(dirname "$0")/.." && pwd)"
+  cudarc=$(grep -A1 '^name = "cudarc"$' "$repo/Cargo.lock" | sed -n 's/^version = "\(.*\)"$/\1/p')
+  if [ "$(cat "$root/lib/stubs/cudarc-version" 2>/dev/null)" != "$cudarc" ]; then
+    (cd "$repo" && cargo fetch --locked -q)
+    sys=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"cudarc-$cudarc"/src/driver/sys/mod.rs | head -1)
     mkdir -p "$root/lib/stubs"
-    sys=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-0.19.*/src/driver/sys/mod.rs | head -1)
     grep -oE '^ +fn cu[A-Za-z0-9_]+\(' "$sys" | sed -E 's/^ +fn (cu[A-Za-z0-9_]+)\(/int \1(void) { return 999; }/' | sort -u > "$dir/libcuda-stub.c"
     cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$root/lib/stubs/libcuda.so" "$dir/libcuda-stub.c"
+    echo "$cudarc" > "$root/lib/stubs/cudarc-version"
   fi
   # So that the build starts here too (for work that needs no GPU).
   ln -sf libcuda.so "$root/lib/stubs/libcuda.so.1"

@@ -88,21 +88,24 @@ fn open(plan: &Plan, path: &Path) -> Result<Engine, EngineError> {
     Engine::open_with(path, &plan.device, kernels)
 }
 
-/// Read bandwidth in GB/s: the best of five sums over `mib` MiB of f32
-/// already on the device (the sum's result read back ends each one).
+/// Read bandwidth in GB/s: the best of six sums over `mib` MiB of f32
+/// already on the device, summed as rows of 64 Ki values first so that
+/// every multiprocessor reads (candle sums a whole tensor in one block),
+/// the result read back ending each.
 fn bandwidth_gb_per_s(device: &Device, mib: usize) -> Result<f64, EngineError> {
-    let n = mib.max(1) * (1 << 20) / 4;
-    let data = candle_core::Tensor::ones(n, candle_core::DType::F32, device)?;
+    const ROW: usize = 1 << 16;
+    let rows = (mib.max(1) * (1 << 20) / 4).div_ceil(ROW);
+    let data = candle_core::Tensor::ones((rows, ROW), candle_core::DType::F32, device)?;
     let mut best = f64::MAX;
     for _ in 0..6 {
         let t = Instant::now();
-        let total: f32 = data.sum_all()?.to_scalar()?;
+        let total: f32 = data.sum(1)?.sum_all()?.to_scalar()?;
         best = best.min(t.elapsed().as_secs_f64());
-        if total <= 0.0 {
-            return Err(EngineError::setting("device", "the bandwidth probe's sum came back wrong"));
+        if total != (rows * ROW) as f32 {
+            return Err(EngineError::setting("device", format!("the bandwidth probe summed {total}")));
         }
     }
-    Ok((n * 4) as f64 / best / 1e9)
+    Ok((rows * ROW * 4) as f64 / best / 1e9)
 }
 
 /// A greedy reply to a fixed question on the device against the CPU's own
@@ -186,6 +189,9 @@ fn stop_prefill(engine: &Engine, prompt_tokens: usize, chunk: usize) -> Result<V
     }
     let first = turn.advance(m, tok)?;
     let stopped = matches!(turn.advance(m, tok), Err(EngineError::Stopped));
+    // On a GPU the layers queued before the stop still run: the stop is
+    // done when the device is free.
+    m.device().synchronize()?;
     let latency_ms = stopped_at.lock().expect("not poisoned").map(|t| t.elapsed().as_secs_f64() * 1e3);
     let kept_chunk = matches!(first, Advance::Prefill(p) if p.done == chunk);
     turn.cancel(m, tok);

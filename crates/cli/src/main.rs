@@ -387,10 +387,10 @@ fn run(cli: Cli) -> Result<(), EngineError> {
         } => {
             set_threads(&ModelArgs { model: None, threads, device: device.clone() })?;
             let device = device.parse::<hearth_engine::DeviceChoice>()?.open()?;
-            if graph && !device.is_cpu() {
+            if graph != device.is_cpu() {
                 return Err(EngineError::setting(
                     "graph",
-                    "the graph pass is what a GPU runs already; --graph is for --device cpu",
+                    "--graph goes with --device cpu (the GPU's pass on the CPU); a GPU runs it already, and the CPU's own pass against itself checks nothing",
                 ));
             }
             device_check::run(&device_check::Plan {

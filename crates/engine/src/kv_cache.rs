@@ -39,8 +39,9 @@ use crate::worker_pool::{DisjointSlice, WorkerPool};
 /// Smallest allocation, in positions, so short chats do not regrow every turn.
 const MIN_CAPACITY: usize = 256;
 const MAGIC: &[u8; 8] = b"HEARTHKV";
-/// 2: keys and values in f16 (1 held f32).
-const FORMAT_VERSION: u32 = 2;
+/// 3: no values for layers whose values are their keys' (latent
+/// attention); 2: keys and values in f16; 1 held f32.
+const FORMAT_VERSION: u32 = 3;
 
 /// One layer's host buffers, writable (see `KvCache::host_mut`).
 pub(crate) struct HostKvMut<'a> {
@@ -108,7 +109,8 @@ pub struct KvCache {
 }
 
 enum LayerKv {
-    /// `k`: `[batch, kv_heads, capacity, head_dim]`; `v`: `[batch, kv_heads, head_dim, capacity]`.
+    /// `k`: `[batch, kv_heads, capacity, key_dim]`; `v`: `[batch, kv_heads, value_dim, capacity]`
+    /// (empty where the values are the keys', `KvShape`).
     Host {
         k: Vec<f16>,
         v: Vec<f16>,
@@ -168,7 +170,9 @@ impl<'a> HostKv<'a> {
 /// `rows` as `dims.len()` rows of `n`: `rows[j * n + i] = keys[i * kd + dims.start + j]`.
 fn transpose_into(rows: &mut [std::mem::MaybeUninit<f16>], n: usize, keys: &[f16], kd: usize, dims: Range<usize>) {
     assert!(rows.len() == dims.len() * n && keys.len() >= n * kd && dims.end <= kd);
-    let (mut i, width) = (0, dims.len());
+    let width = dims.len();
+    #[allow(unused_mut)] // only x86-64 takes blocks of eight first
+    let mut i = 0;
     #[cfg(target_arch = "x86_64")]
     while i + 8 <= n {
         let mut j = 0;
@@ -511,7 +515,8 @@ impl KvCache {
         }
     }
 
-    /// Writes new keys and values `[batch, kv_heads, n, head_dim]` at `len`,
+    /// Writes new keys and values (`[batch, kv_heads, n, key_dim]` and
+    /// `[…, value_dim]`) at `len`,
     /// rounded to f16. Call `reserve` first and `advance` after the last layer.
     pub(crate) fn write(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<()> {
         let (k, v) = (k.to_dtype(DType::F16)?, v.to_dtype(DType::F16)?);
@@ -532,7 +537,7 @@ impl KvCache {
     }
 
     /// Writes `n` positions of f16 keys and values (`[batch, kv_heads, n,
-    /// head_dim]`) at `len`, exactly as given: how saved caches come back.
+    /// key_dim]` and `[…, value_dim]`) at `len`, exactly as given: how saved caches come back.
     /// Call `reserve` first and `advance` after the last layer (a caller
     /// that never advances leaves the cache as it was).
     pub(crate) fn write_bits<S: Halves + ?Sized>(&mut self, layer: usize, k: &S, v: &S, n: usize) -> Result<()> {

@@ -47,7 +47,9 @@ impl GraphExperts {
         for (tensor, what) in [
             ("ffn_gate_inp.bias", "router biases (gpt-oss)"),
             ("ffn_gate_exps.bias", "biases (gpt-oss)"),
+            ("ffn_up_exps.bias", "biases (gpt-oss)"),
             ("ffn_down_exps.bias", "biases (gpt-oss)"),
+            ("ffn_gate_up_exps.bias", "biases (gpt-oss)"),
             ("exp_probs_b.bias", "a selection bias (GLM-4.5, DeepSeek)"),
             ("ffn_down_exps.scale", "per-expert scales (Gemma 4)"),
             ("ffn_gate_up_exps.weight", "gate and up fused"),

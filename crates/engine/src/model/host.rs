@@ -607,7 +607,8 @@ impl Model {
                     let (bi, i) = (r / *seq, r % *seq);
                     for h in 0..nkv {
                         let src = r * kd + h * hd;
-                        store.store(bi * nkv + h, *pos0 + i, &buf.k[src..src + hd], &buf.v[src..src + vd]);
+                        let v: &[f32] = if vd == 0 { &[] } else { &buf.v[src..src + vd] };
+                        store.store(bi * nkv + h, *pos0 + i, &buf.k[src..src + hd], v);
                     }
                 }
             }
@@ -616,7 +617,8 @@ impl Model {
                     let mut store = cache.host_mut(layer);
                     for h in 0..nkv {
                         let src = r * kd + h * hd;
-                        store.store(h, positions[r], &buf.k[src..src + hd], &buf.v[src..src + vd]);
+                        let v: &[f32] = if vd == 0 { &[] } else { &buf.v[src..src + vd] };
+                        store.store(h, positions[r], &buf.k[src..src + hd], v);
                     }
                 }
             }
