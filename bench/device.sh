@@ -11,15 +11,16 @@
 # 13.0 wheels, scripts/setup-cuda.sh --link; a link stub stands in for the
 # driver's libcuda), stripped and xz-compressed (66 MB of it, mostly
 # candle's kernels, comes to 10 MB; `check` unpacks it with Python's lzma),
-# and the default model's vocabulary as a tokenizer-only file (1.8 MB). The CUDA libraries
+# and the vocabularies of the default model and Gemma 3 as tokenizer-only
+# files (1.8 and 6.5 MB). The CUDA libraries
 # themselves (cuBLAS alone is 540 MB) are not carried: the GPU image's
 # PyTorch has the same CUDA 13.0 set, and `check` puts it on the library path.
 #
 # `check` prints one JSON line per figure (see crates/cli/src/device_check.rs):
 # bandwidth, greedy against the CPU, speed against the bandwidth bound,
 # Generate 4 against one, two conversations against one, a stopped prefill.
-# The models are random-weight files written there: the default model's
-# shape and vocabulary for greedy, a 1.1B Q4_K file for speed. The real
+# The models are random-weight files written there: the default model's and
+# Gemma 3 270M's shapes and vocabularies for greedy, a 1.1B Q4_K file for speed. The real
 # default and Gemma 3 files (100 and 250 MB) are compared too where they are
 # found (HEARTH_MODEL_DIR), which on the GPU machine they are not.
 #
@@ -31,13 +32,15 @@ PAYLOAD=${HEARTH_DEVICE_PAYLOAD:-target/device}
 MODELS=${HEARTH_MODEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hearth/models}
 LIMIT=$((64 * 1024 * 1024))
 
-vocabulary() { # CLI: the default model's tokenizer alone, from the real file here
+vocabularies() { # CLI: the tokenizers alone, from the real files here
   "$1" write-vocab --from "$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf" --out "$PAYLOAD/smollm2.vocab.gguf"
+  "$1" write-vocab --from "$MODELS/gemma-3-270m-q4_k_m.gguf" --out "$PAYLOAD/gemma3.vocab.gguf"
 }
 
 case "${1:-}" in
   build)
     scripts/fetch-model.sh >/dev/null
+    scripts/fetch-gemma.sh >/dev/null
     cuda=$(scripts/setup-cuda.sh --link)
     # No GPU here to ask: PTX for the H200's compute capability, 9.0.
     CUDA_COMPUTE_CAP=90 PATH="$cuda/bin:$PATH" CUDA_HOME="$cuda" CUDA_PATH="$cuda" \
@@ -47,7 +50,7 @@ case "${1:-}" in
     rm -rf "$PAYLOAD" && mkdir -p "$PAYLOAD"
     # Writing a vocabulary needs no GPU: the CUDA build does it here, on the
     # libcuda stub (which it never calls), as a first test that it starts.
-    LD_LIBRARY_PATH="$cuda/lib:$cuda/lib/stubs" vocabulary "$built"
+    LD_LIBRARY_PATH="$cuda/lib:$cuda/lib/stubs" vocabularies "$built"
     xz -T2 -6 -c "$built" > "$PAYLOAD/hearth-cli.xz"
     echo "libraries the build asks for at start:" >&2
     readelf -d "$built" | grep NEEDED >&2
@@ -81,7 +84,9 @@ case "${1:-}" in
     else
       "$CLI" write-random-model --out "$work/speed.gguf" --tokenizer-from "$PAYLOAD/smollm2.vocab.gguf"
     fi
-    greedy=(--greedy-model "$work/smollm2-shape.gguf")
+    "$CLI" write-random-model --family gemma3 --out "$work/gemma3-shape.gguf" --tokenizer-from "$PAYLOAD/gemma3.vocab.gguf" \
+      --layers 18 --embd 640 --ffn 2048 --heads 4 --kv-heads 1 --head-dim 256 --dtype q8_0
+    greedy=(--greedy-model "$work/smollm2-shape.gguf" --greedy-model "$work/gemma3-shape.gguf")
     for real in "$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf" "$MODELS/gemma-3-270m-q4_k_m.gguf"; do
       [ -f "$real" ] && greedy+=(--greedy-model "$real")
     done
@@ -91,7 +96,7 @@ case "${1:-}" in
     # Everything `check` does, against the GPU's pass on this CPU.
     cargo build --release -p hearth-cli
     mkdir -p "$PAYLOAD"
-    [ -f "$PAYLOAD/smollm2.vocab.gguf" ] || vocabulary target/release/hearth-cli
+    [ -f "$PAYLOAD/gemma3.vocab.gguf" ] || vocabularies target/release/hearth-cli
     HEARTH_CLI=target/release/hearth-cli HEARTH_DEVICE=cpu HEARTH_DEVICE_SMALL=1 CANDLE_NUM_THREADS=1 \
       bash bench/device.sh check --graph --threads 2 --greedy-tokens 16 --prompt-tokens 64 --gen-tokens 8 --repeats 1 \
       --stop-prompt-tokens 200 --stop-chunk 64 --bandwidth-mib 64

@@ -535,6 +535,7 @@ pub const FAMILIES: &[&str] = &[
     "granite",
     "granitemoe",
     "gemma2",
+    "gemma3",
     "qwen3vl",
     "glm4moe",
     "deepseek2",
@@ -610,7 +611,7 @@ pub fn write_family(
         u("attention.value_length", value_len),
         u("rope.dimension_count", rope_dims),
         u("context_length", 32_768),
-        f("rope.freq_base", 10_000.0),
+        f("rope.freq_base", if family == "gemma3" { 1_000_000.0 } else { 10_000.0 }),
         f("attention.layer_norm_rms_epsilon", 1e-5),
     ]);
     if family == "lfm2" {
@@ -648,6 +649,9 @@ pub fn write_family(
             f("attn_logit_softcapping", 50.0),
             f("final_logit_softcapping", 30.0),
         ]),
+        // Gemma 3 270M's: five sliding layers to each full one (llama.cpp's
+        // fixed pattern), a 512 window (the 1M base of its full layers above).
+        "gemma3" => md.push(u("attention.sliding_window", 512)),
         "qwen3vl" => {
             // Qwen3-VL's [24, 20, 20, 0] share of 64 pairs, at this head size.
             let pairs = hd / 2;
@@ -741,7 +745,7 @@ pub fn write_family(
                 norm("attn_q_norm.weight", q);
                 norm("attn_k_norm.weight", kv);
             }
-            "gemma2" => {
+            "gemma2" | "gemma3" => {
                 for n in ["attn_norm.weight", "post_attention_norm.weight", "ffn_norm.weight", "post_ffw_norm.weight"] {
                     norm(n, e);
                 }
@@ -761,7 +765,7 @@ pub fn write_family(
                 norm("ffn_norm.weight", e);
             }
         }
-        if matches!(family, "qwen3vl") || (family == "lfm2" && !conv_layer(i)) {
+        if matches!(family, "qwen3vl" | "gemma3") || (family == "lfm2" && !conv_layer(i)) {
             norm("attn_q_norm.weight", hd);
             norm("attn_k_norm.weight", hd);
         }
@@ -780,7 +784,7 @@ pub fn write_family(
     }
     let final_norm = if family == "lfm2" { "token_embd_norm.weight" } else { "output_norm.weight" };
     add(final_norm.into(), vec![e], GgmlType::F32, Fill::Ones);
-    if family != "gemma2" {
+    if !matches!(family, "gemma2" | "gemma3") {
         add("output.weight".into(), vec![vocab, e], dtype, Fill::Random(scale));
     }
     write_planned(out, &md, plan)
