@@ -26,33 +26,61 @@ use hearth_engine::{Advance, ChatMessage, Device, Engine, EngineError, Kernels, 
 use serde_json::{json, Value};
 
 /// What to check, on which device.
-pub(crate) struct Plan {
-    pub device: Device,
-    /// The graph pass on the CPU (`Kernels::Graph`) as the device side.
-    pub graph: bool,
-    pub greedy_models: Vec<PathBuf>,
-    pub greedy_tokens: usize,
-    pub speed_model: Option<PathBuf>,
-    pub prompt_tokens: usize,
-    pub gen_tokens: usize,
-    pub repeats: usize,
-    pub stop_prompt_tokens: usize,
-    /// Rows of each prefill chunk in the stopped prefill.
-    pub stop_chunk: usize,
-    pub bandwidth_mib: usize,
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// cuda, cuda:N, metal, or cpu.
+    #[arg(long, default_value = "cuda")]
+    device: String,
+    /// With `--device cpu`: the graph pass as a GPU runs it.
+    #[arg(long)]
+    graph: bool,
+    /// Worker threads for the CPU side.
+    #[arg(long)]
+    threads: Option<usize>,
+    /// A file whose greedy reply is compared with the CPU's (repeatable).
+    #[arg(long = "greedy-model")]
+    greedy_models: Vec<PathBuf>,
+    #[arg(long, default_value_t = 64)]
+    greedy_tokens: usize,
+    /// A file for the speed figures and the stopped prefill.
+    #[arg(long)]
+    speed_model: Option<PathBuf>,
+    #[arg(long, default_value_t = 512)]
+    prompt_tokens: usize,
+    #[arg(long, default_value_t = 128)]
+    gen_tokens: usize,
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    #[arg(long, default_value_t = 4096)]
+    stop_prompt_tokens: usize,
+    /// The stopped prefill's chunk, in rows (at most 512).
+    #[arg(long, default_value_t = 512)]
+    stop_chunk: usize,
+    /// The bandwidth probe's buffer.
+    #[arg(long, default_value_t = 2048)]
+    bandwidth_mib: usize,
 }
 
-/// Runs every check in `plan`, printing each figure as it comes; fails
-/// only when a check cannot run (a figure below its bar is `pass: false`).
-pub(crate) fn run(plan: &Plan) -> Result<(), EngineError> {
+/// Runs every check `plan` asks for, printing each figure as it comes;
+/// fails only when a check cannot run (a figure below its bar is `pass: false`).
+pub(crate) fn run(plan: &Args) -> Result<(), EngineError> {
+    crate::set_threads(&crate::ModelArgs { model: None, threads: plan.threads, device: plan.device.clone() })?;
+    let device = plan.device.parse::<hearth_engine::DeviceChoice>()?.open()?;
+    if plan.graph != device.is_cpu() {
+        return Err(EngineError::setting(
+            "graph",
+            "--graph goes with --device cpu (the GPU's pass on the CPU); a GPU runs it already, and the CPU's own pass against itself checks nothing",
+        ));
+    }
+    let device = &device;
     let emit = |v: Value| println!("{v}");
-    let bandwidth = bandwidth_gb_per_s(&plan.device, plan.bandwidth_mib)?;
-    emit(json!({"check": "bandwidth", "device": hearth_engine::device::describe(&plan.device), "gb_per_s": bandwidth}));
+    let bandwidth = bandwidth_gb_per_s(device, plan.bandwidth_mib)?;
+    emit(json!({"check": "bandwidth", "device": hearth_engine::device::describe(device), "gb_per_s": bandwidth}));
     for path in &plan.greedy_models {
-        emit(greedy(plan, path)?);
+        emit(greedy(plan, device, path)?);
     }
     if let Some(path) = &plan.speed_model {
-        let engine = open(plan, path)?;
+        let engine = open(plan, device, path)?;
         let figures = crate::bench_figures(&engine, plan.prompt_tokens, plan.gen_tokens, plan.repeats, 4, 2)?;
         let per_token = engine.model().weight_bytes_per_token() as f64;
         let bound = bandwidth * 1e9 / per_token;
@@ -83,9 +111,9 @@ pub(crate) fn run(plan: &Plan) -> Result<(), EngineError> {
 }
 
 /// `path` on the device under test.
-fn open(plan: &Plan, path: &Path) -> Result<Engine, EngineError> {
+fn open(plan: &Args, device: &Device, path: &Path) -> Result<Engine, EngineError> {
     let kernels = if plan.graph { Kernels::Graph } else { Kernels::Hearth };
-    Engine::open_with(path, &plan.device, kernels)
+    Engine::open_with(path, device, kernels)
 }
 
 /// Read bandwidth in GB/s: the best of six sums over `mib` MiB of f32
@@ -110,8 +138,8 @@ fn bandwidth_gb_per_s(device: &Device, mib: usize) -> Result<f64, EngineError> {
 
 /// A greedy reply to a fixed question on the device against the CPU's own
 /// pass (Hearth's kernels), and where they part, whether it was a near-tie.
-fn greedy(plan: &Plan, path: &Path) -> Result<Value, EngineError> {
-    let device = open(plan, path)?;
+fn greedy(plan: &Args, device: &Device, path: &Path) -> Result<Value, EngineError> {
+    let device = open(plan, device, path)?;
     let cpu = Engine::open(path)?;
     let prompt = cpu.encode_chat(&[ChatMessage::user("Name three rivers of Europe and say where each rises.")])?;
     let reply = |engine: &Engine| -> Result<Vec<u32>, EngineError> {

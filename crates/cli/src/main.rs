@@ -234,39 +234,7 @@ enum Command {
     /// against one, two conversations against one, and a long prefill
     /// stopped mid-way. `--device cpu --graph` runs them against the GPU's
     /// pass on the CPU (how the check itself is tested).
-    DeviceCheck {
-        /// cuda, cuda:N, metal, or cpu.
-        #[arg(long, default_value = "cuda")]
-        device: String,
-        /// With `--device cpu`: the graph pass as a GPU runs it.
-        #[arg(long)]
-        graph: bool,
-        /// Worker threads for the CPU side.
-        #[arg(long)]
-        threads: Option<usize>,
-        /// A file whose greedy reply is compared with the CPU's (repeatable).
-        #[arg(long = "greedy-model")]
-        greedy_models: Vec<PathBuf>,
-        #[arg(long, default_value_t = 64)]
-        greedy_tokens: usize,
-        /// A file for the speed figures and the stopped prefill.
-        #[arg(long)]
-        speed_model: Option<PathBuf>,
-        #[arg(long, default_value_t = 512)]
-        prompt_tokens: usize,
-        #[arg(long, default_value_t = 128)]
-        gen_tokens: usize,
-        #[arg(long, default_value_t = 3)]
-        repeats: usize,
-        #[arg(long, default_value_t = 4096)]
-        stop_prompt_tokens: usize,
-        /// The stopped prefill's chunk, in rows (at most 512).
-        #[arg(long, default_value_t = 512)]
-        stop_chunk: usize,
-        /// The bandwidth probe's buffer.
-        #[arg(long, default_value_t = 2048)]
-        bandwidth_mib: usize,
-    },
+    DeviceCheck(device_check::Args),
     /// Writes a file of a model's tokenizer alone (no weights), from which
     /// `write-random-model --tokenizer-from` writes models elsewhere.
     WriteVocab {
@@ -371,42 +339,7 @@ fn run(cli: Cli) -> Result<(), EngineError> {
         }
         Command::BenchCache { model, history_tokens, json } => bench_cache::run(&model, history_tokens, json),
         Command::WriteVocab { from, out } => hearth_engine::random_model::write_vocab(&out, &from),
-        Command::DeviceCheck {
-            device,
-            graph,
-            threads,
-            greedy_models,
-            greedy_tokens,
-            speed_model,
-            prompt_tokens,
-            gen_tokens,
-            repeats,
-            stop_prompt_tokens,
-            stop_chunk,
-            bandwidth_mib,
-        } => {
-            set_threads(&ModelArgs { model: None, threads, device: device.clone() })?;
-            let device = device.parse::<hearth_engine::DeviceChoice>()?.open()?;
-            if graph != device.is_cpu() {
-                return Err(EngineError::setting(
-                    "graph",
-                    "--graph goes with --device cpu (the GPU's pass on the CPU); a GPU runs it already, and the CPU's own pass against itself checks nothing",
-                ));
-            }
-            device_check::run(&device_check::Plan {
-                device,
-                graph,
-                greedy_models,
-                greedy_tokens,
-                speed_model,
-                prompt_tokens,
-                gen_tokens,
-                repeats,
-                stop_prompt_tokens,
-                stop_chunk,
-                bandwidth_mib,
-            })
-        }
+        Command::DeviceCheck(args) => device_check::run(&args),
         Command::BenchGrammar { model, schema, gen_tokens, repeats } => {
             bench_grammar(&model, schema.as_deref(), gen_tokens, repeats)
         }

@@ -52,15 +52,23 @@ fn cuda(ordinal: usize) -> Result<Device> {
     if !cfg!(feature = "cuda") {
         return Err(unavailable("CUDA", "cuda"));
     }
-    Device::new_cuda(ordinal)
-        .map_err(|e| EngineError::InvalidSetting { field: "device", reason: format!("CUDA device {ordinal}: {e}") })
+    Device::new_cuda(ordinal).map_err(|e| EngineError::InvalidSetting {
+        field: "device",
+        reason: format!("CUDA device {ordinal}: {}", first_line(&e)),
+    })
 }
 
 fn metal() -> Result<Device> {
     if !cfg!(feature = "metal") {
         return Err(unavailable("Metal", "metal"));
     }
-    Device::new_metal(0).map_err(|e| EngineError::InvalidSetting { field: "device", reason: format!("Metal: {e}") })
+    Device::new_metal(0)
+        .map_err(|e| EngineError::InvalidSetting { field: "device", reason: format!("Metal: {}", first_line(&e)) })
+}
+
+/// A candle error's message without the backtrace that follows it.
+fn first_line(e: &candle_core::Error) -> String {
+    e.to_string().lines().next().unwrap_or_default().to_string()
 }
 
 impl FromStr for DeviceChoice {

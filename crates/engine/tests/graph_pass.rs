@@ -158,19 +158,6 @@ fn generate_n_on_the_graph_writes_each_row_as_one_reply() {
     }
 }
 
-fn run_to_end(engine: &Engine, turn: &mut OwnedTurn) -> Vec<u32> {
-    let mut tokens = Vec::new();
-    loop {
-        match turn.advance(engine.model(), engine.tokenizer()).unwrap() {
-            Advance::Prefill(_) => {}
-            Advance::Tokens(events) => {
-                tokens.extend(events.iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD).map(|e| e.token))
-            }
-            Advance::Done => return tokens,
-        }
-    }
-}
-
 /// Stop asked for mid-way through a prefill chunk on the graph: the pass
 /// ends between layers, the cache keeps only the chunks before, and going
 /// on from there writes what the whole prefill wrote, from the same passes.
@@ -189,7 +176,7 @@ fn a_prefill_on_the_graph_stops_between_layers_and_goes_on_exactly() {
             turn
         };
         let mut whole = start(engine.new_session(Some(256)));
-        let want = run_to_end(&engine, &mut whole);
+        let want = common::run_to_end(&engine, &mut whole);
         let (want_session, _) = whole.finish(m, tok);
 
         // Asked after each layer but the last: the second chunk stops after its second layer.
@@ -208,7 +195,7 @@ fn a_prefill_on_the_graph_stops_between_layers_and_goes_on_exactly() {
 
         let mut again = start(session);
         assert_eq!(again.prefill_progress().unwrap().total, 100 - 32);
-        assert_eq!(run_to_end(&engine, &mut again), want, "{family:?}");
+        assert_eq!(common::run_to_end(&engine, &mut again), want, "{family:?}");
         let (session, _) = again.finish(m, tok);
         assert_eq!((session.tokens(), session.passes()), (want_session.tokens(), want_session.passes()));
     }

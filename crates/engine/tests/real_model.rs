@@ -239,7 +239,7 @@ fn forks_of_a_turn_read_the_prompt_once_and_each_is_the_single_run_of_its_seed()
     let ids = engine.encode_chat(&[ChatMessage::user("Name a colour.")]).unwrap();
     let sampling = SamplingParams { temperature: 1.2, seed: 5, ..SamplingParams::default() };
     let config = engine.generation_config(sampling.clone(), 12);
-    let run = |turn: &mut hearth_engine::OwnedTurn| run_to_end(&engine, turn);
+    let run = |turn: &mut hearth_engine::OwnedTurn| common::run_to_end(&engine, turn);
     let mut first =
         engine.new_session(None).into_turn(m, tok, ids.clone(), config.clone()).map_err(|(_, e)| e).unwrap();
     assert!(!first.can_fork(), "not before the prompt is read");
@@ -604,7 +604,7 @@ fn a_prefill_stopped_between_layers_keeps_the_chunks_before_and_goes_on_to_the_s
     let prompt =
         engine.tokenizer().encode(include_str!("../../../ARCHITECTURE.md"), false, false).unwrap()[..200].to_vec();
     let config = engine.generation_config(SamplingParams::greedy(), 8);
-    let run = |turn: &mut hearth_engine::OwnedTurn| run_to_end(&engine, turn);
+    let run = |turn: &mut hearth_engine::OwnedTurn| common::run_to_end(&engine, turn);
     let mut whole =
         engine.new_session(Some(1024)).into_turn(m, tok, prompt.clone(), config.clone()).map_err(|(_, e)| e).unwrap();
     whole.set_prefill_rows(64);
@@ -677,18 +677,4 @@ fn the_reply_opening_is_the_templates_generation_prompt_and_ends_the_chat_prompt
         .encode_chat(&[ChatMessage::user("Say hello."), ChatMessage::assistant("Hello!"), ChatMessage::user("Again.")])
         .unwrap();
     assert!(prompt.ends_with(&opening));
-}
-
-/// Advances `turn` to its end; the tokens it sampled.
-fn run_to_end(engine: &hearth_engine::Engine, turn: &mut hearth_engine::OwnedTurn) -> Vec<u32> {
-    let mut tokens = Vec::new();
-    loop {
-        match turn.advance(engine.model(), engine.tokenizer()).unwrap() {
-            hearth_engine::Advance::Prefill(_) => {}
-            hearth_engine::Advance::Tokens(events) => {
-                tokens.extend(events.iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD).map(|e| e.token))
-            }
-            hearth_engine::Advance::Done => return tokens,
-        }
-    }
 }
