@@ -94,10 +94,15 @@ impl Connection {
                     if let Some(err) = err {
                         stderr.drain(err);
                     }
-                    info.clone()
-                        .serve(transport)
-                        .await
-                        .map_err(|e| McpError::Start(format!("server “{name}” did not start: {e}{}", stderr.note())))
+                    match info.clone().serve(transport).await {
+                        Ok(service) => Ok(service),
+                        Err(e) => {
+                            // A server that exits at once may still be
+                            // writing why; read its pipe to the end first.
+                            stderr.wait_closed(Duration::from_millis(500)).await;
+                            Err(McpError::Start(format!("server “{name}” did not start: {e}{}", stderr.note())))
+                        }
+                    }
                 }
                 Transport::Http { url, headers } => {
                     let mut custom = std::collections::HashMap::new();
