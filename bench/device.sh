@@ -20,7 +20,8 @@
 # bandwidth, greedy against the CPU, speed against the bandwidth bound,
 # Generate 4 against one, two conversations against one, a stopped prefill.
 # The models are random-weight files written there: the default model's and
-# Gemma 3 270M's shapes and vocabularies for greedy, a 1.1B Q4_K file for speed. The real
+# Gemma 3 270M's shapes and vocabularies, and Qwen 3.5-shaped hybrids (dense
+# and with experts), for greedy; a 1.1B Q4_K file for speed. The real
 # default and Gemma 3 files (100 and 250 MB) are compared too where they are
 # found (HEARTH_MODEL_DIR), which on the GPU machine they are not.
 #
@@ -86,7 +87,22 @@ case "${1:-}" in
     fi
     "$CLI" write-random-model --family gemma3 --out "$work/gemma3-shape.gguf" --tokenizer-from "$PAYLOAD/gemma3.vocab.gguf" \
       --layers 18 --embd 640 --ffn 2048 --heads 4 --kv-heads 1 --head-dim 256 --dtype q8_0
-    greedy=(--greedy-model "$work/smollm2-shape.gguf" --greedy-model "$work/gemma3-shape.gguf")
+    # Qwen 3.5's hybrid (Gated DeltaNet layers, every fourth gated
+    # attention with partial RoPE), dense and with experts beside a shared
+    # one: the recurrence is the graph's host fallback.
+    if [ -n "${HEARTH_DEVICE_SMALL:-}" ]; then
+      hybrid=(--layers 4 --embd 256 --ffn 512 --heads 4 --kv-heads 2 --head-dim 64 --rope-dims 16
+        --ssm-state 32 --ssm-k-heads 4 --ssm-v-heads 8)
+    else
+      hybrid=(--layers 8 --embd 1024 --ffn 3072 --heads 8 --kv-heads 2 --head-dim 256 --rope-dims 64
+        --ssm-state 128 --ssm-k-heads 16 --ssm-v-heads 16)
+    fi
+    "$CLI" write-random-model --hybrid "${hybrid[@]}" --out "$work/qwen35-shape.gguf" \
+      --tokenizer-from "$PAYLOAD/smollm2.vocab.gguf" --dtype q8_0
+    "$CLI" write-random-model --hybrid "${hybrid[@]}" --experts 32 --experts-used 4 --expert-ffn 256 \
+      --out "$work/qwen35moe-shape.gguf" --tokenizer-from "$PAYLOAD/smollm2.vocab.gguf" --dtype q8_0
+    greedy=(--greedy-model "$work/smollm2-shape.gguf" --greedy-model "$work/gemma3-shape.gguf"
+      --greedy-model "$work/qwen35-shape.gguf" --greedy-model "$work/qwen35moe-shape.gguf")
     for real in "$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf" "$MODELS/gemma-3-270m-q4_k_m.gguf"; do
       [ -f "$real" ] && greedy+=(--greedy-model "$real")
     done

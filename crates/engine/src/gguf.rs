@@ -138,14 +138,27 @@ impl GgufFile {
     }
 
     /// `data` of type `dtype` and shape `dims` as a candle tensor; a type
-    /// candle lacks is widened to f32 by Hearth's dequantizer.
+    /// candle lacks is widened to f32 by Hearth's dequantizer, but MXFP4
+    /// (gpt-oss's experts) becomes Q8_0, which holds its values exactly in
+    /// twice its bytes rather than eight times.
     fn qtensor(&self, name: &str, dtype: GgmlType, data: &[u8], dims: Vec<usize>, device: &Device) -> Result<QTensor> {
         let fail = |e: candle_core::Error| self.corrupt(format!("tensor {name}: {e}"));
-        match dtype.to_candle() {
-            Some(dtype) => {
+        let as_q8_0 = match dtype {
+            GgmlType::Mxfp4 => crate::cpu::mxfp4_to_q8_0(data),
+            _ => None,
+        };
+        match (dtype.to_candle(), as_q8_0) {
+            (Some(dtype), _) => {
                 candle_core::quantized::ggml_file::qtensor_from_ggml(dtype, data, dims, device).map_err(fail)
             }
-            None => {
+            (None, Some(bytes)) => candle_core::quantized::ggml_file::qtensor_from_ggml(
+                candle_core::quantized::GgmlDType::Q8_0,
+                &bytes,
+                dims,
+                device,
+            )
+            .map_err(fail),
+            (None, None) => {
                 let values = crate::cpu::dequantize(dtype, data).ok_or_else(|| self.unsupported_type(name, dtype))?;
                 let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
                 candle_core::quantized::ggml_file::qtensor_from_ggml(

@@ -11,9 +11,20 @@ use std::sync::Arc;
 use common::{tiny, Family, TinySpec, VOCAB};
 use hearth_engine::{session_file, Advance, Device, Engine, EngineError, Kernels, OwnedTurn, SamplingParams, Session};
 
-/// The families the graph pass runs: the dense transformers and Qwen3-MoE's
-/// experts (the rest are refused on a GPU, see the last test).
-const FAMILIES: [Family; 5] = [Family::Llama, Family::Qwen2, Family::Qwen3, Family::Gemma3, Family::Qwen3Moe];
+/// The families the graph pass runs: the dense transformers, Qwen3-MoE's
+/// experts, Qwen 3.5's hybrid (its recurrence on the host) with and without
+/// experts and a shared expert, gpt-oss's sinks and biased experts (the rest
+/// are refused on a GPU, see the last test).
+const FAMILIES: [Family; 8] = [
+    Family::Llama,
+    Family::Qwen2,
+    Family::Qwen3,
+    Family::Gemma3,
+    Family::Qwen3Moe,
+    Family::Qwen35,
+    Family::Qwen35Moe,
+    Family::GptOss,
+];
 
 /// `family`'s tiny file. Qwen3-MoE's experts are f32 here: candle's CPU
 /// kernel for quantized matrices takes about a millisecond a call whatever
@@ -21,7 +32,9 @@ const FAMILIES: [Family; 5] = [Family::Llama, Family::Qwen2, Family::Qwen3, Fami
 /// a GPU, candle's CUDA kernels run them).
 fn spec(family: Family) -> TinySpec {
     match family {
-        Family::Qwen3Moe => TinySpec { experts_dtype: candle_core::quantized::GgmlDType::F32, ..TinySpec::new(family) },
+        Family::Qwen3Moe | Family::Qwen35Moe | Family::GptOss => {
+            TinySpec { experts_dtype: candle_core::quantized::GgmlDType::F32, ..TinySpec::new(family) }
+        }
         _ => TinySpec::new(family),
     }
 }
@@ -77,25 +90,64 @@ fn host_logits(engine: &Engine, tokens: &[u32]) -> Vec<f32> {
 fn greedy_on_the_graph_equals_the_host_pass_for_every_family_it_runs() {
     for family in FAMILIES {
         let (_dir, path) = tiny(&spec(family));
-        let (g, h) = (graph(&path), host(&path));
-        let prompt = ids(30, 1);
-        let mut session = g.new_session(Some(256));
-        let on_graph = reply(&g, &mut session, &prompt);
-        assert!(session.cache().holds_tensors(), "{family:?}: the graph's cache is tensors");
-        let on_host = cold(&h, &prompt);
-        assert_eq!(on_graph.len(), 12);
-        if let Some(at) = on_graph.iter().zip(&on_host).position(|(a, b)| a != b) {
-            let history: Vec<u32> = prompt.iter().chain(&on_host[..at]).copied().collect();
-            let mut logits = host_logits(&h, &history);
-            let range = logits.iter().fold(0f32, |m, x| m.max(x.abs()));
-            logits.sort_by(|a, b| b.total_cmp(a));
-            assert!(
-                logits[0] - logits[1] < 1e-2 * range,
-                "{family:?}: the graph's greedy reply leaves the host's at token {at} with a margin of {} (range {range}): {on_graph:?} vs {on_host:?}",
-                logits[0] - logits[1]
-            );
-            eprintln!("{family:?}: equal up to a near-tie at token {at}");
-        }
+        greedy_agrees(&format!("{family:?}"), &graph(&path), &host(&path), &ids(30, 1));
+    }
+}
+
+/// gpt-oss's MXFP4 experts, which candle's kernels lack, run on the graph
+/// as Q8_0 holding the same values: greedy equals Hearth's own MXFP4
+/// kernels (llama.cpp's numerics) up to a near-tie.
+#[test]
+fn gpt_oss_mxfp4_experts_on_the_graph_equal_hearths_own_kernels() {
+    use hearth_engine::random_model::{write, Experts, Shape};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gpt-oss.gguf");
+    let shape = Shape {
+        layers: 2,
+        embd: 128,
+        ffn: 128,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: Some(64),
+        experts: Some(Experts { count: 8, used: 4, ffn: 64, dtype: "mxfp4".into() }),
+        recurrent: None,
+        gpt_oss: true,
+        gemma4: None,
+    };
+    write(&path, &common::default_model(), &shape, "q8_0").unwrap();
+    let own = Engine::open_with(&path, &Device::Cpu, Kernels::Hearth).unwrap();
+    let g = graph(&path);
+    let prompt = ids(30, 2);
+    greedy_agrees("gpt-oss MXFP4", &g, &own, &prompt);
+    // The logits too, within the kernels' rounding (0.6% of their range
+    // here; the conversion's exactness is `mxfp4_becomes_q8_0_exactly`'s).
+    let a = host_logits(&own, &prompt);
+    let mut cache = g.model().new_cache(256);
+    let b = g.model().forward(&[prompt], &mut cache).unwrap().to_vec2::<f32>().unwrap().remove(0);
+    let range = a.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let diff = a.iter().zip(&b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    assert!(diff < 2e-2 * range, "{diff} of {range}");
+}
+
+/// `prompt`'s greedy reply on the graph `g` is the host pass `h`'s, token
+/// for token, up to a near-tie of the host's two best logits.
+fn greedy_agrees(what: &str, g: &Engine, h: &Engine, prompt: &[u32]) {
+    let mut session = g.new_session(Some(256));
+    let on_graph = reply(g, &mut session, prompt);
+    assert!(session.cache().holds_tensors(), "{what}: the graph's cache is tensors");
+    let on_host = cold(h, prompt);
+    assert_eq!(on_graph.len(), 12);
+    if let Some(at) = on_graph.iter().zip(&on_host).position(|(a, b)| a != b) {
+        let history: Vec<u32> = prompt.iter().chain(&on_host[..at]).copied().collect();
+        let mut logits = host_logits(h, &history);
+        let range = logits.iter().fold(0f32, |m, x| m.max(x.abs()));
+        logits.sort_by(|a, b| b.total_cmp(a));
+        assert!(
+            logits[0] - logits[1] < 1e-2 * range,
+            "{what}: the graph's greedy reply leaves the host's at token {at} with a margin of {} (range {range}): {on_graph:?} vs {on_host:?}",
+            logits[0] - logits[1]
+        );
+        eprintln!("{what}: equal up to a near-tie at token {at}");
     }
 }
 
@@ -130,26 +182,53 @@ fn the_graphs_tensor_cache_saves_restores_truncates_and_branches() {
 
         // A clone (a branch) cut back into the first prompt: the rest of
         // the prompt and the new turn run, and the original is untouched.
+        // A hybrid's cache goes back to its latest recurrent checkpoint at
+        // or before the cut (one is kept at the end of the prompt's
+        // chunks), a transformer's to the cut itself.
         let mut branch = session.clone();
+        let cut = if family.is_hybrid() {
+            let kept = session.cache().checkpoint_positions();
+            assert!(!kept.is_empty(), "{family:?}: the hybrid keeps checkpoints");
+            kept.into_iter().filter(|&p| p <= 25).max().unwrap_or(0)
+        } else {
+            25
+        };
         branch.truncate(25);
+        assert_eq!(branch.cache().len(), cut, "{family:?}");
         let edited: Vec<u32> = first[..25].iter().chain(&ids(7, 3)).copied().collect();
         let (out, processed) = turn(&engine, &mut branch, &edited, 1);
         assert_eq!(out[0], cold(&engine, &edited), "{family:?}: cut back");
-        assert_eq!(processed, edited.len() - 25, "{family:?}: the kept prefix is not read again");
+        assert_eq!(processed, edited.len() - cut, "{family:?}: the kept prefix is not read again");
         let (again, _) = turn(&engine, &mut session, &second, 1);
         assert_eq!(again[0], warm[0], "{family:?}: the branch left the original as it was");
     }
 }
 
-/// Generate N on the graph: the cache is repeated into a batch of tensors,
-/// and greedy rows write what one reply writes.
+/// Generate N on the graph: the cache is repeated into a batch of tensors
+/// (a hybrid's, one sequence a cache, is forked into turns of their own, as
+/// the app runs its variants), and greedy rows write what one reply writes.
 #[test]
 fn generate_n_on_the_graph_writes_each_row_as_one_reply() {
     for family in FAMILIES {
         let (_dir, path) = tiny(&spec(family));
         let engine = graph(&path);
         let prompt = ids(30, 4);
-        let (rows, _) = turn(&engine, &mut engine.new_session(Some(256)), &prompt, 3);
+        let rows = if family.is_hybrid() {
+            let (m, tok) = (engine.model(), engine.tokenizer());
+            let mut config = engine.generation_config(SamplingParams::greedy(), 12);
+            config.end_tokens.clear();
+            let mut first =
+                engine.new_session(Some(256)).into_turn(m, tok, prompt.clone(), config).map_err(|(_, e)| e).unwrap();
+            while first.is_prefilling() {
+                first.advance(m, tok).unwrap();
+            }
+            let mut forks: Vec<OwnedTurn> = (1..3).map(|b| first.fork(m, b).unwrap()).collect();
+            let mut rows = vec![common::run_to_end(&engine, &mut first)];
+            rows.extend(forks.iter_mut().map(|f| common::run_to_end(&engine, f)));
+            rows
+        } else {
+            turn(&engine, &mut engine.new_session(Some(256)), &prompt, 3).0
+        };
         let one = cold(&engine, &prompt);
         assert_eq!(rows.len(), 3);
         for (i, row) in rows.iter().enumerate() {
@@ -208,7 +287,7 @@ fn families_the_graph_does_not_run_are_refused_by_name() {
     for (spec, named) in [
         (TinySpec::new(Family::Phi3), "Phi-3"),
         (TinySpec::new(Family::Deepseek2), "DeepSeek"),
-        (TinySpec::new(Family::Qwen35), "hybrid"),
+        (TinySpec::new(Family::Lfm2), "LFM2"),
     ] {
         let (_dir, path) = tiny(&spec);
         let err = Engine::open_with(&path, &Device::Cpu, Kernels::Graph).err().expect("refused");

@@ -47,6 +47,7 @@ pub mod vec_ops;
 
 pub use matrix::QuantMatrix;
 pub(crate) use matrix::{dequantize, Activations};
+pub(crate) use mxfp4::to_q8_0 as mxfp4_to_q8_0;
 
 #[cfg(test)]
 mod tests;

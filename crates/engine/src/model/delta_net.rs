@@ -138,7 +138,7 @@ impl DeltaNet {
         buf: &mut DeltaScratch,
     ) -> Result<()> {
         let s = &self.shape;
-        let (d, hk, hv, channels) = (s.head_dim, s.k_heads, s.v_heads, s.conv_channels());
+        let (d, hv, channels) = (s.head_dim, s.v_heads, s.conv_channels());
         buf.qkv.resize(rows * channels, 0.0);
         buf.z.resize(rows * hv * d, 0.0);
         buf.beta.resize(rows * hv, 0.0);
@@ -155,6 +155,64 @@ impl DeltaNet {
                 (&self.alpha, &mut buf.alpha),
             ],
         )?;
+        self.mix(pool, rows, sequences, buf);
+        out.resize(rows * self.out.rows(), 0.0);
+        matmuls(pool, &buf.heads_out, rows, sequence_rows, &mut [(&self.out, out)])
+    }
+
+    /// The layer in the graph pass (what a GPU runs) for the normed input
+    /// `h` (`[1, seq, n_embd]`: a hybrid's cache holds one sequence): the
+    /// projections on the device, then the **host fallback**: the
+    /// convolution, the delta rule and the gated norm run on the CPU
+    /// against the cache's recurrent state, exactly as in the CPU's pass
+    /// (one read back and one write a layer), and `ssm_out` on the device.
+    /// candle has no op for the recurrence; the state stays on the host,
+    /// where the cache's checkpoints and saved sessions keep it.
+    pub(super) fn forward_graph(
+        &self,
+        pool: &WorkerPool,
+        h: &candle_core::Tensor,
+        cache: &mut KvCache,
+        buf: &mut DeltaScratch,
+    ) -> Result<candle_core::Tensor> {
+        let s = &self.shape;
+        let (d, hv, channels) = (s.head_dim, s.v_heads, s.conv_channels());
+        let (batch, seq, _) = h.dims3()?;
+        if batch != 1 {
+            return Err(crate::EngineError::setting("batch", "a hybrid model's cache holds one sequence"));
+        }
+        // One read back for the four projections.
+        let projected = candle_core::Tensor::cat(
+            &[self.qkv.forward(h)?, self.z.forward(h)?, self.beta.forward(h)?, self.alpha.forward(h)?],
+            2,
+        )?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
+        let width = channels + hv * d + 2 * hv;
+        buf.qkv.clear();
+        buf.z.clear();
+        buf.beta.clear();
+        buf.alpha.clear();
+        for row in projected.chunks_exact(width) {
+            let (qkv, rest) = row.split_at(channels);
+            let (z, rest) = rest.split_at(hv * d);
+            let (beta, alpha) = rest.split_at(hv);
+            buf.qkv.extend_from_slice(qkv);
+            buf.z.extend_from_slice(z);
+            buf.beta.extend_from_slice(beta);
+            buf.alpha.extend_from_slice(alpha);
+        }
+        self.mix(pool, seq, &mut [SequenceRows { rows: 0..seq, cache }], buf);
+        let heads = candle_core::Tensor::from_slice(&buf.heads_out, (1, seq, hv * d), h.device())?;
+        Ok(self.out.forward(&heads)?)
+    }
+
+    /// From the projections in `buf` (`qkv`, `z`, `beta`, `alpha`) to each
+    /// row's gated, normed heads in `buf.heads_out`: the convolution and the
+    /// recurrence against each sequence's state, advancing it.
+    fn mix(&self, pool: &WorkerPool, rows: usize, sequences: &mut [SequenceRows], buf: &mut DeltaScratch) {
+        let s = &self.shape;
+        let (d, hk, hv, channels) = (s.head_dim, s.k_heads, s.v_heads, s.conv_channels());
         // llama.cpp's sigmoid and softplus are scalar libm code.
         for b in buf.beta.iter_mut() {
             *b = 1.0 / (1.0 + (-*b).exp());
@@ -245,7 +303,5 @@ impl DeltaNet {
                 }
             }
         }
-        out.resize(rows * self.out.rows(), 0.0);
-        matmuls(pool, &buf.heads_out, rows, sequence_rows, &mut [(&self.out, out)])
     }
 }

@@ -374,7 +374,7 @@ struct Work {
 }
 
 /// The f32 bias `name` of `dims` (rows first), where the file has it.
-fn bias(file: &mut GgufFile, name: &str, dims: &[usize]) -> Result<Option<Vec<f32>>> {
+pub(super) fn bias(file: &mut GgufFile, name: &str, dims: &[usize]) -> Result<Option<Vec<f32>>> {
     if !file.has_tensor(name) {
         return Ok(None);
     }

@@ -3,31 +3,43 @@
 //! tensors.
 //!
 //! The router's logits come back to the host, which picks each row's
-//! experts as the CPU's pass does (`experts::route`): that is the one host
-//! step, since candle has no top-k. Then each picked expert runs once on
-//! the rows that picked it (gathered with `index_select`), and its output,
-//! times each row's weight, is added into those rows on the device.
-//! (candle's fused CUDA kernel, `indexed_moe_forward`, has no CPU form, so
-//! it could not be tested here; this form runs the same on both.)
+//! experts as the CPU's pass does (`experts::route`, with the router's
+//! biases and a selection bias where the file has them): that is the one
+//! host step, since candle has no top-k. Then each picked expert runs once
+//! on the rows that picked it (gathered with `index_select`), with its
+//! biases (gpt-oss) and its activation (SiLU, or gpt-oss's clamped SwiGLU),
+//! and its output, times each row's weight, is added into those rows on
+//! the device. (candle's fused CUDA kernel, `indexed_moe_forward`, has no
+//! CPU form, so it could not be tested here; this form runs the same on
+//! both.) MXFP4 experts arrive as Q8_0, which holds their values exactly
+//! (`GgufFile::tensor_parts`).
 //!
-//! The families whose experts carry more than this (biases, a selection
-//! bias, per-expert scales, a fused gate and up, gpt-oss's clamped SwiGLU,
-//! a shared expert) are refused on the graph by what they carry.
+//! A shared expert (Qwen 3.5) runs beside them as a dense FFN (`mod.rs`).
+//! Per-expert scales and GELU experts (Gemma 4) and a fused gate and up
+//! are refused on the graph by what they carry.
 
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
 use super::config::{ExpertActivation, ExpertsConfig};
-use super::experts::route;
+use super::experts::{bias, route};
 use crate::error::{EngineError, Result};
 use crate::gguf::GgufFile;
 
 /// One layer's experts and router on the device.
 pub(super) struct GraphExperts {
     router: QMatMul,
+    /// The router's biases (gpt-oss), added on the host before routing.
+    router_bias: Option<Vec<f32>>,
+    /// `exp_probs_b`: added for the picking only (GLM-4.5, DeepSeek V3).
+    selection_bias: Option<Vec<f32>>,
     gate: Vec<QMatMul>,
     up: Vec<QMatMul>,
     down: Vec<QMatMul>,
+    /// Each expert's gate, up and down biases, a row per expert (gpt-oss).
+    gate_bias: Option<Tensor>,
+    up_bias: Option<Tensor>,
+    down_bias: Option<Tensor>,
     config: ExpertsConfig,
     bytes_per_token: usize,
 }
@@ -44,25 +56,15 @@ impl GraphExperts {
         let refuse = |what: &str| {
             EngineError::setting("device", format!("experts with {what} run on the CPU for now; choose the CPU device"))
         };
-        for (tensor, what) in [
-            ("ffn_gate_inp.bias", "router biases (gpt-oss)"),
-            ("ffn_gate_exps.bias", "biases (gpt-oss)"),
-            ("ffn_up_exps.bias", "biases (gpt-oss)"),
-            ("ffn_down_exps.bias", "biases (gpt-oss)"),
-            ("ffn_gate_up_exps.bias", "biases (gpt-oss)"),
-            ("exp_probs_b.bias", "a selection bias (GLM-4.5, DeepSeek)"),
-            ("ffn_down_exps.scale", "per-expert scales (Gemma 4)"),
-            ("ffn_gate_up_exps.weight", "gate and up fused"),
-        ] {
+        for (tensor, what) in
+            [("ffn_down_exps.scale", "per-expert scales (Gemma 4)"), ("ffn_gate_up_exps.weight", "gate and up fused")]
+        {
             if file.has_tensor(&format!("{prefix}.{tensor}")) {
                 return Err(refuse(what));
             }
         }
-        if config.activation != ExpertActivation::Silu {
-            return Err(refuse("another activation than SiLU"));
-        }
-        if config.shared_ffn_len.is_some() {
-            return Err(refuse("a shared expert"));
+        if config.activation == ExpertActivation::Gelu {
+            return Err(refuse("GELU (Gemma 4)"));
         }
         let (count, ffn) = (config.count, config.ffn_len);
         let mut load = |name: &str, rows: usize, cols: usize| -> Result<Vec<QTensor>> {
@@ -83,11 +85,27 @@ impl GraphExperts {
         let matmuls = |ts: Vec<QTensor>| -> Result<Vec<QMatMul>> {
             Ok(ts.into_iter().map(QMatMul::from_qtensor).collect::<candle_core::Result<_>>()?)
         };
+        let mut rows_of = |name: &str, width: usize| -> Result<Option<Tensor>> {
+            match bias(file, &format!("{prefix}.{name}"), &[count, width])? {
+                Some(b) => Ok(Some(Tensor::from_vec(b, (count, width), device)?)),
+                None => Ok(None),
+            }
+        };
+        let (gate_bias, up_bias, down_bias) = (
+            rows_of("ffn_gate_exps.bias", ffn)?,
+            rows_of("ffn_up_exps.bias", ffn)?,
+            rows_of("ffn_down_exps.bias", n_embd)?,
+        );
         Ok(Self {
             router: QMatMul::from_qtensor(router)?,
+            router_bias: bias(file, &format!("{prefix}.ffn_gate_inp.bias"), &[count])?,
+            selection_bias: bias(file, &format!("{prefix}.exp_probs_b.bias"), &[count])?,
             gate: matmuls(gate)?,
             up: matmuls(up)?,
             down: matmuls(down)?,
+            gate_bias,
+            up_bias,
+            down_bias,
             config: config.clone(),
             bytes_per_token,
         })
@@ -98,7 +116,7 @@ impl GraphExperts {
         self.bytes_per_token
     }
 
-    /// `Σ_k w_k · down_k(SiLU(gate_k(h)) · up_k(h))` for every row of `h`
+    /// `Σ_k w_k · down_k(act(gate_k(h), up_k(h)))` for every row of `h`
     /// (`[…, n_embd]`, the normed FFN input), in `h`'s shape.
     pub(super) fn forward(&self, h: &Tensor) -> Result<Tensor> {
         let e = h.dim(candle_core::D::Minus1)?;
@@ -110,11 +128,21 @@ impl GraphExperts {
         let mut rows_of: Vec<Vec<u32>> = vec![Vec::new(); self.config.count];
         let mut weights_of: Vec<Vec<f32>> = vec![Vec::new(); self.config.count];
         for (r, mut row) in logits.into_iter().enumerate() {
-            for pick in route(&self.config, None, &mut row) {
+            if let Some(b) = &self.router_bias {
+                row.iter_mut().zip(b).for_each(|(l, b)| *l += b);
+            }
+            for pick in route(&self.config, self.selection_bias.as_deref(), &mut row) {
                 rows_of[pick.expert].push(r as u32);
                 weights_of[pick.expert].push(pick.weight);
             }
         }
+        // An expert's bias row, added to each of its rows (`ggml_add_id`).
+        let biased = |t: Tensor, bias: &Option<Tensor>, expert: usize| -> candle_core::Result<Tensor> {
+            match bias {
+                Some(b) => t.broadcast_add(&b.narrow(0, expert, 1)?),
+                None => Ok(t),
+            }
+        };
         let mut out = Tensor::zeros((rows, e), DType::F32, device)?;
         for (expert, (picked, weights)) in rows_of.into_iter().zip(weights_of).enumerate() {
             if picked.is_empty() {
@@ -123,11 +151,25 @@ impl GraphExperts {
             let n = picked.len();
             let index = Tensor::from_vec(picked, n, device)?;
             let xs = x.index_select(&index, 0)?;
-            let act = (candle_nn::ops::silu(&self.gate[expert].forward(&xs)?)? * self.up[expert].forward(&xs)?)?;
-            let weighted =
-                self.down[expert].forward(&act)?.broadcast_mul(&Tensor::from_vec(weights, (n, 1), device)?)?;
+            let gate = biased(self.gate[expert].forward(&xs)?, &self.gate_bias, expert)?;
+            let up = biased(self.up[expert].forward(&xs)?, &self.up_bias, expert)?;
+            let act = match self.config.activation {
+                ExpertActivation::SwigluOai { alpha, limit } => swiglu_oai(&gate, &up, alpha, limit)?,
+                _ => (candle_nn::ops::silu(&gate)? * up)?,
+            };
+            let down = biased(self.down[expert].forward(&act)?, &self.down_bias, expert)?;
+            let weighted = down.broadcast_mul(&Tensor::from_vec(weights, (n, 1), device)?)?;
             out = out.index_add(&index, &weighted, 0)?;
         }
         Ok(out.reshape(h.shape())?)
     }
+}
+
+/// gpt-oss's SwiGLU (`vec_ops::swiglu_oai` on tensors): the gate capped
+/// at `limit`, the up clamped to `±limit`, `x·σ(αx) · (y + 1)`.
+fn swiglu_oai(gate: &Tensor, up: &Tensor, alpha: f32, limit: f32) -> candle_core::Result<Tensor> {
+    let x = gate.minimum(limit)?;
+    let y = up.clamp(-limit, limit)?;
+    let glu = (&x * candle_nn::ops::sigmoid(&(&x * alpha as f64)?)?)?;
+    glu * (y + 1.0)?
 }

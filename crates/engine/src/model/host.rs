@@ -294,7 +294,7 @@ impl Model {
                     *o += m;
                 }
             }
-            Ffn::GraphExperts(_) => unreachable!("graph experts run in the graph pass"),
+            Ffn::GraphExperts { .. } => unreachable!("graph experts run in the graph pass"),
             Ffn::Experts { experts, shared } => {
                 experts.forward_host(pool, &buf.h, None, rows, seq, &mut buf.o, &mut buf.experts)?;
                 if let Some(s) = shared {

@@ -138,8 +138,9 @@ enum Ffn {
     /// Gemma 4's 26B-A4B: a dense GELU FFN and experts side by side, each
     /// with norms of its own, their outputs added.
     DenseAndExperts(Box<DenseAndExperts>),
-    /// A mixture of experts in the graph pass (`graph_experts.rs`).
-    GraphExperts(Box<graph_experts::GraphExperts>),
+    /// A mixture of experts in the graph pass (`graph_experts.rs`), with
+    /// Qwen 3.5's shared expert where the layer has one.
+    GraphExperts { experts: Box<graph_experts::GraphExperts>, shared: Option<SharedExpert> },
 }
 
 /// Gemma 4's FFN with experts: `post_norm_1(dense(ffn_norm(x))) +
@@ -307,11 +308,10 @@ impl Model {
                 format!("{} runs on the CPU for now; choose the CPU device", arch.family_name()),
             ));
         }
-        let partial_rope = config.attention.iter().any(|a| a.rope_dims != a.head_dim);
-        if graph && (config.recurrent.is_some() || partial_rope || config.attention_temperature.is_some()) {
+        if graph && config.attention_temperature.is_some() {
             return Err(crate::EngineError::setting(
                 "device",
-                "hybrid models (Qwen 3.5), partial rotary embeddings, layers without them (SmolLM3) and attention temperature (Mistral 3) run on the CPU for now; choose the CPU device",
+                "attention temperature (Mistral 3) runs on the CPU for now; choose the CPU device",
             ));
         }
         let norm = |file: &mut GgufFile, name: &str| -> Result<Norm> {
@@ -541,14 +541,17 @@ impl Model {
                         router_scale: host_vector(file, &scale_name, device)?,
                     }))
                 }
-                Some(ec) if graph && arch != Architecture::Gemma4 && i >= ec.dense_lead => {
-                    let experts = graph_experts::GraphExperts::load(file, &p, config.n_embd, ec, device)?;
-                    weight_bytes.set(weight_bytes.get() + experts.bytes_per_token());
-                    Ffn::GraphExperts(Box::new(experts))
-                }
                 Some(ec) if arch != Architecture::Gemma4 && i >= ec.dense_lead => {
-                    let experts = Box::new(experts_of(file, &p, ec)?);
-                    weight_bytes.set(weight_bytes.get() + experts.bytes_per_token());
+                    // The graph's experts (a GPU's) or the CPU pass's.
+                    let (graph_experts, experts) = if graph {
+                        let experts = graph_experts::GraphExperts::load(file, &p, config.n_embd, ec, device)?;
+                        weight_bytes.set(weight_bytes.get() + experts.bytes_per_token());
+                        (Some(Box::new(experts)), None)
+                    } else {
+                        let experts = Box::new(experts_of(file, &p, ec)?);
+                        weight_bytes.set(weight_bytes.get() + experts.bytes_per_token());
+                        (None, Some(experts))
+                    };
                     let shared = match ec.shared_ffn_len {
                         Some(n) => Some(SharedExpert {
                             gate_inp: if matches!(
@@ -557,7 +560,8 @@ impl Model {
                             ) {
                                 None
                             } else {
-                                Some(shared_gate_input(file, &format!("{p}.ffn_gate_inp_shexp.weight"), config.n_embd)?)
+                                let name = format!("{p}.ffn_gate_inp_shexp.weight");
+                                Some(shared_gate_input(file, &name, config.n_embd, own_kernels, device)?)
                             },
                             gate: matmul(file, &format!("{p}.ffn_gate_shexp.weight"), n, config.n_embd)?,
                             up: matmul(file, &format!("{p}.ffn_up_shexp.weight"), n, config.n_embd)?,
@@ -565,7 +569,11 @@ impl Model {
                         }),
                         None => None,
                     };
-                    Ffn::Experts { experts, shared }
+                    match (graph_experts, experts) {
+                        (Some(experts), _) => Ffn::GraphExperts { experts, shared },
+                        (_, Some(experts)) => Ffn::Experts { experts, shared },
+                        _ => unreachable!("one kind of experts is loaded"),
+                    }
                 }
                 _ => {
                     let (gate, up, down) = dense_ffn(file, &p)?;
@@ -861,21 +869,33 @@ impl Model {
             Some(w) => causal_mask(seq_len, pos0, window_start(pos0, w), Some(w), &self.device)?,
             None => None,
         };
-        for (i, block) in self.layers.iter().enumerate() {
-            let (rope, mask, start) = if block.sliding {
-                let w = self.config.sliding_window.unwrap_or(usize::MAX);
-                (&rope_local, mask_local.as_ref(), window_start(pos0, w))
-            } else {
-                (&rope_global, mask_global.as_ref(), 0)
-            };
-            x = self.block_forward(block, i, &x, rope, mask, start, cache)?;
-            // Keys and values written past the cache's length are not yet
-            // part of it: stopping here leaves it as it was.
-            if seq_len > 1 && i + 1 < self.layers.len() && stop() {
-                return Err(crate::EngineError::Stopped);
+        let mut scratch = delta_net::DeltaScratch::default();
+        cache.begin_pass(seq_len);
+        let mut layers = || -> Result<()> {
+            for (i, block) in self.layers.iter().enumerate() {
+                let (rope, mask, start) = if block.sliding {
+                    let w = self.config.sliding_window.unwrap_or(usize::MAX);
+                    (&rope_local, mask_local.as_ref(), window_start(pos0, w))
+                } else {
+                    (&rope_global, mask_global.as_ref(), 0)
+                };
+                x = self.block_forward(block, i, &x, rope, mask, start, cache, &mut scratch)?;
+                // Keys and values written past the cache's length are not yet
+                // part of it: stopping here leaves it as it was.
+                if seq_len > 1 && i + 1 < self.layers.len() && stop() {
+                    return Err(crate::EngineError::Stopped);
+                }
             }
+            Ok(())
+        };
+        if let Err(e) = layers() {
+            // As in the host pass: a hybrid's recurrent state, written in
+            // place, goes back to its checkpoint.
+            cache.truncate(pos0);
+            return Err(e);
         }
         cache.advance(seq_len);
+        cache.end_pass(seq_len);
         let x = self.norm.forward(&x.narrow(1, seq_len - 1, 1)?.contiguous()?)?;
         let logits = self.output.forward(&x)?;
         Ok(logits.reshape((batch, self.vocab_size))?)
@@ -891,68 +911,22 @@ impl Model {
         mask: Option<&Tensor>,
         kv_start: usize,
         cache: &mut KvCache,
+        scratch: &mut delta_net::DeltaScratch,
     ) -> Result<Tensor> {
-        let c = &self.config;
-        let (batch, seq_len, _) = x.dims3()?;
-        let Mixer::Attention(a) = &b.mixer else {
-            return Err(crate::EngineError::setting("device", "recurrent layers run on the CPU's own pass only"));
-        };
-        if a.gated {
-            return Err(crate::EngineError::setting("device", "gated attention runs on the CPU's own pass only"));
-        }
         let h = match &b.attn_norm {
             Some(n) => n.forward(x)?,
             None => x.clone(),
         };
-        let heads = |t: Tensor, n: usize| t.reshape((batch, seq_len, n, c.head_dim))?.transpose(1, 2)?.contiguous();
-        let mut q = heads(a.wq.forward(&h)?, c.n_heads)?;
-        let (Some(wk), Some(wv)) = (&a.wk, &a.wv) else {
-            return Err(crate::EngineError::setting("device", "Gemma 4 runs on the CPU's own pass only"));
+        let mut attn = match &b.mixer {
+            Mixer::Attention(a) => self.attention_graph(a, layer, &h, rope, mask, kv_start, cache)?,
+            Mixer::DeltaNet(d) => d.forward_graph(crate::worker_pool::WorkerPool::global(), &h, cache, scratch)?,
+            Mixer::Mla(_) | Mixer::ShortConv(_) => {
+                return Err(crate::EngineError::setting(
+                    "device",
+                    "latent attention and short convolutions run on the CPU's own pass only",
+                ))
+            }
         };
-        let mut k = heads(wk.forward(&h)?, c.n_kv_heads)?;
-        let v = heads(wv.forward(&h)?, c.n_kv_heads)?;
-        if let Some(n) = &a.q_norm {
-            q = n.forward(&q)?;
-        }
-        if let Some(n) = &a.k_norm {
-            k = n.forward(&k)?;
-        }
-        let interleaved = c.architecture.interleaved_rope();
-        let q = rope.apply(&q, interleaved)?;
-        let k = rope.apply(&k, interleaved)?;
-        cache.write(layer, &k, &v)?;
-        let end = cache.len() + seq_len;
-        let (k_all, v_all) = cache.view(layer, kv_start, end)?;
-        let kv_len = end - kv_start;
-
-        // Grouped-query attention without repeating K/V: fold the query heads
-        // that share a KV head into the row dimension.
-        let n_rep = c.n_heads / c.n_kv_heads;
-        let q = q.reshape((batch, c.n_kv_heads, n_rep * seq_len, c.head_dim))?;
-        let scale = 1.0 / (c.head_dim as f64).sqrt();
-        let (q, scale) = if c.architecture.scales_queries() { ((q * scale)?, 1.0) } else { (q, scale) };
-        // As the CPU pass (and llama.cpp): the f16 keys meet f16-rounded
-        // queries, the f16 values f16-rounded probabilities.
-        let q = round_to_f16(&q)?;
-        let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
-        if let Some(m) = mask {
-            scores = scores.reshape((batch, c.n_kv_heads, n_rep, seq_len, kv_len))?.broadcast_add(m)?.reshape((
-                batch,
-                c.n_kv_heads,
-                n_rep * seq_len,
-                kv_len,
-            ))?;
-        }
-        let probs = round_to_f16(&candle_nn::ops::softmax_last_dim(&scores)?)?;
-        let attn = probs
-            .matmul(&v_all.contiguous()?)?
-            .reshape((batch, c.n_heads, seq_len, c.head_dim))?
-            .transpose(1, 2)?
-            .reshape((batch, seq_len, c.n_heads * c.head_dim))?;
-        if a.sinks.is_some() {
-            return Err(crate::EngineError::setting("device", "attention sinks run on the CPU's own pass only"));
-        }
-        let mut attn = a.wo.forward(&attn)?;
         if let Some(n) = &b.post_attn_norm {
             attn = n.forward(&attn)?;
         }
@@ -962,29 +936,139 @@ impl Model {
             Some(n) => n.forward(&x)?,
             None => x.clone(),
         };
-        let (gate, up, down) = match &b.ffn {
-            Ffn::Dense { gate, up, down } => (gate, up, down),
-            Ffn::GraphExperts(experts) => {
+        let mut ffn = match &b.ffn {
+            Ffn::Dense { gate, up, down } => self.dense_graph(gate, up, down, &h)?,
+            Ffn::GraphExperts { experts, shared } => {
                 let mut ffn = experts.forward(&h)?;
-                if let Some(n) = &b.post_ffn_norm {
-                    ffn = n.forward(&ffn)?;
+                if let Some(s) = shared {
+                    // llama.cpp: moe_out + ffn_shexp · σ(gate_inp · x).
+                    let mut out = self.dense_graph(&s.gate, &s.up, &s.down, &h)?;
+                    if let Some(g) = &s.gate_inp {
+                        out = out.broadcast_mul(&candle_nn::ops::sigmoid(&g.forward(&h)?)?)?;
+                    }
+                    ffn = (ffn + out)?;
                 }
-                return Ok((x + ffn)?);
+                ffn
             }
             _ => unreachable!("the graph's layers load their experts as GraphExperts"),
         };
-        let gate = gate.forward(&h)?;
-        let act = if c.architecture.is_gemma() {
+        if let Some(n) = &b.post_ffn_norm {
+            ffn = n.forward(&ffn)?;
+        }
+        Ok((x + ffn)?)
+    }
+
+    /// A gated FFN in the graph pass: `down(act(gate(h)) · up(h))`, GELU
+    /// for Gemma, SiLU otherwise.
+    fn dense_graph(&self, gate: &Matrix, up: &Matrix, down: &Matrix, h: &Tensor) -> Result<Tensor> {
+        let gate = gate.forward(h)?;
+        let act = if self.config.architecture.is_gemma() {
             // llama.cpp looks GELU up in an f16 table: input and result rounded to f16.
             gate.to_dtype(DType::F16)?.to_dtype(DType::F32)?.gelu()?.to_dtype(DType::F16)?.to_dtype(DType::F32)?
         } else {
             candle_nn::ops::silu(&gate)?
         };
-        let mut ffn = down.forward(&(act * up.forward(&h)?)?)?;
-        if let Some(n) = &b.post_ffn_norm {
-            ffn = n.forward(&ffn)?;
+        Ok(down.forward(&(act * up.forward(h)?)?)?)
+    }
+
+    /// One attention layer of the graph pass for the normed input `h`:
+    /// its keys and values written into `cache`, its output before the
+    /// residual. Qwen 3.5's gated queries and partial RoPE as the host pass
+    /// runs them.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_graph(
+        &self,
+        a: &Attention,
+        layer: usize,
+        h: &Tensor,
+        rope: &Rope,
+        mask: Option<&Tensor>,
+        kv_start: usize,
+        cache: &mut KvCache,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let shape = c.attention_shape(layer);
+        let (nh, nkv, hd) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
+        let (batch, seq_len, _) = h.dims3()?;
+        let heads = |t: Tensor, n: usize| t.reshape((batch, seq_len, n, hd))?.transpose(1, 2)?.contiguous();
+        let projected = a.wq.forward(h)?;
+        // Gated: each head's queries, then its output gate.
+        let (q, gate) = if a.gated {
+            let both = projected.reshape((batch, seq_len, nh, 2 * hd))?;
+            (both.narrow(3, 0, hd)?.reshape((batch, seq_len, nh * hd))?, Some(both.narrow(3, hd, hd)?))
+        } else {
+            (projected, None)
+        };
+        let mut q = heads(q, nh)?;
+        let (Some(wk), Some(wv)) = (&a.wk, &a.wv) else {
+            return Err(crate::EngineError::setting("device", "Gemma 4 runs on the CPU's own pass only"));
+        };
+        let mut k = heads(wk.forward(h)?, nkv)?;
+        let v = heads(wv.forward(h)?, nkv)?;
+        if let Some(n) = &a.q_norm {
+            q = n.forward(&q)?;
         }
-        Ok((x + ffn)?)
+        if let Some(n) = &a.k_norm {
+            k = n.forward(&k)?;
+        }
+        let interleaved = c.architecture.interleaved_rope();
+        let rotate = |t: &Tensor| -> candle_core::Result<Tensor> {
+            let rd = shape.rope_dims;
+            if rd == hd {
+                return rope.apply(t, interleaved);
+            }
+            // Partial RoPE: the first `rope_dims` of each head turn.
+            let turned = rope.apply(&t.narrow(3, 0, rd)?.contiguous()?, interleaved)?;
+            Tensor::cat(&[&turned, &t.narrow(3, rd, hd - rd)?], 3)?.contiguous()
+        };
+        let q = rotate(&q)?;
+        let k = rotate(&k)?;
+        cache.write(layer, &k, &v)?;
+        let end = cache.len() + seq_len;
+        let (k_all, v_all) = cache.view(layer, kv_start, end)?;
+        let kv_len = end - kv_start;
+
+        // Grouped-query attention without repeating K/V: fold the query heads
+        // that share a KV head into the row dimension.
+        let n_rep = nh / nkv;
+        let q = q.reshape((batch, nkv, n_rep * seq_len, hd))?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let (q, scale) = if c.architecture.scales_queries() { ((q * scale)?, 1.0) } else { (q, scale) };
+        // As the CPU pass (and llama.cpp): the f16 keys meet f16-rounded
+        // queries, the f16 values f16-rounded probabilities.
+        let q = round_to_f16(&q)?;
+        let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
+        if let Some(m) = mask {
+            scores = scores.reshape((batch, nkv, n_rep, seq_len, kv_len))?.broadcast_add(m)?.reshape((
+                batch,
+                nkv,
+                n_rep * seq_len,
+                kv_len,
+            ))?;
+        }
+        let probs = match &a.sinks {
+            // gpt-oss: each head's sink logit joins its softmax's
+            // denominator only (a column of its own, dropped after). Query
+            // head `g·n_rep + r` is row block `r` of KV head `g`.
+            Some(sinks) => {
+                let sink = Tensor::from_slice(sinks, (1, nkv, n_rep, 1, 1), &self.device)?
+                    .broadcast_as((batch, nkv, n_rep, seq_len, 1))?
+                    .reshape((batch, nkv, n_rep * seq_len, 1))?;
+                let all = candle_nn::ops::softmax_last_dim(&Tensor::cat(&[&scores, &sink], 3)?)?;
+                all.narrow(3, 0, kv_len)?
+            }
+            None => candle_nn::ops::softmax_last_dim(&scores)?,
+        };
+        let probs = round_to_f16(&probs)?;
+        let mut attn = probs
+            .matmul(&v_all.contiguous()?)?
+            .reshape((batch, nh, seq_len, hd))?
+            .transpose(1, 2)?
+            .reshape((batch, seq_len, nh * hd))?;
+        if let Some(g) = gate {
+            attn = (attn * candle_nn::ops::sigmoid(&g.reshape((batch, seq_len, nh * hd))?)?)?;
+        }
+        Ok(a.wo.forward(&attn)?)
     }
 }
 
@@ -1007,10 +1091,16 @@ fn host_vector(file: &mut GgufFile, name: &str, device: &Device) -> Result<Vec<f
 
 /// Qwen 3.5's shared-expert gate, one row of `n_embd`: stored as a vector
 /// (`[n_embd]`) or as a matrix of one row.
-fn shared_gate_input(file: &mut GgufFile, name: &str, n_embd: usize) -> Result<Matrix> {
+fn shared_gate_input(file: &mut GgufFile, name: &str, n_embd: usize, own: bool, device: &Device) -> Result<Matrix> {
     let info = file.tensor_info(name).ok_or_else(|| file.corrupt(format!("missing tensor {name}")))?;
     if info.dims != [n_embd] && info.dims != [1, n_embd] {
         return Err(file.corrupt(format!("tensor {name} has shape {:?}, expected [{n_embd}]", info.dims)));
+    }
+    if !own {
+        // One row, as a plain matrix on the device (candle's quantized
+        // matmul wants two dimensions).
+        let row = file.tensor(name, device)?.dequantize(device)?.reshape((1, n_embd))?;
+        return Ok(Matrix::Candle(QMatMul::Tensor(row)));
     }
     let raw = file.raw_tensor(name)?;
     match QuantMatrix::from_raw(raw.dtype, &[1, n_embd], &raw.data) {
