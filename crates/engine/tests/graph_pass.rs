@@ -15,7 +15,7 @@ use hearth_engine::{session_file, Advance, Device, Engine, EngineError, Kernels,
 /// experts, Qwen 3.5's hybrid (its recurrence on the host) with and without
 /// experts and a shared expert, gpt-oss's sinks and biased experts (the rest
 /// are refused on a GPU, see the last test).
-const FAMILIES: [Family; 8] = [
+const FAMILIES: [Family; 17] = [
     Family::Llama,
     Family::Qwen2,
     Family::Qwen3,
@@ -24,6 +24,15 @@ const FAMILIES: [Family; 8] = [
     Family::Qwen35,
     Family::Qwen35Moe,
     Family::GptOss,
+    Family::SmolLm3,
+    Family::Mistral3,
+    Family::Olmo2,
+    Family::Granite,
+    Family::GraniteMoe,
+    Family::Glm4Moe,
+    Family::Gemma2,
+    Family::Qwen3Vl,
+    Family::Qwen3VlMoe,
 ];
 
 /// `family`'s tiny file. Qwen3-MoE's experts are f32 here: candle's CPU
@@ -32,7 +41,7 @@ const FAMILIES: [Family; 8] = [
 /// a GPU, candle's CUDA kernels run them).
 fn spec(family: Family) -> TinySpec {
     match family {
-        Family::Qwen3Moe | Family::Qwen35Moe | Family::GptOss => {
+        f if f.has_experts() => {
             TinySpec { experts_dtype: candle_core::quantized::GgmlDType::F32, ..TinySpec::new(family) }
         }
         _ => TinySpec::new(family),
@@ -90,7 +99,7 @@ fn host_logits(engine: &Engine, tokens: &[u32]) -> Vec<f32> {
 fn greedy_on_the_graph_equals_the_host_pass_for_every_family_it_runs() {
     for family in FAMILIES {
         let (_dir, path) = tiny(&spec(family));
-        greedy_agrees(&format!("{family:?}"), &graph(&path), &host(&path), &ids(30, 1));
+        greedy_agrees(&format!("{family:?}"), &graph(&path), &host(&path), &ids(100, 1));
     }
 }
 
@@ -118,20 +127,31 @@ fn gpt_oss_mxfp4_experts_on_the_graph_equal_hearths_own_kernels() {
     let own = Engine::open_with(&path, &Device::Cpu, Kernels::Hearth).unwrap();
     let g = graph(&path);
     let prompt = ids(30, 2);
+    // Logits within 0.6% of their range here (the kernels' rounding); the
+    // conversion's exactness is `mxfp4_becomes_q8_0_exactly`'s.
     greedy_agrees("gpt-oss MXFP4", &g, &own, &prompt);
-    // The logits too, within the kernels' rounding (0.6% of their range
-    // here; the conversion's exactness is `mxfp4_becomes_q8_0_exactly`'s).
-    let a = host_logits(&own, &prompt);
+}
+
+/// The prompt's logits on the graph `g` and the host pass `h` within 2% of
+/// their range. With the same (candle's) kernels they are equal bit for
+/// bit for most families at 100 positions; OLMo 2 differs by 1.2% from 64
+/// rows on and gpt-oss by 0.6% at 100 (candle's kernels for a pass of that
+/// many rows, not traced further). The greedy check alone would not see a
+/// change that keeps the order of the best tokens (a soft-cap, a logit
+/// scale); Mistral 3 without its attention temperature differs by 4%.
+fn logits_agree(what: &str, g: &Engine, h: &Engine, prompt: &[u32]) {
+    let want = host_logits(h, prompt);
     let mut cache = g.model().new_cache(256);
-    let b = g.model().forward(&[prompt], &mut cache).unwrap().to_vec2::<f32>().unwrap().remove(0);
-    let range = a.iter().fold(0f32, |m, x| m.max(x.abs()));
-    let diff = a.iter().zip(&b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
-    assert!(diff < 2e-2 * range, "{diff} of {range}");
+    let got = g.model().forward(&[prompt.to_vec()], &mut cache).unwrap().to_vec2::<f32>().unwrap().remove(0);
+    let range = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let diff = want.iter().zip(&got).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    assert!(diff <= 2e-2 * range, "{what}: the graph's logits differ from the host's by {diff} (range {range})");
 }
 
 /// `prompt`'s greedy reply on the graph `g` is the host pass `h`'s, token
 /// for token, up to a near-tie of the host's two best logits.
 fn greedy_agrees(what: &str, g: &Engine, h: &Engine, prompt: &[u32]) {
+    logits_agree(what, g, h, prompt);
     let mut session = g.new_session(Some(256));
     let on_graph = reply(g, &mut session, prompt);
     assert!(session.cache().holds_tensors(), "{what}: the graph's cache is tensors");

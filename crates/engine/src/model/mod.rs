@@ -308,12 +308,6 @@ impl Model {
                 format!("{} runs on the CPU for now; choose the CPU device", arch.family_name()),
             ));
         }
-        if graph && config.attention_temperature.is_some() {
-            return Err(crate::EngineError::setting(
-                "device",
-                "attention temperature (Mistral 3) runs on the CPU for now; choose the CPU device",
-            ));
-        }
         let norm = |file: &mut GgufFile, name: &str| -> Result<Norm> {
             Norm::new(file.tensor(name, device)?, config.rms_eps, device)
         };
@@ -869,17 +863,26 @@ impl Model {
             Some(w) => causal_mask(seq_len, pos0, window_start(pos0, w), Some(w), &self.device)?,
             None => None,
         };
+        // Mistral 3: the queries' factor at each new position.
+        let temperature = match &self.config.attention_temperature {
+            Some(t) => {
+                let f: Vec<f32> = (pos0..pos0 + seq_len).map(|p| t.factor(p)).collect();
+                Some(Tensor::from_vec(f, (1, 1, seq_len, 1), &self.device)?)
+            }
+            None => None,
+        };
         let mut scratch = delta_net::DeltaScratch::default();
         cache.begin_pass(seq_len);
         let mut layers = || -> Result<()> {
             for (i, block) in self.layers.iter().enumerate() {
-                let (rope, mask, start) = if block.sliding {
+                let (rope, mask, kv_start) = if block.sliding {
                     let w = self.config.sliding_window.unwrap_or(usize::MAX);
                     (&rope_local, mask_local.as_ref(), window_start(pos0, w))
                 } else {
                     (&rope_global, mask_global.as_ref(), 0)
                 };
-                x = self.block_forward(block, i, &x, rope, mask, start, cache, &mut scratch)?;
+                let pass = GraphLayerInputs { rope, mask, kv_start, temperature: temperature.as_ref() };
+                x = self.block_forward(block, i, &x, &pass, cache, &mut scratch)?;
                 // Keys and values written past the cache's length are not yet
                 // part of it: stopping here leaves it as it was.
                 if seq_len > 1 && i + 1 < self.layers.len() && stop() {
@@ -897,19 +900,23 @@ impl Model {
         cache.advance(seq_len);
         cache.end_pass(seq_len);
         let x = self.norm.forward(&x.narrow(1, seq_len - 1, 1)?.contiguous()?)?;
-        let logits = self.output.forward(&x)?;
-        Ok(logits.reshape((batch, self.vocab_size))?)
+        let mut logits = self.output.forward(&x)?.reshape((batch, self.vocab_size))?;
+        // As the host pass's `soft_cap`: Granite's scale, Gemma 2's cap.
+        if let Some(s) = self.config.logit_scale {
+            logits = (logits * (1.0 / s) as f64)?;
+        }
+        if let Some(cap) = self.config.final_logit_softcap {
+            logits = ((logits * (1.0 / cap) as f64)?.tanh()? * cap as f64)?;
+        }
+        Ok(logits)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn block_forward(
         &self,
         b: &Block,
         layer: usize,
         x: &Tensor,
-        rope: &Rope,
-        mask: Option<&Tensor>,
-        kv_start: usize,
+        pass: &GraphLayerInputs,
         cache: &mut KvCache,
         scratch: &mut delta_net::DeltaScratch,
     ) -> Result<Tensor> {
@@ -918,7 +925,7 @@ impl Model {
             None => x.clone(),
         };
         let mut attn = match &b.mixer {
-            Mixer::Attention(a) => self.attention_graph(a, layer, &h, rope, mask, kv_start, cache)?,
+            Mixer::Attention(a) => self.attention_graph(a, layer, &h, pass, cache)?,
             Mixer::DeltaNet(d) => d.forward_graph(crate::worker_pool::WorkerPool::global(), &h, cache, scratch)?,
             Mixer::Mla(_) | Mixer::ShortConv(_) => {
                 return Err(crate::EngineError::setting(
@@ -929,6 +936,9 @@ impl Model {
         };
         if let Some(n) = &b.post_attn_norm {
             attn = n.forward(&attn)?;
+        }
+        if let Some(s) = self.config.residual_scale {
+            attn = (attn * s as f64)?;
         }
         let x = (x + attn)?;
 
@@ -955,6 +965,9 @@ impl Model {
         if let Some(n) = &b.post_ffn_norm {
             ffn = n.forward(&ffn)?;
         }
+        if let Some(s) = self.config.residual_scale {
+            ffn = (ffn * s as f64)?;
+        }
         Ok((x + ffn)?)
     }
 
@@ -975,17 +988,15 @@ impl Model {
     /// its keys and values written into `cache`, its output before the
     /// residual. Qwen 3.5's gated queries and partial RoPE as the host pass
     /// runs them.
-    #[allow(clippy::too_many_arguments)]
     fn attention_graph(
         &self,
         a: &Attention,
         layer: usize,
         h: &Tensor,
-        rope: &Rope,
-        mask: Option<&Tensor>,
-        kv_start: usize,
+        pass: &GraphLayerInputs,
         cache: &mut KvCache,
     ) -> Result<Tensor> {
+        let GraphLayerInputs { rope, mask, kv_start, temperature } = *pass;
         let c = &self.config;
         let shape = c.attention_shape(layer);
         let (nh, nkv, hd) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
@@ -999,30 +1010,40 @@ impl Model {
         } else {
             (projected, None)
         };
-        let mut q = heads(q, nh)?;
         let (Some(wk), Some(wv)) = (&a.wk, &a.wv) else {
             return Err(crate::EngineError::setting("device", "Gemma 4 runs on the CPU's own pass only"));
         };
-        let mut k = heads(wk.forward(h)?, nkv)?;
+        // Q and K normed per head, or (OLMo 2) across all heads: the
+        // weight's length says.
+        let normed = |t: Tensor, norm: &Option<Norm>, n: usize| -> candle_core::Result<Tensor> {
+            match norm {
+                Some(norm) if norm.host.len() != hd => heads(norm.forward(&t)?, n),
+                Some(norm) => norm.forward(&heads(t, n)?),
+                None => heads(t, n),
+            }
+        };
+        let q = normed(q, &a.q_norm, nh)?;
+        let k = normed(wk.forward(h)?, &a.k_norm, nkv)?;
         let v = heads(wv.forward(h)?, nkv)?;
-        if let Some(n) = &a.q_norm {
-            q = n.forward(&q)?;
-        }
-        if let Some(n) = &a.k_norm {
-            k = n.forward(&k)?;
-        }
         let interleaved = c.architecture.interleaved_rope();
         let rotate = |t: &Tensor| -> candle_core::Result<Tensor> {
             let rd = shape.rope_dims;
             if rd == hd {
                 return rope.apply(t, interleaved);
             }
+            if rd == 0 {
+                // SmolLM3's layers without RoPE.
+                return Ok(t.clone());
+            }
             // Partial RoPE: the first `rope_dims` of each head turn.
             let turned = rope.apply(&t.narrow(3, 0, rd)?.contiguous()?, interleaved)?;
             Tensor::cat(&[&turned, &t.narrow(3, rd, hd - rd)?], 3)?.contiguous()
         };
-        let q = rotate(&q)?;
+        let mut q = rotate(&q)?;
         let k = rotate(&k)?;
+        if let Some(t) = temperature {
+            q = q.broadcast_mul(t)?;
+        }
         cache.write(layer, &k, &v)?;
         let end = cache.len() + seq_len;
         let (k_all, v_all) = cache.view(layer, kv_start, end)?;
@@ -1032,12 +1053,16 @@ impl Model {
         // that share a KV head into the row dimension.
         let n_rep = nh / nkv;
         let q = q.reshape((batch, nkv, n_rep * seq_len, hd))?;
-        let scale = 1.0 / (hd as f64).sqrt();
+        let scale = c.attention_scale.map_or(1.0 / (hd as f64).sqrt(), f64::from);
         let (q, scale) = if c.architecture.scales_queries() { ((q * scale)?, 1.0) } else { (q, scale) };
         // As the CPU pass (and llama.cpp): the f16 keys meet f16-rounded
         // queries, the f16 values f16-rounded probabilities.
         let q = round_to_f16(&q)?;
         let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
+        if let Some(cap) = c.attention_softcap {
+            // Gemma 2: `cap · tanh(score / cap)`, before the mask.
+            scores = ((scores * (1.0 / cap) as f64)?.tanh()? * cap as f64)?;
+        }
         if let Some(m) = mask {
             scores = scores.reshape((batch, nkv, n_rep, seq_len, kv_len))?.broadcast_add(m)?.reshape((
                 batch,
@@ -1070,6 +1095,17 @@ impl Model {
         }
         Ok(a.wo.forward(&attn)?)
     }
+}
+
+/// What every layer of one graph pass reads beside its input: the RoPE
+/// tables, the mask and the first cache position it attends to (a sliding
+/// layer's or a full one's), and Mistral 3's query factors.
+#[derive(Clone, Copy)]
+struct GraphLayerInputs<'a> {
+    rope: &'a Rope,
+    mask: Option<&'a Tensor>,
+    kv_start: usize,
+    temperature: Option<&'a Tensor>,
 }
 
 fn round_to_f16(t: &Tensor) -> candle_core::Result<Tensor> {
