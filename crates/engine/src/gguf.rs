@@ -141,7 +141,14 @@ impl GgufFile {
     /// candle lacks is widened to f32 by Hearth's dequantizer, but MXFP4
     /// (gpt-oss's experts) becomes Q8_0, which holds its values exactly in
     /// twice its bytes rather than eight times.
-    fn qtensor(&self, name: &str, dtype: GgmlType, data: &[u8], dims: Vec<usize>, device: &Device) -> Result<QTensor> {
+    pub(crate) fn qtensor(
+        &self,
+        name: &str,
+        dtype: GgmlType,
+        data: &[u8],
+        dims: Vec<usize>,
+        device: &Device,
+    ) -> Result<QTensor> {
         let fail = |e: candle_core::Error| self.corrupt(format!("tensor {name}: {e}"));
         let as_q8_0 = match dtype {
             GgmlType::Mxfp4 => crate::cpu::mxfp4_to_q8_0(data),

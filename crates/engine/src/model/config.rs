@@ -150,7 +150,7 @@ impl Architecture {
     /// Whether the graph pass (other devices than the CPU) knows this
     /// family's layers; the rest run on the CPU's own pass only.
     pub(crate) fn runs_on_graph(self) -> bool {
-        !matches!(self, Self::Lfm2 | Self::Deepseek2 | Self::Phi3 | Self::Gemma4)
+        self != Self::Gemma4
     }
 
     /// The family as people name it, for messages.

@@ -217,11 +217,12 @@ impl Matrix {
     }
 
     /// Tensor `name` cut into matrices of `parts` rows each, read once,
-    /// with Hearth's kernels: the parts of a fused tensor (Phi-3's
-    /// `attn_qkv`, its `ffn_up` holding gate and up) or a 3-D tensor's
-    /// matrices (DeepSeek V2's `attn_k_b` per head), whose leading
+    /// with Hearth's kernels, or candle's on `candle` (a GPU, or the CPU's
+    /// `Kernels::Candle` and `Kernels::Graph`): the parts of a fused tensor
+    /// (Phi-3's `attn_qkv`, its `ffn_up` holding gate and up) or a 3-D
+    /// tensor's matrices (DeepSeek V2's `attn_k_b` per head), whose leading
     /// dimensions count as rows.
-    fn load_parts(file: &mut GgufFile, name: &str, parts: &[usize]) -> Result<Vec<Self>> {
+    fn load_parts(file: &mut GgufFile, name: &str, parts: &[usize], candle: Option<&Device>) -> Result<Vec<Self>> {
         let raw = file.raw_tensor(name)?;
         let Some((&k, lead)) = raw.dims.split_last().filter(|(_, lead)| !lead.is_empty()) else {
             return Err(file.corrupt(format!("tensor {name} is not a matrix")));
@@ -241,6 +242,10 @@ impl Matrix {
             .map(|&rows| {
                 let data = &raw.data[start * row_bytes..(start + rows) * row_bytes];
                 start += rows;
+                if let Some(device) = candle {
+                    let t = file.qtensor(name, raw.dtype, data, vec![rows, k], device)?;
+                    return Ok(Self::Candle(QMatMul::from_qtensor(t)?));
+                }
                 match QuantMatrix::from_raw(raw.dtype, &[rows, k], data) {
                     Ok(m) => Ok(Self::Own(Arc::new(m))),
                     Err(_) if !raw.dtype.is_runnable() => Err(file.unsupported_type(name, raw.dtype)),
@@ -338,7 +343,7 @@ impl Model {
         };
         // Rows of a fused tensor as a matrix each.
         let load_parts = |file: &mut GgufFile, name: &str, parts: &[usize]| -> Result<Vec<Matrix>> {
-            let matrices = Matrix::load_parts(file, name, parts)?;
+            let matrices = Matrix::load_parts(file, name, parts, (!own_kernels).then_some(device))?;
             weight_bytes.set(weight_bytes.get() + matrices.iter().map(Matrix::stored_bytes).sum::<usize>());
             Ok(matrices)
         };
@@ -927,12 +932,8 @@ impl Model {
         let mut attn = match &b.mixer {
             Mixer::Attention(a) => self.attention_graph(a, layer, &h, pass, cache)?,
             Mixer::DeltaNet(d) => d.forward_graph(crate::worker_pool::WorkerPool::global(), &h, cache, scratch)?,
-            Mixer::Mla(_) | Mixer::ShortConv(_) => {
-                return Err(crate::EngineError::setting(
-                    "device",
-                    "latent attention and short convolutions run on the CPU's own pass only",
-                ))
-            }
+            Mixer::ShortConv(s) => s.forward_graph(&h, cache)?,
+            Mixer::Mla(m) => self.mla_graph(m, layer, &h, pass, cache)?,
         };
         if let Some(n) = &b.post_attn_norm {
             attn = n.forward(&attn)?;
@@ -982,6 +983,70 @@ impl Model {
             candle_nn::ops::silu(&gate)?
         };
         Ok(down.forward(&(act * up.forward(h)?)?)?)
+    }
+
+    /// DeepSeek V2's latent attention in the graph pass, as `mla_host` runs
+    /// it: each head's unrotated query taken into the latent's space by
+    /// `attn_k_b`, beside its rotated part; one KV head of the normed
+    /// latent beside the rotated shared key, whose first `kv_lora_rank`
+    /// dimensions are the values (the cache keeps no values of its own);
+    /// each head's mix of latents out through `attn_v_b`.
+    fn mla_graph(
+        &self,
+        m: &mla::Mla,
+        layer: usize,
+        h: &Tensor,
+        pass: &GraphLayerInputs,
+        cache: &mut KvCache,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let GraphLayerInputs { rope, mask, kv_start, .. } = *pass;
+        let mla = c.mla.expect("a latent-attention layer has its shape");
+        let nh = c.attention_shape(layer).n_heads;
+        let (rd, kvr, hk, hv) = (c.rope_dims, mla.kv_lora_rank, mla.head_k, mla.head_v);
+        let (nope, width) = (hk - rd, kvr + rd);
+        let (batch, seq_len, _) = h.dims3()?;
+        let interleaved = c.architecture.interleaved_rope();
+        let q = match &m.query {
+            mla::Query::Direct(wq) => wq.forward(h)?,
+            mla::Query::LowRank { a, norm, b } => b.forward(&norm.forward(&a.forward(h)?)?)?,
+        };
+        let q = q.reshape((batch, seq_len, nh, hk))?.transpose(1, 2)?;
+        let q_pe = rope.apply(&q.narrow(3, nope, rd)?.contiguous()?, interleaved)?;
+        let absorbed = (0..nh)
+            .map(|head| m.k_b[head].forward(&q.narrow(1, head, 1)?.narrow(3, 0, nope)?.squeeze(1)?.contiguous()?))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let q = Tensor::cat(&[&Tensor::stack(&absorbed, 1)?, &q_pe], 3)?;
+
+        let kva = m.kv_a.forward(h)?;
+        let latent = m.kv_a_norm.forward(&kva.narrow(2, 0, kvr)?.contiguous()?)?;
+        let k_pe = rope.apply(&kva.narrow(2, kvr, rd)?.reshape((batch, 1, seq_len, rd))?.contiguous()?, interleaved)?;
+        let key = Tensor::cat(&[&latent.reshape((batch, 1, seq_len, kvr))?, &k_pe], 3)?;
+        let no_values = Tensor::zeros((batch, 1, seq_len, 0), DType::F32, &self.device)?;
+        cache.write(layer, &key, &no_values)?;
+        let end = cache.len() + seq_len;
+        let (k_all, _) = cache.view(layer, kv_start, end)?;
+        let kv_len = end - kv_start;
+
+        // Every head against the one KV head, as rows of it.
+        let q = round_to_f16(&q.reshape((batch, 1, nh * seq_len, width))?)?;
+        let scale = c.attention_scale.map_or(1.0 / (width as f64).sqrt(), f64::from);
+        let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
+        if let Some(mask) = mask {
+            scores = scores.reshape((batch, 1, nh, seq_len, kv_len))?.broadcast_add(mask)?.reshape((
+                batch,
+                1,
+                nh * seq_len,
+                kv_len,
+            ))?;
+        }
+        let probs = round_to_f16(&candle_nn::ops::softmax_last_dim(&scores)?)?;
+        let mixed = probs.matmul(&k_all.narrow(3, 0, kvr)?.contiguous()?)?.reshape((batch, nh, seq_len, kvr))?;
+        let heads = (0..nh)
+            .map(|head| m.v_b[head].forward(&mixed.narrow(1, head, 1)?.squeeze(1)?.contiguous()?))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let out = Tensor::stack(&heads, 2)?.reshape((batch, seq_len, nh * hv))?;
+        Ok(m.wo.forward(&out)?)
     }
 
     /// One attention layer of the graph pass for the normed input `h`:

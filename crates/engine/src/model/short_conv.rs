@@ -59,9 +59,37 @@ impl ShortConv {
         sequences: &mut [SequenceRows],
         out: &mut Vec<f32>,
     ) -> Result<()> {
-        let e = self.n_embd;
-        let mut bcx = vec![0f32; rows * 3 * e];
+        let mut bcx = vec![0f32; rows * 3 * self.n_embd];
         matmuls(pool, h, rows, sequence_rows, &mut [(&self.in_proj, &mut bcx)])?;
+        let gated = self.mix(&bcx, rows, sequences);
+        out.resize(rows * self.n_embd, 0.0);
+        matmuls(pool, &gated, rows, sequence_rows, &mut [(&self.out_proj, out)])
+    }
+
+    /// The layer in the graph pass (a GPU's) for the normed input `h`
+    /// (`[1, seq, n_embd]`: a hybrid's cache holds one sequence): the
+    /// projections on the device, the convolution against the cache's
+    /// state on the host (the **host fallback**, exactly the CPU pass's),
+    /// one read back and one write a layer.
+    pub(super) fn forward_graph(
+        &self,
+        h: &candle_core::Tensor,
+        cache: &mut super::KvCache,
+    ) -> Result<candle_core::Tensor> {
+        let (batch, seq, _) = h.dims3()?;
+        if batch != 1 {
+            return Err(crate::EngineError::setting("batch", "a hybrid model's cache holds one sequence"));
+        }
+        let bcx = self.in_proj.forward(h)?.flatten_all()?.to_vec1::<f32>()?;
+        let gated = self.mix(&bcx, seq, &mut [SequenceRows { rows: 0..seq, cache }]);
+        let gated = candle_core::Tensor::from_vec(gated, (1, seq, self.n_embd), h.device())?;
+        Ok(self.out_proj.forward(&gated)?)
+    }
+
+    /// `c · conv(b · x)` for each row of the projections `bcx`, each
+    /// sequence's rows in order against (and advancing) its state.
+    fn mix(&self, bcx: &[f32], rows: usize, sequences: &mut [SequenceRows]) -> Vec<f32> {
+        let e = self.n_embd;
         let mut gated = vec![0f32; rows * e];
         let mut bx = vec![0f32; e];
         let mut conv_out = vec![0f32; e];
@@ -80,7 +108,6 @@ impl ShortConv {
                 }
             }
         }
-        out.resize(rows * e, 0.0);
-        matmuls(pool, &gated, rows, sequence_rows, &mut [(&self.out_proj, out)])
+        gated
     }
 }
