@@ -147,12 +147,6 @@ impl Architecture {
         )
     }
 
-    /// Whether the graph pass (other devices than the CPU) knows this
-    /// family's layers; the rest run on the CPU's own pass only.
-    pub(crate) fn runs_on_graph(self) -> bool {
-        self != Self::Gemma4
-    }
-
     /// The family as people name it, for messages.
     pub fn family_name(self) -> &'static str {
         match self {

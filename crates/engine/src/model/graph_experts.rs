@@ -12,18 +12,18 @@
 //! the device. (candle's fused CUDA kernel, `indexed_moe_forward`, has no
 //! CPU form, so it could not be tested here; this form runs the same on
 //! both.) MXFP4 experts arrive as Q8_0, which holds their values exactly
-//! (`GgufFile::tensor_parts`).
+//! (`GgufFile::tensor_parts`). Gemma 4's experts add GELU, a scale per
+//! expert and a router input of their own; a fused gate and up is cut in
+//! two per expert.
 //!
 //! A shared expert (Qwen 3.5) runs beside them as a dense FFN (`mod.rs`).
-//! Per-expert scales and GELU experts (Gemma 4) and a fused gate and up
-//! are refused on the graph by what they carry.
 
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
 use super::config::{ExpertActivation, ExpertsConfig};
 use super::experts::{bias, route};
-use crate::error::{EngineError, Result};
+use crate::error::Result;
 use crate::gguf::GgufFile;
 
 /// One layer's experts and router on the device.
@@ -40,6 +40,8 @@ pub(super) struct GraphExperts {
     gate_bias: Option<Tensor>,
     up_bias: Option<Tensor>,
     down_bias: Option<Tensor>,
+    /// `ffn_down_exps.scale`: each expert's output times its number (Gemma 4).
+    down_scale: Option<Vec<f32>>,
     config: ExpertsConfig,
     bytes_per_token: usize,
 }
@@ -53,30 +55,28 @@ impl GraphExperts {
         config: &ExpertsConfig,
         device: &Device,
     ) -> Result<Self> {
-        let refuse = |what: &str| {
-            EngineError::setting("device", format!("experts with {what} run on the CPU for now; choose the CPU device"))
-        };
-        for (tensor, what) in
-            [("ffn_down_exps.scale", "per-expert scales (Gemma 4)"), ("ffn_gate_up_exps.weight", "gate and up fused")]
-        {
-            if file.has_tensor(&format!("{prefix}.{tensor}")) {
-                return Err(refuse(what));
-            }
-        }
-        if config.activation == ExpertActivation::Gelu {
-            return Err(refuse("GELU (Gemma 4)"));
-        }
         let (count, ffn) = (config.count, config.ffn_len);
-        let mut load = |name: &str, rows: usize, cols: usize| -> Result<Vec<QTensor>> {
+        let load = |file: &mut GgufFile, name: &str, rows: usize, cols: usize| -> Result<Vec<QTensor>> {
             let name = format!("{prefix}.{name}.weight");
             super::check_shape(file, &name, &[count, rows, cols])?;
             file.tensor_parts(&name, count, device)
         };
-        let (gate, up, down) = (
-            load("ffn_gate_exps", ffn, n_embd)?,
-            load("ffn_up_exps", ffn, n_embd)?,
-            load("ffn_down_exps", n_embd, ffn)?,
-        );
+        let fused = format!("{prefix}.ffn_gate_up_exps.weight");
+        let (gate, up) = if file.has_tensor(&fused) {
+            // Each expert's gate rows, then its up rows.
+            super::check_shape(file, &fused, &[count, 2 * ffn, n_embd])?;
+            let raw = file.raw_tensor(&fused)?;
+            let half = raw.data.len() / count / 2;
+            let (mut gate, mut up) = (Vec::with_capacity(count), Vec::with_capacity(count));
+            for expert in raw.data.chunks_exact(2 * half) {
+                gate.push(file.qtensor(&fused, raw.dtype, &expert[..half], vec![ffn, n_embd], device)?);
+                up.push(file.qtensor(&fused, raw.dtype, &expert[half..], vec![ffn, n_embd], device)?);
+            }
+            (gate, up)
+        } else {
+            (load(file, "ffn_gate_exps", ffn, n_embd)?, load(file, "ffn_up_exps", ffn, n_embd)?)
+        };
+        let down = load(file, "ffn_down_exps", n_embd, ffn)?;
         let router_name = format!("{prefix}.ffn_gate_inp.weight");
         super::check_shape(file, &router_name, &[count, n_embd])?;
         let router = file.tensor(&router_name, device)?;
@@ -85,17 +85,25 @@ impl GraphExperts {
         let matmuls = |ts: Vec<QTensor>| -> Result<Vec<QMatMul>> {
             Ok(ts.into_iter().map(QMatMul::from_qtensor).collect::<candle_core::Result<_>>()?)
         };
-        let mut rows_of = |name: &str, width: usize| -> Result<Option<Tensor>> {
+        let rows_of = |file: &mut GgufFile, name: &str, width: usize| -> Result<Option<Tensor>> {
             match bias(file, &format!("{prefix}.{name}"), &[count, width])? {
                 Some(b) => Ok(Some(Tensor::from_vec(b, (count, width), device)?)),
                 None => Ok(None),
             }
         };
-        let (gate_bias, up_bias, down_bias) = (
-            rows_of("ffn_gate_exps.bias", ffn)?,
-            rows_of("ffn_up_exps.bias", ffn)?,
-            rows_of("ffn_down_exps.bias", n_embd)?,
-        );
+        let (gate_bias, up_bias) = match bias(file, &format!("{prefix}.ffn_gate_up_exps.bias"), &[count, 2 * ffn])? {
+            // Each expert's gate biases, then its up ones.
+            Some(both) => {
+                let (mut g, mut u) = (Vec::with_capacity(count * ffn), Vec::with_capacity(count * ffn));
+                for expert in both.chunks_exact(2 * ffn) {
+                    g.extend_from_slice(&expert[..ffn]);
+                    u.extend_from_slice(&expert[ffn..]);
+                }
+                (Some(Tensor::from_vec(g, (count, ffn), device)?), Some(Tensor::from_vec(u, (count, ffn), device)?))
+            }
+            None => (rows_of(file, "ffn_gate_exps.bias", ffn)?, rows_of(file, "ffn_up_exps.bias", ffn)?),
+        };
+        let down_bias = rows_of(file, "ffn_down_exps.bias", n_embd)?;
         Ok(Self {
             router: QMatMul::from_qtensor(router)?,
             router_bias: bias(file, &format!("{prefix}.ffn_gate_inp.bias"), &[count])?,
@@ -106,6 +114,7 @@ impl GraphExperts {
             gate_bias,
             up_bias,
             down_bias,
+            down_scale: bias(file, &format!("{prefix}.ffn_down_exps.scale"), &[count])?,
             config: config.clone(),
             bytes_per_token,
         })
@@ -117,14 +126,19 @@ impl GraphExperts {
     }
 
     /// `Σ_k w_k · down_k(act(gate_k(h), up_k(h)))` for every row of `h`
-    /// (`[…, n_embd]`, the normed FFN input), in `h`'s shape.
-    pub(super) fn forward(&self, h: &Tensor) -> Result<Tensor> {
+    /// (`[…, n_embd]`, the normed FFN input), in `h`'s shape, the experts
+    /// picked from `router_input` (Gemma 4's own) or else from `h`.
+    pub(super) fn forward(&self, h: &Tensor, router_input: Option<&Tensor>) -> Result<Tensor> {
         let e = h.dim(candle_core::D::Minus1)?;
         let rows = h.elem_count() / e;
         let x = h.reshape((rows, e))?;
         let device = x.device();
         // The host step: each row's experts and weights.
-        let logits: Vec<Vec<f32>> = self.router.forward(&x)?.to_dtype(DType::F32)?.to_vec2()?;
+        let routed = match router_input {
+            Some(r) => r.reshape((rows, e))?,
+            None => x.clone(),
+        };
+        let logits: Vec<Vec<f32>> = self.router.forward(&routed)?.to_dtype(DType::F32)?.to_vec2()?;
         let mut rows_of: Vec<Vec<u32>> = vec![Vec::new(); self.config.count];
         let mut weights_of: Vec<Vec<f32>> = vec![Vec::new(); self.config.count];
         for (r, mut row) in logits.into_iter().enumerate() {
@@ -155,9 +169,15 @@ impl GraphExperts {
             let up = biased(self.up[expert].forward(&xs)?, &self.up_bias, expert)?;
             let act = match self.config.activation {
                 ExpertActivation::SwigluOai { alpha, limit } => swiglu_oai(&gate, &up, alpha, limit)?,
-                _ => (candle_nn::ops::silu(&gate)? * up)?,
+                ExpertActivation::Gelu => (super::gelu_as_llama(&gate)? * up)?,
+                ExpertActivation::Silu => (candle_nn::ops::silu(&gate)? * up)?,
             };
-            let down = biased(self.down[expert].forward(&act)?, &self.down_bias, expert)?;
+            let mut down = self.down[expert].forward(&act)?;
+            if let Some(scale) = &self.down_scale {
+                // `build_lora_mm_id`: the product times its expert's scale.
+                down = (down * scale[expert] as f64)?;
+            }
+            let down = biased(down, &self.down_bias, expert)?;
             let weighted = down.broadcast_mul(&Tensor::from_vec(weights, (n, 1), device)?)?;
             out = out.index_add(&index, &weighted, 0)?;
         }

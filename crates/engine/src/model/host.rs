@@ -288,7 +288,10 @@ impl Model {
                 }
                 norm_rows(pool, Some(&d.pre_norm_2), x, &mut buf.h, e);
                 buf.o.resize(rows * e, 0.0);
-                d.experts.forward_host(pool, &buf.h, Some(&router_in), rows, seq, &mut buf.o, &mut buf.experts)?;
+                let super::LayerExperts::Host(experts) = &d.experts else {
+                    unreachable!("the CPU's pass loads its experts as Experts")
+                };
+                experts.forward_host(pool, &buf.h, Some(&router_in), rows, seq, &mut buf.o, &mut buf.experts)?;
                 norm_in_place(&d.post_norm_2, &mut buf.o, e);
                 for (o, &m) in buf.o.iter_mut().zip(&buf.moe_out) {
                     *o += m;

@@ -173,3 +173,44 @@ impl PerLayerInput {
         Ok(())
     }
 }
+
+impl PerLayerEmbeddings {
+    /// [`PerLayerEmbeddings::inputs`] in the graph pass, for the tokens
+    /// `ids` and the scaled embeddings `x` (`[batch, seq, n_embd]`): the
+    /// projection and its norm on the device; the table's rows are read
+    /// from the file on the host (the table stays on disk, as on the CPU)
+    /// and go to the device, one row per token. `[batch, seq, n_layers ·
+    /// per_layer]`.
+    pub fn inputs_graph(&self, ids: &[u32], x: &candle_core::Tensor) -> Result<candle_core::Tensor> {
+        use candle_core::Tensor;
+        let (batch, seq, n_embd) = x.dims3()?;
+        let (width, per_layer) = (self.tokens.cols, self.proj_norm.host.len());
+        let proj = (self.model_proj.forward(x)? * (1.0 / (n_embd as f32).sqrt()) as f64)?;
+        let normed = self.proj_norm.forward(&proj.reshape((batch, seq, width / per_layer, per_layer))?)?;
+        let mut rows = vec![0f32; ids.len() * width];
+        for (&id, row) in ids.iter().zip(rows.chunks_exact_mut(width)) {
+            self.tokens.read_row(id as usize, row)?;
+        }
+        let table = Tensor::from_vec(rows, (batch, seq, width), x.device())?;
+        let table_scale = (per_layer as f32).sqrt() as f64;
+        let input_scale = (1.0 / 2f32.sqrt()) as f64;
+        Ok(((normed.reshape((batch, seq, width))? + (table * table_scale)?)? * input_scale)?)
+    }
+}
+
+impl PerLayerInput {
+    /// [`PerLayerInput::add`] in the graph pass: `x` plus layer `layer`'s
+    /// share of `inputs` (`PerLayerEmbeddings::inputs_graph`), gated by `x`.
+    pub fn add_graph(
+        &self,
+        x: &candle_core::Tensor,
+        inputs: &candle_core::Tensor,
+        layer: usize,
+    ) -> Result<candle_core::Tensor> {
+        let per_layer = self.gate.rows();
+        let input = inputs.narrow(2, layer * per_layer, per_layer)?;
+        let gated = (super::gelu_as_llama(&self.gate.forward(x)?)? * input)?;
+        let out = self.post_norm.forward(&self.proj.forward(&gated)?)?;
+        Ok((x + out)?)
+    }
+}
