@@ -316,8 +316,8 @@ impl Model {
         if !device.is_cpu() && arch == Architecture::Gemma4 {
             // Its graph pass runs every cache feature in the tests on the
             // CPU, but its logits leave the CPU pass's by up to 7% on an
-            // E2B-like file (heads of two sizes with per-layer embeddings),
-            // a difference not yet traced: not on a GPU until it is.
+            // E2B-like file (tests/graph_pass.rs), a difference not yet
+            // traced: not on a GPU until it is.
             return Err(crate::EngineError::setting(
                 "device",
                 "Gemma 4 runs on the CPU for now; choose the CPU device",
