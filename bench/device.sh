@@ -20,8 +20,9 @@
 # bandwidth, greedy against the CPU, speed against the bandwidth bound,
 # Generate 4 against one, two conversations against one, a stopped prefill.
 # The models are random-weight files written there: the default model's and
-# Gemma 3 270M's shapes and vocabularies, and Qwen 3.5-shaped hybrids (dense
-# and with experts), for greedy; a 1.1B Q4_K file for speed. The real
+# Gemma 3 270M's shapes and vocabularies, Qwen 3.5-shaped hybrids (dense
+# and with experts), gpt-oss (MXFP4 experts), DeepSeek V2 (latent
+# attention), LFM2 and Phi-3 shapes, for greedy; a 1.1B Q4_K file for speed. The real
 # default and Gemma 3 files (100 and 250 MB) are compared too where they are
 # found (HEARTH_MODEL_DIR), which on the GPU machine they are not.
 #
@@ -101,8 +102,28 @@ case "${1:-}" in
       --tokenizer-from "$PAYLOAD/smollm2.vocab.gguf" --dtype q8_0
     "$CLI" write-random-model --hybrid "${hybrid[@]}" --experts 32 --experts-used 4 --expert-ffn 256 \
       --out "$work/qwen35moe-shape.gguf" --tokenizer-from "$PAYLOAD/smollm2.vocab.gguf" --dtype q8_0
+    # gpt-oss: sinks, a window on every other layer, biased experts in
+    # MXFP4 (which reach candle's kernels as Q8_0 holding the same values).
+    if [ -n "${HEARTH_DEVICE_SMALL:-}" ]; then
+      oss=(--layers 2 --embd 128 --ffn 128 --heads 4 --kv-heads 2 --head-dim 64 --experts 8 --experts-used 4 --expert-ffn 64)
+    else
+      oss=(--layers 6 --embd 1024 --ffn 1024 --heads 16 --kv-heads 4 --head-dim 64 --experts 32 --experts-used 4
+        --expert-ffn 512)
+    fi
+    "$CLI" write-random-model --gpt-oss "${oss[@]}" --experts-dtype mxfp4 --dtype q8_0 \
+      --out "$work/gpt-oss-shape.gguf" --tokenizer-from "$PAYLOAD/smollm2.vocab.gguf"
+    # DeepSeek V2's latent attention (its cache keeps no values), LFM2's
+    # short convolution (a host fallback) and Phi-3's fused tensors.
+    small=(--layers 4 --embd 512 --ffn 1024 --heads 8 --kv-heads 2 --dtype q8_0
+      --tokenizer-from "$PAYLOAD/smollm2.vocab.gguf")
+    "$CLI" write-random-model --family deepseek2 "${small[@]}" --experts 16 --experts-used 4 --expert-ffn 256 \
+      --out "$work/deepseek2-shape.gguf"
+    "$CLI" write-random-model --family lfm2 "${small[@]}" --out "$work/lfm2-shape.gguf"
+    "$CLI" write-random-model --family phi3 "${small[@]}" --out "$work/phi3-shape.gguf"
     greedy=(--greedy-model "$work/smollm2-shape.gguf" --greedy-model "$work/gemma3-shape.gguf"
-      --greedy-model "$work/qwen35-shape.gguf" --greedy-model "$work/qwen35moe-shape.gguf")
+      --greedy-model "$work/qwen35-shape.gguf" --greedy-model "$work/qwen35moe-shape.gguf"
+      --greedy-model "$work/gpt-oss-shape.gguf" --greedy-model "$work/deepseek2-shape.gguf"
+      --greedy-model "$work/lfm2-shape.gguf" --greedy-model "$work/phi3-shape.gguf")
     for real in "$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf" "$MODELS/gemma-3-270m-q4_k_m.gguf"; do
       [ -f "$real" ] && greedy+=(--greedy-model "$real")
     done

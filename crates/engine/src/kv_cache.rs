@@ -111,14 +111,10 @@ pub struct KvCache {
 enum LayerKv {
     /// `k`: `[batch, kv_heads, capacity, key_dim]`; `v`: `[batch, kv_heads, value_dim, capacity]`
     /// (empty where the values are the keys', `KvShape`).
-    Host {
-        k: Vec<f16>,
-        v: Vec<f16>,
-    },
-    Device {
-        k: Tensor,
-        v: Tensor,
-    },
+    Host { k: Vec<f16>, v: Vec<f16> },
+    /// `v` is `None` where the values are the keys' (no zero-width tensor:
+    /// CUDA has no kernel launch of no threads).
+    Device { k: Tensor, v: Option<Tensor> },
 }
 
 /// One layer's host buffers: keys `[batch, kv_heads, capacity, head_dim]`,
@@ -487,10 +483,15 @@ impl KvCache {
     ) -> Result<LayerKv> {
         let len = self.len;
         let k = Tensor::zeros((self.batch, heads, capacity, d), DType::F16, &self.device)?;
-        let v = Tensor::zeros((self.batch, heads, capacity, vd), DType::F16, &self.device)?;
+        let v = match vd {
+            0 => None,
+            _ => Some(Tensor::zeros((self.batch, heads, capacity, vd), DType::F16, &self.device)?),
+        };
         if let (Some(LayerKv::Device { k: ok, v: ov }), true) = (old, len > 0) {
             k.slice_set(&ok.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
-            v.slice_set(&ov.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+            if let (Some(v), Some(ov)) = (&v, ov) {
+                v.slice_set(&ov.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+            }
         }
         Ok(LayerKv::Device { k, v })
     }
@@ -516,20 +517,33 @@ impl KvCache {
     }
 
     /// Writes new keys and values (`[batch, kv_heads, n, key_dim]` and
-    /// `[…, value_dim]`) at `len`,
+    /// `[…, value_dim]`; no values where they are the keys') at `len`,
     /// rounded to f16. Call `reserve` first and `advance` after the last layer.
-    pub(crate) fn write(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<()> {
-        let (k, v) = (k.to_dtype(DType::F16)?, v.to_dtype(DType::F16)?);
+    pub(crate) fn write(&mut self, layer: usize, k: &Tensor, v: Option<&Tensor>) -> Result<()> {
+        let k = k.to_dtype(DType::F16)?;
+        let v = v.map(|v| v.to_dtype(DType::F16)).transpose()?;
         if !self.tensors {
             let n = k.dims4()?.2;
-            let (kd, vd) = (k.flatten_all()?.to_vec1::<f16>()?, v.flatten_all()?.to_vec1::<f16>()?);
+            let kd = k.flatten_all()?.to_vec1::<f16>()?;
+            let vd = match &v {
+                Some(v) => v.flatten_all()?.to_vec1::<f16>()?,
+                None => Vec::new(),
+            };
             return self.write_bits(layer, kd.as_slice(), vd.as_slice(), n);
         }
         let pos = self.len;
         match &self.layers[layer] {
             LayerKv::Device { k: ck, v: cv } => {
                 ck.slice_set(&k, 2, pos)?;
-                cv.slice_set(&v, 2, pos)?;
+                match (cv, &v) {
+                    (Some(cv), Some(v)) => cv.slice_set(v, 2, pos)?,
+                    (None, None) => {}
+                    _ => {
+                        return Err(EngineError::CorruptCache(format!(
+                            "values for layer {layer} where the cache keeps none, or none where it does"
+                        )))
+                    }
+                }
             }
             LayerKv::Host { .. } => unreachable!(),
         }
@@ -557,8 +571,11 @@ impl KvCache {
         }
         if self.tensors {
             let kt = Tensor::from_vec(k.to_vec(), (self.batch, heads, n, d), &self.device)?;
+            if vd == 0 {
+                return self.write(layer, &kt, None);
+            }
             let vt = Tensor::from_vec(v.to_vec(), (self.batch, heads, n, vd), &self.device)?;
-            return self.write(layer, &kt, &vt);
+            return self.write(layer, &kt, Some(&vt));
         }
         let host = self.host_mut(layer);
         let cap = host.capacity;
@@ -589,7 +606,11 @@ impl KvCache {
                 let read = |t: &Tensor| -> candle_core::Result<Vec<f16>> {
                     t.narrow(2, start, end - start)?.contiguous()?.flatten_all()?.to_vec1()
                 };
-                Ok((read(k)?, read(v)?))
+                let values = match v {
+                    Some(v) => read(v)?,
+                    None => Vec::new(),
+                };
+                Ok((read(k)?, values))
             }
             LayerKv::Host { k, v } => {
                 let cap = self.capacity;
@@ -606,21 +627,22 @@ impl KvCache {
     }
 
     /// Keys and values for positions `start..end` of `layer`, as f32 tensors.
-    pub(crate) fn view(&self, layer: usize, start: usize, end: usize) -> Result<(Tensor, Tensor)> {
+    pub(crate) fn view(&self, layer: usize, start: usize, end: usize) -> Result<(Tensor, Option<Tensor>)> {
+        let n = end - start;
         match &self.layers[layer] {
             LayerKv::Device { k, v } => {
-                let n = end - start;
-                Ok((k.narrow(2, start, n)?.to_dtype(DType::F32)?, v.narrow(2, start, n)?.to_dtype(DType::F32)?))
+                let widen = |t: &Tensor| t.narrow(2, start, n)?.to_dtype(DType::F32);
+                Ok((widen(k)?, v.as_ref().map(widen).transpose()?))
             }
             LayerKv::Host { .. } => {
                 let (k, v) = self.bits(layer, start, end)?;
                 let s = self.kv_layers[layer].unwrap_or(KvShape { heads: 0, key_dim: 0, value_dim: 0 });
-                let n = end - start;
                 let widen = |x: Vec<f16>| -> Vec<f32> { x.into_iter().map(f16::to_f32).collect() };
-                Ok((
-                    Tensor::from_vec(widen(k), (self.batch, s.heads, n, s.key_dim), &self.device)?,
-                    Tensor::from_vec(widen(v), (self.batch, s.heads, n, s.value_dim), &self.device)?,
-                ))
+                let values = match s.value_dim {
+                    0 => None,
+                    vd => Some(Tensor::from_vec(widen(v), (self.batch, s.heads, n, vd), &self.device)?),
+                };
+                Ok((Tensor::from_vec(widen(k), (self.batch, s.heads, n, s.key_dim), &self.device)?, values))
             }
         }
     }
@@ -655,7 +677,7 @@ impl KvCache {
                         let (_, h, c, d) = t.dims4()?;
                         t.broadcast_as((batch, h, c, d))?.contiguous()
                     };
-                    Ok(LayerKv::Device { k: rep(k)?, v: rep(v)? })
+                    Ok(LayerKv::Device { k: rep(k)?, v: v.as_ref().map(rep).transpose()? })
                 }
             })
             .collect::<candle_core::Result<Vec<_>>>()?;
@@ -683,7 +705,8 @@ impl KvCache {
                     Ok(LayerKv::Host { k: row_of(k), v: row_of(v) })
                 }
                 LayerKv::Device { k, v } => {
-                    Ok(LayerKv::Device { k: k.narrow(0, row, 1)?.contiguous()?, v: v.narrow(0, row, 1)?.contiguous()? })
+                    let row_of = |t: &Tensor| t.narrow(0, row, 1)?.contiguous();
+                    Ok(LayerKv::Device { k: row_of(k)?, v: v.as_ref().map(row_of).transpose()? })
                 }
             })
             .collect::<candle_core::Result<Vec<_>>>()?;

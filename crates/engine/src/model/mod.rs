@@ -124,6 +124,8 @@ struct Attention {
     /// gpt-oss: each head's sink logit (`attn_sinks`), in its softmax's
     /// denominator only.
     sinks: Option<Vec<f32>>,
+    /// The sinks on the device, for the graph pass.
+    sinks_tensor: Option<Tensor>,
     /// Gemma 4: values RMS-normed per head, without a weight.
     v_norm: bool,
 }
@@ -156,6 +158,8 @@ struct DenseAndExperts {
     post_norm_2: Norm,
     /// `ffn_gate_inp.scale`, per input value.
     router_scale: Vec<f32>,
+    /// `router_scale` on the device, for the graph pass.
+    router_scale_tensor: Tensor,
 }
 
 /// A layer's experts in the CPU's pass or in the graph's.
@@ -313,16 +317,6 @@ impl Model {
         let config = ModelConfig::from_gguf(file)?;
         let arch = config.architecture;
         let graph = !device.is_cpu() || kernels == Kernels::Graph;
-        if !device.is_cpu() && arch == Architecture::Gemma4 {
-            // Its graph pass runs every cache feature in the tests on the
-            // CPU, but its logits leave the CPU pass's by up to 7% on an
-            // E2B-like file (tests/graph_pass.rs), a difference not yet
-            // traced: not on a GPU until it is.
-            return Err(crate::EngineError::setting(
-                "device",
-                "Gemma 4 runs on the CPU for now; choose the CPU device",
-            ));
-        }
         let norm = |file: &mut GgufFile, name: &str| -> Result<Norm> {
             Norm::new(file.tensor(name, device)?, config.rms_eps, device)
         };
@@ -522,6 +516,10 @@ impl Model {
                     q_norm: qk_norm(file, &format!("{p}.attn_q_norm.weight"), q_dim)?,
                     k_norm: if stores_kv { qk_norm(file, &format!("{p}.attn_k_norm.weight"), kv_dim)? } else { None },
                     gated,
+                    sinks_tensor: match &sinks {
+                        Some(s) if graph => Some(Tensor::from_slice(s, s.len(), device)?),
+                        _ => None,
+                    },
                     sinks,
                     v_norm: arch == Architecture::Gemma4,
                 })
@@ -549,6 +547,7 @@ impl Model {
                         experts,
                         pre_norm_2: norm(file, &format!("{p}.pre_ffw_norm_2.weight"))?,
                         post_norm_2: norm(file, &format!("{p}.post_ffw_norm_2.weight"))?,
+                        router_scale_tensor: file.tensor(&scale_name, device)?.dequantize(device)?,
                         router_scale: host_vector(file, &scale_name, device)?,
                     }))
                 }
@@ -891,7 +890,7 @@ impl Model {
         };
         let mut scratch = delta_net::DeltaScratch::default();
         cache.begin_pass(seq_len);
-        let mut layers = || -> Result<()> {
+        let mut layers = || -> Result<Tensor> {
             for (i, block) in self.layers.iter().enumerate() {
                 let (rope, mask, kv_start) = if block.sliding {
                     let w = self.config.sliding_window.unwrap_or(usize::MAX);
@@ -913,26 +912,36 @@ impl Model {
                     return Err(crate::EngineError::Stopped);
                 }
             }
-            Ok(())
+            let last = self.norm.forward(&x.narrow(1, seq_len - 1, 1)?.contiguous()?)?;
+            let mut logits = self.output.forward(&last)?.reshape((batch, self.vocab_size))?;
+            // As the host pass's `soft_cap`: Granite's scale, Gemma 2's cap.
+            if let Some(s) = self.config.logit_scale {
+                logits = (logits * (1.0 / s) as f64)?;
+            }
+            if let Some(cap) = self.config.final_logit_softcap {
+                logits = ((logits * (1.0 / cap) as f64)?.tanh()? * cap as f64)?;
+            }
+            Ok(logits)
         };
-        if let Err(e) = layers() {
-            // As in the host pass: a hybrid's recurrent state, written in
-            // place, goes back to its checkpoint.
-            cache.truncate(pos0);
-            return Err(e);
+        let run = layers();
+        if self.config.recurrent.is_some() {
+            // The recurrent layers' host fallback ran on the worker pool.
+            crate::worker_pool::WorkerPool::global().end_pass();
         }
-        cache.advance(seq_len);
-        cache.end_pass(seq_len);
-        let x = self.norm.forward(&x.narrow(1, seq_len - 1, 1)?.contiguous()?)?;
-        let mut logits = self.output.forward(&x)?.reshape((batch, self.vocab_size))?;
-        // As the host pass's `soft_cap`: Granite's scale, Gemma 2's cap.
-        if let Some(s) = self.config.logit_scale {
-            logits = (logits * (1.0 / s) as f64)?;
+        match run {
+            Ok(logits) => {
+                cache.advance(seq_len);
+                cache.end_pass(seq_len);
+                Ok(logits)
+            }
+            Err(e) => {
+                // As in the host pass: a hybrid's recurrent state, written in
+                // place, goes back to its checkpoint; nothing this pass wrote
+                // (to its last logits, which a GPU may fail to hold) counts.
+                cache.truncate(pos0);
+                Err(e)
+            }
         }
-        if let Some(cap) = self.config.final_logit_softcap {
-            logits = ((logits * (1.0 / cap) as f64)?.tanh()? * cap as f64)?;
-        }
-        Ok(logits)
     }
 
     fn block_forward(
@@ -978,10 +987,11 @@ impl Model {
                 let dense = d.post_norm_1.forward(&self.dense_graph(&d.gate, &d.up, &d.down, &h)?)?;
                 let e = self.config.n_embd;
                 let ones = Tensor::ones(e, DType::F32, &self.device)?;
-                let scale = Tensor::from_slice(&d.router_scale, e, &self.device)?;
+                // As the host pass: `1/√n_embd` in f32.
+                let inv = 1.0f32 / (e as f32).sqrt();
                 let router_in = candle_nn::ops::rms_norm(&x, &ones, self.config.rms_eps as f32)?
-                    .affine(1.0 / (e as f64).sqrt(), 0.0)?
-                    .broadcast_mul(&scale)?;
+                    .affine(inv as f64, 0.0)?
+                    .broadcast_mul(&d.router_scale_tensor)?;
                 let moe = experts.forward(&d.pre_norm_2.forward(&x)?, Some(&router_in))?;
                 (dense + d.post_norm_2.forward(&moe)?)?
             }
@@ -1061,15 +1071,14 @@ impl Model {
         let latent = m.kv_a_norm.forward(&kva.narrow(2, 0, kvr)?.contiguous()?)?;
         let k_pe = rope.apply(&kva.narrow(2, kvr, rd)?.reshape((batch, 1, seq_len, rd))?.contiguous()?, interleaved)?;
         let key = Tensor::cat(&[&latent.reshape((batch, 1, seq_len, kvr))?, &k_pe], 3)?;
-        let no_values = Tensor::zeros((batch, 1, seq_len, 0), DType::F32, &self.device)?;
-        cache.write(layer, &key, &no_values)?;
+        cache.write(layer, &key, None)?;
         let end = cache.len() + seq_len;
         let (k_all, _) = cache.view(layer, kv_start, end)?;
         let kv_len = end - kv_start;
 
         // Every head against the one KV head, as rows of it.
         let q = round_to_f16(&q.reshape((batch, 1, nh * seq_len, width))?)?;
-        let scale = c.attention_scale.map_or(1.0 / (width as f64).sqrt(), f64::from);
+        let scale = c.attention_scale.unwrap_or(1.0f32 / (width as f32).sqrt()) as f64;
         let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
         if let Some(mask) = mask {
             scores = scores.reshape((batch, 1, nh, seq_len, kv_len))?.broadcast_add(mask)?.reshape((
@@ -1145,11 +1154,16 @@ impl Model {
         // Keys and values into the cache, but for a layer that reads an
         // earlier layer's (Gemma 4's last ones).
         if let Some(wk) = &a.wk {
-            let k = wk.forward(h)?;
-            // Gemma 4 without `attn_v`: the keys, before their norm, are the values.
+            let unbiased = wk.weight.forward(h)?;
+            // Gemma 4 without `attn_v`: the keys, before their bias and
+            // norm, are the values (as the host pass copies them).
             let v = match &a.wv {
                 Some(wv) => wv.forward(h)?,
-                None => k.clone(),
+                None => unbiased.clone(),
+            };
+            let k = match &wk.bias {
+                Some((b, _)) => unbiased.broadcast_add(b)?,
+                None => unbiased,
             };
             let k = rotate(&normed(k, &a.k_norm, nkv)?)?;
             let mut v = heads(v, nkv)?;
@@ -1157,17 +1171,20 @@ impl Model {
                 // `ggml_rms_norm`: the norm without a weight.
                 v = candle_nn::ops::rms_norm(&v, &Tensor::ones(hd, DType::F32, &self.device)?, c.rms_eps as f32)?;
             }
-            cache.write(layer, &k, &v)?;
+            cache.write(layer, &k, Some(&v))?;
         }
         let end = cache.len() + seq_len;
         let (k_all, v_all) = cache.view(c.kv_source[layer], kv_start, end)?;
+        let v_all =
+            v_all.ok_or_else(|| crate::EngineError::CorruptCache(format!("layer {layer}'s cache holds no values")))?;
         let kv_len = end - kv_start;
 
         // Grouped-query attention without repeating K/V: fold the query heads
         // that share a KV head into the row dimension.
         let n_rep = nh / nkv;
         let q = q.reshape((batch, nkv, n_rep * seq_len, hd))?;
-        let scale = c.attention_scale.map_or(1.0 / (hd as f64).sqrt(), f64::from);
+        // In f32 as the host pass computes it (in f64, `1/√96` is another float).
+        let scale = c.attention_scale.unwrap_or(1.0f32 / (hd as f32).sqrt()) as f64;
         let (q, scale) = if c.architecture.scales_queries() { ((q * scale)?, 1.0) } else { (q, scale) };
         // As the CPU pass (and llama.cpp): the f16 keys meet f16-rounded
         // queries, the f16 values f16-rounded probabilities.
@@ -1185,12 +1202,13 @@ impl Model {
                 kv_len,
             ))?;
         }
-        let probs = match &a.sinks {
+        let probs = match &a.sinks_tensor {
             // gpt-oss: each head's sink logit joins its softmax's
             // denominator only (a column of its own, dropped after). Query
             // head `g·n_rep + r` is row block `r` of KV head `g`.
             Some(sinks) => {
-                let sink = Tensor::from_slice(sinks, (1, nkv, n_rep, 1, 1), &self.device)?
+                let sink = sinks
+                    .reshape((1, nkv, n_rep, 1, 1))?
                     .broadcast_as((batch, nkv, n_rep, seq_len, 1))?
                     .reshape((batch, nkv, n_rep * seq_len, 1))?;
                 let all = candle_nn::ops::softmax_last_dim(&Tensor::cat(&[&scores, &sink], 3)?)?;
