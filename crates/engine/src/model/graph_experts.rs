@@ -169,7 +169,7 @@ impl GraphExperts {
             let up = biased(self.up[expert].forward(&xs)?, &self.up_bias, expert)?;
             let act = match self.config.activation {
                 ExpertActivation::SwigluOai { alpha, limit } => swiglu_oai(&gate, &up, alpha, limit)?,
-                ExpertActivation::Gelu => (super::gelu_as_llama(&gate)? * up)?,
+                ExpertActivation::Gelu => (super::graph::gelu_as_llama(&gate)? * up)?,
                 ExpertActivation::Silu => (candle_nn::ops::silu(&gate)? * up)?,
             };
             let mut down = self.down[expert].forward(&act)?;

@@ -209,7 +209,7 @@ impl PerLayerInput {
     ) -> Result<candle_core::Tensor> {
         let per_layer = self.gate.rows();
         let input = inputs.narrow(2, layer * per_layer, per_layer)?;
-        let gated = (super::gelu_as_llama(&self.gate.forward(x)?)? * input)?;
+        let gated = (super::graph::gelu_as_llama(&self.gate.forward(x)?)? * input)?;
         let out = self.post_norm.forward(&self.proj.forward(&gated)?)?;
         Ok((x + out)?)
     }

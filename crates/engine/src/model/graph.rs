@@ -1,0 +1,487 @@
+//! The graph pass: [`Model::forward`] built from candle tensor ops, what
+//! runs on a GPU (and, with `Kernels::Graph`, on the CPU, where tests hold
+//! it to the host pass of `host.rs`). The KV cache and the embeddings are
+//! tensors on the device. What candle has no op for runs on the host, said
+//! where it does: the experts' routing (`graph_experts.rs`), the hybrids'
+//! recurrences (`DeltaNet::forward_graph`, `ShortConv::forward_graph`) and
+//! Gemma 4's per-layer table rows (`per_layer.rs`).
+
+use candle_core::{DType, Device, Tensor};
+
+use super::{
+    delta_net, mla, window_start, Attention, Block, Embeddings, Ffn, LayerExperts, Matrix, Mixer, Model, Norm,
+    RopeFreqs,
+};
+use crate::error::Result;
+use crate::kv_cache::KvCache;
+
+impl Model {
+    /// [`Model::forward`] built from candle tensor ops: what runs on a GPU.
+    /// On the CPU it is the reference that tests hold the host pass to.
+    pub fn forward_graph(&self, tokens: &[Vec<u32>], cache: &mut KvCache) -> Result<Tensor> {
+        self.forward_graph_stoppable(tokens, cache, &|| false)
+    }
+
+    /// `forward_graph`, asking `stop` between the layers of a pass of
+    /// several positions (see `forward_stoppable`).
+    pub(super) fn forward_graph_stoppable(
+        &self,
+        tokens: &[Vec<u32>],
+        cache: &mut KvCache,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Tensor> {
+        self.check_tokens(tokens)?;
+        let batch = tokens.len();
+        let seq_len = tokens[0].len();
+        cache.reserve(seq_len, batch)?;
+        let pos0 = cache.len();
+        let flat: Vec<u32> = tokens.iter().flatten().copied().collect();
+        let mut x = match &self.embeddings {
+            Embeddings::Device(t) => t.index_select(&Tensor::from_slice(&flat, batch * seq_len, &self.device)?, 0)?,
+            _ => Tensor::from_vec(self.embed(&flat), (batch * seq_len, self.config.n_embd), &self.device)?,
+        }
+        .reshape((batch, seq_len, self.config.n_embd))?;
+        if let Some(s) = self.embed_scale {
+            x = (x * s)?;
+        }
+        let per_layer = match &self.per_layer_embeddings {
+            Some(p) => Some(p.inputs_graph(&flat, &x)?),
+            None => None,
+        };
+        let rope_global = Rope::new(self.rope_for(cache.max_len()), pos0, seq_len, &self.device)?;
+        let rope_local = Rope::new(&self.rope_local, pos0, seq_len, &self.device)?;
+        let mask_global = causal_mask(seq_len, pos0, 0, None, &self.device)?;
+        let mask_local = match self.config.sliding_window {
+            Some(w) => causal_mask(seq_len, pos0, window_start(pos0, w), Some(w), &self.device)?,
+            None => None,
+        };
+        // Mistral 3: the queries' factor at each new position.
+        let temperature = match &self.config.attention_temperature {
+            Some(t) => {
+                let f: Vec<f32> = (pos0..pos0 + seq_len).map(|p| t.factor(p)).collect();
+                Some(Tensor::from_vec(f, (1, 1, seq_len, 1), &self.device)?)
+            }
+            None => None,
+        };
+        let mut scratch = delta_net::DeltaScratch::default();
+        cache.begin_pass(seq_len);
+        let mut layers = || -> Result<Tensor> {
+            for (i, block) in self.layers.iter().enumerate() {
+                let (rope, mask, kv_start) = if block.sliding {
+                    let w = self.config.sliding_window.unwrap_or(usize::MAX);
+                    (&rope_local, mask_local.as_ref(), window_start(pos0, w))
+                } else {
+                    (&rope_global, mask_global.as_ref(), 0)
+                };
+                let pass = GraphLayerInputs {
+                    rope,
+                    mask,
+                    kv_start,
+                    temperature: temperature.as_ref(),
+                    per_layer: per_layer.as_ref(),
+                };
+                x = self.block_forward(block, i, &x, &pass, cache, &mut scratch)?;
+                // Keys and values written past the cache's length are not yet
+                // part of it: stopping here leaves it as it was.
+                if seq_len > 1 && i + 1 < self.layers.len() && stop() {
+                    return Err(crate::EngineError::Stopped);
+                }
+            }
+            let last = self.norm.forward(&x.narrow(1, seq_len - 1, 1)?.contiguous()?)?;
+            let mut logits = self.output.forward(&last)?.reshape((batch, self.vocab_size))?;
+            // As the host pass's `soft_cap`: Granite's scale, Gemma 2's cap.
+            if let Some(s) = self.config.logit_scale {
+                logits = (logits * (1.0 / s) as f64)?;
+            }
+            if let Some(cap) = self.config.final_logit_softcap {
+                logits = ((logits * (1.0 / cap) as f64)?.tanh()? * cap as f64)?;
+            }
+            Ok(logits)
+        };
+        let run = layers();
+        if self.config.recurrent.is_some() {
+            // The recurrent layers' host fallback ran on the worker pool.
+            crate::worker_pool::WorkerPool::global().end_pass();
+        }
+        match run {
+            Ok(logits) => {
+                cache.advance(seq_len);
+                cache.end_pass(seq_len);
+                Ok(logits)
+            }
+            Err(e) => {
+                // As in the host pass: a hybrid's recurrent state, written in
+                // place, goes back to its checkpoint; nothing this pass wrote
+                // (to its last logits, which a GPU may fail to hold) counts.
+                cache.truncate(pos0);
+                Err(e)
+            }
+        }
+    }
+
+    fn block_forward(
+        &self,
+        b: &Block,
+        layer: usize,
+        x: &Tensor,
+        pass: &GraphLayerInputs,
+        cache: &mut KvCache,
+        scratch: &mut delta_net::DeltaScratch,
+    ) -> Result<Tensor> {
+        let h = match &b.attn_norm {
+            Some(n) => n.forward(x)?,
+            None => x.clone(),
+        };
+        let mut attn = match &b.mixer {
+            Mixer::Attention(a) => self.attention_graph(a, layer, &h, pass, cache)?,
+            Mixer::DeltaNet(d) => d.forward_graph(crate::worker_pool::WorkerPool::global(), &h, cache, scratch)?,
+            Mixer::ShortConv(s) => s.forward_graph(&h, cache)?,
+            Mixer::Mla(m) => self.mla_graph(m, layer, &h, pass, cache)?,
+        };
+        if let Some(n) = &b.post_attn_norm {
+            attn = n.forward(&attn)?;
+        }
+        if let Some(s) = self.config.residual_scale {
+            attn = (attn * s as f64)?;
+        }
+        let x = (x + attn)?;
+
+        let h = match &b.ffn_norm {
+            Some(n) => n.forward(&x)?,
+            None => x.clone(),
+        };
+        let mut ffn = match &b.ffn {
+            Ffn::Dense { gate, up, down } => self.dense_graph(gate, up, down, &h)?,
+            Ffn::DenseAndExperts(d) => {
+                let LayerExperts::Graph(experts) = &d.experts else {
+                    unreachable!("the graph's layers load their experts as GraphExperts")
+                };
+                // As the host pass: `post_norm_1(dense(h)) +
+                // post_norm_2(experts(pre_norm_2(x)))`, the router reading
+                // `rms_norm(x) / √n_embd · router_scale`.
+                let dense = d.post_norm_1.forward(&self.dense_graph(&d.gate, &d.up, &d.down, &h)?)?;
+                let e = self.config.n_embd;
+                let ones = Tensor::ones(e, DType::F32, &self.device)?;
+                // As the host pass: `1/√n_embd` in f32.
+                let inv = 1.0f32 / (e as f32).sqrt();
+                let router_in = candle_nn::ops::rms_norm(&x, &ones, self.config.rms_eps as f32)?
+                    .affine(inv as f64, 0.0)?
+                    .broadcast_mul(&d.router_scale_tensor)?;
+                let moe = experts.forward(&d.pre_norm_2.forward(&x)?, Some(&router_in))?;
+                (dense + d.post_norm_2.forward(&moe)?)?
+            }
+            Ffn::GraphExperts { experts, shared } => {
+                let mut ffn = experts.forward(&h, None)?;
+                if let Some(s) = shared {
+                    // llama.cpp: moe_out + ffn_shexp · σ(gate_inp · x).
+                    let mut out = self.dense_graph(&s.gate, &s.up, &s.down, &h)?;
+                    if let Some(g) = &s.gate_inp {
+                        out = out.broadcast_mul(&candle_nn::ops::sigmoid(&g.forward(&h)?)?)?;
+                    }
+                    ffn = (ffn + out)?;
+                }
+                ffn
+            }
+            _ => unreachable!("the graph's layers load their experts as GraphExperts"),
+        };
+        if let Some(n) = &b.post_ffn_norm {
+            ffn = n.forward(&ffn)?;
+        }
+        if let Some(s) = self.config.residual_scale {
+            ffn = (ffn * s as f64)?;
+        }
+        let mut x = (x + ffn)?;
+        if let (Some(p), Some(inputs)) = (&b.per_layer, pass.per_layer) {
+            x = p.add_graph(&x, inputs, layer)?;
+        }
+        if let Some(s) = b.out_scale {
+            x = (x * s as f64)?;
+        }
+        Ok(x)
+    }
+
+    /// A gated FFN in the graph pass: `down(act(gate(h)) · up(h))`, GELU
+    /// for Gemma, SiLU otherwise.
+    fn dense_graph(&self, gate: &Matrix, up: &Matrix, down: &Matrix, h: &Tensor) -> Result<Tensor> {
+        let gate = gate.forward(h)?;
+        let act =
+            if self.config.architecture.is_gemma() { gelu_as_llama(&gate)? } else { candle_nn::ops::silu(&gate)? };
+        Ok(down.forward(&(act * up.forward(h)?)?)?)
+    }
+
+    /// DeepSeek V2's latent attention in the graph pass, as `mla_host` runs
+    /// it: each head's unrotated query taken into the latent's space by
+    /// `attn_k_b`, beside its rotated part; one KV head of the normed
+    /// latent beside the rotated shared key, whose first `kv_lora_rank`
+    /// dimensions are the values (the cache keeps no values of its own);
+    /// each head's mix of latents out through `attn_v_b`.
+    fn mla_graph(
+        &self,
+        m: &mla::Mla,
+        layer: usize,
+        h: &Tensor,
+        pass: &GraphLayerInputs,
+        cache: &mut KvCache,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let GraphLayerInputs { rope, mask, kv_start, .. } = *pass;
+        let mla = c.mla.expect("a latent-attention layer has its shape");
+        let nh = c.attention_shape(layer).n_heads;
+        let (rd, kvr, hk, hv) = (c.rope_dims, mla.kv_lora_rank, mla.head_k, mla.head_v);
+        let (nope, width) = (hk - rd, kvr + rd);
+        let (batch, seq_len, _) = h.dims3()?;
+        let interleaved = c.architecture.interleaved_rope();
+        let q = match &m.query {
+            mla::Query::Direct(wq) => wq.forward(h)?,
+            mla::Query::LowRank { a, norm, b } => b.forward(&norm.forward(&a.forward(h)?)?)?,
+        };
+        let q = q.reshape((batch, seq_len, nh, hk))?.transpose(1, 2)?;
+        let q_pe = rope.apply(&q.narrow(3, nope, rd)?.contiguous()?, interleaved)?;
+        let absorbed = (0..nh)
+            .map(|head| m.k_b[head].forward(&q.narrow(1, head, 1)?.narrow(3, 0, nope)?.squeeze(1)?.contiguous()?))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let q = Tensor::cat(&[&Tensor::stack(&absorbed, 1)?, &q_pe], 3)?;
+
+        let kva = m.kv_a.forward(h)?;
+        let latent = m.kv_a_norm.forward(&kva.narrow(2, 0, kvr)?.contiguous()?)?;
+        let k_pe = rope.apply(&kva.narrow(2, kvr, rd)?.reshape((batch, 1, seq_len, rd))?.contiguous()?, interleaved)?;
+        let key = Tensor::cat(&[&latent.reshape((batch, 1, seq_len, kvr))?, &k_pe], 3)?;
+        cache.write(layer, &key, None)?;
+        let end = cache.len() + seq_len;
+        let (k_all, _) = cache.view(layer, kv_start, end)?;
+        let kv_len = end - kv_start;
+
+        // Every head against the one KV head, as rows of it.
+        let q = round_to_f16(&q.reshape((batch, 1, nh * seq_len, width))?)?;
+        let scale = c.attention_scale.unwrap_or(1.0f32 / (width as f32).sqrt()) as f64;
+        let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
+        if let Some(mask) = mask {
+            scores = scores.reshape((batch, 1, nh, seq_len, kv_len))?.broadcast_add(mask)?.reshape((
+                batch,
+                1,
+                nh * seq_len,
+                kv_len,
+            ))?;
+        }
+        let probs = round_to_f16(&candle_nn::ops::softmax_last_dim(&scores)?)?;
+        let mixed = probs.matmul(&k_all.narrow(3, 0, kvr)?.contiguous()?)?.reshape((batch, nh, seq_len, kvr))?;
+        let heads = (0..nh)
+            .map(|head| m.v_b[head].forward(&mixed.narrow(1, head, 1)?.squeeze(1)?.contiguous()?))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let out = Tensor::stack(&heads, 2)?.reshape((batch, seq_len, nh * hv))?;
+        Ok(m.wo.forward(&out)?)
+    }
+
+    /// One attention layer of the graph pass for the normed input `h`:
+    /// its keys and values written into `cache`, its output before the
+    /// residual. Qwen 3.5's gated queries and partial RoPE as the host pass
+    /// runs them.
+    fn attention_graph(
+        &self,
+        a: &Attention,
+        layer: usize,
+        h: &Tensor,
+        pass: &GraphLayerInputs,
+        cache: &mut KvCache,
+    ) -> Result<Tensor> {
+        let GraphLayerInputs { rope, mask, kv_start, temperature, .. } = *pass;
+        let c = &self.config;
+        let shape = c.attention_shape(layer);
+        let (nh, nkv, hd) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
+        let (batch, seq_len, _) = h.dims3()?;
+        let heads = |t: Tensor, n: usize| t.reshape((batch, seq_len, n, hd))?.transpose(1, 2)?.contiguous();
+        let projected = a.wq.forward(h)?;
+        // Gated: each head's queries, then its output gate.
+        let (q, gate) = if a.gated {
+            let both = projected.reshape((batch, seq_len, nh, 2 * hd))?;
+            (both.narrow(3, 0, hd)?.reshape((batch, seq_len, nh * hd))?, Some(both.narrow(3, hd, hd)?))
+        } else {
+            (projected, None)
+        };
+        // Q and K normed per head, or (OLMo 2) across all heads: the
+        // weight's length says.
+        let normed = |t: Tensor, norm: &Option<Norm>, n: usize| -> candle_core::Result<Tensor> {
+            match norm {
+                Some(norm) if norm.host.len() != hd => heads(norm.forward(&t)?, n),
+                Some(norm) => norm.forward(&heads(t, n)?),
+                None => heads(t, n),
+            }
+        };
+        let q = normed(q, &a.q_norm, nh)?;
+        let interleaved = c.architecture.interleaved_rope();
+        let rotate = |t: &Tensor| -> candle_core::Result<Tensor> {
+            let rd = shape.rope_dims;
+            if rd == hd {
+                return rope.apply(t, interleaved);
+            }
+            if rd == 0 {
+                // SmolLM3's layers without RoPE.
+                return Ok(t.clone());
+            }
+            // Partial RoPE: the first `rope_dims` of each head turn.
+            let turned = rope.apply(&t.narrow(3, 0, rd)?.contiguous()?, interleaved)?;
+            Tensor::cat(&[&turned, &t.narrow(3, rd, hd - rd)?], 3)?.contiguous()
+        };
+        let mut q = rotate(&q)?;
+        if let Some(t) = temperature {
+            q = q.broadcast_mul(t)?;
+        }
+        // Keys and values into the cache, but for a layer that reads an
+        // earlier layer's (Gemma 4's last ones).
+        if let Some(wk) = &a.wk {
+            let unbiased = wk.weight.forward(h)?;
+            // Gemma 4 without `attn_v`: the keys, before their bias and
+            // norm, are the values (as the host pass copies them).
+            let v = match &a.wv {
+                Some(wv) => wv.forward(h)?,
+                None => unbiased.clone(),
+            };
+            let k = match &wk.bias {
+                Some((b, _)) => unbiased.broadcast_add(b)?,
+                None => unbiased,
+            };
+            let k = rotate(&normed(k, &a.k_norm, nkv)?)?;
+            let mut v = heads(v, nkv)?;
+            if a.v_norm {
+                // `ggml_rms_norm`: the norm without a weight.
+                v = candle_nn::ops::rms_norm(&v, &Tensor::ones(hd, DType::F32, &self.device)?, c.rms_eps as f32)?;
+            }
+            cache.write(layer, &k, Some(&v))?;
+        }
+        let end = cache.len() + seq_len;
+        let (k_all, v_all) = cache.view(c.kv_source[layer], kv_start, end)?;
+        let v_all =
+            v_all.ok_or_else(|| crate::EngineError::CorruptCache(format!("layer {layer}'s cache holds no values")))?;
+        let kv_len = end - kv_start;
+
+        // Grouped-query attention without repeating K/V: fold the query heads
+        // that share a KV head into the row dimension.
+        let n_rep = nh / nkv;
+        let q = q.reshape((batch, nkv, n_rep * seq_len, hd))?;
+        // In f32 as the host pass computes it (in f64, `1/√96` is another float).
+        let scale = c.attention_scale.unwrap_or(1.0f32 / (hd as f32).sqrt()) as f64;
+        let (q, scale) = if c.architecture.scales_queries() { ((q * scale)?, 1.0) } else { (q, scale) };
+        // As the CPU pass (and llama.cpp): the f16 keys meet f16-rounded
+        // queries, the f16 values f16-rounded probabilities.
+        let q = round_to_f16(&q)?;
+        let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
+        if let Some(cap) = c.attention_softcap {
+            // Gemma 2: `cap · tanh(score / cap)`, before the mask.
+            scores = ((scores * (1.0 / cap) as f64)?.tanh()? * cap as f64)?;
+        }
+        if let Some(m) = mask {
+            scores = scores.reshape((batch, nkv, n_rep, seq_len, kv_len))?.broadcast_add(m)?.reshape((
+                batch,
+                nkv,
+                n_rep * seq_len,
+                kv_len,
+            ))?;
+        }
+        let probs = match &a.sinks_tensor {
+            // gpt-oss: each head's sink logit joins its softmax's
+            // denominator only (a column of its own, dropped after). Query
+            // head `g·n_rep + r` is row block `r` of KV head `g`.
+            Some(sinks) => {
+                let sink = sinks
+                    .reshape((1, nkv, n_rep, 1, 1))?
+                    .broadcast_as((batch, nkv, n_rep, seq_len, 1))?
+                    .reshape((batch, nkv, n_rep * seq_len, 1))?;
+                let all = candle_nn::ops::softmax_last_dim(&Tensor::cat(&[&scores, &sink], 3)?)?;
+                all.narrow(3, 0, kv_len)?
+            }
+            None => candle_nn::ops::softmax_last_dim(&scores)?,
+        };
+        let probs = round_to_f16(&probs)?;
+        let mut attn = probs
+            .matmul(&v_all.contiguous()?)?
+            .reshape((batch, nh, seq_len, hd))?
+            .transpose(1, 2)?
+            .reshape((batch, seq_len, nh * hd))?;
+        if let Some(g) = gate {
+            attn = (attn * candle_nn::ops::sigmoid(&g.reshape((batch, seq_len, nh * hd))?)?)?;
+        }
+        Ok(a.wo.forward(&attn)?)
+    }
+}
+
+/// What every layer of one graph pass reads beside its input: the RoPE
+/// tables, the mask and the first cache position it attends to (a sliding
+/// layer's or a full one's), Mistral 3's query factors and Gemma 4's
+/// per-layer inputs.
+#[derive(Clone, Copy)]
+struct GraphLayerInputs<'a> {
+    rope: &'a Rope,
+    mask: Option<&'a Tensor>,
+    kv_start: usize,
+    temperature: Option<&'a Tensor>,
+    /// Gemma 4: every layer's per-layer input (`PerLayerEmbeddings::inputs_graph`).
+    per_layer: Option<&'a Tensor>,
+}
+
+/// GELU as llama.cpp's GEGLU takes it (`vec_ops::gelu_mul`): looked up in
+/// an f16 table, input and result rounded to f16, but `x` itself from 10
+/// on and 0 up to −10.
+pub(super) fn gelu_as_llama(t: &Tensor) -> candle_core::Result<Tensor> {
+    let table = round_to_f16(&round_to_f16(t)?.gelu()?)?;
+    let above = t.ge(10f64)?.where_cond(t, &table)?;
+    t.le(-10f64)?.where_cond(&t.zeros_like()?, &above)
+}
+
+pub(super) fn round_to_f16(t: &Tensor) -> candle_core::Result<Tensor> {
+    t.to_dtype(DType::F16)?.to_dtype(DType::F32)
+}
+
+/// cos/sin tables for just the positions of this forward pass.
+struct Rope {
+    cos: Tensor,
+    sin: Tensor,
+}
+
+impl Rope {
+    fn new(freqs: &RopeFreqs, pos0: usize, seq_len: usize, device: &Device) -> candle_core::Result<Self> {
+        let half = freqs.half;
+        let (cos, sin) = freqs.tables(pos0, seq_len);
+        Ok(Self {
+            cos: Tensor::from_vec(cos, (seq_len, half), device)?,
+            sin: Tensor::from_vec(sin, (seq_len, half), device)?,
+        })
+    }
+
+    fn apply(&self, x: &Tensor, interleaved: bool) -> candle_core::Result<Tensor> {
+        if interleaved {
+            candle_nn::rotary_emb::rope_i(x, &self.cos, &self.sin)
+        } else {
+            candle_nn::rotary_emb::rope(x, &self.cos, &self.sin)
+        }
+    }
+}
+
+/// Additive mask `[seq_len, kv_len]` for new positions `pos0..pos0+seq_len`
+/// against cache positions `kv_start..pos0+seq_len`. `None` when nothing is masked.
+fn causal_mask(
+    seq_len: usize,
+    pos0: usize,
+    kv_start: usize,
+    window: Option<usize>,
+    device: &Device,
+) -> candle_core::Result<Option<Tensor>> {
+    let kv_end = pos0 + seq_len;
+    let kv_len = kv_end - kv_start;
+    let mut any = false;
+    let mut m = vec![0f32; seq_len * kv_len];
+    for i in 0..seq_len {
+        let q = pos0 + i;
+        for j in 0..kv_len {
+            let k = kv_start + j;
+            let hidden = k > q || window.is_some_and(|w| q - k >= w);
+            if hidden {
+                m[i * kv_len + j] = f32::NEG_INFINITY;
+                any = true;
+            }
+        }
+    }
+    if !any {
+        return Ok(None);
+    }
+    Ok(Some(Tensor::from_vec(m, (seq_len, kv_len), device)?.to_dtype(DType::F32)?))
+}
