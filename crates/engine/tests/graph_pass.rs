@@ -330,3 +330,44 @@ fn a_prefill_on_the_graph_stops_between_layers_and_goes_on_exactly() {
         assert_eq!((session.tokens(), session.passes()), (want_session.tokens(), want_session.passes()));
     }
 }
+
+/// Decode steps of several conversations in one graph pass (what makes a
+/// second conversation on a GPU nearly free): each row's logits are its
+/// own step's, bit for bit, for caches at different lengths (one shorter than the
+/// sliding windows, two past them) and of different sizes (Phi-3's
+/// LongRoPE picks its factors by a session's length), and each cache goes
+/// on from there as if it had stepped alone, a hybrid's recurrent state
+/// included.
+#[test]
+fn several_conversations_step_together_on_the_graph_as_each_alone() {
+    for spec in specs() {
+        let family = name(&spec);
+        let (_dir, path) = tiny(&spec);
+        let engine = graph(&path);
+        let m = engine.model();
+        let mut caches = Vec::new();
+        for (n, context) in [(7, 24), (19, 256), (30, 256)] {
+            let mut cache = m.new_cache(context);
+            m.forward(&[ids(n, n as u32)], &mut cache).unwrap();
+            caches.push(cache);
+        }
+        let mut alone = caches.clone();
+        let tokens = [5u32, 77, 140];
+        for step in 0..2 {
+            let want: Vec<Vec<f32>> = alone
+                .iter_mut()
+                .zip(tokens)
+                .map(|(c, t)| m.forward(&[vec![t + step]], c).unwrap().to_vec2::<f32>().unwrap().remove(0))
+                .collect();
+            let stepped: Vec<u32> = tokens.iter().map(|t| t + step).collect();
+            let mut refs: Vec<&mut hearth_engine::KvCache> = caches.iter_mut().collect();
+            let got = m.decode_step_many(&stepped, &mut refs).unwrap();
+            for (r, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(g == w, "{family}: step {step}, row {r}");
+            }
+            for (c, a) in caches.iter().zip(&alone) {
+                assert_eq!(c.len(), a.len(), "{family}");
+            }
+        }
+    }
+}

@@ -161,8 +161,9 @@ impl DeltaNet {
     }
 
     /// The layer in the graph pass (what a GPU runs) for the normed input
-    /// `h` (`[1, seq, n_embd]`: a hybrid's cache holds one sequence): the
-    /// projections on the device, then the **host fallback**: the
+    /// `h` (`[batch, seq, n_embd]`, each of `sequences` its rows of it: a
+    /// cache's rows, or a row per cache): the projections on the device,
+    /// then the **host fallback**: the
     /// convolution, the delta rule and the gated norm run on the CPU
     /// against the cache's recurrent state, exactly as in the CPU's pass
     /// (one read back and one write a layer), and `ssm_out` on the device.
@@ -172,15 +173,12 @@ impl DeltaNet {
         &self,
         pool: &WorkerPool,
         h: &candle_core::Tensor,
-        cache: &mut KvCache,
+        sequences: &mut [SequenceRows],
         buf: &mut DeltaScratch,
     ) -> Result<candle_core::Tensor> {
         let s = &self.shape;
         let (d, hv, channels) = (s.head_dim, s.v_heads, s.conv_channels());
         let (batch, seq, _) = h.dims3()?;
-        if batch != 1 {
-            return Err(crate::EngineError::setting("batch", "a hybrid model's cache holds one sequence"));
-        }
         // One read back for the four projections.
         let projected = candle_core::Tensor::cat(
             &[self.qkv.forward(h)?, self.z.forward(h)?, self.beta.forward(h)?, self.alpha.forward(h)?],
@@ -202,8 +200,8 @@ impl DeltaNet {
             buf.beta.extend_from_slice(beta);
             buf.alpha.extend_from_slice(alpha);
         }
-        self.mix(pool, seq, &mut [SequenceRows { rows: 0..seq, cache }], buf);
-        let heads = candle_core::Tensor::from_slice(&buf.heads_out, (1, seq, hv * d), h.device())?;
+        self.mix(pool, batch * seq, sequences, buf);
+        let heads = candle_core::Tensor::from_slice(&buf.heads_out, (batch, seq, hv * d), h.device())?;
         Ok(self.out.forward(&heads)?)
     }
 

@@ -36,14 +36,7 @@ impl Model {
         cache.reserve(seq_len, batch)?;
         let pos0 = cache.len();
         let flat: Vec<u32> = tokens.iter().flatten().copied().collect();
-        let mut x = match &self.embeddings {
-            Embeddings::Device(t) => t.index_select(&Tensor::from_slice(&flat, batch * seq_len, &self.device)?, 0)?,
-            _ => Tensor::from_vec(self.embed(&flat), (batch * seq_len, self.config.n_embd), &self.device)?,
-        }
-        .reshape((batch, seq_len, self.config.n_embd))?;
-        if let Some(s) = self.embed_scale {
-            x = (x * s)?;
-        }
+        let mut x = self.embed_graph(&flat, batch, seq_len)?;
         let per_layer = match &self.per_layer_embeddings {
             Some(p) => Some(p.inputs_graph(&flat, &x)?),
             None => None,
@@ -55,16 +48,11 @@ impl Model {
             Some(w) => causal_mask(seq_len, pos0, window_start(pos0, w), Some(w), &self.device)?,
             None => None,
         };
-        // Mistral 3: the queries' factor at each new position.
-        let temperature = match &self.config.attention_temperature {
-            Some(t) => {
-                let f: Vec<f32> = (pos0..pos0 + seq_len).map(|p| t.factor(p)).collect();
-                Some(Tensor::from_vec(f, (1, 1, seq_len, 1), &self.device)?)
-            }
-            None => None,
-        };
+        let positions: Vec<usize> = (pos0..pos0 + seq_len).collect();
+        let temperature = self.temperature_graph(&positions, (1, 1, seq_len, 1))?;
         let mut scratch = delta_net::DeltaScratch::default();
         cache.begin_pass(seq_len);
+        let mut kv = GraphKv::One(cache);
         let mut layers = || -> Result<Tensor> {
             for (i, block) in self.layers.iter().enumerate() {
                 let (rope, mask, kv_start) = if block.sliding {
@@ -77,26 +65,18 @@ impl Model {
                     rope,
                     mask,
                     kv_start,
+                    window: None,
                     temperature: temperature.as_ref(),
                     per_layer: per_layer.as_ref(),
                 };
-                x = self.block_forward(block, i, &x, &pass, cache, &mut scratch)?;
+                x = self.block_forward(block, i, &x, &pass, &mut kv, &mut scratch)?;
                 // Keys and values written past the cache's length are not yet
                 // part of it: stopping here leaves it as it was.
                 if seq_len > 1 && i + 1 < self.layers.len() && stop() {
                     return Err(crate::EngineError::Stopped);
                 }
             }
-            let last = self.norm.forward(&x.narrow(1, seq_len - 1, 1)?.contiguous()?)?;
-            let mut logits = self.output.forward(&last)?.reshape((batch, self.vocab_size))?;
-            // As the host pass's `soft_cap`: Granite's scale, Gemma 2's cap.
-            if let Some(s) = self.config.logit_scale {
-                logits = (logits * (1.0 / s) as f64)?;
-            }
-            if let Some(cap) = self.config.final_logit_softcap {
-                logits = ((logits * (1.0 / cap) as f64)?.tanh()? * cap as f64)?;
-            }
-            Ok(logits)
+            self.logits_graph(&x.narrow(1, seq_len - 1, 1)?.contiguous()?, batch)
         };
         let run = layers();
         if self.config.recurrent.is_some() {
@@ -119,13 +99,119 @@ impl Model {
         }
     }
 
+    /// One decode step for sequences that each have their own cache (of
+    /// batch 1), in one graph pass: `tokens[i]` at `caches[i]`'s length.
+    /// The weights are read once for all the rows (what makes a second
+    /// conversation on a GPU nearly free); each row attends to its own
+    /// cache at its own position. Logits per sequence.
+    pub(super) fn forward_graph_caches(&self, tokens: &[u32], caches: &mut [&mut KvCache]) -> Result<Vec<Vec<f32>>> {
+        let rows = tokens.len();
+        for cache in caches.iter_mut() {
+            cache.reserve(1, 1)?;
+        }
+        let positions: Vec<usize> = caches.iter().map(|c| c.len()).collect();
+        let mut x = self.embed_graph(tokens, rows, 1)?;
+        let per_layer = match &self.per_layer_embeddings {
+            Some(p) => Some(p.inputs_graph(tokens, &x)?),
+            None => None,
+        };
+        // A table row per sequence, at its own position (and, for
+        // LongRoPE, by its own session's length).
+        let globals: Vec<&RopeFreqs> = caches.iter().map(|c| self.rope_for(c.max_len())).collect();
+        let rope_global = Rope::per_row(&globals, &positions, &self.device)?;
+        let rope_local = Rope::per_row(&vec![&self.rope_local; rows], &positions, &self.device)?;
+        let temperature = self.temperature_graph(&positions, (rows, 1, 1, 1))?;
+        for cache in caches.iter_mut() {
+            cache.begin_pass(1);
+        }
+        let mut scratch = delta_net::DeltaScratch::default();
+        let mut kv = GraphKv::Many(caches);
+        let mut layers = || -> Result<Tensor> {
+            for (i, block) in self.layers.iter().enumerate() {
+                let (rope, window) = match (block.sliding, self.config.sliding_window) {
+                    (true, Some(w)) => (&rope_local, Some(w)),
+                    (true, None) => (&rope_local, None),
+                    (false, _) => (&rope_global, None),
+                };
+                let pass = GraphLayerInputs {
+                    rope,
+                    mask: None,
+                    kv_start: 0,
+                    window,
+                    temperature: temperature.as_ref(),
+                    per_layer: per_layer.as_ref(),
+                };
+                x = self.block_forward(block, i, &x, &pass, &mut kv, &mut scratch)?;
+            }
+            self.logits_graph(&x, rows)
+        };
+        let run = layers();
+        if self.config.recurrent.is_some() {
+            crate::worker_pool::WorkerPool::global().end_pass();
+        }
+        let GraphKv::Many(caches) = kv else { unreachable!("built over caches") };
+        match run.and_then(|logits| Ok(logits.to_vec2::<f32>()?)) {
+            Ok(logits) => {
+                for cache in caches.iter_mut() {
+                    cache.advance(1);
+                    cache.end_pass(1);
+                }
+                Ok(logits)
+            }
+            Err(e) => {
+                for (cache, &p) in caches.iter_mut().zip(&positions) {
+                    cache.truncate(p);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The scaled embeddings of `flat` as `[batch, seq, n_embd]`.
+    fn embed_graph(&self, flat: &[u32], batch: usize, seq_len: usize) -> Result<Tensor> {
+        let mut x = match &self.embeddings {
+            Embeddings::Device(t) => t.index_select(&Tensor::from_slice(flat, batch * seq_len, &self.device)?, 0)?,
+            _ => Tensor::from_vec(self.embed(flat), (batch * seq_len, self.config.n_embd), &self.device)?,
+        }
+        .reshape((batch, seq_len, self.config.n_embd))?;
+        if let Some(s) = self.embed_scale {
+            x = (x * s)?;
+        }
+        Ok(x)
+    }
+
+    /// Mistral 3: the queries' factor at each of `positions`, shaped to
+    /// multiply the queries (`[batch, heads, seq, head_dim]`).
+    fn temperature_graph(&self, positions: &[usize], shape: (usize, usize, usize, usize)) -> Result<Option<Tensor>> {
+        match &self.config.attention_temperature {
+            Some(t) => {
+                let f: Vec<f32> = positions.iter().map(|&p| t.factor(p)).collect();
+                Ok(Some(Tensor::from_vec(f, shape, &self.device)?))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The logits `[rows, vocab]` of the last positions `x` (`[rows, 1,
+    /// n_embd]`), with the host pass's `soft_cap`: Granite's scale, Gemma 2's cap.
+    fn logits_graph(&self, x: &Tensor, rows: usize) -> Result<Tensor> {
+        let mut logits = self.output.forward(&self.norm.forward(x)?)?.reshape((rows, self.vocab_size))?;
+        if let Some(s) = self.config.logit_scale {
+            logits = (logits * (1.0 / s) as f64)?;
+        }
+        if let Some(cap) = self.config.final_logit_softcap {
+            logits = ((logits * (1.0 / cap) as f64)?.tanh()? * cap as f64)?;
+        }
+        Ok(logits)
+    }
+
     fn block_forward(
         &self,
         b: &Block,
         layer: usize,
         x: &Tensor,
         pass: &GraphLayerInputs,
-        cache: &mut KvCache,
+        kv: &mut GraphKv,
         scratch: &mut delta_net::DeltaScratch,
     ) -> Result<Tensor> {
         let h = match &b.attn_norm {
@@ -133,10 +219,12 @@ impl Model {
             None => x.clone(),
         };
         let mut attn = match &b.mixer {
-            Mixer::Attention(a) => self.attention_graph(a, layer, &h, pass, cache)?,
-            Mixer::DeltaNet(d) => d.forward_graph(crate::worker_pool::WorkerPool::global(), &h, cache, scratch)?,
-            Mixer::ShortConv(s) => s.forward_graph(&h, cache)?,
-            Mixer::Mla(m) => self.mla_graph(m, layer, &h, pass, cache)?,
+            Mixer::Attention(a) => self.attention_graph(a, layer, &h, pass, kv)?,
+            Mixer::DeltaNet(d) => {
+                d.forward_graph(crate::worker_pool::WorkerPool::global(), &h, &mut kv.sequences(&h)?, scratch)?
+            }
+            Mixer::ShortConv(s) => s.forward_graph(&h, &mut kv.sequences(&h)?)?,
+            Mixer::Mla(m) => self.mla_graph(m, layer, &h, pass, kv)?,
         };
         if let Some(n) = &b.post_attn_norm {
             attn = n.forward(&attn)?;
@@ -221,10 +309,10 @@ impl Model {
         layer: usize,
         h: &Tensor,
         pass: &GraphLayerInputs,
-        cache: &mut KvCache,
+        kv: &mut GraphKv,
     ) -> Result<Tensor> {
         let c = &self.config;
-        let GraphLayerInputs { rope, mask, kv_start, .. } = *pass;
+        let rope = pass.rope;
         let mla = c.mla.expect("a latent-attention layer has its shape");
         let nh = c.attention_shape(layer).n_heads;
         let (rd, kvr, hk, hv) = (c.rope_dims, mla.kv_lora_rank, mla.head_k, mla.head_v);
@@ -246,25 +334,27 @@ impl Model {
         let latent = m.kv_a_norm.forward(&kva.narrow(2, 0, kvr)?.contiguous()?)?;
         let k_pe = rope.apply(&kva.narrow(2, kvr, rd)?.reshape((batch, 1, seq_len, rd))?.contiguous()?, interleaved)?;
         let key = Tensor::cat(&[&latent.reshape((batch, 1, seq_len, kvr))?, &k_pe], 3)?;
-        cache.write(layer, &key, None)?;
-        let end = cache.len() + seq_len;
-        let (k_all, _) = cache.view(layer, kv_start, end)?;
-        let kv_len = end - kv_start;
-
         // Every head against the one KV head, as rows of it.
         let q = round_to_f16(&q.reshape((batch, 1, nh * seq_len, width))?)?;
         let scale = c.attention_scale.unwrap_or(1.0f32 / (width as f32).sqrt()) as f64;
-        let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
-        if let Some(mask) = mask {
-            scores = scores.reshape((batch, 1, nh, seq_len, kv_len))?.broadcast_add(mask)?.reshape((
-                batch,
-                1,
-                nh * seq_len,
-                kv_len,
-            ))?;
-        }
-        let probs = round_to_f16(&candle_nn::ops::softmax_last_dim(&scores)?)?;
-        let mixed = probs.matmul(&k_all.narrow(3, 0, kvr)?.contiguous()?)?.reshape((batch, nh, seq_len, kvr))?;
+        let attend = |q: &Tensor, k_all: &Tensor, mask: Option<&Tensor>, batch: usize| -> Result<Tensor> {
+            let kv_len = k_all.dim(2)?;
+            let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
+            if let Some(mask) = mask {
+                scores = scores.reshape((batch, 1, nh, seq_len, kv_len))?.broadcast_add(mask)?.reshape((
+                    batch,
+                    1,
+                    nh * seq_len,
+                    kv_len,
+                ))?;
+            }
+            let probs = round_to_f16(&candle_nn::ops::softmax_last_dim(&scores)?)?;
+            Ok(probs.matmul(&k_all.narrow(3, 0, kvr)?.contiguous()?)?)
+        };
+        let mixed = kv.attend(layer, layer, Some((&key, None)), (batch, seq_len), pass, |k_all, _, mask, rows| {
+            attend(&q.narrow(0, rows.start, rows.len())?, k_all, mask, rows.len())
+        })?;
+        let mixed = mixed.reshape((batch, nh, seq_len, kvr))?;
         let heads = (0..nh)
             .map(|head| m.v_b[head].forward(&mixed.narrow(1, head, 1)?.squeeze(1)?.contiguous()?))
             .collect::<candle_core::Result<Vec<_>>>()?;
@@ -282,9 +372,9 @@ impl Model {
         layer: usize,
         h: &Tensor,
         pass: &GraphLayerInputs,
-        cache: &mut KvCache,
+        kv: &mut GraphKv,
     ) -> Result<Tensor> {
-        let GraphLayerInputs { rope, mask, kv_start, temperature, .. } = *pass;
+        let (rope, temperature) = (pass.rope, pass.temperature);
         let c = &self.config;
         let shape = c.attention_shape(layer);
         let (nh, nkv, hd) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
@@ -328,31 +418,30 @@ impl Model {
         }
         // Keys and values into the cache, but for a layer that reads an
         // earlier layer's (Gemma 4's last ones).
-        if let Some(wk) = &a.wk {
-            let unbiased = wk.weight.forward(h)?;
-            // Gemma 4 without `attn_v`: the keys, before their bias and
-            // norm, are the values (as the host pass copies them).
-            let v = match &a.wv {
-                Some(wv) => wv.forward(h)?,
-                None => unbiased.clone(),
-            };
-            let k = match &wk.bias {
-                Some((b, _)) => unbiased.broadcast_add(b)?,
-                None => unbiased,
-            };
-            let k = rotate(&normed(k, &a.k_norm, nkv)?)?;
-            let mut v = heads(v, nkv)?;
-            if a.v_norm {
-                // `ggml_rms_norm`: the norm without a weight.
-                v = candle_nn::ops::rms_norm(&v, &Tensor::ones(hd, DType::F32, &self.device)?, c.rms_eps as f32)?;
+        let new_kv = match &a.wk {
+            Some(wk) => {
+                let unbiased = wk.weight.forward(h)?;
+                // Gemma 4 without `attn_v`: the keys, before their bias and
+                // norm, are the values (as the host pass copies them).
+                let v = match &a.wv {
+                    Some(wv) => wv.forward(h)?,
+                    None => unbiased.clone(),
+                };
+                let k = match &wk.bias {
+                    Some((b, _)) => unbiased.broadcast_add(b)?,
+                    None => unbiased,
+                };
+                let k = rotate(&normed(k, &a.k_norm, nkv)?)?;
+                let mut v = heads(v, nkv)?;
+                if a.v_norm {
+                    // `ggml_rms_norm`: the norm without a weight.
+                    let ones = Tensor::ones(hd, DType::F32, &self.device)?;
+                    v = candle_nn::ops::rms_norm(&v, &ones, c.rms_eps as f32)?;
+                }
+                Some((k, v))
             }
-            cache.write(layer, &k, Some(&v))?;
-        }
-        let end = cache.len() + seq_len;
-        let (k_all, v_all) = cache.view(c.kv_source[layer], kv_start, end)?;
-        let v_all =
-            v_all.ok_or_else(|| crate::EngineError::CorruptCache(format!("layer {layer}'s cache holds no values")))?;
-        let kv_len = end - kv_start;
+            None => None,
+        };
 
         // Grouped-query attention without repeating K/V: fold the query heads
         // that share a KV head into the row dimension.
@@ -364,39 +453,45 @@ impl Model {
         // As the CPU pass (and llama.cpp): the f16 keys meet f16-rounded
         // queries, the f16 values f16-rounded probabilities.
         let q = round_to_f16(&q)?;
-        let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
-        if let Some(cap) = c.attention_softcap {
-            // Gemma 2: `cap · tanh(score / cap)`, before the mask.
-            scores = ((scores * (1.0 / cap) as f64)?.tanh()? * cap as f64)?;
-        }
-        if let Some(m) = mask {
-            scores = scores.reshape((batch, nkv, n_rep, seq_len, kv_len))?.broadcast_add(m)?.reshape((
-                batch,
-                nkv,
-                n_rep * seq_len,
-                kv_len,
-            ))?;
-        }
-        let probs = match &a.sinks_tensor {
-            // gpt-oss: each head's sink logit joins its softmax's
-            // denominator only (a column of its own, dropped after). Query
-            // head `g·n_rep + r` is row block `r` of KV head `g`.
-            Some(sinks) => {
-                let sink = sinks
-                    .reshape((1, nkv, n_rep, 1, 1))?
-                    .broadcast_as((batch, nkv, n_rep, seq_len, 1))?
-                    .reshape((batch, nkv, n_rep * seq_len, 1))?;
-                let all = candle_nn::ops::softmax_last_dim(&Tensor::cat(&[&scores, &sink], 3)?)?;
-                all.narrow(3, 0, kv_len)?
-            }
-            None => candle_nn::ops::softmax_last_dim(&scores)?,
-        };
-        let probs = round_to_f16(&probs)?;
-        let mut attn = probs
-            .matmul(&v_all.contiguous()?)?
-            .reshape((batch, nh, seq_len, hd))?
-            .transpose(1, 2)?
-            .reshape((batch, seq_len, nh * hd))?;
+        let attend =
+            |q: &Tensor, k_all: &Tensor, v_all: &Tensor, mask: Option<&Tensor>, batch: usize| -> Result<Tensor> {
+                let kv_len = k_all.dim(2)?;
+                let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
+                if let Some(cap) = c.attention_softcap {
+                    // Gemma 2: `cap · tanh(score / cap)`, before the mask.
+                    scores = ((scores * (1.0 / cap) as f64)?.tanh()? * cap as f64)?;
+                }
+                if let Some(m) = mask {
+                    scores = scores.reshape((batch, nkv, n_rep, seq_len, kv_len))?.broadcast_add(m)?.reshape((
+                        batch,
+                        nkv,
+                        n_rep * seq_len,
+                        kv_len,
+                    ))?;
+                }
+                let probs = match &a.sinks_tensor {
+                    // gpt-oss: each head's sink logit joins its softmax's
+                    // denominator only (a column of its own, dropped after). Query
+                    // head `g·n_rep + r` is row block `r` of KV head `g`.
+                    Some(sinks) => {
+                        let sink = sinks
+                            .reshape((1, nkv, n_rep, 1, 1))?
+                            .broadcast_as((batch, nkv, n_rep, seq_len, 1))?
+                            .reshape((batch, nkv, n_rep * seq_len, 1))?;
+                        let all = candle_nn::ops::softmax_last_dim(&Tensor::cat(&[&scores, &sink], 3)?)?;
+                        all.narrow(3, 0, kv_len)?
+                    }
+                    None => candle_nn::ops::softmax_last_dim(&scores)?,
+                };
+                Ok(round_to_f16(&probs)?.matmul(&v_all.contiguous()?)?)
+            };
+        let new = new_kv.as_ref().map(|(k, v)| (k, Some(v)));
+        let mixed = kv.attend(layer, c.kv_source[layer], new, (batch, seq_len), pass, |k_all, v_all, mask, rows| {
+            let v_all = v_all
+                .ok_or_else(|| crate::EngineError::CorruptCache(format!("layer {layer}'s cache holds no values")))?;
+            attend(&q.narrow(0, rows.start, rows.len())?, k_all, v_all, mask, rows.len())
+        })?;
+        let mut attn = mixed.reshape((batch, nh, seq_len, hd))?.transpose(1, 2)?.reshape((batch, seq_len, nh * hd))?;
         if let Some(g) = gate {
             attn = (attn * candle_nn::ops::sigmoid(&g.reshape((batch, seq_len, nh * hd))?)?)?;
         }
@@ -412,10 +507,86 @@ impl Model {
 struct GraphLayerInputs<'a> {
     rope: &'a Rope,
     mask: Option<&'a Tensor>,
+    /// The first cache position the pass's rows attend to, in one cache.
     kv_start: usize,
+    /// A sliding layer's window, for rows of their own caches
+    /// (`GraphKv::Many`), each of which starts at its own position.
+    window: Option<usize>,
     temperature: Option<&'a Tensor>,
     /// Gemma 4: every layer's per-layer input (`PerLayerEmbeddings::inputs_graph`).
     per_layer: Option<&'a Tensor>,
+}
+
+/// Where a graph pass's rows keep their keys and values.
+enum GraphKv<'a, 'c> {
+    /// `[batch, seq]` rows in one cache, from its length on.
+    One(&'a mut KvCache),
+    /// One row per cache (decode steps of several conversations), each at
+    /// its own length.
+    Many(&'a mut [&'c mut KvCache]),
+}
+
+impl GraphKv<'_, '_> {
+    /// Writes layer `layer`'s new keys and values (`new`: `[batch, heads,
+    /// seq_len, …]`, no values where the keys are the values; `None` for a
+    /// layer that keeps none of its own) and runs `attend` on what layer
+    /// `source` holds for each cache's rows (`rows`, a range of the batch):
+    /// the keys, the values and the mask, the outputs stacked back in row
+    /// order.
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &mut self,
+        layer: usize,
+        source: usize,
+        new: Option<(&Tensor, Option<&Tensor>)>,
+        (batch, seq_len): (usize, usize),
+        pass: &GraphLayerInputs,
+        attend: impl Fn(&Tensor, Option<&Tensor>, Option<&Tensor>, std::ops::Range<usize>) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        match self {
+            GraphKv::One(cache) => {
+                if let Some((k, v)) = new {
+                    cache.write(layer, k, v)?;
+                }
+                let end = cache.len() + seq_len;
+                let (k_all, v_all) = cache.view(source, pass.kv_start, end)?;
+                attend(&k_all, v_all.as_ref(), pass.mask, 0..batch)
+            }
+            GraphKv::Many(caches) => {
+                let mut out = Vec::with_capacity(caches.len());
+                for (r, cache) in caches.iter_mut().enumerate() {
+                    let pos = cache.len();
+                    if let Some((k, v)) = new {
+                        let row = |t: &Tensor| t.narrow(0, r, 1);
+                        cache.write(layer, &row(k)?, v.map(row).transpose()?.as_ref())?;
+                    }
+                    let start = pass.window.map_or(0, |w| window_start(pos, w));
+                    let (k_all, v_all) = cache.view(source, start, pos + 1)?;
+                    out.push(attend(&k_all, v_all.as_ref(), None, r..r + 1)?);
+                }
+                Ok(Tensor::cat(&out, 0)?)
+            }
+        }
+    }
+
+    /// The recurrent layers' sequences: the one cache's rows (a hybrid's
+    /// cache holds one sequence), or a row per cache.
+    fn sequences(&mut self, h: &Tensor) -> Result<Vec<delta_net::SequenceRows<'_>>> {
+        let (batch, seq, _) = h.dims3()?;
+        match self {
+            GraphKv::One(cache) => {
+                if batch != 1 {
+                    return Err(crate::EngineError::setting("batch", "a hybrid model's cache holds one sequence"));
+                }
+                Ok(vec![delta_net::SequenceRows { rows: 0..seq, cache }])
+            }
+            GraphKv::Many(caches) => Ok(caches
+                .iter_mut()
+                .enumerate()
+                .map(|(r, cache)| delta_net::SequenceRows { rows: r..r + 1, cache })
+                .collect()),
+        }
+    }
 }
 
 /// GELU as llama.cpp's GEGLU takes it (`vec_ops::gelu_mul`): looked up in
@@ -444,6 +615,24 @@ impl Rope {
         Ok(Self {
             cos: Tensor::from_vec(cos, (seq_len, half), device)?,
             sin: Tensor::from_vec(sin, (seq_len, half), device)?,
+        })
+    }
+
+    /// Tables for rows of their own positions (`[rows, 1, half]`): each
+    /// row's sequence at `positions[i]` by `freqs[i]`.
+    fn per_row(freqs: &[&RopeFreqs], positions: &[usize], device: &Device) -> candle_core::Result<Self> {
+        let half = freqs.first().map_or(0, |f| f.half);
+        let (mut cos, mut sin) =
+            (Vec::with_capacity(positions.len() * half), Vec::with_capacity(positions.len() * half));
+        for (f, &p) in freqs.iter().zip(positions) {
+            let (c, s) = f.tables(p, 1);
+            cos.extend(c);
+            sin.extend(s);
+        }
+        let rows = positions.len();
+        Ok(Self {
+            cos: Tensor::from_vec(cos, (rows, 1, half), device)?,
+            sin: Tensor::from_vec(sin, (rows, 1, half), device)?,
         })
     }
 

@@ -784,24 +784,21 @@ impl Model {
     }
 
     /// One decode step for sequences that each have their own cache (of
-    /// batch 1): `tokens[i]` fed to `caches[i]`, logits per sequence. On the
-    /// CPU the weights are read once for all of them and each row is summed
-    /// as it would be alone, so every sequence gets the bits a step of its
-    /// own gives; elsewhere the steps run one after another.
+    /// batch 1): `tokens[i]` fed to `caches[i]`, logits per sequence, the
+    /// weights read once for all of them. On the CPU each row is summed as
+    /// it would be alone, so every sequence gets the bits a step of its own
+    /// gives; the graph pass (a GPU's) runs the rows as one batch.
     pub fn decode_step_many(&self, tokens: &[u32], caches: &mut [&mut KvCache]) -> Result<Vec<Vec<f32>>> {
         if tokens.len() != caches.len() || caches.iter().any(|c| c.batch() != 1) {
             return Err(crate::EngineError::setting("caches", "one token for each cache of one sequence"));
         }
         self.check_tokens(&tokens.iter().map(|&t| vec![t]).collect::<Vec<_>>())?;
-        if !self.graph {
-            self.passes_run.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return self.forward_host_caches(tokens, caches);
+        self.passes_run.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.graph {
+            self.forward_graph_caches(tokens, caches)
+        } else {
+            self.forward_host_caches(tokens, caches)
         }
-        tokens
-            .iter()
-            .zip(caches.iter_mut())
-            .map(|(&t, cache)| Ok(self.forward(&[vec![t]], cache)?.to_vec2::<f32>()?.remove(0)))
-            .collect()
     }
 
     /// Forward passes run so far (`forward`, `decode_step_many`); a pass

@@ -67,22 +67,19 @@ impl ShortConv {
     }
 
     /// The layer in the graph pass (a GPU's) for the normed input `h`
-    /// (`[1, seq, n_embd]`: a hybrid's cache holds one sequence): the
-    /// projections on the device, the convolution against the cache's
+    /// (`[batch, seq, n_embd]`, each of `sequences` its rows of it): the
+    /// projections on the device, the convolution against each cache's
     /// state on the host (the **host fallback**, exactly the CPU pass's),
     /// one read back and one write a layer.
     pub(super) fn forward_graph(
         &self,
         h: &candle_core::Tensor,
-        cache: &mut super::KvCache,
+        sequences: &mut [SequenceRows],
     ) -> Result<candle_core::Tensor> {
         let (batch, seq, _) = h.dims3()?;
-        if batch != 1 {
-            return Err(crate::EngineError::setting("batch", "a hybrid model's cache holds one sequence"));
-        }
         let bcx = self.in_proj.forward(h)?.flatten_all()?.to_vec1::<f32>()?;
-        let gated = self.mix(&bcx, seq, &mut [SequenceRows { rows: 0..seq, cache }]);
-        let gated = candle_core::Tensor::from_vec(gated, (1, seq, self.n_embd), h.device())?;
+        let gated = self.mix(&bcx, batch * seq, sequences);
+        let gated = candle_core::Tensor::from_vec(gated, (batch, seq, self.n_embd), h.device())?;
         Ok(self.out_proj.forward(&gated)?)
     }
 
