@@ -333,10 +333,13 @@ fn a_prefill_on_the_graph_stops_between_layers_and_goes_on_exactly() {
 
 /// Decode steps of several conversations in one graph pass (what makes a
 /// second conversation on a GPU nearly free): each row's logits are its
-/// own step's, bit for bit, for caches at different lengths (one shorter than the
-/// sliding windows, two past them) and of different sizes (Phi-3's
-/// LongRoPE picks its factors by a session's length), and each cache goes
-/// on from there as if it had stepped alone, a hybrid's recurrent state
+/// own step's (bit for bit on this x86 CPU; within 1e-4 of the range
+/// allowed, as a CPU without gemm's horizontal kernels sums a lone f32
+/// row in another order), for caches at different lengths (one shorter
+/// than the sliding windows, three past them, one past Mistral 3's first
+/// temperature step) and of different sizes (Phi-3's LongRoPE picks its
+/// factors by a session's length), and each cache goes on from there as if
+/// it had stepped alone, a hybrid's recurrent state and checkpoints
 /// included.
 #[test]
 fn several_conversations_step_together_on_the_graph_as_each_alone() {
@@ -346,13 +349,13 @@ fn several_conversations_step_together_on_the_graph_as_each_alone() {
         let engine = graph(&path);
         let m = engine.model();
         let mut caches = Vec::new();
-        for (n, context) in [(7, 24), (19, 256), (30, 256)] {
+        for (n, context) in [(7, 24), (19, 256), (30, 256), (40, 256)] {
             let mut cache = m.new_cache(context);
             m.forward(&[ids(n, n as u32)], &mut cache).unwrap();
             caches.push(cache);
         }
         let mut alone = caches.clone();
-        let tokens = [5u32, 77, 140];
+        let tokens = [5u32, 77, 140, 201];
         for step in 0..2 {
             let want: Vec<Vec<f32>> = alone
                 .iter_mut()
@@ -363,10 +366,13 @@ fn several_conversations_step_together_on_the_graph_as_each_alone() {
             let mut refs: Vec<&mut hearth_engine::KvCache> = caches.iter_mut().collect();
             let got = m.decode_step_many(&stepped, &mut refs).unwrap();
             for (r, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert!(g == w, "{family}: step {step}, row {r}");
+                let range = w.iter().fold(0f32, |m, x| m.max(x.abs()));
+                let diff = w.iter().zip(g).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+                assert!(diff <= 1e-4 * range, "{family}: step {step}, row {r}: {diff} of {range}");
             }
             for (c, a) in caches.iter().zip(&alone) {
                 assert_eq!(c.len(), a.len(), "{family}");
+                assert_eq!(c.checkpoint_positions(), a.checkpoint_positions(), "{family}");
             }
         }
     }

@@ -787,10 +787,15 @@ impl Model {
     /// batch 1): `tokens[i]` fed to `caches[i]`, logits per sequence, the
     /// weights read once for all of them. On the CPU each row is summed as
     /// it would be alone, so every sequence gets the bits a step of its own
-    /// gives; the graph pass (a GPU's) runs the rows as one batch.
+    /// gives; the graph pass (a GPU's) runs the rows as one batch, and on a
+    /// GPU candle picks its matmul kernels by the number of rows, so a
+    /// row's bits there may depend on how many conversations share the step.
     pub fn decode_step_many(&self, tokens: &[u32], caches: &mut [&mut KvCache]) -> Result<Vec<Vec<f32>>> {
         if tokens.len() != caches.len() || caches.iter().any(|c| c.batch() != 1) {
             return Err(crate::EngineError::setting("caches", "one token for each cache of one sequence"));
+        }
+        if tokens.is_empty() {
+            return Ok(Vec::new());
         }
         self.check_tokens(&tokens.iter().map(|&t| vec![t]).collect::<Vec<_>>())?;
         self.passes_run.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
