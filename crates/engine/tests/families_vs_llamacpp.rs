@@ -421,22 +421,7 @@ fn gpt_oss_with_mxfp4_experts_matches_llama_cpp() {
 /// default model's vocabulary), as llama.cpp reads it.
 #[test]
 fn a_written_random_gpt_oss_file_matches_llama_cpp() {
-    use hearth_engine::random_model::{write, Experts, Shape};
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gpt-oss.gguf");
-    let shape = Shape {
-        layers: 2,
-        embd: 128,
-        ffn: 128,
-        heads: 4,
-        kv_heads: 2,
-        head_dim: Some(64),
-        experts: Some(Experts { count: 8, used: 4, ffn: 64, dtype: "mxfp4".into() }),
-        recurrent: None,
-        gpt_oss: true,
-        gemma4: None,
-    };
-    write(&path, &common::default_model(), &shape, "q8_0").unwrap();
+    let (_dir, path) = common::written_gpt_oss();
     for (positions, feed) in [(300, Feed::Prompt), (40, Feed::Steps)] {
         check_file(&format!("written gpt-oss ({feed:?})"), &path, positions, feed);
     }

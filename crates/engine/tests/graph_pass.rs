@@ -83,10 +83,16 @@ fn ids(n: usize, salt: u32) -> Vec<u32> {
 /// One greedy turn of `n` sequences of 12 tokens; their tokens, and how
 /// many prompt tokens were run.
 fn turn(engine: &Engine, session: &mut Session, prompt: &[u32], n: usize) -> (Vec<Vec<u32>>, usize) {
-    let mut config = engine.generation_config(SamplingParams::greedy(), 12);
-    config.end_tokens.clear();
+    let config = greedy(engine, 12);
     let out = session.start_turn(engine.model(), engine.tokenizer(), prompt, config, n).unwrap().run().unwrap();
     (out.sequences.iter().map(|s| s.tokens.clone()).collect(), out.stats.processed_tokens)
+}
+
+/// Greedy for `n` tokens, not ending early on an end token.
+fn greedy(engine: &Engine, n: usize) -> hearth_engine::GenerationConfig {
+    let mut config = engine.generation_config(SamplingParams::greedy(), n);
+    config.end_tokens.clear();
+    config
 }
 
 fn reply(engine: &Engine, session: &mut Session, prompt: &[u32]) -> Vec<u32> {
@@ -134,22 +140,7 @@ fn greedy_on_the_graph_equals_the_host_pass_for_every_family_it_runs() {
 /// kernels (llama.cpp's numerics) up to a near-tie.
 #[test]
 fn gpt_oss_mxfp4_experts_on_the_graph_equal_hearths_own_kernels() {
-    use hearth_engine::random_model::{write, Experts, Shape};
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gpt-oss.gguf");
-    let shape = Shape {
-        layers: 2,
-        embd: 128,
-        ffn: 128,
-        heads: 4,
-        kv_heads: 2,
-        head_dim: Some(64),
-        experts: Some(Experts { count: 8, used: 4, ffn: 64, dtype: "mxfp4".into() }),
-        recurrent: None,
-        gpt_oss: true,
-        gemma4: None,
-    };
-    write(&path, &common::default_model(), &shape, "q8_0").unwrap();
+    let (_dir, path) = common::written_gpt_oss();
     let own = Engine::open_with(&path, &Device::Cpu, Kernels::Hearth).unwrap();
     let g = graph(&path);
     let prompt = ids(30, 2);
@@ -263,8 +254,7 @@ fn generate_n_on_the_graph_writes_each_row_as_one_reply() {
         let prompt = ids(30, 4);
         let rows = if engine.new_session(Some(256)).cache().is_hybrid() {
             let (m, tok) = (engine.model(), engine.tokenizer());
-            let mut config = engine.generation_config(SamplingParams::greedy(), 12);
-            config.end_tokens.clear();
+            let config = greedy(&engine, 12);
             let mut first =
                 engine.new_session(Some(256)).into_turn(m, tok, prompt.clone(), config).map_err(|(_, e)| e).unwrap();
             while first.is_prefilling() {
@@ -298,8 +288,7 @@ fn a_prefill_on_the_graph_stops_between_layers_and_goes_on_exactly() {
         let engine = graph(&path);
         let (m, tok) = (engine.model(), engine.tokenizer());
         let prompt = ids(100, 5);
-        let mut config = engine.generation_config(SamplingParams::greedy(), 8);
-        config.end_tokens.clear();
+        let config = greedy(&engine, 8);
         let start = |session: Session| -> OwnedTurn {
             let mut turn = session.into_turn(m, tok, prompt.clone(), config.clone()).map_err(|(_, e)| e).unwrap();
             turn.set_prefill_rows(32);

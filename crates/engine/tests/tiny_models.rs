@@ -20,8 +20,8 @@ const ALL: [Family; 8] = [
     Family::GptOss,
 ];
 
-/// The families the candle-op graph (the GPU path) runs; experts run on the
-/// CPU's own pass only, so far.
+/// Dense families for this file's graph-against-Hearth's-kernels checks;
+/// every family's graph pass is tested in `graph_pass.rs`.
 const GRAPH: [Family; 4] = [Family::Llama, Family::Qwen2, Family::Qwen3, Family::Gemma3];
 
 fn tokens(n: usize) -> Vec<u32> {

@@ -6,8 +6,9 @@
 //! concatenation; the values are the latent itself. A head's query is its
 //! unrotated part taken into the latent's space by `attn_k_b` beside its
 //! rotated part; its output, a mix of latents, leaves through `attn_v_b`.
-//! The pass itself is `Model::mla_host` (`host.rs`), which shares the
-//! cache writes and the attention with every other layer.
+//! The passes themselves are `Model::mla_host` (`host.rs`), which shares
+//! the cache writes and the attention with every other layer, and
+//! `Model::mla_graph` (`graph.rs`).
 
 use super::{check_shape, Linear, Matrix, Norm};
 use crate::error::Result;

@@ -918,3 +918,27 @@ pub fn run_to_end(engine: &Engine, turn: &mut hearth_engine::OwnedTurn) -> Vec<u
         }
     }
 }
+
+/// A small gpt-oss file with MXFP4 experts, written by Hearth's own GGUF
+/// writer (`hearth-cli write-random-model --gpt-oss`) with the default
+/// model's vocabulary.
+#[allow(dead_code)]
+pub fn written_gpt_oss() -> (tempfile::TempDir, PathBuf) {
+    use hearth_engine::random_model::{write, Experts, Shape};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gpt-oss.gguf");
+    let shape = Shape {
+        layers: 2,
+        embd: 128,
+        ffn: 128,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: Some(64),
+        experts: Some(Experts { count: 8, used: 4, ffn: 64, dtype: "mxfp4".into() }),
+        recurrent: None,
+        gpt_oss: true,
+        gemma4: None,
+    };
+    write(&path, &default_model(), &shape, "q8_0").unwrap();
+    (dir, path)
+}
