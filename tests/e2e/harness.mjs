@@ -1,7 +1,7 @@
 // Starts tauri-driver and the real Hearth binary under it, with its own data
 // folder, and gives the tests a WebDriver session on the app window.
-import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, existsSync, rmSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, existsSync, rmSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { WebDriver, Keys } from './webdriver.mjs';
@@ -59,9 +59,43 @@ export class Harness {
     this.driver = null;
   }
 
-  /** SIGKILLs the app process: no shutdown code runs. */
+  /** SIGKILLs the app process: no shutdown code runs. Only the app this
+   *  harness's driver started, found by PID: a pattern over command lines
+   *  would also match `hearth-cli` and other harnesses' apps. */
   killApp() {
-    execFileSync('pkill', ['-KILL', '-f', `^${appBinary}`]);
+    const pids = this.appPids();
+    if (pids.length === 0) throw new Error(`no ${appBinary} runs under this harness's tauri-driver`);
+    for (const pid of pids) process.kill(pid, 'SIGKILL');
+  }
+
+  /** The processes running the app binary below this harness's tauri-driver. */
+  appPids() {
+    const root = this.driverProcess?.pid;
+    if (!root) return [];
+    const parent = new Map();
+    for (const name of readdirSync('/proc')) {
+      if (!/^\d+$/.test(name)) continue;
+      try {
+        const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+        // The fields after the command's closing parenthesis: state, then the parent's PID.
+        parent.set(Number(name), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+      } catch {
+        // gone since the listing
+      }
+    }
+    const below = (pid) => {
+      for (let p = parent.get(pid); p !== undefined && p > 1; p = parent.get(p)) if (p === root) return true;
+      return false;
+    };
+    const exe = (pid) => {
+      try {
+        return readlinkSync(`/proc/${pid}/exe`).replace(/ \(deleted\)$/, '');
+      } catch {
+        return '';
+      }
+    };
+    const binary = resolve(appBinary);
+    return [...parent.keys()].filter((pid) => below(pid) && exe(pid) === binary);
   }
 
   async stop() {

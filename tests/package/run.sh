@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the Linux packages (.deb, .rpm) with `tauri build`, installs the
+# Bundles the debug build into the Linux packages (.deb, .rpm) with `tauri bundle`, installs the
 # .deb with dpkg, checks what it installed (binary, desktop entry, icons,
 # the .gguf type), and runs tests/package/smoke.test.mjs against the
 # INSTALLED binary under Xvfb through tauri-driver. Installs over an earlier
@@ -12,12 +12,17 @@ sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 fail() { echo "tests/package: $*" >&2; exit 1; }
 ok() { echo "tests/package: ok: $*"; }
 
-bundle="$CARGO_TARGET_DIR/release/bundle"
+bundle="$CARGO_TARGET_DIR/debug/bundle"
 mime=application/x-gguf
 
 # --- Build. An earlier version's packages must not be the ones tested.
+# The packages hold the debug build that the end-to-end tests ran (built
+# with the CLI, as ./hearth test builds it): what is packaged and how it
+# installs does not depend on the profile, and a release build of the
+# whole tree is the longest compile CI would otherwise run for it.
 rm -f "$bundle"/deb/*.deb "$bundle"/rpm/*.rpm
-npx --prefix ui tauri build --bundles deb,rpm
+cargo build -p hearth -p hearth-cli
+npx --prefix ui tauri bundle --debug --bundles deb,rpm
 debs=("$bundle"/deb/*.deb) rpms=("$bundle"/rpm/*.rpm)
 [ ${#debs[@]} = 1 ] && [ -f "${debs[0]}" ] || fail "expected one .deb in $bundle/deb"
 [ ${#rpms[@]} = 1 ] && [ -f "${rpms[0]}" ] || fail "expected one .rpm in $bundle/rpm"

@@ -124,6 +124,14 @@ impl Engine {
         })
     }
 
+    /// This engine, its template's `strftime_now` reading `clock` rather
+    /// than the local time: gpt-oss's template writes today's date into
+    /// every prompt, so a test that samples from one fixes the day.
+    pub fn with_template_clock(mut self, clock: crate::template::Clock) -> Result<Self> {
+        self.template = self.template.clocked(clock)?;
+        Ok(self)
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -125,6 +125,11 @@ impl ChatTemplate {
         Ok(Self { env, source: source.to_string(), bos_token: bos_token.into(), eos_token: eos_token.into() })
     }
 
+    /// This template, with `strftime_now` reading `clock`.
+    pub fn clocked(&self, clock: Clock) -> Result<Self> {
+        Self::with_clock(&self.source, &self.bos_token, &self.eos_token, clock)
+    }
+
     /// ChatML, for files that carry no template of their own.
     pub fn chatml() -> Self {
         Self::new(CHATML, "", "").expect("the built-in template compiles")

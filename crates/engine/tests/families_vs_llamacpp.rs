@@ -479,3 +479,131 @@ fn written_random_gemma4_files_match_llama_cpp() {
         }
     }
 }
+
+// What llama.cpp reads differently from what a file says, family by
+// family (docs/metadata-keys.md): each case a file whose metadata would
+// move the logits if read the other way.
+
+fn f32_value(x: f32) -> candle_core::quantized::gguf_file::Value {
+    candle_core::quantized::gguf_file::Value::F32(x)
+}
+
+/// DeepSeek V2's layout with YaRN as llama.cpp's converter writes it for
+/// every YaRN model: betas that llama.cpp's DeepSeek loader does not read
+/// (it keeps 32 and 1), and the log multiplier, which it does.
+#[test]
+fn deepseek2_with_yarn_betas_in_the_file_matches_llama_cpp() {
+    let spec = TinySpec {
+        n_layers: 2,
+        context: 2048,
+        yarn: Some((4.0, 32)),
+        metadata: vec![
+            ("rope.scaling.yarn_beta_fast", f32_value(8.0)),
+            ("rope.scaling.yarn_beta_slow", f32_value(3.0)),
+            ("rope.scaling.yarn_log_multiplier", f32_value(0.1)),
+        ],
+        ..TinySpec::new(Family::Deepseek2)
+    };
+    check(&spec, 100, Feed::Prompt);
+    check(&spec, 40, Feed::Steps);
+}
+
+/// `rope.scaling.finetuned = false`: dense Granite's switch for RoPE,
+/// which llama.cpp's Granite MoE loader never reads.
+#[test]
+fn granite_rope_switch_is_read_as_llama_cpp_reads_it() {
+    let off = || vec![("rope.scaling.finetuned", candle_core::quantized::gguf_file::Value::Bool(false))];
+    let dense = TinySpec { n_layers: 2, context: 2048, metadata: off(), ..TinySpec::new(Family::Granite) };
+    check(&dense, 60, Feed::Prompt);
+    let moe = TinySpec { n_layers: 2, context: 2048, metadata: off(), ..TinySpec::new(Family::GraniteMoe) };
+    check(&moe, 100, Feed::Prompt);
+    check(&moe, 40, Feed::Steps);
+}
+
+/// OLMo 3's sliding layers rotate with `rope.freq_base` in llama.cpp's
+/// graph, whatever `rope.freq_base_swa` says.
+#[test]
+fn olmo3_with_a_sliding_rope_base_matches_llama_cpp() {
+    let spec = TinySpec {
+        n_layers: 4,
+        context: 2048,
+        olmo3_window: true,
+        metadata: vec![("rope.freq_base_swa", f32_value(500.0))],
+        ..TinySpec::new(Family::Olmo2)
+    };
+    check(&spec, 100, Feed::Prompt);
+    check(&spec, 40, Feed::Steps);
+}
+
+/// Qwen3-VL sections that add up to fewer pairs than a head rotates: the
+/// pairs take the sections in turn, as llama.cpp's IMROPE gives them out.
+#[test]
+fn qwen3vl_with_short_sections_matches_llama_cpp() {
+    let sections = |s: [i32; 4]| {
+        use candle_core::quantized::gguf_file::Value;
+        Value::Array(s.iter().map(|&x| Value::I32(x)).collect())
+    };
+    for short in [[2, 1, 1, 0], [1, 1, 1, 1]] {
+        let spec = TinySpec {
+            n_layers: 2,
+            context: 2048,
+            metadata: vec![("rope.dimension_sections", sections(short))],
+            ..TinySpec::new(Family::Qwen3Vl)
+        };
+        check(&spec, 100, Feed::Prompt);
+        check(&spec, 40, Feed::Steps);
+    }
+}
+
+/// Qwen 3.5's Gated DeltaNet with a state narrower than a vector register
+/// (and as wide as the file), two key heads over four value heads.
+#[test]
+fn qwen35_with_narrow_delta_net_states_matches_llama_cpp() {
+    for state in [4, 32] {
+        let spec = TinySpec { recurrent: (state, 2, 4, 4), ..hybrid(Family::Qwen35, GgmlDType::Q8_0, GgmlDType::Q8_0) };
+        check(&spec, 300, Feed::Prompt);
+        check(&spec, 60, Feed::Steps);
+    }
+}
+
+/// LFM2 with F32 attention and convolution projections.
+#[test]
+fn lfm2_with_f32_projections_matches_llama_cpp() {
+    let spec = TinySpec {
+        n_layers: 4,
+        context: 2048,
+        retype: Some(|n| (n.contains(".attn_") || n.contains(".shortconv.")).then_some(GgmlDType::F32)),
+        ..TinySpec::new(Family::Lfm2)
+    };
+    check(&spec, 100, Feed::Prompt);
+    check(&spec, 40, Feed::Steps);
+}
+
+/// GLM-4.5 with Q and K normed per head (the 355B's `use_qk_norm`).
+#[test]
+fn glm4moe_with_qk_norms_matches_llama_cpp() {
+    let spec =
+        TinySpec { n_layers: 3, rope_dims: 8, context: 2048, qk_norm: true, ..TinySpec::new(Family::Glm4Moe) };
+    check(&spec, 512, Feed::Prompt);
+    check(&spec, 40, Feed::Steps);
+}
+
+/// F16 weight matrices: every matrix F16, and F16 beside Q8_0 (as
+/// quantizers leave some tensors), on a dense file and on one of
+/// sigmoid-routed experts.
+#[test]
+fn f16_matrices_match_llama_cpp() {
+    let mixed: fn(&str) -> Option<GgmlDType> =
+        |n| ((n.contains(".attn_") && !n.contains("norm")) || n == "output.weight").then_some(GgmlDType::F16);
+    let dense = || TinySpec { n_layers: 8, n_embd: 128, head_dim: 32, context: 2048, ..TinySpec::new(Family::SmolLm3) };
+    check(&TinySpec { dtype: GgmlDType::F16, ..dense() }, 100, Feed::Prompt);
+    check(&TinySpec { dtype: GgmlDType::F16, ..dense() }, 40, Feed::Steps);
+    check(&TinySpec { retype: Some(mixed), ..dense() }, 100, Feed::Prompt);
+    check(&TinySpec { retype: Some(mixed), ..dense() }, 40, Feed::Steps);
+    let experts = || TinySpec { n_layers: 3, context: 2048, ..TinySpec::new(Family::Deepseek2) };
+    check(&TinySpec { retype: Some(mixed), ..experts() }, 100, Feed::Prompt);
+    check(&TinySpec { retype: Some(mixed), ..experts() }, 40, Feed::Steps);
+    let all: fn(&str) -> Option<GgmlDType> =
+        |n| (n.ends_with(".weight") && !n.contains("norm")).then_some(GgmlDType::F16);
+    check(&TinySpec { retype: Some(all), ..experts() }, 100, Feed::Prompt);
+}

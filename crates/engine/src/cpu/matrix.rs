@@ -394,10 +394,7 @@ impl QuantMatrix {
             k => cols256(k, self.k / QK_K, &acts.q8k, rows, cols, out, ld, orders.block256, isa),
             f => {
                 let x = acts.rounded_for(f);
-                let mut buf = Vec::new();
-                for col in cols {
-                    f.dot_rows(self.k, x, rows, col, orders.float_prompt, &mut buf, |r, v| out.write(r * ld + col, v));
-                }
+                f.matmul_cols(self.k, x, rows, cols, orders.float_prompt, |r, col, v| out.write(r * ld + col, v));
             },
             i => i.matmul_rows(&acts.q8, rows, cols, isa, |r, col, v| out.write(r * ld + col, v)),
             j => j.matmul_rows(&acts.q8k, rows, orders.q4k_gemm, cols, isa, |r, col, v| out.write(r * ld + col, v))
@@ -443,8 +440,14 @@ impl QuantMatrix {
                 let mut buf = Vec::new();
                 let w = f.row(col, self.k, &mut buf).to_vec();
                 let x = &x[row * self.k..(row + 1) * self.k];
+                let prompt = rows >= 2 && self.rows().is_multiple_of(4);
+                if let FloatRows::F16(h) = f {
+                    use super::attention::{portable_dot, Order};
+                    let order = if prompt { Order::Prefill } else { Order::Decode };
+                    return portable_dot(&h[col * self.k..(col + 1) * self.k], x, order);
+                }
                 // A prompt's rows against f32 weights: tinyBLAS's order.
-                let tiled = if rows >= 2 && self.rows().is_multiple_of(4) && matches!(f, FloatRows::F32(_)) {
+                let tiled = if prompt && matches!(f, FloatRows::F32(_)) {
                     super::vec_ops::dot_one_accumulator_portable(x, &w)
                 } else {
                     None

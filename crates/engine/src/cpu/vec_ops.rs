@@ -69,13 +69,44 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     }
     dot_impl::<8>(a, b)
 }
+
+/// How llama.cpp's AVX2 build (GCC 12) compiles a scalar `sum += a[i]·b[i]`
+/// loop: as an in-order reduction in groups of four, each product rounded
+/// and then added, and the last `n % 4` terms as fused multiply-adds; a
+/// loop of fewer than four terms is all fused. (Read off its
+/// `ggml_vec_dot_f32` tail and `ssm_conv`; its AVX-512 build fuses every
+/// term, as far as Hearth's files have shown: written `0` below.)
+const AVX2_BUILD_FUSES: usize = 4;
+
+/// The grain of the llama.cpp build whose vectors are `W` lanes wide.
+#[inline(always)]
+const fn build_grain<const W: usize>() -> usize {
+    if W == 8 {
+        AVX2_BUILD_FUSES
+    } else {
+        0
+    }
+}
+
+/// `Σ a[i]·b[i]` over the `n` `terms` in order onto `sum`, as a C loop that a
+/// build compiled with grain `grain` sums them (`AVX2_BUILD_FUSES`; 0: all fused).
+#[inline(always)]
+fn sum_products(mut sum: f32, terms: impl Iterator<Item = (f32, f32)>, n: usize, grain: usize) -> f32 {
+    let unfused = if grain == 0 { 0 } else { n - n % grain };
+    for (i, (a, b)) in terms.enumerate() {
+        sum = if i < unfused { sum + a * b } else { a.mul_add(b, sum) };
+    }
+    sum
+}
+
 /// One token of a causal depthwise convolution (llama.cpp's `ssm_conv`):
 /// for each channel `c`, `output[c] = Σ_i window[i]·taps[c·k + i]` over its
 /// last `k − 1` inputs (`past[c·(k−1)..]`, oldest first) and `input[c]`,
 /// summed oldest first; then `input` joins the past. The sums are fused
 /// multiply-adds where the kernels run AVX-512 (the native llama.cpp build's
-/// compiler fuses `sumf += s·c`) and separate ones elsewhere (its AVX2
-/// build's does not): each gives that build's bits.
+/// compiler fuses `sumf += s·c`), and elsewhere as its AVX2 build's compiler
+/// sums them (`AVX2_BUILD_FUSES`: four taps unfused, three fused): each
+/// gives that build's bits.
 pub fn causal_conv_step(past: &mut [f32], taps: &[f32], input: &[f32], output: &mut [f32]) {
     let channels = input.len();
     assert!(channels > 0 && output.len() == channels && taps.len().is_multiple_of(channels));
@@ -87,31 +118,28 @@ pub fn causal_conv_step(past: &mut [f32], taps: &[f32], input: &[f32], output: &
         /// # Safety
         /// The CPU must have AVX2 and FMA. (The body is safe code.)
         #[target_feature(enable = "avx2,fma")]
-        unsafe fn avx2<const FUSED: bool>(past: &mut [f32], taps: &[f32], input: &[f32], output: &mut [f32]) {
-            causal_conv_step_impl::<FUSED>(past, taps, input, output)
+        unsafe fn avx2<const W: usize>(past: &mut [f32], taps: &[f32], input: &[f32], output: &mut [f32]) {
+            causal_conv_step_impl::<W>(past, taps, input, output)
         }
         match isa() {
             // SAFETY: `isa()` checked the features at run time.
-            Isa::Avx512Vnni => return unsafe { avx2::<true>(past, taps, input, output) },
+            Isa::Avx512Vnni => return unsafe { avx2::<16>(past, taps, input, output) },
             // SAFETY: as above.
-            Isa::Avx2 => return unsafe { avx2::<false>(past, taps, input, output) },
+            Isa::Avx2 => return unsafe { avx2::<8>(past, taps, input, output) },
             Isa::Portable => {}
         }
     }
-    causal_conv_step_impl::<false>(past, taps, input, output)
+    causal_conv_step_impl::<8>(past, taps, input, output)
 }
 
 #[inline(always)]
-fn causal_conv_step_impl<const FUSED: bool>(past: &mut [f32], taps: &[f32], input: &[f32], output: &mut [f32]) {
+fn causal_conv_step_impl<const W: usize>(past: &mut [f32], taps: &[f32], input: &[f32], output: &mut [f32]) {
     let k = taps.len() / input.len();
     for (((past, taps), &x), out) in
         past.chunks_exact_mut(k - 1).zip(taps.chunks_exact(k)).zip(input).zip(output.iter_mut())
     {
-        let mut sum = 0f32;
-        for (p, w) in past.iter().zip(taps).chain(std::iter::once((&x, &taps[k - 1]))) {
-            sum = if FUSED { p.mul_add(*w, sum) } else { sum + p * w };
-        }
-        *out = sum;
+        let window = past.iter().copied().chain(std::iter::once(x));
+        *out = sum_products(0.0, window.zip(taps.iter().copied()), k, build_grain::<W>());
         past.copy_within(1.., 0);
         past[k - 2] = x;
     }
@@ -631,16 +659,14 @@ fn dot_impl<const W: usize>(a: &[f32], b: &[f32]) -> f32 {
     // GGML_F32x8/x16_REDUCE: 0+=2, 1+=3, 0+=1; then AVX2 adds the halves
     // and two `hadd`s, AVX-512 `_mm512_reduce_add_ps`.
     let v: [f32; W] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
-    let mut s = if W == 8 {
+    let s = if W == 8 {
         let t: [f32; 4] = std::array::from_fn(|l| v[l] + v[l + 4]);
         (t[0] + t[1]) + (t[2] + t[3])
     } else {
         hsum_w::<W>(&v)
     };
-    for i in wide..n {
-        s = a[i].mul_add(b[i], s);
-    }
-    s
+    // The rest one by one: `sumf += x[i]*y[i]` as the build compiled it.
+    sum_products(s, a[wide..].iter().copied().zip(b[wide..].iter().copied()), n - wide, build_grain::<W>())
 }
 
 /// `ggml_vec_swiglu_f32` with `W` lanes: whole vectors through

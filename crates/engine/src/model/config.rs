@@ -174,10 +174,16 @@ impl Architecture {
         }
     }
 
-    /// Whether YaRN's betas and `mscale_all_dim` come from the file
-    /// (`rope.scaling.yarn_beta_fast`, `_slow`, `yarn_log_multiplier`);
-    /// llama.cpp reads them for these families only, else its defaults.
-    pub(crate) fn reads_yarn_details(self) -> bool {
+    /// Whether YaRN's betas come from the file (`rope.scaling.yarn_beta_fast`,
+    /// `_slow`): llama.cpp's loaders read them for Mistral 3 only (of the
+    /// families Hearth runs), else 32 and 1, though its converter writes
+    /// them for every YaRN model.
+    pub(crate) fn reads_yarn_betas(self) -> bool {
+        self == Self::Mistral3
+    }
+
+    /// Whether `mscale_all_dim` comes from the file (`rope.scaling.yarn_log_multiplier`).
+    pub(crate) fn reads_yarn_log_multiplier(self) -> bool {
         matches!(self, Self::Mistral3 | Self::Deepseek2)
     }
 
@@ -541,8 +547,17 @@ impl ModelConfig {
         let kv_counts = file.per_layer_u32(&key("attention.head_count_kv"), blocks)?.unwrap_or(head_counts.clone());
         let gemma4 = architecture == Architecture::Gemma4;
         let granite = matches!(architecture, Architecture::Granite | Architecture::GraniteMoe);
-        let sliding_layers = if gemma4 {
-            let flags = file.bools(&key("attention.sliding_window_pattern"))?;
+        // `attention.sliding_window_pattern`: every how many layers one is
+        // full, or (Gemma 4, OLMo 3 as converted today) a flag per layer,
+        // which llama.cpp takes for any family.
+        let pattern_key = key("attention.sliding_window_pattern");
+        let pattern_flags = gemma4
+            || matches!(file.metadata().get(&pattern_key), Some(candle_core::quantized::gguf_file::Value::Array(_)));
+        let pattern = |default: u32| -> Result<usize> {
+            Ok(if pattern_flags { default } else { file.u32_opt(&pattern_key)?.unwrap_or(default) } as usize)
+        };
+        let sliding_layers = if pattern_flags {
+            let flags = file.bools(&pattern_key)?;
             if flags.len() != blocks {
                 return Err(file.corrupt(format!(
                     "{} has {} entries for {blocks} blocks",
@@ -605,25 +620,24 @@ impl ModelConfig {
         let rope_base = file.f32_opt(&key("rope.freq_base"))?.unwrap_or(default_base);
         let (sliding_window, sliding_window_pattern, rope_base_local) = match architecture {
             Architecture::Gemma3 => {
-                let window = file.u32_opt(&key("attention.sliding_window"))?.map(|w| w as usize);
-                let pattern = file.u32_opt(&key("attention.sliding_window_type"))?.unwrap_or(6) as usize;
-                let local = file.f32_opt(&key("rope.local_freq_base"))?.unwrap_or(10_000.0);
-                (window, pattern.max(1), local)
+                let window = file.u32_opt(&key("attention.sliding_window"))?.map(|w| w as usize).filter(|&w| w > 0);
+                let local = file.f32_opt(&key("rope.freq_base_swa"))?.unwrap_or(10_000.0);
+                (window, pattern(6)?.max(1), local)
             }
             Architecture::Gemma2 => {
                 // llama.cpp's defaults: a 4,096-position window on every other layer.
                 let window = file.u32_opt(&key("attention.sliding_window"))?.unwrap_or(4096) as usize;
-                let pattern = file.u32_opt(&key("attention.sliding_window_pattern"))?.unwrap_or(2) as usize;
                 let local = file.f32_opt(&key("rope.freq_base_swa"))?.unwrap_or(rope_base);
-                (Some(window).filter(|&w| w > 0), pattern, local)
+                (Some(window).filter(|&w| w > 0), pattern(2)?, local)
             }
             Architecture::Olmo2 => {
                 // OLMo 3: a window where the file gives one, every fourth layer full.
                 match file.u32_opt(&key("attention.sliding_window"))?.filter(|&w| w > 0) {
                     Some(w) => {
-                        let pattern = file.u32_opt(&key("attention.sliding_window_pattern"))?.unwrap_or(4) as usize;
-                        let local = file.f32_opt(&key("rope.freq_base_swa"))?.unwrap_or(rope_base);
-                        (Some(w as usize), pattern, local)
+                        let pattern = pattern(4)?;
+                        // llama.cpp's OLMo 2 graph rotates sliding layers with
+                        // `rope.freq_base` whatever `rope.freq_base_swa` says.
+                        (Some(w as usize), pattern, rope_base)
                     }
                     None => (None, 1, rope_base),
                 }
@@ -634,9 +648,8 @@ impl ModelConfig {
                     return Err(file.corrupt(format!("{} is 0", key("attention.sliding_window"))));
                 }
                 // llama.cpp's set_swa_pattern: every pattern-th layer full, 0 for none.
-                let pattern = file.u32_opt(&key("attention.sliding_window_pattern"))?.unwrap_or(2) as usize;
                 let local = file.f32_opt(&key("rope.freq_base_swa"))?.unwrap_or(rope_base);
-                (Some(window), pattern, local)
+                (Some(window), pattern(2)?, local)
             }
             Architecture::Gemma4 => {
                 let window = file.u32(&key("attention.sliding_window"))? as usize;
@@ -776,7 +789,9 @@ impl ModelConfig {
         }
         let is_swa = |i: usize| sliding_layers.as_ref().is_some_and(|f| f[i]);
         // Granite: `rope.scaling.finetuned = false` switches RoPE off.
-        let no_rope = granite && file.bool_opt(&key("rope.scaling.finetuned")) == Some(false);
+        // Only dense Granite's loader reads it; Granite MoE always rotates.
+        let no_rope = architecture == Architecture::Granite
+            && file.bool_opt(&key("rope.scaling.finetuned")) == Some(false);
         let unrotated =
             |i: usize| no_rope || architecture.no_rope_interval().is_some_and(|n| (i + 1).is_multiple_of(n));
         let attention: Vec<AttentionShape> = (0..n_layers)
@@ -796,7 +811,7 @@ impl ModelConfig {
         let kv_source = kv_sources(file, &key, &attention, sliding_layers.as_deref(), n_layers)?;
         let (rope_sections, recurrent) = if architecture.is_hybrid() {
             (
-                Some(rope_sections(file, &key("rope.dimension_sections"), rope_dims)?),
+                Some(rope_sections(file, &key("rope.dimension_sections"), head_dim)?),
                 Some(recurrent(file, &key, blocks, n_layers)?),
             )
         } else if lfm2 {
@@ -817,7 +832,7 @@ impl ModelConfig {
                 }),
             )
         } else if matches!(architecture, Architecture::Qwen3Vl | Architecture::Qwen3VlMoe) {
-            (Some(rope_sections(file, &key("rope.dimension_sections"), rope_dims)?), None)
+            (Some(rope_sections(file, &key("rope.dimension_sections"), head_dim)?), None)
         } else {
             (None, None)
         };
@@ -861,11 +876,13 @@ impl ModelConfig {
             kv_source,
             sliding_layers,
             // Gemma 4 scales neither queries nor scores; Gemma 2 27B (46
-            // layers) by the width per head rather than the head size, as
-            // llama.cpp (after gemma_pytorch) does.
+            // layers) and Gemma 3 27B (62) by the width per head rather than
+            // the head size, as llama.cpp (after gemma_pytorch) does.
             attention_scale: if gemma4 {
                 Some(1.0)
-            } else if architecture == Architecture::Gemma2 && n_layers == 46 {
+            } else if (architecture == Architecture::Gemma2 && n_layers == 46)
+                || (architecture == Architecture::Gemma3 && n_layers == 62)
+            {
                 Some(1.0 / ((n_embd / n_heads) as f32).sqrt())
             } else if granite {
                 file.f32_opt(&key("attention.scale"))?.filter(|&s| s != 0.0)
@@ -883,8 +900,9 @@ impl ModelConfig {
             attention_temperature: attention_temperature(file, &key, architecture, original_context)?,
             mla,
             final_logit_softcap: match architecture {
-                Architecture::Gemma4 => file.f32_opt(&key("final_logit_softcapping"))?.filter(|&c| c != 0.0),
-                Architecture::Gemma2 => softcap(file, &key("final_logit_softcapping"), 30.0)?,
+                // llama.cpp's defaults: 30 for Gemma 2 and 4, none for Gemma 3.
+                Architecture::Gemma2 | Architecture::Gemma4 => softcap(file, &key("final_logit_softcapping"), 30.0)?,
+                Architecture::Gemma3 => softcap(file, &key("final_logit_softcapping"), 0.0)?,
                 _ => None,
             },
             attention_softcap: match architecture {
@@ -1036,20 +1054,22 @@ fn rope_scaling(
             }
             let attn = file.f32_opt(&key("rope.scaling.attn_factor"))?.unwrap_or(1.0);
             let (mut betas, mut log_mul) = ((32.0, 1.0), 0.0);
-            if architecture.reads_yarn_details() {
-                let beta_fast = file.f32_opt(&key("rope.scaling.yarn_beta_fast"))?.unwrap_or(betas.0);
-                let beta_slow = file.f32_opt(&key("rope.scaling.yarn_beta_slow"))?.unwrap_or(betas.1);
+            if architecture.reads_yarn_betas() {
+                betas.0 = file.f32_opt(&key("rope.scaling.yarn_beta_fast"))?.unwrap_or(betas.0);
+                betas.1 = file.f32_opt(&key("rope.scaling.yarn_beta_slow"))?.unwrap_or(betas.1);
+            }
+            if architecture.reads_yarn_log_multiplier() {
                 log_mul = file.f32_opt(&key("rope.scaling.yarn_log_multiplier"))?.unwrap_or(0.0);
                 if architecture == Architecture::Deepseek2 {
                     // llama.cpp cancels the 0.1 its converter wrote in.
                     log_mul /= 0.1;
                 }
-                if !(beta_fast.is_finite() && beta_slow.is_finite() && log_mul.is_finite()) {
-                    return Err(file.corrupt(format!(
-                        "YaRN's betas ({beta_fast}, {beta_slow}) or log multiplier ({log_mul}) are not finite"
-                    )));
-                }
-                betas = (beta_fast, beta_slow);
+            }
+            if !(betas.0.is_finite() && betas.1.is_finite() && log_mul.is_finite()) {
+                return Err(file.corrupt(format!(
+                    "YaRN's betas ({}, {}) or log multiplier ({log_mul}) are not finite",
+                    betas.0, betas.1
+                )));
             }
             // As llama.cpp: the factor it divides by is 1 / (1 / factor).
             let freq_scale = 1.0 / factor;
@@ -1142,9 +1162,9 @@ fn mla(
     Ok(config)
 }
 
-/// `rope.dimension_sections`: four counts of rotation pairs, adding up to
-/// the rotated pairs.
-fn rope_sections(file: &GgufFile, key: &str, rope_dims: usize) -> Result<[usize; 4]> {
+/// `rope.dimension_sections`: four counts of rotation pairs, the rotated
+/// pairs taking them in turn.
+fn rope_sections(file: &GgufFile, key: &str, head_dim: usize) -> Result<[usize; 4]> {
     let values = file.array(key)?;
     let counts: Vec<usize> = values
         .iter()
@@ -1158,11 +1178,12 @@ fn rope_sections(file: &GgufFile, key: &str, rope_dims: usize) -> Result<[usize;
     let Ok(sections) = <[usize; 4]>::try_from(counts.as_slice()) else {
         return Err(file.corrupt(format!("{key} has {} sections, expected 4", counts.len())));
     };
-    if sections.iter().sum::<usize>() != rope_dims / 2 {
+    // llama.cpp takes any sum from 1 to the head size: pair `i` belongs to
+    // section `i % sum`, so sections shorter than the rotated pairs repeat.
+    let sum = sections.iter().sum::<usize>();
+    if sum == 0 || sum > head_dim {
         return Err(file.corrupt(format!(
-            "{key} {sections:?} adds up to {} rotation pairs, but {rope_dims} rotary dimensions make {}",
-            sections.iter().sum::<usize>(),
-            rope_dims / 2
+            "{key} {sections:?} adds up to {sum} rotation pairs; heads of {head_dim} take 1 to {head_dim}"
         )));
     }
     Ok(sections)

@@ -186,6 +186,13 @@ pub struct TinySpec {
     pub original_context: Option<u32>,
     /// OLMo 2 written as OLMo 3: `sliding_window` on three of every four layers.
     pub olmo3_window: bool,
+    /// Metadata (keys without the architecture's prefix) written over the family's own.
+    pub metadata: Vec<(&'static str, Value)>,
+    /// Another type for the tensors this names (`None`: the spec's own).
+    pub retype: Option<fn(&str) -> Option<GgmlDType>>,
+    /// GLM-4.5: Q and K normed per head (`attn_q_norm`, `attn_k_norm`), as
+    /// GLM-4.5's converter writes them where the model has `use_qk_norm`.
+    pub qk_norm: bool,
 }
 
 /// What a Gemma 4 file adds to `TinySpec` (its `head_dim`, `n_kv_heads`
@@ -266,6 +273,9 @@ impl TinySpec {
             control_tokens: Vec::new(),
             original_context: (family == Family::Phi3).then_some(32),
             olmo3_window: false,
+            metadata: Vec::new(),
+            retype: None,
+            qk_norm: false,
         }
     }
 
@@ -349,7 +359,10 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
     let mut rng = Lcg(spec.seed);
     let mut tensors: Vec<(String, QTensor)> = Vec::new();
     let q = |t: &Tensor, dtype: GgmlDType| QTensor::quantize(t, dtype).unwrap();
-    let mut put = |name: String, t: Tensor, dtype: GgmlDType| tensors.push((name, q(&t, dtype)));
+    let mut put = |name: String, t: Tensor, dtype: GgmlDType| {
+        let dtype = spec.retype.and_then(|f| f(&name)).unwrap_or(dtype);
+        tensors.push((name, q(&t, dtype)))
+    };
     let e = spec.n_embd;
     let qd = spec.n_heads * spec.head_dim;
     let kvd = spec.n_kv_heads * spec.head_dim;
@@ -502,6 +515,7 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
             Family::Qwen3 | Family::Qwen3Moe | Family::Qwen3Vl | Family::Qwen3VlMoe | Family::Gemma3
         ) || (spec.family.is_hybrid() && !recurrent)
             || (spec.family == Family::Lfm2 && i % 2 == 1)
+            || (spec.family == Family::Glm4Moe && spec.qk_norm)
         {
             put(format!("{p}.attn_q_norm.weight"), ones_ish(&mut rng, spec.head_dim), GgmlDType::F32);
             put(format!("{p}.attn_k_norm.weight"), ones_ish(&mut rng, spec.head_dim), GgmlDType::F32);
@@ -638,8 +652,12 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
     }
     if spec.family == Family::Gemma3 {
         md.push((k("attention.sliding_window"), Value::U32(spec.sliding_window as u32)));
-        md.push((k("attention.sliding_window_type"), Value::U32(spec.sliding_pattern as u32)));
-        md.push((k("rope.local_freq_base"), Value::F32(10000.0)));
+        md.push((k("attention.sliding_window_pattern"), Value::U32(spec.sliding_pattern as u32)));
+        md.push((k("rope.freq_base_swa"), Value::F32(10000.0)));
+    }
+    for (key, value) in &spec.metadata {
+        md.retain(|(k2, _)| *k2 != k(key));
+        md.push((k(key), value.clone()));
     }
     md.extend(if spec.o200k { o200k::tokenizer_metadata() } else { tokenizer_metadata(spec.family) });
     set_template(&mut md, spec);

@@ -130,6 +130,17 @@ pub fn scores(
     portable::scores::<8>(out, stride, queries, keys, positions, scale, tiled(hd, order, 8))
 }
 
+/// `keys[j] · query` in `order` as the portable kernels sum it (the
+/// reference the register forms are tested against).
+#[cfg(test)]
+pub(crate) fn portable_dot(key: &[f16], query: &[f32], order: Order) -> f32 {
+    let hd = query.len();
+    match width() {
+        16 => portable::dot::<16>(key, query, tiled(hd, order, 16)),
+        _ => portable::dot::<8>(key, query, tiled(hd, order, 8)),
+    }
+}
+
 /// Whether the scores follow tinyBLAS (`w` lanes): it takes a matmul only
 /// when its inner size is a multiple of its vector.
 #[inline(always)]
