@@ -24,6 +24,8 @@ if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import llama_cpp" 2>/dev/
   exit 0
 fi
 python3 -m venv "$venv"
+# Every core: cmake's default for a Makefile build is one job at a time.
+export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
 # --no-cache-dir: pip would otherwise reuse a wheel built with the other flags.
 CMAKE_ARGS="$cmake_args" "$venv/bin/pip" install --quiet --no-cache-dir llama-cpp-python==0.3.36 numpy jinja2 "${server_packages[@]}" >&2
 echo "$venv"

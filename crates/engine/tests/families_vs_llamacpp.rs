@@ -490,9 +490,10 @@ fn f32_value(x: f32) -> candle_core::quantized::gguf_file::Value {
 
 /// DeepSeek V2's layout with YaRN as llama.cpp's converter writes it for
 /// every YaRN model: betas that llama.cpp's DeepSeek loader does not read
-/// (it keeps 32 and 1), and the log multiplier, which it does.
+/// (it keeps 32 and 1), and the log multiplier, which it does; and with
+/// Mistral Large 3's attention temperature.
 #[test]
-fn deepseek2_with_yarn_betas_in_the_file_matches_llama_cpp() {
+fn deepseek2_with_yarn_betas_and_a_temperature_matches_llama_cpp() {
     let spec = TinySpec {
         n_layers: 2,
         context: 2048,
@@ -506,6 +507,18 @@ fn deepseek2_with_yarn_betas_in_the_file_matches_llama_cpp() {
     };
     check(&spec, 100, Feed::Prompt);
     check(&spec, 40, Feed::Steps);
+    // Mistral Large 3 in this layout: the attention temperature, every 16 positions here.
+    let temperature = TinySpec {
+        n_layers: 2,
+        context: 2048,
+        metadata: vec![
+            ("attention.temperature_scale", f32_value(0.1)),
+            ("attention.temperature_length", candle_core::quantized::gguf_file::Value::U32(16)),
+        ],
+        ..TinySpec::new(Family::Deepseek2)
+    };
+    check(&temperature, 100, Feed::Prompt);
+    check(&temperature, 40, Feed::Steps);
 }
 
 /// `rope.scaling.finetuned = false`: dense Granite's switch for RoPE,
@@ -555,12 +568,16 @@ fn qwen3vl_with_short_sections_matches_llama_cpp() {
     }
 }
 
-/// Qwen 3.5's Gated DeltaNet with a state narrower than a vector register
-/// (and as wide as the file), two key heads over four value heads.
+/// Qwen 3.5's Gated DeltaNet with states narrower than an AVX2 and an
+/// AVX-512 register and one of 32 (as in the file), two key heads
+/// over more value heads.
 #[test]
 fn qwen35_with_narrow_delta_net_states_matches_llama_cpp() {
-    for state in [4, 32] {
-        let spec = TinySpec { recurrent: (state, 2, 4, 4), ..hybrid(Family::Qwen35, GgmlDType::Q8_0, GgmlDType::Q8_0) };
+    for (state, value_heads) in [(4, 8), (8, 4), (32, 4)] {
+        let spec = TinySpec {
+            recurrent: (state, 2, value_heads, 4),
+            ..hybrid(Family::Qwen35, GgmlDType::Q8_0, GgmlDType::Q8_0)
+        };
         check(&spec, 300, Feed::Prompt);
         check(&spec, 60, Feed::Steps);
     }
@@ -582,8 +599,7 @@ fn lfm2_with_f32_projections_matches_llama_cpp() {
 /// GLM-4.5 with Q and K normed per head (the 355B's `use_qk_norm`).
 #[test]
 fn glm4moe_with_qk_norms_matches_llama_cpp() {
-    let spec =
-        TinySpec { n_layers: 3, rope_dims: 8, context: 2048, qk_norm: true, ..TinySpec::new(Family::Glm4Moe) };
+    let spec = TinySpec { n_layers: 3, rope_dims: 8, context: 2048, qk_norm: true, ..TinySpec::new(Family::Glm4Moe) };
     check(&spec, 512, Feed::Prompt);
     check(&spec, 40, Feed::Steps);
 }

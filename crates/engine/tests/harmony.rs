@@ -229,7 +229,11 @@ fn a_required_gpt_oss_call_is_a_commentary_message_to_the_function() {
         let mut session = engine.new_session(Some(4096));
         let out = session.start_turn(engine.model(), engine.tokenizer(), &prompt, config, 1).unwrap().run().unwrap();
         let seq = &out.sequences[0];
-        assert!(engine.end_tokens().contains(seq.tokens.last().unwrap()), "seed {seed}: cut at the limit: {:?}", seq.text);
+        assert!(
+            engine.end_tokens().contains(seq.tokens.last().unwrap()),
+            "seed {seed}: cut at the limit: {:?}",
+            seq.text
+        );
         let (_, calls) = ToolFormat::Harmony.parse(&seq.text, "call_");
         assert_eq!(calls.len(), 1, "{:?}", seq.text);
         assert_eq!(calls[0].name, "get_weather");

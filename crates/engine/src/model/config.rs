@@ -790,8 +790,8 @@ impl ModelConfig {
         let is_swa = |i: usize| sliding_layers.as_ref().is_some_and(|f| f[i]);
         // Granite: `rope.scaling.finetuned = false` switches RoPE off.
         // Only dense Granite's loader reads it; Granite MoE always rotates.
-        let no_rope = architecture == Architecture::Granite
-            && file.bool_opt(&key("rope.scaling.finetuned")) == Some(false);
+        let no_rope =
+            architecture == Architecture::Granite && file.bool_opt(&key("rope.scaling.finetuned")) == Some(false);
         let unrotated =
             |i: usize| no_rope || architecture.no_rope_interval().is_some_and(|n| (i + 1).is_multiple_of(n));
         let attention: Vec<AttentionShape> = (0..n_layers)
@@ -1082,15 +1082,16 @@ fn rope_scaling(
     }
 }
 
-/// `attention.temperature_scale` (Mistral 3), its step llama.cpp's
-/// `n_ctx_orig_yarn` (`original_context`).
+/// `attention.temperature_scale` (Mistral 3, and Mistral Large 3 in
+/// DeepSeek's layout), its step llama.cpp's `n_ctx_orig_yarn`
+/// (`original_context`) or, for DeepSeek's, `attention.temperature_length`.
 fn attention_temperature(
     file: &GgufFile,
     key: &dyn Fn(&str) -> String,
     architecture: Architecture,
     original_context: usize,
 ) -> Result<Option<AttentionTemperature>> {
-    if architecture != Architecture::Mistral3 {
+    if !matches!(architecture, Architecture::Mistral3 | Architecture::Deepseek2) {
         return Ok(None);
     }
     let scale_key = key("attention.temperature_scale");
@@ -1098,7 +1099,12 @@ fn attention_temperature(
         None => Ok(None),
         Some(s) if !s.is_finite() => Err(file.corrupt(format!("{scale_key} is {s}"))),
         Some(scale) => {
-            let floor = original_context;
+            // DeepSeek's layout (Mistral Large 3) steps by its own key.
+            let floor = if architecture == Architecture::Deepseek2 {
+                file.u32_opt(&key("attention.temperature_length"))?.unwrap_or(0) as usize
+            } else {
+                original_context
+            };
             if floor == 0 {
                 return Err(file.corrupt(format!("{scale_key} with no original context to step by")));
             }

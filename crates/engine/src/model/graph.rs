@@ -329,6 +329,11 @@ impl Model {
             .map(|head| m.k_b[head].forward(&q.narrow(1, head, 1)?.narrow(3, 0, nope)?.squeeze(1)?.contiguous()?))
             .collect::<candle_core::Result<Vec<_>>>()?;
         let q = Tensor::cat(&[&Tensor::stack(&absorbed, 1)?, &q_pe], 3)?;
+        // Mistral Large 3's attention temperature, on the absorbed queries.
+        let q = match pass.temperature {
+            Some(t) => q.broadcast_mul(t)?,
+            None => q,
+        };
 
         let kva = m.kv_a.forward(h)?;
         let latent = m.kv_a_norm.forward(&kva.narrow(2, 0, kvr)?.contiguous()?)?;

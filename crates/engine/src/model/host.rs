@@ -557,6 +557,12 @@ impl Model {
                 buf.q[at + kvr..at + width].copy_from_slice(&q_pe[(r * nh + h) * rd..(r * nh + h + 1) * rd]);
             }
         }
+        if let Some(t) = &c.attention_temperature {
+            // Mistral Large 3: the absorbed queries, as llama.cpp scales them.
+            for (r, row) in buf.q.chunks_exact_mut(nh * width).enumerate() {
+                vec_ops::scale(row, t.factor(kv.position(r)));
+            }
+        }
 
         buf.attn.resize(rows * nh * width, 0.0);
         self.store_and_attend(pool, layer, false, true, None, buf, kv);
