@@ -13,7 +13,7 @@ import sys
 
 import llama_cpp
 
-TYPES = {"Q4_0": 2, "Q8_0": 7, "Q3_K_M": 12, "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18, "IQ4_XS": 30}
+TYPES = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q3_K_M": 12, "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18, "IQ4_XS": 30}
 
 cache = os.environ.get("HEARTH_MODEL_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "hearth", "models")
 src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(cache, "SmolLM2-135M-Instruct.Q4_1.gguf")

@@ -348,7 +348,7 @@ fn a_hybrid_without_its_state_tensors_or_with_bad_sections_is_refused_by_name() 
     let err = hybrid_with(|md, _| {
         for (k, v) in md.iter_mut() {
             if k == "qwen35.rope.dimension_sections" {
-                *v = Value::Array(vec![Value::I32(3), Value::I32(3), Value::I32(3), Value::I32(0)]);
+                *v = Value::Array(vec![Value::I32(0), Value::I32(0), Value::I32(0), Value::I32(0)]);
             }
         }
     });

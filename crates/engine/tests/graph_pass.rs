@@ -188,6 +188,29 @@ fn greedy_agrees(what: &str, g: &Engine, h: &Engine, prompt: &[u32]) {
     }
 }
 
+/// `warm` (a reply after `prompt` from a cache that read part of it
+/// earlier) is `cold(engine, prompt)`, token for token, up to the first
+/// near-tie of a cold pass's two best logits. candle's CPU matmuls may sum
+/// a row in another order when it comes with other rows than before (seen
+/// on AVX2 machines without AVX-512: a restored Qwen 3.5 MoE left the cold
+/// reply at its fourth token), so a split prompt is held to what the graph
+/// can promise.
+fn warm_agrees_with_cold(what: &str, engine: &Engine, prompt: &[u32], warm: &[u32]) {
+    let cold = cold(engine, prompt);
+    let Some(at) = warm.iter().zip(&cold).position(|(a, b)| a != b) else { return };
+    let history: Vec<u32> = prompt.iter().chain(&cold[..at]).copied().collect();
+    let mut cache = engine.model().new_cache(256);
+    let mut logits = engine.model().forward(&[history], &mut cache).unwrap().to_vec2::<f32>().unwrap().remove(0);
+    let range = logits.iter().fold(0f32, |m, x| m.max(x.abs()));
+    logits.sort_by(|a, b| b.total_cmp(a));
+    assert!(
+        logits[0] - logits[1] < 1e-2 * range,
+        "{what}: the warm reply leaves the cold one at token {at} with a margin of {} (range {range}): {warm:?} vs {cold:?}",
+        logits[0] - logits[1]
+    );
+    eprintln!("{what}: equal up to a near-tie at token {at}");
+}
+
 /// A conversation on the graph saved, restored, cut back and branched runs
 /// on as a cold prefill of the same tokens does, reading only its new
 /// tokens, with its cache as tensors throughout.
@@ -215,7 +238,7 @@ fn the_graphs_tensor_cache_saves_restores_truncates_and_branches() {
         assert!(restored.cache().holds_tensors());
         assert_eq!(restored.tokens(), session.tokens());
         let (warm, processed) = turn(&engine, &mut restored, &second, 1);
-        assert_eq!(warm[0], cold(&engine, &second), "{family}: restored");
+        warm_agrees_with_cold(&format!("{family}: restored"), &engine, &second, &warm[0]);
         assert_eq!(processed, second.len() - session.tokens().len(), "{family}: only the new tokens are run");
 
         // A clone (a branch) cut back into the first prompt: the rest of
@@ -235,7 +258,7 @@ fn the_graphs_tensor_cache_saves_restores_truncates_and_branches() {
         assert_eq!(branch.cache().len(), cut, "{family}");
         let edited: Vec<u32> = first[..25].iter().chain(&ids(7, 3)).copied().collect();
         let (out, processed) = turn(&engine, &mut branch, &edited, 1);
-        assert_eq!(out[0], cold(&engine, &edited), "{family}: cut back");
+        warm_agrees_with_cold(&format!("{family}: cut back"), &engine, &edited, &out[0]);
         assert_eq!(processed, edited.len() - cut, "{family}: the kept prefix is not read again");
         let (again, _) = turn(&engine, &mut session, &second, 1);
         assert_eq!(again[0], warm[0], "{family}: the branch left the original as it was");

@@ -1192,6 +1192,10 @@ fn rope_sections(file: &GgufFile, key: &str, head_dim: usize) -> Result<[usize; 
             "{key} {sections:?} adds up to {sum} rotation pairs; heads of {head_dim} take 1 to {head_dim}"
         )));
     }
+    if sections[..3].iter().all(|&s| s == 0) {
+        // ggml's multi-section RoPE asserts on these.
+        return Err(file.corrupt(format!("{key} {sections:?} gives no pair to time, height or width")));
+    }
     Ok(sections)
 }
 
