@@ -633,12 +633,9 @@ impl ModelConfig {
             Architecture::Olmo2 => {
                 // OLMo 3: a window where the file gives one, every fourth layer full.
                 match file.u32_opt(&key("attention.sliding_window"))?.filter(|&w| w > 0) {
-                    Some(w) => {
-                        let pattern = pattern(4)?;
-                        // llama.cpp's OLMo 2 graph rotates sliding layers with
-                        // `rope.freq_base` whatever `rope.freq_base_swa` says.
-                        (Some(w as usize), pattern, rope_base)
-                    }
+                    // llama.cpp's OLMo 2 graph rotates sliding layers with
+                    // `rope.freq_base` whatever `rope.freq_base_swa` says.
+                    Some(w) => (Some(w as usize), pattern(4)?, rope_base),
                     None => (None, 1, rope_base),
                 }
             }
@@ -1100,13 +1097,14 @@ fn attention_temperature(
         Some(s) if !s.is_finite() => Err(file.corrupt(format!("{scale_key} is {s}"))),
         Some(scale) => {
             // DeepSeek's layout (Mistral Large 3) steps by its own key.
-            let floor = if architecture == Architecture::Deepseek2 {
-                file.u32_opt(&key("attention.temperature_length"))?.unwrap_or(0) as usize
+            let (floor, step_key) = if architecture == Architecture::Deepseek2 {
+                let length_key = key("attention.temperature_length");
+                (file.u32_opt(&length_key)?.unwrap_or(0) as usize, length_key)
             } else {
-                original_context
+                (original_context, key("rope.scaling.original_context_length"))
             };
             if floor == 0 {
-                return Err(file.corrupt(format!("{scale_key} with no original context to step by")));
+                return Err(file.corrupt(format!("{scale_key} with no {step_key} to step by")));
             }
             Ok(Some(AttentionTemperature { scale, floor }))
         }
