@@ -119,6 +119,7 @@ impl Connection {
                             url.trim().to_string(),
                         )
                         .custom_headers(custom);
+                    install_tls_provider();
                     let transport = StreamableHttpClientTransport::from_config(config);
                     info.clone()
                         .serve(transport)
@@ -202,6 +203,16 @@ impl Connection {
 }
 
 /// Hearth as MCP knows it.
+/// reqwest is built without a crypto provider of its own (see Cargo.toml) and
+/// panics on a client built before one is installed: install ring's, once per
+/// process. One installed already (by the binary, or another library) stays.
+fn install_tls_provider() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 fn client_info() -> ClientConfig {
     let mut info = ClientConfig::default();
     info.client_info = Implementation::new("Hearth", env!("CARGO_PKG_VERSION"));
