@@ -63,6 +63,7 @@ impl AppConfig {
                 device: text("HEARTH_DEVICE"),
                 disk_reserve_bytes,
                 test_hooks: TestHooks { panic_on: text("HEARTH_TEST_PANIC"), append_pause },
+                ..WorkerConfig::default()
             },
         }
     }

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 use hearth_store::KeyStorage;
 
-use crate::error::{AppError, AppResult, ErrorKind};
+use crate::error::{locked, AppError, AppResult, ErrorKind};
 
 const SERVICE: &str = "Hearth";
 
@@ -64,7 +64,7 @@ impl Keys {
                 tracing::warn!("cannot remove the old key from the keychain: {e}");
             }
         }
-        let mut known = self.known.lock()?;
+        let mut known = locked(&self.known);
         match key {
             Some(k) => known.insert(endpoint_id, k.to_string()),
             None => known.remove(&endpoint_id),
@@ -75,7 +75,7 @@ impl Keys {
     /// The endpoint's key, from wherever it is kept (`stored`: the key the
     /// database holds, for `Database`).
     pub fn get(&self, endpoint: &hearth_store::Endpoint, stored: Option<String>) -> AppResult<Option<String>> {
-        if let Some(k) = self.known.lock()?.get(&endpoint.id) {
+        if let Some(k) = locked(&self.known).get(&endpoint.id) {
             return Ok(Some(k.clone()));
         }
         let key = match endpoint.key_storage {
@@ -92,15 +92,13 @@ impl Keys {
             }
         };
         if let Some(k) = &key {
-            self.known.lock()?.insert(endpoint.id, k.clone());
+            locked(&self.known).insert(endpoint.id, k.clone());
         }
         Ok(key)
     }
 
     pub fn forget(&self, endpoint: &hearth_store::Endpoint) {
-        if let Ok(mut known) = self.known.lock() {
-            known.remove(&endpoint.id);
-        }
+        locked(&self.known).remove(&endpoint.id);
         if endpoint.key_storage == KeyStorage::Keychain {
             if let Err(e) = entry(endpoint.id).and_then(|e| e.delete_credential()) {
                 tracing::warn!("cannot remove the key of \"{}\" from the keychain: {e}", endpoint.name);

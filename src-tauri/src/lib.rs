@@ -6,6 +6,7 @@ pub mod api_server;
 pub mod commands;
 pub mod config;
 pub mod endpoints;
+pub mod error;
 pub mod open_file;
 pub mod page_events;
 pub mod startup;
@@ -15,7 +16,7 @@ pub mod tool_turns;
 // The worker and what it shares with the commands live in `hearth-worker`,
 // so the CLI's API server runs the same worker without Tauri.
 pub use hearth_worker as worker;
-pub use hearth_worker::{context, error, events, priority};
+pub use hearth_worker::{context, events, priority};
 
 use tauri::{Manager, Runtime};
 

@@ -9,7 +9,7 @@ use serde::Serialize;
 use tauri::{AppHandle, Manager, Runtime};
 use ts_rs::TS;
 
-use crate::error::{AppError, AppResult, ErrorKind};
+use crate::error::{locked, AppError, AppResult, ErrorKind};
 
 /// Why the app could not open its data, for the UI's error screen.
 #[derive(Debug, Clone, PartialEq, Serialize, TS)]
@@ -31,9 +31,7 @@ pub fn start<R: Runtime>(app: &AppHandle<R>) {
     app.manage(StartupFailure::default());
     if let Err(failure) = crate::manage_state(app) {
         tracing::error!("Hearth could not open its data: {}", failure.error.message);
-        if let Ok(mut f) = app.state::<StartupFailure>().0.lock() {
-            *f = Some(failure);
-        }
+        *locked(&app.state::<StartupFailure>().0) = Some(failure);
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use hearth_store::Store;
 
 use crate::config::AppConfig;
-use crate::error::{AppError, AppResult, ErrorKind};
+use crate::error::{locked, AppError, AppResult, ErrorKind};
 use crate::worker::{CacheBudgets, StatusSink, Worker, WorkerConfig, LAST_MODEL_KEY};
 
 /// The app-setting key that keeps the cache budgets.
@@ -86,7 +86,7 @@ impl AppState {
     }
 
     pub fn store(&self) -> AppResult<MutexGuard<'_, Store>> {
-        Ok(self.store.lock()?)
+        Ok(locked(&self.store))
     }
 }
 

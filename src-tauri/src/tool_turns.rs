@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use ts_rs::TS;
 
-use crate::error::{AppError, AppResult, ErrorKind};
+use crate::error::{locked, AppError, AppResult, ErrorKind};
 use crate::events::GenerationEvent;
 use crate::worker::history::prompt_messages;
 use crate::worker::{EventSink, ReplyJob, Worker};
@@ -74,13 +74,13 @@ pub struct ToolTurns {
 impl ToolTurns {
     /// Conversations running tool calls now.
     pub fn busy(&self) -> Vec<i64> {
-        self.running.lock().unwrap_or_else(|p| p.into_inner()).keys().copied().collect()
+        locked(&self.running).keys().copied().collect()
     }
 
     /// Stops the conversation's calls: a waiting approval, a running call,
     /// and the reply that would have followed. Whether any was running.
     pub fn stop(&self, conversation_id: i64) -> bool {
-        match self.running.lock().unwrap_or_else(|p| p.into_inner()).get(&conversation_id) {
+        match locked(&self.running).get(&conversation_id) {
             Some(token) => {
                 token.cancel();
                 true
@@ -91,8 +91,7 @@ impl ToolTurns {
 
     /// Hands the user's decision to the call waiting for it.
     pub fn decide(&self, conversation_id: i64, call_id: &str, decision: ToolDecision) -> AppResult<()> {
-        let waiting =
-            self.approvals.lock().unwrap_or_else(|p| p.into_inner()).remove(&(conversation_id, call_id.to_string()));
+        let waiting = locked(&self.approvals).remove(&(conversation_id, call_id.to_string()));
         match waiting {
             Some(tx) => {
                 let _ = tx.send(decision);
@@ -104,18 +103,18 @@ impl ToolTurns {
 
     fn begin(&self, conversation_id: i64) -> CancellationToken {
         let token = CancellationToken::new();
-        self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(conversation_id, token.clone());
+        locked(&self.running).insert(conversation_id, token.clone());
         token
     }
 
     fn end(&self, conversation_id: i64) {
-        self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&conversation_id);
-        self.approvals.lock().unwrap_or_else(|p| p.into_inner()).retain(|(c, _), _| *c != conversation_id);
+        locked(&self.running).remove(&conversation_id);
+        locked(&self.approvals).retain(|(c, _), _| *c != conversation_id);
     }
 
     async fn ask(&self, conversation_id: i64, call_id: &str, stop: &CancellationToken) -> Option<ToolDecision> {
         let (tx, rx) = oneshot::channel();
-        self.approvals.lock().unwrap_or_else(|p| p.into_inner()).insert((conversation_id, call_id.to_string()), tx);
+        locked(&self.approvals).insert((conversation_id, call_id.to_string()), tx);
         tokio::select! {
             d = rx => d.ok(),
             () = stop.cancelled() => None,
@@ -134,7 +133,7 @@ pub struct ToolContext {
 
 impl ToolContext {
     fn store(&self) -> AppResult<Store> {
-        Ok(self.store.lock().unwrap_or_else(|p| p.into_inner()).reopen()?)
+        Ok(locked(&self.store).reopen()?)
     }
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the `openai` client's tests against `hearth-cli serve` on the default
-# model. Needs the CLI built (`cargo build -p hearth-cli`) and the model fetched.
+# model. Needs the CLI built (`cargo test --workspace --no-run` builds it) and the model fetched.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 TARGET="${CARGO_TARGET_DIR:-$PWD/target}"

@@ -16,12 +16,13 @@ bundle="$CARGO_TARGET_DIR/debug/bundle"
 mime=application/x-gguf
 
 # --- Build. An earlier version's packages must not be the ones tested.
-# The packages hold the debug build that the end-to-end tests ran (built
-# with the CLI, as ./hearth test builds it): what is packaged and how it
-# installs does not depend on the profile, and a release build of the
-# whole tree is the longest compile CI would otherwise run for it.
+# The packages hold the debug build that the end-to-end tests ran, the one
+# the integration tests build (after ./hearth test's build, nothing to do):
+# what is packaged and how it installs does not depend on the profile, and
+# a release build of the whole tree is the longest compile CI would
+# otherwise run for it.
 rm -f "$bundle"/deb/*.deb "$bundle"/rpm/*.rpm
-cargo build -p hearth -p hearth-cli
+cargo test --workspace --no-run
 npx --prefix ui tauri bundle --debug --bundles deb,rpm
 debs=("$bundle"/deb/*.deb) rpms=("$bundle"/rpm/*.rpm)
 [ ${#debs[@]} = 1 ] && [ -f "${debs[0]}" ] || fail "expected one .deb in $bundle/deb"

@@ -23,7 +23,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use hearth_engine::{Advance, ChatMessage, Device, Engine, EngineError, Kernels, OwnedTurn, SamplingParams};
+use hearth_store::ConversationSettings;
 use serde_json::{json, Value};
+
+use crate::local::{Ask, LocalWorker};
+use crate::CliResult;
 
 /// What to check, on which device.
 #[derive(clap::Args)]
@@ -63,25 +67,27 @@ pub(crate) struct Args {
 
 /// Runs every check `plan` asks for, printing each figure as it comes;
 /// fails only when a check cannot run (a figure below its bar is `pass: false`).
-pub(crate) fn run(plan: &Args) -> Result<(), EngineError> {
-    crate::set_threads(&crate::ModelArgs { model: None, threads: plan.threads, device: plan.device.clone() })?;
+pub(crate) fn run(plan: &Args) -> CliResult {
+    crate::set_threads(&model_args(plan, None, &plan.device))?;
     let device = plan.device.parse::<hearth_engine::DeviceChoice>()?.open()?;
     if plan.graph != device.is_cpu() {
         return Err(EngineError::setting(
             "graph",
             "--graph goes with --device cpu (the GPU's pass on the CPU); a GPU runs it already, and the CPU's own pass against itself checks nothing",
-        ));
+        )
+        .into());
     }
     let device = &device;
     let emit = |v: Value| println!("{v}");
     let bandwidth = bandwidth_gb_per_s(device, plan.bandwidth_mib)?;
     emit(json!({"check": "bandwidth", "device": hearth_engine::device::describe(device), "gb_per_s": bandwidth}));
     for path in &plan.greedy_models {
-        emit(greedy(plan, device, path)?);
+        emit(greedy(plan, path)?);
     }
     if let Some(path) = &plan.speed_model {
-        let engine = open(plan, device, path)?;
-        let figures = crate::bench_figures(&engine, plan.prompt_tokens, plan.gen_tokens, plan.repeats, 4, 2)?;
+        let local = LocalWorker::open(&model_args(plan, Some(path), &plan.device), kernels(plan))?;
+        let figures = crate::bench_figures(&local, plan.prompt_tokens, plan.gen_tokens, plan.repeats, 4, 2)?;
+        let engine = local.engine();
         let per_token = engine.model().weight_bytes_per_token() as f64;
         let bound = bandwidth * 1e9 / per_token;
         let decode = figures["decode_tokens_per_s"].as_f64().unwrap_or(0.0);
@@ -105,15 +111,24 @@ pub(crate) fn run(plan: &Args) -> Result<(), EngineError> {
         emit(
             json!({"check": "concurrent", "conversations": 2, "alone_tokens_per_s": c["alone_tokens_per_s"], "each_tokens_per_s": c["each_tokens_per_s"], "worst_ratio": c["worst_ratio"]}),
         );
-        emit(stop_prefill(&engine, plan.stop_prompt_tokens, plan.stop_chunk)?);
+        // The engine's own stop inside a layer, on the worker's model while it is idle.
+        emit(stop_prefill(engine, plan.stop_prompt_tokens, plan.stop_chunk)?);
     }
     Ok(())
 }
 
-/// `path` on the device under test.
-fn open(plan: &Args, device: &Device, path: &Path) -> Result<Engine, EngineError> {
-    let kernels = if plan.graph { Kernels::Graph } else { Kernels::Hearth };
-    Engine::open_with(path, device, kernels)
+/// The kernels under test: the graph pass where `--graph` runs it on the CPU.
+fn kernels(plan: &Args) -> Kernels {
+    if plan.graph {
+        Kernels::Graph
+    } else {
+        Kernels::Hearth
+    }
+}
+
+/// `path` on `device`, as the CLI's other commands take a model.
+fn model_args(plan: &Args, path: Option<&Path>, device: &str) -> crate::ModelArgs {
+    crate::ModelArgs { model: path.map(Path::to_path_buf), threads: plan.threads, device: device.to_string() }
 }
 
 /// Read bandwidth in GB/s: the best of six sums over `mib` MiB of f32
@@ -137,19 +152,33 @@ fn bandwidth_gb_per_s(device: &Device, mib: usize) -> Result<f64, EngineError> {
 }
 
 /// A greedy reply to a fixed question on the device against the CPU's own
-/// pass (Hearth's kernels), and where they part, whether it was a near-tie.
-fn greedy(plan: &Args, device: &Device, path: &Path) -> Result<Value, EngineError> {
-    let device = open(plan, device, path)?;
-    let cpu = Engine::open(path)?;
-    let prompt = cpu.encode_chat(&[ChatMessage::user("Name three rivers of Europe and say where each rises.")])?;
-    let reply = |engine: &Engine| -> Result<Vec<u32>, EngineError> {
-        let mut config = engine.generation_config(SamplingParams::greedy(), plan.greedy_tokens);
-        config.end_tokens.clear();
-        let mut session = engine.new_session(Some(prompt.len() + plan.greedy_tokens + 8));
-        let turn = session.start_turn(engine.model(), engine.tokenizer(), &prompt, config, 1)?;
-        Ok(turn.run()?.sequences.remove(0).tokens)
+/// pass (Hearth's kernels), each through the app's worker, and where they
+/// part, whether it was a near-tie.
+fn greedy(plan: &Args, path: &Path) -> CliResult<Value> {
+    let messages = vec![ChatMessage::user("Name three rivers of Europe and say where each rises.")];
+    let settings = ConversationSettings {
+        temperature: 0.0,
+        max_new_tokens: plan.greedy_tokens.min(u32::MAX as usize) as u32,
+        ..ConversationSettings::default()
     };
-    let (on_device, on_cpu) = (reply(&device)?, reply(&cpu)?);
+    let reply = |local: &LocalWorker| -> CliResult<Vec<u32>> {
+        let mut ask = Ask::chat(messages.clone(), settings.clone());
+        ask.request.ignore_end_tokens = true;
+        let reply = local.reply(ask, |_, _| {})?;
+        Ok(reply.stats[0].replay.as_ref().map(|r| r.tokens.clone()).unwrap_or_default())
+    };
+    let on_device = reply(&LocalWorker::open(&model_args(plan, Some(path), &plan.device), kernels(plan))?)?;
+    let local_cpu = LocalWorker::open(&model_args(plan, Some(path), "cpu"), Kernels::Hearth)?;
+    let on_cpu = reply(&local_cpu)?;
+    let cpu = local_cpu.engine();
+    let job = hearth_worker::ReplyJob::for_request(
+        messages.clone(),
+        settings.clone(),
+        1,
+        hearth_worker::Request::default(),
+        Box::new(|_| {}),
+    );
+    let prompt = hearth_worker::prompt_ids(cpu, &job, &settings)?.ids;
     let parted = on_device.iter().zip(&on_cpu).position(|(a, b)| a != b);
     // The CPU's margin between its two best tokens where the replies part.
     let margin = match parted {

@@ -6,13 +6,22 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 mod device_check;
+mod local;
 mod replay;
 mod score;
 mod serve;
 
 use clap::{Args, Parser, Subcommand};
-use hearth_engine::{paths, ChatMessage, Engine, EngineError, SamplingParams};
+use hearth_engine::{paths, ChatMessage, Engine, EngineError};
+use hearth_store::ConversationSettings;
+use hearth_worker::{RawPrompt, Request};
 use serde_json::json;
+
+use local::{Ask, LocalWorker};
+
+/// What a command fails with: the engine's error, the worker's, or one of
+/// the CLI's own, each shown as its message.
+pub(crate) type CliResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 #[derive(Parser)]
 #[command(name = "hearth-cli", about = "Hearth's engine from the command line")]
@@ -282,7 +291,7 @@ struct SamplingArgs {
     #[arg(long)]
     repeat_penalty: Option<f32>,
     #[arg(long)]
-    seed: Option<u64>,
+    seed: Option<u32>,
     #[arg(long, default_value_t = 512)]
     max_tokens: usize,
     /// Stop when the text contains this string (repeatable).
@@ -319,35 +328,31 @@ fn main() {
     }
 }
 
-fn run(cli: Cli) -> Result<(), EngineError> {
+fn run(cli: Cli) -> CliResult {
     match cli.command {
-        Command::Generate(args) => generate(args),
+        Command::Generate(args) => generate(args)?,
         Command::Tokenize { model, text, special } => {
             let engine = open(&model)?;
             let ids = engine.tokenizer().encode(&text, false, special)?;
             println!("{}", serde_json::to_string(&ids).expect("ids serialise"));
-            Ok(())
         }
-        Command::Chat { model, sampling, system } => chat(&model, &sampling, system),
-        Command::Replay { record, model } => replay::run(&model, &record),
-        Command::Serve { model, port, api_key } => serve::run(&model, port, api_key).map_err(|e| {
-            eprintln!("error: {e}");
-            std::process::exit(1)
-        }),
+        Command::Chat { model, sampling, system } => chat(&model, &sampling, system)?,
+        Command::Replay { record, model } => replay::run(&model, &record)?,
+        Command::Serve { model, port, api_key } => serve::run(&model, port, api_key)?,
         Command::Bench { model, prompt_tokens, gen_tokens, repeats, batch, concurrent, json } => {
-            bench(&model, prompt_tokens, gen_tokens, repeats, batch, concurrent, json)
+            bench(&model, prompt_tokens, gen_tokens, repeats, batch, concurrent, json)?
         }
-        Command::BenchCache { model, history_tokens, json } => bench_cache::run(&model, history_tokens, json),
-        Command::WriteVocab { from, out } => hearth_engine::random_model::write_vocab(&out, &from),
-        Command::DeviceCheck(args) => device_check::run(&args),
+        Command::BenchCache { model, history_tokens, json } => bench_cache::run(&model, history_tokens, json)?,
+        Command::WriteVocab { from, out } => hearth_engine::random_model::write_vocab(&out, &from)?,
+        Command::DeviceCheck(args) => device_check::run(&args)?,
         Command::BenchGrammar { model, schema, gen_tokens, repeats } => {
-            bench_grammar(&model, schema.as_deref(), gen_tokens, repeats)
+            bench_grammar(&model, schema.as_deref(), gen_tokens, repeats)?
         }
-        Command::Score { model, ids_file, out } => score::score(&open(&model)?, &ids_file, &out),
+        Command::Score { model, ids_file, out } => score::score(&open(&model)?, &ids_file, &out)?,
         Command::Perplexity { model, file, ctx, kl_base, json } => {
-            score::perplexity(&open(&model)?, &file, ctx, kl_base.as_deref(), json)
+            score::perplexity(&open(&model)?, &file, ctx, kl_base.as_deref(), json)?
         }
-        Command::BenchCacheRestored { model, cache, prompt } => bench_cache::restored(&model, &cache, &prompt),
+        Command::BenchCacheRestored { model, cache, prompt } => bench_cache::restored(&model, &cache, &prompt)?,
         Command::WriteRandomModel {
             out,
             tokenizer_from,
@@ -414,11 +419,12 @@ fn run(cli: Cli) -> Result<(), EngineError> {
             };
             let tokenizer_from = tokenizer_from.unwrap_or_else(|| paths::default_model_path(|k| std::env::var_os(k)));
             match family {
-                Some(family) => random_model::write_family(&out, &tokenizer_from, &family, &shape, &dtype),
-                None => random_model::write(&out, &tokenizer_from, &shape, &dtype),
+                Some(family) => random_model::write_family(&out, &tokenizer_from, &family, &shape, &dtype)?,
+                None => random_model::write(&out, &tokenizer_from, &shape, &dtype)?,
             }
         }
     }
+    Ok(())
 }
 
 pub(crate) fn open(args: &ModelArgs) -> Result<Engine, EngineError> {
@@ -442,72 +448,69 @@ pub(crate) fn set_threads(args: &ModelArgs) -> Result<(), EngineError> {
     Ok(())
 }
 
-fn sampling_params(a: &SamplingArgs) -> SamplingParams {
-    let mut p = SamplingParams::default();
-    if let Some(t) = a.temperature {
-        p.temperature = t;
+/// The app's settings for a reply as the flags set them, the app's
+/// defaults elsewhere: the sampler's mapping from them is the worker's, as
+/// for the app's replies and the API's.
+fn settings(a: &SamplingArgs) -> ConversationSettings {
+    let d = ConversationSettings::default();
+    ConversationSettings {
+        temperature: a.temperature.unwrap_or(d.temperature),
+        top_k: a.top_k.map_or(d.top_k, |k| k.min(u32::MAX as usize) as u32),
+        top_p: a.top_p.unwrap_or(d.top_p),
+        min_p: a.min_p.unwrap_or(d.min_p),
+        repeat_penalty: a.repeat_penalty.unwrap_or(d.repeat_penalty),
+        seed: a.seed,
+        max_new_tokens: a.max_tokens.min(u32::MAX as usize) as u32,
+        stop_strings: a.stop.clone(),
+        ..d
     }
-    if let Some(k) = a.top_k {
-        p.top_k = Some(k);
-    }
-    if let Some(v) = a.top_p {
-        p.top_p = v;
-    }
-    if let Some(v) = a.min_p {
-        p.min_p = v;
-    }
-    if let Some(v) = a.repeat_penalty {
-        p.repeat_penalty = v;
-    }
-    p.seed = a.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-    });
-    p
 }
 
-fn generate(args: GenerateArgs) -> Result<(), EngineError> {
-    let engine = open(&args.model)?;
+fn generate(args: GenerateArgs) -> CliResult {
+    let local = LocalWorker::open(&args.model, hearth_engine::Kernels::Hearth)?;
     let mut messages = Vec::new();
     if let Some(s) = args.system {
         messages.push(ChatMessage::system(s));
     }
     messages.push(ChatMessage::user(args.prompt));
-    let prompt = engine.encode_chat(&messages)?;
-    let mut config = engine.generation_config(sampling_params(&args.sampling), args.sampling.max_tokens);
-    config.stop_strings = args.sampling.stop.clone();
-    let mut session = engine.new_session(None);
-    let mut turn = session.start_turn(engine.model(), engine.tokenizer(), &prompt, config, 1)?;
+    let settings = settings(&args.sampling);
+    // The prompt as the worker builds it, for the JSON.
+    let prompt = {
+        let job = hearth_worker::ReplyJob::for_request(
+            messages.clone(),
+            settings.clone(),
+            1,
+            Request::default(),
+            Box::new(|_| {}),
+        );
+        hearth_worker::prompt_ids(local.engine(), &job, &settings)?.ids
+    };
     let mut stdout = std::io::stdout().lock();
-    while let Some(events) = turn.step()? {
+    let reply = local.reply(Ask::chat(messages, settings), |_, text| {
         if !args.json {
-            for e in events {
-                let _ = stdout.write_all(e.text.as_bytes());
-            }
+            let _ = stdout.write_all(text.as_bytes());
             let _ = stdout.flush();
         }
-    }
-    let out = turn.finish(0)?;
-    let seq = &out.sequences[0];
-    let s = &out.stats;
+    })?;
+    let s = &reply.stats[0];
     if args.json {
-        let prefill_ms = s.time_to_first_token.as_secs_f64() * 1e3;
-        let decode_ms = s.decode_time.as_secs_f64() * 1e3;
-        let decoded = seq.tokens.len().saturating_sub(1);
+        let decoded = s.generated_tokens.saturating_sub(1) as f64;
+        let decode_ms = if s.tokens_per_s > 0.0 { decoded / s.tokens_per_s * 1e3 } else { 0.0 };
         let v = json!({
             "prompt_tokens": s.prompt_tokens,
             "prompt_token_ids": prompt,
-            "generated_token_ids": seq.tokens,
-            "text": seq.text,
-            "finish_reason": seq.finish.as_str(),
-            "prefill_ms": prefill_ms,
+            "generated_token_ids": s.replay.as_ref().map(|r| r.tokens.clone()).unwrap_or_default(),
+            "text": reply.texts[0],
+            "finish_reason": reply.reason,
+            "prefill_ms": s.ttft_ms,
             "decode_ms": decode_ms,
-            "prefill_tokens_per_s": per_second(s.processed_tokens, prefill_ms),
-            "decode_tokens_per_s": per_second(decoded, decode_ms),
+            "prefill_tokens_per_s": per_second(s.processed_tokens as usize, s.ttft_ms),
+            "decode_tokens_per_s": s.tokens_per_s,
         });
         println!("{v}");
     } else {
         println!();
-        eprintln!("[finish: {}]", seq.finish.as_str());
+        eprintln!("[finish: {}]", reply.reason);
     }
     Ok(())
 }
@@ -520,10 +523,12 @@ fn per_second(n: usize, ms: f64) -> f64 {
     }
 }
 
-fn chat(model: &ModelArgs, sampling: &SamplingArgs, system: Option<String>) -> Result<(), EngineError> {
-    let engine = open(model)?;
+/// Each turn an API request with the whole conversation, as a chat client
+/// sends it: the worker's request cache gives the last turn's back, so a
+/// turn reads only its new tokens.
+fn chat(model: &ModelArgs, sampling: &SamplingArgs, system: Option<String>) -> CliResult {
+    let local = LocalWorker::open(model, hearth_engine::Kernels::Hearth)?;
     let mut messages: Vec<ChatMessage> = system.into_iter().map(ChatMessage::system).collect();
-    let mut session = engine.new_session(None);
     let stdin = std::io::stdin();
     eprint!("> ");
     for line in stdin.lock().lines() {
@@ -533,42 +538,27 @@ fn chat(model: &ModelArgs, sampling: &SamplingArgs, system: Option<String>) -> R
             continue;
         }
         messages.push(ChatMessage::user(line));
-        let prompt = engine.encode_chat(&messages)?;
-        let mut config = engine.generation_config(sampling_params(sampling), sampling.max_tokens);
-        config.stop_strings = sampling.stop.clone();
-        let mut turn = session.start_turn(engine.model(), engine.tokenizer(), &prompt, config, 1)?;
         let mut stdout = std::io::stdout().lock();
-        while let Some(events) = turn.step()? {
-            for e in events {
-                let _ = stdout.write_all(e.text.as_bytes());
-            }
+        let reply = local.reply(Ask::chat(messages.clone(), settings(sampling)), |_, text| {
+            let _ = stdout.write_all(text.as_bytes());
             let _ = stdout.flush();
-        }
-        let out = turn.finish(0)?;
-        let s = &out.stats;
+        })?;
+        let s = &reply.stats[0];
         println!();
         eprintln!(
             "[prompt {} tokens, processed {} this turn, ttft {:.0} ms, {:.1} tok/s, {}]",
-            s.prompt_tokens,
-            s.processed_tokens,
-            s.time_to_first_token.as_secs_f64() * 1e3,
-            per_second(s.generated_tokens.saturating_sub(1), s.decode_time.as_secs_f64() * 1e3),
-            out.sequences[0].finish.as_str()
+            s.prompt_tokens, s.processed_tokens, s.ttft_ms, s.tokens_per_s, reply.reason
         );
-        messages.push(ChatMessage::assistant(out.sequences[0].text.clone()));
+        messages.push(ChatMessage::assistant(reply.texts[0].clone()));
         eprint!("> ");
     }
     Ok(())
 }
 
-fn bench_grammar(
-    model: &ModelArgs,
-    schema: Option<&std::path::Path>,
-    gen_tokens: usize,
-    repeats: usize,
-) -> Result<(), EngineError> {
-    use hearth_engine::{ChatMessage, GrammarSpec, SamplingParams};
-    let engine = open(model)?;
+fn bench_grammar(model: &ModelArgs, schema: Option<&std::path::Path>, gen_tokens: usize, repeats: usize) -> CliResult {
+    use hearth_engine::GrammarSpec;
+    let local = LocalWorker::open(model, hearth_engine::Kernels::Hearth)?;
+    let engine = local.engine();
     let spec = match schema {
         Some(p) => {
             let text = std::fs::read_to_string(p)
@@ -585,38 +575,37 @@ fn bench_grammar(
     let t = Instant::now();
     engine.compile_grammar(&spec)?;
     let compile = t.elapsed().as_secs_f64();
-    let prompt = engine.encode_chat(&[ChatMessage::user("Describe a city as a JSON object.")])?;
-    let sampling = SamplingParams { temperature: 0.0, ..Default::default() };
-    let run = |constrained: bool| -> Result<(usize, f64), EngineError> {
-        let mut config = engine.generation_config(sampling.clone(), gen_tokens);
-        if constrained {
-            config.grammar = Some(grammar.clone());
-        }
-        let mut session = engine.new_session(Some(prompt.len() + gen_tokens + 8));
-        let mut turn = session.start_turn(engine.model(), engine.tokenizer(), &prompt, config, 1)?;
-        let t = Instant::now();
-        let mut steps = 0;
-        while turn.step()?.is_some() {
-            steps += 1;
-        }
-        Ok((steps, t.elapsed().as_secs_f64()))
+    let messages = vec![ChatMessage::user("Describe a city as a JSON object.")];
+    let greedy = ConversationSettings {
+        temperature: 0.0,
+        max_new_tokens: gen_tokens.min(u32::MAX as usize) as u32,
+        ..ConversationSettings::default()
+    };
+    local.settle()?;
+    // A reply's tokens and decode time per token, from a cold cache.
+    let run = |constrained: bool| -> CliResult<(local::Reply, f64)> {
+        local.forget_caches()?;
+        let mut ask = Ask::chat(messages.clone(), greedy.clone());
+        ask.request.grammar = constrained.then(|| spec.clone());
+        let reply = local.reply(ask, |_, _| {})?;
+        let tps = reply.stats[0].tokens_per_s;
+        Ok((reply, if tps > 0.0 { 1.0 / tps } else { 0.0 }))
     };
     let (mut free, mut bound) = ((0, f64::MAX), (0, f64::MAX));
+    let mut constrained_reply = None;
     for _ in 0..repeats.max(1) {
-        let f = run(false)?;
-        let b = run(true)?;
-        free = (f.0, free.1.min(f.1 / f.0.max(1) as f64));
-        bound = (b.0, bound.1.min(b.1 / b.0.max(1) as f64));
+        let (f, f_s) = run(false)?;
+        let (b, b_s) = run(true)?;
+        free = (f.stats[0].generated_tokens, free.1.min(f_s));
+        bound = (b.stats[0].generated_tokens, bound.1.min(b_s));
+        constrained_reply = Some(b);
     }
+    let out = constrained_reply.expect("at least one repeat");
     // The mask alone: the constrained reply's tokens fed back one by one.
-    let mut config = engine.generation_config(sampling, gen_tokens);
-    config.grammar = Some(grammar.clone());
-    let mut session = engine.new_session(Some(prompt.len() + gen_tokens + 8));
-    let out = session.start_turn(engine.model(), engine.tokenizer(), &prompt, config, 1)?.run()?;
-    let tokens = &out.sequences[0].tokens;
+    let tokens = out.stats[0].replay.as_ref().map(|r| r.tokens.clone()).unwrap_or_default();
     let mut constraint = grammar.start();
     let t = Instant::now();
-    for &tok in tokens {
+    for &tok in &tokens {
         constraint.mask()?;
         if !engine.end_tokens().contains(&tok) {
             constraint.consume(tok)?;
@@ -631,7 +620,7 @@ fn bench_grammar(
             "unconstrained": {"tokens": free.0, "ms_per_token": free.1 * 1e3},
             "constrained": {"tokens": bound.0, "ms_per_token": bound.1 * 1e3},
             "mask_alone_ms_per_token": mask * 1e3,
-            "text": out.sequences[0].text,
+            "text": out.texts[0],
         })
     );
     Ok(())
@@ -645,9 +634,9 @@ fn bench(
     batch: usize,
     concurrent: usize,
     json_out: bool,
-) -> Result<(), EngineError> {
-    let engine = open(model)?;
-    let figures = bench_figures(&engine, prompt_tokens, gen_tokens, repeats, batch, concurrent)?;
+) -> CliResult {
+    let local = LocalWorker::open(model, hearth_engine::Kernels::Hearth)?;
+    let figures = bench_figures(&local, prompt_tokens, gen_tokens, repeats, batch, concurrent)?;
     let f = |k: &str| figures[k].as_f64().unwrap_or(0.0);
     if let (false, Some(c)) = (json_out, figures["concurrent"].as_object()) {
         println!(
@@ -676,53 +665,104 @@ fn bench(
     Ok(())
 }
 
-/// `bench`'s figures for `engine`, as the JSON object `--json` prints.
+/// At most this many sequences sampled from one prompt, as the app's
+/// "Generate N" and the API's `n` allow.
+const MAX_SEQUENCES: usize = 8;
+
+/// `bench`'s figures, as the JSON object `--json` prints: every reply runs
+/// through the app's worker (`local`), from a cold cache, as an API request
+/// of `prompt_tokens` tokens that samples `gen_tokens` decode steps after
+/// its first token, past any end token.
 pub(crate) fn bench_figures(
-    engine: &Engine,
+    local: &LocalWorker,
     prompt_tokens: usize,
     gen_tokens: usize,
     repeats: usize,
     batch: usize,
     concurrent: usize,
-) -> Result<serde_json::Value, EngineError> {
-    let m = engine.model();
+) -> CliResult<serde_json::Value> {
+    if batch > MAX_SEQUENCES {
+        return Err(format!("--batch: at most {MAX_SEQUENCES} sequences from one prompt, as Generate N").into());
+    }
+    let engine = local.engine();
     // A fixed, ordinary English text, repeated to the requested length.
     let seed_text = "The quick brown fox jumps over the lazy dog while the river runs past the old mill and the farmers gather the harvest before the rain. ";
     let ids = engine.tokenizer().encode(&seed_text.repeat(prompt_tokens / 20 + 2), false, false)?;
     let prompt: Vec<u32> = ids[..prompt_tokens.max(1)].to_vec();
+    let settings = |temperature: f32, seed: u32| ConversationSettings {
+        temperature,
+        seed: Some(seed),
+        // The first token comes from the prompt's pass; `gen_tokens` steps follow.
+        max_new_tokens: (gen_tokens + 1).min(u32::MAX as usize) as u32,
+        context_length: ((prompt.len() + gen_tokens + 8).max(16)).min(u32::MAX as usize) as u32,
+        ..ConversationSettings::default()
+    };
+    let ask = |ids: Vec<u32>, settings: ConversationSettings, sequences: usize| {
+        let request = Request { raw_prompt: Some(RawPrompt::Ids(ids)), ignore_end_tokens: true, ..Request::default() };
+        Ask { request, sequences, ..Ask::chat(Vec::new(), settings) }
+    };
+    // Decode seconds from each sequence's rate (`gen_tokens` steps after its first token).
+    let decode_s = |tokens_per_s: f64| if tokens_per_s > 0.0 { gen_tokens as f64 / tokens_per_s } else { f64::MAX };
+    local.settle()?;
     let mut best_prefill = f64::MAX;
     let mut best_decode = f64::MAX;
     for _ in 0..repeats.max(1) {
-        let mut cache = m.new_cache(prompt.len() + gen_tokens + 1);
-        let t = Instant::now();
-        let mut logits = None;
-        for chunk in prompt.chunks(hearth_engine::model::PREFILL_CHUNK) {
-            logits = Some(m.forward(&[chunk.to_vec()], &mut cache)?);
+        local.forget_caches()?;
+        let reply = local.reply(ask(prompt.clone(), settings(0.0, 0), 1), |_, _| {})?;
+        let s = &reply.stats[0];
+        if s.processed_tokens as usize != prompt.len() {
+            return Err(format!(
+                "the prompt was read from a cache ({} of {} tokens run)",
+                s.processed_tokens,
+                prompt.len()
+            )
+            .into());
         }
-        let mut next = hearth_engine::sampling::argmax(&logits.expect("non-empty prompt").to_vec2::<f32>()?[0]);
-        best_prefill = best_prefill.min(t.elapsed().as_secs_f64());
-        let t = Instant::now();
-        for _ in 0..gen_tokens {
-            let l = m.forward(&[vec![next]], &mut cache)?;
-            next = hearth_engine::sampling::argmax(&l.to_vec2::<f32>()?[0]);
-        }
-        best_decode = best_decode.min(t.elapsed().as_secs_f64());
+        best_prefill = best_prefill.min(s.ttft_ms / 1e3);
+        best_decode = best_decode.min(decode_s(s.tokens_per_s));
     }
     let prefill_tps = prompt.len() as f64 / best_prefill;
     let decode_tps = gen_tokens as f64 / best_decode;
     let threads = hearth_engine::worker_pool::WorkerPool::global().threads();
+    // The best wall time of the decode steps of `sequences` sampled
+    // (temperature 0.8) from one prompt: the slowest sequence's.
+    let batch_decode_seconds = |sequences: usize| -> CliResult<f64> {
+        let mut best = f64::MAX;
+        for _ in 0..repeats.max(1) {
+            local.forget_caches()?;
+            let reply = local.reply(ask(prompt.clone(), settings(0.8, 7), sequences), |_, _| {})?;
+            let wall = reply.stats.iter().map(|s| decode_s(s.tokens_per_s)).fold(0.0, f64::max);
+            best = best.min(wall);
+        }
+        Ok(best)
+    };
     let batched = if batch > 1 {
-        let one = batch_decode_seconds(engine, &prompt, gen_tokens, 1, repeats)?;
-        let many = batch_decode_seconds(engine, &prompt, gen_tokens, batch, repeats)?;
+        let one = batch_decode_seconds(1)?;
+        let many = batch_decode_seconds(batch)?;
         Some(
             json!({"batch": batch, "one_sequence_s": one, "batch_s": many, "wall_ratio": many / one, "batch_tokens_per_s": (batch * gen_tokens) as f64 / many}),
         )
     } else {
         None
     };
+    // Each of `n` conversations' decode speed when their replies run
+    // together, as the worker runs several conversations' replies: their
+    // decode steps as one pass, prefill in chunks between them. Each has a
+    // prompt of its own, so none shares another's cache.
+    let concurrent_decode_rates = |n: usize| -> CliResult<Vec<f64>> {
+        local.forget_caches()?;
+        let pending = (0..n)
+            .map(|i| {
+                let mut own = prompt.clone();
+                own.rotate_left(i % prompt.len().max(1));
+                local.submit(ask(own, settings(0.8, 7 + i as u32), 1))
+            })
+            .collect::<CliResult<Vec<_>>>()?;
+        pending.into_iter().map(|p| Ok(p.wait(|_, _| {})?.stats[0].tokens_per_s)).collect()
+    };
     let concurrently = if concurrent > 1 {
-        let alone = concurrent_decode_rates(engine, &prompt, gen_tokens, 1)?[0];
-        let each = concurrent_decode_rates(engine, &prompt, gen_tokens, concurrent)?;
+        let alone = concurrent_decode_rates(1)?[0];
+        let each = concurrent_decode_rates(concurrent)?;
         let worst = each.iter().copied().fold(f64::MAX, f64::min);
         Some(
             json!({"conversations": concurrent, "alone_tokens_per_s": alone, "each_tokens_per_s": each, "worst_ratio": worst / alone}),
@@ -745,113 +785,6 @@ pub(crate) fn bench_figures(
         "batched": batched,
         "concurrent": concurrently,
     }))
-}
-
-/// The best decode time of `gen_tokens` steps for `batch` sequences sampled
-/// (temperature 0.8, no end token) from one prefilled prompt.
-fn batch_decode_seconds(
-    engine: &Engine,
-    prompt: &[u32],
-    gen_tokens: usize,
-    batch: usize,
-    repeats: usize,
-) -> Result<f64, EngineError> {
-    let mut best = f64::MAX;
-    for _ in 0..repeats.max(1) {
-        let mut session = engine.new_session(Some(prompt.len() + gen_tokens + 8));
-        let mut config = engine
-            .generation_config(SamplingParams { temperature: 0.8, seed: 7, ..SamplingParams::default() }, gen_tokens);
-        config.end_tokens.clear();
-        let mut turn = session.start_turn(engine.model(), engine.tokenizer(), prompt, config, batch)?;
-        let t = Instant::now();
-        while turn.step()?.is_some() {}
-        best = best.min(t.elapsed().as_secs_f64());
-    }
-    Ok(best)
-}
-
-/// Each of `n` conversations' decode speed (tokens after its first, per
-/// second from its first to its last) when their replies run as the app's
-/// worker runs them: their decode steps as one pass, prefill in 128-token
-/// chunks between them while others are running.
-fn concurrent_decode_rates(
-    engine: &Engine,
-    prompt: &[u32],
-    gen_tokens: usize,
-    n: usize,
-) -> Result<Vec<f64>, EngineError> {
-    use hearth_engine::Advance;
-    let (m, tok) = (engine.model(), engine.tokenizer());
-    let mut turns = Vec::new();
-    for i in 0..n {
-        let mut config = engine.generation_config(
-            SamplingParams { temperature: 0.8, seed: 7 + i as u64, ..SamplingParams::default() },
-            gen_tokens,
-        );
-        config.end_tokens.clear();
-        // Each conversation its own prompt, so no cache is shared.
-        let mut own = prompt.to_vec();
-        own.rotate_left(i % prompt.len().max(1));
-        let turn = engine
-            .new_session(Some(prompt.len() + gen_tokens + 8))
-            .into_turn(m, tok, own, config)
-            .map_err(|(_, e)| e)?;
-        turns.push(turn);
-    }
-    let mut first: Vec<Option<Instant>> = vec![None; n];
-    let mut last: Vec<Option<Instant>> = vec![None; n];
-    let mut count = vec![0usize; n];
-    let mut done = vec![false; n];
-    while done.iter().any(|d| !d) {
-        let running = done.iter().filter(|d| !**d).count();
-        // Those ready to decode run one pass together, as the worker runs them.
-        let mut ready = Vec::new();
-        let mut inputs = Vec::new();
-        let mut caches = Vec::new();
-        for (i, t) in turns.iter_mut().enumerate() {
-            if done[i] {
-                continue;
-            }
-            if let Some((token, cache)) = t.decode_input(m, tok) {
-                ready.push(i);
-                inputs.push(token);
-                caches.push(cache);
-            }
-        }
-        let mut given: Vec<Option<Vec<f32>>> = vec![None; n];
-        if ready.len() > 1 {
-            for (&i, l) in ready.iter().zip(m.decode_step_many(&inputs, &mut caches)?) {
-                given[i] = Some(l);
-            }
-        }
-        drop(caches);
-        for i in 0..n {
-            if done[i] {
-                continue;
-            }
-            turns[i].set_prefill_rows(if running > 1 { 128 } else { hearth_engine::model::PREFILL_CHUNK });
-            let advanced = match given[i].take() {
-                Some(logits) => turns[i].advance_given(m, tok, logits)?,
-                None => turns[i].advance(m, tok)?,
-            };
-            match advanced {
-                Advance::Tokens(events) => {
-                    let now = Instant::now();
-                    first[i].get_or_insert(now);
-                    last[i] = Some(now);
-                    count[i] += events.len();
-                }
-                Advance::Prefill(_) => {}
-                Advance::Done => done[i] = true,
-            }
-        }
-    }
-    Ok((0..n)
-        .map(|i| match (first[i], last[i]) {
-            (Some(a), Some(b)) if count[i] > 1 => (count[i] - 1) as f64 / (b - a).as_secs_f64(),
-            _ => 0.0,
-        })
-        .collect())
 }
 
 /// High-water mark of resident memory, where the OS reports it.

@@ -75,9 +75,30 @@ fn bench_batch_compares_n_sequences_with_one() {
     assert!(b["one_sequence_s"].as_f64().unwrap() > 0.0 && b["batch_s"].as_f64().unwrap() > 0.0);
     let ratio = b["wall_ratio"].as_f64().unwrap();
     assert!((ratio - b["batch_s"].as_f64().unwrap() / b["one_sequence_s"].as_f64().unwrap()).abs() < 1e-9);
+    // More than Generate N's eight is refused, not measured as eight.
+    let (ok, _, err) = cli(&["bench", "--prompt-tokens", "8", "--gen-tokens", "2", "--repeats", "1", "--batch", "9"]);
+    assert!(!ok && err.contains("at most 8"), "{err}");
     // Without --batch there is nothing batched to report.
     let (_, out, _) = cli(&["bench", "--prompt-tokens", "8", "--gen-tokens", "2", "--repeats", "1", "--json"]);
     assert!(serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()["batched"].is_null());
+}
+
+/// `bench --concurrent` runs its conversations through the app's worker
+/// (one scheduler for the app, the API and the CLI): each reply's rate is
+/// the one the worker records for it.
+#[test]
+fn bench_concurrent_compares_conversations_written_together_with_one_alone() {
+    let (ok, out, err) =
+        cli(&["bench", "--prompt-tokens", "16", "--gen-tokens", "6", "--repeats", "1", "--concurrent", "3", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let c = &v["concurrent"];
+    assert_eq!(c["conversations"], 3);
+    let each: Vec<f64> = c["each_tokens_per_s"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    assert_eq!(each.len(), 3);
+    assert!(each.iter().all(|&r| r > 0.0), "{each:?}");
+    let worst = each.iter().copied().fold(f64::MAX, f64::min);
+    assert!((c["worst_ratio"].as_f64().unwrap() - worst / c["alone_tokens_per_s"].as_f64().unwrap()).abs() < 1e-9);
 }
 
 #[test]

@@ -7,7 +7,7 @@
 //! `cargo test` builds it as `target/debug/examples/scripted_gpt_oss`.
 
 #[path = "../tests/common/o200k.rs"]
-#[allow(dead_code)]
+#[allow(dead_code, reason = "this example uses part of the shared vocabulary helper")]
 mod o200k;
 
 fn main() {

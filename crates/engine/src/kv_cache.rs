@@ -167,7 +167,7 @@ impl<'a> HostKv<'a> {
 fn transpose_into(rows: &mut [std::mem::MaybeUninit<f16>], n: usize, keys: &[f16], kd: usize, dims: Range<usize>) {
     assert!(rows.len() == dims.len() * n && keys.len() >= n * kd && dims.end <= kd);
     let width = dims.len();
-    #[allow(unused_mut)] // only x86-64 takes blocks of eight first
+    #[allow(unused_mut, reason = "only x86-64 takes blocks of eight first")]
     let mut i = 0;
     #[cfg(target_arch = "x86_64")]
     while i + 8 <= n {

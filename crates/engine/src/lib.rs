@@ -52,6 +52,6 @@ pub use sampler_loop::{
 pub use sampling::{Rng, SamplingParams};
 pub use session::{Advance, OwnedTurn, PrefillStart, Progress, Session, StopFn, Turn, TurnOutput, TurnStats};
 pub use session_file::{CacheIdentity, Restored};
-pub use template::{ChatMessage, ChatTemplate, Clock, Role};
+pub use template::{ChatMessage, ChatTemplate, Clock, Role, ToolCall};
 pub use tokenizer::Tokenizer;
-pub use tools::{ToolCall, ToolChoice, ToolFormat, ToolSpec, Tools};
+pub use tools::{ToolChoice, ToolFormat, ToolSpec, Tools};

@@ -341,8 +341,7 @@ impl Session {
     /// conversations' turns in turn (`OwnedTurn::advance`): it reads what
     /// the cache lacks of `prompt` in chunks. On failure the session comes
     /// back with the error.
-    // The session comes back by value on failure, for the caller to keep.
-    #[allow(clippy::result_large_err)]
+    #[allow(clippy::result_large_err, reason = "the session comes back by value on failure, for the caller to keep")]
     pub fn into_turn(
         mut self,
         model: &Model,
@@ -365,7 +364,7 @@ impl Session {
     /// [`Session::start_replay`]), a pass per `advance`: the logits, and so
     /// with the same seed the tokens, are the bits of the turn that
     /// recorded `passes`, whether this cache is cold, restored or warm.
-    #[allow(clippy::result_large_err)]
+    #[allow(clippy::result_large_err, reason = "the session comes back by value on failure, for the caller to keep")]
     pub fn into_replay_turn(
         mut self,
         model: &Model,
@@ -386,7 +385,10 @@ impl Session {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the prefill's results (logits, count, start time) beside the sampler and the prompt; built once per turn"
+    )]
     fn begin_turn<'a>(
         &'a mut self,
         model: &'a Model,
@@ -488,7 +490,7 @@ impl OwnedTurn {
     }
 
     /// A turn whose cache already holds its prompt, with its `logits`.
-    #[allow(clippy::result_large_err)]
+    #[allow(clippy::result_large_err, reason = "the session comes back by value on failure, for the caller to keep")]
     fn sampling(
         session: Session,
         model: &Model,

@@ -4,7 +4,9 @@
 
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{context, Environment, Error as JinjaError, ErrorKind};
+use serde::ser::SerializeMap;
 use serde::Serialize;
+use serde_json::{json, Value};
 
 use crate::error::{EngineError, Result};
 
@@ -38,10 +40,33 @@ pub struct ChatMessage {
     /// The calls a reply made (OpenAI's `tool_calls`), as templates read
     /// them: `{id, type: "function", function: {name, arguments}}`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool_calls: Option<Vec<crate::tools::ToolCall>>,
+    pub tool_calls: Option<Vec<ToolCall>>,
     /// A tool message's answer to this call.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+}
+
+/// A call a reply made, as its message carries it (the calls are read out
+/// of a reply in `tools`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// The arguments as JSON text.
+    pub arguments: String,
+}
+
+impl Serialize for ToolCall {
+    /// OpenAI's shape, the arguments as an object where they parse (what
+    /// templates such as Qwen's `tojson` expect), else as the text.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let arguments = serde_json::from_str::<Value>(&self.arguments).unwrap_or(Value::String(self.arguments.clone()));
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("id", &self.id)?;
+        m.serialize_entry("type", "function")?;
+        m.serialize_entry("function", &json!({"name": self.name, "arguments": arguments}))?;
+        m.end()
+    }
 }
 
 impl ChatMessage {

@@ -416,8 +416,7 @@ struct Cut {
 }
 
 /// How text becomes ids.
-// One per model, built once and never moved in a hot path.
-#[allow(clippy::large_enum_variant)]
+#[allow(clippy::large_enum_variant, reason = "one per model, built once and never moved in a hot path")]
 enum Encoder {
     /// Byte-level BPE (`gpt2`) or a `tokenizer.json`, through the `tokenizers` crate.
     Hf {

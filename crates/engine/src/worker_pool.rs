@@ -344,7 +344,10 @@ impl<'a, T> DisjointSlice<'a, T> {
     /// # Safety
     /// No other task touches `range` during the region.
     #[inline]
-    #[allow(clippy::mut_from_ref)]
+    #[allow(
+        clippy::mut_from_ref,
+        reason = "the caller promises disjoint ranges (see Safety): the slice is the region's own"
+    )]
     pub(crate) unsafe fn slice(&self, range: std::ops::Range<usize>) -> &mut [T] {
         assert!(range.start <= range.end && range.end <= self.len);
         std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.end - range.start)

@@ -4,7 +4,7 @@
 //! on purpose.
 
 #[path = "../../engine/tests/common/o200k.rs"]
-#[allow(dead_code)]
+#[allow(dead_code, reason = "this binary uses part of the shared vocabulary helper")]
 mod o200k;
 
 use std::io::{Read, Write};

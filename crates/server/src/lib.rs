@@ -253,7 +253,12 @@ async fn generate(api: Arc<Api>, body: Body, endpoint: Endpoint) -> Result<Respo
             ApiError::field("tools", message)
         })?;
     }
-    let request = Request { logprobs: g.logprobs, raw_prompt: g.raw_prompt.clone(), grammar: g.grammar.clone() };
+    let request = Request {
+        logprobs: g.logprobs,
+        raw_prompt: g.raw_prompt.clone().map(hearth_worker::RawPrompt::Text),
+        grammar: g.grammar.clone(),
+        ..Request::default()
+    };
     let mut job = ReplyJob::for_request(
         g.messages.clone(),
         g.settings.clone(),

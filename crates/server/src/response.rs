@@ -60,7 +60,10 @@ pub struct Ended {
 }
 
 impl Reply {
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the request's choices as the handler read them, each used once to set the stream up"
+    )]
     pub fn new(
         endpoint: Endpoint,
         model: String,

@@ -5,7 +5,7 @@
 //! known Harmony reply (`crates/engine/tests/common/o200k.rs`).
 
 #[path = "../../engine/tests/common/o200k.rs"]
-#[allow(dead_code)]
+#[allow(dead_code, reason = "this binary uses part of the shared vocabulary helper")]
 mod o200k;
 
 mod common;

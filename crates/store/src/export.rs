@@ -104,7 +104,7 @@ struct PlainMessage {
     role: Role,
     content: String,
     #[serde(default)]
-    #[allow(dead_code)]
+    #[allow(dead_code, reason = "read so that a file with the field parses; the name is not kept")]
     name: Option<String>,
 }
 

@@ -17,6 +17,14 @@ pub struct WorkerConfig {
     /// Disk space cache files never take: a save that would leave less is
     /// skipped (the conversation itself is never at stake).
     pub disk_reserve_bytes: u64,
+    /// The kernels models run with: Hearth's own but for the CLI's device
+    /// check, which runs a GPU's graph pass on the CPU.
+    pub kernels: hearth_engine::Kernels,
+    /// Hash each model file after loading it, on a thread of its own, for
+    /// saved caches, bundles and reply records to name it. Off for the CLI,
+    /// which saves nothing: reading a large file beside the model would
+    /// cost its replies memory bandwidth (a replay hashes when it needs to).
+    pub hash_model_files: bool,
     pub test_hooks: TestHooks,
 }
 
@@ -26,6 +34,8 @@ impl Default for WorkerConfig {
             caches_dir: None,
             device: None,
             disk_reserve_bytes: DEFAULT_DISK_RESERVE,
+            kernels: hearth_engine::Kernels::default(),
+            hash_model_files: true,
             test_hooks: TestHooks::default(),
         }
     }

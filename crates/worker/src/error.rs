@@ -107,9 +107,3 @@ impl From<hearth_download::DownloadError> for AppError {
         Self::new(kind, e.to_string())
     }
 }
-
-impl<T> From<std::sync::PoisonError<T>> for AppError {
-    fn from(_: std::sync::PoisonError<T>) -> Self {
-        Self::new(ErrorKind::Internal, "an earlier request crashed while holding the database; restart Hearth")
-    }
-}

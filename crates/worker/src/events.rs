@@ -12,9 +12,10 @@ use crate::error::AppError;
 #[derive(Debug, Clone, PartialEq, Serialize, TS)]
 #[serde(tag = "event", content = "data", rename_all = "camelCase")]
 #[ts(export, export_to = "bindings/")]
-// Sent a few times a second, serialised at once: boxing the large variants
-// would save nothing worth an allocation.
-#[allow(clippy::large_enum_variant)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "sent a few times a second and serialised at once: boxing the large variants would save nothing worth an allocation"
+)]
 pub enum GenerationEvent {
     /// Waiting behind other conversations; 1 means next.
     #[serde(rename_all = "camelCase")]

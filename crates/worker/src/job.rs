@@ -47,12 +47,24 @@ pub struct Request {
     /// `Some(k)`: each token's log-probability and k likeliest alternatives
     /// go with it in `tokens` events.
     pub logprobs: Option<usize>,
-    /// A prompt tokenized as it is (`/v1/completions`), in place of the
-    /// messages rendered through the chat template.
-    pub raw_prompt: Option<String>,
+    /// A prompt as it is (`/v1/completions`, a benchmark's tokens), in
+    /// place of the messages rendered through the chat template.
+    pub raw_prompt: Option<RawPrompt>,
     /// A grammar every sequence's reply follows (`response_format`,
     /// `grammar`), compiled for the model the reply runs on.
     pub grammar: Option<hearth_engine::GrammarSpec>,
+    /// Sample past the model's end tokens, to the token limit (llama.cpp's
+    /// `ignore_eos`): a benchmark's replies of a fixed length.
+    pub ignore_end_tokens: bool,
+}
+
+/// A prompt given as it is rather than as messages.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RawPrompt {
+    /// Text, tokenized with the model's start token where it adds one.
+    Text(String),
+    /// Token ids, read as they are.
+    Ids(Vec<u32>),
 }
 
 impl ReplyJob {

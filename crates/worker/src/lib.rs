@@ -51,7 +51,7 @@ use hearth_store::Store;
 pub use budgets::CacheBudgets;
 pub use caches::CacheState;
 pub use config::{TestHooks, WorkerConfig};
-pub use job::{ReplyJob, Request};
+pub use job::{RawPrompt, ReplyJob, Request};
 pub use remote::RemoteTarget;
 pub use reply::{prompt_ids, Prompt};
 pub use tokio_util::sync::{CancellationToken, DropGuard};
@@ -495,7 +495,7 @@ impl WorkerThread {
             choice
                 .parse::<hearth_engine::DeviceChoice>()
                 .and_then(|c| c.open())
-                .and_then(|device| Engine::open_on(&path, &device))
+                .and_then(|device| Engine::open_with(&path, &device, self.config.kernels))
         })
         .unwrap_or_else(|panic| {
             Err(EngineError::CorruptModel {
@@ -525,7 +525,9 @@ impl WorkerThread {
                 }
                 let engine = Arc::new(engine);
                 lock(&self.shared.queue).model.engine = Some(engine.clone());
-                self.hash_file(&engine, &shown);
+                if self.config.hash_model_files {
+                    self.hash_file(&engine, &shown);
+                }
                 self.engine = Some(engine);
                 self.set_status(status);
             }

@@ -149,6 +149,9 @@ pub(super) fn job_config(
     if let Some(r) = &job.request {
         // At least one, for the chosen token's own log-probability.
         config.top_logprobs = r.logprobs.map_or(0, |k| k.max(1));
+        if r.ignore_end_tokens {
+            config.end_tokens.clear();
+        }
     }
     // A grammar asked for, or a call the tool choice requires.
     let asked = job.request.as_ref().and_then(|r| r.grammar.clone());
@@ -270,8 +273,9 @@ pub fn prompt_ids(
     settings: &ConversationSettings,
 ) -> Result<Prompt, AppError> {
     let (context, reserve) = crate::context::window(settings, engine.model().config().context_length);
-    let (mut prompt, dropped, reply_start) = match job.request.as_ref().and_then(|r| r.raw_prompt.as_deref()) {
-        Some(text) => (engine.tokenizer().encode(text, true, false)?, 0, None),
+    let (mut prompt, dropped, reply_start) = match job.request.as_ref().and_then(|r| r.raw_prompt.as_ref()) {
+        Some(crate::RawPrompt::Text(text)) => (engine.tokenizer().encode(text, true, false)?, 0, None),
+        Some(crate::RawPrompt::Ids(ids)) => (ids.clone(), 0, None),
         None => {
             let options = prompt_options(settings);
             let tools = &job.tools;

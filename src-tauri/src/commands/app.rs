@@ -2,13 +2,13 @@
 
 use tauri::{AppHandle, Runtime, State};
 
-use crate::error::{AppError, AppResult, ErrorKind};
+use crate::error::{locked, AppError, AppResult, ErrorKind};
 use crate::startup::{move_aside, StartupError, StartupFailure};
 
 /// Why the app could not open its data at start, or null.
 #[tauri::command]
 pub async fn app_startup_error(failure: State<'_, StartupFailure>) -> AppResult<Option<StartupError>> {
-    Ok(failure.0.lock()?.clone())
+    Ok(locked(&failure.0).clone())
 }
 
 /// Moves the database that failed to open aside (kept, renamed) and starts
@@ -18,7 +18,7 @@ pub async fn app_move_database_aside<R: Runtime>(
     app: AppHandle<R>,
     failure: State<'_, StartupFailure>,
 ) -> AppResult<String> {
-    let mut current = failure.0.lock()?;
+    let mut current = locked(&failure.0);
     let database = current.as_ref().and_then(|f| f.database.clone()).ok_or_else(|| {
         AppError::new(ErrorKind::InvalidSettings, "the database opened normally; there is nothing to move aside")
     })?;

@@ -63,7 +63,7 @@ async fn tool_offer(
 
 /// Adds `variants` empty replies under `parent` (the first one shown) and
 /// queues them as one batch, offered `offer`'s tools.
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, reason = "the command's arguments after validation, each used once")]
 fn start_reply(
     state: &AppState,
     store: &Store,

@@ -9,7 +9,7 @@ use tauri::ipc::Channel;
 use tauri::{Manager, Runtime, State};
 use ts_rs::TS;
 
-use crate::error::{AppError, AppResult, ErrorKind};
+use crate::error::{locked, AppError, AppResult, ErrorKind};
 use crate::events::{DownloadEvent, ModelStatus};
 use crate::state::AppState;
 
@@ -240,7 +240,7 @@ pub async fn models_download_default<R: Runtime>(
 ) -> AppResult<()> {
     let cancel = Arc::new(AtomicBool::new(false));
     {
-        let mut current = state.download.lock()?;
+        let mut current = locked(&state.download);
         if current.is_some() {
             return Err(AppError::new(ErrorKind::Busy, "the model is already downloading"));
         }
@@ -261,9 +261,7 @@ pub async fn models_download_default<R: Runtime>(
                 }
             });
             let state = app.state::<AppState>();
-            if let Ok(mut d) = state.download.lock() {
-                *d = None;
-            }
+            *locked(&state.download) = None;
             let _ = match result {
                 Ok(path) => {
                     state.worker.load_model(path.clone());
@@ -279,7 +277,7 @@ pub async fn models_download_default<R: Runtime>(
 /// Stops the download; what arrived is kept, so the next try resumes.
 #[tauri::command]
 pub async fn models_download_cancel(state: State<'_, AppState>) -> AppResult<bool> {
-    Ok(match state.download.lock()?.as_ref() {
+    Ok(match locked(&state.download).as_ref() {
         Some(flag) => {
             flag.store(true, Ordering::Relaxed);
             true

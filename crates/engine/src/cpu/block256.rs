@@ -356,8 +356,10 @@ pub(crate) mod x86 {
     /// Every `y[a]` must hold at least `x.len()` blocks: block `i` of each is
     /// read by unchecked index for every `i < x.len()`.
     #[inline(always)]
-    // Lanes and rows index several arrays by the same index, as the C they follow.
-    #[allow(clippy::needless_range_loop)]
+    #[allow(
+        clippy::needless_range_loop,
+        reason = "lanes and rows index several arrays by the same index, as the C they follow"
+    )]
     unsafe fn dot_rows<B: Block256, const R: usize, const AVX512: bool>(
         x: &[B],
         y: [&[Q8KBlock]; R],

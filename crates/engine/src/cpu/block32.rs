@@ -258,7 +258,7 @@ impl RowPairs {
 /// `pairs` may hold activation rows `row..row + 4` laid out for AVX-512.
 /// `decoding`: these are all the rows, so each weight row is read once and
 /// the kernel asks for rows ahead (a prefill's tiles reread them from cache).
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, reason = "a kernel's operands, inlined into its callers' loops")]
 pub(crate) fn column_range<B: Block32>(
     blocks: &[B],
     kb: usize,
@@ -450,8 +450,10 @@ pub(crate) mod x86 {
     /// every `y[a]` must hold at least `x[0].len()` blocks: the loop reads
     /// blocks `0..x[0].len()` of each by unchecked index.
     #[inline(always)]
-    // Lanes and rows index several arrays by the same index, as the C they follow.
-    #[allow(clippy::needless_range_loop)]
+    #[allow(
+        clippy::needless_range_loop,
+        reason = "lanes and rows index several arrays by the same index, as the C they follow"
+    )]
     pub unsafe fn tile<B: Block32, const W: usize, const R: usize, const VNNI: bool>(
         x: [&[B]; W],
         y: [&[Q8Block]; R],
@@ -702,8 +704,10 @@ pub(crate) mod x86 {
     /// of `qs`, `d` and `offset` and `kb` sums of `s` from there (aligned
     /// loads: the vectors' element types are aligned for them).
     #[inline(always)]
-    // Lanes and rows index several arrays by the same index, as the C they follow.
-    #[allow(clippy::needless_range_loop)]
+    #[allow(
+        clippy::needless_range_loop,
+        reason = "lanes and rows index several arrays by the same index, as the C they follow"
+    )]
     unsafe fn tile_pairs<B: Block32, const W: usize, const G: usize>(
         x: [&[B]; W],
         runs: &[Runs; G],

@@ -104,7 +104,7 @@ impl FloatRows {
     /// Weight row `col` against `rows` rounded activation rows. `prompt`:
     /// the rows are one sequence's prompt, which llama.cpp multiplies with
     /// tinyBLAS (f32 weights) rather than a dot product per output.
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments, reason = "a kernel's operands, inlined into its callers' loops")]
     pub(crate) fn dot_rows(
         &self,
         k: usize,

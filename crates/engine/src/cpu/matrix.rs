@@ -471,7 +471,7 @@ impl QuantMatrix {
 /// # Safety
 /// As `QuantMatrix::matmul_cols`: no other thread may read or write
 /// `out[row × ld + col]` for `row < rows`, `col` in `cols`, meanwhile.
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, reason = "a kernel's operands, inlined into its callers' loops")]
 unsafe fn cols32<B: Block32>(
     blocks: &[B],
     kb: usize,
@@ -512,7 +512,7 @@ unsafe fn cols32<B: Block32>(
 /// # Safety
 /// As `QuantMatrix::matmul_cols`: no other thread may read or write
 /// `out[row × ld + col]` for `row < rows`, `col` in `cols`, meanwhile.
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, reason = "a kernel's operands, inlined into its callers' loops")]
 unsafe fn cols256<B: Block256>(
     blocks: &[B],
     kb: usize,

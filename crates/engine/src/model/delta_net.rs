@@ -126,7 +126,10 @@ impl DeltaNet {
     /// `h` `[rows, n_embd]`, each sequence's rows read in order against (and
     /// advancing) its cache's state. `sequence_rows` as in `QuantMatrix::matmul_cols`.
     // The pass's buffers and rows, as the attention layers take them.
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the pass's pool and scratch beside the rows, the sequences' states and the output"
+    )]
     pub(super) fn forward_host(
         &self,
         pool: &WorkerPool,

@@ -134,7 +134,10 @@ impl Experts {
     /// `rows` rows of `h` (normed FFN inputs), over the experts each row
     /// picked by the router from `router_input` (Gemma 4's own), else from
     /// `h`; `sequence_rows` as in `QuantMatrix::matmul_cols`.
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the pass's pool and scratch beside the rows, the router's input and the output"
+    )]
     pub(super) fn forward_host(
         &self,
         pool: &WorkerPool,

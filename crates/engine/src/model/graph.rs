@@ -538,7 +538,10 @@ impl GraphKv<'_, '_> {
     /// `source` holds for each cache's rows (`rows`, a range of the batch):
     /// the keys, the values and the mask, the outputs stacked back in row
     /// order.
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the graph pass's layer, its new keys and values, the batch's shape and the attention to run"
+    )]
     fn attend(
         &mut self,
         layer: usize,

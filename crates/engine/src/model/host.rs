@@ -223,7 +223,10 @@ impl Model {
         x
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one layer of the host pass: the pass's pool, buffers, RoPE table and caches beside the layer's own inputs (a step context is to come with one file per family)"
+    )]
     fn block_host(
         &self,
         pool: &WorkerPool,
@@ -346,7 +349,10 @@ impl Model {
     }
 
     /// A dense gated FFN of `buf.h` into `buf.o`.
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the pass's pool and buffers beside the three matrices and the batch's shape"
+    )]
     fn dense_ffn(
         &self,
         pool: &WorkerPool,
@@ -375,7 +381,10 @@ impl Model {
 
     /// A layer's attention of `buf.h` into `buf.o`, its keys and values
     /// written into the caches.
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the pass's pool, buffers, RoPE table and caches beside the layer's attention"
+    )]
     fn attention_host(
         &self,
         pool: &WorkerPool,
@@ -589,7 +598,7 @@ impl Model {
     /// (where the layer `stores` its own) and attends with the queries
     /// (`buf.q`) into `buf.attn`: the part of attention every kind of
     /// layer shares (MLA's too, `mla_host`).
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments, reason = "the pass's pool, buffers and caches beside the layer's choices")]
     fn store_and_attend(
         &self,
         pool: &WorkerPool,
@@ -675,7 +684,10 @@ impl Model {
     /// position, softmax by head, weighted values by dimension), so that
     /// two threads share three KV heads evenly. `sinks`: each query
     /// head's sink logit (see `attention::softmax`).
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "a kernel's operands: the cache, the queries and outputs, the batch's shape, the window and the scale"
+    )]
     fn attention(
         &self,
         pool: &WorkerPool,
@@ -757,7 +769,10 @@ impl Model {
     /// per (row, head) in one region, each computed as `attention` computes
     /// it for that row alone (one region per row would leave a thread idle
     /// at the end of each).
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "a kernel's operands: the caches and positions, the queries and outputs, the window and the scale"
+    )]
     fn attention_caches(
         &self,
         pool: &WorkerPool,
@@ -799,7 +814,10 @@ impl Model {
     }
 
     /// A decode step's attention over a long history, in three regions.
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "a kernel's operands: the shape, queries and outputs, the span of positions, the scale and how to read a head"
+    )]
     fn attention_long_decode<'a>(
         &self,
         pool: &WorkerPool,
@@ -868,7 +886,7 @@ impl Model {
 /// as llama.cpp's start at position 0; positions masked for one query but
 /// not another are scored and then set to −∞. `sinks[g]` is query `g`'s
 /// head's sink logit, −∞ for none.
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, reason = "a kernel's operands, as ggml's flash attention takes them")]
 fn attend(
     outs: &mut [&mut [f32]],
     queries: &[&[f32]],
@@ -1050,7 +1068,7 @@ fn norm_in_place(n: &Norm, x: &mut [f32], width: usize) {
 /// (GGUF's permuted llama weights) or the two halves of those dimensions
 /// (NeoX); the rest pass unchanged (partial rotary). The multiply-adds are
 /// fused the way GCC fuses llama.cpp's `rotate_pairs`.
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, reason = "a kernel's operands, as ggml's rope takes them")]
 fn apply_rope(
     x: &mut [f32],
     (cos, sin): &(Vec<f32>, Vec<f32>),

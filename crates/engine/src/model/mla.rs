@@ -47,7 +47,10 @@ impl Mla {
     /// Layer `p`'s latent attention of `n_heads` heads, each matrix through
     /// `matmul` (which checks its shape and counts its bytes) and the
     /// per-head ones through `parts`.
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "a layer loader's shared inputs (file, tensor prefix, loaders) beside the latent's shape"
+    )]
     pub(super) fn load(
         file: &mut GgufFile,
         p: &str,

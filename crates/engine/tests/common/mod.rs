@@ -1,6 +1,6 @@
 //! Shared test fixtures: the real default model, and tiny random-weight GGUF
 //! files written at test time for every supported family.
-#![allow(dead_code)]
+#![allow(dead_code, reason = "each test binary uses its own part of the shared helpers")]
 
 pub mod gemma4_vocab;
 pub mod o200k;
@@ -35,7 +35,6 @@ pub fn default_model() -> PathBuf {
 }
 
 /// The real Gemma 3 270M Q4_K_M file, fetched by scripts/fetch-gemma.sh.
-#[allow(dead_code)]
 pub fn gemma3_model() -> PathBuf {
     let p =
         hearth_engine::paths::default_model_path(|k| std::env::var_os(k)).with_file_name("gemma-3-270m-q4_k_m.gguf");
@@ -915,7 +914,6 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 /// The default model's greedy reply to "What is 2 + 2?" as llama.cpp's
 /// build for this CPU gives it, which the kernels follow: the AVX-512 one
 /// where they run AVX-512, else the AVX2 one (`golden.rs` holds the ids).
-#[allow(dead_code)]
 pub fn two_plus_two() -> &'static str {
     match hearth_engine::cpu::isa::isa() {
         hearth_engine::cpu::isa::Isa::Avx512Vnni => "The answer is 4.",
@@ -940,7 +938,6 @@ pub fn run_to_end(engine: &Engine, turn: &mut hearth_engine::OwnedTurn) -> Vec<u
 /// A small gpt-oss file with MXFP4 experts, written by Hearth's own GGUF
 /// writer (`hearth-cli write-random-model --gpt-oss`) with the default
 /// model's vocabulary.
-#[allow(dead_code)]
 pub fn written_gpt_oss() -> (tempfile::TempDir, PathBuf) {
     use hearth_engine::random_model::{write, Experts, Shape};
     let dir = tempfile::tempdir().unwrap();

@@ -1,5 +1,5 @@
 //! A running API server on a model, for the API tests.
-#![allow(dead_code)]
+#![allow(dead_code, reason = "each test binary uses its own part of the shared helpers")]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -30,8 +30,10 @@
 //! The public functions check the lengths of their slices before any
 //! register code runs, so the register forms never reach past a slice.
 
-// Lane loops index several arrays by the same lane, as the C they follow.
-#![allow(clippy::needless_range_loop)]
+#![allow(
+    clippy::needless_range_loop,
+    reason = "lane loops index several arrays by the same lane, as the C they follow"
+)]
 
 use std::ops::Range;
 

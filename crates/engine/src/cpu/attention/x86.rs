@@ -446,7 +446,7 @@ unsafe fn scores_tiled<T: Lanes, const Q: usize>(
 /// # Safety
 /// As `scores_tiled`, and `j + P <= positions.end`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, reason = "a kernel's operands, inlined into its callers' loops")]
 unsafe fn tile<T: Lanes, const Q: usize, const P: usize>(
     out: &mut [f32],
     stride: usize,

@@ -1,0 +1,185 @@
+//! The app's worker, for the commands that generate (`generate`, `chat`,
+//! `serve`, `bench` in every mode, `bench-grammar`'s replies, `replay`, and
+//! `device-check`'s replies and speed figures): the scheduler, the sampler mapping, the
+//! request caches and the replay that the app and the API run, over a
+//! throwaway database. Each reply is an API request to it, so nothing is
+//! stored; a fix to the worker reaches the CLI, and the benchmarks measure
+//! the app's path.
+
+use std::path::PathBuf;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use hearth_engine::{paths, ChatMessage, Engine, Kernels};
+use hearth_store::{ConversationSettings, ReplayRecord, ReplyStats};
+use hearth_worker::events::{GenerationEvent, ModelStatus, ReplayOutcome};
+use hearth_worker::{RawPrompt, ReplyJob, Request, Worker, WorkerConfig};
+
+use crate::{CliResult, ModelArgs};
+
+/// The worker with one model loaded.
+pub(crate) struct LocalWorker {
+    // Declared first, so dropped (joined, unless a server still holds it)
+    // before its database's folder goes.
+    worker: Arc<Worker>,
+    engine: Arc<Engine>,
+    _scratch: tempfile::TempDir,
+}
+
+/// What a command asks the worker for: one reply of `sequences` sampled
+/// from one prompt ("Generate N"), or a replay.
+pub(crate) struct Ask {
+    pub messages: Vec<ChatMessage>,
+    pub settings: ConversationSettings,
+    pub request: Request,
+    pub sequences: usize,
+    pub replay: Option<ReplayRecord>,
+}
+
+impl Ask {
+    /// A reply to `messages` under `settings`.
+    pub fn chat(messages: Vec<ChatMessage>, settings: ConversationSettings) -> Self {
+        Self { messages, settings, request: Request::default(), sequences: 1, replay: None }
+    }
+
+    /// A reply to `ids` read as they are.
+    pub fn ids(ids: Vec<u32>, settings: ConversationSettings) -> Self {
+        let request = Request { raw_prompt: Some(RawPrompt::Ids(ids)), ..Request::default() };
+        Self { request, ..Self::chat(Vec::new(), settings) }
+    }
+}
+
+/// How a reply ended.
+pub(crate) struct Reply {
+    /// Each sequence's text and tokens, variant 0 first.
+    pub texts: Vec<String>,
+    pub ids: Vec<Vec<u32>>,
+    /// `end_token`, `max_tokens`, `stop_string`, …; empty for a replay.
+    pub reason: String,
+    /// Each sequence's figures, variant 0 first; none for a replay.
+    pub stats: Vec<ReplyStats>,
+    pub replayed: Option<ReplayOutcome>,
+}
+
+/// A reply queued or running, whose events wait in a channel.
+pub(crate) struct Pending {
+    events: mpsc::Receiver<GenerationEvent>,
+    sequences: usize,
+}
+
+impl LocalWorker {
+    /// Starts the worker and loads `model` on it (`kernels`: Hearth's own
+    /// but for the device check's graph pass on the CPU).
+    pub fn open(model: &ModelArgs, kernels: Kernels) -> CliResult<Self> {
+        crate::set_threads(model)?;
+        // The worker writes conversations to a database; requests write none.
+        let scratch = tempfile::tempdir().map_err(|e| format!("cannot make a scratch folder: {e}"))?;
+        let store = hearth_store::Store::open(scratch.path().join("hearth.db"))?;
+        let config = WorkerConfig {
+            device: Some(model.device.clone()),
+            kernels,
+            hash_model_files: false,
+            ..WorkerConfig::in_memory()
+        };
+        let worker = Arc::new(Worker::start(store, config, Box::new(|_| {})));
+        worker.load_model(model_path(model));
+        loop {
+            match worker.model_status() {
+                ModelStatus::Ready { .. } => break,
+                ModelStatus::Failed { error, .. } => return Err(error.into()),
+                _ => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+        let engine = worker.engine().ok_or("the worker lost its model")?;
+        Ok(Self { worker, engine, _scratch: scratch })
+    }
+
+    /// The worker itself, for the API server to share.
+    pub fn worker(&self) -> Arc<Worker> {
+        self.worker.clone()
+    }
+
+    /// The loaded model, for tokenizing and for what is not a reply
+    /// (scores, a grammar's mask alone).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Waits until the worker is idle (nothing queued, running or clearing),
+    /// so a measurement has the CPU.
+    pub fn settle(&self) -> CliResult<()> {
+        if !self.worker.wait_idle(Duration::from_secs(3600)) {
+            return Err("the worker did not come to rest within an hour".into());
+        }
+        Ok(())
+    }
+
+    /// Forgets every cache, so the next reply reads its whole prompt.
+    pub fn forget_caches(&self) -> CliResult<()> {
+        self.worker.clear_caches();
+        self.settle()
+    }
+
+    /// Queues `ask`'s reply.
+    pub fn submit(&self, ask: Ask) -> CliResult<Pending> {
+        let (tx, events) = mpsc::channel();
+        let sequences = ask.sequences.clamp(1, 8);
+        let mut job = ReplyJob::for_request(
+            ask.messages,
+            ask.settings,
+            sequences,
+            ask.request,
+            Box::new(move |e| {
+                let _ = tx.send(e);
+            }),
+        );
+        job.replay = ask.replay;
+        self.worker.submit(job)?;
+        Ok(Pending { events, sequences })
+    }
+
+    /// `ask`'s reply, to its end; `on_text` sees each sequence's text as it comes.
+    pub fn reply(&self, ask: Ask, on_text: impl FnMut(usize, &str)) -> CliResult<Reply> {
+        self.submit(ask)?.wait(on_text)
+    }
+}
+
+impl Pending {
+    /// The reply's events to its end; `on_text` sees each sequence's text as it comes.
+    pub fn wait(self, mut on_text: impl FnMut(usize, &str)) -> CliResult<Reply> {
+        let mut reply = Reply {
+            texts: vec![String::new(); self.sequences],
+            ids: vec![Vec::new(); self.sequences],
+            reason: String::new(),
+            stats: Vec::new(),
+            replayed: None,
+        };
+        for event in self.events {
+            match event {
+                GenerationEvent::Tokens { text, ids, variant, .. } => {
+                    let b = variant as usize;
+                    on_text(b, &text);
+                    reply.texts[b].push_str(&text);
+                    reply.ids[b].extend(ids);
+                }
+                GenerationEvent::Finished { reason, stats, others, .. } => {
+                    reply.reason = reason;
+                    reply.stats = std::iter::once(stats).chain(others).collect();
+                    return Ok(reply);
+                }
+                GenerationEvent::Replayed { outcome } => {
+                    reply.replayed = Some(outcome);
+                    return Ok(reply);
+                }
+                GenerationEvent::Error { error } => return Err(error.into()),
+                _ => {}
+            }
+        }
+        Err("the worker dropped the reply without ending it".into())
+    }
+}
+
+/// `--model`, else the default model.
+pub(crate) fn model_path(model: &ModelArgs) -> PathBuf {
+    model.model.clone().unwrap_or_else(|| paths::default_model_path(|k| std::env::var_os(k)))
+}
