@@ -86,7 +86,7 @@ pub(crate) fn run(plan: &Args) -> CliResult {
     }
     if let Some(path) = &plan.speed_model {
         let local = LocalWorker::open(&model_args(plan, Some(path), &plan.device), kernels(plan))?;
-        let figures = crate::bench_figures(&local, plan.prompt_tokens, plan.gen_tokens, plan.repeats, 4, 2)?;
+        let figures = crate::bench::bench_figures(&local, plan.prompt_tokens, plan.gen_tokens, plan.repeats, 4, 2)?;
         let engine = local.engine();
         let per_token = engine.model().weight_bytes_per_token() as f64;
         let bound = bandwidth * 1e9 / per_token;
