@@ -63,7 +63,7 @@ pub(crate) fn bench_grammar(
     }
     let out = constrained_reply.expect("at least one repeat");
     // The mask alone: the constrained reply's tokens fed back one by one.
-    let tokens = out.stats[0].replay.as_ref().map(|r| r.tokens.clone()).unwrap_or_default();
+    let tokens = out.tokens(0);
     let mut constraint = grammar.start();
     let t = Instant::now();
     for &tok in &tokens {

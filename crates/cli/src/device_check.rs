@@ -161,24 +161,14 @@ fn greedy(plan: &Args, path: &Path) -> CliResult<Value> {
         max_new_tokens: plan.greedy_tokens.min(u32::MAX as usize) as u32,
         ..ConversationSettings::default()
     };
-    let reply = |local: &LocalWorker| -> CliResult<Vec<u32>> {
-        let mut ask = Ask::chat(messages.clone(), settings.clone());
-        ask.request.ignore_end_tokens = true;
-        let reply = local.reply(ask, |_, _| {})?;
-        Ok(reply.stats[0].replay.as_ref().map(|r| r.tokens.clone()).unwrap_or_default())
-    };
+    let mut ask = Ask::chat(messages, settings);
+    ask.request.ignore_end_tokens = true;
+    let reply = |local: &LocalWorker| -> CliResult<Vec<u32>> { Ok(local.reply(ask.clone(), |_, _| {})?.tokens(0)) };
     let on_device = reply(&LocalWorker::open(&model_args(plan, Some(path), &plan.device), kernels(plan))?)?;
     let local_cpu = LocalWorker::open(&model_args(plan, Some(path), "cpu"), Kernels::Hearth)?;
     let on_cpu = reply(&local_cpu)?;
     let cpu = local_cpu.engine();
-    let job = hearth_worker::ReplyJob::for_request(
-        messages.clone(),
-        settings.clone(),
-        1,
-        hearth_worker::Request::default(),
-        Box::new(|_| {}),
-    );
-    let prompt = hearth_worker::prompt_ids(cpu, &job, &settings)?.ids;
+    let prompt = local_cpu.prompt_ids(ask)?;
     let parted = on_device.iter().zip(&on_cpu).position(|(a, b)| a != b);
     // The CPU's margin between its two best tokens where the replies part.
     let margin = match parted {

@@ -28,6 +28,7 @@ pub(crate) struct LocalWorker {
 
 /// What a command asks the worker for: one reply of `sequences` sampled
 /// from one prompt ("Generate N"), or a replay.
+#[derive(Clone)]
 pub(crate) struct Ask {
     pub messages: Vec<ChatMessage>,
     pub settings: ConversationSettings,
@@ -47,18 +48,31 @@ impl Ask {
         let request = Request { raw_prompt: Some(RawPrompt::Ids(ids)), ..Request::default() };
         Self { request, ..Self::chat(Vec::new(), settings) }
     }
+
+    /// The worker's job for this ask (`ReplyJob::for_request` bounds its sequences).
+    fn into_job(self, events: hearth_worker::EventSink) -> ReplyJob {
+        let mut job = ReplyJob::for_request(self.messages, self.settings, self.sequences, self.request, events);
+        job.replay = self.replay;
+        job
+    }
 }
 
 /// How a reply ended.
 pub(crate) struct Reply {
-    /// Each sequence's text and tokens, variant 0 first.
+    /// Each sequence's text, variant 0 first.
     pub texts: Vec<String>,
-    pub ids: Vec<Vec<u32>>,
     /// `end_token`, `max_tokens`, `stop_string`, …; empty for a replay.
     pub reason: String,
     /// Each sequence's figures, variant 0 first; none for a replay.
     pub stats: Vec<ReplyStats>,
     pub replayed: Option<ReplayOutcome>,
+}
+
+impl Reply {
+    /// Sequence `b`'s tokens as sampled, its end token included (from its record).
+    pub fn tokens(&self, b: usize) -> Vec<u32> {
+        self.stats.get(b).and_then(|s| s.replay.as_ref()).map(|r| r.tokens.clone()).unwrap_or_default()
+    }
 }
 
 /// A reply queued or running, whose events wait in a channel.
@@ -123,19 +137,18 @@ impl LocalWorker {
     /// Queues `ask`'s reply.
     pub fn submit(&self, ask: Ask) -> CliResult<Pending> {
         let (tx, events) = mpsc::channel();
-        let sequences = ask.sequences.clamp(1, 8);
-        let mut job = ReplyJob::for_request(
-            ask.messages,
-            ask.settings,
-            sequences,
-            ask.request,
-            Box::new(move |e| {
-                let _ = tx.send(e);
-            }),
-        );
-        job.replay = ask.replay;
+        let job = ask.into_job(Box::new(move |e| {
+            let _ = tx.send(e);
+        }));
+        let sequences = job.reply_ids().len();
         self.worker.submit(job)?;
         Ok(Pending { events, sequences })
+    }
+
+    /// The prompt's token ids as the worker builds them for `ask`.
+    pub fn prompt_ids(&self, ask: Ask) -> CliResult<Vec<u32>> {
+        let job = ask.into_job(Box::new(|_| {}));
+        Ok(hearth_worker::prompt_ids(&self.engine, &job, &job.settings)?.ids)
     }
 
     /// `ask`'s reply, to its end; `on_text` sees each sequence's text as it comes.
@@ -149,18 +162,16 @@ impl Pending {
     pub fn wait(self, mut on_text: impl FnMut(usize, &str)) -> CliResult<Reply> {
         let mut reply = Reply {
             texts: vec![String::new(); self.sequences],
-            ids: vec![Vec::new(); self.sequences],
             reason: String::new(),
             stats: Vec::new(),
             replayed: None,
         };
         for event in self.events {
             match event {
-                GenerationEvent::Tokens { text, ids, variant, .. } => {
+                GenerationEvent::Tokens { text, variant, .. } => {
                     let b = variant as usize;
                     on_text(b, &text);
                     reply.texts[b].push_str(&text);
-                    reply.ids[b].extend(ids);
                 }
                 GenerationEvent::Finished { reason, stats, others, .. } => {
                     reply.reason = reason;

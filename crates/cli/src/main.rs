@@ -14,7 +14,6 @@ mod serve;
 use clap::{Args, Parser, Subcommand};
 use hearth_engine::{paths, ChatMessage, Engine, EngineError};
 use hearth_store::ConversationSettings;
-use hearth_worker::Request;
 use serde_json::json;
 
 use local::{Ask, LocalWorker};
@@ -473,20 +472,11 @@ fn generate(args: GenerateArgs) -> CliResult {
         messages.push(ChatMessage::system(s));
     }
     messages.push(ChatMessage::user(args.prompt));
-    let settings = settings(&args.sampling);
+    let ask = Ask::chat(messages, settings(&args.sampling));
     // The prompt as the worker builds it, for the JSON.
-    let prompt = {
-        let job = hearth_worker::ReplyJob::for_request(
-            messages.clone(),
-            settings.clone(),
-            1,
-            Request::default(),
-            Box::new(|_| {}),
-        );
-        hearth_worker::prompt_ids(local.engine(), &job, &settings)?.ids
-    };
+    let prompt = local.prompt_ids(ask.clone())?;
     let mut stdout = std::io::stdout().lock();
-    let reply = local.reply(Ask::chat(messages, settings), |_, text| {
+    let reply = local.reply(ask, |_, text| {
         if !args.json {
             let _ = stdout.write_all(text.as_bytes());
             let _ = stdout.flush();
@@ -499,7 +489,7 @@ fn generate(args: GenerateArgs) -> CliResult {
         let v = json!({
             "prompt_tokens": s.prompt_tokens,
             "prompt_token_ids": prompt,
-            "generated_token_ids": s.replay.as_ref().map(|r| r.tokens.clone()).unwrap_or_default(),
+            "generated_token_ids": reply.tokens(0),
             "text": reply.texts[0],
             "finish_reason": reply.reason,
             "prefill_ms": s.ttft_ms,
