@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use hearth_engine::{Advance, ChatMessage, Device, Engine, EngineError, Kernels, OwnedTurn, SamplingParams};
+use hearth_engine::{Advance, ChatMessage, Device, Engine, EngineError, Kernels, SamplingParams, Turn};
 use hearth_store::ConversationSettings;
 use serde_json::{json, Value};
 
@@ -209,8 +209,8 @@ fn stop_prefill(engine: &Engine, prompt_tokens: usize, chunk: usize) -> Result<V
     let prompt = ids[..prompt_tokens.max(2 * chunk + 1).min(ids.len())].to_vec();
     let mut config = engine.generation_config(SamplingParams::greedy(), 8);
     config.end_tokens.clear();
-    let start = |session: hearth_engine::Session| -> Result<OwnedTurn, EngineError> {
-        let mut turn = session.into_turn(m, tok, prompt.clone(), config.clone()).map_err(|(_, e)| e)?;
+    let start = |session: hearth_engine::Session| -> Result<Turn, EngineError> {
+        let mut turn = session.into_turn(m, prompt.clone(), config.clone()).map_err(|(_, e)| e)?;
         turn.set_prefill_rows(chunk);
         Ok(turn)
     };
@@ -241,8 +241,8 @@ fn stop_prefill(engine: &Engine, prompt_tokens: usize, chunk: usize) -> Result<V
     m.device().synchronize()?;
     let latency_ms = stopped_at.lock().expect("not poisoned").map(|t| t.elapsed().as_secs_f64() * 1e3);
     let kept_chunk = matches!(first, Advance::Prefill(p) if p.done == chunk);
-    turn.cancel(m, tok);
-    let (session, _) = turn.finish(m, tok);
+    turn.cancel();
+    let session = turn.end().session;
     let kept = session.cache().len();
     let cache_ok = kept == chunk && session.tokens() == &prompt[..chunk];
     let mut again = start(session)?;
@@ -259,14 +259,12 @@ fn stop_prefill(engine: &Engine, prompt_tokens: usize, chunk: usize) -> Result<V
     }))
 }
 
-fn run_to_end(engine: &Engine, turn: &mut OwnedTurn) -> Result<Vec<u32>, EngineError> {
+fn run_to_end(engine: &Engine, turn: &mut Turn) -> Result<Vec<u32>, EngineError> {
     let mut tokens = Vec::new();
     loop {
         match turn.advance(engine.model(), engine.tokenizer())? {
             Advance::Prefill(_) => {}
-            Advance::Tokens(events) => {
-                tokens.extend(events.iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD).map(|e| e.token))
-            }
+            Advance::Tokens(events) => tokens.extend(events.iter().map(|e| e.token)),
             Advance::Done => return Ok(tokens),
         }
     }

@@ -222,7 +222,7 @@ impl Engine {
     /// The prompt before them is where the next turn's history still agrees
     /// with this one's, even when the template writes the reply otherwise
     /// than it was sampled (Qwen 3.5 drops earlier turns' thinking): a
-    /// hybrid model keeps a checkpoint there (`OwnedTurn::set_checkpoint_at`).
+    /// hybrid model keeps a checkpoint there (`Turn::set_checkpoint_at`).
     pub fn generation_prompt_ids(&self, options: PromptOptions) -> Result<Option<Vec<u32>>> {
         let probe = [ChatMessage::user("Hi")];
         let vars = self.template_vars(options);

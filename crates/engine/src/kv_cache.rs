@@ -651,69 +651,6 @@ impl KvCache {
         self.len += n;
     }
 
-    /// Repeats a batch-1 cache into `batch` rows, for sampling variants of one prompt.
-    pub fn expand_batch(&self, batch: usize) -> Result<Self> {
-        if self.batch != 1 {
-            return Err(candle_core::Error::Msg("only a batch-1 cache can be expanded".into()).into());
-        }
-        if self.recurrent.is_some() {
-            return Err(EngineError::setting(
-                "batch",
-                "a hybrid model's variants run as turns of their own (a cache holds one sequence)",
-            ));
-        }
-        let mut out = self.clone();
-        out.batch = batch;
-        if self.layers.is_empty() {
-            return Ok(out);
-        }
-        let layers = self
-            .layers
-            .iter()
-            .map(|l| match l {
-                LayerKv::Host { k, v } => Ok(LayerKv::Host { k: k.repeat(batch), v: v.repeat(batch) }),
-                LayerKv::Device { k, v } => {
-                    let rep = |t: &Tensor| -> candle_core::Result<Tensor> {
-                        let (_, h, c, d) = t.dims4()?;
-                        t.broadcast_as((batch, h, c, d))?.contiguous()
-                    };
-                    Ok(LayerKv::Device { k: rep(k)?, v: v.as_ref().map(rep).transpose()? })
-                }
-            })
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        out.layers = Arc::new(layers);
-        Ok(out)
-    }
-
-    /// Keeps only sequence `row` of the batch, truncated to `len` positions.
-    pub fn select_row(&self, row: usize, len: usize) -> Result<Self> {
-        let mut out = self.clone();
-        out.batch = 1;
-        out.truncate(len);
-        if self.layers.is_empty() || self.batch == 1 {
-            return Ok(out);
-        }
-        let layers = self
-            .layers
-            .iter()
-            .map(|l| match l {
-                LayerKv::Host { k, v } => {
-                    let row_of = |x: &[f16]| {
-                        let per_row = x.len() / self.batch;
-                        x[row * per_row..(row + 1) * per_row].to_vec()
-                    };
-                    Ok(LayerKv::Host { k: row_of(k), v: row_of(v) })
-                }
-                LayerKv::Device { k, v } => {
-                    let row_of = |t: &Tensor| t.narrow(0, row, 1)?.contiguous();
-                    Ok(LayerKv::Device { k: row_of(k)?, v: v.as_ref().map(row_of).transpose()? })
-                }
-            })
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        out.layers = Arc::new(layers);
-        Ok(out)
-    }
-
     /// Serialises the filled positions (not the spare capacity).
     pub fn write_to(&self, w: &mut impl Write) -> Result<()> {
         let io = |e: std::io::Error| EngineError::CorruptCache(format!("write failed: {e}"));

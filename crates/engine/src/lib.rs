@@ -1,8 +1,8 @@
 //! hearth-engine: local LLM inference for Hearth, headless.
 //!
 //! Open a GGUF file with [`Engine::open`], keep one [`Session`] per
-//! conversation, and run turns through the [`SamplerLoop`] (via
-//! [`Session::start_turn`]). Nothing here knows about Tauri, IPC or storage.
+//! conversation, and run each reply as a [`Turn`] of one or more
+//! [`Sequence`]s ([`Session::into_turn`], or [`Session::start_turn`] in place). Nothing here knows about Tauri, IPC or storage.
 
 pub mod constraint;
 pub mod cpu;
@@ -30,6 +30,7 @@ mod spm;
 pub mod template;
 pub mod tokenizer;
 pub mod tools;
+pub mod turn;
 pub mod worker_pool;
 
 pub use candle_core::Device;
@@ -46,12 +47,12 @@ pub use model::{Architecture, Kernels, Model, ModelConfig};
 pub use passes::{Pass, Passes};
 pub use reasoning::{ReasoningEffort, ReasoningFormat, ReplySplitter, SplitText, Thinking, ThinkingTracker};
 pub use sampler_loop::{
-    FinishReason, GenerationConfig, Logprobs, MaskSlot, NextInput, SamplerLoop, SamplingState, SequenceOutput,
-    TokenEvent,
+    FinishReason, GenerationConfig, Logprobs, MaskSlot, Sampler, Sequence, SequenceOutput, SequenceState, TokenEvent,
 };
 pub use sampling::{Rng, SamplingParams};
-pub use session::{Advance, OwnedTurn, PrefillStart, Progress, Session, StopFn, Turn, TurnOutput, TurnStats};
+pub use session::{PrefillStart, Session};
 pub use session_file::{CacheIdentity, Restored};
 pub use template::{ChatMessage, ChatTemplate, Clock, Role, ToolCall};
 pub use tokenizer::Tokenizer;
 pub use tools::{ToolChoice, ToolFormat, ToolSpec, Tools};
+pub use turn::{Advance, DecodeInput, Ended, Progress, SessionTurn, StopFn, Turn, TurnOutput, TurnStats};

@@ -1,18 +1,19 @@
 //! The sampling loop, after Gemma's `_sampler_loop.py`.
 //!
-//! State is explicit (`SamplingState`) and one `step` does what the seed's
-//! `_sample_step` does: forward the last token of every sequence, forbid
-//! tokens, sample, store, and mark sequences done on an end token. The loop
-//! stops at `max_new_tokens`, when every sequence is done, or when the cache is
-//! full. `SamplerLoop::stream` and `SamplerLoop::run` drive the same `step`, so
-//! for one seed they produce the same tokens.
+//! A [`Sequence`] is one sequence's whole state between two steps, its
+//! state one [`SequenceState`]; a [`Sampler`] is a generation's settings,
+//! checked once, and does what the seed's `_sample_step` does to each
+//! sequence: forbid tokens, sample, store, and finish the sequence on an end
+//! token (nothing after it is kept). A sequence stops at `max_new_tokens`,
+//! on an end token or a stop string, or when its cache is full. The turn
+//! (`turn.rs`) holds a batch of sequences and runs their forward passes.
 //!
 //! The prompt is prefilled whole, as llama.cpp does, and its last logits seed
 //! step 0; every later step forwards the token sampled before it.
 //!
-//! **Invariant:** the cache holds every token fed so far and never the last
-//! sampled one; the next step feeds it. This is what lets the next chat turn
-//! start from the cache without re-reading anything.
+//! **Invariant:** a sequence's cache holds every token fed so far and never
+//! the last sampled one; the next step feeds it. This is what lets the next
+//! chat turn start from the cache without re-reading anything.
 
 use crate::constraint::{Constraint, Grammar, Mask};
 use crate::detok::StreamDecoder;
@@ -68,43 +69,104 @@ pub struct GenerationConfig {
     pub grammar: Option<Grammar>,
 }
 
-/// The loop's whole state between two steps.
-#[derive(Clone)]
-pub struct SamplingState {
-    /// Steps taken, in `0..=max_new_tokens`.
-    pub step: usize,
-    /// Per sequence: it has finished and its output is final.
-    pub done: Vec<bool>,
-    pub finish: Vec<Option<FinishReason>>,
-    /// Per sequence: the input of the next step.
-    pub last_token: Vec<u32>,
-    /// Per sequence: the position of `last_token`; it stops advancing once the
-    /// sequence is done.
-    pub last_token_pos: Vec<usize>,
-    /// `batch × max_new_tokens` buffer of sampled tokens; `PAD` after a
-    /// sequence's end (the seed's masking of tokens after the end token).
-    pub predicted_tokens: Vec<Vec<u32>>,
-    pub cache: KvCache,
-    /// One generator per sequence, sequence `b` seeded with `seed + b`, so
-    /// what a sequence draws never depends on the others: variant `b` of a
-    /// batch is the reply a single run with seed `seed + b` gives.
-    pub rngs: Vec<Rng>,
-    /// Cache length when the loop began: the prompt and earlier turns.
-    pub init_cache_length: usize,
-    /// The prefill's logits for the prompt's last position, used by step 0.
-    pending_logits: Option<Vec<f32>>,
-    /// Tokens before the loop that the penalties may see.
-    penalty_context: Vec<u32>,
-    text: Vec<TextState>,
-    /// Per sequence: where it is in the grammar, when there is one.
-    constraints: Vec<Option<Constraint>>,
-    /// Per sequence: its next mask, computed beside a pass a scheduler ran
-    /// (`MaskSlot`), for the step that takes that pass's logits.
-    precomputed: Vec<Option<Mask>>,
+/// Where a sequence is. A turn's variants wait while its first sequence
+/// reads the shared prompt (`Turn::prefill_progress`); each then samples
+/// until it is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SequenceState {
+    /// Sampling: its next step runs.
+    Decoding,
+    /// Finished, and why; its tokens are final.
+    Done(FinishReason),
 }
 
-/// A one-sequence state's next mask, to compute on another thread while
-/// the forward pass the scheduler runs for it (and others) goes on.
+/// One sequence's whole state between two steps.
+#[derive(Clone)]
+pub struct Sequence {
+    state: SequenceState,
+    /// The prompt's keys and values (shared copy-on-write with the other
+    /// variants') and those of each token fed since.
+    pub(crate) cache: KvCache,
+    /// Its own generator: what it draws never depends on the others, so
+    /// variant `b` of a turn is the reply a single run with seed `seed + b`
+    /// gives.
+    rng: Rng,
+    /// Sampled tokens, the end token included; nothing after it.
+    generated: Vec<u32>,
+    /// The input of the next step: the prompt's last token, then the last sampled.
+    last_token: u32,
+    /// Cache length when sampling began: the prompt and earlier turns.
+    pub(crate) init_cache_length: usize,
+    /// The prompt's last logits, for step 0 (no forward pass).
+    pending_logits: Option<Vec<f32>>,
+    /// Tokens before the reply that the penalties may see.
+    penalty_context: Vec<u32>,
+    text: TextState,
+    /// Where it is in the grammar, when there is one.
+    constraint: Option<Constraint>,
+    /// Its next mask, computed beside a pass a scheduler ran (`MaskSlot`).
+    precomputed: Option<Mask>,
+}
+
+impl Sequence {
+    pub fn state(&self) -> SequenceState {
+        self.state
+    }
+
+    pub fn is_done(&self) -> bool {
+        matches!(self.state, SequenceState::Done(_))
+    }
+
+    /// Sampled tokens so far, the end token included.
+    pub fn tokens(&self) -> &[u32] {
+        &self.generated
+    }
+
+    /// Tokens fed to the cache after the prompt: each sampled one but the last.
+    pub(crate) fn fed(&self) -> usize {
+        self.generated.len().saturating_sub(1)
+    }
+
+    /// The same sequence, sampling with `seed` from here: a variant of one
+    /// that has sampled nothing yet. Its cache is shared copy-on-write.
+    pub(crate) fn fork(&self, seed: u64) -> Sequence {
+        debug_assert!(self.generated.is_empty(), "only an unstarted sequence forks");
+        Sequence { rng: Rng::new(seed), ..self.clone() }
+    }
+
+    /// Whether its next step needs a forward pass (not the prompt's pending logits).
+    pub(crate) fn needs_pass(&self) -> bool {
+        !self.is_done() && self.pending_logits.is_none()
+    }
+
+    /// The token its next pass feeds, the cache it feeds it to and, under a
+    /// grammar, the slot of the step's mask: all borrowed at once.
+    pub(crate) fn pass_input(&mut self) -> (u32, &mut KvCache, Option<MaskSlot<'_>>) {
+        let slot = self.constraint.as_mut().map(|constraint| MaskSlot { constraint, out: &mut self.precomputed });
+        (self.last_token, &mut self.cache, slot)
+    }
+
+    /// The prompt's logits, where its next step takes them rather than a pass.
+    pub(crate) fn take_pending(&mut self) -> Option<Choice> {
+        self.pending_logits.take().map(Choice::Logits)
+    }
+
+    /// Its next mask: computed beside the pass, or now.
+    fn mask(&mut self) -> Result<Option<Mask>> {
+        match (&mut self.constraint, self.precomputed.take()) {
+            (Some(_), Some(ready)) => Ok(Some(ready)),
+            (Some(c), None) => c.mask().map(Some),
+            (None, _) => Ok(None),
+        }
+    }
+
+    fn finish(&mut self, reason: FinishReason) {
+        self.state = SequenceState::Done(reason);
+    }
+}
+
+/// A sequence's next mask, to compute on another thread while the forward
+/// pass that feeds it (and others) runs.
 pub struct MaskSlot<'a> {
     constraint: &'a mut Constraint,
     out: &'a mut Option<Mask>,
@@ -118,40 +180,195 @@ impl MaskSlot<'_> {
     }
 }
 
-impl SamplingState {
-    /// The cache a one-sequence state's next step feeds, and where its
-    /// mask goes (with a grammar): both borrowed at once.
-    pub(crate) fn cache_and_mask(&mut self) -> (&mut KvCache, Option<MaskSlot<'_>>) {
-        let slot = match (self.constraints.first_mut(), self.precomputed.first_mut()) {
-            (Some(Some(constraint)), Some(out)) => Some(MaskSlot { constraint, out }),
-            _ => None,
+/// How a step's token is chosen.
+pub(crate) enum Choice {
+    /// From these logits, on the host.
+    Logits(Vec<f32>),
+    /// Already picked on the device (greedy, nothing for the host to apply).
+    Picked(u32),
+}
+
+/// A generation's settings, checked once; it samples every step of every
+/// sequence of a turn.
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    config: GenerationConfig,
+}
+
+impl Sampler {
+    pub fn new(config: GenerationConfig) -> Result<Self> {
+        config.sampling.validate()?;
+        if config.stop_strings.iter().any(String::is_empty) {
+            return Err(crate::EngineError::setting("stop_strings", "a stop string is empty"));
+        }
+        Ok(Self { config })
+    }
+
+    pub fn config(&self) -> &GenerationConfig {
+        &self.config
+    }
+
+    /// A sequence that continues from `cache`, which holds the whole prompt
+    /// (ending in `last_token`); `prompt_logits` are the model's logits
+    /// after it, `penalty_context` the recent history the penalties may
+    /// see. It samples with `seed`.
+    pub(crate) fn begin(
+        &self,
+        cache: KvCache,
+        last_token: u32,
+        prompt_logits: Vec<f32>,
+        penalty_context: &[u32],
+        seed: u64,
+    ) -> Sequence {
+        let window = self.config.sampling.penalty_window;
+        Sequence {
+            state: SequenceState::Decoding,
+            init_cache_length: cache.len(),
+            cache,
+            rng: Rng::new(seed),
+            generated: Vec::new(),
+            last_token,
+            pending_logits: Some(prompt_logits),
+            penalty_context: penalty_context[penalty_context.len().saturating_sub(window)..].to_vec(),
+            text: TextState::default(),
+            constraint: self.config.grammar.as_ref().map(Grammar::start),
+            precomputed: None,
+        }
+    }
+
+    /// Whether `seq` must stop before another step; marks it done
+    /// (`max_new_tokens` reached, or no room in its cache to feed its last
+    /// token).
+    pub(crate) fn check_stop(&self, seq: &mut Sequence) -> bool {
+        if seq.is_done() {
+            return true;
+        }
+        if seq.generated.len() >= self.config.max_new_tokens {
+            seq.finish(FinishReason::MaxTokens);
+        } else if seq.pending_logits.is_none() && seq.cache.is_full() {
+            seq.finish(FinishReason::CacheFull);
+        }
+        seq.is_done()
+    }
+
+    /// Whether the device may pick a step's tokens: greedy, with nothing the
+    /// host must see or apply.
+    pub(crate) fn picks_on_device(&self, model: &Model) -> bool {
+        let s = &self.config.sampling;
+        model.runs_graph()
+            && s.is_greedy()
+            && s.penalties_inactive()
+            && self.config.top_logprobs == 0
+            && self.config.grammar.is_none()
+    }
+
+    /// One step of sequence `b`: picks its token, stores it, and finishes
+    /// it on an end token, a stop string, `max_new_tokens` or a full cache.
+    /// The event carries the text the token completed (and, when it
+    /// finished the sequence, everything held back).
+    pub(crate) fn take(
+        &self,
+        tokenizer: &Tokenizer,
+        seq: &mut Sequence,
+        b: usize,
+        choice: Choice,
+    ) -> Result<TokenEvent> {
+        let config = &self.config;
+        let mut logprobs = None;
+        let token = match choice {
+            Choice::Picked(token) => token,
+            Choice::Logits(mut row) => {
+                for &t in &config.forbidden_tokens {
+                    if let Some(l) = row.get_mut(t as usize) {
+                        *l = f32::NEG_INFINITY;
+                    }
+                }
+                if let Some(mask) = seq.mask()? {
+                    mask.apply(&mut row, &config.end_tokens);
+                }
+                let recent = recent_tokens(&seq.penalty_context, &seq.generated, config.sampling.penalty_window);
+                if config.top_logprobs > 0 {
+                    // Sampling rewrites the row; the model's own view is kept first.
+                    let model_view = row.clone();
+                    let token = sample(&mut row, &recent, &config.sampling, &mut seq.rng);
+                    logprobs = Some(Logprobs::of(&model_view, token, config.top_logprobs));
+                    token
+                } else {
+                    sample(&mut row, &recent, &config.sampling, &mut seq.rng)
+                }
+            }
         };
-        (&mut self.cache, slot)
+        let is_end = config.end_tokens.contains(&token);
+        if let (Some(c), false) = (&mut seq.constraint, is_end) {
+            c.consume(token)?;
+        }
+        seq.generated.push(token);
+        seq.last_token = token;
+        let mut finish = None;
+        let mut text = String::new();
+        if is_end {
+            finish = Some(FinishReason::EndToken);
+            text = flush(&mut seq.text);
+        } else {
+            let ts = &mut seq.text;
+            let piece = ts.decoder.push(tokenizer.token_bytes(token));
+            ts.text.push_str(&piece);
+            match find_stop(&ts.text, ts.emitted, &config.stop_strings) {
+                Some(at) => {
+                    ts.text.truncate(at);
+                    text = ts.text[ts.emitted.min(at)..].to_string();
+                    ts.emitted = at;
+                    finish = Some(FinishReason::StopString);
+                }
+                None => {
+                    let safe = ts.text.len() - held_back(&ts.text, &config.stop_strings);
+                    if safe > ts.emitted {
+                        text = ts.text[ts.emitted..safe].to_string();
+                        ts.emitted = safe;
+                    }
+                }
+            }
+        }
+        match finish {
+            Some(f) => seq.finish(f),
+            None => {
+                if self.check_stop(seq) {
+                    finish = match seq.state {
+                        SequenceState::Done(f) => Some(f),
+                        SequenceState::Decoding => None,
+                    };
+                    text.push_str(&flush(&mut seq.text));
+                }
+            }
+        }
+        Ok(TokenEvent { sequence: b, token, text, finish, logprobs })
+    }
+
+    /// Stops `seq` (sequence `b`) from outside (the user pressed Stop): it
+    /// finishes as `Cancelled`; the event carries the text it held back.
+    pub(crate) fn cancel(&self, seq: &mut Sequence, b: usize) -> Option<TokenEvent> {
+        if seq.is_done() {
+            return None;
+        }
+        seq.finish(FinishReason::Cancelled);
+        let text = flush(&mut seq.text);
+        Some(TokenEvent { sequence: b, token: PAD, text, finish: Some(FinishReason::Cancelled), logprobs: None })
+    }
+
+    /// `seq`'s tokens and text so far.
+    pub(crate) fn output(&self, seq: &Sequence) -> SequenceOutput {
+        SequenceOutput {
+            tokens: seq.generated.clone(),
+            text: seq.text.text.clone(),
+            finish: match seq.state {
+                SequenceState::Done(f) => f,
+                SequenceState::Decoding => FinishReason::Cancelled,
+            },
+        }
     }
 }
 
-impl SamplingState {
-    /// The same state, sampling with `seed` from here: a variant of a
-    /// one-sequence turn that has sampled nothing yet. Its cache is shared
-    /// copy-on-write with this one's.
-    pub(crate) fn fork(&self, seed: u64) -> SamplingState {
-        debug_assert!(self.step == 0 && self.done.len() == 1, "only an unstarted one-sequence state forks");
-        SamplingState { rngs: vec![Rng::new(seed)], ..self.clone() }
-    }
-}
-
-/// What a state's next step needs (see `SamplerLoop::next_input`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NextInput {
-    /// The loop has stopped.
-    Stopped,
-    /// No forward pass of the caller's: the step runs as `step` runs it.
-    Nothing,
-    /// The model run on this token over the state's cache.
-    Token(u32),
-}
-
-/// Marks buffer slots a sequence never filled.
+/// The token of an event that samples nothing (a cancel).
 pub const PAD: u32 = u32::MAX;
 
 #[derive(Clone, Default)]
@@ -235,298 +452,7 @@ pub struct SequenceOutput {
     pub finish: FinishReason,
 }
 
-/// A configured loop over one model; cheap to build per request.
-pub struct SamplerLoop<'a> {
-    model: &'a Model,
-    tokenizer: &'a Tokenizer,
-    config: GenerationConfig,
-}
-
-impl<'a> SamplerLoop<'a> {
-    pub fn new(model: &'a Model, tokenizer: &'a Tokenizer, config: GenerationConfig) -> Result<Self> {
-        config.sampling.validate()?;
-        if config.stop_strings.iter().any(String::is_empty) {
-            return Err(crate::EngineError::setting("stop_strings", "a stop string is empty"));
-        }
-        Ok(Self { model, tokenizer, config })
-    }
-
-    pub fn config(&self) -> &GenerationConfig {
-        &self.config
-    }
-
-    /// The state for `batch` sequences that continue from `cache`, which holds
-    /// the whole prompt (ending in `last_token`); `prompt_logits` are the
-    /// model's logits after it. `penalty_context` is the recent history the
-    /// penalties may look at.
-    pub fn init_state(
-        &self,
-        cache: KvCache,
-        last_token: u32,
-        prompt_logits: Vec<f32>,
-        penalty_context: &[u32],
-        batch: usize,
-    ) -> Result<SamplingState> {
-        let batch = batch.max(1);
-        let cache = if batch > 1 && cache.batch() == 1 { cache.expand_batch(batch)? } else { cache };
-        let pos = cache.len();
-        let window = self.config.sampling.penalty_window;
-        Ok(SamplingState {
-            step: 0,
-            done: vec![false; batch],
-            finish: vec![None; batch],
-            last_token: vec![last_token; batch],
-            last_token_pos: vec![pos; batch],
-            predicted_tokens: vec![vec![PAD; self.config.max_new_tokens]; batch],
-            init_cache_length: pos,
-            pending_logits: Some(prompt_logits),
-            cache,
-            rngs: (0..batch as u64).map(|b| Rng::new(self.config.sampling.seed.wrapping_add(b))).collect(),
-            penalty_context: penalty_context[penalty_context.len().saturating_sub(window)..].to_vec(),
-            text: vec![TextState::default(); batch],
-            constraints: (0..batch).map(|_| self.config.grammar.as_ref().map(Grammar::start)).collect(),
-            precomputed: vec![None; batch],
-        })
-    }
-
-    /// Whether the loop must stop before another step, and why for the
-    /// sequences still running. Marks them finished.
-    fn check_stop(&self, state: &mut SamplingState) -> bool {
-        if state.done.iter().all(|&d| d) {
-            return true;
-        }
-        let reason = if state.step >= self.config.max_new_tokens {
-            FinishReason::MaxTokens
-        } else if state.pending_logits.is_none() && state.cache.is_full() {
-            FinishReason::CacheFull
-        } else {
-            return false;
-        };
-        for i in 0..state.done.len() {
-            if !state.done[i] {
-                state.done[i] = true;
-                state.finish[i] = Some(reason);
-            }
-        }
-        true
-    }
-
-    /// One step for every running sequence. `None` once the loop has stopped;
-    /// after that every sequence has a finish reason. The events include the
-    /// text still held back from sequences the stop check just finished.
-    pub fn step(&self, state: &mut SamplingState) -> Result<Option<Vec<TokenEvent>>> {
-        self.step_given(state, None)
-    }
-
-    /// What the next step needs: nothing (the loop has stopped), no forward
-    /// pass (the prompt's logits are pending), or the model run on this
-    /// token of a one-sequence state (so a scheduler can batch that pass
-    /// with other states' and hand the logits to `step_given`).
-    pub fn next_input(&self, state: &mut SamplingState) -> NextInput {
-        if self.check_stop(state) {
-            NextInput::Stopped
-        } else if state.pending_logits.is_some() || state.done.len() != 1 {
-            NextInput::Nothing
-        } else {
-            NextInput::Token(state.last_token[0])
-        }
-    }
-
-    /// `step`, with the logits of a one-sequence state's forward pass
-    /// already run (over `state.cache`, on the token `next_input` named).
-    pub fn step_given(&self, state: &mut SamplingState, given: Option<Vec<f32>>) -> Result<Option<Vec<TokenEvent>>> {
-        if self.check_stop(state) {
-            return Ok(None);
-        }
-        let mut chosen_on_device = None;
-        // Each constrained sequence's mask: computed while the forward pass
-        // runs, where this step runs it; else now.
-        let mut masks: Vec<Option<Mask>> = Vec::new();
-        let mut logits: Vec<Vec<f32>> = match (state.pending_logits.take(), given) {
-            (Some(first), _) => vec![first; state.done.len()],
-            (None, Some(given)) => vec![given],
-            (None, None) => {
-                let inputs: Vec<Vec<u32>> = state.last_token.iter().map(|&t| vec![t]).collect();
-                let (cache, constraints, done) = (&mut state.cache, &mut state.constraints, &state.done);
-                let (logits, computed) = std::thread::scope(|s| {
-                    let pending: Vec<_> = constraints
-                        .iter_mut()
-                        .zip(done)
-                        .map(|(c, &d)| c.as_mut().filter(|_| !d).map(|c| s.spawn(move || c.mask())))
-                        .collect();
-                    let logits = self.model.forward(&inputs, cache);
-                    let computed: Vec<Option<Result<Mask>>> = pending
-                        .into_iter()
-                        .map(|h| {
-                            h.map(|h| {
-                                h.join().unwrap_or_else(|_| {
-                                    Err(crate::EngineError::setting("response_format", "the grammar's thread panicked"))
-                                })
-                            })
-                        })
-                        .collect();
-                    (logits, computed)
-                });
-                masks = computed.into_iter().map(Option::transpose).collect::<Result<_>>()?;
-                let logits = logits?;
-                let s = &self.config.sampling;
-                if self.model.runs_graph()
-                    && s.is_greedy()
-                    && s.penalties_inactive()
-                    && self.config.top_logprobs == 0
-                    && self.config.grammar.is_none()
-                {
-                    chosen_on_device = Some(crate::sampling::greedy_on_device(&logits, &self.config.forbidden_tokens)?);
-                    vec![Vec::new(); inputs.len()]
-                } else {
-                    logits.to_vec2()?
-                }
-            }
-        };
-        if masks.is_empty() {
-            masks = (0..state.done.len())
-                .map(|b| match (&mut state.constraints[b], state.precomputed[b].take()) {
-                    (Some(_), Some(ready)) if !state.done[b] => Ok(Some(ready)),
-                    (Some(c), _) if !state.done[b] => c.mask().map(Some),
-                    _ => Ok(None),
-                })
-                .collect::<Result<_>>()?;
-        }
-        let mut events = Vec::new();
-        for (b, row) in logits.iter_mut().enumerate() {
-            if state.done[b] {
-                continue;
-            }
-            let mut logprobs = None;
-            let token = match &chosen_on_device {
-                Some(ids) => ids[b],
-                None => {
-                    for &t in &self.config.forbidden_tokens {
-                        if let Some(l) = row.get_mut(t as usize) {
-                            *l = f32::NEG_INFINITY;
-                        }
-                    }
-                    if let Some(mask) = &masks[b] {
-                        mask.apply(row, &self.config.end_tokens);
-                    }
-                    let recent = recent_tokens(
-                        &state.penalty_context,
-                        &state.predicted_tokens[b][..state.step],
-                        self.config.sampling.penalty_window,
-                    );
-                    if self.config.top_logprobs > 0 {
-                        // Sampling rewrites the row; the model's own view is kept first.
-                        let model_view = row.clone();
-                        let token = sample(row, &recent, &self.config.sampling, &mut state.rngs[b]);
-                        logprobs = Some(Logprobs::of(&model_view, token, self.config.top_logprobs));
-                        token
-                    } else {
-                        sample(row, &recent, &self.config.sampling, &mut state.rngs[b])
-                    }
-                }
-            };
-            if let (Some(c), false) = (&mut state.constraints[b], self.config.end_tokens.contains(&token)) {
-                c.consume(token)?;
-            }
-            state.predicted_tokens[b][state.step] = token;
-            state.last_token[b] = token;
-            state.last_token_pos[b] += 1;
-            let mut finish = None;
-            let mut text = String::new();
-            if self.config.end_tokens.contains(&token) {
-                finish = Some(FinishReason::EndToken);
-                text = flush(&mut state.text[b]);
-            } else {
-                let ts = &mut state.text[b];
-                let piece = ts.decoder.push(self.tokenizer.token_bytes(token));
-                ts.text.push_str(&piece);
-                match find_stop(&ts.text, ts.emitted, &self.config.stop_strings) {
-                    Some(at) => {
-                        ts.text.truncate(at);
-                        text = ts.text[ts.emitted.min(at)..].to_string();
-                        ts.emitted = at;
-                        finish = Some(FinishReason::StopString);
-                    }
-                    None => {
-                        let safe = ts.text.len() - held_back(&ts.text, &self.config.stop_strings);
-                        if safe > ts.emitted {
-                            text = ts.text[ts.emitted..safe].to_string();
-                            ts.emitted = safe;
-                        }
-                    }
-                }
-            }
-            if let Some(f) = finish {
-                state.done[b] = true;
-                state.finish[b] = Some(f);
-            }
-            events.push(TokenEvent { sequence: b, token, text, finish, logprobs });
-        }
-        state.step += 1;
-        if self.check_stop(state) {
-            for ev in events.iter_mut() {
-                if ev.finish.is_none() {
-                    ev.finish = state.finish[ev.sequence];
-                    ev.text.push_str(&flush(&mut state.text[ev.sequence]));
-                }
-            }
-        }
-        Ok(Some(events))
-    }
-
-    /// Stops the loop from outside (the user pressed Stop). Running sequences
-    /// finish as `Cancelled`; returns the text they still held back.
-    pub fn cancel(&self, state: &mut SamplingState) -> Vec<TokenEvent> {
-        let mut events = Vec::new();
-        for b in 0..state.done.len() {
-            if !state.done[b] {
-                state.done[b] = true;
-                state.finish[b] = Some(FinishReason::Cancelled);
-                let text = flush(&mut state.text[b]);
-                events.push(TokenEvent {
-                    sequence: b,
-                    token: PAD,
-                    text,
-                    finish: Some(FinishReason::Cancelled),
-                    logprobs: None,
-                });
-            }
-        }
-        events
-    }
-
-    /// Step by step, as an iterator; drop it (and call `cancel`) to stop early.
-    pub fn stream<'s>(&'s self, state: &'s mut SamplingState) -> impl Iterator<Item = Result<Vec<TokenEvent>>> + 's {
-        std::iter::from_fn(move || self.step(state).transpose())
-    }
-
-    /// The fused loop: runs to the end and returns every sequence's output.
-    pub fn run(&self, state: &mut SamplingState) -> Result<Vec<SequenceOutput>> {
-        while self.step(state)?.is_some() {}
-        Ok(self.outputs(state))
-    }
-
-    /// Each sequence's tokens and text so far.
-    pub fn outputs(&self, state: &SamplingState) -> Vec<SequenceOutput> {
-        (0..state.done.len())
-            .map(|b| SequenceOutput {
-                tokens: sequence_tokens(state, b).to_vec(),
-                text: state.text[b].text.clone(),
-                finish: state.finish[b].unwrap_or(FinishReason::Cancelled),
-            })
-            .collect()
-    }
-}
-
-/// Sequence `b`'s sampled tokens, up to and including its end token.
-pub fn sequence_tokens(state: &SamplingState, b: usize) -> &[u32] {
-    let row = &state.predicted_tokens[b];
-    let n = row.iter().position(|&t| t == PAD).unwrap_or(row.len());
-    &row[..n]
-}
-
 fn recent_tokens(context: &[u32], generated: &[u32], window: usize) -> Vec<u32> {
-    let generated: Vec<u32> = generated.iter().copied().filter(|&t| t != PAD).collect();
     let from_gen = generated.len().min(window);
     let from_ctx = (window - from_gen).min(context.len());
     let mut v = context[context.len() - from_ctx..].to_vec();
@@ -606,7 +532,7 @@ mod tests {
     #[test]
     fn penalty_window_mixes_context_and_output() {
         assert_eq!(recent_tokens(&[1, 2, 3], &[4, 5], 3), vec![3, 4, 5]);
-        assert_eq!(recent_tokens(&[1, 2, 3], &[4, 5, PAD], 10), vec![1, 2, 3, 4, 5]);
+        assert_eq!(recent_tokens(&[1, 2, 3], &[4, 5], 10), vec![1, 2, 3, 4, 5]);
         assert_eq!(recent_tokens(&[1], &[4, 5, 6], 2), vec![5, 6]);
     }
 }

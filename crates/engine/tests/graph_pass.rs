@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use common::{tiny, Family, TinySpec, VOCAB};
-use hearth_engine::{session_file, Advance, Device, Engine, EngineError, Kernels, OwnedTurn, SamplingParams, Session};
+use hearth_engine::{session_file, Advance, Device, Engine, EngineError, Kernels, SamplingParams, Session, Turn};
 
 /// Every family Hearth runs, each a tiny file: the dense transformers,
 /// the experts (Qwen3-MoE, gpt-oss's biased ones with sinks, GLM-4.5's,
@@ -265,11 +265,11 @@ fn generate_n_on_the_graph_writes_each_row_as_one_reply() {
             let (m, tok) = (engine.model(), engine.tokenizer());
             let config = greedy(&engine, 12);
             let mut first =
-                engine.new_session(Some(256)).into_turn(m, tok, prompt.clone(), config).map_err(|(_, e)| e).unwrap();
+                engine.new_session(Some(256)).into_turn(m, prompt.clone(), config).map_err(|(_, e)| e).unwrap();
             while first.is_prefilling() {
                 first.advance(m, tok).unwrap();
             }
-            let mut forks: Vec<OwnedTurn> = (1..3).map(|b| first.fork(m, b).unwrap()).collect();
+            let mut forks: Vec<Turn> = (1..3).map(|b| first.fork(m, b).unwrap()).collect();
             let mut rows = vec![common::run_to_end(&engine, &mut first)];
             rows.extend(forks.iter_mut().map(|f| common::run_to_end(&engine, f)));
             rows
@@ -298,14 +298,14 @@ fn a_prefill_on_the_graph_stops_between_layers_and_goes_on_exactly() {
         let (m, tok) = (engine.model(), engine.tokenizer());
         let prompt = ids(100, 5);
         let config = greedy(&engine, 8);
-        let start = |session: Session| -> OwnedTurn {
-            let mut turn = session.into_turn(m, tok, prompt.clone(), config.clone()).map_err(|(_, e)| e).unwrap();
+        let start = |session: Session| -> Turn {
+            let mut turn = session.into_turn(m, prompt.clone(), config.clone()).map_err(|(_, e)| e).unwrap();
             turn.set_prefill_rows(32);
             turn
         };
         let mut whole = start(engine.new_session(Some(256)));
         let want = common::run_to_end(&engine, &mut whole);
-        let (want_session, _) = whole.finish(m, tok);
+        let want_session = whole.end().session;
 
         // Asked after each layer but the last: the second chunk stops after its second layer.
         let layers = m.config().n_layers;
@@ -316,15 +316,15 @@ fn a_prefill_on_the_graph_stops_between_layers_and_goes_on_exactly() {
         assert!(matches!(turn.advance(m, tok).unwrap(), Advance::Prefill(p) if p.done == 32), "{family}");
         assert!(matches!(turn.advance(m, tok), Err(EngineError::Stopped)), "{family}");
         assert_eq!(asked.load(Ordering::Relaxed), (layers - 1) + 2, "{family}: asked between layers");
-        assert!(turn.cancel(m, tok).is_empty());
-        let (session, out) = turn.finish(m, tok);
-        assert!(out.unwrap().is_none());
+        assert!(turn.cancel().is_empty());
+        let hearth_engine::Ended { session, output: out, .. } = turn.end();
+        assert!(out.is_none());
         assert_eq!((session.tokens(), session.cache().len()), (&prompt[..32], 32), "{family}");
 
         let mut again = start(session);
         assert_eq!(again.prefill_progress().unwrap().total, 100 - 32);
         assert_eq!(common::run_to_end(&engine, &mut again), want, "{family}");
-        let (session, _) = again.finish(m, tok);
+        let session = again.end().session;
         assert_eq!((session.tokens(), session.passes()), (want_session.tokens(), want_session.passes()));
     }
 }

@@ -216,25 +216,48 @@ fn a_hybrid_turn_replays_bit_for_bit_from_cold_restored_and_live_caches() {
 }
 
 #[test]
-fn variants_of_a_hybrid_turn_are_forks_not_a_batch() {
+fn variants_of_a_hybrid_turn_each_continue_from_their_own_cache() {
     let (_dir, engine) = engine(Family::Qwen35);
+    let (m, tk) = (engine.model(), engine.tokenizer());
+    let prompt = ids(10, 11);
+    let sampling = SamplingParams { temperature: 1.3, seed: 3, ..SamplingParams::default() };
+    let config = |seed: u64| {
+        let mut c = engine.generation_config(SamplingParams { seed, ..sampling.clone() }, 6);
+        c.end_tokens.clear();
+        c
+    };
     let mut session = engine.new_session(Some(512));
-    let config = engine.generation_config(SamplingParams::greedy(), 4);
-    let err = session.start_turn(engine.model(), engine.tokenizer(), &ids(10, 11), config, 4).err().unwrap();
-    assert!(err.to_string().contains("hybrid"), "{err}");
-    // The session is still usable.
-    assert_eq!(turn(&engine, &mut session, &ids(10, 11), 4).0.len(), 4);
+    let turn4 = session.start_turn(m, tk, &prompt, config(3), 4).unwrap();
+    let (out, others) = {
+        let mut turn4 = turn4;
+        while turn4.step().unwrap().is_some() {}
+        turn4.finish_variants()
+    };
+    assert_eq!(others.len(), 3);
+    assert!(out.sequences.iter().any(|s| s.tokens != out.sequences[0].tokens), "four samples were identical");
+    for (b, seq) in out.sequences.iter().enumerate() {
+        let mut alone = engine.new_session(Some(512));
+        let single = alone.start_turn(m, tk, &prompt, config(3 + b as u64), 1).unwrap().run().unwrap();
+        assert_eq!(seq.tokens, single.sequences[0].tokens, "variant {b}");
+        let kept = if b == 0 { &session } else { &others[b - 1] };
+        assert_eq!((kept.tokens(), kept.passes()), (alone.tokens(), alone.passes()), "variant {b}");
+        // Its recurrent state is its own: the next turn goes on from it.
+        let mut next = kept.tokens().to_vec();
+        next.extend(ids(3, 40));
+        let (mut a, mut c) = (kept.clone(), alone.clone());
+        assert_eq!(turn(&engine, &mut a, &next, 3), turn(&engine, &mut c, &next, 3), "variant {b}");
+    }
 }
 
 /// Runs `turns` to their ends as the worker's scheduler does: every step
 /// that runs the model goes into one `decode_step_many` pass. Each turn's tokens.
-fn run_together(engine: &Engine, turns: &mut [hearth_engine::OwnedTurn]) -> Vec<Vec<u32>> {
-    use hearth_engine::{sampler_loop::PAD, Advance};
+fn run_together(engine: &Engine, turns: &mut [hearth_engine::Turn]) -> Vec<Vec<u32>> {
+    use hearth_engine::{Advance, DecodeInput};
     let (m, tk) = (engine.model(), engine.tokenizer());
     let mut tokens = vec![Vec::new(); turns.len()];
     let mut done = vec![false; turns.len()];
     let mut keep = |i: usize, a: Advance, done: &mut Vec<bool>| match a {
-        Advance::Tokens(events) => tokens[i].extend(events.iter().filter(|e| e.token != PAD).map(|e| e.token)),
+        Advance::Tokens(events) => tokens[i].extend(events.iter().map(|e| e.token)),
         Advance::Done => done[i] = true,
         Advance::Prefill(_) => {}
     };
@@ -242,19 +265,20 @@ fn run_together(engine: &Engine, turns: &mut [hearth_engine::OwnedTurn]) -> Vec<
         let (mut ids, mut which, mut caches) = (Vec::new(), Vec::new(), Vec::new());
         let mut others = Vec::new();
         for (i, t) in turns.iter_mut().enumerate().filter(|(i, _)| !done[*i]) {
-            match t.decode_input(m, tk) {
-                Some((id, cache)) => {
-                    ids.push(id);
-                    which.push(i);
-                    caches.push(cache);
-                }
-                None => others.push(i),
+            let inputs = t.decode_inputs();
+            if inputs.is_empty() {
+                others.push(i);
+            }
+            for DecodeInput { token, cache, .. } in inputs {
+                ids.push(token);
+                which.push(i);
+                caches.push(cache);
             }
         }
         let logits = if ids.is_empty() { Vec::new() } else { m.decode_step_many(&ids, &mut caches).unwrap() };
         drop(caches);
         for (i, l) in which.into_iter().zip(logits) {
-            let a = turns[i].advance_given(m, tk, l).unwrap();
+            let a = turns[i].advance_given(m, tk, vec![l]).unwrap();
             keep(i, a, &mut done);
         }
         for i in others {
@@ -276,8 +300,7 @@ fn generate_four_on_a_hybrid_forks_share_passes_and_each_is_its_lone_run() {
         c.end_tokens.clear();
         c
     };
-    let mut first =
-        engine.new_session(Some(512)).into_turn(m, tk, prompt.clone(), config(21)).map_err(|(_, e)| e).unwrap();
+    let mut first = engine.new_session(Some(512)).into_turn(m, prompt.clone(), config(21)).map_err(|(_, e)| e).unwrap();
     while first.is_prefilling() {
         first.advance(m, tk).unwrap();
     }
@@ -294,7 +317,7 @@ fn generate_four_on_a_hybrid_forks_share_passes_and_each_is_its_lone_run() {
     for (b, tokens) in together.iter().enumerate() {
         let mut alone = engine
             .new_session(Some(512))
-            .into_turn(m, tk, prompt.clone(), config(21 + b as u64))
+            .into_turn(m, prompt.clone(), config(21 + b as u64))
             .map_err(|(_, e)| e)
             .unwrap();
         let single = run_together(&engine, std::slice::from_mut(&mut alone));
@@ -305,7 +328,7 @@ fn generate_four_on_a_hybrid_forks_share_passes_and_each_is_its_lone_run() {
 /// Qwen 3.5's template writes an earlier reply otherwise than it was
 /// sampled (it drops the thinking), so the next turn's history agrees with
 /// this turn's prompt only up to where the reply's opening tokens start:
-/// the checkpoint kept there (`OwnedTurn::set_checkpoint_at`) is where the
+/// the checkpoint kept there (`Turn::set_checkpoint_at`) is where the
 /// next turn reads from, not the start of the conversation.
 #[test]
 fn a_reply_the_template_rewrites_is_read_again_from_its_opening_not_from_the_start() {
@@ -321,11 +344,11 @@ fn a_reply_the_template_rewrites_is_read_again_from_its_opening_not_from_the_sta
     let opening = ids(4, 8);
     let prompt: Vec<u32> = history.iter().chain(&opening).copied().collect();
     let run = |session: Session, prompt: &[u32], checkpoint_at: Option<usize>| {
-        let mut turn = session.into_turn(m, tk, prompt.to_vec(), config()).map_err(|(_, e)| e).unwrap();
+        let mut turn = session.into_turn(m, prompt.to_vec(), config()).map_err(|(_, e)| e).unwrap();
         turn.set_checkpoint_at(checkpoint_at);
         while !matches!(turn.advance(m, tk).unwrap(), hearth_engine::Advance::Done) {}
         let processed = turn.stats().processed_tokens;
-        let (session, out) = turn.finish(m, tk);
+        let hearth_engine::Ended { session, output: out, .. } = turn.end();
         out.unwrap();
         (session, processed)
     };

@@ -233,22 +233,21 @@ fn a_batch_of_variants_shares_the_prompt_and_matches_single_runs() {
 
 #[test]
 fn forks_of_a_turn_read_the_prompt_once_and_each_is_the_single_run_of_its_seed() {
-    use hearth_engine::OwnedTurn;
+    use hearth_engine::Turn;
     let engine = open_default();
     let (m, tok) = (engine.model(), engine.tokenizer());
     let ids = engine.encode_chat(&[ChatMessage::user("Name a colour.")]).unwrap();
     let sampling = SamplingParams { temperature: 1.2, seed: 5, ..SamplingParams::default() };
     let config = engine.generation_config(sampling.clone(), 12);
-    let run = |turn: &mut hearth_engine::OwnedTurn| common::run_to_end(&engine, turn);
-    let mut first =
-        engine.new_session(None).into_turn(m, tok, ids.clone(), config.clone()).map_err(|(_, e)| e).unwrap();
+    let run = |turn: &mut hearth_engine::Turn| common::run_to_end(&engine, turn);
+    let mut first = engine.new_session(None).into_turn(m, ids.clone(), config.clone()).map_err(|(_, e)| e).unwrap();
     assert!(!first.can_fork(), "not before the prompt is read");
     assert!(first.fork(m, 6).is_err());
     while first.is_prefilling() {
         first.advance(m, tok).unwrap();
     }
     assert!(first.can_fork());
-    let mut forks: Vec<OwnedTurn> = (1..3).map(|b| first.fork(m, 5 + b).unwrap()).collect();
+    let mut forks: Vec<Turn> = (1..3).map(|b| first.fork(m, 5 + b).unwrap()).collect();
     assert_eq!(forks[0].stats().processed_tokens, ids.len(), "a fork reports the prompt its parent read");
     let mut all = vec![run(&mut first)];
     all.extend(forks.iter_mut().map(run));
@@ -263,9 +262,9 @@ fn forks_of_a_turn_read_the_prompt_once_and_each_is_the_single_run_of_its_seed()
     }
     // Each fork's session continues its own reply: the prompt and its own tokens.
     for (b, f) in forks.into_iter().enumerate() {
-        let (session, out) = f.finish(m, tok);
+        let hearth_engine::Ended { session, output: out, .. } = f.end();
         let mut want = ids.clone();
-        let generated = &out.unwrap().unwrap().sequences[0].tokens;
+        let generated = &out.unwrap().sequences[0].tokens;
         want.extend_from_slice(&generated[..generated.len() - 1]);
         assert_eq!(session.tokens(), &want[..], "fork {}", b + 1);
         assert_eq!(session.cache().len(), want.len());
@@ -275,10 +274,10 @@ fn forks_of_a_turn_read_the_prompt_once_and_each_is_the_single_run_of_its_seed()
 trait RunAll {
     fn finish_after_run(self) -> hearth_engine::TurnOutput;
 }
-impl RunAll for hearth_engine::Turn<'_> {
+impl RunAll for hearth_engine::SessionTurn<'_> {
     fn finish_after_run(mut self) -> hearth_engine::TurnOutput {
         while self.step().unwrap().is_some() {}
-        self.finish(1).unwrap()
+        self.finish(1)
     }
 }
 
@@ -321,7 +320,7 @@ fn max_tokens_and_cancel_finish_cleanly_and_keep_the_session_consistent() {
     turn.step().unwrap();
     turn.cancel();
     assert!(turn.step().unwrap().is_none(), "no steps after cancel");
-    let out = turn.finish(0).unwrap();
+    let out = turn.finish(0);
     assert_eq!(out.sequences[0].finish, FinishReason::Cancelled);
     assert_eq!(out.sequences[0].tokens.len(), 2);
     assert_eq!(session.tokens().len(), session.cache().len());
@@ -397,7 +396,7 @@ fn each_variant_of_a_turn_continues_from_its_own_cache() {
     let mut session = engine.new_session(None);
     let mut turn = session.start_turn(m, tok, &ids, engine.generation_config(sampling.clone(), 12), 3).unwrap();
     while turn.step().unwrap().is_some() {}
-    let (out, others) = turn.finish_variants().unwrap();
+    let (out, others) = turn.finish_variants();
     assert_eq!(others.len(), 2);
     // Variant b's session is what a single run with seed 9 + b leaves.
     for (b, variant) in others.iter().enumerate().map(|(i, s)| (i + 1, s)) {
@@ -475,8 +474,8 @@ fn owned_turns_run_in_turn_give_what_each_gives_alone() {
     let (want_short, short_session) = alone(&short, 2);
 
     let mut turns = vec![
-        engine.new_session(Some(2048)).into_turn(m, tok, long.clone(), config(1)).map_err(|(_, e)| e).unwrap(),
-        engine.new_session(Some(2048)).into_turn(m, tok, short.clone(), config(2)).map_err(|(_, e)| e).unwrap(),
+        engine.new_session(Some(2048)).into_turn(m, long.clone(), config(1)).map_err(|(_, e)| e).unwrap(),
+        engine.new_session(Some(2048)).into_turn(m, short.clone(), config(2)).map_err(|(_, e)| e).unwrap(),
     ];
     let mut tokens = [Vec::new(), Vec::new()];
     let mut short_tokens_while_long_prefilled = 0;
@@ -489,8 +488,7 @@ fn owned_turns_run_in_turn_give_what_each_gives_alone() {
             match turns[i].advance(m, tok).unwrap() {
                 Advance::Prefill(_) => {}
                 Advance::Tokens(events) => {
-                    tokens[i]
-                        .extend(events.iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD).map(|e| e.token));
+                    tokens[i].extend(events.iter().map(|e| e.token));
                     if i == 1 && turns[0].is_prefilling() {
                         short_tokens_while_long_prefilled += 1;
                     }
@@ -502,8 +500,8 @@ fn owned_turns_run_in_turn_give_what_each_gives_alone() {
     assert!(short_tokens_while_long_prefilled > 0, "the short turn sampled while the long prompt was read");
     let mut sessions = Vec::new();
     for t in turns {
-        let (session, out) = t.finish(m, tok);
-        assert!(out.unwrap().is_some());
+        let hearth_engine::Ended { session, output: out, .. } = t.end();
+        assert!(out.is_some());
         sessions.push(session);
     }
     assert_eq!(tokens[0], want_long);
@@ -537,7 +535,7 @@ fn owned_turns_decoding_in_one_pass_give_what_each_gives_alone() {
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            engine.new_session(Some(1024)).into_turn(m, tok, p.clone(), config(i as u64)).map_err(|(_, e)| e).unwrap()
+            engine.new_session(Some(1024)).into_turn(m, p.clone(), config(i as u64)).map_err(|(_, e)| e).unwrap()
         })
         .collect();
     let mut tokens = vec![Vec::new(); turns.len()];
@@ -552,8 +550,9 @@ fn owned_turns_decoding_in_one_pass_give_what_each_gives_alone() {
             if done[i] {
                 continue;
             }
-            match t.decode_input(m, tok) {
-                Some((token, cache)) => {
+            let mut ready = t.decode_inputs();
+            match ready.pop().filter(|_| ready.is_empty()) {
+                Some(hearth_engine::DecodeInput { token, cache, .. }) => {
                     inputs.push((i, token));
                     caches.push(cache);
                 }
@@ -569,13 +568,15 @@ fn owned_turns_decoding_in_one_pass_give_what_each_gives_alone() {
         if inputs.len() > 1 {
             joint_steps += 1;
         }
-        let mut outcomes: Vec<(usize, Advance)> =
-            inputs.iter().zip(logits).map(|(&(i, _), l)| (i, turns[i].advance_given(m, tok, l).unwrap())).collect();
+        let mut outcomes: Vec<(usize, Advance)> = inputs
+            .iter()
+            .zip(logits)
+            .map(|(&(i, _), l)| (i, turns[i].advance_given(m, tok, vec![l]).unwrap()))
+            .collect();
         outcomes.extend(alone_now.into_iter().map(|i| (i, turns[i].advance(m, tok).unwrap())));
         for (i, a) in outcomes {
             match a {
-                Advance::Tokens(events) => tokens[i]
-                    .extend(events.iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD).map(|e| e.token)),
+                Advance::Tokens(events) => tokens[i].extend(events.iter().map(|e| e.token)),
                 Advance::Prefill(_) => {}
                 Advance::Done => done[i] = true,
             }
@@ -583,8 +584,8 @@ fn owned_turns_decoding_in_one_pass_give_what_each_gives_alone() {
     }
     assert!(joint_steps > 10, "decode steps ran together");
     for (i, t) in turns.into_iter().enumerate() {
-        let (session, out) = t.finish(m, tok);
-        out.unwrap().unwrap();
+        let hearth_engine::Ended { session, output: out, .. } = t.end();
+        out.unwrap();
         assert_eq!(tokens[i], alone[i].0, "conversation {i}");
         assert_eq!(
             (session.tokens(), session.passes()),
@@ -604,19 +605,19 @@ fn a_prefill_stopped_between_layers_keeps_the_chunks_before_and_goes_on_to_the_s
     let prompt =
         engine.tokenizer().encode(include_str!("../../../ARCHITECTURE.md"), false, false).unwrap()[..200].to_vec();
     let config = engine.generation_config(SamplingParams::greedy(), 8);
-    let run = |turn: &mut hearth_engine::OwnedTurn| common::run_to_end(&engine, turn);
+    let run = |turn: &mut hearth_engine::Turn| common::run_to_end(&engine, turn);
     let mut whole =
-        engine.new_session(Some(1024)).into_turn(m, tok, prompt.clone(), config.clone()).map_err(|(_, e)| e).unwrap();
+        engine.new_session(Some(1024)).into_turn(m, prompt.clone(), config.clone()).map_err(|(_, e)| e).unwrap();
     whole.set_prefill_rows(64);
     let want = run(&mut whole);
-    let (want_session, _) = whole.finish(m, tok);
+    let want_session = whole.end().session;
 
     // Asked once after each layer but the last: the second chunk stops
     // after its fifth layer.
     let layers = m.config().n_layers;
     let asked = Arc::new(AtomicUsize::new(0));
     let mut turn =
-        engine.new_session(Some(1024)).into_turn(m, tok, prompt.clone(), config.clone()).map_err(|(_, e)| e).unwrap();
+        engine.new_session(Some(1024)).into_turn(m, prompt.clone(), config.clone()).map_err(|(_, e)| e).unwrap();
     turn.set_prefill_rows(64);
     let counter = asked.clone();
     turn.set_stop(Arc::new(move || counter.fetch_add(1, Ordering::Relaxed) + 1 >= (layers - 1) + 5));
@@ -624,19 +625,19 @@ fn a_prefill_stopped_between_layers_keeps_the_chunks_before_and_goes_on_to_the_s
     assert!(matches!(turn.advance(m, tok), Err(EngineError::Stopped)));
     assert_eq!(asked.load(Ordering::Relaxed), (layers - 1) + 5);
     assert_eq!(turn.prefill_progress().unwrap().done, 64, "the stopped chunk is not read");
-    assert!(turn.cancel(m, tok).is_empty());
-    let (session, out) = turn.finish(m, tok);
-    assert!(out.unwrap().is_none());
+    assert!(turn.cancel().is_empty());
+    let hearth_engine::Ended { session, output: out, .. } = turn.end();
+    assert!(out.is_none());
     assert_eq!(session.tokens(), &prompt[..64]);
     assert_eq!(session.cache().len(), 64);
 
     // Going on from there reads only the rest, and writes what the whole
     // prefill did, bit for bit (the same passes).
-    let mut again = session.into_turn(m, tok, prompt.clone(), config).map_err(|(_, e)| e).unwrap();
+    let mut again = session.into_turn(m, prompt.clone(), config).map_err(|(_, e)| e).unwrap();
     again.set_prefill_rows(64);
     assert_eq!(again.prefill_progress().unwrap().total, 200 - 64);
     assert_eq!(run(&mut again), want);
-    let (session, _) = again.finish(m, tok);
+    let session = again.end().session;
     assert_eq!((session.tokens(), session.passes()), (want_session.tokens(), want_session.passes()));
 }
 

@@ -21,7 +21,7 @@ fn turn(engine: &Engine, session: &mut Session, prompt: &[u32]) -> (Vec<u32>, Pa
     let mut t = session.start_turn(engine.model(), engine.tokenizer(), prompt, config(engine), 1).unwrap();
     let passes = t.prompt_passes().clone();
     while t.step().unwrap().is_some() {}
-    (t.finish(0).unwrap().sequences[0].tokens.clone(), passes)
+    (t.finish(0).sequences[0].tokens.clone(), passes)
 }
 
 /// A replay of `prompt` through `passes`: its tokens and how many positions it ran.
@@ -30,7 +30,7 @@ fn replay(engine: &Engine, session: &mut Session, prompt: &[u32], passes: &Passe
         .start_replay(engine.model(), engine.tokenizer(), prompt, passes, config(engine), &mut |_| true)
         .unwrap();
     while t.step().unwrap().is_some() {}
-    let out = t.finish(0).unwrap();
+    let out = t.finish(0);
     (out.sequences[0].tokens.clone(), out.stats.processed_tokens)
 }
 
@@ -38,11 +38,11 @@ fn replay(engine: &Engine, session: &mut Session, prompt: &[u32], passes: &Passe
 /// its tokens, how many positions it ran, and the session it leaves.
 fn replay_owned(engine: &Engine, session: Session, prompt: &[u32], passes: &Passes) -> (Vec<u32>, usize, Session) {
     let (m, tok) = (engine.model(), engine.tokenizer());
-    let mut t = session.into_replay_turn(m, tok, prompt.to_vec(), passes, config(engine)).map_err(|(_, e)| e).unwrap();
+    let mut t = session.into_replay_turn(prompt.to_vec(), passes, config(engine)).map_err(|(_, e)| e).unwrap();
     while !matches!(t.advance(m, tok).unwrap(), Advance::Done) {}
     let processed = t.stats().processed_tokens;
-    let (session, out) = t.finish(m, tok);
-    (out.unwrap().unwrap().sequences[0].tokens.clone(), processed, session)
+    let hearth_engine::Ended { session, output: out, .. } = t.end();
+    (out.unwrap().sequences[0].tokens.clone(), processed, session)
 }
 
 fn replays_exactly(engine: Engine) {

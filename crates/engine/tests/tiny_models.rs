@@ -338,7 +338,7 @@ fn each_variant_of_a_batch_of_eight_is_the_reply_a_single_run_gives() {
         let mut session = engine.new_session(Some(256));
         let mut turn = session.start_turn(m, tok, &prompt, engine.generation_config(sampling.clone(), 12), 8).unwrap();
         while turn.step().unwrap().is_some() {}
-        let batch = turn.finish(0).unwrap();
+        let batch = turn.finish(0);
         for (b, variant) in batch.sequences.iter().enumerate() {
             let sampling = SamplingParams { seed: 11 + b as u64, ..sampling.clone() };
             let single = engine
@@ -373,7 +373,7 @@ fn variants_and_shared_decode_passes_are_each_sequence_alone() {
         let mut session = engine.new_session(Some(256));
         let mut turn = session.start_turn(m, tok, &prompt, engine.generation_config(sampling.clone(), 12), 4).unwrap();
         while turn.step().unwrap().is_some() {}
-        let batch = turn.finish(0).unwrap();
+        let batch = turn.finish(0);
         let mut distinct = std::collections::HashSet::new();
         for (b, variant) in batch.sequences.iter().enumerate() {
             let sampling = SamplingParams { seed: 11 + b as u64, ..sampling.clone() };

@@ -92,7 +92,7 @@ impl WorkerThread {
         let original = self.caches.take(&engine, job.conversation_id, &prompt, context);
         // A copy: the conversation's own cache stays as it was.
         let session = original.clone().unwrap_or_else(|| engine.new_session(Some(context)));
-        let turn = match session.into_replay_turn(engine.model(), engine.tokenizer(), prompt.clone(), &passes, config) {
+        let turn = match session.into_replay_turn(prompt.clone(), &passes, config) {
             Ok(turn) => turn,
             Err((_, e)) => {
                 if let Some(original) = original {

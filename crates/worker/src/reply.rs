@@ -172,20 +172,21 @@ pub(super) struct RunRecord<'a> {
 
 /// Each sequence of a finished reply as a reply to store: its text, stats,
 /// replay record (variant b sampled with the seed + b) and token choices.
-/// `outs`: each sequence's turn, variant 0 first; `written`: each
+/// `out`: the turn, its sequences variant 0 first; `written`: each
 /// sequence's choices and thinking, as `Written` kept them.
 pub(super) fn finished_replies(
     engine: &hearth_engine::Engine,
     job: &ReplyJob,
     run: &RunRecord,
-    outs: &[hearth_engine::TurnOutput],
+    out: &hearth_engine::TurnOutput,
     written: &mut [Written],
 ) -> Vec<Finished> {
     let s = &job.settings;
-    outs.iter()
-        .filter_map(|out| out.sequences.first().map(|seq| (seq, &out.stats)))
+    let st = &out.stats;
+    out.sequences
+        .iter()
         .enumerate()
-        .map(|(b, (seq, st))| {
+        .map(|(b, seq)| {
             let decode_s = st.decode_time.as_secs_f64();
             let replay = ReplayRecord {
                 model_sha256: engine.file_sha256().map(str::to_string),

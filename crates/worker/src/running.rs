@@ -1,23 +1,22 @@
 //! The one scheduler every local reply runs through: a chat reply, its
 //! variants ("Generate N"), an API request with any `n`, a continuation and
-//! a replay are all `RunningReply`s of one or more sequences, each sequence
-//! an `OwnedTurn`. Each worker turn runs the decode steps of every sequence
-//! that is ready, of every reply, as one forward pass, and advances the
-//! others a prefill chunk each, so no reply takes the worker alone and a
-//! long prompt holds up the others for a chunk at most.
+//! a replay are all `RunningReply`s, each one engine `Turn` of one or more
+//! sequences. Each worker turn runs the decode steps of every sequence that
+//! is ready, of every reply, as one forward pass, and advances the others a
+//! prefill chunk each, so no reply takes the worker alone and a long prompt
+//! holds up the others for a chunk at most.
 //!
-//! A reply of several sequences reads its prompt once, in its first
-//! sequence, and forks the others from it (`OwnedTurn::fork`): variant `b`
-//! samples with the seed + `b` and is the reply a single run with that seed
-//! gives. A replay reads its prompt through the recorded passes, compares
-//! each token with the record, and writes nothing to the conversation.
+//! A reply of several sequences reads its prompt once and its variants fork
+//! from it (`Turn::set_variants`): variant `b` samples with the seed + `b`
+//! and is the reply a single run with that seed gives. A replay reads its
+//! prompt through the recorded passes, compares each token with the
+//! record, and writes nothing to the conversation.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
-use hearth_engine::sampler_loop::PAD;
-use hearth_engine::{Advance, Engine, EngineError, OwnedTurn, Session, TurnOutput};
+use hearth_engine::{Advance, DecodeInput, Ended, Engine, EngineError, Session, Turn};
 use hearth_store::MessageStatus;
 use tokio_util::sync::CancellationToken;
 
@@ -36,9 +35,9 @@ use crate::events::{GenerationEvent, ReplayOutcome};
 /// reads llama.cpp's 512 at a time.
 const SHARED_PREFILL_ROWS: usize = 128;
 
-/// Per sequence of a reply: the logits of its decode step, where
-/// `advance_all` ran it in a pass with others'.
-type Given = Vec<Option<Result<Vec<f32>, AppError>>>;
+/// The logits of a reply's decode steps, where `advance_all` ran them in a
+/// pass with others'.
+type Given = Option<Result<Vec<Vec<f32>>, AppError>>;
 
 /// One reply between the worker's turns.
 pub(super) struct RunningReply {
@@ -49,11 +48,8 @@ pub(super) struct RunningReply {
     engine: Arc<Engine>,
     /// Where its first sequence's session goes back to in `Caches`.
     cache_key: i64,
-    /// One turn per sequence, variant 0 first. Until the first has read the
-    /// prompt it is the only one; `None` once a turn is lost to a panic.
-    turns: Vec<Option<OwnedTurn>>,
-    /// Per sequence: its turn has nothing left to run.
-    done: Vec<bool>,
+    /// Its sequences; `None` once lost to a panic.
+    turn: Option<Turn>,
     prompt: Vec<u32>,
     context: usize,
     dropped: usize,
@@ -78,7 +74,7 @@ pub(super) struct ReplayRun {
 pub(super) struct Started {
     pub engine: Arc<Engine>,
     pub cache_key: i64,
-    pub turn: OwnedTurn,
+    pub turn: Turn,
     pub prompt: Vec<u32>,
     pub context: usize,
     pub dropped: usize,
@@ -89,11 +85,6 @@ pub(super) struct Started {
 impl RunningReply {
     fn sequences(&self) -> usize {
         self.written.len()
-    }
-
-    fn turns(&mut self) -> impl Iterator<Item = (usize, &mut OwnedTurn)> {
-        let done = &self.done;
-        self.turns.iter_mut().enumerate().filter(|(b, _)| !done[*b]).filter_map(|(b, t)| t.as_mut().map(|t| (b, t)))
     }
 }
 
@@ -138,8 +129,7 @@ impl WorkerThread {
                     active: Some(active),
                     engine,
                     cache_key,
-                    turns: vec![Some(turn)],
-                    done: vec![false; sequences],
+                    turn: Some(turn),
                     prompt,
                     context,
                     dropped,
@@ -176,8 +166,9 @@ impl WorkerThread {
                 return Err(e);
             }
         };
-        match session.into_turn(engine.model(), engine.tokenizer(), prompt.clone(), config) {
+        match session.into_turn(engine.model(), prompt.clone(), config) {
             Ok(mut turn) => {
+                turn.set_variants(1 + job.variant_ids.len()).expect("a turn that has not sampled takes variants");
                 turn.set_checkpoint_at(reply_start);
                 if let Some(p) = turn.prefill_progress() {
                     (job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 });
@@ -197,24 +188,21 @@ impl WorkerThread {
     /// each. Ended replies are recorded and dropped.
     pub(super) fn advance_all(&mut self, running: &mut Vec<RunningReply>) {
         let sharing = running.len();
-        let mut given: Vec<Given> = running.iter().map(|r| (0..r.sequences()).map(|_| None).collect()).collect();
+        let mut given: Vec<Given> = running.iter().map(|_| None).collect();
         if let Some(engine) = running.first().map(|r| r.engine.clone()) {
-            let (model, tokenizer) = (engine.model(), engine.tokenizer());
+            let model = engine.model();
+            // Per step: the reply it is of.
             let mut ready = Vec::new();
             let mut tokens = Vec::new();
             let mut caches = Vec::new();
             let mut masks = Vec::new();
             for (i, r) in running.iter_mut().enumerate() {
-                if r.cancel.is_cancelled() {
-                    continue;
-                }
-                for (b, turn) in r.turns() {
-                    if let Some((token, cache, mask)) = turn.decode_input_masked(model, tokenizer) {
-                        ready.push((i, b));
-                        tokens.push(token);
-                        caches.push(cache);
-                        masks.extend(mask);
-                    }
+                let Some(turn) = r.turn.as_mut().filter(|_| !r.cancel.is_cancelled()) else { continue };
+                for DecodeInput { token, cache, mask } in turn.decode_inputs() {
+                    ready.push(i);
+                    tokens.push(token);
+                    caches.push(cache);
+                    masks.extend(mask);
                 }
             }
             if ready.len() > 1 {
@@ -229,17 +217,25 @@ impl WorkerThread {
                 });
                 drop(caches);
                 match pass {
-                    Ok(Ok(logits)) => ready.iter().zip(logits).for_each(|(&(i, b), l)| given[i][b] = Some(Ok(l))),
+                    Ok(Ok(logits)) => {
+                        for (&i, l) in ready.iter().zip(logits) {
+                            given[i]
+                                .get_or_insert_with(|| Ok(Vec::new()))
+                                .as_mut()
+                                .expect("only logits so far")
+                                .push(l);
+                        }
+                    }
                     Ok(Err(e)) => {
                         let error: AppError = e.into();
-                        ready.iter().for_each(|&(i, b)| given[i][b] = Some(Err(error.clone())));
+                        ready.iter().for_each(|&i| given[i] = Some(Err(error.clone())));
                     }
                     Err(panic) => {
-                        for &(i, b) in &ready {
+                        for &i in &ready {
                             // Their caches may be half written: these conversations start cold.
-                            running[i].turns.iter_mut().for_each(|t| *t = None);
+                            running[i].turn = None;
                             self.caches.forget_for(&running[i].job);
-                            given[i][b] = Some(Err(internal_error(&running[i].job, &*panic)));
+                            given[i] = Some(Err(internal_error(&running[i].job, &*panic)));
                         }
                     }
                 }
@@ -264,8 +260,8 @@ impl WorkerThread {
             Ok(Ok(false)) => Ok(()),
             Ok(Err(e)) => Err(e),
             Err(panic) => {
-                // Its sessions went with the turns: this conversation starts cold.
-                r.turns.iter_mut().for_each(|t| *t = None);
+                // Its sessions went with the turn: this conversation starts cold.
+                r.turn = None;
                 self.caches.forget_for(&r.job);
                 Err(internal_error(&r.job, &*panic))
             }
@@ -281,80 +277,60 @@ impl WorkerThread {
     /// Runs one prefill chunk, or one token of each sequence (from `given`
     /// logits where its forward pass ran with others'); true while there is
     /// more.
-    fn step(&mut self, r: &mut RunningReply, sharing: usize, mut given: Given) -> Result<bool, AppError> {
+    fn step(&mut self, r: &mut RunningReply, sharing: usize, given: Given) -> Result<bool, AppError> {
         let engine = r.engine.clone();
         let (model, tokenizer) = (engine.model(), engine.tokenizer());
-        // A shared pass that failed (or panicked, taking the turns) fails the reply.
-        if let Some(e) = given.iter_mut().find_map(|g| g.take_if(|g| g.is_err())) {
-            return Err(e.expect_err("taken because it is an error"));
-        }
-        if r.turns.iter().all(Option::is_none) {
+        // A shared pass that failed (or panicked, taking the turn) fails the reply.
+        let given = given.transpose()?;
+        if r.turn.is_none() {
             return Ok(false);
         }
         if r.cancel.is_cancelled() {
-            cancel_all(r, &engine);
+            cancel_all(r);
             return Ok(false);
         }
-        // The prompt, read by the first sequence alone.
-        if let Some(first) = r.turns[0].as_mut().filter(|t| t.is_prefilling()) {
-            first.set_prefill_rows(if sharing > 1 { SHARED_PREFILL_ROWS } else { hearth_engine::model::PREFILL_CHUNK });
-            let p = match first.advance(model, tokenizer) {
+        let turn = r.turn.as_mut().expect("checked above");
+        if turn.is_prefilling() {
+            turn.set_prefill_rows(if sharing > 1 { SHARED_PREFILL_ROWS } else { hearth_engine::model::PREFILL_CHUNK });
+            let p = match turn.advance(model, tokenizer) {
                 Ok(Advance::Prefill(p)) => p,
                 Ok(_) => unreachable!("a turn reading its prompt advances by a prefill"),
                 // Stopped part way through a prefill chunk: as if before it.
                 Err(EngineError::Stopped) => {
-                    cancel_all(r, &engine);
+                    cancel_all(r);
                     return Ok(false);
                 }
                 Err(e) => return Err(e.into()),
             };
             (r.job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 });
-            if let (Some(replay), false) = (&mut r.replay, first.is_prefilling()) {
-                replay.outcome.processed_tokens = first.stats().processed_tokens as u32;
+            if let (Some(replay), false) = (&mut r.replay, turn.is_prefilling()) {
+                replay.outcome.processed_tokens = turn.stats().processed_tokens as u32;
             }
             return Ok(true);
         }
-        // The variants, once the prompt is read (at once where the cache
-        // already held it and its logits: a regeneration), each sampling
-        // with its own seed.
-        if r.turns.len() < r.written.len() {
-            if let Some(first) = r.turns[0].as_ref().filter(|t| t.can_fork()) {
-                let seed = r.seed;
-                let forks = (1..r.written.len())
-                    .map(|b| first.fork(model, job_seed(seed, b)))
-                    .collect::<Result<Vec<_>, _>>()?;
-                r.turns.extend(forks.into_iter().map(Some));
-            }
+        let events = match given {
+            Some(logits) => turn.advance_given(model, tokenizer, logits)?,
+            None => turn.advance(model, tokenizer)?,
+        };
+        let events = match events {
+            Advance::Tokens(events) => events,
+            Advance::Done => return Ok(false),
+            Advance::Prefill(_) => unreachable!("the prompt is read"),
+        };
+        r.unsaved += events.len();
+        for e in &events {
+            r.written[e.sequence].take(e);
         }
-        for (b, turn) in r.turns.iter_mut().enumerate() {
-            let Some(turn) = turn.as_mut().filter(|_| !r.done[b]) else { continue };
-            let advanced = match given[b].take() {
-                Some(Err(e)) => return Err(e),
-                Some(Ok(logits)) => turn.advance_given(model, tokenizer, logits)?,
-                None => turn.advance(model, tokenizer)?,
-            };
-            match advanced {
-                Advance::Tokens(events) => {
-                    r.unsaved += events.len();
-                    for e in &events {
-                        r.written[b].take(e);
-                    }
-                    r.written[b].unsent.send_if_due(&*r.job.events, b);
-                    if let Some(replay) = &mut r.replay {
-                        replay.produced.extend(events.iter().map(|e| e.token).filter(|&t| t != PAD));
-                    }
-                }
-                Advance::Done => r.done[b] = true,
-                Advance::Prefill(_) => unreachable!("only the first sequence reads the prompt"),
-            }
+        for (b, w) in r.written.iter_mut().enumerate() {
+            w.unsent.send_if_due(&*r.job.events, b);
         }
+        let mut more = !turn.sequences().iter().all(|s| s.is_done());
         // A replay ends at its first difference.
-        if let Some(replay) = &r.replay {
+        if let Some(replay) = &mut r.replay {
+            replay.produced.extend(events.iter().map(|e| e.token));
             let differs = replay.produced.iter().zip(&replay.recorded).any(|(a, b)| a != b)
                 || replay.produced.len() > replay.recorded.len();
-            if differs {
-                r.done.iter_mut().for_each(|d| *d = true);
-            }
+            more &= !differs;
         }
         if r.job.stored()
             && r.replay.is_none()
@@ -366,7 +342,7 @@ impl WorkerThread {
             r.unsaved = 0;
             r.last_flush = Instant::now();
         }
-        Ok(!r.done.iter().all(|d| *d))
+        Ok(more)
     }
 
     /// Hands the sessions back to the caches and records how the reply ended.
@@ -378,34 +354,25 @@ impl WorkerThread {
             return self.end_replay(r, result);
         }
         let n = r.sequences();
-        let (model, tokenizer) = (r.engine.model(), r.engine.tokenizer());
-        let passes = r.turns[0].as_ref().map(|t| record_passes(t.prompt_passes()));
-        let mut outs = Vec::new();
-        let mut others = Vec::new();
-        let mut failed = result.err();
-        for (b, turn) in r.turns.iter_mut().enumerate() {
-            let Some(turn) = turn.take() else { continue };
-            let (session, out) = turn.finish(model, tokenizer);
-            let ok = failed.is_none() && out.is_ok();
-            match b {
-                0 => self.caches.put(r.cache_key, session, r.context, ok && r.job.stored()),
-                _ => others.push(session),
+        let passes = r.turn.as_ref().map(|t| record_passes(t.prompt_passes()));
+        let failed = result.err();
+        let output = match r.turn.take().map(Turn::end) {
+            Some(Ended { session, others, output }) => {
+                let kept = failed.is_none() && r.job.stored();
+                self.caches.put(r.cache_key, session, r.context, kept);
+                // The other variants' caches, so that picking one continues from it.
+                if kept {
+                    self.caches.add_alternates(r.job.conversation_id, others);
+                }
+                output
             }
-            match out {
-                Ok(out) => outs.push(out),
-                Err(e) => failed = failed.or(Some(e.into())),
-            }
-        }
-        // The other variants' caches, so that picking one continues from it.
-        if r.job.stored() && failed.is_none() {
-            self.caches.add_alternates(r.job.conversation_id, others);
-        }
-        let finished = match (failed, outs.first()) {
+            None => None,
+        };
+        let finished = match (failed, output) {
             (Some(e), _) => Err(e),
             // Stopped before its first token, or lost before it: nothing sampled.
-            (None, None | Some(None)) => Ok(vec![Finished::stopped_before_start(&r.job.prefix); n]),
-            (None, Some(Some(_))) => {
-                let outs: Vec<TurnOutput> = outs.into_iter().flatten().collect();
+            (None, None) => Ok(vec![Finished::stopped_before_start(&r.job.prefix); n]),
+            (None, Some(out)) => {
                 let run = RunRecord {
                     prompt: &r.prompt,
                     passes: passes.unwrap_or_default(),
@@ -413,8 +380,7 @@ impl WorkerThread {
                     dropped: r.dropped,
                     seed: r.seed,
                 };
-                let mut done = finished_replies(&r.engine, &r.job, &run, &outs, &mut r.written);
-                // Variants stopped before they forked wrote nothing.
+                let mut done = finished_replies(&r.engine, &r.job, &run, &out, &mut r.written);
                 done.resize_with(n, || Finished::stopped_before_start(&r.job.prefix));
                 Ok(done)
             }
@@ -432,7 +398,7 @@ impl WorkerThread {
     /// one, what a matching replay computed), and the outcome.
     fn end_replay(&mut self, r: &mut RunningReply, result: Result<(), AppError>) {
         let mut replay = r.replay.take().expect("a replay");
-        let session = r.turns[0].take().map(|t| t.finish(r.engine.model(), r.engine.tokenizer()).0);
+        let session = r.turn.take().map(|t| t.end().session);
         let o = &mut replay.outcome;
         o.stopped = r.cancel.is_cancelled();
         let produced = &replay.produced;
@@ -463,19 +429,11 @@ impl WorkerThread {
     }
 }
 
-/// The seed variant `b` samples with.
-fn job_seed(seed: u32, b: usize) -> u64 {
-    seed as u64 + b as u64
-}
-
 /// Stops every sequence of `r` between two steps, keeping the text they held back.
-fn cancel_all(r: &mut RunningReply, engine: &Engine) {
-    for (b, turn) in r.turns.iter_mut().enumerate() {
-        if let Some(turn) = turn {
-            for e in &turn.cancel(engine.model(), engine.tokenizer()) {
-                r.written[b].take(e);
-            }
+fn cancel_all(r: &mut RunningReply) {
+    if let Some(turn) = &mut r.turn {
+        for e in &turn.cancel() {
+            r.written[e.sequence].take(e);
         }
     }
-    r.done.iter_mut().for_each(|d| *d = true);
 }

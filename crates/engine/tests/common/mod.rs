@@ -922,14 +922,12 @@ pub fn two_plus_two() -> &'static str {
 }
 
 /// Advances `turn` to its end; the tokens it wrote (padding left out).
-pub fn run_to_end(engine: &Engine, turn: &mut hearth_engine::OwnedTurn) -> Vec<u32> {
+pub fn run_to_end(engine: &Engine, turn: &mut hearth_engine::Turn) -> Vec<u32> {
     let mut tokens = Vec::new();
     loop {
         match turn.advance(engine.model(), engine.tokenizer()).unwrap() {
             hearth_engine::Advance::Prefill(_) => {}
-            hearth_engine::Advance::Tokens(events) => {
-                tokens.extend(events.iter().filter(|e| e.token != hearth_engine::sampler_loop::PAD).map(|e| e.token))
-            }
+            hearth_engine::Advance::Tokens(events) => tokens.extend(events.iter().map(|e| e.token)),
             hearth_engine::Advance::Done => return tokens,
         }
     }
