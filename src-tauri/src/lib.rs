@@ -11,7 +11,6 @@ pub mod open_file;
 pub mod page_events;
 pub mod startup;
 pub mod state;
-pub mod tool_turns;
 
 // The worker and what it shares with the commands live in `hearth-worker`,
 // so the CLI's API server runs the same worker without Tauri.

@@ -28,8 +28,6 @@ pub struct AppState {
     pub keys: Arc<crate::endpoints::Keys>,
     /// The MCP servers the user added, each started on first use.
     pub mcp: Arc<hearth_mcp::Servers>,
-    /// Chats' tool calls: what runs them, and which wait or run now.
-    pub tools: Arc<crate::tool_turns::ToolContext>,
     /// Set to cancel the default model's download in progress, if any.
     pub download: Mutex<Option<Arc<AtomicBool>>>,
     /// Held for as long as the app runs: one process per data folder.
@@ -67,17 +65,13 @@ impl AppState {
             worker.load_model(path);
         }
         let mcp = Arc::new(hearth_mcp::Servers::new(hearth_mcp::Limits::default(), stored_mcp_servers(&store)?));
-        let tools = Arc::new(crate::tool_turns::ToolContext {
-            worker: worker.clone(),
-            mcp: mcp.clone(),
-            turns: Default::default(),
-            store: Mutex::new(store.reopen()?),
-        });
+        // Chats' tool calls run on the app's async runtime, never on the worker's thread.
+        let runtime = tauri::async_runtime::handle().inner().clone();
+        worker.set_tool_host(crate::worker::ToolHost { servers: mcp.clone(), runtime });
         Ok(Self {
             store: Mutex::new(store),
             worker,
             mcp,
-            tools,
             api_server: Default::default(),
             keys: Default::default(),
             download: Mutex::new(None),

@@ -37,6 +37,10 @@ pub struct ReplyJob {
     /// schemas. A stored reply's calls are taken out of its text and
     /// recorded as its tool calls, pending.
     pub tools: hearth_engine::Tools,
+    /// A chat reply whose calls run when it ends (`tool_rounds`), and the
+    /// reply that reads their results is queued; `None`: its calls, if
+    /// any, are recorded and left pending.
+    pub tool_round: Option<crate::tool_rounds::ToolRound>,
 }
 
 /// A reply to an API request: nothing is stored (its reply ids are 0), its
@@ -89,6 +93,7 @@ impl ReplyJob {
             variant_ids: Vec::new(),
             request: None,
             tools: hearth_engine::Tools::default(),
+            tool_round: None,
         }
     }
 

@@ -3,7 +3,9 @@
 //! scheduler (`running`): a chat reply, its variants ("Generate N"), an API
 //! request with any number of choices, a continuation and a replay are all
 //! replies of one or more sequences, whose decode steps share one forward
-//! pass. Remote replies stream on threads of their own (`remote`).
+//! pass. Remote replies stream on threads of their own (`remote`). A chat
+//! reply's tool calls run on the binary's async runtime (`tool_rounds`),
+//! and the reply that reads them is queued from there.
 //!
 //! `shared` is what the thread and the command handles share (the queue,
 //! the model's status, one policy for a poisoned lock); `job` is what a
@@ -36,6 +38,7 @@ mod replay;
 mod reply;
 mod running;
 mod shared;
+pub mod tool_rounds;
 
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -55,6 +58,7 @@ pub use job::{RawPrompt, ReplyJob, Request};
 pub use remote::RemoteTarget;
 pub use reply::{prompt_ids, Prompt};
 pub use tokio_util::sync::{CancellationToken, DropGuard};
+pub use tool_rounds::{Offer, ToolDecision, ToolHost, ToolRound};
 
 use crate::error::{AppError, AppResult, ErrorKind};
 use crate::events::{GenerationEvent, ModelStatus};
@@ -213,29 +217,18 @@ impl Worker {
     }
 
     fn submit_with(&self, job: ReplyJob, cancel: CancellationToken) -> AppResult<CancellationToken> {
-        let mut q = lock(&self.shared.queue);
-        let owner = match job.request {
-            Some(_) => {
-                q.last_request_id += 1;
-                Owner::Request(q.last_request_id)
-            }
-            None => Owner::Conversation(job.conversation_id),
-        };
-        if q.busy(job.conversation_id) && job.request.is_none() {
-            return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
-        }
-        let must_wait = q.active.len() >= MAX_RUNNING;
-        let position = (must_wait || q.model.requested.is_some() || q.model.loading.is_some() || !q.jobs.is_empty())
-            .then_some(q.jobs.len() as u32 + 1);
-        let events = Arc::clone(&job.events);
-        q.jobs.push_back(Queued { job, owner, cancel: cancel.clone() });
-        self.shared.wake.notify_all();
-        drop(q);
-        // Told after the lock is released: a sink may take its time.
-        if let Some(position) = position {
-            events(GenerationEvent::Queued { position });
-        }
-        Ok(cancel)
+        self.shared.submit(job, cancel, None)
+    }
+
+    /// Where chats' tool calls run: the MCP servers, on the binary's async
+    /// runtime. Without it a reply's calls are recorded and stay pending.
+    pub fn set_tool_host(&self, host: ToolHost) {
+        self.shared.tools.set_host(host);
+    }
+
+    /// The user's answer to a tool call waiting for approval.
+    pub fn decide_tool(&self, conversation_id: i64, call_id: &str, decision: ToolDecision) -> AppResult<()> {
+        self.shared.tools.decide(conversation_id, call_id, decision)
     }
 
     /// Streams a conversation's reply from a remote endpoint, on a thread of
@@ -277,7 +270,8 @@ impl Worker {
         let mut q = lock(&self.shared.queue);
         let owner = Owner::Conversation(conversation_id);
         let running = q.active.iter().find(|(o, _)| *o == owner).map(|(_, c)| c);
-        if let Some(cancel) = running.or_else(|| q.remote.iter().find(|(c, _)| *c == conversation_id).map(|(_, c)| c)) {
+        let elsewhere = q.remote.iter().chain(&q.tools).find(|(c, _)| *c == conversation_id).map(|(_, c)| c);
+        if let Some(cancel) = running.or(elsewhere) {
             cancel.cancel();
             return true;
         }
@@ -302,7 +296,7 @@ impl Worker {
         q.active
             .iter()
             .filter_map(|(o, _)| conversation(o))
-            .chain(q.remote.iter().map(|(c, _)| *c))
+            .chain(q.remote.iter().chain(&q.tools).map(|(c, _)| *c))
             .chain(q.jobs.iter().filter_map(|j| conversation(&j.owner)))
             .collect()
     }
@@ -322,6 +316,7 @@ impl Worker {
                 let q = lock(&self.shared.queue);
                 if q.active.is_empty()
                     && q.remote.is_empty()
+                    && q.tools.is_empty()
                     && q.jobs.is_empty()
                     && q.model.requested.is_none()
                     && q.model.loading.is_none()

@@ -13,6 +13,8 @@ use super::{panic_message, WorkerThread};
 use crate::error::{AppError, ErrorKind};
 use crate::events::GenerationEvent;
 use crate::job::ReplyJob;
+use crate::shared::ActiveJob;
+use crate::tool_rounds::PendingCalls;
 
 /// Flush a streaming reply to disk at least this often...
 pub(crate) const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
@@ -21,7 +23,17 @@ pub(super) const FLUSH_TOKENS: usize = 32;
 
 impl WorkerThread {
     /// Records how a reply (and its variants) ended, then says so to the UI.
-    pub(super) fn end_reply(&mut self, job: &ReplyJob, result: Result<Vec<Finished>, AppError>, texts: &[String]) {
+    ///
+    /// `active` is the reply's hold on its conversation: let go just before
+    /// the end is told, so an immediate next message is not refused as
+    /// busy, unless its tool calls hold the conversation from there on.
+    pub(super) fn end_reply(
+        &mut self,
+        job: &ReplyJob,
+        result: Result<Vec<Finished>, AppError>,
+        texts: &[String],
+        active: Option<ActiveJob>,
+    ) {
         let events = &job.events;
         match result {
             Ok(done) => {
@@ -63,6 +75,11 @@ impl WorkerThread {
                 if let Some(engine) = self.engine.clone() {
                     self.caches.save_pending(&engine);
                 }
+                let calls_run = match (&job.tool_round, saved.is_ok() && !calls.is_empty()) {
+                    (Some(round), true) => PendingCalls::mark_busy(&self.shared, &self.store, job, round),
+                    _ => None,
+                };
+                drop(active);
                 match saved {
                     Ok(()) => events(GenerationEvent::Finished {
                         reason: if calls.is_empty() {
@@ -76,8 +93,12 @@ impl WorkerThread {
                     }),
                     Err(e) => events(GenerationEvent::Error { error: e.into() }),
                 }
+                if let Some(calls) = calls_run {
+                    calls.spawn();
+                }
             }
             Err(error) => {
+                drop(active);
                 let stats = ReplyStats {
                     finish_reason: "error".into(),
                     error: Some(error.message.clone()),

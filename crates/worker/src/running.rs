@@ -98,7 +98,7 @@ impl WorkerThread {
         if cancel.is_cancelled() && job.replay.is_none() {
             drop(active);
             let stopped = vec![Finished::stopped_before_start(&job.prefix); sequences];
-            self.end_reply(&job, Ok(stopped), &vec![job.prefix.clone(); sequences]);
+            self.end_reply(&job, Ok(stopped), &vec![job.prefix.clone(); sequences], None);
             return None;
         }
         let started = catch_unwind(AssertUnwindSafe(|| match job.replay.is_some() {
@@ -143,7 +143,7 @@ impl WorkerThread {
                 drop(active);
                 match job.replay {
                     Some(_) => (job.events)(GenerationEvent::Error { error }),
-                    None => self.end_reply(&job, Err(error), &vec![job.prefix.clone(); sequences]),
+                    None => self.end_reply(&job, Err(error), &vec![job.prefix.clone(); sequences], None),
                 }
                 None
             }
@@ -385,13 +385,12 @@ impl WorkerThread {
                 Ok(done)
             }
         };
-        // The conversation is free again before anyone hears the reply ended,
-        // so an immediate next message is not refused as busy.
-        r.active = None;
+        // Let go of just before the end is told (see `end_reply`).
+        let active = r.active.take();
         let last_message = r.job.messages.last().map_or("", |m| m.content.as_str());
         self.config.test_hooks.panic_if(last_message.strip_suffix(":after").unwrap_or(""));
         let texts: Vec<String> = r.written.iter().map(|w| w.text.clone()).collect();
-        self.end_reply(&r.job, finished, &texts);
+        self.end_reply(&r.job, finished, &texts, active);
     }
 
     /// A replay's end: the conversation's own cache back (or, for a cold

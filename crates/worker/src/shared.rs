@@ -15,7 +15,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::budgets::CacheBudgets;
 use super::job::ReplyJob;
-use crate::events::ModelStatus;
+use super::tool_rounds::ToolRounds;
+use super::MAX_RUNNING;
+use crate::error::{AppError, AppResult, ErrorKind};
+use crate::events::{GenerationEvent, ModelStatus};
 
 /// Takes `m`, recovering it if a panic poisoned it (see the module's doc).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -41,6 +44,8 @@ pub(super) struct Shared {
     /// bundle: a reply's cache is saved just after its conversation is free
     /// again, and a copy taken then would end in half a chunk.
     pub cache_files: Mutex<()>,
+    /// Chats' tool calls: where they run, and the approvals asked for.
+    pub tools: ToolRounds,
 }
 
 impl Shared {
@@ -51,7 +56,47 @@ impl Shared {
             resident: Mutex::default(),
             budgets: Mutex::default(),
             cache_files: Mutex::default(),
+            tools: ToolRounds::default(),
         }
+    }
+
+    /// Queues a reply, stopped by `cancel`; refuses a second one for the
+    /// same conversation. An API request's job gets a queue id of its own
+    /// here, so any number of requests may wait beside the conversations.
+    /// `after_calls`: the conversation whose tool calls this reply reads;
+    /// it moves from those calls to this reply under one lock.
+    pub fn submit(
+        &self,
+        job: ReplyJob,
+        cancel: CancellationToken,
+        after_calls: Option<i64>,
+    ) -> AppResult<CancellationToken> {
+        let mut q = lock(&self.queue);
+        let owner = match job.request {
+            Some(_) => {
+                q.last_request_id += 1;
+                Owner::Request(q.last_request_id)
+            }
+            None => Owner::Conversation(job.conversation_id),
+        };
+        if let Some(c) = after_calls {
+            q.tools.retain(|(t, _)| *t != c);
+        }
+        if q.busy(job.conversation_id) && job.request.is_none() {
+            return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
+        }
+        let must_wait = q.active.len() >= MAX_RUNNING;
+        let position = (must_wait || q.model.requested.is_some() || q.model.loading.is_some() || !q.jobs.is_empty())
+            .then_some(q.jobs.len() as u32 + 1);
+        let events = Arc::clone(&job.events);
+        q.jobs.push_back(Queued { job, owner, cancel: cancel.clone() });
+        self.wake.notify_all();
+        drop(q);
+        // Told after the lock is released: a sink may take its time.
+        if let Some(position) = position {
+            events(GenerationEvent::Queued { position });
+        }
+        Ok(cancel)
     }
 
     pub fn budgets(&self) -> CacheBudgets {
@@ -68,6 +113,9 @@ pub(super) struct Queue {
     pub active: Vec<(Owner, CancellationToken)>,
     /// Replies streaming from remote endpoints, on threads of their own.
     pub remote: Vec<(i64, CancellationToken)>,
+    /// Conversations whose reply's tool calls wait for approval or run
+    /// (`tool_rounds`), each with what stops them.
+    pub tools: Vec<(i64, CancellationToken)>,
     /// The model's lifecycle, under the same lock as the replies waiting for it.
     pub model: ModelLifecycle,
     /// Forget every conversation's cache, in memory and on disk.
@@ -107,12 +155,14 @@ impl ModelLifecycle {
 }
 
 impl Queue {
-    /// Whether the conversation has a reply queued, running, or streaming
-    /// from a remote endpoint.
+    /// Whether the conversation has a reply queued, running, streaming
+    /// from a remote endpoint, or tool calls waiting or running: its one
+    /// "busy".
     pub fn busy(&self, conversation_id: i64) -> bool {
         let owner = Owner::Conversation(conversation_id);
         self.active.iter().any(|(o, _)| *o == owner)
             || self.remote.iter().any(|(c, _)| *c == conversation_id)
+            || self.tools.iter().any(|(c, _)| *c == conversation_id)
             || self.jobs.iter().any(|j| j.owner == owner)
     }
 }

@@ -12,8 +12,8 @@ use ts_rs::TS;
 use crate::error::{AppError, AppResult, ErrorKind};
 use crate::events::GenerationEvent;
 use crate::state::AppState;
-use crate::tool_turns::{self, Offer, ToolDecision};
 use crate::worker::history::prompt_messages;
+use crate::worker::tool_rounds::{self, Offer, ToolDecision, ToolRound};
 use crate::worker::ReplyJob;
 
 /// The messages a command added: the user's (or edited) message and, when
@@ -58,7 +58,7 @@ async fn tool_offer(
         };
         (store.conversation_settings(conversation_id)?, round)
     };
-    Ok(tool_turns::offer(&state.mcp, &settings, round).await)
+    Ok(tool_rounds::offer(&state.mcp, &settings, round).await)
 }
 
 /// Adds `variants` empty replies under `parent` (the first one shown) and
@@ -81,18 +81,14 @@ fn start_reply(
         .collect::<Result<Vec<_>, _>>()?;
     store.select_version(conversation_id, replies[0].id)?;
     let round = usize::from(store.message(parent)?.role == Role::Assistant);
-    offer.report(&on_event);
-    let tools = offer.tools.clone();
-    let events = if tools.offered() && variants == 1 {
-        tool_turns::sink(state.tools.clone(), conversation_id, replies[0].id, round, offer, on_event)
-    } else {
-        sink(on_event)
-    };
+    let events = sink(on_event);
+    offer.report(&*events);
     let mut job = ReplyJob::new(conversation_id, replies[0].id, messages, settings, events);
     // Calls are run for a single reply; beside others ("Generate N") a
     // reply answers without tools.
-    if variants == 1 {
-        job.tools = tools;
+    if variants == 1 && offer.tools.offered() {
+        job.tools = offer.tools.clone();
+        job.tool_round = Some(ToolRound { round, offer });
     }
     job.variant_ids = replies[1..].iter().map(|r| r.id).collect();
     if let Err(e) = dispatch(state, job, target) {
@@ -141,9 +137,7 @@ fn variant_count(variants: Option<u32>) -> AppResult<u32> {
 /// Refuses a second reply while one is queued or running in the
 /// conversation, or its tool calls are.
 fn check_idle(state: &AppState, conversation_id: i64) -> AppResult<()> {
-    if state.worker.busy_conversations().contains(&conversation_id)
-        || state.tools.turns.busy().contains(&conversation_id)
-    {
+    if state.worker.busy_conversations().contains(&conversation_id) {
         return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
     }
     Ok(())
@@ -497,8 +491,7 @@ pub async fn chat_continue_with(
 /// Stops the conversation's reply within one step. False if none was running.
 #[tauri::command]
 pub async fn chat_stop(state: State<'_, AppState>, conversation_id: i64) -> AppResult<bool> {
-    let calls = state.tools.turns.stop(conversation_id);
-    Ok(state.worker.stop(conversation_id) || calls)
+    Ok(state.worker.stop(conversation_id))
 }
 
 /// The user's answer to a tool call waiting for approval: run it once,
@@ -510,15 +503,13 @@ pub async fn chat_tool_decide(
     call_id: String,
     decision: ToolDecision,
 ) -> AppResult<()> {
-    state.tools.turns.decide(conversation_id, &call_id, decision)
+    state.worker.decide_tool(conversation_id, &call_id, decision)
 }
 
 /// Conversations with a reply queued or being written.
 #[tauri::command]
 pub async fn chat_busy(state: State<'_, AppState>) -> AppResult<Vec<i64>> {
-    let mut busy = state.worker.busy_conversations();
-    busy.extend(state.tools.turns.busy().into_iter().filter(|c| !busy.contains(c)).collect::<Vec<_>>());
-    Ok(busy)
+    Ok(state.worker.busy_conversations())
 }
 
 /// How full the context would be if `draft` were sent now.
