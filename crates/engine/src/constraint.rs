@@ -172,6 +172,11 @@ impl std::fmt::Debug for Grammar {
 }
 
 impl Grammar {
+    /// Whether `other` is this compilation (a clone of it).
+    pub fn same_as(&self, other: &Grammar) -> bool {
+        Arc::ptr_eq(&self.prototype, &other.prototype)
+    }
+
     /// A fresh constraint at the start of a reply.
     pub fn start(&self) -> Constraint {
         Constraint { matcher: self.prototype.deep_clone(), end_tokens: self.end_tokens.clone() }

@@ -28,7 +28,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use hearth_worker::events::{GenerationEvent, ModelStatus};
-use hearth_worker::{ReplyJob, Request, Worker};
+use hearth_worker::{CompiledGrammar, ReplyJob, Request, Worker};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
@@ -231,32 +231,28 @@ async fn generate(api: Arc<Api>, body: Body, endpoint: Endpoint) -> Result<Respo
         Endpoint::Chat => Generation::chat(&body)?,
         Endpoint::Completion => Generation::completion(&body)?,
     };
-    let model = loaded(&api.worker)?;
+    let (model, engine) = loaded(&api.worker)?;
     let (tx, mut events) = mpsc::unbounded_channel();
-    // A grammar is checked against the loaded model before the job is
-    // queued, so that a bad one is a 400 naming what is wrong.
-    if let (Some(spec), Some(engine)) = (&g.grammar, api.worker.engine()) {
+    // A grammar is compiled for the loaded model before the job is queued,
+    // so that a bad one is a 400 naming what is wrong; the job keeps it.
+    let compile = |spec: &hearth_engine::GrammarSpec, field: &'static str| {
         engine.compile_grammar(spec).map_err(|e| {
             let message = match e {
                 hearth_engine::EngineError::InvalidSetting { reason, .. } => reason,
                 other => other.to_string(),
             };
-            ApiError::field(g.grammar_field, message)
-        })?;
-    }
-    if let Some((spec, engine)) = api.worker.engine().and_then(|e| Some((g.tools.call_grammar(e.tool_format())?, e))) {
-        engine.compile_grammar(&spec).map_err(|e| {
-            let message = match e {
-                hearth_engine::EngineError::InvalidSetting { reason, .. } => reason,
-                other => other.to_string(),
-            };
-            ApiError::field("tools", message)
-        })?;
-    }
+            ApiError::field(field, message)
+        })
+    };
+    let asked = g.grammar.as_ref().map(|spec| compile(spec, g.grammar_field)).transpose()?;
+    let calls = g.tools.call_grammar(engine.tool_format()).map(|spec| compile(&spec, "tools")).transpose()?;
+    // The reply follows the grammar asked for where there is one (`job_config`).
+    let grammar = asked.or(calls);
     let request = Request {
         logprobs: g.logprobs,
         raw_prompt: g.raw_prompt.clone().map(hearth_worker::RawPrompt::Text),
         grammar: g.grammar.clone(),
+        compiled: grammar.map(|grammar| CompiledGrammar { engine: engine.clone(), grammar }),
         ..Request::default()
     };
     let mut job = ReplyJob::for_request(
@@ -273,15 +269,14 @@ async fn generate(api: Arc<Api>, body: Body, endpoint: Endpoint) -> Result<Respo
     // A chat reply's reasoning goes out as `reasoning_content`, as
     // llama.cpp's server and vLLM send it.
     let reasoning = match endpoint {
-        Endpoint::Chat => api.worker.engine().and_then(|e| {
-            let format = e.reasoning()?.clone();
+        Endpoint::Chat => engine.reasoning().map(|format| {
             let inside = format.opened_with(g.settings.thinking);
-            Some((format, inside))
+            (format.clone(), inside)
         }),
         Endpoint::Completion => None,
     };
     let tools = match endpoint {
-        Endpoint::Chat if g.tools.offered() => api.worker.engine().map(|e| e.tool_format()),
+        Endpoint::Chat if g.tools.offered() => Some(engine.tool_format()),
         _ => None,
     };
     let mut reply = Reply::new(endpoint, model, api.worker.clone(), g.n, g.logprobs, g.include_usage, reasoning, tools);
@@ -407,9 +402,10 @@ async fn read_body(body: Body) -> Result<Vec<u8>, ApiError> {
 }
 
 /// The loaded model's name, or 503.
-fn loaded(worker: &Worker) -> Result<String, ApiError> {
+/// The loaded model's name and the model, read once per request.
+fn loaded(worker: &Worker) -> Result<(String, Arc<hearth_engine::Engine>), ApiError> {
     match (worker.model_status(), worker.engine()) {
-        (ModelStatus::Ready { name, .. }, Some(_)) => Ok(name),
+        (ModelStatus::Ready { name, .. }, Some(engine)) => Ok((name, engine)),
         (ModelStatus::Loading { .. }, _) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "model_not_loaded",

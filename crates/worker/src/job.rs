@@ -60,6 +60,37 @@ pub struct Request {
     /// Sample past the model's end tokens, to the token limit (llama.cpp's
     /// `ignore_eos`): a benchmark's replies of a fixed length.
     pub ignore_end_tokens: bool,
+    /// `grammar` (else the tools' call grammar) as the server compiled it
+    /// to check it, kept so it is compiled once.
+    pub compiled: Option<CompiledGrammar>,
+}
+
+/// A grammar compiled for one loaded model. A reply that runs on another
+/// (the model was changed meanwhile) compiles its own.
+#[derive(Clone)]
+pub struct CompiledGrammar {
+    pub engine: Arc<hearth_engine::Engine>,
+    pub grammar: hearth_engine::Grammar,
+}
+
+impl CompiledGrammar {
+    /// The grammar, if it was compiled for `engine`.
+    pub fn for_engine(&self, engine: &hearth_engine::Engine) -> Option<&hearth_engine::Grammar> {
+        std::ptr::eq(&*self.engine, engine).then_some(&self.grammar)
+    }
+}
+
+impl std::fmt::Debug for CompiledGrammar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledGrammar").field("model", &self.engine.path()).finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for CompiledGrammar {
+    /// The same compilation: for the same loaded model, of the same grammar.
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.engine, &other.engine) && self.grammar.same_as(&other.grammar)
+    }
 }
 
 /// A prompt given as it is rather than as messages.

@@ -54,7 +54,7 @@ use hearth_store::Store;
 pub use budgets::CacheBudgets;
 pub use caches::CacheState;
 pub use config::{TestHooks, WorkerConfig};
-pub use job::{RawPrompt, ReplyJob, Request};
+pub use job::{CompiledGrammar, RawPrompt, ReplyJob, Request};
 pub use remote::RemoteTarget;
 pub use reply::{prompt_ids, Prompt};
 pub use tokio_util::sync::{CancellationToken, DropGuard};

@@ -174,11 +174,17 @@ pub(super) fn job_config(
             config.end_tokens.clear();
         }
     }
-    // A grammar asked for, or a call the tool choice requires.
+    // A grammar asked for, or a call the tool choice requires: compiled
+    // once, where the server already did for this model.
+    let compiled = job.request.as_ref().and_then(|r| r.compiled.as_ref()?.for_engine(engine));
     let asked = job.request.as_ref().and_then(|r| r.grammar.clone());
-    if let Some(spec) = asked.or_else(|| job.tools.call_grammar(engine.tool_format())) {
-        config.grammar = Some(engine.compile_grammar(&spec)?);
-    }
+    config.grammar = match compiled {
+        Some(grammar) => Some(grammar.clone()),
+        None => match asked.or_else(|| job.tools.call_grammar(engine.tool_format())) {
+            Some(spec) => Some(engine.compile_grammar(&spec)?),
+            None => None,
+        },
+    };
     Ok((config, seed))
 }
 
