@@ -292,8 +292,11 @@ impl Model {
     /// for Gemma, SiLU otherwise.
     fn dense_graph(&self, gate: &Matrix, up: &Matrix, down: &Matrix, h: &Tensor) -> Result<Tensor> {
         let gate = gate.forward(h)?;
-        let act =
-            if self.config.architecture.is_gemma() { gelu_as_llama(&gate)? } else { candle_nn::ops::silu(&gate)? };
+        let act = if self.config.architecture.family().gemma_style {
+            gelu_as_llama(&gate)?
+        } else {
+            candle_nn::ops::silu(&gate)?
+        };
         Ok(down.forward(&(act * up.forward(h)?)?)?)
     }
 
@@ -318,7 +321,7 @@ impl Model {
         let (rd, kvr, hk, hv) = (c.rope_dims, mla.kv_lora_rank, mla.head_k, mla.head_v);
         let (nope, width) = (hk - rd, kvr + rd);
         let (batch, seq_len, _) = h.dims3()?;
-        let interleaved = c.architecture.interleaved_rope();
+        let interleaved = c.architecture.family().interleaved_rope;
         let q = match &m.query {
             mla::Query::Direct(wq) => wq.forward(h)?,
             mla::Query::LowRank { a, norm, b } => b.forward(&norm.forward(&a.forward(h)?)?)?,
@@ -403,7 +406,7 @@ impl Model {
             }
         };
         let q = normed(q, &a.q_norm, nh)?;
-        let interleaved = c.architecture.interleaved_rope();
+        let interleaved = c.architecture.family().interleaved_rope;
         let rotate = |t: &Tensor| -> candle_core::Result<Tensor> {
             let rd = shape.rope_dims;
             if rd == hd {
@@ -454,7 +457,7 @@ impl Model {
         let q = q.reshape((batch, nkv, n_rep * seq_len, hd))?;
         // In f32 as the host pass computes it (in f64, `1/√96` is another float).
         let scale = c.attention_scale.unwrap_or(1.0f32 / (hd as f32).sqrt()) as f64;
-        let (q, scale) = if c.architecture.scales_queries() { ((q * scale)?, 1.0) } else { (q, scale) };
+        let (q, scale) = if c.architecture.family().scales_queries { ((q * scale)?, 1.0) } else { (q, scale) };
         // As the CPU pass (and llama.cpp): the f16 keys meet f16-rounded
         // queries, the f16 values f16-rounded probabilities.
         let q = round_to_f16(&q)?;

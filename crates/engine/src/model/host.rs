@@ -367,7 +367,7 @@ impl Model {
         buf.gate.resize(rows * ffn, 0.0);
         buf.up.resize(rows * ffn, 0.0);
         matmuls(pool, &buf.h, rows, seq, &mut [(gate, &mut buf.gate), (up, &mut buf.up)])?;
-        let gelu = self.config.architecture.is_gemma();
+        let gelu = self.config.architecture.family().gemma_style;
         for_row_chunks(pool, rows, &mut buf.gate, ffn, |range, gate| {
             let up = &buf.up[range.start * ffn..range.end * ffn];
             if gelu {
@@ -459,7 +459,7 @@ impl Model {
                 piece.copy_from_slice(&tmp);
             }
         }
-        let interleaved = c.architecture.interleaved_rope();
+        let interleaved = c.architecture.family().interleaved_rope;
         // A batch's rows share their positions' table rows; rows over
         // several caches have a table row each.
         let table_rows = if matches!(kv, KvRows::Batch { .. }) { seq } else { rows };
@@ -516,7 +516,7 @@ impl Model {
         let nh = c.attention_shape(layer).n_heads;
         let (rd, kvr, hk, hv) = (c.rope_dims, mla.kv_lora_rank, mla.head_k, mla.head_v);
         let (nope, width) = (hk - rd, kvr + rd);
-        let interleaved = c.architecture.interleaved_rope();
+        let interleaved = c.architecture.family().interleaved_rope;
         let table_rows = if matches!(kv, KvRows::Batch { .. }) { seq } else { rows };
 
         let mut q = vec![0f32; rows * nh * hk];
@@ -642,7 +642,7 @@ impl Model {
             }
         }
         let mut by = c.attention_scale.unwrap_or(1.0f32 / (hd as f32).sqrt());
-        if c.architecture.scales_queries() {
+        if c.architecture.family().scales_queries {
             vec_ops::scale(&mut buf.q, by);
             by = 1.0;
         }

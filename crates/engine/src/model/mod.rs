@@ -7,10 +7,12 @@
 pub(crate) mod config;
 mod delta_net;
 mod experts;
+mod families;
 mod graph;
 mod graph_experts;
 mod host;
 mod matmul;
+mod metadata;
 mod mla;
 mod per_layer;
 mod short_conv;
@@ -316,7 +318,7 @@ impl Model {
 
     pub fn load_with(file: &mut GgufFile, device: &Device, kernels: Kernels) -> Result<Self> {
         let config = ModelConfig::from_gguf(file)?;
-        let arch = config.architecture;
+        let family = config.architecture.family();
         let graph = !device.is_cpu() || kernels == Kernels::Graph;
         let norm = |file: &mut GgufFile, name: &str| -> Result<Norm> {
             Norm::new(file.tensor(name, device)?, config.rms_eps, device)
@@ -471,8 +473,8 @@ impl Model {
                     &|file, name, parts| load_parts(file, name, parts),
                 )?))
             } else {
-                let gated = arch.is_hybrid();
-                let sinks = if arch.has_attention_sinks() {
+                let gated = family.mixers == families::Mixers::DeltaNet;
+                let sinks = if family.attention_sinks {
                     let name = format!("{p}.attn_sinks.weight");
                     check_shape(file, &name, &[config.n_heads])?;
                     Some(host_vector(file, &name, device)?)
@@ -494,7 +496,7 @@ impl Model {
                 } else {
                     // Gemma 4: a layer without `attn_v` uses its keys as values.
                     let wv = if stores_kv
-                        && (arch != Architecture::Gemma4 || file.has_tensor(&format!("{p}.attn_v.weight")))
+                        && (!family.values_may_be_keys || file.has_tensor(&format!("{p}.attn_v.weight")))
                     {
                         Some(linear(file, "attn_v", kv_dim)?)
                     } else {
@@ -522,10 +524,11 @@ impl Model {
                         _ => None,
                     },
                     sinks,
-                    v_norm: arch == Architecture::Gemma4,
+                    v_norm: family.values_may_be_keys,
                 })
             };
-            let gemma4_experts = arch == Architecture::Gemma4 && file.has_tensor(&format!("{p}.ffn_gate_inp.weight"));
+            let beside_dense = family.experts == Some(families::ExpertStyle::BesideDense);
+            let gemma4_experts = beside_dense && file.has_tensor(&format!("{p}.ffn_gate_inp.weight"));
             let ffn = match &config.experts {
                 Some(ec) if gemma4_experts => {
                     let dense = dense_ffn(file, &p)?;
@@ -552,7 +555,7 @@ impl Model {
                         router_scale: host_vector(file, &scale_name, device)?,
                     }))
                 }
-                Some(ec) if arch != Architecture::Gemma4 && i >= ec.dense_lead => {
+                Some(ec) if !beside_dense && i >= ec.dense_lead => {
                     // The graph's experts (a GPU's) or the CPU pass's.
                     let (graph_experts, experts) = if graph {
                         let experts = graph_experts::GraphExperts::load(file, &p, config.n_embd, ec, device)?;
@@ -565,10 +568,7 @@ impl Model {
                     };
                     let shared = match ec.shared_ffn_len {
                         Some(n) => Some(SharedExpert {
-                            gate_inp: if matches!(
-                                arch,
-                                Architecture::GraniteMoe | Architecture::Glm4Moe | Architecture::Deepseek2
-                            ) {
+                            gate_inp: if !family.experts.is_some_and(|e| e.gated_shared_expert()) {
                                 None
                             } else {
                                 let name = format!("{p}.ffn_gate_inp_shexp.weight");
@@ -592,18 +592,16 @@ impl Model {
                 }
             };
             // Qwen 3.5 and gpt-oss name their FFN norm `post_attention_norm`.
-            let (post_attn_norm, ffn_norm) = if arch.ffn_norm_is_post_attention() {
-                (None, Some(norm(file, &format!("{p}.post_attention_norm.weight"))?))
-            } else if arch.post_norms_only() {
-                (Some(norm(file, &format!("{p}.post_attention_norm.weight"))?), None)
-            } else {
-                (
-                    norm_opt(file, &format!("{p}.post_attention_norm.weight"))?,
-                    Some(norm(file, &format!("{p}.ffn_norm.weight"))?),
-                )
+            let post_attention = format!("{p}.post_attention_norm.weight");
+            let (post_attn_norm, ffn_norm) = match family.norms {
+                families::Norms::FfnAsPostAttention => (None, Some(norm(file, &post_attention)?)),
+                families::Norms::PostOnly => (Some(norm(file, &post_attention)?), None),
+                families::Norms::Pre => {
+                    (norm_opt(file, &post_attention)?, Some(norm(file, &format!("{p}.ffn_norm.weight"))?))
+                }
             };
             layers.push(Block {
-                attn_norm: if arch.post_norms_only() {
+                attn_norm: if family.norms == families::Norms::PostOnly {
                     None
                 } else {
                     Some(norm(file, &format!("{p}.attn_norm.weight"))?)
@@ -644,8 +642,7 @@ impl Model {
             None
         };
         // LFM2's converter names the final norm `token_embd_norm`.
-        let norm =
-            norm(file, if arch == Architecture::Lfm2 { "token_embd_norm.weight" } else { "output_norm.weight" })?;
+        let norm = norm(file, family.output_norm)?;
         let freq_factors: Option<Vec<f32>> = match file.tensor_opt("rope_freqs.weight", device)? {
             Some(t) => Some(t.dequantize(device)?.flatten_all()?.to_vec1()?),
             None => None,
@@ -690,8 +687,11 @@ impl Model {
             rope_local.yarn =
                 config.rope_yarn.map(|y| YarnRamp::new(&y, local_dims, config.rope_base_local, freq_scale));
         }
-        let embed_scale =
-            if arch.is_gemma() { Some((config.n_embd as f64).sqrt()) } else { config.embedding_scale.map(f64::from) };
+        let embed_scale = if family.gemma_style {
+            Some((config.n_embd as f64).sqrt())
+        } else {
+            config.embedding_scale.map(f64::from)
+        };
         Ok(Self {
             weight_bytes_per_token: weight_bytes.get(),
             config,
