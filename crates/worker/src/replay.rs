@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::job::ReplyJob;
 use super::reply::{generation_config, prompt_ids, Prompt};
-use super::running::{ReplayRun, Started};
+use super::running::{ReplayRun, ReplyRun};
 use super::WorkerThread;
 use crate::error::{AppError, ErrorKind};
 use crate::events::{GenerationEvent, ReplayOutcome};
@@ -23,7 +23,11 @@ impl WorkerThread {
     /// A replay's turn: the record checked against the loaded model and the
     /// conversation, its prompt to be read through the recorded passes on a
     /// copy of the conversation's cache.
-    pub(super) fn start_replay(&mut self, job: &ReplyJob, cancel: &CancellationToken) -> Result<Started, AppError> {
+    pub(super) fn start_replay(
+        &mut self,
+        job: &ReplyJob,
+        cancel: &CancellationToken,
+    ) -> Result<(ReplyRun, hearth_engine::Turn), AppError> {
         let record = job.replay.as_ref().expect("a replay job carries its record");
         let engine = self.loaded_engine()?;
         (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
@@ -106,15 +110,15 @@ impl WorkerThread {
         }
         let outcome = ReplayOutcome { recorded: record.tokens.len() as u32, notes, ..ReplayOutcome::default() };
         let replay = ReplayRun { recorded: record.tokens.clone(), produced: Vec::new(), outcome, original };
-        Ok(Started {
+        let run = ReplyRun {
             engine,
             cache_key: job.conversation_id,
-            turn,
             prompt,
             context,
             dropped,
             seed: record.seed,
             replay: Some(replay),
-        })
+        };
+        Ok((run, turn))
     }
 }

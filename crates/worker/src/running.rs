@@ -45,20 +45,12 @@ pub(super) struct RunningReply {
     cancel: CancellationToken,
     /// Frees the conversation when the reply ends, however it ends.
     active: Option<ActiveJob>,
-    engine: Arc<Engine>,
-    /// Where its first sequence's session goes back to in `Caches`.
-    cache_key: i64,
+    run: ReplyRun,
     /// Its sequences; `None` once lost to a panic.
     turn: Option<Turn>,
-    prompt: Vec<u32>,
-    context: usize,
-    dropped: usize,
-    seed: u32,
     written: Vec<Written>,
     unsaved: usize,
     last_flush: Instant,
-    /// Set for a replay.
-    replay: Option<ReplayRun>,
 }
 
 /// A replay's own state: the tokens it must give again, and the
@@ -70,15 +62,16 @@ pub(super) struct ReplayRun {
     pub original: Option<Session>,
 }
 
-/// How a reply's sequences start: the parts `admit` builds a `RunningReply` from.
-pub(super) struct Started {
+/// What a reply runs from, fixed when it starts (`start`, `start_replay`).
+pub(super) struct ReplyRun {
     pub engine: Arc<Engine>,
+    /// Where its first sequence's session goes back to in `Caches`.
     pub cache_key: i64,
-    pub turn: Turn,
     pub prompt: Vec<u32>,
     pub context: usize,
     pub dropped: usize,
     pub seed: u32,
+    /// Set for a replay.
     pub replay: Option<ReplayRun>,
 }
 
@@ -111,14 +104,14 @@ impl WorkerThread {
             Err(internal_error(&job, &*panic))
         });
         match started {
-            Ok(Started { engine, cache_key, mut turn, prompt, context, dropped, seed, replay }) => {
+            Ok((run, mut turn)) => {
                 // Stop reaches a long prefill within a layer, not a chunk.
                 let stopped = cancel.clone();
                 turn.set_stop(Arc::new(move || stopped.is_cancelled()));
                 let written: Vec<Written> = (0..sequences)
                     .map(|_| {
                         let mut w = Written::new(&job);
-                        w.watch_thinking(&engine, &job);
+                        w.watch_thinking(&run.engine, &job);
                         w
                     })
                     .collect();
@@ -127,16 +120,10 @@ impl WorkerThread {
                     job,
                     cancel,
                     active: Some(active),
-                    engine,
-                    cache_key,
+                    run,
                     turn: Some(turn),
-                    prompt,
-                    context,
-                    dropped,
-                    seed,
                     unsaved: 0,
                     last_flush: Instant::now(),
-                    replay,
                 })
             }
             Err(error) => {
@@ -152,7 +139,7 @@ impl WorkerThread {
 
     /// The first sequence's turn over the conversation's cache (or the
     /// request cache sharing most of the prompt).
-    fn start(&mut self, job: &ReplyJob) -> Result<Started, AppError> {
+    fn start(&mut self, job: &ReplyJob) -> Result<(ReplyRun, Turn), AppError> {
         let engine = self.loaded_engine()?;
         (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
         self.config.test_hooks.panic_if(job.messages.last().map_or("", |m| m.content.as_str()));
@@ -173,7 +160,7 @@ impl WorkerThread {
                 if let Some(p) = turn.prefill_progress() {
                     (job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 });
                 }
-                Ok(Started { engine, cache_key, turn, prompt, context, dropped, seed, replay: None })
+                Ok((ReplyRun { engine, cache_key, prompt, context, dropped, seed, replay: None }, turn))
             }
             Err((session, e)) => {
                 self.caches.put(cache_key, session, context, false);
@@ -189,7 +176,7 @@ impl WorkerThread {
     pub(super) fn advance_all(&mut self, running: &mut Vec<RunningReply>) {
         let sharing = running.len();
         let mut given: Vec<Given> = running.iter().map(|_| None).collect();
-        if let Some(engine) = running.first().map(|r| r.engine.clone()) {
+        if let Some(engine) = running.first().map(|r| r.run.engine.clone()) {
             let model = engine.model();
             // Per step: the reply it is of.
             let mut ready = Vec::new();
@@ -278,7 +265,7 @@ impl WorkerThread {
     /// logits where its forward pass ran with others'); true while there is
     /// more.
     fn step(&mut self, r: &mut RunningReply, sharing: usize, given: Given) -> Result<bool, AppError> {
-        let engine = r.engine.clone();
+        let engine = r.run.engine.clone();
         let (model, tokenizer) = (engine.model(), engine.tokenizer());
         // A shared pass that failed (or panicked, taking the turn) fails the reply.
         let given = given.transpose()?;
@@ -303,7 +290,7 @@ impl WorkerThread {
                 Err(e) => return Err(e.into()),
             };
             (r.job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 });
-            if let (Some(replay), false) = (&mut r.replay, turn.is_prefilling()) {
+            if let (Some(replay), false) = (&mut r.run.replay, turn.is_prefilling()) {
                 replay.outcome.processed_tokens = turn.stats().processed_tokens as u32;
             }
             return Ok(true);
@@ -326,14 +313,14 @@ impl WorkerThread {
         }
         let mut more = !turn.sequences().iter().all(|s| s.is_done());
         // A replay ends at its first difference.
-        if let Some(replay) = &mut r.replay {
+        if let Some(replay) = &mut r.run.replay {
             replay.produced.extend(events.iter().map(|e| e.token));
             let differs = replay.produced.iter().zip(&replay.recorded).any(|(a, b)| a != b)
                 || replay.produced.len() > replay.recorded.len();
             more &= !differs;
         }
         if r.job.stored()
-            && r.replay.is_none()
+            && r.run.replay.is_none()
             && (r.unsaved >= FLUSH_TOKENS || r.last_flush.elapsed() >= FLUSH_INTERVAL)
         {
             for (id, w) in r.job.reply_ids().into_iter().zip(&r.written) {
@@ -350,7 +337,7 @@ impl WorkerThread {
         for (b, w) in r.written.iter_mut().enumerate() {
             w.unsent.send(&*r.job.events, b);
         }
-        if r.replay.is_some() {
+        if r.run.replay.is_some() {
             return self.end_replay(r, result);
         }
         let n = r.sequences();
@@ -359,7 +346,7 @@ impl WorkerThread {
         let output = match r.turn.take().map(Turn::end) {
             Some(Ended { session, others, output }) => {
                 let kept = failed.is_none() && r.job.stored();
-                self.caches.put(r.cache_key, session, r.context, kept);
+                self.caches.put(r.run.cache_key, session, r.run.context, kept);
                 // The other variants' caches, so that picking one continues from it.
                 if kept {
                     self.caches.add_alternates(r.job.conversation_id, others);
@@ -374,13 +361,13 @@ impl WorkerThread {
             (None, None) => Ok(vec![Finished::stopped_before_start(&r.job.prefix); n]),
             (None, Some(out)) => {
                 let run = RunRecord {
-                    prompt: &r.prompt,
+                    prompt: &r.run.prompt,
                     passes: passes.unwrap_or_default(),
-                    context: r.context,
-                    dropped: r.dropped,
-                    seed: r.seed,
+                    context: r.run.context,
+                    dropped: r.run.dropped,
+                    seed: r.run.seed,
                 };
-                let mut done = finished_replies(&r.engine, &r.job, &run, &out, &mut r.written);
+                let mut done = finished_replies(&r.run.engine, &r.job, &run, &out, &mut r.written);
                 done.resize_with(n, || Finished::stopped_before_start(&r.job.prefix));
                 Ok(done)
             }
@@ -396,7 +383,7 @@ impl WorkerThread {
     /// A replay's end: the conversation's own cache back (or, for a cold
     /// one, what a matching replay computed), and the outcome.
     fn end_replay(&mut self, r: &mut RunningReply, result: Result<(), AppError>) {
-        let mut replay = r.replay.take().expect("a replay");
+        let mut replay = r.run.replay.take().expect("a replay");
         let session = r.turn.take().map(|t| t.end().session);
         let o = &mut replay.outcome;
         o.stopped = r.cancel.is_cancelled();
@@ -409,11 +396,11 @@ impl WorkerThread {
         o.matched = !o.stopped && o.first_difference.is_none();
         let conversation = r.job.conversation_id;
         match (replay.original.take(), session) {
-            (Some(original), _) => self.caches.put(conversation, original, r.context, false),
+            (Some(original), _) => self.caches.put(conversation, original, r.run.context, false),
             // A cold conversation keeps what the replay computed: the same
             // cache its reply was written from.
             (None, Some(session)) if result.is_ok() && o.matched => {
-                self.caches.put(conversation, session, r.context, true)
+                self.caches.put(conversation, session, r.run.context, true)
             }
             _ => {}
         }

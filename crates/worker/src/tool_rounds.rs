@@ -110,13 +110,12 @@ impl ToolRounds {
         }
     }
 
-    async fn ask(&self, conversation_id: i64, call_id: &str, stop: &CancellationToken) -> Option<ToolDecision> {
+    /// Where the decision on a call will come: registered before the
+    /// call is shown as waiting, so an answer at once finds it.
+    fn expect(&self, conversation_id: i64, call_id: &str) -> oneshot::Receiver<ToolDecision> {
         let (tx, rx) = oneshot::channel();
         lock(&self.approvals).insert((conversation_id, call_id.to_string()), tx);
-        tokio::select! {
-            d = rx => d.ok(),
-            () = stop.cancelled() => None,
-        }
+        rx
     }
 
     fn forget(&self, conversation_id: i64) {
@@ -323,8 +322,13 @@ impl PendingCalls {
         let conversation = self.conversation_id;
         let allowed = self.store().tool_allowed(conversation, &target.server, &target.tool)?;
         if !allowed {
+            let decision = self.shared.tools.expect(conversation, &call.call_id);
             send(call, true);
-            match self.shared.tools.ask(conversation, &call.call_id, &self.stop).await {
+            let decided = tokio::select! {
+                d = decision => d.ok(),
+                () = self.stop.cancelled() => None,
+            };
+            match decided {
                 None => {
                     end(call, ToolCallStatus::Stopped, String::new());
                     return Ok(());
