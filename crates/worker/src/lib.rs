@@ -32,6 +32,7 @@ pub mod priority;
 
 mod budgets;
 mod caches;
+mod chat_reply;
 mod job;
 mod remote;
 mod replay;
@@ -53,6 +54,7 @@ use hearth_store::Store;
 
 pub use budgets::CacheBudgets;
 pub use caches::CacheState;
+pub use chat_reply::ChatReply;
 pub use config::{TestHooks, WorkerConfig};
 pub use job::{CompiledGrammar, RawPrompt, ReplyJob, Request};
 pub use remote::RemoteTarget;

@@ -13,8 +13,8 @@ use crate::error::{AppError, AppResult, ErrorKind};
 use crate::events::GenerationEvent;
 use crate::state::AppState;
 use crate::worker::history::prompt_messages;
-use crate::worker::tool_rounds::{self, Offer, ToolDecision, ToolRound};
-use crate::worker::ReplyJob;
+use crate::worker::tool_rounds::{self, Offer, ToolDecision};
+use crate::worker::{ChatReply, ReplyJob};
 
 /// The messages a command added: the user's (or edited) message and, when
 /// one is being written, the reply.
@@ -61,55 +61,6 @@ async fn tool_offer(
     Ok(tool_rounds::offer(&state.mcp, &settings, round).await)
 }
 
-/// Adds `variants` empty replies under `parent` (the first one shown) and
-/// queues them as one batch, offered `offer`'s tools.
-#[allow(clippy::too_many_arguments, reason = "the command's arguments after validation, each used once")]
-fn start_reply(
-    state: &AppState,
-    store: &Store,
-    conversation_id: i64,
-    parent: i64,
-    variants: u32,
-    target: Option<crate::worker::RemoteTarget>,
-    offer: Offer,
-    on_event: Channel<GenerationEvent>,
-) -> AppResult<Vec<Message>> {
-    check_idle(state, conversation_id)?;
-    let (messages, settings) = prompt_messages(store, conversation_id, Some(parent))?;
-    let replies = (0..variants)
-        .map(|_| store.add_message(conversation_id, Some(parent), Role::Assistant, "", MessageStatus::Streaming))
-        .collect::<Result<Vec<_>, _>>()?;
-    store.select_version(conversation_id, replies[0].id)?;
-    let round = usize::from(store.message(parent)?.role == Role::Assistant);
-    let events = sink(on_event);
-    offer.report(&*events);
-    let mut job = ReplyJob::new(conversation_id, replies[0].id, messages, settings, events);
-    // Calls are run for a single reply; beside others ("Generate N") a
-    // reply answers without tools.
-    if variants == 1 && offer.tools.offered() {
-        job.tools = offer.tools.clone();
-        job.tool_round = Some(ToolRound { round, offer });
-    }
-    job.variant_ids = replies[1..].iter().map(|r| r.id).collect();
-    if let Err(e) = dispatch(state, job, target) {
-        for r in &replies {
-            store.update_reply(r.id, "", MessageStatus::Error, None)?;
-        }
-        return Err(e);
-    }
-    Ok(replies)
-}
-
-/// Hands a reply to the worker's queue, or to a thread streaming it from the
-/// conversation's remote endpoint (`target`, from `remote_target`, which
-/// reads the key before the database is taken).
-fn dispatch(state: &AppState, job: ReplyJob, target: Option<crate::worker::RemoteTarget>) -> AppResult<()> {
-    match target {
-        None => state.worker.enqueue(job),
-        Some(target) => state.worker.start_remote(job, target),
-    }
-}
-
 /// Refuses, in a conversation on a remote endpoint, what only the local
 /// engine does (several variants at once, continuing a reply's text,
 /// replaying it, branching from a token), before anything is recorded.
@@ -137,10 +88,7 @@ fn variant_count(variants: Option<u32>) -> AppResult<u32> {
 /// Refuses a second reply while one is queued or running in the
 /// conversation, or its tool calls are.
 fn check_idle(state: &AppState, conversation_id: i64) -> AppResult<()> {
-    if state.worker.busy_conversations().contains(&conversation_id) {
-        return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
-    }
-    Ok(())
+    state.worker.check_idle(conversation_id)
 }
 
 /// The reply `reply_id` of this conversation, and the message it answers.
@@ -186,7 +134,8 @@ pub async fn chat_send(
     }
     let parent = last_message(&store, conversation_id)?;
     let message = store.add_message(conversation_id, parent, Role::User, &text, MessageStatus::Complete)?;
-    let mut replies = start_reply(&state, &store, conversation_id, message.id, variants, target, offer, on_event)?;
+    let reply = ChatReply { conversation_id, parent: message.id, variants, target, offer, events: sink(on_event) };
+    let mut replies = state.worker.start_chat_reply(&store, reply)?;
     let reply = replies.remove(0);
     Ok(Sent { message, reply: Some(reply), variants: replies })
 }
@@ -208,7 +157,10 @@ pub async fn chat_regenerate(
     if variants > 1 {
         local_only(&store, conversation_id, "writing several replies at once")?;
     }
-    start_reply(&state, &store, conversation_id, parent, variants, target, offer, on_event)
+    state.worker.start_chat_reply(
+        &store,
+        ChatReply { conversation_id, parent, variants, target, offer, events: sink(on_event) },
+    )
 }
 
 /// Edits a message as a new version beside it. An edited user message gets
@@ -235,7 +187,9 @@ pub async fn chat_edit(
     let message = store.add_message(conversation_id, old.parent_id, old.role, &text, MessageStatus::Complete)?;
     let reply = match old.role {
         Role::User => {
-            Some(start_reply(&state, &store, conversation_id, message.id, 1, target, offer, on_event)?.remove(0))
+            let reply =
+                ChatReply { conversation_id, parent: message.id, variants: 1, target, offer, events: sink(on_event) };
+            Some(state.worker.start_chat_reply(&store, reply)?.remove(0))
         }
         _ => None,
     };
