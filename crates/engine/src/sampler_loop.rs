@@ -15,6 +15,8 @@
 //! the last sampled one; the next step feeds it. This is what lets the next
 //! chat turn start from the cache without re-reading anything.
 
+use std::time::{Duration, Instant};
+
 use crate::constraint::{Constraint, Grammar, Mask};
 use crate::detok::StreamDecoder;
 use crate::error::Result;
@@ -69,8 +71,8 @@ pub struct GenerationConfig {
     pub grammar: Option<Grammar>,
 }
 
-/// Where a sequence is. A turn's variants wait while its first sequence
-/// reads the shared prompt (`Turn::prefill_progress`); each then samples
+/// Where a sequence is. A turn's sequences exist once its prompt is read
+/// (`Turn::prefill_progress` says how far that is); each then samples
 /// until it is done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SequenceState {
@@ -106,6 +108,9 @@ pub struct Sequence {
     constraint: Option<Constraint>,
     /// Its next mask, computed beside a pass a scheduler ran (`MaskSlot`).
     precomputed: Option<Mask>,
+    /// When it sampled its first token and its last: its own decode time,
+    /// whatever its siblings do.
+    sampled_at: Option<(Instant, Instant)>,
 }
 
 impl Sequence {
@@ -233,6 +238,7 @@ impl Sampler {
             text: TextState::default(),
             constraint: self.config.grammar.as_ref().map(Grammar::start),
             precomputed: None,
+            sampled_at: None,
         }
     }
 
@@ -304,6 +310,8 @@ impl Sampler {
         }
         seq.generated.push(token);
         seq.last_token = token;
+        let now = Instant::now();
+        seq.sampled_at = Some((seq.sampled_at.map_or(now, |(first, _)| first), now));
         let mut finish = None;
         let mut text = String::new();
         if is_end {
@@ -364,6 +372,7 @@ impl Sampler {
                 SequenceState::Done(f) => f,
                 SequenceState::Decoding => FinishReason::Cancelled,
             },
+            decode_time: seq.sampled_at.map_or(Duration::ZERO, |(first, last)| last - first),
         }
     }
 }
@@ -450,6 +459,8 @@ pub struct SequenceOutput {
     /// The text, without end tokens or a matched stop string.
     pub text: String,
     pub finish: FinishReason,
+    /// From its first sampled token to its last.
+    pub decode_time: Duration,
 }
 
 fn recent_tokens(context: &[u32], generated: &[u32], window: usize) -> Vec<u32> {

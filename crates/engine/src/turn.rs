@@ -130,7 +130,8 @@ pub struct TurnStats {
     pub generated_tokens: usize,
     /// From the start of the turn to the first sampled token.
     pub time_to_first_token: Duration,
-    /// From the first sampled token to the last.
+    /// From the first sampled token of any sequence to the last (each
+    /// sequence's own: `SequenceOutput::decode_time`).
     pub decode_time: Duration,
 }
 
@@ -318,8 +319,12 @@ impl Turn {
     /// prompt's logits.
     fn decode(&mut self, model: &Model, tokenizer: &Tokenizer, given: Option<Vec<Vec<f32>>>) -> Result<Advance> {
         let sampler = &self.sampler;
-        let live: Vec<usize> =
-            (0..self.sequences.len()).filter(|&b| !sampler.check_stop(&mut self.sequences[b])).collect();
+        // Given logits are for the sequences `decode_inputs` found running,
+        // before their pass filled any cache: those are the ones to step.
+        let live: Vec<usize> = match given {
+            Some(_) => (0..self.sequences.len()).filter(|&b| !self.sequences[b].is_done()).collect(),
+            None => (0..self.sequences.len()).filter(|&b| !sampler.check_stop(&mut self.sequences[b])).collect(),
+        };
         if live.is_empty() {
             return Ok(Advance::Done);
         }

@@ -491,3 +491,51 @@ fn fused_gate_and_up_experts_equal_separate_ones() {
         }
     }
 }
+
+/// Variants whose context fills during a pass they share, as the worker
+/// runs them (`decode_inputs`, one `decode_step_many`, `advance_given`):
+/// each samples from that pass's logits and ends `CacheFull`, as one run
+/// alone does, rather than the turn failing.
+#[test]
+fn variants_that_fill_the_context_in_a_shared_pass_end_as_cache_full() {
+    use hearth_engine::{Advance, FinishReason, SamplingParams};
+    let (_dir, path) = tiny(&TinySpec::new(Family::Llama));
+    let engine = Engine::open(&path).unwrap();
+    let (m, tok) = (engine.model(), engine.tokenizer());
+    let prompt = tokens(20);
+    let config = |seed: u64| {
+        let mut c =
+            engine.generation_config(SamplingParams { temperature: 1.0, seed, ..SamplingParams::default() }, 64);
+        c.end_tokens.clear();
+        c
+    };
+    let start = |seed: u64| engine.new_session(Some(26)).into_turn(m, prompt.clone(), config(seed)).map_err(|(_, e)| e);
+    let mut turn = start(3).unwrap();
+    turn.set_variants(2).unwrap();
+    let mut shared_passes = 0;
+    loop {
+        let inputs = turn.decode_inputs();
+        let advance = if inputs.is_empty() {
+            turn.advance(m, tok).unwrap()
+        } else {
+            let (ids, mut caches): (Vec<u32>, Vec<&mut KvCache>) =
+                inputs.into_iter().map(|d| (d.token, d.cache)).unzip();
+            let logits = m.decode_step_many(&ids, &mut caches).unwrap();
+            shared_passes += 1;
+            turn.advance_given(m, tok, logits).unwrap()
+        };
+        if matches!(advance, Advance::Done) {
+            break;
+        }
+    }
+    assert_eq!(shared_passes, 6, "a pass per token fed");
+    let out = turn.end().output.unwrap();
+    for (b, seq) in out.sequences.iter().enumerate() {
+        assert_eq!(seq.finish, FinishReason::CacheFull, "variant {b}");
+        // The cache holds 26: the prompt and 6 fed; the 7th is never fed.
+        assert_eq!(seq.tokens.len(), 7, "variant {b}");
+        let mut alone = start(3 + b as u64).unwrap();
+        let single = common::run_to_end(&engine, &mut alone);
+        assert_eq!(seq.tokens, single, "variant {b} is its run alone");
+    }
+}

@@ -15,6 +15,7 @@ use crate::events::GenerationEvent;
 use crate::job::ReplyJob;
 use crate::shared::ActiveJob;
 use crate::tool_rounds::PendingCalls;
+use tokio_util::sync::CancellationToken;
 
 /// Flush a streaming reply to disk at least this often...
 pub(crate) const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
@@ -33,6 +34,7 @@ impl WorkerThread {
         result: Result<Vec<Finished>, AppError>,
         texts: &[String],
         active: Option<ActiveJob>,
+        cancel: &CancellationToken,
     ) {
         let events = &job.events;
         match result {
@@ -76,7 +78,7 @@ impl WorkerThread {
                     self.caches.save_pending(&engine);
                 }
                 let calls_run = match (&job.tool_round, saved.is_ok() && !calls.is_empty()) {
-                    (Some(round), true) => PendingCalls::mark_busy(&self.shared, &self.store, job, round),
+                    (Some(round), true) => Some(PendingCalls::mark_busy(&self.shared, &self.store, job, round, cancel)),
                     _ => None,
                 };
                 drop(active);
@@ -93,8 +95,10 @@ impl WorkerThread {
                     }),
                     Err(e) => events(GenerationEvent::Error { error: e.into() }),
                 }
-                if let Some(calls) = calls_run {
-                    calls.spawn();
+                match calls_run {
+                    Some(Ok(calls)) => calls.spawn(),
+                    Some(Err(error)) => events(GenerationEvent::Error { error }),
+                    None => {}
                 }
             }
             Err(error) => {
@@ -214,7 +218,7 @@ pub(super) fn finished_replies(
         .iter()
         .enumerate()
         .map(|(b, seq)| {
-            let decode_s = st.decode_time.as_secs_f64();
+            let decode_s = seq.decode_time.as_secs_f64();
             let replay = ReplayRecord {
                 model_sha256: engine.file_sha256().map(str::to_string),
                 model_path: engine.path().display().to_string(),

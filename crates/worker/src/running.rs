@@ -91,7 +91,7 @@ impl WorkerThread {
         if cancel.is_cancelled() && job.replay.is_none() {
             drop(active);
             let stopped = vec![Finished::stopped_before_start(&job.prefix); sequences];
-            self.end_reply(&job, Ok(stopped), &vec![job.prefix.clone(); sequences], None);
+            self.end_reply(&job, Ok(stopped), &vec![job.prefix.clone(); sequences], None, &cancel);
             return None;
         }
         let started = catch_unwind(AssertUnwindSafe(|| match job.replay.is_some() {
@@ -130,7 +130,7 @@ impl WorkerThread {
                 drop(active);
                 match job.replay {
                     Some(_) => (job.events)(GenerationEvent::Error { error }),
-                    None => self.end_reply(&job, Err(error), &vec![job.prefix.clone(); sequences], None),
+                    None => self.end_reply(&job, Err(error), &vec![job.prefix.clone(); sequences], None, &cancel),
                 }
                 None
             }
@@ -377,7 +377,7 @@ impl WorkerThread {
         let last_message = r.job.messages.last().map_or("", |m| m.content.as_str());
         self.config.test_hooks.panic_if(last_message.strip_suffix(":after").unwrap_or(""));
         let texts: Vec<String> = r.written.iter().map(|w| w.text.clone()).collect();
-        self.end_reply(&r.job, finished, &texts, active);
+        self.end_reply(&r.job, finished, &texts, active, &r.cancel);
     }
 
     /// A replay's end: the conversation's own cache back (or, for a cold

@@ -80,6 +80,10 @@ impl Shared {
             None => Owner::Conversation(job.conversation_id),
         };
         if let Some(c) = after_calls {
+            // Stopped after its calls: the reply that reads them is recorded as stopped.
+            if q.tools.iter().any(|(t, stop)| *t == c && stop.is_cancelled()) {
+                cancel.cancel();
+            }
             q.tools.retain(|(t, _)| *t != c);
         }
         if q.busy(job.conversation_id) && job.request.is_none() {

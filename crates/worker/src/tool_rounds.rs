@@ -164,15 +164,25 @@ pub(crate) struct PendingCalls {
 }
 
 impl PendingCalls {
-    /// Marks `job`'s conversation busy with its reply's calls; `None` (and
-    /// nothing marked) where no runtime runs calls or the database cannot
-    /// be reopened: the calls stay pending, the turn ends.
-    pub fn mark_busy(shared: &Arc<Shared>, store: &Store, job: &ReplyJob, round: &ToolRound) -> Option<Self> {
-        let host = shared.tools.host()?;
-        let store = store.reopen().map_err(|e| tracing::error!("tool calls cannot open the database: {e}")).ok()?;
-        let stop = CancellationToken::new();
+    /// Marks `job`'s conversation busy with its reply's calls, stopped
+    /// with the reply (`reply_stop`: a Stop as the reply ends reaches its
+    /// calls). An error (and nothing marked) where nothing runs calls or
+    /// the database cannot be reopened: the calls stay pending, the turn ends.
+    pub fn mark_busy(
+        shared: &Arc<Shared>,
+        store: &Store,
+        job: &ReplyJob,
+        round: &ToolRound,
+        reply_stop: &CancellationToken,
+    ) -> AppResult<Self> {
+        let host = shared
+            .tools
+            .host()
+            .ok_or_else(|| AppError::new(ErrorKind::Internal, "tool calls cannot run here: no MCP host is set"))?;
+        let store = store.reopen()?;
+        let stop = reply_stop.child_token();
         lock(&shared.queue).tools.push((job.conversation_id, stop.clone()));
-        Some(Self {
+        Ok(Self {
             shared: shared.clone(),
             host,
             store: Mutex::new(store),
@@ -222,18 +232,18 @@ impl PendingCalls {
             send(i, call, false);
         }
         if self.stop.is_cancelled() {
-            self.end_round();
-            (self.events)(GenerationEvent::Finished {
-                reason: "cancelled".into(),
-                stats: hearth_store::ReplyStats { finish_reason: "cancelled".into(), ..Default::default() },
-                others: Vec::new(),
-                tool_calls: Vec::new(),
-            });
+            self.end_stopped();
             return Ok(());
         }
         let settings = self.store().conversation_settings(self.conversation_id)?;
         let round = self.round.round + 1;
         let next_offer = self.offer_again(&settings, round).await;
+        // Stopped while the tools were offered again: a Stop from here on
+        // stops the next reply before it starts (`Shared::submit`).
+        if self.stop.is_cancelled() {
+            self.end_stopped();
+            return Ok(());
+        }
         next_offer.report(&*self.events);
         let (messages, settings, reply) = {
             let store = self.store();
@@ -265,6 +275,17 @@ impl PendingCalls {
 
     fn store(&self) -> std::sync::MutexGuard<'_, Store> {
         lock(&self.store)
+    }
+
+    /// Ends the turn as stopped: the conversation free, the page told.
+    fn end_stopped(&self) {
+        self.end_round();
+        (self.events)(GenerationEvent::Finished {
+            reason: "cancelled".into(),
+            stats: hearth_store::ReplyStats { finish_reason: "cancelled".into(), ..Default::default() },
+            others: Vec::new(),
+            tool_calls: Vec::new(),
+        });
     }
 
     /// The conversation is free again: no calls wait or run.

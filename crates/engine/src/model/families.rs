@@ -216,7 +216,7 @@ pub(crate) struct Sliding {
 pub(crate) enum Window {
     /// No sliding layers.
     Never,
-    /// `attention.sliding_window` where the file gives a non-zero one, else `default`.
+    /// `attention.sliding_window`, else `default`; none where that is 0.
     Optional { default: Option<u32> },
     /// `attention.sliding_window`, non-zero, must be given.
     Required,

@@ -131,9 +131,8 @@ impl ModelConfig {
         let original_context =
             file.u32_opt(&key("rope.scaling.original_context_length"))?.map_or(context_length, |n| n as usize);
         // Experts beside the dense MLP are there where the file counts some.
-        let style = family.experts.filter(|&style| {
-            style != ExpertStyle::BesideDense || file.u32_opt(&key("expert_count")).ok().flatten().unwrap_or(0) > 0
-        });
+        let counted = file.u32_opt(&key("expert_count"))?.unwrap_or(0) > 0;
+        let style = family.experts.filter(|&style| style != ExpertStyle::BesideDense || counted);
         let experts = if let Some(style) = style {
             let count = file.u32(&key("expert_count"))? as usize;
             let used = file.u32(&key("expert_used_count"))? as usize;
