@@ -25,9 +25,11 @@ pub(super) const FLUSH_TOKENS: usize = 32;
 impl WorkerThread {
     /// Records how a reply (and its variants) ended, then says so to the UI.
     ///
-    /// `active` is the reply's hold on its conversation: let go just before
-    /// the end is told, so an immediate next message is not refused as
-    /// busy, unless its tool calls hold the conversation from there on.
+    /// `active` is the reply's hold on its conversation: let go at once (the
+    /// cache is saved with the conversation free, and an immediate next
+    /// message is not refused as busy), but for a reply whose tool calls may
+    /// follow: that one holds it until its calls do (`tool_rounds`), or
+    /// until just before its end is told where it made none.
     pub(super) fn end_reply(
         &mut self,
         job: &ReplyJob,
@@ -37,6 +39,13 @@ impl WorkerThread {
         cancel: &CancellationToken,
     ) {
         let events = &job.events;
+        let active = match job.tool_round {
+            Some(_) => active,
+            None => {
+                drop(active);
+                None
+            }
+        };
         match result {
             Ok(done) => {
                 let mut saved = Ok(());

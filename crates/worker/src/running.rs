@@ -372,7 +372,7 @@ impl WorkerThread {
                 Ok(done)
             }
         };
-        // Let go of just before the end is told (see `end_reply`).
+        // Let go of in `end_reply`, as soon as no tool calls can follow.
         let active = r.active.take();
         let last_message = r.job.messages.last().map_or("", |m| m.content.as_str());
         self.config.test_hooks.panic_if(last_message.strip_suffix(":after").unwrap_or(""));
