@@ -1,154 +1,112 @@
-//! `bench-cache`: what a saved conversation cache buys on the next turn.
+//! `bench-cache`: what a saved conversation cache buys on the next turn, on
+//! the app's own path: stored conversations on the app's worker, each
+//! cache kept in memory after a turn and saved to disk (`Storage::In`).
+//! Each time is the user's wait, from asking for the next turn to its first
+//! token: the cache found (in memory, or read from disk), the prompt
+//! rendered, what is new read, one token sampled.
+//!
+//! Every conversation is the same: filler exchanges, a last user message
+//! the model answers ("the previous turn", whose reply goes back into the
+//! next prompt as the tokens it was sampled as), then the next message.
 
-use std::path::Path;
-use std::process::Command;
-use std::time::Instant;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
-use hearth_engine::{session_file, ChatMessage, Engine, EngineError, SamplingParams, Session};
+use hearth_engine::{ChatMessage, Kernels};
+use hearth_store::{ConversationSettings, MessageStatus, ReplyStats, Role, Store};
+use hearth_worker::events::GenerationEvent;
+use hearth_worker::history::prompt_messages;
+use hearth_worker::ReplyJob;
 use serde_json::json;
 
-use crate::{open, ModelArgs};
+use crate::local::{LocalWorker, Storage};
+use crate::{CliResult, ModelArgs};
 
 const FILLER_USER: &str =
     "Tell me more about the history of the old mill by the river, and the farmers who brought their grain there.";
 const FILLER_ASSISTANT: &str = "The mill was built of stone in the valley, where the river runs fast. Farmers came each autumn with carts of wheat and barley, and the miller ground it into flour while they traded news, sold eggs and argued about the weather and the price of bread.";
+const LAST: &str = "What did the miller charge them?";
 const NEXT: &str = "Summarise all of that in one sentence.";
 const EDITED: &str = "Now tell me who owned the mill, in two sentences.";
 
-/// A chat's token ids: the history, the next turn's full prompt, and that
-/// prompt with its last message edited.
-struct Conversation {
+/// The previous turn's reply: long enough to be a reply, short enough to bench quickly.
+const PREVIOUS_REPLY_TOKENS: u32 = 32;
+
+/// Measurements of each kind, the best of this many.
+const REPEATS: usize = 3;
+
+/// A conversation whose previous turn has run: its cache covers `history`.
+struct Chat {
+    id: i64,
+    /// The previous turn's reply: the next message's parent.
+    reply: i64,
+    /// The tokens its cache covers: the previous prompt and the reply's
+    /// tokens but its last (never fed).
     history: Vec<u32>,
+    /// From the previous turn's last token to its end: its cache written
+    /// to disk whole for the first time, and the reply recorded.
+    save_ms: f64,
+}
+
+/// A next turn's figures.
+struct NextTurn {
+    ttft_ms: f64,
+    processed: u32,
     prompt: Vec<u32>,
-    edited: Vec<u32>,
 }
 
-/// A chat history of about `tokens` tokens, with its next turn.
-fn conversation(engine: &Engine, tokens: usize) -> Result<Conversation, EngineError> {
-    let mut messages = Vec::new();
-    loop {
-        messages.push(ChatMessage::user(FILLER_USER));
-        messages.push(ChatMessage::assistant(FILLER_ASSISTANT));
-        let history = engine.tokenizer().encode(&engine.template().render(&messages, false)?, true, true)?;
-        if history.len() >= tokens {
-            let mut edited = messages.clone();
-            messages.push(ChatMessage::user(NEXT));
-            edited.push(ChatMessage::user(EDITED));
-            return Ok(Conversation {
-                history,
-                prompt: engine.encode_chat(&messages)?,
-                edited: engine.encode_chat(&edited)?,
-            });
-        }
+pub fn run(model: &ModelArgs, history_tokens: usize, json_out: bool) -> CliResult<()> {
+    let dir = tempfile::tempdir().map_err(|e| format!("cannot make a scratch folder: {e}"))?;
+    let store = Store::open(dir.path().join("hearth.db"))?;
+    let local = LocalWorker::open_with(model, Kernels::Hearth, Storage::In(dir.path()))?;
+    // A cache is saved only under the model file's whole hash.
+    local.settle()?;
+    let fillers = filler_count(&local, history_tokens)?;
+
+    let mut chats = Vec::new();
+    for _ in 0..(2 * REPEATS + 1) {
+        chats.push(previous_turn(&local, &store, fillers)?);
     }
-}
+    let save_ms = chats.iter().map(|c| c.save_ms).fold(f64::MAX, f64::min);
+    let cache_file = dir.path().join("caches").join(format!("{}.session", chats[0].id));
+    let bytes = std::fs::metadata(&cache_file).map(|m| m.len()).map_err(|e| format!("no saved cache: {e}"))?;
+    let history = chats[0].history.clone();
 
-fn greedy_config(engine: &Engine) -> hearth_engine::GenerationConfig {
-    engine.generation_config(SamplingParams::greedy(), 1)
-}
+    // Warm: the cache in memory, as the previous turn left it.
+    let warm: Vec<NextTurn> =
+        chats[..REPEATS].iter().map(|c| next_turn(&local, &store, c, NEXT)).collect::<Result<_, _>>()?;
+    // Edited after its first token: back to where the two versions part.
+    let edit: Vec<NextTurn> =
+        chats[..REPEATS].iter().map(|c| next_turn(&local, &store, c, EDITED)).collect::<Result<_, _>>()?;
 
-/// Milliseconds from asking for the next turn to its first token.
-fn ttft(engine: &Engine, session: &mut Session, prompt: &[u32]) -> Result<(f64, usize), EngineError> {
-    let t = Instant::now();
-    let mut turn = session.start_turn(engine.model(), engine.tokenizer(), prompt, greedy_config(engine), 1)?;
-    turn.step()?;
-    let ms = t.elapsed().as_secs_f64() * 1e3;
-    let processed = turn.stats().processed_tokens;
-    drop(turn);
-    Ok((ms, processed))
-}
+    // Restored: a fresh worker (the model loaded again, no cache in
+    // memory) reads each conversation's cache from disk.
+    drop(local);
+    let local = LocalWorker::open_with(model, Kernels::Hearth, Storage::In(dir.path()))?;
+    local.settle()?;
+    let restored: Vec<NextTurn> =
+        chats[REPEATS..2 * REPEATS].iter().map(|c| next_turn(&local, &store, c, NEXT)).collect::<Result<_, _>>()?;
 
-pub fn run(model: &ModelArgs, history_tokens: usize, json_out: bool) -> Result<(), EngineError> {
-    let engine = open(model)?;
-    let Conversation { history, prompt, edited } = conversation(&engine, history_tokens)?;
-    let context = engine.model().config().context_length.min(prompt.len() + 64).max(prompt.len() + 1);
-    // A cache is written and read only under the model file's whole hash.
-    engine.hash_file(&|| false)?;
-    let identity = engine.cache_identity(context)?;
+    // Cold: no cache anywhere, the whole prompt read.
+    local.forget_caches()?;
+    let cold = next_turn(&local, &store, &chats[2 * REPEATS], NEXT)?;
 
-    let (cold_ms, cold_processed) = ttft(&engine, &mut engine.new_session(Some(context)), &prompt)?;
-
-    // The history as the previous turn left it.
-    let mut base = engine.new_session(Some(context));
-    base.prefill(engine.model(), &history)?;
-    let dir = std::env::temp_dir().join(format!("hearth-bench-cache-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|source| EngineError::Io { path: dir.clone(), source })?;
-    let file = dir.join("bench.session");
-    let mut save_ms = f64::MAX;
-    for _ in 0..3 {
-        let t = Instant::now();
-        session_file::write(&file, &identity, &base)?;
-        save_ms = save_ms.min(t.elapsed().as_secs_f64() * 1e3);
-    }
-    let bytes = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
-
-    let mut warm_ms = f64::MAX;
-    let mut warm_processed = 0;
-    for _ in 0..3 {
-        let mut s = base.clone();
-        let (ms, p) = ttft(&engine, &mut s, &prompt)?;
-        warm_ms = warm_ms.min(ms);
-        warm_processed = p;
-    }
-
-    // The next turn's message edited after its first token: back to where
-    // the two versions part (a hybrid: to its checkpoint at or before it).
-    let mut edit_ms = f64::MAX;
-    let mut edit_processed = 0;
-    for _ in 0..3 {
-        let mut s = base.clone();
-        ttft(&engine, &mut s, &prompt)?;
-        let (ms, p) = ttft(&engine, &mut s, &edited)?;
-        edit_ms = edit_ms.min(ms);
-        edit_processed = p;
-    }
-
-    // A fresh process: nothing in memory but the model it loads first.
-    let prompt_file = dir.join("prompt.json");
-    std::fs::write(&prompt_file, json!({"ids": prompt, "context": context}).to_string())
-        .map_err(|source| EngineError::Io { path: prompt_file.clone(), source })?;
-    let mut cmd =
-        Command::new(std::env::current_exe().map_err(|source| EngineError::Io { path: "hearth-cli".into(), source })?);
-    cmd.arg("bench-cache-restored")
-        .arg("--cache")
-        .arg(&file)
-        .arg("--prompt")
-        .arg(&prompt_file)
-        .arg("--model")
-        .arg(engine.path());
-    if let Some(t) = model.threads {
-        cmd.arg("--threads").arg(t.to_string());
-    }
-    let (mut restored_ms, mut restored_read_ms) = (f64::MAX, f64::MAX);
-    let mut restored_processed = 0;
-    for _ in 0..3 {
-        let out = cmd.output().map_err(|source| EngineError::Io { path: "hearth-cli".into(), source })?;
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|_| {
-            EngineError::CorruptCache(format!("restored run failed: {}", String::from_utf8_lossy(&out.stderr)))
-        })?;
-        restored_ms = restored_ms.min(v["ttft_ms"].as_f64().unwrap_or(f64::MAX));
-        restored_read_ms = restored_read_ms.min(v["read_ms"].as_f64().unwrap_or(f64::MAX));
-        restored_processed = v["processed_tokens"].as_u64().unwrap_or(0) as usize;
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-
+    let best = |turns: &[NextTurn]| turns.iter().map(|t| t.ttft_ms).fold(f64::MAX, f64::min);
+    let (cold_ms, warm_ms, restored_ms) = (cold.ttft_ms, best(&warm), best(&restored));
     let result = json!({
-        "model": engine.path().display().to_string(),
+        "model": local.engine().path().display().to_string(),
         "threads": std::env::var("RAYON_NUM_THREADS").ok().and_then(|s| s.parse::<usize>().ok()).unwrap_or_else(rayon::current_num_threads),
         "history_tokens": history.len(),
-        "prompt_tokens": prompt.len(),
+        "prompt_tokens": warm[0].prompt.len(),
         "cold_ttft_ms": cold_ms,
-        "cold_processed_tokens": cold_processed,
+        "cold_processed_tokens": cold.processed,
         "warm_ttft_ms": warm_ms,
-        "warm_processed_tokens": warm_processed,
-        "edit_ttft_ms": edit_ms,
-        "edit_processed_tokens": edit_processed,
-        "edit_prompt_tokens": edited.len(),
-        "checkpoints": base.cache().checkpoint_positions().len(),
-        "state_bytes_per_checkpoint": base.cache().state_bytes(),
+        "warm_processed_tokens": warm[0].processed,
+        "edit_ttft_ms": best(&edit),
+        "edit_processed_tokens": edit[0].processed,
+        "edit_prompt_tokens": edit[0].prompt.len(),
         "restored_ttft_ms": restored_ms,
-        "restored_processed_tokens": restored_processed,
-        "restored_read_ms": restored_read_ms,
+        "restored_processed_tokens": restored[0].processed,
         "save_ms": save_ms,
         "bytes_on_disk": bytes,
         "bytes_per_1k_tokens": bytes as f64 * 1000.0 / history.len() as f64,
@@ -156,35 +114,103 @@ pub fn run(model: &ModelArgs, history_tokens: usize, json_out: bool) -> Result<(
         "restored_speedup": cold_ms / restored_ms,
         "restored_over_warm": restored_ms / warm_ms,
         "history_token_ids": history,
-        "prompt_token_ids": prompt,
+        "prompt_token_ids": warm[0].prompt,
     });
     if json_out {
         println!("{result}");
     } else {
-        println!("{}", serde_json::to_string_pretty(&result).expect("JSON"));
+        println!("{}", serde_json::to_string_pretty(&result)?);
     }
     Ok(())
 }
 
-/// Reads the saved cache and answers the next turn's first token.
-pub fn restored(model: &ModelArgs, cache: &Path, prompt: &Path) -> Result<(), EngineError> {
-    let engine = open(model)?;
-    let spec: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(prompt).map_err(|source| EngineError::Io { path: prompt.to_path_buf(), source })?,
-    )
-    .map_err(|e| EngineError::CorruptCache(e.to_string()))?;
-    let ids: Vec<u32> =
-        serde_json::from_value(spec["ids"].clone()).map_err(|e| EngineError::CorruptCache(e.to_string()))?;
-    let context = spec["context"].as_u64().unwrap_or(0) as usize;
-    // A cache is written and read only under the model file's whole hash.
-    engine.hash_file(&|| false)?;
-    let identity = engine.cache_identity(context)?;
-    let t = Instant::now();
-    let mut session = session_file::read(cache, &identity, engine.model())?.session;
-    let read_ms = t.elapsed().as_secs_f64() * 1e3;
-    let mut turn = session.start_turn(engine.model(), engine.tokenizer(), &ids, greedy_config(&engine), 1)?;
-    turn.step()?;
-    let ms = t.elapsed().as_secs_f64() * 1e3;
-    println!("{}", json!({"ttft_ms": ms, "read_ms": read_ms, "processed_tokens": turn.stats().processed_tokens}));
-    Ok(())
+/// How many filler exchanges make a history of about `tokens` tokens.
+fn filler_count(local: &LocalWorker, tokens: usize) -> CliResult<usize> {
+    let engine = local.engine();
+    let mut messages = Vec::new();
+    loop {
+        messages.push(ChatMessage::user(FILLER_USER));
+        messages.push(ChatMessage::assistant(FILLER_ASSISTANT));
+        if engine.encode_chat(&messages)?.len() >= tokens {
+            return Ok(messages.len() / 2);
+        }
+    }
+}
+
+/// A new conversation of `fillers` exchanges and a last message, answered.
+fn previous_turn(local: &LocalWorker, store: &Store, fillers: usize) -> CliResult<Chat> {
+    let id = store.create_conversation()?.id;
+    let mut parent = None;
+    for _ in 0..fillers {
+        for (role, text) in [(Role::User, FILLER_USER), (Role::Assistant, FILLER_ASSISTANT)] {
+            parent = Some(store.add_message(id, parent, role, text, MessageStatus::Complete)?.id);
+        }
+    }
+    let last = store.add_message(id, parent, Role::User, LAST, MessageStatus::Complete)?.id;
+    let (prompt, turn) = ask(local, store, id, last, PREVIOUS_REPLY_TOKENS)?;
+    let tokens = turn.stats.replay.as_ref().map(|r| r.tokens.clone()).unwrap_or_default();
+    let mut history = prompt;
+    history.extend_from_slice(&tokens[..tokens.len().saturating_sub(1)]);
+    let save_ms = turn.end.duration_since(turn.last_token.unwrap_or(turn.end)).as_secs_f64() * 1e3;
+    Ok(Chat { id, reply: turn.reply, history, save_ms })
+}
+
+/// The next message `text` after `chat`'s previous turn, answered with one token.
+fn next_turn(local: &LocalWorker, store: &Store, chat: &Chat, text: &str) -> CliResult<NextTurn> {
+    let message = store.add_message(chat.id, Some(chat.reply), Role::User, text, MessageStatus::Complete)?.id;
+    let (prompt, turn) = ask(local, store, chat.id, message, 1)?;
+    let first = turn.first_token.ok_or("the next turn sampled nothing")?;
+    Ok(NextTurn {
+        ttft_ms: first.duration_since(turn.asked).as_secs_f64() * 1e3,
+        processed: turn.stats.processed_tokens,
+        prompt,
+    })
+}
+
+/// A stored reply as the app's worker writes it, and when things happened.
+struct Answered {
+    reply: i64,
+    stats: ReplyStats,
+    asked: Instant,
+    first_token: Option<Instant>,
+    last_token: Option<Instant>,
+    end: Instant,
+}
+
+/// Adds a reply to `parent` in conversation `id`, greedy and at most
+/// `max_new_tokens` long, and waits for it: its prompt's ids (as the
+/// worker builds them) and how it went.
+fn ask(
+    local: &LocalWorker,
+    store: &Store,
+    id: i64,
+    parent: i64,
+    max_new_tokens: u32,
+) -> CliResult<(Vec<u32>, Answered)> {
+    let settings = ConversationSettings { temperature: 0.0, max_new_tokens, ..store.conversation_settings(id)? };
+    store.set_conversation_settings(id, &settings)?;
+    let (messages, settings) = prompt_messages(store, id, Some(parent))?;
+    let reply = store.add_message(id, Some(parent), Role::Assistant, "", MessageStatus::Streaming)?.id;
+    let (tx, events) = mpsc::channel();
+    let job = ReplyJob::new(id, reply, messages, settings, Box::new(move |e| drop(tx.send((Instant::now(), e)))));
+    let prompt = hearth_worker::prompt_ids(local.engine(), &job, &job.settings)?.ids;
+    let asked = Instant::now();
+    local.worker().enqueue(job)?;
+    let (mut first_token, mut last_token) = (None, None);
+    loop {
+        let (at, event) = events.recv_timeout(Duration::from_secs(3600)).map_err(|_| "the reply never ended")?;
+        match event {
+            GenerationEvent::Tokens { .. } => {
+                first_token.get_or_insert(at);
+                last_token = Some(at);
+            }
+            GenerationEvent::Finished { stats, .. } => {
+                let answered = Answered { reply, stats, asked, first_token, last_token, end: at };
+                local.settle()?;
+                return Ok((prompt, answered));
+            }
+            GenerationEvent::Error { error } => return Err(error.into()),
+            _ => {}
+        }
+    }
 }

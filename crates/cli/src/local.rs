@@ -1,10 +1,11 @@
 //! The app's worker, for the commands that generate (`generate`, `chat`,
-//! `serve`, `bench` in every mode, `bench-grammar`'s replies, `replay`, and
-//! `device-check`'s replies and speed figures): the scheduler, the sampler mapping, the
-//! request caches and the replay that the app and the API run, over a
-//! throwaway database. Each reply is an API request to it, so nothing is
-//! stored; a fix to the worker reaches the CLI, and the benchmarks measure
-//! the app's path.
+//! `serve`, `bench` in every mode, `bench-grammar`'s replies, `bench-cache`,
+//! `replay`, and `device-check`'s replies and speed figures): the
+//! scheduler, the sampler mapping, the caches and the replay that the app
+//! and the API run. Over a throwaway database each reply is an API request,
+//! so nothing is stored; `bench-cache` keeps the app's storage in a folder
+//! of its own. A fix to the worker reaches the CLI, and the benchmarks
+//! measure the app's path.
 
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc};
@@ -23,7 +24,17 @@ pub(crate) struct LocalWorker {
     // before its database's folder goes.
     worker: Arc<Worker>,
     engine: Arc<Engine>,
-    _scratch: tempfile::TempDir,
+    _scratch: Option<tempfile::TempDir>,
+}
+
+/// Where a `LocalWorker` keeps conversations and their caches.
+pub(crate) enum Storage<'a> {
+    /// A throwaway database, caches in memory only: every reply a request.
+    Scratch,
+    /// The app's storage in this folder: a database (`hearth.db`) whose
+    /// conversations' caches are saved in `caches/` after each turn, under
+    /// the model file's hash.
+    In(&'a std::path::Path),
 }
 
 /// What a command asks the worker for: one reply of `sequences` sampled
@@ -85,15 +96,26 @@ impl LocalWorker {
     /// Starts the worker and loads `model` on it (`kernels`: Hearth's own
     /// but for the device check's graph pass on the CPU).
     pub fn open(model: &ModelArgs, kernels: Kernels) -> CliResult<Self> {
+        Self::open_with(model, kernels, Storage::Scratch)
+    }
+
+    /// `open`, keeping conversations and caches as `storage` says.
+    pub fn open_with(model: &ModelArgs, kernels: Kernels, storage: Storage) -> CliResult<Self> {
         crate::set_threads(model)?;
-        // The worker writes conversations to a database; requests write none.
-        let scratch = tempfile::tempdir().map_err(|e| format!("cannot make a scratch folder: {e}"))?;
-        let store = hearth_store::Store::open(scratch.path().join("hearth.db"))?;
-        let config = WorkerConfig {
-            device: Some(model.device.clone()),
-            kernels,
-            hash_model_files: false,
-            ..WorkerConfig::in_memory()
+        let device = Some(model.device.clone());
+        let (scratch, store, config) = match storage {
+            // The worker writes conversations to a database; requests write none.
+            Storage::Scratch => {
+                let scratch = tempfile::tempdir().map_err(|e| format!("cannot make a scratch folder: {e}"))?;
+                let store = hearth_store::Store::open(scratch.path().join("hearth.db"))?;
+                let config = WorkerConfig { device, kernels, hash_model_files: false, ..WorkerConfig::in_memory() };
+                (Some(scratch), store, config)
+            }
+            Storage::In(dir) => {
+                let store = hearth_store::Store::open(dir.join("hearth.db"))?;
+                let config = WorkerConfig { device, kernels, ..WorkerConfig::saving_caches_in(dir.join("caches")) };
+                (None, store, config)
+            }
         };
         let worker = Arc::new(Worker::start(store, config, Box::new(|_| {})));
         worker.load_model(model_path(model));

@@ -112,9 +112,10 @@ enum Command {
         #[arg(long, default_value_t = 3)]
         repeats: usize,
     },
-    /// Measures a conversation cache: time to first token of the next turn
-    /// cold (full prefill), warm (cache in memory) and restored (a fresh
-    /// process reading the saved cache), bytes on disk, and save time.
+    /// Measures a conversation cache on the app's worker: time to first
+    /// token of the next turn cold (full prefill), warm (cache in memory),
+    /// edited, and restored (a fresh worker reading the saved cache), bytes
+    /// on disk, and save time.
     BenchCache {
         #[command(flatten)]
         model: ModelArgs,
@@ -251,17 +252,6 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
     },
-    /// The restored half of bench-cache, run in a fresh process.
-    #[command(hide = true)]
-    BenchCacheRestored {
-        #[command(flatten)]
-        model: ModelArgs,
-        #[arg(long)]
-        cache: std::path::PathBuf,
-        /// A JSON file with the next turn's prompt ids and the context length.
-        #[arg(long)]
-        prompt: std::path::PathBuf,
-    },
 }
 
 #[derive(Args, Clone)]
@@ -351,7 +341,6 @@ fn run(cli: Cli) -> CliResult {
         Command::Perplexity { model, file, ctx, kl_base, json } => {
             score::perplexity(&open(&model)?, &file, ctx, kl_base.as_deref(), json)?
         }
-        Command::BenchCacheRestored { model, cache, prompt } => bench_cache::restored(&model, &cache, &prompt)?,
         Command::WriteRandomModel {
             out,
             tokenizer_from,
