@@ -219,29 +219,13 @@ impl ToolFormat {
                 _ => (text.trim().to_string(), Vec::new()),
             };
         }
-        let mut content = String::new();
-        let mut calls = Vec::new();
-        let mut rest = text;
-        while let Some(at) = rest.find(CALL_OPEN) {
-            let body_start = at + CALL_OPEN.len();
-            let Some(len) = rest[body_start..].find(CALL_CLOSE) else { break };
-            let body = rest[body_start..body_start + len].trim();
-            match serde_json::from_str::<Value>(body) {
-                Ok(Value::Object(o)) if o.get("name").is_some_and(Value::is_string) => {
-                    content.push_str(&rest[..at]);
-                    let arguments = arguments_text(o.get("arguments").cloned().unwrap_or(json!({})));
-                    calls.push(ToolCall {
-                        id: format!("{id_prefix}{}", calls.len()),
-                        name: o["name"].as_str().unwrap_or_default().to_string(),
-                        arguments,
-                    });
-                }
-                _ => content.push_str(&rest[..body_start + len + CALL_CLOSE.len()]),
+        parse::take_call_blocks(text, id_prefix, |body| match serde_json::from_str::<Value>(body.trim()) {
+            Ok(Value::Object(o)) if o.get("name").is_some_and(Value::is_string) => {
+                let arguments = arguments_text(o.get("arguments").cloned().unwrap_or(json!({})));
+                Some((o["name"].as_str().unwrap_or_default().to_string(), arguments))
             }
-            rest = &rest[body_start + len + CALL_CLOSE.len()..];
-        }
-        content.push_str(rest);
-        (content.trim().to_string(), calls)
+            _ => None,
+        })
     }
 
     /// Where in streamed `text` a call may be starting: text before it can

@@ -15,21 +15,32 @@ use crate::template::ToolCall;
 /// template writes every value but a string), else as the string it is.
 /// A block that does not read as a call stays text.
 pub(super) fn glm_parse(text: &str, id_prefix: &str) -> (String, Vec<ToolCall>) {
+    take_call_blocks(text, id_prefix, |body| glm_call(body).map(|(name, args)| (name, args.to_string())))
+}
+
+/// Every `<tool_call>…</tool_call>` block of `text` that `call` reads as a
+/// call (its name and arguments) taken out, numbered after `id_prefix`; a
+/// block it does not read stays text, and so does an unclosed one.
+pub(super) fn take_call_blocks(
+    text: &str,
+    id_prefix: &str,
+    call: impl Fn(&str) -> Option<(String, String)>,
+) -> (String, Vec<ToolCall>) {
     let mut content = String::new();
     let mut calls = Vec::new();
     let mut rest = text;
     while let Some(at) = rest.find(CALL_OPEN) {
         let body_start = at + CALL_OPEN.len();
         let Some(len) = rest[body_start..].find(CALL_CLOSE) else { break };
-        let body = &rest[body_start..body_start + len];
-        match glm_call(body) {
-            Some((name, args)) => {
+        let end = body_start + len + CALL_CLOSE.len();
+        match call(&rest[body_start..body_start + len]) {
+            Some((name, arguments)) => {
                 content.push_str(&rest[..at]);
-                calls.push(ToolCall { id: format!("{id_prefix}{}", calls.len()), name, arguments: args.to_string() });
+                calls.push(ToolCall { id: format!("{id_prefix}{}", calls.len()), name, arguments });
             }
-            None => content.push_str(&rest[..body_start + len + CALL_CLOSE.len()]),
+            None => content.push_str(&rest[..end]),
         }
-        rest = &rest[body_start + len + CALL_CLOSE.len()..];
+        rest = &rest[end..];
     }
     content.push_str(rest);
     (content.trim().to_string(), calls)
