@@ -5,8 +5,9 @@
 
 use hearth_store::{Message, MessageStatus, Role, Store};
 
-use crate::error::{AppError, AppResult, ErrorKind};
+use crate::error::AppResult;
 use crate::history::prompt_messages;
+use crate::shared;
 use crate::tool_rounds::{Offer, ToolRound};
 use crate::{EventSink, RemoteTarget, ReplyJob, Worker};
 
@@ -28,7 +29,7 @@ impl Worker {
     /// Refuses a conversation with a reply queued, running or calling tools.
     pub fn check_idle(&self, conversation_id: i64) -> AppResult<()> {
         if self.busy_conversations().contains(&conversation_id) {
-            return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
+            return Err(shared::busy());
         }
         Ok(())
     }

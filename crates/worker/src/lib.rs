@@ -249,7 +249,7 @@ impl Worker {
         };
         let mut q = lock(&self.shared.queue);
         if q.busy(job.conversation_id) {
-            return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
+            return Err(shared::busy());
         }
         let cancel = CancellationToken::new();
         q.remote.push((job.conversation_id, cancel.clone()));

@@ -20,6 +20,11 @@ use super::MAX_RUNNING;
 use crate::error::{AppError, AppResult, ErrorKind};
 use crate::events::{GenerationEvent, ModelStatus};
 
+/// The error for a second reply in a conversation that is writing one.
+pub(crate) fn busy() -> AppError {
+    AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first")
+}
+
 /// Takes `m`, recovering it if a panic poisoned it (see the module's doc).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -87,7 +92,7 @@ impl Shared {
             q.tools.retain(|(t, _)| *t != c);
         }
         if q.busy(job.conversation_id) && job.request.is_none() {
-            return Err(AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first"));
+            return Err(busy());
         }
         let must_wait = q.active.len() >= MAX_RUNNING;
         let position = (must_wait || q.model.requested.is_some() || q.model.loading.is_some() || !q.jobs.is_empty())
