@@ -24,8 +24,6 @@
 //! [`RecurrentState`] held here too, so a cache is still one value that
 //! clones, truncates, saves and restores as a whole.
 
-use std::io::{Read, Write};
-use std::ops::Range;
 use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
@@ -34,37 +32,16 @@ use half::f16;
 use crate::error::{EngineError, Result};
 use crate::model::config::ModelConfig;
 use crate::recurrent_state::RecurrentState;
-use crate::worker_pool::{DisjointSlice, WorkerPool};
+
+mod halves;
+mod host;
+mod persist;
+
+use halves::zeroed_halves;
+pub(crate) use halves::{f16_bytes, Halves, LeHalves};
 
 /// Smallest allocation, in positions, so short chats do not regrow every turn.
 const MIN_CAPACITY: usize = 256;
-const MAGIC: &[u8; 8] = b"HEARTHKV";
-/// 3: no values for layers whose values are their keys' (latent
-/// attention); 2: keys and values in f16; 1 held f32.
-const FORMAT_VERSION: u32 = 3;
-
-/// One layer's host buffers, writable (see `KvCache::host_mut`).
-pub(crate) struct HostKvMut<'a> {
-    pub k: &'a mut [f16],
-    pub v_t: &'a mut [f16],
-    pub capacity: usize,
-    shape: KvShape,
-}
-
-impl HostKvMut<'_> {
-    /// Stores one position's key and value of run `run` (sequence × KV
-    /// head), rounded to f16 as llama.cpp's `ggml_set_rows` rounds them.
-    /// `v` is empty for a layer whose values are its keys (`KvShape`).
-    pub fn store(&mut self, run: usize, pos: usize, k: &[f32], v: &[f32]) {
-        use half::slice::HalfFloatSliceExt;
-        let (kd, vd, cap) = (self.shape.key_dim, self.shape.value_dim, self.capacity);
-        debug_assert_eq!((k.len(), v.len()), (kd, vd));
-        self.k[(run * cap + pos) * kd..(run * cap + pos + 1) * kd].convert_from_f32_slice(k);
-        for (j, x) in v.iter().enumerate() {
-            self.v_t[(run * vd + j) * cap + pos] = f16::from_f32(*x);
-        }
-    }
-}
 
 /// What one position of one KV head of a layer stores.
 #[derive(Clone, Copy, Debug)]
@@ -115,136 +92,6 @@ enum LayerKv {
     /// `v` is `None` where the values are the keys' (no zero-width tensor:
     /// CUDA has no kernel launch of no threads).
     Device { k: Tensor, v: Option<Tensor> },
-}
-
-/// One layer's host buffers: keys `[batch, kv_heads, capacity, head_dim]`,
-/// values transposed, `[batch, kv_heads, head_dim, capacity]` (empty where
-/// the values are the keys' leading dimensions: see `values_t`).
-pub(crate) struct HostKv<'a> {
-    pub k: &'a [f16],
-    v_t: &'a [f16],
-    pub capacity: usize,
-    key_dim: usize,
-}
-
-impl<'a> HostKv<'a> {
-    /// The values of positions `..end`, transposed as attention reads them.
-    /// A layer whose values are its keys' first `lead` dimensions
-    /// (`ModelConfig::values_in_keys`) has them transposed here, for this
-    /// pass only, as llama.cpp transposes its view of the keys: the cache
-    /// holds the latent once, and the sums come out as they do there.
-    pub fn values_t(&self, pool: &WorkerPool, lead: usize, end: usize) -> ValuesT<'a> {
-        if !self.v_t.is_empty() || self.k.is_empty() {
-            return ValuesT { data: std::borrow::Cow::Borrowed(self.v_t), stride: self.capacity, dims: self.key_dim };
-        }
-        let (kd, cap) = (self.key_dim, self.capacity);
-        let runs = self.k.len() / (cap * kd);
-        // Blocks of dimensions, each read as a short row of every key and
-        // written as that many sequential rows.
-        const DIMS: usize = 32;
-        let blocks = lead.div_ceil(DIMS);
-        // Every element is written below: no zeroing first (this runs on
-        // every pass over the whole history).
-        let n = runs * lead * end;
-        let mut out: Vec<f16> = Vec::with_capacity(n);
-        let dst = DisjointSlice::new(&mut out.spare_capacity_mut()[..n]);
-        pool.run(runs * blocks, &|t| {
-            let (run, block) = (t / blocks, t % blocks);
-            let dims = block * DIMS..((block + 1) * DIMS).min(lead);
-            // SAFETY: each task writes its own run's rows of its own dimensions.
-            let rows = unsafe { dst.slice((run * lead + dims.start) * end..(run * lead + dims.end) * end) };
-            let keys = &self.k[run * cap * kd..];
-            transpose_into(rows, end, &keys[..end * kd], kd, dims);
-        });
-        // SAFETY: the tasks above wrote every one of the `n` elements.
-        unsafe { out.set_len(n) };
-        ValuesT { data: std::borrow::Cow::Owned(out), stride: end, dims: lead }
-    }
-}
-
-/// Writes dimensions `dims` of `n` rows of `keys` (each `kd` wide) into
-/// `rows` as `dims.len()` rows of `n`: `rows[j * n + i] = keys[i * kd + dims.start + j]`.
-fn transpose_into(rows: &mut [std::mem::MaybeUninit<f16>], n: usize, keys: &[f16], kd: usize, dims: Range<usize>) {
-    assert!(rows.len() == dims.len() * n && keys.len() >= n * kd && dims.end <= kd);
-    let width = dims.len();
-    #[allow(unused_mut, reason = "only x86-64 takes blocks of eight first")]
-    let mut i = 0;
-    #[cfg(target_arch = "x86_64")]
-    while i + 8 <= n {
-        let mut j = 0;
-        while j + 8 <= width {
-            // SAFETY: rows i..i + 8 and dimensions dims.start + j..+ 8 of
-            // the keys, and positions i..i + 8 of rows j..j + 8, are in
-            // bounds by the assert above; SSE2 is part of x86-64.
-            unsafe {
-                transpose_8x8(keys.as_ptr().add(i * kd + dims.start + j), kd, rows.as_mut_ptr().add(j * n + i), n)
-            };
-            j += 8;
-        }
-        for j in j..width {
-            for r in 0..8 {
-                rows[j * n + i + r] = std::mem::MaybeUninit::new(keys[(i + r) * kd + dims.start + j]);
-            }
-        }
-        i += 8;
-    }
-    for i in i..n {
-        for j in 0..width {
-            rows[j * n + i] = std::mem::MaybeUninit::new(keys[i * kd + dims.start + j]);
-        }
-    }
-}
-
-/// An 8 × 8 block of 16-bit values from rows `src_stride` apart into rows
-/// `dst_stride` apart, transposed, in SSE2 registers.
-///
-/// # Safety
-/// Eight values at each of `src + r * src_stride` and `dst + r * dst_stride`
-/// (`r < 8`) are in bounds.
-#[cfg(target_arch = "x86_64")]
-unsafe fn transpose_8x8(src: *const f16, src_stride: usize, dst: *mut std::mem::MaybeUninit<f16>, dst_stride: usize) {
-    use std::arch::x86_64::*;
-    let row = |r: usize| _mm_loadu_si128(src.add(r * src_stride) as *const __m128i);
-    let (a0, a1, a2, a3) = (row(0), row(1), row(2), row(3));
-    let (a4, a5, a6, a7) = (row(4), row(5), row(6), row(7));
-    // Pairs of 16-bit, then 32-bit, then 64-bit lanes interleaved.
-    let (b0, b1) = (_mm_unpacklo_epi16(a0, a1), _mm_unpackhi_epi16(a0, a1));
-    let (b2, b3) = (_mm_unpacklo_epi16(a2, a3), _mm_unpackhi_epi16(a2, a3));
-    let (b4, b5) = (_mm_unpacklo_epi16(a4, a5), _mm_unpackhi_epi16(a4, a5));
-    let (b6, b7) = (_mm_unpacklo_epi16(a6, a7), _mm_unpackhi_epi16(a6, a7));
-    let (c0, c1) = (_mm_unpacklo_epi32(b0, b2), _mm_unpackhi_epi32(b0, b2));
-    let (c2, c3) = (_mm_unpacklo_epi32(b1, b3), _mm_unpackhi_epi32(b1, b3));
-    let (c4, c5) = (_mm_unpacklo_epi32(b4, b6), _mm_unpackhi_epi32(b4, b6));
-    let (c6, c7) = (_mm_unpacklo_epi32(b5, b7), _mm_unpackhi_epi32(b5, b7));
-    let out = [
-        _mm_unpacklo_epi64(c0, c4),
-        _mm_unpackhi_epi64(c0, c4),
-        _mm_unpacklo_epi64(c1, c5),
-        _mm_unpackhi_epi64(c1, c5),
-        _mm_unpacklo_epi64(c2, c6),
-        _mm_unpackhi_epi64(c2, c6),
-        _mm_unpacklo_epi64(c3, c7),
-        _mm_unpackhi_epi64(c3, c7),
-    ];
-    for (r, v) in out.into_iter().enumerate() {
-        _mm_storeu_si128(dst.add(r * dst_stride) as *mut __m128i, v);
-    }
-}
-
-/// A layer's values as attention reads them: `[run, dims, stride]`, each
-/// row one dimension over positions.
-pub(crate) struct ValuesT<'a> {
-    data: std::borrow::Cow<'a, [f16]>,
-    pub stride: usize,
-    pub dims: usize,
-}
-
-impl ValuesT<'_> {
-    /// Run `run`'s (sequence × KV head) values.
-    pub fn run(&self, run: usize) -> &[f16] {
-        let n = self.dims * self.stride;
-        &self.data[run * n..(run + 1) * n]
-    }
 }
 
 impl KvCache {
@@ -496,26 +343,6 @@ impl KvCache {
         Ok(LayerKv::Device { k, v })
     }
 
-    /// Layer `layer`'s host buffers (CPU caches only).
-    pub(crate) fn host(&self, layer: usize) -> HostKv<'_> {
-        match &self.layers[layer] {
-            LayerKv::Host { k, v } => {
-                HostKv { k, v_t: v, capacity: self.capacity, key_dim: self.kv_layers[layer].map_or(0, |s| s.key_dim) }
-            }
-            LayerKv::Device { .. } => unreachable!("host access to a device cache"),
-        }
-    }
-
-    /// Mutable host buffers of `layer`; call `reserve` first (it unshares them).
-    pub(crate) fn host_mut(&mut self, layer: usize) -> HostKvMut<'_> {
-        let capacity = self.capacity;
-        let shape = self.kv_layers[layer].unwrap_or(KvShape { heads: 0, key_dim: 0, value_dim: 0 });
-        match Arc::get_mut(&mut self.layers).map(|l| &mut l[layer]) {
-            Some(LayerKv::Host { k, v }) => HostKvMut { k, v_t: v, capacity, shape },
-            _ => unreachable!("host_mut needs a reserved CPU cache"),
-        }
-    }
-
     /// Writes new keys and values (`[batch, kv_heads, n, key_dim]` and
     /// `[…, value_dim]`; no values where they are the keys') at `len`,
     /// rounded to f16. Call `reserve` first and `advance` after the last layer.
@@ -649,188 +476,5 @@ impl KvCache {
 
     pub(crate) fn advance(&mut self, n: usize) {
         self.len += n;
-    }
-
-    /// Serialises the filled positions (not the spare capacity).
-    pub fn write_to(&self, w: &mut impl Write) -> Result<()> {
-        let io = |e: std::io::Error| EngineError::CorruptCache(format!("write failed: {e}"));
-        w.write_all(MAGIC).map_err(io)?;
-        for n in [
-            FORMAT_VERSION as u64,
-            self.n_layers as u64,
-            self.batch as u64,
-            self.n_kv_heads as u64,
-            self.head_dim as u64,
-            self.len as u64,
-        ] {
-            w.write_all(&n.to_le_bytes()).map_err(io)?;
-        }
-        for i in 0..self.layers.len().min(self.n_layers) {
-            if self.len == 0 {
-                break;
-            }
-            let (k, v) = self.bits(i, 0, self.len)?;
-            for data in [k, v] {
-                w.write_all(&f16_bytes(&data)).map_err(io)?;
-            }
-        }
-        if let Some(r) = self.recurrent.as_ref().filter(|_| self.len > 0) {
-            if !r.is_at(self.len) {
-                return Err(EngineError::CorruptCache("the recurrent state is mid-pass".into()));
-            }
-            w.write_all(&r.to_bytes()).map_err(io)?;
-        }
-        Ok(())
-    }
-
-    /// Reads what `write_to` wrote, checking that it fits `config` and `max_len`.
-    pub fn read_from(r: &mut impl Read, config: &ModelConfig, max_len: usize, device: &Device) -> Result<Self> {
-        let bad = |m: String| EngineError::CorruptCache(m);
-        let mut magic = [0u8; 8];
-        r.read_exact(&mut magic).map_err(|e| bad(format!("header: {e}")))?;
-        if &magic != MAGIC {
-            return Err(bad("not a Hearth KV cache".into()));
-        }
-        let mut header = [0u64; 6];
-        for h in header.iter_mut() {
-            let mut b = [0u8; 8];
-            r.read_exact(&mut b).map_err(|e| bad(format!("header: {e}")))?;
-            *h = u64::from_le_bytes(b);
-        }
-        let [version, n_layers, batch, n_kv_heads, head_dim, len] = header.map(|x| x as usize);
-        if version != FORMAT_VERSION as usize {
-            return Err(bad(format!("format version {version}, expected {FORMAT_VERSION}")));
-        }
-        if (n_layers, n_kv_heads, head_dim) != (config.n_layers, config.n_kv_heads, config.head_dim)
-            || batch == 0
-            || batch > 64
-        {
-            return Err(bad("cache shape does not match the model".into()));
-        }
-        if len > max_len {
-            return Err(bad(format!("cache holds {len} positions, more than the context of {max_len}")));
-        }
-        let mut cache = KvCache::new(config, max_len, device);
-        if len == 0 {
-            return Ok(cache);
-        }
-        cache.batch = batch;
-        cache.reserve(len, batch)?;
-        let mut buf = Vec::new();
-        for i in 0..n_layers {
-            let Some(KvShape { heads, key_dim, value_dim }) = cache.kv_layers[i] else { continue };
-            let n = batch * heads * len * key_dim;
-            buf.resize((n + batch * heads * len * value_dim) * 2, 0);
-            r.read_exact(&mut buf).map_err(|e| bad(format!("layer {i}: {e}")))?;
-            let (k, v) = buf.split_at(n * 2);
-            cache.write_bits(i, LeHalves::new(k), LeHalves::new(v), len)?;
-        }
-        cache.advance(len);
-        if let Some(state) = &mut cache.recurrent {
-            let mut bytes = vec![0u8; state.state_bytes()];
-            r.read_exact(&mut bytes).map_err(|e| bad(format!("recurrent state: {e}")))?;
-            state.restore_bytes(&bytes, len).map_err(bad)?;
-        }
-        Ok(cache)
-    }
-}
-
-/// Little-endian bytes of f16 values, as caches are saved.
-pub(crate) fn f16_bytes(x: &[f16]) -> Vec<u8> {
-    x.iter().flat_map(|h| h.to_bits().to_le_bytes()).collect()
-}
-
-/// `n` zero f16 values, from memory the allocator hands out zeroed: large
-/// buffers come straight from the kernel, so their pages are faulted in by
-/// the first write rather than by a memset here (restoring a conversation
-/// then overlaps them with checking its digest).
-fn zeroed_halves(n: usize) -> Vec<f16> {
-    use half::vec::HalfBitsVecExt;
-    vec![0u16; n].reinterpret_into()
-}
-
-/// f16 values to copy into a cache: in memory, or as the little-endian
-/// bytes a saved cache holds (read in place, with no copy between).
-pub(crate) trait Halves {
-    fn count(&self) -> usize;
-    fn at(&self, i: usize) -> f16;
-    /// Copies values `from..from + dst.len()` into `dst`.
-    fn copy_to(&self, from: usize, dst: &mut [f16]);
-    fn to_vec(&self) -> Vec<f16> {
-        (0..self.count()).map(|i| self.at(i)).collect()
-    }
-}
-
-impl Halves for [f16] {
-    fn count(&self) -> usize {
-        self.len()
-    }
-    fn at(&self, i: usize) -> f16 {
-        self[i]
-    }
-    fn copy_to(&self, from: usize, dst: &mut [f16]) {
-        dst.copy_from_slice(&self[from..from + dst.len()]);
-    }
-    fn to_vec(&self) -> Vec<f16> {
-        <[f16]>::to_vec(self)
-    }
-}
-
-/// Little-endian f16 bytes seen as values.
-#[repr(transparent)]
-pub(crate) struct LeHalves([u8]);
-
-impl LeHalves {
-    /// `bytes` of even length.
-    pub(crate) fn new(bytes: &[u8]) -> &LeHalves {
-        debug_assert!(bytes.len().is_multiple_of(2));
-        // SAFETY: `LeHalves` is a transparent wrapper around `[u8]`.
-        unsafe { &*(bytes as *const [u8] as *const LeHalves) }
-    }
-}
-
-impl Halves for LeHalves {
-    fn count(&self) -> usize {
-        self.0.len() / 2
-    }
-    fn at(&self, i: usize) -> f16 {
-        f16::from_bits(u16::from_le_bytes([self.0[2 * i], self.0[2 * i + 1]]))
-    }
-    fn copy_to(&self, from: usize, dst: &mut [f16]) {
-        let src = &self.0[2 * from..2 * (from + dst.len())];
-        for (d, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
-            *d = f16::from_bits(u16::from_le_bytes([c[0], c[1]]));
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Latent attention's values, transposed from the keys for a pass, are
-    /// the keys' leading dimensions at every position, for lengths and
-    /// widths that are and are not whole 8 × 8 blocks.
-    #[test]
-    fn values_read_from_the_keys_are_the_keys_leading_dimensions_transposed() {
-        let pool = WorkerPool::new(2);
-        for (kd, lead, cap, end) in [(576, 512, 64, 61), (20, 13, 9, 9), (72, 64, 40, 16), (8, 8, 3, 1)] {
-            let runs = 2;
-            let k: Vec<f16> = (0..runs * cap * kd).map(|i| f16::from_bits(i as u16)).collect();
-            let kv = HostKv { k: &k, v_t: &[], capacity: cap, key_dim: kd };
-            let v = kv.values_t(&pool, lead, end);
-            assert_eq!((v.stride, v.dims), (end, lead));
-            for run in 0..runs {
-                for i in 0..end {
-                    for j in 0..lead {
-                        assert_eq!(
-                            v.run(run)[j * end + i].to_bits(),
-                            k[(run * cap + i) * kd + j].to_bits(),
-                            "{kd} {lead} {end}: {run} {i} {j}"
-                        );
-                    }
-                }
-            }
-        }
     }
 }

@@ -2,17 +2,20 @@
 //! reads it for the file's family: which keys, with which defaults, and
 //! what a family does with them, all from its row in `families`.
 
+mod attention;
+mod recurrent;
+mod rope;
+
 use crate::error::{EngineError, Result};
 use crate::gguf::GgufFile;
 
-use super::config::{
-    AttentionShape, AttentionTemperature, ExpertActivation, ExpertsConfig, Gating, MlaConfig, ModelConfig,
-    RecurrentConfig, YarnConfig,
-};
+use super::config::{AttentionShape, ExpertActivation, ExpertsConfig, Gating, ModelConfig, RecurrentConfig};
 use super::families::{
-    Architecture, AttentionScaleRule, ExpertStyle, Family, LocalBase, Mixers, TemperatureStep, Window,
-    YarnLogMultiplier, SUPPORTED_ARCHITECTURES,
+    Architecture, AttentionScaleRule, ExpertStyle, LocalBase, Mixers, Window, SUPPORTED_ARCHITECTURES,
 };
+use attention::{attention_temperature, kv_sources, mla};
+use recurrent::recurrent;
+use rope::{rope_scaling, rope_sections};
 
 impl ModelConfig {
     pub fn from_gguf(file: &GgufFile) -> Result<Self> {
@@ -377,147 +380,6 @@ impl ModelConfig {
     }
 }
 
-/// The layer each layer attends with: itself, except Gemma 4's last
-/// `attention.shared_kv_layers`, which read the last earlier layer of their
-/// kind (llama.cpp: `n_kv − 2` for a sliding layer, `n_kv − 1` for a full
-/// one, where `n_kv` layers keep their own). The layer read must be of the
-/// same kind and shape, or the file is refused.
-fn kv_sources(
-    file: &GgufFile,
-    key: &dyn Fn(&str) -> String,
-    attention: &[AttentionShape],
-    sliding: Option<&[bool]>,
-    n_layers: usize,
-) -> Result<Vec<usize>> {
-    let shared_key = key("attention.shared_kv_layers");
-    let shared = file.u32_opt(&shared_key)?.unwrap_or(0) as usize;
-    if shared == 0 {
-        return Ok((0..n_layers).collect());
-    }
-    let Some(sliding) = sliding else {
-        return Err(file.corrupt(format!("{shared_key} without a per-layer sliding window pattern")));
-    };
-    if shared + 2 > n_layers {
-        return Err(
-            file.corrupt(format!("{shared_key} is {shared} of {n_layers} layers; at least 2 must keep their own"))
-        );
-    }
-    let n_kv = n_layers - shared;
-    (0..n_layers)
-        .map(|i| {
-            if i < n_kv {
-                return Ok(i);
-            }
-            let source = n_kv - if sliding[i] { 2 } else { 1 };
-            if sliding[source] != sliding[i] || attention[source] != attention[i] {
-                return Err(file.corrupt(format!(
-                    "layer {i} reads the keys and values of layer {source} ({shared_key}), which is {} and has heads {:?}, not {} with {:?}",
-                    if sliding[source] { "sliding" } else { "full" },
-                    attention[source],
-                    if sliding[i] { "sliding" } else { "full" },
-                    attention[i]
-                )));
-            }
-            Ok(source)
-        })
-        .collect()
-}
-
-/// `rope.scaling.*`: the factor positions are divided by, and YaRN's
-/// parameters where the type is `yarn`, as llama.cpp reads them (the type
-/// defaults to linear; a factor of 0 or none is no scaling).
-fn rope_scaling(
-    file: &GgufFile,
-    key: &dyn Fn(&str) -> String,
-    context_length: usize,
-    family: &Family,
-) -> Result<(f32, Option<YarnConfig>)> {
-    let kind = file.string_opt(&key("rope.scaling.type")).unwrap_or("linear").to_string();
-    let factor_key = key("rope.scaling.factor");
-    let factor = match file.f32_opt(&factor_key)? {
-        Some(f) => Some(f),
-        None => file.f32_opt(&key("rope.scale_linear"))?,
-    };
-    let yarn = kind == "yarn";
-    match factor {
-        Some(f) if !f.is_finite() || f < 0.0 || (yarn && f == 0.0) => {
-            return Err(file.corrupt(format!(
-                "{factor_key} is {f}; {} scaling needs a positive factor",
-                if yarn { "YaRN" } else { "RoPE" }
-            )))
-        }
-        _ => {}
-    }
-    let factor = factor.filter(|&f| f != 0.0).unwrap_or(1.0);
-    match kind.as_str() {
-        "none" => Ok((1.0, None)),
-        "linear" => Ok((factor, None)),
-        "yarn" => {
-            let original =
-                file.u32_opt(&key("rope.scaling.original_context_length"))?.map_or(context_length, |n| n as usize);
-            if original == 0 {
-                return Err(file.corrupt(format!("{} is 0", key("rope.scaling.original_context_length"))));
-            }
-            let attn = file.f32_opt(&key("rope.scaling.attn_factor"))?.unwrap_or(1.0);
-            let (mut betas, mut log_mul) = ((32.0, 1.0), 0.0);
-            if family.yarn_betas_from_file {
-                betas.0 = file.f32_opt(&key("rope.scaling.yarn_beta_fast"))?.unwrap_or(betas.0);
-                betas.1 = file.f32_opt(&key("rope.scaling.yarn_beta_slow"))?.unwrap_or(betas.1);
-            }
-            if family.yarn_log_multiplier != YarnLogMultiplier::Ignored {
-                log_mul = file.f32_opt(&key("rope.scaling.yarn_log_multiplier"))?.unwrap_or(0.0);
-                if family.yarn_log_multiplier == YarnLogMultiplier::ReadOverTenth {
-                    // llama.cpp cancels the 0.1 its converter wrote in.
-                    log_mul /= 0.1;
-                }
-            }
-            if !(betas.0.is_finite() && betas.1.is_finite() && log_mul.is_finite()) {
-                return Err(file.corrupt(format!(
-                    "YaRN's betas ({}, {}) or log multiplier ({log_mul}) are not finite",
-                    betas.0, betas.1
-                )));
-            }
-            // As llama.cpp: the factor it divides by is 1 / (1 / factor).
-            let freq_scale = 1.0 / factor;
-            let own_mscale = family.yarn_own_mscale;
-            Ok((factor, Some(YarnConfig::new(original, 1.0 / freq_scale, attn, betas, log_mul, own_mscale))))
-        }
-        other => {
-            Err(file.corrupt(format!("{} is {other:?}; Hearth knows none, linear and yarn", key("rope.scaling.type"))))
-        }
-    }
-}
-
-/// `attention.temperature_scale` (Mistral 3, and Mistral Large 3 in
-/// DeepSeek's layout), its step llama.cpp's `n_ctx_orig_yarn`
-/// (`original_context`) or, for DeepSeek's, `attention.temperature_length`.
-fn attention_temperature(
-    file: &GgufFile,
-    key: &dyn Fn(&str) -> String,
-    family: &Family,
-    original_context: usize,
-) -> Result<Option<AttentionTemperature>> {
-    let Some(step) = family.attention_temperature else { return Ok(None) };
-    let scale_key = key("attention.temperature_scale");
-    match file.f32_opt(&scale_key)?.filter(|&s| s != 0.0) {
-        None => Ok(None),
-        Some(s) if !s.is_finite() => Err(file.corrupt(format!("{scale_key} is {s}"))),
-        Some(scale) => {
-            // DeepSeek's layout (Mistral Large 3) steps by its own key.
-            let (floor, step_key) = if step == TemperatureStep::LengthKey {
-                let length_key = key("attention.temperature_length");
-                (file.u32_opt(&length_key)?.unwrap_or(0) as usize, length_key)
-            } else {
-                (original_context, key("rope.scaling.original_context_length"))
-            };
-            if floor == 0 {
-                return Err(file.corrupt(format!("{scale_key} with no {step_key} to step by")));
-            }
-            Ok(Some(AttentionTemperature { scale, floor }))
-        }
-    }
-}
-
 /// A multiplier read from `key` (0 or absent: none; `required`: the
 /// file must have it); a non-finite one is refused, and so is a zero
 /// divisor where it is required.
@@ -537,122 +399,4 @@ fn softcap(file: &GgufFile, key: &str, default: f32) -> Result<Option<f32>> {
         return Err(file.corrupt(format!("{key} is {c}")));
     }
     Ok((c != 0.0).then_some(c))
-}
-
-/// DeepSeek V2's attention shape: the latent and the rotated key are the
-/// one KV head `key_length` wide; files without `key_length_mla` (the old
-/// `attn_kv_b` ones) are refused, as llama.cpp asks them re-converted.
-fn mla(
-    file: &GgufFile,
-    key: &dyn Fn(&str) -> String,
-    head_dim: usize,
-    rope_dims: usize,
-    kv_heads: &[usize],
-) -> Result<MlaConfig> {
-    let need = |k: &str| -> Result<usize> { Ok(file.u32(&key(k))? as usize) };
-    let Some(head_k) = file.u32_opt(&key("attention.key_length_mla"))? else {
-        return Err(file.corrupt(format!(
-            "{} is missing: a DeepSeek V2 file from before llama.cpp split attn_kv_b; convert it again",
-            key("attention.key_length_mla")
-        )));
-    };
-    let config = MlaConfig {
-        q_lora_rank: file.u32_opt(&key("attention.q_lora_rank"))?.filter(|&r| r > 0).map(|r| r as usize),
-        kv_lora_rank: need("attention.kv_lora_rank")?,
-        head_k: head_k as usize,
-        head_v: need("attention.value_length_mla")?,
-    };
-    if config.kv_lora_rank + rope_dims != head_dim || kv_heads.iter().any(|&h| h != 1) || config.head_k <= rope_dims {
-        return Err(file.corrupt(format!(
-            "latent attention of rank {} with {rope_dims} rotated dimensions needs one KV head of {} (key_length is {head_dim}, KV heads {kv_heads:?}, key_length_mla {})",
-            config.kv_lora_rank,
-            config.kv_lora_rank + rope_dims,
-            config.head_k
-        )));
-    }
-    Ok(config)
-}
-
-/// `rope.dimension_sections`: four counts of rotation pairs, the rotated
-/// pairs taking them in turn.
-fn rope_sections(file: &GgufFile, key: &str, head_dim: usize) -> Result<[usize; 4]> {
-    let values = file.array(key)?;
-    let counts: Vec<usize> = values
-        .iter()
-        .map(|v| match v {
-            candle_core::quantized::gguf_file::Value::I32(x) if *x >= 0 => Some(*x as usize),
-            candle_core::quantized::gguf_file::Value::U32(x) => Some(*x as usize),
-            _ => None,
-        })
-        .collect::<Option<_>>()
-        .ok_or_else(|| file.corrupt(format!("{key} holds something other than non-negative integers")))?;
-    let Ok(sections) = <[usize; 4]>::try_from(counts.as_slice()) else {
-        return Err(file.corrupt(format!("{key} has {} sections, expected 4", counts.len())));
-    };
-    // llama.cpp takes any sum from 1 to the head size: pair `i` belongs to
-    // section `i % sum`, so sections shorter than the rotated pairs repeat.
-    let sum = sections.iter().sum::<usize>();
-    if sum == 0 || sum > head_dim {
-        return Err(file.corrupt(format!(
-            "{key} {sections:?} adds up to {sum} rotation pairs; heads of {head_dim} take 1 to {head_dim}"
-        )));
-    }
-    if sections[..3].iter().all(|&s| s == 0) {
-        // ggml's multi-section RoPE asserts on these.
-        return Err(file.corrupt(format!("{key} {sections:?} gives no pair to time, height or width")));
-    }
-    Ok(sections)
-}
-
-/// A hybrid's recurrent layers: `attention.recurrent_layers` where the file
-/// has it, else every layer but each `full_attention_interval`-th.
-fn recurrent(file: &GgufFile, key: &dyn Fn(&str) -> String, blocks: usize, n_layers: usize) -> Result<RecurrentConfig> {
-    let need = |k: &str| -> Result<usize> { Ok(file.u32(&key(k))? as usize) };
-    let (conv_kernel, head_dim, k_heads, v_heads) =
-        (need("ssm.conv_kernel")?, need("ssm.state_size")?, need("ssm.group_count")?, need("ssm.time_step_rank")?);
-    let inner = need("ssm.inner_size")?;
-    if conv_kernel < 2 || head_dim == 0 || k_heads == 0 || v_heads == 0 || v_heads % k_heads != 0 {
-        return Err(file.corrupt(format!(
-            "recurrent layers of kernel {conv_kernel}, heads of {head_dim}, {k_heads} key heads and {v_heads} value heads"
-        )));
-    }
-    if inner != head_dim * v_heads {
-        return Err(file.corrupt(format!(
-            "{} is {inner}, but {} × {} is {}",
-            key("ssm.inner_size"),
-            key("ssm.state_size"),
-            key("ssm.time_step_rank"),
-            head_dim * v_heads
-        )));
-    }
-    let layers = match file.metadata().get(&key("attention.recurrent_layers")) {
-        Some(candle_core::quantized::gguf_file::Value::Array(flags)) => {
-            let flags: Vec<bool> = flags
-                .iter()
-                .map(|v| match v {
-                    candle_core::quantized::gguf_file::Value::Bool(b) => Some(*b),
-                    _ => None,
-                })
-                .collect::<Option<_>>()
-                .ok_or_else(|| {
-                    file.corrupt(format!("{} is not a list of booleans", key("attention.recurrent_layers")))
-                })?;
-            if flags.len() != blocks {
-                return Err(file.corrupt(format!(
-                    "{} has {} entries for {blocks} blocks",
-                    key("attention.recurrent_layers"),
-                    flags.len()
-                )));
-            }
-            flags[..n_layers].to_vec()
-        }
-        _ => {
-            let interval = file.u32_opt(&key("full_attention_interval"))?.unwrap_or(4) as usize;
-            if interval == 0 {
-                return Err(file.corrupt(format!("{} is 0", key("full_attention_interval"))));
-            }
-            (0..n_layers).map(|i| (i + 1) % interval != 0).collect()
-        }
-    };
-    Ok(RecurrentConfig { conv_kernel, head_dim, k_heads, v_heads, layers, short_conv: None })
 }
