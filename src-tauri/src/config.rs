@@ -29,6 +29,19 @@ pub struct AppConfig {
     pub threads: Option<usize>,
     /// A cap on the kernels' ISA (`HEARTH_ISA`: `portable`, `avx2`, `avx512`).
     pub isa: Option<hearth_engine::cpu::isa::Isa>,
+    /// The Hugging Face Hub or its mirror (`HF_ENDPOINT`), for Get models.
+    pub hub_endpoint: String,
+    /// A Hub access token from the environment (`HF_TOKEN`), over the one
+    /// kept in the keychain.
+    pub hub_token: Option<String>,
+    /// The Hugging Face cache downloads go to, shared with `huggingface_hub`
+    /// and llama.cpp (`HF_HUB_CACHE`, else `HF_HOME/hub`, else
+    /// `~/.cache/huggingface/hub`).
+    pub hf_cache: PathBuf,
+    /// The user's home folder, where other apps keep their models (`HOME`,
+    /// `USERPROFILE`), with the variables that move them (`OLLAMA_MODELS`,
+    /// `LLAMA_CACHE`, `LOCALAPPDATA`, `APPDATA`).
+    pub other_apps: OtherApps,
     /// The worker's: a device over the app setting (`HEARTH_DEVICE`), the
     /// disk reserve (`HEARTH_DISK_RESERVE_MB`) and the test hooks
     /// (`HEARTH_TEST_PANIC`, `HEARTH_TEST_APPEND_PAUSE_MS`). Its caches
@@ -58,6 +71,10 @@ impl AppConfig {
             model_url: text("HEARTH_MODEL_URL"),
             threads: text("HEARTH_THREADS").and_then(|v| v.parse().ok()).filter(|&n: &usize| n > 0),
             isa: text("HEARTH_ISA").and_then(|v| hearth_engine::cpu::isa::Isa::parse(&v)),
+            hub_endpoint: text("HF_ENDPOINT").unwrap_or_else(|| hearth_hub::DEFAULT_ENDPOINT.to_string()),
+            hub_token: text("HF_TOKEN"),
+            hf_cache: hf_cache(&vars),
+            other_apps: OtherApps::from_vars(&vars),
             worker: WorkerConfig {
                 caches_dir: None,
                 device: text("HEARTH_DEVICE"),
@@ -87,6 +104,13 @@ impl AppConfig {
         directories::ProjectDirs::from("org", "Hearth", "Hearth")
             .map(|d| d.data_dir().to_path_buf())
             .ok_or_else(|| AppError::new(ErrorKind::Storage, "cannot find a home folder to keep conversations in"))
+    }
+
+    /// Where each app keeps its models on this computer.
+    pub fn other_apps_places(&self) -> Vec<(hearth_hub::FoundIn, PathBuf)> {
+        let Some(home) = &self.other_apps.home else { return Vec::new() };
+        let vars = &self.other_apps.vars;
+        hearth_hub::default_places(home, |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
     }
 
     /// The default model's file.
@@ -122,4 +146,34 @@ mod tests {
         assert_eq!(none.worker.disk_reserve_bytes, DEFAULT_DISK_RESERVE);
         assert!(none.model.is_none() && none.worker.device.is_none());
     }
+}
+
+/// The home folder and the variables that move other apps' model folders.
+#[derive(Debug, Clone, Default)]
+pub struct OtherApps {
+    pub home: Option<PathBuf>,
+    pub vars: Vec<(String, PathBuf)>,
+}
+
+impl OtherApps {
+    fn from_vars(vars: &impl Fn(&str) -> Option<OsString>) -> Self {
+        let home = vars("HOME").or_else(|| vars("USERPROFILE")).map(PathBuf::from);
+        let vars = ["OLLAMA_MODELS", "LLAMA_CACHE", "HF_HUB_CACHE", "HF_HOME", "LOCALAPPDATA", "APPDATA"]
+            .iter()
+            .filter_map(|k| vars(k).filter(|v| !v.is_empty()).map(|v| (k.to_string(), PathBuf::from(v))))
+            .collect();
+        Self { home, vars }
+    }
+}
+
+/// Where `huggingface_hub` keeps its cache, found as it finds it.
+fn hf_cache(vars: &impl Fn(&str) -> Option<OsString>) -> PathBuf {
+    if let Some(dir) = vars("HF_HUB_CACHE").filter(|v| !v.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    if let Some(home) = vars("HF_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(home).join("hub");
+    }
+    let home = vars("HOME").or_else(|| vars("USERPROFILE")).map_or_else(|| PathBuf::from("."), PathBuf::from);
+    home.join(".cache").join("huggingface").join("hub")
 }

@@ -7,6 +7,7 @@ pub mod commands;
 pub mod config;
 pub mod endpoints;
 pub mod error;
+pub mod hub;
 pub mod open_file;
 pub mod page_events;
 pub mod startup;
@@ -156,6 +157,28 @@ pub fn builder<R: Runtime>(builder: tauri::Builder<R>, config: AppConfig) -> tau
         .invoke_handler(commands::handler())
 }
 
+/// Get models' queue: its changes go to the page, and a finished model is
+/// added to the library as the Hub's and opened.
+fn hub_state<R: Runtime>(app: &tauri::AppHandle<R>, config: &AppConfig) -> hub::HubState {
+    let handle = app.clone();
+    let on_change = Box::new(move |queue: &[hub::HubDownload]| {
+        page_events::HUB_DOWNLOADS.emit(&handle, &queue.to_vec());
+    });
+    let handle = app.clone();
+    let on_done = Box::new(move |done: &hub::HubDownload| {
+        let (Some(path), Some(state)) = (hub::done_path(done), handle.try_state::<AppState>()) else { return };
+        let size = hearth_engine::ModelFacts::read(&path).map_or(0, |f| f.file_size as i64);
+        let name = format!("{}:{}", done.repo, done.quant);
+        if let Err(e) =
+            state.store().and_then(|s| Ok(s.add_model(&path.display().to_string(), &name, size, "Hugging Face")?))
+        {
+            tracing::warn!("cannot add {name} to the library: {}", e.message);
+        }
+        state.worker.load_model(path);
+    });
+    hub::HubState::new(config, on_change, on_done)
+}
+
 /// Opens the database and starts the worker (through `startup::start`,
 /// once the event loop is ready); on failure, says what failed.
 pub fn manage_state<R: Runtime>(app: &tauri::AppHandle<R>) -> Result<(), startup::StartupError> {
@@ -178,6 +201,7 @@ pub fn manage_state<R: Runtime>(app: &tauri::AppHandle<R>) -> Result<(), startup
     let (worker, settings) =
         (state.worker.clone(), state.store().ok().and_then(|s| api_server::ApiServer::settings(&s).ok()));
     app.manage(state);
+    app.manage(hub_state(app, &config));
     if let Some(settings) = settings.filter(|s| s.enabled) {
         let handle = app.clone();
         tauri::async_runtime::spawn(async move {

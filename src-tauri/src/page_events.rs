@@ -1,6 +1,7 @@
 //! The events the app sends to the whole page, each with its payload type.
-//! A reply's tokens and a download's progress go over their command's own
-//! `Channel` instead. `tests/ipc_bindings.rs` reads the constants here
+//! A reply's tokens and the default model's download progress go over their
+//! command's own `Channel` instead; the Hub's download queue, which outlives
+//! any one view, comes here. `tests/ipc_bindings.rs` reads the constants here
 //! and writes `ui/src/lib/bindings/events.ts`, one typed `on…` listener per
 //! event, so the page never spells an event's name.
 
@@ -10,6 +11,7 @@ use serde::Serialize;
 use tauri::{Emitter, Runtime};
 
 use crate::events::ModelStatus;
+use crate::hub::HubDownload;
 
 /// An event's name, typed by its payload.
 pub struct PageEvent<T> {
@@ -33,6 +35,10 @@ impl<T: Serialize> PageEvent<T> {
 
 /// The model's status changed: none, loading, ready or failed.
 pub const MODEL_STATUS: PageEvent<ModelStatus> = PageEvent::new("model-status");
+
+/// The Hub download queue changed (a download queued, progressed, paused,
+/// failed or finished): the whole queue.
+pub const HUB_DOWNLOADS: PageEvent<Vec<HubDownload>> = PageEvent::new("hub-downloads");
 
 /// A second launch on this data folder showed this window instead of opening its own.
 pub const ANOTHER_LAUNCH: PageEvent<()> = PageEvent::new("another-launch");

@@ -118,7 +118,7 @@ impl LocalWorker {
             }
         };
         let worker = Arc::new(Worker::start(store, config, Box::new(|_| {})));
-        worker.load_model(model_path(model));
+        worker.load_model(model_path(model)?);
         loop {
             match worker.model_status() {
                 ModelStatus::Ready { .. } => break,
@@ -212,7 +212,12 @@ impl Pending {
     }
 }
 
-/// `--model`, else the default model.
-pub(crate) fn model_path(model: &ModelArgs) -> PathBuf {
-    model.model.clone().unwrap_or_else(|| paths::default_model_path(|k| std::env::var_os(k)))
+/// `--model` (`hf:ORG/NAME[:QUANT]` from the Hugging Face cache, fetched
+/// if it is not there), else the default model.
+pub(crate) fn model_path(model: &ModelArgs) -> CliResult<PathBuf> {
+    match model.model.as_deref().map(|m| (m, m.to_str().and_then(|s| s.strip_prefix("hf:")))) {
+        Some((_, Some(spec))) => crate::pull::resolve(spec),
+        Some((path, None)) => Ok(path.to_path_buf()),
+        None => Ok(paths::default_model_path(|k| std::env::var_os(k))),
+    }
 }

@@ -244,6 +244,17 @@ enum Command {
     /// stopped mid-way. `--device cpu --graph` runs them against the GPU's
     /// pass on the CPU (how the check itself is tested).
     DeviceCheck(device_check::Args),
+    /// Fetches a model from the Hugging Face Hub (`HF_ENDPOINT`, `HF_TOKEN`)
+    /// into its cache (`HF_HUB_CACHE`), every part, each checked against the
+    /// Hub's SHA-256, and prints the path that opens it. QUANT defaults to
+    /// Q4_K_M, else the smallest.
+    Pull {
+        /// ORG/NAME[:QUANT]
+        spec: String,
+        /// No progress bar; print `{"path": ...}`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Writes a file of a model's tokenizer alone (no weights), from which
     /// `write-random-model --tokenizer-from` writes models elsewhere.
     WriteVocab {
@@ -256,7 +267,9 @@ enum Command {
 
 #[derive(Args, Clone)]
 pub(crate) struct ModelArgs {
-    /// A GGUF file; defaults to the default model fetched by scripts/fetch-model.sh.
+    /// A GGUF file (the first part of a split one), or `hf:ORG/NAME[:QUANT]`
+    /// from the Hugging Face cache, fetched from the Hub if it is not there;
+    /// defaults to the default model fetched by scripts/fetch-model.sh.
     #[arg(long)]
     pub(crate) model: Option<PathBuf>,
     /// Worker threads for the CPU kernels (default: logical CPUs).
@@ -304,6 +317,7 @@ struct GenerateArgs {
 }
 
 mod bench_cache;
+mod pull;
 
 fn main() {
     let cli = Cli::parse();
@@ -332,6 +346,14 @@ fn run(cli: Cli) -> CliResult {
             bench::bench(&model, prompt_tokens, gen_tokens, repeats, batch, concurrent, json)?
         }
         Command::BenchCache { model, history_tokens, json } => bench_cache::run(&model, history_tokens, json)?,
+        Command::Pull { spec, json } => {
+            let path = pull::pull(&spec, json)?;
+            if json {
+                println!("{}", serde_json::json!({ "path": path }));
+            } else {
+                println!("{}", path.display());
+            }
+        }
         Command::WriteVocab { from, out } => hearth_engine::random_model::write_vocab(&out, &from)?,
         Command::DeviceCheck(args) => device_check::run(&args)?,
         Command::BenchGrammar { model, schema, gen_tokens, repeats } => {
@@ -415,11 +437,11 @@ fn run(cli: Cli) -> CliResult {
     Ok(())
 }
 
-pub(crate) fn open(args: &ModelArgs) -> Result<Engine, EngineError> {
+pub(crate) fn open(args: &ModelArgs) -> CliResult<Engine> {
     set_threads(args)?;
-    let path = args.model.clone().unwrap_or_else(|| paths::default_model_path(|k| std::env::var_os(k)));
+    let path = local::model_path(args)?;
     let device = args.device.parse::<hearth_engine::DeviceChoice>()?.open()?;
-    Engine::open_on(&path, &device)
+    Ok(Engine::open_on(&path, &device)?)
 }
 
 /// `--threads`, for the engine's pool and for candle.

@@ -13,7 +13,7 @@ pub fn run(model: &ModelArgs, port: u16, api_key: Option<String>) -> CliResult {
             .await
             .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
         // Scripts wait for this line.
-        println!("serving {} on {}", model_path(model).display(), server.url());
+        println!("serving {} on {}", model_path(model)?.display(), server.url());
         let _ = tokio::signal::ctrl_c().await;
         server.stop().await;
         CliResult::Ok(())

@@ -376,3 +376,72 @@ fn device_check_runs_its_checks_against_the_graph_pass_on_the_cpu() {
     assert_eq!(stop["pass"], true, "{stop}");
     assert_eq!(stop["kept_positions"], 64);
 }
+
+/// `pull` fetches a model from a Hub-compatible server on 127.0.0.1
+/// (`tests/hub/hub_server.py`) into the Hugging Face cache, and
+/// `--model hf:` then opens it from the cache, the server gone.
+#[test]
+fn pull_fetches_into_the_hf_cache_and_hf_models_open_from_it() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repos/test-org/tiny-GGUF");
+    std::fs::create_dir_all(&repo).unwrap();
+    let model = repo.join("tiny-Q8_0.gguf");
+    let (ok, _, err) = cli(&[
+        "write-random-model",
+        "--out",
+        model.to_str().unwrap(),
+        "--layers",
+        "1",
+        "--embd",
+        "64",
+        "--ffn",
+        "128",
+        "--heads",
+        "2",
+        "--kv-heads",
+        "1",
+        "--dtype",
+        "q8_0",
+    ]);
+    assert!(ok, "{err}");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/hub/hub_server.py");
+    let mut server = Command::new("python3")
+        .arg(script)
+        .arg(dir.path().join("repos"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let hub = line.split_whitespace().nth(1).unwrap().to_string();
+    let cache = dir.path().join("hf");
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_hearth-cli"))
+            .args(args)
+            .env("HF_ENDPOINT", &hub)
+            .env("HF_HUB_CACHE", &cache)
+            .env_remove("HF_TOKEN")
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, out, err) = run(&["pull", "test-org/tiny-GGUF:Q4_K_M"]);
+    assert!(!ok && err.contains("has no Q4_K_M file (it has: Q8_0)"), "{err}");
+    let (ok, out_json, err) = run(&["pull", "test-org/tiny-GGUF", "--json"]);
+    assert!(ok, "{out}{err}");
+    let path: serde_json::Value = serde_json::from_str(out_json.trim()).unwrap();
+    let path = std::path::PathBuf::from(path["path"].as_str().unwrap());
+    assert!(path.starts_with(cache.join("models--test-org--tiny-GGUF/snapshots")), "{}", path.display());
+    assert_eq!(std::fs::read(&path).unwrap(), std::fs::read(&model).unwrap());
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let (ok, out, err) = run(&["tokenize", "--model", "hf:test-org/tiny-GGUF:Q8_0", "--text", "Hello"]);
+    assert!(ok, "{err}");
+    assert!(out.trim().starts_with('['), "{out}");
+}

@@ -54,7 +54,10 @@ pub struct PromptOptions {
 /// Everything needed to chat with one GGUF model. Immutable once opened, so
 /// many sessions share it.
 pub struct Engine {
+    /// The model's file, or its first part when it is split.
     path: PathBuf,
+    /// Every file of the model, in order (one unless it is split).
+    part_paths: Vec<PathBuf>,
     model: Model,
     tokenizer: Tokenizer,
     template: ChatTemplate,
@@ -111,7 +114,8 @@ impl Engine {
         let template_markup = tokenizer.user_defined_in(template.source());
         let tool_format = ToolFormat::detect(&template);
         Ok(Self {
-            path: path.as_ref().to_path_buf(),
+            path: file.path().to_path_buf(),
+            part_paths: file.part_paths().into_iter().map(Path::to_path_buf).collect(),
             model,
             tokenizer,
             template,
@@ -134,6 +138,11 @@ impl Engine {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Every file of the model, in order: `[path()]` unless it is split.
+    pub fn part_paths(&self) -> &[PathBuf] {
+        &self.part_paths
     }
 
     pub fn model(&self) -> &Model {
@@ -413,18 +422,23 @@ impl Engine {
         self.tool_format
     }
 
-    /// The model file's size and modification time (ns since the Unix
-    /// epoch), which say when a remembered hash still applies.
+    /// The model's size and modification time (ns since the Unix epoch; of
+    /// its parts, their sum and the latest), which say when a remembered
+    /// hash still applies.
     pub fn file_fingerprint(&self) -> Result<(u64, u64)> {
-        let meta =
-            std::fs::metadata(&self.path).map_err(|source| EngineError::Io { path: self.path.clone(), source })?;
-        let mtime = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        Ok((meta.len(), mtime))
+        let (mut size, mut mtime) = (0, 0);
+        for path in &self.part_paths {
+            let meta = std::fs::metadata(path).map_err(|source| EngineError::Io { path: path.clone(), source })?;
+            let modified = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0);
+            size += meta.len();
+            mtime = mtime.max(modified);
+        }
+        Ok((size, mtime))
     }
 
     /// The whole model file's SHA-256, if known yet.
@@ -437,11 +451,11 @@ impl Engine {
         let _ = self.file_sha256.set(sha256);
     }
 
-    /// Reads the whole model file and keeps its SHA-256; `None` if `stop`
-    /// said to stop first.
+    /// Reads the whole model and keeps its SHA-256 (of its parts one after
+    /// another, when it is split); `None` if `stop` said to stop first.
     pub fn hash_file(&self, stop: &dyn Fn() -> bool) -> Result<Option<String>> {
-        let hash = crate::file_hash::sha256_file(&self.path, stop)
-            .map_err(|source| EngineError::Io { path: self.path.clone(), source })?;
+        let hash = crate::file_hash::sha256_files(&self.part_paths, stop)
+            .map_err(|(path, source)| EngineError::Io { path, source })?;
         if let Some(h) = &hash {
             self.set_file_sha256(h.clone());
         }

@@ -15,6 +15,9 @@ pub enum EngineError {
     CorruptModel { path: PathBuf, reason: String },
     #[error("model file {path} is truncated: {reason}")]
     TruncatedModel { path: PathBuf, reason: String },
+    /// A model in parts (`-00001-of-00003.gguf`) whose parts do not make one model.
+    #[error("model file {path} is one part of a split model, and {reason}")]
+    SplitModel { path: PathBuf, reason: String },
     #[error(
         "model file {path} has architecture {architecture:?}, which Hearth does not support (supported: {supported})"
     )]

@@ -84,9 +84,8 @@ impl ModelFacts {
     }
 
     pub fn from_file(file: &GgufFile) -> Result<Self> {
-        let file_size = std::fs::metadata(file.path())
-            .map_err(|source| crate::EngineError::Io { path: file.path().to_path_buf(), source })?
-            .len();
+        // Every part of a split model; what `read_header` was told for a remote one.
+        let file_size = file.total_len();
         let architecture = file.string("general.architecture")?.to_string();
         let key = |k: &str| format!("{architecture}.{k}");
         // The same derivation as `ModelConfig::from_gguf`, without refusing

@@ -1,7 +1,7 @@
 //! SHA-256 in hex: of bytes, and of a whole file read in pieces so it can be stopped.
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
@@ -20,18 +20,32 @@ pub fn ids_sha256(ids: &[u32]) -> String {
 /// The file's SHA-256 in lowercase hex, or `None` if `stop` said to stop
 /// (it is asked between pieces of 1 MiB).
 pub fn sha256_file(path: &Path, stop: &dyn Fn() -> bool) -> std::io::Result<Option<String>> {
-    let mut file = std::fs::File::open(path)?;
+    sha256_files(&[path], stop).map_err(|(_, e)| e)
+}
+
+/// The SHA-256 of `paths` read one after another (a model split into
+/// parts hashes as the file they would make joined), or `None` if `stop`
+/// said to stop. An error names the file it came from.
+pub fn sha256_files<P: AsRef<Path>>(
+    paths: &[P],
+    stop: &dyn Fn() -> bool,
+) -> Result<Option<String>, (PathBuf, std::io::Error)> {
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
-    loop {
-        if stop() {
-            return Ok(None);
+    for path in paths {
+        let path = path.as_ref();
+        let fail = |e| (path.to_path_buf(), e);
+        let mut file = std::fs::File::open(path).map_err(fail)?;
+        loop {
+            if stop() {
+                return Ok(None);
+            }
+            let n = file.read(&mut buf).map_err(fail)?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
         }
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
     }
     Ok(Some(hex(&hasher.finalize())))
 }

@@ -19,21 +19,42 @@ use candle_core::Device;
 use crate::error::{EngineError, Result};
 use crate::ggml_type::GgmlType;
 
-/// An open GGUF file whose header has been read and checked against its size.
+mod header;
+mod split;
+
+use header::HeaderReader;
+pub use split::{split_part, SplitPart};
+
+/// An open GGUF model whose header has been read and checked against its
+/// size: one file, or every part of a model split by `llama-gguf-split`.
 pub struct GgufFile {
+    /// The model's first (or only) file, which names it.
     path: PathBuf,
-    file: File,
+    /// Every file of the model in order; empty when only a header was read
+    /// (`read_header`, a file not on this computer).
+    parts: Vec<Part>,
+    /// The bytes of every file of the model.
+    len: u64,
     metadata: HashMap<String, Value>,
     tensors: HashMap<String, TensorInfo>,
 }
 
-/// Where a tensor lies in the file and what it holds.
+/// One file of a model: the whole model, or one part of a split one.
+struct Part {
+    path: PathBuf,
+    file: File,
+    len: u64,
+}
+
+/// Where a tensor lies and what it holds.
 #[derive(Debug, Clone)]
 pub struct TensorInfo {
     pub dtype: GgmlType,
     /// Row-major: the last dimension is the contiguous one (GGUF stores them reversed).
     pub dims: Vec<usize>,
-    /// Absolute offset of the data in the file.
+    /// Which of the model's files holds it (0 unless the model is split).
+    pub part: usize,
+    /// Absolute offset of the data in its file.
     pub offset: u64,
     pub bytes: u64,
 }
@@ -53,18 +74,36 @@ pub struct RawTensor {
 
 const MAGIC: &[u8; 4] = b"GGUF";
 
+/// One file's header.
+type Header = (HashMap<String, Value>, HashMap<String, TensorInfo>);
+
 impl GgufFile {
     /// Reads the header and checks that every tensor lies inside the file,
     /// so a truncated download fails here rather than half-way through loading.
+    /// A model in parts is opened whole from any of its parts: every part is
+    /// read and checked against the first (`split.rs`).
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref().to_path_buf();
-        let io = |source| EngineError::Io { path: path.clone(), source };
-        let file = File::open(&path).map_err(io)?;
-        let file_len = file.metadata().map_err(io)?.len();
-        let mut r =
-            HeaderReader { inner: BufReader::new(file.try_clone().map_err(io)?), pos: 0, len: file_len, path: &path };
+        let (part, header) = Part::open(path.as_ref())?;
+        split::gather(part, header)
+    }
+
+    /// A model file's header read from `reader` (the start of the file, as
+    /// an HTTP response's body gives it), for a file of `len` bytes named
+    /// `name`. Its facts can be read, its tensors not.
+    pub fn read_header(reader: impl Read, len: u64, name: &Path) -> Result<Self> {
+        let mut r = HeaderReader { inner: BufReader::new(reader), pos: 0, len, path: name };
         let (metadata, tensors) = r.header()?;
-        Ok(Self { path, file, metadata, tensors })
+        Ok(Self { path: name.to_path_buf(), parts: Vec::new(), len, metadata, tensors })
+    }
+
+    /// The model's files in order (one unless it is split; none after `read_header`).
+    pub fn part_paths(&self) -> Vec<&Path> {
+        self.parts.iter().map(|p| p.path.as_path()).collect()
+    }
+
+    /// The bytes of every file of the model (what `read_header` was told).
+    pub fn total_len(&self) -> u64 {
+        self.len
     }
 
     pub fn path(&self) -> &Path {
@@ -87,10 +126,20 @@ impl GgufFile {
         self.tensors.get(name)
     }
 
-    /// Another handle on the open file, for reading a tensor's rows as they
-    /// are needed (Gemma 4's per-layer embeddings) rather than loading it.
-    pub(crate) fn file_handle(&self) -> Result<File> {
-        self.file.try_clone().map_err(|source| EngineError::Io { path: self.path.clone(), source })
+    /// The file that holds tensor `name` (its part of a split model) and
+    /// another handle on it, for reading the tensor's rows as they are
+    /// needed (Gemma 4's per-layer embeddings) rather than loading it.
+    pub(crate) fn tensor_file(&self, name: &str) -> Result<(PathBuf, File)> {
+        let info = self.tensors.get(name).ok_or_else(|| self.corrupt(format!("missing tensor {name}")))?;
+        let part = self.part(name, info)?;
+        let file = part.file.try_clone().map_err(|source| EngineError::Io { path: part.path.clone(), source })?;
+        Ok((part.path.clone(), file))
+    }
+
+    fn part(&self, name: &str, info: &TensorInfo) -> Result<&Part> {
+        self.parts
+            .get(info.part)
+            .ok_or_else(|| self.corrupt(format!("tensor {name}: only the file's header was read, not its data")))
     }
 
     /// A tensor's bytes, as stored.
@@ -102,11 +151,13 @@ impl GgufFile {
         data.try_reserve_exact(len)
             .map_err(|_| self.corrupt(format!("tensor {name} ({len} bytes) does not fit in memory")))?;
         data.resize(len, 0);
-        let io = |source| EngineError::Io { path: self.path.clone(), source };
-        self.file.seek(SeekFrom::Start(info.offset)).map_err(io)?;
-        self.file.read_exact(&mut data).map_err(|e| {
+        let part = self.part(name, &info)?;
+        let io = |source| EngineError::Io { path: part.path.clone(), source };
+        let mut file = &part.file;
+        file.seek(SeekFrom::Start(info.offset)).map_err(io)?;
+        file.read_exact(&mut data).map_err(|e| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                EngineError::TruncatedModel { path: self.path.clone(), reason: format!("tensor {name} is cut short") }
+                EngineError::TruncatedModel { path: part.path.clone(), reason: format!("tensor {name} is cut short") }
             } else {
                 io(e)
             }
@@ -308,187 +359,14 @@ impl GgufFile {
     }
 }
 
-/// Reads the header with every length checked against what is left of the file.
-struct HeaderReader<'a> {
-    inner: BufReader<File>,
-    pos: u64,
-    len: u64,
-    path: &'a Path,
-}
-
-impl HeaderReader<'_> {
-    fn corrupt(&self, reason: impl Into<String>) -> EngineError {
-        EngineError::CorruptModel { path: self.path.to_path_buf(), reason: reason.into() }
-    }
-
-    fn truncated(&self, reason: impl Into<String>) -> EngineError {
-        EngineError::TruncatedModel { path: self.path.to_path_buf(), reason: reason.into() }
-    }
-
-    fn remaining(&self) -> u64 {
-        self.len.saturating_sub(self.pos)
-    }
-
-    fn bytes<const N: usize>(&mut self) -> Result<[u8; N]> {
-        let mut b = [0u8; N];
-        if self.remaining() < N as u64 {
-            return Err(self.truncated(format!("the header ends early, at byte {}", self.len)));
-        }
-        self.inner.read_exact(&mut b).map_err(|source| EngineError::Io { path: self.path.to_path_buf(), source })?;
-        self.pos += N as u64;
-        Ok(b)
-    }
-
-    fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.bytes()?))
-    }
-
-    fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.bytes()?))
-    }
-
-    /// A count of items that each take at least `min_bytes`: more than the
-    /// rest of the file could hold means the header is corrupt.
-    fn count(&mut self, what: &str, min_bytes: u64) -> Result<usize> {
-        let n = self.u64()?;
-        if n.saturating_mul(min_bytes.max(1)) > self.remaining() {
-            return Err(self.truncated(format!("{what} count {n} does not fit in the rest of the file")));
-        }
-        usize::try_from(n).map_err(|_| self.corrupt(format!("{what} count {n} is too large")))
-    }
-
-    fn string(&mut self) -> Result<String> {
-        let n = self.count("string length", 1)?;
-        let mut b = vec![0u8; n];
-        self.inner.read_exact(&mut b).map_err(|source| EngineError::Io { path: self.path.to_path_buf(), source })?;
-        self.pos += n as u64;
-        String::from_utf8(b).map_err(|_| self.corrupt("a string in the header is not UTF-8"))
-    }
-
-    fn value(&mut self, ty: u32, depth: u32) -> Result<Value> {
-        Ok(match ty {
-            0 => Value::U8(self.bytes::<1>()?[0]),
-            1 => Value::I8(self.bytes::<1>()?[0] as i8),
-            2 => Value::U16(u16::from_le_bytes(self.bytes()?)),
-            3 => Value::I16(i16::from_le_bytes(self.bytes()?)),
-            4 => Value::U32(self.u32()?),
-            5 => Value::I32(i32::from_le_bytes(self.bytes()?)),
-            6 => Value::F32(f32::from_le_bytes(self.bytes()?)),
-            7 => match self.bytes::<1>()?[0] {
-                0 => Value::Bool(false),
-                1 => Value::Bool(true),
-                b => return Err(self.corrupt(format!("a boolean holds {b}"))),
-            },
-            8 => Value::String(self.string()?),
-            9 => {
-                if depth > 8 {
-                    return Err(self.corrupt("arrays nest too deeply"));
-                }
-                let item = self.u32()?;
-                let min = match item {
-                    0 | 1 | 7 => 1,
-                    2 | 3 => 2,
-                    4..=6 => 4,
-                    _ => 8,
-                };
-                let n = self.count("array", min)?;
-                let mut items = Vec::with_capacity(n);
-                for _ in 0..n {
-                    items.push(self.value(item, depth + 1)?);
-                }
-                Value::Array(items)
-            }
-            10 => Value::U64(self.u64()?),
-            11 => Value::I64(i64::from_le_bytes(self.bytes()?)),
-            12 => Value::F64(f64::from_le_bytes(self.bytes()?)),
-            t => return Err(self.corrupt(format!("unknown metadata value type {t}"))),
-        })
-    }
-
-    fn header(&mut self) -> Result<(HashMap<String, Value>, HashMap<String, TensorInfo>)> {
-        if self.len < 4 || &self.bytes::<4>()? != MAGIC {
-            return Err(self.corrupt("it does not start with the GGUF magic"));
-        }
-        let version = self.u32()?;
-        if !(2..=3).contains(&version) {
-            return Err(self.corrupt(format!("GGUF version {version} is not supported (2 and 3 are)")));
-        }
-        // A tensor info takes at least 24 bytes; a key-value pair at least 13.
-        let n_tensors = self.count("tensor", 24)?;
-        let n_kv = self.count("metadata", 13)?;
-        let mut metadata = HashMap::with_capacity(n_kv);
-        for _ in 0..n_kv {
-            let key = self.string()?;
-            let ty = self.u32()?;
-            let v = self.value(ty, 0)?;
-            metadata.insert(key, v);
-        }
-        let alignment = match metadata.get("general.alignment") {
-            None => 32,
-            Some(Value::U32(a)) if a.is_power_of_two() => *a as u64,
-            Some(v) => return Err(self.corrupt(format!("general.alignment is {v:?}, not a power of two"))),
-        };
-        let mut infos = Vec::with_capacity(n_tensors);
-        for _ in 0..n_tensors {
-            let name = self.string()?;
-            let n_dims = self.u32()?;
-            if n_dims == 0 || n_dims > 4 {
-                return Err(self.corrupt(format!("tensor {name} has {n_dims} dimensions")));
-            }
-            let mut dims = Vec::with_capacity(n_dims as usize);
-            let mut elems = 1u64;
-            for _ in 0..n_dims {
-                let d = self.u64()?;
-                elems = elems
-                    .checked_mul(d)
-                    .ok_or_else(|| self.corrupt(format!("tensor {name}'s dimensions multiply past 2^64")))?;
-                dims.push(usize::try_from(d).map_err(|_| self.corrupt(format!("tensor {name} is too large")))?);
-            }
-            dims.reverse();
-            let id = self.u32()?;
-            let dtype = GgmlType::from_id(id)
-                .ok_or_else(|| self.corrupt(format!("tensor {name} has unknown type number {id}")))?;
-            // Blocks never cross rows (ggml's own check): each row's values
-            // must fill whole blocks, not just the tensor's.
-            let row = dims.last().copied().unwrap_or(0);
-            if !row.is_multiple_of(dtype.block_size()) {
-                return Err(self.corrupt(format!(
-                    "tensor {name} has rows of {row} values, which do not fill whole {dtype} blocks of {}",
-                    dtype.block_size()
-                )));
-            }
-            let bytes = dtype.bytes_for(elems).ok_or_else(|| {
-                self.corrupt(format!(
-                    "tensor {name} has {elems} values, which do not fill whole {dtype} blocks of {}",
-                    dtype.block_size()
-                ))
-            })?;
-            let offset = self.u64()?;
-            if offset % alignment != 0 {
-                return Err(self.corrupt(format!("tensor {name}'s data is not aligned to {alignment} bytes")));
-            }
-            infos.push((name, dtype, dims, offset, bytes));
-        }
-        let data_start = self.pos.div_ceil(alignment) * alignment;
-        let mut tensors = HashMap::with_capacity(infos.len());
-        for (name, dtype, dims, offset, bytes) in infos {
-            let start = data_start.checked_add(offset);
-            let end = start.and_then(|s| s.checked_add(bytes));
-            match end {
-                Some(end) if end <= self.len => {}
-                _ => {
-                    return Err(self.truncated(format!(
-                        "tensor {name} ends at byte {} but the file has {} bytes",
-                        end.map_or_else(|| "past 2^64".to_string(), |e| e.to_string()),
-                        self.len
-                    )))
-                }
-            }
-            if tensors.contains_key(&name) {
-                return Err(self.corrupt(format!("tensor {name} appears twice")));
-            }
-            tensors.insert(name, TensorInfo { dtype, dims, offset: start.unwrap_or(0), bytes });
-        }
-        Ok((metadata, tensors))
+impl Part {
+    /// Opens one file and reads its header.
+    fn open(path: &Path) -> Result<(Self, Header)> {
+        let io = |source| EngineError::Io { path: path.to_path_buf(), source };
+        let file = File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        let mut r = HeaderReader { inner: BufReader::new(&file), pos: 0, len, path };
+        let header = r.header()?;
+        Ok((Self { path: path.to_path_buf(), file, len }, header))
     }
 }

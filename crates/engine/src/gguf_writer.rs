@@ -9,6 +9,7 @@ use candle_core::quantized::gguf_file::Value;
 
 use crate::error::{EngineError, Result};
 use crate::ggml_type::GgmlType;
+use crate::gguf::GgufFile;
 
 /// Where tensor data starts and each tensor is padded to.
 const ALIGNMENT: u64 = 32;
@@ -87,6 +88,58 @@ pub fn write(
     }
     w.into_inner().map_err(|e| io(e.into_error()))?.sync_all().map_err(io)?;
     std::fs::rename(&tmp, path).map_err(io)
+}
+
+/// Writes `source` again as `count` parts, as `llama-gguf-split --split`
+/// does: `first` must be named `…-00001-of-0000N.gguf`; the first part
+/// holds the metadata, every part the `split.*` keys and a run of the
+/// tensors in file order. Returns the parts' paths.
+pub fn write_split(source: &mut GgufFile, first: &Path, count: u16) -> Result<Vec<std::path::PathBuf>> {
+    let bad = |reason: String| EngineError::InvalidSetting { field: "split", reason };
+    let named = crate::gguf::split_part(first)
+        .filter(|p| p.number == 1 && p.count == u32::from(count))
+        .ok_or_else(|| bad(format!("{} is not named as part 1 of {count}", first.display())))?;
+    let mut order: Vec<(usize, u64, String)> = source
+        .tensor_names()
+        .map(|n| {
+            let info = source.tensor_info(n).expect("listed");
+            (info.part, info.offset, n.to_string())
+        })
+        .collect();
+    order.sort();
+    if usize::from(count) > order.len() || count == 0 {
+        return Err(bad(format!("{} tensors do not make {count} parts", order.len())));
+    }
+    let split_keys = |no: usize| {
+        vec![
+            ("split.no".to_string(), Value::U16(no as u16)),
+            ("split.count".to_string(), Value::U16(count)),
+            ("split.tensors.count".to_string(), Value::I32(order.len() as i32)),
+        ]
+    };
+    let mut metadata: Vec<(String, Value)> = source
+        .metadata()
+        .iter()
+        .filter(|(k, _)| !k.starts_with("split."))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    metadata.sort_by(|a, b| a.0.cmp(&b.0));
+    let paths = named.paths();
+    let n = order.len();
+    for (no, path) in paths.iter().enumerate() {
+        let names = &order[no * n / paths.len()..(no + 1) * n / paths.len()];
+        let mut keys = if no == 0 { metadata.clone() } else { Vec::new() };
+        keys.extend(split_keys(no));
+        let entries: Vec<TensorEntry> = names
+            .iter()
+            .map(|(_, _, n)| {
+                let info = source.tensor_info(n).expect("listed");
+                TensorEntry { name: n.clone(), dims: info.dims.clone(), dtype: info.dtype }
+            })
+            .collect();
+        write(path, &keys, &entries, |i| source.raw_tensor(&names[i].2).map(|t| t.data))?;
+    }
+    Ok(paths)
 }
 
 fn put_string(out: &mut Vec<u8>, s: &str) {

@@ -362,3 +362,54 @@ fn a_hybrid_without_its_state_tensors_or_with_bad_sections_is_refused_by_name() 
     });
     assert!(err.contains("ssm.inner_size"), "{err}");
 }
+
+/// A tiny model written again in three parts, as `llama-gguf-split` does.
+fn split_in_three(dir: &std::path::Path, name: &str, spec: &TinySpec) -> Vec<std::path::PathBuf> {
+    let (_d, whole) = tiny(spec);
+    let mut source = hearth_engine::GgufFile::open(&whole).unwrap();
+    hearth_engine::gguf_writer::write_split(&mut source, &dir.join(format!("{name}-00001-of-00003.gguf")), 3).unwrap()
+}
+
+fn split_err(path: &std::path::Path) -> String {
+    let err = Engine::open(path).err().expect("opening must fail");
+    assert!(matches!(err, EngineError::SplitModel { .. }), "{err}");
+    err.to_string()
+}
+
+#[test]
+fn a_split_model_with_a_part_missing_names_the_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let parts = split_in_three(dir.path(), "m", &TinySpec::new(Family::Llama));
+    std::fs::remove_file(&parts[2]).unwrap();
+    for opened in &parts[..2] {
+        let err = split_err(opened);
+        assert!(err.contains("m-00003-of-00003.gguf") && err.contains("part 3 of 3 is missing"), "{err}");
+    }
+}
+
+#[test]
+fn a_split_model_with_a_part_of_another_model_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let parts = split_in_three(dir.path(), "m", &TinySpec::new(Family::Llama));
+    // Another model's second part under this model's name: a different
+    // number of tensors.
+    let other = split_in_three(dir.path(), "other", &TinySpec { n_layers: 3, ..TinySpec::new(Family::Llama) });
+    std::fs::copy(&other[1], &parts[1]).unwrap();
+    let err = split_err(&parts[0]);
+    assert!(err.contains("m-00002-of-00003.gguf") && err.contains("a model of"), "{err}");
+    // This model's third part copied over its second: it says so.
+    let parts = split_in_three(dir.path(), "n", &TinySpec::new(Family::Llama));
+    std::fs::copy(&parts[2], &parts[1]).unwrap();
+    let err = split_err(&parts[0]);
+    assert!(err.contains("n-00002-of-00003.gguf") && err.contains("part 3 of 3"), "{err}");
+}
+
+#[test]
+fn a_split_part_renamed_by_hand_says_its_parts_cannot_be_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let parts = split_in_three(dir.path(), "m", &TinySpec::new(Family::Llama));
+    let renamed = dir.path().join("model.gguf");
+    std::fs::rename(&parts[0], &renamed).unwrap();
+    let err = split_err(&renamed);
+    assert!(err.contains("model.gguf") && err.contains("cannot be found"), "{err}");
+}

@@ -623,3 +623,35 @@ fn f16_matrices_match_llama_cpp() {
         |n| (n.ends_with(".weight") && !n.contains("norm")).then_some(GgmlDType::F16);
     check(&TinySpec { retype: Some(all), ..experts() }, 100, Feed::Prompt);
 }
+
+/// A model split into parts (`gguf_writer::write_split`, llama-gguf-split's
+/// layout) opens whole in both engines: llama.cpp finds the parts from the
+/// first, Hearth from any of them, bit for bit the model in one file.
+#[test]
+fn a_model_split_into_parts_matches_itself_whole_and_llama_cpp() {
+    let (_d, whole) = tiny(&TinySpec { n_embd: 256, head_dim: 64, ..TinySpec::new(Family::Qwen3) });
+    let dir = tempfile::tempdir().unwrap();
+    let mut source = hearth_engine::GgufFile::open(&whole).unwrap();
+    let parts =
+        hearth_engine::gguf_writer::write_split(&mut source, &dir.path().join("qwen3-00001-of-00003.gguf"), 3).unwrap();
+    let ids = ids(40);
+    let logits = |path: &Path| {
+        let engine = Engine::open(path).unwrap();
+        assert_eq!(engine.path(), parts[0], "a split model is named by its first part");
+        assert_eq!(engine.part_paths(), &parts[..]);
+        let mut cache = engine.model().new_cache(64);
+        engine.model().logits_at_every_position(&ids, &mut cache).unwrap()
+    };
+    let one_file = {
+        let engine = Engine::open(&whole).unwrap();
+        let mut cache = engine.model().new_cache(64);
+        engine.model().logits_at_every_position(&ids, &mut cache).unwrap()
+    };
+    for part in &parts {
+        assert!(logits(part) == one_file, "opened from {}: not the whole file's logits", part.display());
+    }
+    let facts = hearth_engine::ModelFacts::read(&parts[1]).unwrap();
+    assert_eq!(facts.file_size, parts.iter().map(|p| std::fs::metadata(p).unwrap().len()).sum::<u64>());
+    assert_eq!(facts.parameter_count, hearth_engine::ModelFacts::read(&whole).unwrap().parameter_count);
+    check_file("qwen3 in three parts", &parts[0], 40, Feed::Prompt);
+}

@@ -113,6 +113,11 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (conversation_id, server, tool)
     );
     "#,
+    // Where a model came from when Hearth did not open it from a file the
+    // user picked: another app's folder, or a download from the Hub.
+    r#"
+    ALTER TABLE models ADD COLUMN source TEXT;
+    "#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

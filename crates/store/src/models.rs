@@ -14,25 +14,50 @@ pub struct RecentModel {
     pub name: String,
     pub size_bytes: i64,
     pub last_opened_at: i64,
+    /// Where it came from, when not from a file the user picked: the app
+    /// whose folder it was found in (`Ollama`), or `Hugging Face`.
+    pub source: Option<String>,
 }
 
 impl Store {
+    /// Records that `path` was opened. A model added with a source keeps
+    /// the name it was added under (`qwen3:8b`, not its blob's file name).
     pub fn record_model(&self, path: &str, name: &str, size_bytes: i64) -> Result<()> {
         self.conn.execute(
             "INSERT INTO models(path, name, size_bytes, last_opened_at) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT(path) DO UPDATE SET name = excluded.name, size_bytes = excluded.size_bytes,
-                 last_opened_at = excluded.last_opened_at",
+             ON CONFLICT(path) DO UPDATE SET
+                 name = CASE WHEN models.source IS NULL THEN excluded.name ELSE models.name END,
+                 size_bytes = excluded.size_bytes, last_opened_at = excluded.last_opened_at",
             rusqlite::params![path, name, size_bytes, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    /// Adds a model Hearth did not open from a picked file, under its
+    /// `name` and `source` (another app's, or the Hub's).
+    pub fn add_model(&self, path: &str, name: &str, size_bytes: i64, source: &str) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO models(path, name, size_bytes, last_opened_at, source) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT(path) DO UPDATE SET name = excluded.name, size_bytes = excluded.size_bytes,
+                 source = excluded.source, last_opened_at = excluded.last_opened_at",
+            rusqlite::params![path, name, size_bytes, now_ms(), source],
         )?;
         Ok(())
     }
 
     pub fn recent_models(&self, limit: usize) -> Result<Vec<RecentModel>> {
         let mut stmt = self.conn.prepare(
-            "SELECT path, name, size_bytes, last_opened_at FROM models ORDER BY last_opened_at DESC, rowid DESC LIMIT ?1",
+            "SELECT path, name, size_bytes, last_opened_at, source FROM models
+             ORDER BY last_opened_at DESC, rowid DESC LIMIT ?1",
         )?;
         let rows = stmt.query_map([limit as i64], |r| {
-            Ok(RecentModel { path: r.get(0)?, name: r.get(1)?, size_bytes: r.get(2)?, last_opened_at: r.get(3)? })
+            Ok(RecentModel {
+                path: r.get(0)?,
+                name: r.get(1)?,
+                size_bytes: r.get(2)?,
+                last_opened_at: r.get(3)?,
+                source: r.get(4)?,
+            })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }

@@ -258,3 +258,18 @@ fn a_conversation_remembers_its_model() {
     assert!(matches!(store.set_conversation_model(c.id + 100, "/x.gguf"), Err(StoreError::NotFound { .. })));
     assert!(matches!(store.conversation_model(c.id + 100), Err(StoreError::NotFound { .. })));
 }
+
+/// A model added from another app's folder keeps its app's name and source
+/// when it is later opened (the worker records the file's own name).
+#[test]
+fn a_found_model_keeps_its_name_and_source_when_opened() {
+    let (_dir, store) = temp_store();
+    store.add_model("/o/blobs/sha256-ab", "qwen3:8b", 10, "Ollama").unwrap();
+    store.record_model("/o/blobs/sha256-ab", "sha256-ab", 10).unwrap();
+    store.record_model("/m/picked.gguf", "picked", 20).unwrap();
+    let models = store.recent_models(10).unwrap();
+    let found = models.iter().find(|m| m.path == "/o/blobs/sha256-ab").unwrap();
+    assert_eq!((found.name.as_str(), found.source.as_deref()), ("qwen3:8b", Some("Ollama")));
+    let picked = models.iter().find(|m| m.path == "/m/picked.gguf").unwrap();
+    assert_eq!((picked.name.as_str(), picked.source.as_deref()), ("picked", None));
+}

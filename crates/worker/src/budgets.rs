@@ -24,15 +24,16 @@ impl Default for CacheBudgets {
     }
 }
 
-/// Physical memory in MB, on every platform (`sysinfo`; None where it reads 0).
-pub(crate) fn total_memory_mb() -> Option<u32> {
+/// Physical memory in bytes, on every platform (`sysinfo`; None where it reads 0).
+pub fn total_memory_bytes() -> Option<u64> {
     let mut system = sysinfo::System::new();
     system.refresh_memory_specifics(sysinfo::MemoryRefreshKind::nothing().with_ram());
-    let mb = system.total_memory() / (1024 * 1024);
-    if mb == 0 {
-        return None;
-    }
-    u32::try_from(mb).ok()
+    Some(system.total_memory()).filter(|&b| b > 0)
+}
+
+/// Physical memory in MB, on every platform (`sysinfo`; None where it reads 0).
+pub(crate) fn total_memory_mb() -> Option<u32> {
+    u32::try_from(total_memory_bytes()? / (1024 * 1024)).ok()
 }
 
 impl CacheBudgets {

@@ -70,6 +70,7 @@ impl From<EngineError> for AppError {
             EngineError::Io { .. }
             | EngineError::CorruptModel { .. }
             | EngineError::TruncatedModel { .. }
+            | EngineError::SplitModel { .. }
             | EngineError::Tokenizer { .. }
             | EngineError::Template(_) => ErrorKind::BadModel,
             EngineError::UnsupportedArchitecture { .. } | EngineError::UnsupportedTensorType { .. } => {

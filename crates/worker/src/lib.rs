@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 use hearth_engine::{Engine, EngineError};
 use hearth_store::Store;
 
-pub use budgets::CacheBudgets;
+pub use budgets::{total_memory_bytes, CacheBudgets};
 pub use caches::CacheState;
 pub use chat_reply::ChatReply;
 pub use config::{TestHooks, WorkerConfig};

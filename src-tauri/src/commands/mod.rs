@@ -6,6 +6,7 @@ pub mod chat;
 pub mod conversations;
 pub mod endpoints;
 pub mod export;
+pub mod hub;
 pub mod mcp;
 pub mod models;
 pub mod server;
@@ -60,6 +61,16 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         models::models_forget,
         models::models_download_default,
         models::models_download_cancel,
+        hub::hub_search,
+        hub::hub_repo,
+        hub::hub_quant_facts,
+        hub::hub_download,
+        hub::hub_download_act,
+        hub::hub_downloads,
+        hub::hub_token_get,
+        hub::hub_token_set,
+        hub::models_find_on_disk,
+        hub::models_add_found,
         server::api_server_get,
         server::api_server_set,
         server::api_server_new_key,

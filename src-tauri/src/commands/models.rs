@@ -39,7 +39,7 @@ pub async fn models_recent(state: State<'_, AppState>) -> AppResult<Vec<RecentMo
 }
 
 /// How many recent models the library lists (and `models_forget` searches).
-const LIBRARY_LIMIT: usize = 200;
+pub(crate) const LIBRARY_LIMIT: usize = 200;
 
 /// One model of the library: what the list remembers, and what its file's
 /// header says now (or why it cannot be read).
@@ -54,6 +54,8 @@ pub struct LibraryModel {
     pub last_opened_at: i64,
     /// Whether the file is still there.
     pub exists: bool,
+    /// Where it came from when not from a picked file (`Ollama`, `Hugging Face`).
+    pub source: Option<String>,
     pub facts: Option<LibraryFacts>,
     /// Why the header could not be read (a moved, damaged or truncated file).
     pub error: Option<AppError>,
@@ -169,6 +171,7 @@ pub fn library(recent: Vec<RecentModel>) -> Vec<LibraryModel> {
                 size_bytes: m.size_bytes,
                 last_opened_at: m.last_opened_at,
                 exists,
+                source: m.source,
                 facts,
                 error,
             }

@@ -155,7 +155,7 @@ describe('ModelMismatch', () => {
   it("offers to switch to the conversation's model, or to go on with the loaded one", async () => {
     const calls = fakeShell();
     app.models.status = ready('/m/smol.gguf', 'smol');
-    app.models.recent = [{ path: '/m/qwen.gguf', name: 'Qwen3', sizeBytes: 1, lastOpenedAt: 1 }];
+    app.models.recent = [{ path: '/m/qwen.gguf', name: 'Qwen3', sizeBytes: 1, lastOpenedAt: 1, source: null }];
     app.conversations = [
       { id: 1, title: 'Old', createdAt: 0, updatedAt: 0, modelPath: '/m/qwen.gguf' },
       { id: 2, title: 'Same', createdAt: 0, updatedAt: 0, modelPath: '/m/smol.gguf' },

@@ -7,7 +7,9 @@ import type { AppError } from './bindings/AppError';
 import type { Backend } from './bindings/Backend';
 import type { CacheBudgets } from './bindings/CacheBudgets';
 import type { ConversationSettings } from './bindings/ConversationSettings';
+import type { DownloadAction } from './bindings/DownloadAction';
 import type { DownloadEvent } from './bindings/DownloadEvent';
+import type { HubSort } from './bindings/HubSort';
 import type { McpServerConfig } from './bindings/McpServerConfig';
 import type { ToolDecision } from './bindings/ToolDecision';
 import type { ExportFormat } from './bindings/ExportFormat';
@@ -131,5 +133,20 @@ export const api = {
       return commands.modelsDownloadDefault(ch);
     },
     cancelDownload: () => commands.modelsDownloadCancel(),
+  },
+  hub: {
+    search: (query: string, sort: HubSort) => commands.hubSearch(query, sort),
+    /** A repo's quants, projectors and README. */
+    repo: (repo: string) => commands.hubRepo(repo),
+    /** A quant's header facts and fit, read over HTTP ranges. */
+    quantFacts: (repo: string, commit: string, quant: string) => commands.hubQuantFacts(repo, commit, quant),
+    download: (repo: string, commit: string, quant: string) => commands.hubDownload(repo, commit, quant),
+    downloadAct: (id: number, action: DownloadAction) => commands.hubDownloadAct(id, action),
+    downloads: () => commands.hubDownloads(),
+    tokenGet: () => commands.hubTokenGet(),
+    tokenSet: (token: string | null) => commands.hubTokenSet(token),
+    /** Models in other apps' folders on this computer. */
+    findOnDisk: () => commands.modelsFindOnDisk(),
+    addFound: (paths: string[]) => commands.modelsAddFound(paths),
   },
 };

@@ -4,6 +4,7 @@
 import { api, asAppError, type ExportFormat } from './api';
 import { EndpointStore } from './endpoints.svelte';
 import { McpStore } from './mcp.svelte';
+import { HubStore } from './hub.svelte';
 import type { ToolDecision } from './bindings/ToolDecision';
 import { ModelStore } from './models.svelte';
 import { SettingsStore } from './settings.svelte';
@@ -41,6 +42,14 @@ export class AppState {
   readonly settings = new SettingsStore((f) => this.guard(f));
   readonly endpoints = new EndpointStore((f) => this.guard(f));
   readonly mcp = new McpStore();
+  /** Get models: a downloaded model (the shell opens it) starts a new chat. */
+  readonly hub = new HubStore(
+    (f) => this.guard(f),
+    () => {
+      this.hub.hide();
+      void this.create();
+    },
+  );
   /** Replies' tokens with their alternatives, by reply id, once asked for. */
   tokenViews = $state<Record<number, TokenView[]>>({});
   /** Token views shade each token by how unlikely the model found it. */
@@ -179,6 +188,7 @@ export class AppState {
 
   async open(id: number) {
     this.models.hideLibrary();
+    this.hub.hide();
     await this.guard(async () => {
       this.activeId = id;
       const [thread, settings] = await Promise.all([api.conversations.thread(id), api.settings.get(id), this.endpoints.loadBackend(id)]);

@@ -15,7 +15,7 @@ export const smolFacts = {
 };
 
 export const library: LibraryModel[] = [
-  { path: '/m/smol.gguf', name: 'smol', sizeBytes: 98_362_432, lastOpenedAt: 2, exists: true, facts: smolFacts, error: null },
-  { path: '/m/cut.gguf', name: 'cut', sizeBytes: 10, lastOpenedAt: 1, exists: true, facts: null, error: { kind: 'badModel', message: 'model file /m/cut.gguf is truncated: tensor x is cut short' } },
-  { path: '/m/gone.gguf', name: 'gone', sizeBytes: 10, lastOpenedAt: 0, exists: false, facts: null, error: { kind: 'badModel', message: 'cannot read model file /m/gone.gguf' } },
+  { path: '/m/smol.gguf', name: 'smol', sizeBytes: 98_362_432, lastOpenedAt: 2, exists: true, source: null, facts: smolFacts, error: null },
+  { path: '/m/cut.gguf', name: 'cut', sizeBytes: 10, lastOpenedAt: 1, exists: true, source: null, facts: null, error: { kind: 'badModel', message: 'model file /m/cut.gguf is truncated: tensor x is cut short' } },
+  { path: '/m/gone.gguf', name: 'gone', sizeBytes: 10, lastOpenedAt: 0, exists: false, source: null, facts: null, error: { kind: 'badModel', message: 'cannot read model file /m/gone.gguf' } },
 ];

@@ -92,7 +92,7 @@ describe('ModelStore library', () => {
   });
 
   it('offers a conversation its own model until the user goes on with the loaded one', () => {
-    const recent = [{ path: '/m/qwen.gguf', name: 'Qwen3', sizeBytes: 1, lastOpenedAt: 1 }];
+    const recent = [{ path: '/m/qwen.gguf', name: 'Qwen3', sizeBytes: 1, lastOpenedAt: 1, source: null }];
     mockIPC((cmd) => {
       if (cmd === 'models_recent') return recent;
       throw new Error(`unexpected ${cmd}`);

@@ -95,9 +95,10 @@ impl FileRows {
         if !cols.is_multiple_of(dtype.block_size()) {
             return Err(file.corrupt(format!("{name} has rows of {cols} values, not whole {dtype} blocks")));
         }
+        let (path, handle) = file.tensor_file(name)?;
         Ok(Self {
-            file: file.file_handle()?,
-            path: file.path().to_path_buf(),
+            file: handle,
+            path,
             offset: info.offset,
             dtype,
             row_bytes: cols / dtype.block_size() * dtype.block_bytes(),

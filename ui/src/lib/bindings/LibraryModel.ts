@@ -14,7 +14,11 @@ sizeBytes: number, lastOpenedAt: number,
 /**
  * Whether the file is still there.
  */
-exists: boolean, facts: LibraryFacts | null, 
+exists: boolean, 
+/**
+ * Where it came from when not from a picked file (`Ollama`, `Hugging Face`).
+ */
+source: string | null, facts: LibraryFacts | null, 
 /**
  * Why the header could not be read (a moved, damaged or truncated file).
  */

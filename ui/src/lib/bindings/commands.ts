@@ -11,11 +11,19 @@ import type { ContextUsage } from './ContextUsage';
 import type { Conversation } from './Conversation';
 import type { ConversationCache } from './ConversationCache';
 import type { ConversationSettings } from './ConversationSettings';
+import type { DownloadAction } from './DownloadAction';
 import type { DownloadEvent } from './DownloadEvent';
 import type { Endpoint } from './Endpoint';
 import type { ExportFormat } from './ExportFormat';
 import type { FieldError } from './FieldError';
+import type { FoundModelRow } from './FoundModelRow';
 import type { GenerationEvent } from './GenerationEvent';
+import type { HubDownload } from './HubDownload';
+import type { HubQuantFacts } from './HubQuantFacts';
+import type { HubRepo } from './HubRepo';
+import type { HubRepoSummary } from './HubRepoSummary';
+import type { HubSort } from './HubSort';
+import type { HubTokenStorage } from './HubTokenStorage';
 import type { ImportResult } from './ImportResult';
 import type { LibraryModel } from './LibraryModel';
 import type { McpServerConfig } from './McpServerConfig';
@@ -311,6 +319,51 @@ export function endpointsSetKey(id: number, apiKey: string | null, allowPlainTex
 }
 
 /**
+ * Queues a quant's download; returns its id in `hub_downloads`.
+ */
+export function hubDownload(repo: string, commit: string, quant: string): Promise<number> {
+  return invoke('hub_download', { repo, commit, quant });
+}
+
+export function hubDownloadAct(id: number, action: DownloadAction): Promise<void> {
+  return invoke('hub_download_act', { id, action });
+}
+
+/**
+ * The download queue as it is now (later changes come as `hub-downloads` events).
+ */
+export function hubDownloads(): Promise<HubDownload[]> {
+  return invoke('hub_downloads');
+}
+
+/**
+ * Reads a quant's header over HTTP (one range request per part) and says
+ * whether it fits.
+ */
+export function hubQuantFacts(repo: string, commit: string, quant: string): Promise<HubQuantFacts> {
+  return invoke('hub_quant_facts', { repo, commit, quant });
+}
+
+export function hubRepo(repo: string): Promise<HubRepo> {
+  return invoke('hub_repo', { repo });
+}
+
+export function hubSearch(query: string, sort: HubSort): Promise<HubRepoSummary[]> {
+  return invoke('hub_search', { query, sort });
+}
+
+export function hubTokenGet(): Promise<HubTokenStorage> {
+  return invoke('hub_token_get');
+}
+
+/**
+ * Keeps the Hub token (for gated repos) in the keychain; empty forgets it.
+ */
+export function hubTokenSet(token: string | null): Promise<HubTokenStorage> {
+  return invoke('hub_token_set', { token });
+}
+
+/**
  * Adds one server, after checking every field.
  */
 export function mcpServersAdd(config: McpServerConfig): Promise<McpServerState[]> {
@@ -352,6 +405,14 @@ export function mcpServersRemove(name: string): Promise<McpServerState[]> {
 }
 
 /**
+ * Adds found models to the library, in place, under their apps' names.
+ * Only files the scan finds usable are added.
+ */
+export function modelsAddFound(paths: string[]): Promise<number> {
+  return invoke('models_add_found', { paths });
+}
+
+/**
  * Stops the download; what arrived is kept, so the next try resumes.
  */
 export function modelsDownloadCancel(): Promise<boolean> {
@@ -365,6 +426,14 @@ export function modelsDownloadCancel(): Promise<boolean> {
  */
 export function modelsDownloadDefault(onEvent: Channel<DownloadEvent>): Promise<void> {
   return invoke('models_download_default', { onEvent });
+}
+
+/**
+ * The models in other apps' folders (LM Studio, Ollama, Jan, llama.cpp,
+ * the Hugging Face cache), usable or not.
+ */
+export function modelsFindOnDisk(): Promise<FoundModelRow[]> {
+  return invoke('models_find_on_disk');
 }
 
 /**

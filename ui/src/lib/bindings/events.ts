@@ -3,6 +3,7 @@
 // `cargo test -p hearth` writes it again.
 
 import { listen, type UnlistenFn } from '@tauri-apps/api/event';
+import type { HubDownload } from './HubDownload';
 import type { ModelStatus } from './ModelStatus';
 
 /**
@@ -10,6 +11,14 @@ import type { ModelStatus } from './ModelStatus';
  */
 export function onModelStatus(handler: (payload: ModelStatus) => void): Promise<UnlistenFn> {
   return listen<ModelStatus>('model-status', (e) => handler(e.payload));
+}
+
+/**
+ * The Hub download queue changed (a download queued, progressed, paused,
+ * failed or finished): the whole queue.
+ */
+export function onHubDownloads(handler: (payload: HubDownload[]) => void): Promise<UnlistenFn> {
+  return listen<HubDownload[]>('hub-downloads', (e) => handler(e.payload));
 }
 
 /**
