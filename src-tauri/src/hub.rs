@@ -9,6 +9,7 @@
 //! as the Hub's, and opened.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -72,6 +73,9 @@ struct Job {
     commit: String,
     files: Quant,
     control: Control,
+    /// Which files' blobs were whole before this download first ran:
+    /// Cancel deletes the others, which it fetched.
+    blobs_before: Option<Vec<bool>>,
 }
 
 /// What a finished download does next: add the model to the library and open it.
@@ -84,6 +88,9 @@ pub struct HubState {
     tokens: Arc<Tokens>,
     pub cache: HfCache,
     queue: Arc<Queue>,
+    /// The quants of the repo page opened last (repo, commit, quants), so
+    /// its facts and downloads need no listing of their own.
+    listed: Mutex<Option<(String, String, Vec<Quant>)>>,
 }
 
 /// The endpoint and where its token comes from, read when a request starts.
@@ -103,13 +110,22 @@ impl Tokens {
 struct Queue {
     jobs: Mutex<Vec<Job>>,
     wake: Condvar,
+    next_id: AtomicU32,
+    cache: HfCache,
     on_change: OnChange,
     on_done: OnDone,
 }
 
 impl HubState {
     pub fn new(config: &crate::config::AppConfig, on_change: OnChange, on_done: OnDone) -> Self {
-        let queue = Arc::new(Queue { jobs: Mutex::new(Vec::new()), wake: Condvar::new(), on_change, on_done });
+        let queue = Arc::new(Queue {
+            jobs: Mutex::new(Vec::new()),
+            wake: Condvar::new(),
+            next_id: AtomicU32::new(1),
+            cache: HfCache::new(config.hf_cache.clone()),
+            on_change,
+            on_done,
+        });
         let tokens = Arc::new(Tokens {
             endpoint: config.hub_endpoint.clone(),
             env_token: config.hub_token.clone(),
@@ -121,7 +137,19 @@ impl HubState {
             .name("hearth-hub-downloads".into())
             .spawn(move || thread_queue.run(&thread_tokens, &thread_cache))
             .expect("the downloads thread starts");
-        Self { tokens, cache, queue }
+        Self { tokens, cache, queue, listed: Mutex::new(None) }
+    }
+
+    /// Remembers a repo page's quants.
+    pub fn remember_listing(&self, repo: &str, commit: &str, quants: Vec<Quant>) {
+        *locked(&self.listed) = Some((repo.to_string(), commit.to_string(), quants));
+    }
+
+    /// The quant whose first file is `first`, from the page opened last.
+    pub fn listed_quant(&self, repo: &str, commit: &str, first: &str) -> Option<Quant> {
+        let listed = locked(&self.listed);
+        let (r, c, quants) = listed.as_ref()?;
+        (r == repo && c == commit).then(|| quants.iter().find(|q| q.first() == first).cloned()).flatten()
     }
 
     /// The Hub with the token, for a search or a repo's page.
@@ -175,14 +203,24 @@ impl HubState {
     /// running is not queued twice.
     pub fn enqueue(&self, repo: &str, commit: &str, quant: Quant) -> AppResult<u32> {
         let mut jobs = locked(&self.queue.jobs);
-        if let Some(j) = jobs.iter().find(|j| {
-            j.shown.repo == repo
-                && j.shown.quant == quant.name
-                && matches!(j.shown.state, HubDownloadState::Queued | HubDownloadState::Running)
-        }) {
-            return Ok(j.shown.id);
+        let same = |j: &Job| {
+            j.shown.repo == repo && j.files.first() == quant.first() && j.shown.state != HubDownloadState::Done
+        };
+        if let Some(j) = jobs.iter_mut().find(|j| same(j)) {
+            // Asked again: a paused or failed one goes on where it stopped.
+            if matches!(j.shown.state, HubDownloadState::Paused | HubDownloadState::Failed) {
+                j.control = Control::default();
+                j.shown.state = HubDownloadState::Queued;
+                j.shown.error = None;
+            }
+            let id = j.shown.id;
+            drop(jobs);
+            self.queue.changed();
+            self.queue.wake.notify_all();
+            return Ok(id);
         }
-        let id = jobs.iter().map(|j| j.shown.id).max().unwrap_or(0) + 1;
+        // Never reused, so a late click cannot reach another download.
+        let id = self.queue.next_id.fetch_add(1, Ordering::SeqCst);
         jobs.push(Job {
             shown: HubDownload {
                 id,
@@ -199,6 +237,7 @@ impl HubState {
             commit: commit.to_string(),
             files: quant,
             control: Control::default(),
+            blobs_before: None,
         });
         drop(jobs);
         self.queue.changed();
@@ -207,7 +246,8 @@ impl HubState {
     }
 
     /// Pause keeps what arrived; Resume queues it again; Cancel deletes what
-    /// arrived and takes it off the list.
+    /// arrived (the file in progress and the parts it fetched whole) and
+    /// takes it off the list.
     pub fn act(&self, id: u32, action: DownloadAction) -> AppResult<()> {
         let mut jobs = locked(&self.queue.jobs);
         let at = jobs
@@ -229,7 +269,7 @@ impl HubState {
             }
             (DownloadAction::Cancel, _) => {
                 let job = jobs.remove(at);
-                hearth_hub::discard_partial(&self.cache, &job.shown.repo, &job.files.files);
+                self.queue.discard(&job);
             }
             (action, state) => {
                 return Err(AppError::new(
@@ -278,6 +318,10 @@ impl Queue {
                 loop {
                     if let Some(j) = jobs.iter_mut().find(|j| j.shown.state == HubDownloadState::Queued) {
                         j.shown.state = HubDownloadState::Running;
+                        if j.blobs_before.is_none() {
+                            j.blobs_before =
+                                Some(j.files.files.iter().map(|f| blob_is_whole(cache, &j.shown.repo, f)).collect());
+                        }
                         break (j.shown.id, j.shown.repo.clone(), j.commit.clone(), j.files.clone(), j.control.clone());
                     }
                     jobs = self.wake.wait(jobs).unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -287,44 +331,58 @@ impl Queue {
             let (id, repo, commit, quant, control) = next;
             let mut last = Instant::now();
             let wanted = ToFetch { repo_id: &repo, commit: &commit, files: &quant.files };
-            let result = tokens.hub().download(cache, wanted, FetchOptions::default(), &control, |p| {
-                if last.elapsed() < REPORT_EVERY && p.downloaded < p.total {
-                    return;
-                }
-                last = Instant::now();
-                if let Some(j) = locked(&self.jobs).iter_mut().find(|j| j.shown.id == id) {
-                    j.shown.downloaded = p.downloaded;
-                    j.shown.total = p.total;
-                    j.shown.bytes_per_second = p.bytes_per_second;
-                    j.shown.checking = p.checking;
-                }
-                self.changed();
+            // A panic fails this download, not the queue.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                tokens.hub().download(cache, wanted, FetchOptions::default(), &control, |p| {
+                    if last.elapsed() < REPORT_EVERY && p.downloaded < p.total {
+                        return;
+                    }
+                    last = Instant::now();
+                    if let Some(j) = locked(&self.jobs).iter_mut().find(|j| j.shown.id == id) {
+                        j.shown.downloaded = p.downloaded;
+                        j.shown.total = p.total;
+                        j.shown.bytes_per_second = p.bytes_per_second;
+                        j.shown.checking = p.checking;
+                    }
+                    self.changed();
+                })
+            }))
+            .unwrap_or_else(|_| {
+                Err(HubError::Network { url: repo.clone(), reason: "the download stopped on an internal error".into() })
             });
             let done = {
                 let mut jobs = locked(&self.jobs);
                 let Some(at) = jobs.iter().position(|j| j.shown.id == id) else { continue };
-                let job = &mut jobs[at];
-                job.shown.bytes_per_second = 0.0;
-                job.shown.checking = false;
-                match result {
-                    Ok(paths) => {
-                        job.shown.state = HubDownloadState::Done;
-                        job.shown.downloaded = job.shown.total;
-                        job.shown.path = paths.first().map(|p| p.display().to_string());
-                        Some(job.shown.clone())
-                    }
-                    Err(HubError::Paused) => {
-                        job.shown.state = HubDownloadState::Paused;
-                        None
-                    }
-                    Err(HubError::Cancelled) => {
-                        jobs.remove(at);
-                        None
-                    }
-                    Err(e) => {
-                        job.shown.state = HubDownloadState::Failed;
-                        job.shown.error = Some(hub_error(e));
-                        None
+                // Cancel wins over whatever the download ended with.
+                if control.is_cancelled() {
+                    let job = jobs.remove(at);
+                    self.discard(&job);
+                    None
+                } else {
+                    let job = &mut jobs[at];
+                    job.shown.bytes_per_second = 0.0;
+                    job.shown.checking = false;
+                    match result {
+                        Ok(paths) => {
+                            job.shown.state = HubDownloadState::Done;
+                            job.shown.downloaded = job.shown.total;
+                            job.shown.path = paths.first().map(|p| p.display().to_string());
+                            Some(job.shown.clone())
+                        }
+                        Err(HubError::Paused) => {
+                            job.shown.state = HubDownloadState::Paused;
+                            None
+                        }
+                        Err(HubError::Cancelled) => {
+                            let job = jobs.remove(at);
+                            self.discard(&job);
+                            None
+                        }
+                        Err(e) => {
+                            job.shown.state = HubDownloadState::Failed;
+                            job.shown.error = Some(hub_error(e));
+                            None
+                        }
                     }
                 }
             };
@@ -334,6 +392,24 @@ impl Queue {
             }
         }
     }
+
+    /// What a cancelled download leaves: its part files, and the files it
+    /// fetched whole (a model's earlier parts) with their snapshot entries.
+    fn discard(&self, job: &Job) {
+        hearth_hub::discard_partial(&self.cache, &job.shown.repo, &job.files.files);
+        let Some(before) = &job.blobs_before else { return };
+        for (file, was_whole) in job.files.files.iter().zip(before) {
+            if !was_whole {
+                self.cache.remove(&job.shown.repo, &job.commit, file);
+            }
+        }
+    }
+}
+
+fn blob_is_whole(cache: &HfCache, repo: &str, file: &hearth_hub::RepoFile) -> bool {
+    file.sha256
+        .as_deref()
+        .is_some_and(|sha| std::fs::metadata(cache.blob_path(repo, sha)).is_ok_and(|m| m.len() == file.size))
 }
 
 /// A Hub error as the page's `{kind, message}`.

@@ -8,7 +8,9 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hearth_hub::{group_quants, Control, DownloadProgress, FetchOptions, HfCache, Hub, Quant, RepoFile, ToFetch};
+use hearth_hub::{
+    group_quants, snapshots_main_first, Control, DownloadProgress, FetchOptions, HfCache, Hub, Quant, RepoFile, ToFetch,
+};
 
 use crate::CliResult;
 
@@ -68,16 +70,16 @@ pub(crate) fn resolve(spec: &str) -> CliResult<PathBuf> {
     pull(spec, false)
 }
 
-/// The cached model `repo:quant` at the commit `refs/main` names.
+/// The cached model `repo:quant`, at the commit `refs/main` names or an
+/// older one; a split model only with every part there.
 fn cached(cache: &HfCache, repo: &str, quant: Option<&str>) -> Option<PathBuf> {
-    let dir = cache.repo_dir(repo);
-    let commit = std::fs::read_to_string(dir.join("refs").join("main")).ok()?;
-    let snapshot = dir.join("snapshots").join(commit.trim());
-    let mut files = Vec::new();
-    list(&snapshot, "", &mut files);
-    let (quants, _) = group_quants(&files);
-    let quant = pick(&quants, quant, repo).ok()?;
-    Some(snapshot.join(quant.first()))
+    snapshots_main_first(&cache.repo_dir(repo)).into_iter().find_map(|snapshot| {
+        let mut files = Vec::new();
+        list(&snapshot, "", &mut files);
+        let (quants, _) = group_quants(&files);
+        let quant = pick(&quants, quant, repo).ok()?;
+        Some(snapshot.join(quant.first()))
+    })
 }
 
 fn list(dir: &Path, prefix: &str, out: &mut Vec<RepoFile>) {

@@ -88,10 +88,12 @@ impl GgufFile {
     }
 
     /// A model file's header read from `reader` (the start of the file, as
-    /// an HTTP response's body gives it), for a file of `len` bytes named
-    /// `name`. Its facts can be read, its tensors not.
-    pub fn read_header(reader: impl Read, len: u64, name: &Path) -> Result<Self> {
-        let mut r = HeaderReader { inner: BufReader::new(reader), pos: 0, len, path: name };
+    /// an HTTP response's body gives it), for a file of `len` bytes of which
+    /// `reader` gives at most `readable`, named `name`. Its facts can be
+    /// read, its tensors not.
+    pub fn read_header(reader: impl Read, len: u64, readable: u64, name: &Path) -> Result<Self> {
+        let readable = readable.min(len);
+        let mut r = HeaderReader { inner: BufReader::new(reader), pos: 0, len, readable, path: name };
         let (metadata, tensors) = r.header()?;
         Ok(Self { path: name.to_path_buf(), parts: Vec::new(), len, metadata, tensors })
     }
@@ -365,7 +367,7 @@ impl Part {
         let io = |source| EngineError::Io { path: path.to_path_buf(), source };
         let file = File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
-        let mut r = HeaderReader { inner: BufReader::new(&file), pos: 0, len, path };
+        let mut r = HeaderReader { inner: BufReader::new(&file), pos: 0, len, readable: len, path };
         let header = r.header()?;
         Ok((Self { path: path.to_path_buf(), file, len }, header))
     }

@@ -413,3 +413,20 @@ fn a_split_part_renamed_by_hand_says_its_parts_cannot_be_found() {
     let err = split_err(&renamed);
     assert!(err.contains("model.gguf") && err.contains("cannot be found"), "{err}");
 }
+
+/// A header read from the start of a file fetched over HTTP (the Hub's fit
+/// label): past what was fetched it is refused by name, not read on or
+/// allocated, however large the file says it is.
+#[test]
+fn a_header_longer_than_what_was_fetched_is_refused() {
+    let (_d, path) = tiny(&TinySpec::new(Family::Llama));
+    let bytes = std::fs::read(&path).unwrap();
+    let name = std::path::Path::new("remote.gguf");
+    let err = hearth_engine::GgufFile::read_header(&bytes[..1024], 1 << 40, 1024, name).err().unwrap();
+    assert!(
+        matches!(err, EngineError::CorruptModel { .. }) && err.to_string().contains("longer than the 1024 bytes"),
+        "{err}"
+    );
+    let whole = hearth_engine::GgufFile::read_header(&bytes[..], bytes.len() as u64, bytes.len() as u64, name).unwrap();
+    assert_eq!(whole.total_len(), bytes.len() as u64);
+}

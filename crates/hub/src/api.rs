@@ -111,8 +111,8 @@ impl Hub {
         let commit = info
             .get("sha")
             .and_then(Value::as_str)
-            .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric()))
-            .ok_or_else(|| HubError::BadAnswer { url: url.clone(), reason: "no commit (sha)".into() })?
+            .filter(|s| is_commit(s))
+            .ok_or_else(|| HubError::BadAnswer { url: url.clone(), reason: "no commit (a 40-digit sha)".into() })?
             .to_string();
         let mut files = Vec::new();
         let mut next = Some(format!("{}/api/models/{repo_id}/tree/{commit}?recursive=true", self.endpoint));
@@ -140,6 +140,12 @@ impl Hub {
                         reason: format!("a tree entry without a path or size: {entry}"),
                     });
                 };
+                if !is_file_path(path) {
+                    return Err(HubError::BadAnswer {
+                        url,
+                        reason: format!("a file path that leaves the repo: {path:?}"),
+                    });
+                }
                 let lfs = entry.get("lfs");
                 let sha256 = lfs
                     .and_then(|l| l.get("oid").or_else(|| l.get("sha256")))
@@ -207,6 +213,19 @@ fn summary(v: &Value, url: &str) -> Result<RepoSummary> {
     })
 }
 
+/// A commit as the Hub names it: 40 hex digits, nothing a path could hold.
+pub(crate) fn is_commit(s: &str) -> bool {
+    s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// A repo file's path that stays inside the folder it is stored under, on
+/// every platform: `/`-separated parts, none empty, `.` or `..`, and no
+/// character Windows reads as a separator, a drive or a stream.
+pub(crate) fn is_file_path(path: &str) -> bool {
+    !path.is_empty()
+        && path.split('/').all(|p| !p.is_empty() && p != "." && p != ".." && !p.contains(['\\', ':', '\0']))
+}
+
 /// `org/name`, nothing that could leave the API's path.
 pub(crate) fn check_repo_id(repo_id: &str) -> Result<()> {
     let ok_part = |p: &str| {
@@ -243,6 +262,18 @@ pub(crate) fn encode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn file_paths_and_commits_cannot_leave_the_cache() {
+        assert!(is_file_path("BF16/model-00001-of-00002.gguf"));
+        for bad in
+            ["", "/abs.gguf", "../x.gguf", "a/../../x.gguf", "a//b.gguf", "./a.gguf", "C:x.gguf", "a\\..\\b", "x:ads"]
+        {
+            assert!(!is_file_path(bad), "{bad}");
+        }
+        assert!(is_commit("0123456789abcdef0123456789abcdef01234567"));
+        assert!(!is_commit("main") && !is_commit("../../../../../../../../../../../../../.."));
+    }
 
     #[test]
     fn repo_ids_cannot_leave_the_api_path() {

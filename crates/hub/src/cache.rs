@@ -68,6 +68,18 @@ impl HfCache {
         Ok(entry)
     }
 
+    /// Deletes `file`'s snapshot entry at `commit` and its blob (what a
+    /// cancelled download fetched).
+    pub fn remove(&self, repo_id: &str, commit: &str, file: &crate::RepoFile) {
+        if !crate::api::is_file_path(&file.path) || !crate::api::is_commit(commit) {
+            return;
+        }
+        let _ = std::fs::remove_file(self.snapshot_path(repo_id, commit, &file.path));
+        if let Some(sha256) = &file.sha256 {
+            let _ = std::fs::remove_file(self.blob_path(repo_id, sha256));
+        }
+    }
+
     /// Records that `branch` of `repo_id` is at `commit`.
     pub(crate) fn set_ref(&self, repo_id: &str, branch: &str, commit: &str) -> Result<()> {
         let path = self.repo_dir(repo_id).join("refs").join(branch);

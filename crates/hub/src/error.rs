@@ -30,6 +30,8 @@ pub enum HubError {
     BadAnswer { url: String, reason: String },
     #[error("{0}")]
     Model(#[from] hearth_engine::EngineError),
+    #[error("{file} is being downloaded already (by this app or another)")]
+    Busy { file: String },
     #[error("the download was paused")]
     Paused,
     #[error("the download was cancelled")]

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::api::{check_repo_id, Hub, RepoFile};
+use crate::api::{check_repo_id, is_commit, is_file_path, Hub, RepoFile};
 use crate::cache::HfCache;
 use crate::error::{io, HubError, Result};
 use crate::http::check;
@@ -72,6 +72,11 @@ impl Control {
         self.0.store(CANCEL, Ordering::SeqCst);
     }
 
+    /// Whether Cancel was pressed.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst) == CANCEL
+    }
+
     fn stopped(&self) -> Option<HubError> {
         match self.0.load(Ordering::SeqCst) {
             PAUSE => Some(HubError::Paused),
@@ -111,7 +116,19 @@ impl Hub {
     ) -> Result<Vec<PathBuf>> {
         let ToFetch { repo_id, commit, files } = wanted;
         check_repo_id(repo_id)?;
-        let total: u64 = files.iter().map(|f| f.size).sum();
+        if !is_commit(commit) {
+            return Err(HubError::BadAnswer {
+                url: self.endpoint().into(),
+                reason: format!("{commit:?} is not a commit"),
+            });
+        }
+        if let Some(bad) = files.iter().find(|f| !is_file_path(&f.path)) {
+            return Err(HubError::BadAnswer {
+                url: self.endpoint().into(),
+                reason: format!("a file path that leaves the repo: {:?}", bad.path),
+            });
+        }
+        let total: u64 = files.iter().fold(0u64, |sum, f| sum.saturating_add(f.size));
         let mut before = 0u64;
         let mut missing = Vec::new();
         for file in files {
@@ -119,7 +136,8 @@ impl Hub {
                 url: self.file_url(repo_id, commit, &file.path),
                 reason: format!("{} has no SHA-256 to check it against", file.path),
             })?;
-            if cache.cached(repo_id, commit, &file.path, file.size).is_none() {
+            let blob_whole = std::fs::metadata(cache.blob_path(repo_id, sha256)).is_ok_and(|m| m.len() == file.size);
+            if !blob_whole {
                 missing.push((file, sha256));
             }
         }
@@ -163,15 +181,22 @@ impl Hub {
     }
 }
 
-/// Refuses to start what the disk cannot hold (less what is already fetched).
+/// Refuses to start what the disk cannot hold: the files not yet whole,
+/// less what an earlier try fetched (on Windows a part file holds its whole
+/// size from the start, so free space already leaves it out).
 fn check_space(cache: &HfCache, repo_id: &str, missing: &[(&RepoFile, &str)], reserve: u64) -> Result<()> {
     let Some((first, _)) = missing.first() else { return Ok(()) };
     let blobs = cache.repo_dir(repo_id).join("blobs");
     std::fs::create_dir_all(&blobs).map_err(io(&blobs))?;
-    let needed: u64 = missing
-        .iter()
-        .map(|(f, sha)| f.size.saturating_sub(PartState::fetched(&cache.blob_path(repo_id, sha), f.size)))
-        .sum();
+    let needed = missing.iter().fold(0u64, |sum, (f, sha)| {
+        let blob = cache.blob_path(repo_id, sha);
+        let held = match PartState::fetched(&blob, f.size) {
+            Some(_) if cfg!(windows) => f.size,
+            Some(fetched) => fetched,
+            None => 0,
+        };
+        sum.saturating_add(f.size.saturating_sub(held))
+    });
     let free = fs4::available_space(&blobs).map_err(io(&blobs))?;
     if free < needed.saturating_add(reserve) {
         return Err(HubError::DiskFull { file: first.path.clone(), needed, free, folder: blobs });
@@ -217,10 +242,15 @@ impl FileJob<'_> {
     fn run(&self, report: &mut dyn FnMut(u64, bool)) -> Result<()> {
         let size = self.file.size;
         let part = with_suffix(self.blob, ".hearth-part");
-        let chunk = self.options.chunk.max(1 << 20);
+        let chunk = self.options.chunk.clamp(1 << 20, 1 << 30);
         let state = PartState::load_or_new(self.blob, size, chunk)?;
         let data =
             OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&part).map_err(io(&part))?;
+        // One download of a file at a time, also across processes (the app
+        // and `hearth-cli pull`): the lock goes with the handle.
+        if let Err(std::fs::TryLockError::WouldBlock) = data.try_lock() {
+            return Err(HubError::Busy { file: self.file.path.clone() });
+        }
         data.set_len(size).map_err(io(&part))?;
         let todo: VecDeque<usize> = (0..state.done.len()).filter(|&i| !state.done[i]).collect();
         let fetched = AtomicU64::new(state.bytes_done());
@@ -236,8 +266,10 @@ impl FileJob<'_> {
         std::thread::scope(|scope| {
             for _ in 0..connections {
                 scope.spawn(|| {
+                    // Counted down even if the connection panics, so the
+                    // loop below always ends.
+                    let _done = CountDown(&running);
                     self.connection(&shared, &data, &part);
-                    running.fetch_sub(1, Ordering::SeqCst);
                 });
             }
             // Reports until every connection has stopped: the chunks are
@@ -267,12 +299,20 @@ impl FileJob<'_> {
         }
         report(size, true);
         let expected = self.file.sha256.as_deref().unwrap_or_default();
-        let actual = sha256_of(&part, self.control)?;
+        let actual = match sha256_of(&part, self.control) {
+            Ok(actual) => actual,
+            Err(e) => {
+                if matches!(e, HubError::Cancelled) {
+                    remove_partial(self.blob);
+                }
+                return Err(e);
+            }
+        };
         if !actual.eq_ignore_ascii_case(expected) {
             remove_partial(self.blob);
             return Err(HubError::Checksum { file: self.file.path.clone(), expected: expected.into(), actual });
         }
-        std::fs::rename(&part, self.blob).map_err(io(self.blob))?;
+        rename_retrying(&part, self.blob)?;
         let _ = std::fs::remove_file(with_suffix(self.blob, ".hearth-part.json"));
         Ok(())
     }
@@ -289,10 +329,10 @@ impl FileJob<'_> {
                 Ok(()) => {
                     let Ok(mut state) = shared.state.lock() else { return };
                     state.done[index] = true;
-                    if let Err(e) = state.save(self.blob) {
-                        shared.fail(e);
-                        return;
-                    }
+                    // The state only spares a resume some chunks: failing
+                    // to save it (an antivirus holding the file) is no
+                    // reason to stop the download.
+                    let _ = state.save(self.blob);
                 }
                 Err(e) => {
                     shared.fail(e);
@@ -322,7 +362,9 @@ impl FileJob<'_> {
                         tries = 0;
                     }
                 }
-                Err(HubError::Network { .. }) if tries + 1 < self.options.tries => {
+                Err(HubError::Network { .. } | HubError::Http { status: 408 | 429 | 500..=599, .. })
+                    if tries + 1 < self.options.tries =>
+                {
                     // Worth another try, from the Hub again: a cut connection,
                     // or a CDN link that expired. A server that sends the
                     // wrong bytes is not tried again.
@@ -349,20 +391,20 @@ impl FileJob<'_> {
         let reply = match check(reply, self.repo_id) {
             Ok(r) => r,
             // A CDN link that expired: ask the Hub again.
-            Err(HubError::Http { status: 401 | 403 | 404 | 410, .. }) if cached.is_some() => {
+            Err(HubError::Http { status: 401 | 403 | 410, .. } | HubError::NotFound { .. }) if cached.is_some() => {
                 shared.cdn_url.lock().map(|mut u| *u = None).ok();
                 check(self.hub.client.send(false, self.url, Some((from, Some(to))))?, self.repo_id)?
             }
             Err(e) => return Err(e),
         };
         let not_the_file = |reason: String| HubError::NotTheFile { url: reply.url.clone(), reason };
-        if reply.header("content-type").is_some_and(|t| t.to_ascii_lowercase().starts_with("text/html")) {
+        if reply.final_header("content-type").is_some_and(|t| t.to_ascii_lowercase().starts_with("text/html")) {
             return Err(not_the_file("it sent an HTML page".into()));
         }
         let whole = from == 0 && to + 1 == size;
         match reply.status() {
             206 => {
-                let said = reply.header("content-range").unwrap_or_default();
+                let said = reply.final_header("content-range").unwrap_or_default();
                 let expected = format!("bytes {from}-{to}/{size}");
                 if said.trim() != expected {
                     return Err(not_the_file(format!("asked for {expected}, it sent {said:?}")));
@@ -469,9 +511,9 @@ impl PartState {
         Ok(state)
     }
 
-    /// Bytes of `blob` fetched by an earlier try (0 if none).
-    fn fetched(blob: &Path, size: u64) -> u64 {
-        Self::load(blob, size).map_or(0, |s| s.bytes_done())
+    /// Bytes of `blob` fetched by an earlier try, if one left a part file.
+    fn fetched(blob: &Path, size: u64) -> Option<u64> {
+        Self::load(blob, size).map(|s| s.bytes_done())
     }
 
     fn bytes_done(&self) -> u64 {
@@ -490,13 +532,44 @@ impl PartState {
 }
 
 /// Deletes what a paused or failed download of `files` left (their part
-/// files and states); whole blobs stay.
+/// files and states); whole blobs stay. A part another download holds is
+/// left to it.
 pub fn discard_partial(cache: &HfCache, repo_id: &str, files: &[RepoFile]) {
     if check_repo_id(repo_id).is_err() {
         return;
     }
     for sha256 in files.iter().filter_map(|f| f.sha256.as_deref()) {
-        remove_partial(&cache.blob_path(repo_id, sha256));
+        let blob = cache.blob_path(repo_id, sha256);
+        let held = File::open(with_suffix(&blob, ".hearth-part"))
+            .is_ok_and(|f| matches!(f.try_lock(), Err(std::fs::TryLockError::WouldBlock)));
+        if !held {
+            remove_partial(&blob);
+        }
+    }
+}
+
+/// Counts a connection out when it ends, however it ends.
+struct CountDown<'a>(&'a AtomicUsize);
+
+impl Drop for CountDown<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Moves the checked part file to its blob. On Windows another program
+/// (an antivirus, the indexer) may hold a new file for a moment: try again.
+fn rename_retrying(part: &Path, blob: &Path) -> Result<()> {
+    let mut tries = 0;
+    loop {
+        match std::fs::rename(part, blob) {
+            Ok(()) => return Ok(()),
+            Err(e) if tries < 5 && e.kind() == std::io::ErrorKind::PermissionDenied => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(200 * tries));
+            }
+            Err(e) => return Err(HubError::Io { path: blob.to_path_buf(), source: e }),
+        }
     }
 }
 

@@ -34,7 +34,13 @@ impl Reply {
         self.response.status().as_u16()
     }
 
-    /// Header `name` of the last response or, failing that, of any hop before it.
+    /// Header `name` of the last response alone (what the body is).
+    pub fn final_header(&self, name: &str) -> Option<String> {
+        self.response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
+    }
+
+    /// Header `name` of the last response or, failing that, of any hop
+    /// before it (the Hub's own answer names the commit and the hash).
     pub fn header(&self, name: &str) -> Option<String> {
         std::iter::once(self.response.headers())
             .chain(self.earlier.iter().rev())
@@ -134,10 +140,15 @@ fn origin(url: &str) -> Option<&str> {
 fn join(from: &str, location: &str) -> String {
     if location.contains("://") {
         location.to_string()
+    } else if let Some(rest) = location.strip_prefix("//") {
+        // Scheme-relative: another host, the same scheme.
+        let scheme = from.split_once("://").map_or("https", |(s, _)| s);
+        format!("{scheme}://{rest}")
     } else if location.starts_with('/') {
         format!("{}{location}", origin(from).unwrap_or_default())
     } else {
-        let base = from.rsplit_once('/').map_or(from, |(b, _)| b);
+        let path = from.split(['?', '#']).next().unwrap_or(from);
+        let base = path.rsplit_once('/').map_or(path, |(b, _)| b);
         format!("{base}/{location}")
     }
 }
@@ -154,5 +165,7 @@ mod tests {
         assert_eq!(join("https://hf.co/a/b/c", "/x/y"), "https://hf.co/x/y");
         assert_eq!(join("https://hf.co/a/b/c", "https://cdn.hf.co/z"), "https://cdn.hf.co/z");
         assert_eq!(join("https://hf.co/a/b/c", "d"), "https://hf.co/a/b/d");
+        assert_eq!(join("https://hf.co/a/b?x=/y", "d"), "https://hf.co/a/d");
+        assert_eq!(join("http://127.0.0.1:1/a", "//cdn.example/b"), "http://cdn.example/b");
     }
 }

@@ -256,9 +256,20 @@ fn ollama(root: &Path) -> Vec<(String, PathBuf)> {
     out
 }
 
+/// The snapshots of repo folder `repo` in a Hugging Face cache, the one
+/// `refs/main` names first (older commits may hold quants `main` lacks).
+pub fn snapshots_main_first(repo: &Path) -> Vec<PathBuf> {
+    let main =
+        std::fs::read_to_string(repo.join("refs").join("main")).ok().map(|c| repo.join("snapshots").join(c.trim()));
+    let mut all: Vec<PathBuf> =
+        std::fs::read_dir(repo.join("snapshots")).into_iter().flatten().flatten().map(|e| e.path()).collect();
+    all.sort();
+    all.sort_by_key(|p| Some(p) != main.as_ref());
+    all
+}
+
 /// The Hugging Face cache: `models--ORG--NAME/snapshots/COMMIT/…gguf`,
-/// named `org/name:QUANT` (as `--model hf:` takes it), at the commit
-/// `refs/main` names where there is one.
+/// named `org/name:QUANT` (as `--model hf:` takes it), `main`'s first.
 fn hf_cache(root: &Path) -> Vec<(String, PathBuf)> {
     let mut out = Vec::new();
     let Ok(repos) = std::fs::read_dir(root) else { return out };
@@ -269,12 +280,8 @@ fn hf_cache(root: &Path) -> Vec<(String, PathBuf)> {
             continue;
         };
         let repo_id = folder.replacen("--", "/", 1);
-        let snapshots = repo.join("snapshots");
-        let main = std::fs::read_to_string(repo.join("refs").join("main")).ok().map(|c| c.trim().to_string());
-        let commits: Vec<PathBuf> = match main.map(|c| snapshots.join(c)).filter(|p| p.is_dir()) {
-            Some(p) => vec![p],
-            None => std::fs::read_dir(&snapshots).into_iter().flatten().flatten().map(|e| e.path()).collect(),
-        };
+        let commits = snapshots_main_first(&repo);
+        let mut named = HashSet::new();
         for snapshot in commits {
             let mut files = Vec::new();
             walk(&snapshot, 0, &mut |path| {
@@ -285,8 +292,11 @@ fn hf_cache(root: &Path) -> Vec<(String, PathBuf)> {
                 true
             });
             for file in files {
-                let quant = crate::quants::quant_of(&file.path);
-                out.push((format!("{repo_id}:{quant}"), snapshot.join(&file.path)));
+                let name = format!("{repo_id}:{}", crate::quants::quant_of(&file.path));
+                // An older commit's copy of a quant `main` also has is not listed twice.
+                if named.insert(name.clone()) {
+                    out.push((name, snapshot.join(&file.path)));
+                }
             }
         }
     }

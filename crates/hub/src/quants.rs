@@ -56,9 +56,19 @@ pub fn group_quants(files: &[RepoFile]) -> (Vec<Quant>, Vec<RepoFile>) {
             }
             let model = key.split('\u{0}').next().unwrap_or(&key).to_string();
             let files: Vec<RepoFile> = parts.into_iter().map(|(_, f)| f).collect();
-            Some(Quant { name: quant_name(&model), size: files.iter().map(|f| f.size).sum(), files })
+            let size = files.iter().fold(0u64, |sum, f| sum.saturating_add(f.size));
+            Some(Quant { name: quant_name(&model), size, files })
         })
         .collect();
+    // Two models of one quant (`x-Q4_K_M`, `x-abliterated-Q4_K_M`) go by
+    // their file names, so no two rows read the same.
+    let names: Vec<String> = quants.iter().map(|q| q.name.clone()).collect();
+    for q in &mut quants {
+        if names.iter().filter(|n| **n == q.name).count() > 1 {
+            let first = q.first().strip_suffix(".gguf").unwrap_or(q.first());
+            q.name = split_suffix(first).map_or(first, |(model, _, _)| model).to_string();
+        }
+    }
     quants.sort_by(|a, b| a.size.cmp(&b.size).then_with(|| a.name.cmp(&b.name)));
     (quants, projectors)
 }
@@ -127,6 +137,9 @@ mod tests {
             file("mmproj-F16.gguf", 7),
         ];
         let (quants, projectors) = group_quants(&files);
+        let (twins, _) = group_quants(&[file("x-Q4_K_M.gguf", 1), file("x-abliterated-Q4_K_M.gguf", 2)]);
+        let twins: Vec<&str> = twins.iter().map(|q| q.name.as_str()).collect();
+        assert_eq!(twins, ["x-Q4_K_M", "x-abliterated-Q4_K_M"]);
         let names: Vec<(&str, u64, usize)> = quants.iter().map(|q| (q.name.as_str(), q.size, q.files.len())).collect();
         assert_eq!(
             names,

@@ -30,7 +30,7 @@ impl Hub {
             }
             let body = reply.response.into_body().into_reader();
             // Only the header is read; dropping the body ends the transfer.
-            parts.push(GgufFile::read_header(body, file.size, Path::new(&file.path))?);
+            parts.push(GgufFile::read_header(body, file.size, HEADER_LIMIT, Path::new(&file.path))?);
         }
         let model = GgufFile::join_headers(parts)?;
         Ok(ModelFacts::from_file(&model)?)

@@ -80,6 +80,8 @@ pub struct HubRepo {
 #[serde(rename_all = "camelCase")]
 #[ts(export, export_to = "bindings/")]
 pub struct HubQuant {
+    /// Its first file, which names it among the repo's models.
+    pub first: String,
     pub name: String,
     #[ts(type = "number")]
     pub size: u64,
@@ -122,38 +124,50 @@ pub async fn hub_search(hub: State<'_, HubState>, query: String, sort: HubSort) 
 }
 
 #[tauri::command]
-pub async fn hub_repo(hub: State<'_, HubState>, repo: String) -> AppResult<HubRepo> {
-    let hub = hub.hub();
-    blocking(move || {
+pub async fn hub_repo(state: State<'_, HubState>, repo: String) -> AppResult<HubRepo> {
+    let hub = state.hub();
+    let (repo_id, details, readme) = blocking(move || {
         let details = hub.repo(&repo, None).map_err(hub_error)?;
         let readme = hub.readme(&repo, &details.commit).map_err(hub_error)?;
-        let (quants, projectors) = group_quants(&details.files);
-        Ok(HubRepo {
-            summary: details.summary.into(),
-            commit: details.commit,
-            quants: quants
-                .into_iter()
-                .map(|q| HubQuant {
-                    files: q.files.iter().map(|f| f.path.clone()).collect(),
-                    name: q.name,
-                    size: q.size,
-                })
-                .collect(),
-            projectors: projectors.into_iter().map(|f| f.path).collect(),
-            readme,
-        })
+        Ok((repo, details, readme))
     })
-    .await
+    .await?;
+    let (quants, projectors) = group_quants(&details.files);
+    state.remember_listing(&repo_id, &details.commit, quants.clone());
+    Ok(HubRepo {
+        summary: details.summary.into(),
+        commit: details.commit,
+        quants: quants
+            .into_iter()
+            .map(|q| HubQuant {
+                first: q.first().to_string(),
+                files: q.files.iter().map(|f| f.path.clone()).collect(),
+                name: q.name,
+                size: q.size,
+            })
+            .collect(),
+        projectors: projectors.into_iter().map(|f| f.path).collect(),
+        readme,
+    })
 }
 
-/// The quant `quant` of `repo` at `commit`.
-fn find_quant(hub: &hearth_hub::Hub, repo: &str, commit: &str, quant: &str) -> AppResult<hearth_hub::Quant> {
-    let details = hub.repo(repo, Some(commit)).map_err(hub_error)?;
-    group_quants(&details.files)
-        .0
-        .into_iter()
-        .find(|q| q.name == quant)
-        .ok_or_else(|| AppError::new(ErrorKind::NotFound, format!("{repo} has no {quant} model at this commit")))
+/// The model of `repo` at `commit` whose first file is `first`: from the
+/// page's listing, else listed again. Returns the commit the Hub confirmed.
+async fn find_quant(state: &HubState, repo: &str, commit: &str, first: &str) -> AppResult<(String, hearth_hub::Quant)> {
+    if let Some(q) = state.listed_quant(repo, commit, first) {
+        return Ok((commit.to_string(), q));
+    }
+    let (hub, repo, commit, first) = (state.hub(), repo.to_string(), commit.to_string(), first.to_string());
+    blocking(move || {
+        let details = hub.repo(&repo, Some(&commit)).map_err(hub_error)?;
+        let quant = group_quants(&details.files)
+            .0
+            .into_iter()
+            .find(|q| q.first() == first)
+            .ok_or_else(|| AppError::new(ErrorKind::NotFound, format!("{repo} has no {first} at this commit")))?;
+        Ok((details.commit, quant))
+    })
+    .await
 }
 
 /// The memory a model may take here: most of this computer's (the rest is
@@ -166,14 +180,14 @@ fn usable_memory() -> u64 {
 /// whether it fits.
 #[tauri::command]
 pub async fn hub_quant_facts(
-    hub: State<'_, HubState>,
+    state: State<'_, HubState>,
     repo: String,
     commit: String,
-    quant: String,
+    first: String,
 ) -> AppResult<HubQuantFacts> {
-    let hub = hub.hub();
+    let (commit, quant) = find_quant(&state, &repo, &commit, &first).await?;
+    let hub = state.hub();
     blocking(move || {
-        let quant = find_quant(&hub, &repo, &commit, &quant)?;
         let facts = hub.facts(&repo, &commit, &quant).map_err(hub_error)?;
         let memory = usable_memory();
         let fit = match Fit::judge(&facts, memory) {
@@ -186,16 +200,12 @@ pub async fn hub_quant_facts(
     .await
 }
 
-/// Queues a quant's download; returns its id in `hub_downloads`.
+/// Queues the download of the model whose first file is `first`; returns
+/// its id in `hub_downloads`.
 #[tauri::command]
-pub async fn hub_download(hub: State<'_, HubState>, repo: String, commit: String, quant: String) -> AppResult<u32> {
-    let client = hub.hub();
-    let found = blocking({
-        let (repo, commit) = (repo.clone(), commit.clone());
-        move || find_quant(&client, &repo, &commit, &quant)
-    })
-    .await?;
-    hub.enqueue(&repo, &commit, found)
+pub async fn hub_download(state: State<'_, HubState>, repo: String, commit: String, first: String) -> AppResult<u32> {
+    let (commit, quant) = find_quant(&state, &repo, &commit, &first).await?;
+    state.enqueue(&repo, &commit, quant)
 }
 
 #[tauri::command]

@@ -139,8 +139,9 @@ export const api = {
     /** A repo's quants, projectors and README. */
     repo: (repo: string) => commands.hubRepo(repo),
     /** A quant's header facts and fit, read over HTTP ranges. */
-    quantFacts: (repo: string, commit: string, quant: string) => commands.hubQuantFacts(repo, commit, quant),
-    download: (repo: string, commit: string, quant: string) => commands.hubDownload(repo, commit, quant),
+    quantFacts: (repo: string, commit: string, first: string) => commands.hubQuantFacts(repo, commit, first),
+    /** Queues the model whose first file is `first`. */
+    download: (repo: string, commit: string, first: string) => commands.hubDownload(repo, commit, first),
     downloadAct: (id: number, action: DownloadAction) => commands.hubDownloadAct(id, action),
     downloads: () => commands.hubDownloads(),
     tokenGet: () => commands.hubTokenGet(),

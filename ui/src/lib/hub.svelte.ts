@@ -25,7 +25,7 @@ export class HubStore {
   /** The repo whose page is open. */
   repo = $state<HubRepo | null>(null);
   repoLoading = $state<string | null>(null);
-  /** By quant name, for the open repo. */
+  /** By the quant's first file, for the open repo. */
   quantFacts = $state<Record<string, QuantFacts>>({});
   downloads = $state<HubDownload[]>([]);
   token = $state<HubTokenStorage>('none');
@@ -79,7 +79,7 @@ export class HubStore {
       this.repo = repo;
       this.quantFacts = {};
       // Each quant's fit, read from its header: a few range requests each.
-      for (const q of repo.quants) void this.readFacts(repo, q.name);
+      for (const q of repo.quants) void this.readFacts(repo, q.first);
     } catch (e) {
       this.error = messageOf(e);
     } finally {
@@ -92,23 +92,24 @@ export class HubStore {
     this.quantFacts = {};
   }
 
-  private async readFacts(repo: HubRepo, quant: string) {
-    this.quantFacts = { ...this.quantFacts, [quant]: { state: 'reading' } };
+  private async readFacts(repo: HubRepo, first: string) {
+    this.quantFacts = { ...this.quantFacts, [first]: { state: 'reading' } };
     let next: QuantFacts;
     try {
-      next = { state: 'read', facts: await api.hub.quantFacts(repo.summary.id, repo.commit, quant) };
+      next = { state: 'read', facts: await api.hub.quantFacts(repo.summary.id, repo.commit, first) };
     } catch (e) {
       next = { state: 'failed', error: messageOf(e) };
     }
-    if (this.repo?.commit === repo.commit) this.quantFacts = { ...this.quantFacts, [quant]: next };
+    if (this.repo?.commit === repo.commit) this.quantFacts = { ...this.quantFacts, [first]: next };
   }
 
-  async download(quant: string) {
+  /** Downloads the model whose first file is `first`. */
+  async download(first: string) {
     const repo = this.repo;
     if (!repo) return;
     this.error = null;
     try {
-      const id = await api.hub.download(repo.summary.id, repo.commit, quant);
+      const id = await api.hub.download(repo.summary.id, repo.commit, first);
       this.started.add(id);
     } catch (e) {
       this.error = messageOf(e);

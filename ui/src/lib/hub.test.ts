@@ -41,7 +41,7 @@ describe('the download queue', () => {
     mockIPC((cmd) => (cmd === 'hub_download' ? 7 : null));
     const { s, opened } = store();
     s.repo = { summary: { id: 'org/m', downloads: 0, likes: 0, lastModified: null, license: null, gated: false }, commit: 'c', quants: [], projectors: [], readme: null };
-    await s.download('Q4_K_M');
+    await s.download('m-Q4_K_M.gguf');
     s.setDownloads([download({ id: 7, state: 'running' }), download({ id: 8, state: 'done', path: '/x' })]);
     expect(opened).toEqual([]);
     s.setDownloads([download({ id: 7, state: 'done', path: '/m.gguf' })]);

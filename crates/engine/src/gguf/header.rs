@@ -14,9 +14,18 @@ use crate::ggml_type::GgmlType;
 pub(super) struct HeaderReader<'a, R> {
     pub(super) inner: R,
     pub(super) pos: u64,
+    /// The file's size: every tensor must end within it.
     pub(super) len: u64,
+    /// How many bytes `inner` can give (the file's size, or the part of it
+    /// an HTTP response carries): every count must fit in what is left.
+    pub(super) readable: u64,
     pub(super) path: &'a Path,
 }
+
+/// Items made room for ahead of reading them: a count that lies (within
+/// the file's size, but of values far larger in memory) grows the vector as
+/// items really arrive rather than reserving it all first.
+const MAX_PREALLOCATED: usize = 1 << 16;
 
 impl<R: Read> HeaderReader<'_, R> {
     fn corrupt(&self, reason: impl Into<String>) -> EngineError {
@@ -28,13 +37,23 @@ impl<R: Read> HeaderReader<'_, R> {
     }
 
     fn remaining(&self) -> u64 {
-        self.len.saturating_sub(self.pos)
+        self.readable.saturating_sub(self.pos)
+    }
+
+    /// Running out of bytes: the file is truncated, or (where fewer bytes
+    /// were fetched than the file has) its header is longer than fetched.
+    fn ends_early(&self, what: String) -> EngineError {
+        if self.readable < self.len {
+            self.corrupt(format!("its header is longer than the {} bytes read of it ({what})", self.readable))
+        } else {
+            self.truncated(what)
+        }
     }
 
     fn bytes<const N: usize>(&mut self) -> Result<[u8; N]> {
         let mut b = [0u8; N];
         if self.remaining() < N as u64 {
-            return Err(self.truncated(format!("the header ends early, at byte {}", self.len)));
+            return Err(self.ends_early(format!("the header ends early, at byte {}", self.readable)));
         }
         self.inner.read_exact(&mut b).map_err(|source| EngineError::Io { path: self.path.to_path_buf(), source })?;
         self.pos += N as u64;
@@ -54,15 +73,21 @@ impl<R: Read> HeaderReader<'_, R> {
     fn count(&mut self, what: &str, min_bytes: u64) -> Result<usize> {
         let n = self.u64()?;
         if n.saturating_mul(min_bytes.max(1)) > self.remaining() {
-            return Err(self.truncated(format!("{what} count {n} does not fit in the rest of the file")));
+            return Err(self.ends_early(format!("{what} count {n} does not fit in the rest of the file")));
         }
         usize::try_from(n).map_err(|_| self.corrupt(format!("{what} count {n} is too large")))
     }
 
     fn string(&mut self) -> Result<String> {
         let n = self.count("string length", 1)?;
-        let mut b = vec![0u8; n];
-        self.inner.read_exact(&mut b).map_err(|source| EngineError::Io { path: self.path.to_path_buf(), source })?;
+        let mut b = Vec::with_capacity(n.min(MAX_PREALLOCATED));
+        (&mut self.inner)
+            .take(n as u64)
+            .read_to_end(&mut b)
+            .map_err(|source| EngineError::Io { path: self.path.to_path_buf(), source })?;
+        if b.len() < n {
+            return Err(self.ends_early(format!("a string of {n} bytes is cut short")));
+        }
         self.pos += n as u64;
         String::from_utf8(b).map_err(|_| self.corrupt("a string in the header is not UTF-8"))
     }
@@ -94,7 +119,7 @@ impl<R: Read> HeaderReader<'_, R> {
                     _ => 8,
                 };
                 let n = self.count("array", min)?;
-                let mut items = Vec::with_capacity(n);
+                let mut items = Vec::with_capacity(n.min(MAX_PREALLOCATED));
                 for _ in 0..n {
                     items.push(self.value(item, depth + 1)?);
                 }
@@ -118,7 +143,7 @@ impl<R: Read> HeaderReader<'_, R> {
         // A tensor info takes at least 24 bytes; a key-value pair at least 13.
         let n_tensors = self.count("tensor", 24)?;
         let n_kv = self.count("metadata", 13)?;
-        let mut metadata = HashMap::with_capacity(n_kv);
+        let mut metadata = HashMap::with_capacity(n_kv.min(MAX_PREALLOCATED));
         for _ in 0..n_kv {
             let key = self.string()?;
             let ty = self.u32()?;
@@ -130,7 +155,7 @@ impl<R: Read> HeaderReader<'_, R> {
             Some(Value::U32(a)) if a.is_power_of_two() => *a as u64,
             Some(v) => return Err(self.corrupt(format!("general.alignment is {v:?}, not a power of two"))),
         };
-        let mut infos = Vec::with_capacity(n_tensors);
+        let mut infos = Vec::with_capacity(n_tensors.min(MAX_PREALLOCATED));
         for _ in 0..n_tensors {
             let name = self.string()?;
             let n_dims = self.u32()?;

@@ -3,7 +3,11 @@
 /**
  * One model of a repo: a quant, in one or more parts.
  */
-export type HubQuant = { name: string, size: number, 
+export type HubQuant = { 
+/**
+ * Its first file, which names it among the repo's models.
+ */
+first: string, name: string, size: number, 
 /**
  * Its files; more than one for a model split into parts.
  */

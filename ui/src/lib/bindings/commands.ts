@@ -319,10 +319,11 @@ export function endpointsSetKey(id: number, apiKey: string | null, allowPlainTex
 }
 
 /**
- * Queues a quant's download; returns its id in `hub_downloads`.
+ * Queues the download of the model whose first file is `first`; returns
+ * its id in `hub_downloads`.
  */
-export function hubDownload(repo: string, commit: string, quant: string): Promise<number> {
-  return invoke('hub_download', { repo, commit, quant });
+export function hubDownload(repo: string, commit: string, first: string): Promise<number> {
+  return invoke('hub_download', { repo, commit, first });
 }
 
 export function hubDownloadAct(id: number, action: DownloadAction): Promise<void> {
@@ -340,8 +341,8 @@ export function hubDownloads(): Promise<HubDownload[]> {
  * Reads a quant's header over HTTP (one range request per part) and says
  * whether it fits.
  */
-export function hubQuantFacts(repo: string, commit: string, quant: string): Promise<HubQuantFacts> {
-  return invoke('hub_quant_facts', { repo, commit, quant });
+export function hubQuantFacts(repo: string, commit: string, first: string): Promise<HubQuantFacts> {
+  return invoke('hub_quant_facts', { repo, commit, first });
 }
 
 export function hubRepo(repo: string): Promise<HubRepo> {
