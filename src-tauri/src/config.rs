@@ -42,6 +42,9 @@ pub struct AppConfig {
     /// `USERPROFILE`), with the variables that move them (`OLLAMA_MODELS`,
     /// `LLAMA_CACHE`, `LOCALAPPDATA`, `APPDATA`).
     pub other_apps: OtherApps,
+    /// The nice value the webview's processes are lowered to once the page
+    /// has loaded (`HEARTH_WEBVIEW_NICE`, 0 to 19; 0 leaves them alone).
+    pub webview_nice: i32,
     /// The worker's: a device over the app setting (`HEARTH_DEVICE`), the
     /// disk reserve (`HEARTH_DISK_RESERVE_MB`) and the test hooks
     /// (`HEARTH_TEST_PANIC`, `HEARTH_TEST_APPEND_PAUSE_MS`). Its caches
@@ -71,6 +74,10 @@ impl AppConfig {
             model_url: text("HEARTH_MODEL_URL"),
             threads: text("HEARTH_THREADS").and_then(|v| v.parse().ok()).filter(|&n: &usize| n > 0),
             isa: text("HEARTH_ISA").and_then(|v| hearth_engine::cpu::isa::Isa::parse(&v)),
+            webview_nice: text("HEARTH_WEBVIEW_NICE")
+                .and_then(|v| v.parse::<i32>().ok())
+                .filter(|n| (0..=19).contains(n))
+                .unwrap_or(hearth_worker::priority::WEBVIEW_NICE),
             hub_endpoint: text("HF_ENDPOINT").unwrap_or_else(|| hearth_hub::DEFAULT_ENDPOINT.to_string()),
             hub_token: text("HF_TOKEN"),
             hf_cache: hf_cache(&vars),

@@ -144,13 +144,14 @@ pub fn builder<R: Runtime>(builder: tauri::Builder<R>, config: AppConfig) -> tau
             startup::start(app.handle());
             Ok(())
         })
-        .on_page_load(|_, payload| {
-            if payload.event() == tauri::webview::PageLoadEvent::Finished {
+        .on_page_load(|webview, payload| {
+            let nice = webview.app_handle().state::<AppConfig>().webview_nice;
+            if payload.event() == tauri::webview::PageLoadEvent::Finished && nice > 0 {
                 // Again a little later, for helper processes started after the load.
-                std::thread::spawn(|| {
-                    priority::lower_webview();
+                std::thread::spawn(move || {
+                    priority::lower_webview(nice);
                     std::thread::sleep(std::time::Duration::from_secs(3));
-                    priority::lower_webview();
+                    priority::lower_webview(nice);
                 });
             }
         })

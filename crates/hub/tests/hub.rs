@@ -540,3 +540,57 @@ fn models_in_other_apps_folders_are_found_in_place_under_their_names() {
     assert_eq!(notes.unusable.as_deref(), Some("not a GGUF file"));
     assert_eq!(found.len(), 6, "{found:#?}");
 }
+
+/// A disk that fills while a file downloads: the download stops with a
+/// disk-full error, nothing is opened half-written, and once there is room
+/// again it resumes. A small tmpfs is the disk (mounting needs root, as the
+/// CI machines are; elsewhere this test says it cannot run and passes).
+#[test]
+fn a_disk_that_fills_mid_download_says_so_and_resumes_later() {
+    let mount = tempfile::tempdir().unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=24m", "tmpfs"])
+        .arg(mount.path())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    }
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(mount.path());
+    let server = start();
+    let hub = Hub::new(&server.hub, None);
+    let repo = hub.repo("test-org/tiny-GGUF", None).unwrap();
+    let (quants, _) = group_quants(&repo.files);
+    let files = &quants[0].files;
+    assert!(files[0].size > 8 << 20 && files[0].size < 20 << 20, "{}", files[0].size);
+    let cache = HfCache::new(mount.path().join("hf"));
+    let filler = mount.path().join("filler");
+    let wanted = ToFetch { repo_id: "test-org/tiny-GGUF", commit: &repo.commit, files };
+    let options = FetchOptions { disk_reserve: 0, ..small_chunks() };
+    server.fault(json!({"kind": "slow", "rate": 4_000_000, "times": 1000}));
+    let mut filled = false;
+    let err = hub
+        .download(&cache, wanted, options, &Control::default(), |p| {
+            // Another program takes the rest of the disk part-way.
+            if !filled && p.downloaded > 2 << 20 {
+                filled = true;
+                let _ = std::fs::write(&filler, vec![1u8; 24 << 20]);
+            }
+        })
+        .unwrap_err();
+    assert!(matches!(err, HubError::DiskFull { .. }), "{err}");
+    assert!(err.to_string().contains("tiny-Q8_0.gguf"), "{err}");
+    let snapshot = cache.snapshot_path("test-org/tiny-GGUF", &repo.commit, &files[0].path);
+    assert!(!snapshot.exists(), "nothing half-written is there to open");
+    std::fs::remove_file(&filler).unwrap();
+    server.clear();
+    let paths = hub.download(&cache, wanted, options, &Control::default(), |_| {}).unwrap();
+    assert_eq!(std::fs::read(&paths[0]).unwrap(), server.source("test-org/tiny-GGUF/tiny-Q8_0.gguf"));
+}

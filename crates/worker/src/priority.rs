@@ -24,11 +24,15 @@ pub fn lower_this_thread() {
     }
 }
 
-/// Lowers every thread of this process's child processes to `NICE`
-/// (a thread already at `NICE` or below is left alone). Threads started
-/// later inherit the value from the thread that starts them.
+/// The nice value the webview's processes run at unless the app is told
+/// otherwise (`HEARTH_WEBVIEW_NICE`).
+pub const WEBVIEW_NICE: i32 = NICE;
+
+/// Lowers every thread of this process's child processes to `nice`
+/// (a thread already there or below is left alone). Threads started later
+/// inherit the value from the thread that starts them.
 #[cfg(target_os = "linux")]
-pub fn lower_webview() {
+pub fn lower_webview(nice: i32) {
     let me = std::process::id();
     let Ok(procs) = std::fs::read_dir("/proc") else { return };
     for entry in procs.flatten() {
@@ -44,8 +48,8 @@ pub fn lower_webview() {
             unsafe {
                 *libc::__errno_location() = 0;
                 let current = libc::getpriority(libc::PRIO_PROCESS, tid);
-                if *libc::__errno_location() == 0 && current < NICE {
-                    libc::setpriority(libc::PRIO_PROCESS, tid, NICE);
+                if *libc::__errno_location() == 0 && current < nice {
+                    libc::setpriority(libc::PRIO_PROCESS, tid, nice);
                 }
             }
         }
@@ -53,7 +57,7 @@ pub fn lower_webview() {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn lower_webview() {}
+pub fn lower_webview(_nice: i32) {}
 
 /// The parent process id, from `/proc/<pid>/stat` (whose second field, the
 /// name, may itself hold spaces and parentheses).
@@ -74,7 +78,7 @@ mod tests {
         let own_before = nice(std::process::id());
         let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         assert_eq!(parent_of(child.id()), Some(std::process::id()));
-        lower_webview();
+        lower_webview(NICE);
         let child_nice = nice(child.id());
         child.kill().unwrap();
         child.wait().unwrap();
