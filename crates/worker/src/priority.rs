@@ -1,17 +1,18 @@
-//! Work other than the model's runs below it in CPU priority: the webview's
-//! rendering, and background jobs such as hashing the model file.
+//! Background work runs below the model in CPU priority (hashing the model
+//! file, and the like); the webview can be lowered too.
 //!
-//! On a machine with few cores, a streaming reply's rendering competes with
-//! the model's threads for the same cores, and each frame the webview paints
-//! is time the model does not get: under Xvfb, a 2-core machine streamed at
-//! 0.7x the engine's speed. A frame painted a little late is not seen; a
-//! slower model is. So once the page has loaded, the webview's helper
-//! processes (WebKitGTK's web and network processes, children of this one)
-//! are lowered to `NICE`: when the model is idle they get the cores as
-//! before, and while it runs they get a smaller share, which is still
-//! plenty for typing and scrolling.
+//! The webview's helper processes (WebKitGTK's web and network processes,
+//! children of this one) stay at the app's priority unless the app is told
+//! otherwise (`lower_webview`, `HEARTH_WEBVIEW_NICE`). Lowered to nice 10, a
+//! streaming reply on a 2-core machine gained about 5% (app at 0.92x the
+//! CLI's speed against 0.87x, within the runs' spread), but beside two busy
+//! programs the page got a tenth of a core: a long thread took 4-6 s to
+//! open instead of 0.7 s, and Stop took 25 s instead of 4 (BENCHMARKS.md,
+//! "The app under foreign load"). A page that freezes costs more than 5%.
+//! (Before the page painted the open block at most every 100 ms, lowering
+//! it was worth 0.7x to 1x; it is not any more.)
 
-/// The nice value the webview's processes and background threads run at.
+/// The nice value background threads run at.
 pub const NICE: i32 = 10;
 
 /// Lowers the calling thread to `NICE`; threads it starts inherit that.
@@ -25,8 +26,8 @@ pub fn lower_this_thread() {
 }
 
 /// The nice value the webview's processes run at unless the app is told
-/// otherwise (`HEARTH_WEBVIEW_NICE`).
-pub const WEBVIEW_NICE: i32 = NICE;
+/// otherwise (`HEARTH_WEBVIEW_NICE`): the app's own.
+pub const WEBVIEW_NICE: i32 = 0;
 
 /// Lowers every thread of this process's child processes to `nice`
 /// (a thread already there or below is left alone). Threads started later
