@@ -24,6 +24,11 @@ use crate::cache::HfCache;
 use crate::error::{io, HubError, Result};
 use crate::http::check;
 
+mod part_file;
+
+pub use part_file::discard_partial;
+use part_file::{remove_partial, rename_retrying, with_suffix, PartState};
+
 /// What a download fetches: files of a repo at a commit (a model's parts
 /// in order, so the first path returned opens it).
 #[derive(Debug, Clone, Copy)]
@@ -480,74 +485,6 @@ impl Shared {
     }
 }
 
-/// Which chunks of a part file are whole, kept beside it as JSON.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct PartState {
-    size: u64,
-    chunk: u64,
-    done: Vec<bool>,
-}
-
-impl PartState {
-    fn path(blob: &Path) -> PathBuf {
-        with_suffix(blob, ".hearth-part.json")
-    }
-
-    fn load(blob: &Path, size: u64) -> Option<Self> {
-        let text = std::fs::read_to_string(Self::path(blob)).ok()?;
-        let state: Self = serde_json::from_str(&text).ok()?;
-        let chunks = size.div_ceil(state.chunk.max(1)) as usize;
-        let part_len = std::fs::metadata(with_suffix(blob, ".hearth-part")).ok()?.len();
-        (state.size == size && state.done.len() == chunks && part_len == size).then_some(state)
-    }
-
-    fn load_or_new(blob: &Path, size: u64, chunk: u64) -> Result<Self> {
-        if let Some(state) = Self::load(blob, size) {
-            return Ok(state);
-        }
-        remove_partial(blob);
-        let state = Self { size, chunk, done: vec![false; size.div_ceil(chunk) as usize] };
-        state.save(blob)?;
-        Ok(state)
-    }
-
-    /// Bytes of `blob` fetched by an earlier try, if one left a part file.
-    fn fetched(blob: &Path, size: u64) -> Option<u64> {
-        Self::load(blob, size).map(|s| s.bytes_done())
-    }
-
-    fn bytes_done(&self) -> u64 {
-        (0..self.done.len())
-            .filter(|&i| self.done[i])
-            .map(|i| (i as u64 * self.chunk + self.chunk).min(self.size) - i as u64 * self.chunk)
-            .sum()
-    }
-
-    fn save(&self, blob: &Path) -> Result<()> {
-        let path = Self::path(blob);
-        let tmp = with_suffix(&path, ".tmp");
-        std::fs::write(&tmp, serde_json::to_vec(self).unwrap_or_default()).map_err(io(&tmp))?;
-        std::fs::rename(&tmp, &path).map_err(io(&path))
-    }
-}
-
-/// Deletes what a paused or failed download of `files` left (their part
-/// files and states); whole blobs stay. A part another download holds is
-/// left to it.
-pub fn discard_partial(cache: &HfCache, repo_id: &str, files: &[RepoFile]) {
-    if check_repo_id(repo_id).is_err() {
-        return;
-    }
-    for sha256 in files.iter().filter_map(|f| f.sha256.as_deref()) {
-        let blob = cache.blob_path(repo_id, sha256);
-        let held = File::open(with_suffix(&blob, ".hearth-part"))
-            .is_ok_and(|f| matches!(f.try_lock(), Err(std::fs::TryLockError::WouldBlock)));
-        if !held {
-            remove_partial(&blob);
-        }
-    }
-}
-
 /// Counts a connection out when it ends, however it ends.
 struct CountDown<'a>(&'a AtomicUsize);
 
@@ -555,33 +492,6 @@ impl Drop for CountDown<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
-}
-
-/// Moves the checked part file to its blob. On Windows another program
-/// (an antivirus, the indexer) may hold a new file for a moment: try again.
-fn rename_retrying(part: &Path, blob: &Path) -> Result<()> {
-    let mut tries = 0;
-    loop {
-        match std::fs::rename(part, blob) {
-            Ok(()) => return Ok(()),
-            Err(e) if tries < 5 && e.kind() == std::io::ErrorKind::PermissionDenied => {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(200 * tries));
-            }
-            Err(e) => return Err(HubError::Io { path: blob.to_path_buf(), source: e }),
-        }
-    }
-}
-
-fn remove_partial(blob: &Path) {
-    let _ = std::fs::remove_file(with_suffix(blob, ".hearth-part"));
-    let _ = std::fs::remove_file(PartState::path(blob));
-}
-
-fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(suffix);
-    PathBuf::from(name)
 }
 
 fn sha256_of(path: &Path, control: &Control) -> Result<String> {
