@@ -119,13 +119,7 @@ impl Hub {
         while let Some(url) = next.take() {
             let reply = check(self.client.send(false, &url, None)?, &what)?;
             next = reply.header("link").and_then(|l| next_link(&l));
-            let text = reply
-                .response
-                .into_body()
-                .with_config()
-                .limit(64 << 20)
-                .read_to_string()
-                .map_err(|e| HubError::Network { url: url.clone(), reason: e.to_string() })?;
+            let text = reply.text(64 << 20)?;
             let page: Vec<Value> = serde_json::from_str(&text)
                 .map_err(|e| HubError::BadAnswer { url: url.clone(), reason: e.to_string() })?;
             for entry in page {
@@ -168,14 +162,7 @@ impl Hub {
             return Ok(None);
         }
         let reply = check(reply, &format!("README of {repo_id}"))?;
-        let text = reply
-            .response
-            .into_body()
-            .with_config()
-            .limit(1 << 20)
-            .read_to_string()
-            .map_err(|e| HubError::Network { url, reason: e.to_string() })?;
-        Ok(Some(text))
+        Ok(Some(reply.text(1 << 20)?))
     }
 
     /// Where file `path` of `repo_id` at `commit` is downloaded from.

@@ -34,6 +34,17 @@ impl Reply {
         self.response.status().as_u16()
     }
 
+    /// The body as text, at most `limit` bytes of it.
+    pub fn text(self, limit: u64) -> Result<String> {
+        let url = self.url;
+        self.response
+            .into_body()
+            .with_config()
+            .limit(limit)
+            .read_to_string()
+            .map_err(|e| HubError::Network { url, reason: e.to_string() })
+    }
+
     /// Header `name` of the last response alone (what the body is).
     pub fn final_header(&self, name: &str) -> Option<String> {
         self.response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
@@ -102,13 +113,7 @@ impl Client {
     pub fn json<T: serde::de::DeserializeOwned>(&self, url: &str, what: &str) -> Result<T> {
         let reply = self.send(false, url, None)?;
         let reply = check(reply, what)?;
-        let text = reply
-            .response
-            .into_body()
-            .with_config()
-            .limit(64 << 20)
-            .read_to_string()
-            .map_err(|e| HubError::Network { url: url.to_string(), reason: e.to_string() })?;
+        let text = reply.text(64 << 20)?;
         serde_json::from_str(&text).map_err(|e| HubError::BadAnswer { url: url.to_string(), reason: e.to_string() })
     }
 }
