@@ -80,7 +80,11 @@ impl AppConfig {
                 .unwrap_or(hearth_worker::priority::WEBVIEW_NICE),
             hub_endpoint: text("HF_ENDPOINT").unwrap_or_else(|| hearth_hub::DEFAULT_ENDPOINT.to_string()),
             hub_token: text("HF_TOKEN"),
-            hf_cache: hf_cache(&vars),
+            hf_cache: {
+                let home =
+                    vars("HOME").or_else(|| vars("USERPROFILE")).map_or_else(|| PathBuf::from("."), PathBuf::from);
+                hearth_hub::hf_cache_dir(&home, |k| vars(k).map(PathBuf::from))
+            },
             other_apps: OtherApps::from_vars(&vars),
             worker: WorkerConfig {
                 caches_dir: None,
@@ -171,16 +175,4 @@ impl OtherApps {
             .collect();
         Self { home, vars }
     }
-}
-
-/// Where `huggingface_hub` keeps its cache, found as it finds it.
-fn hf_cache(vars: &impl Fn(&str) -> Option<OsString>) -> PathBuf {
-    if let Some(dir) = vars("HF_HUB_CACHE").filter(|v| !v.is_empty()) {
-        return PathBuf::from(dir);
-    }
-    if let Some(home) = vars("HF_HOME").filter(|v| !v.is_empty()) {
-        return PathBuf::from(home).join("hub");
-    }
-    let home = vars("HOME").or_else(|| vars("USERPROFILE")).map_or_else(|| PathBuf::from("."), PathBuf::from);
-    home.join(".cache").join("huggingface").join("hub")
 }

@@ -92,8 +92,8 @@ describe('get models from the Hub', () => {
     assert.match(await (await d.find('[data-testid=hub-readme]')).text(), /A small model/);
     assert.equal(await d.execute('return window.__hacked ?? null'), null);
 
-    // 8 MB/s: long enough to pause mid-way.
-    await fault({ kind: 'slow', rate: 8000000, times: 1000 });
+    // 1 MB/s a connection (four 32 MiB chunks): ~25 s, so Pause always finds it running.
+    await fault({ kind: 'slow', rate: 1000000, times: 1000 });
     await (await d.find(`${q4} [data-testid=hub-quant-download]`)).click();
     const row = '[data-testid=hub-download]';
     await d.waitFor(async () => (await (await d.find(row)).attr('data-state')) === 'running', 'the download to start');

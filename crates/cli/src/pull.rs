@@ -5,11 +5,12 @@
 //! offline; `pull` always asks the Hub.
 
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use hearth_hub::{
-    group_quants, snapshots_main_first, Control, DownloadProgress, FetchOptions, HfCache, Hub, Quant, RepoFile, ToFetch,
+    group_quants, snapshot_files, snapshots_main_first, Control, DownloadProgress, FetchOptions, HfCache, Hub, Quant,
+    ToFetch,
 };
 
 use crate::CliResult;
@@ -32,16 +33,10 @@ fn hub() -> Hub {
     Hub::new(&endpoint, std::env::var("HF_TOKEN").ok())
 }
 
-/// `HF_HUB_CACHE`, else `HF_HOME/hub`, else `~/.cache/huggingface/hub`, as `huggingface_hub` finds it.
+/// The Hugging Face cache, where `huggingface_hub` finds it.
 pub(crate) fn hf_cache() -> HfCache {
-    if let Some(dir) = std::env::var_os("HF_HUB_CACHE") {
-        return HfCache::new(dir);
-    }
-    if let Some(home) = std::env::var_os("HF_HOME") {
-        return HfCache::new(Path::new(&home).join("hub"));
-    }
     let home = directories::BaseDirs::new().map_or_else(|| PathBuf::from("."), |d| d.home_dir().to_path_buf());
-    HfCache::new(home.join(".cache").join("huggingface").join("hub"))
+    HfCache::new(hearth_hub::hf_cache_dir(&home, |k| std::env::var_os(k).map(PathBuf::from)))
 }
 
 /// The quant a user asked for, else `Q4_K_M`, else the smallest; an
@@ -74,26 +69,10 @@ pub(crate) fn resolve(spec: &str) -> CliResult<PathBuf> {
 /// older one; a split model only with every part there.
 fn cached(cache: &HfCache, repo: &str, quant: Option<&str>) -> Option<PathBuf> {
     snapshots_main_first(&cache.repo_dir(repo)).into_iter().find_map(|snapshot| {
-        let mut files = Vec::new();
-        list(&snapshot, "", &mut files);
-        let (quants, _) = group_quants(&files);
+        let (quants, _) = group_quants(&snapshot_files(&snapshot));
         let quant = pick(&quants, quant, repo).ok()?;
         Some(snapshot.join(quant.first()))
     })
-}
-
-fn list(dir: &Path, prefix: &str, out: &mut Vec<RepoFile>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().to_string();
-        let path = if prefix.is_empty() { name.clone() } else { format!("{prefix}/{name}") };
-        // Follows the snapshot's links to their blobs.
-        match std::fs::metadata(entry.path()) {
-            Ok(m) if m.is_dir() => list(&entry.path(), &path, out),
-            Ok(m) => out.push(RepoFile { path, size: m.len(), sha256: None }),
-            Err(_) => {}
-        }
-    }
 }
 
 /// Fetches `spec` (every part, into the cache) and returns the path that opens it.
@@ -180,7 +159,7 @@ mod tests {
         assert_eq!(parse_spec("org/name"), ("org/name", None));
         let quant = |name: &str, size| Quant {
             name: name.into(),
-            files: vec![RepoFile { path: format!("m-{name}.gguf"), size, sha256: None }],
+            files: vec![hearth_hub::RepoFile { path: format!("m-{name}.gguf"), size, sha256: None }],
             size,
         };
         let quants = [quant("Q2_K", 1), quant("Q4_K_M", 2), quant("Q8_0", 3)];

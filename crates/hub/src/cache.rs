@@ -19,6 +19,16 @@ pub fn repo_folder(repo_id: &str) -> String {
     format!("models--{}", repo_id.replace('/', "--"))
 }
 
+/// Where `huggingface_hub` keeps its cache, found as it finds it:
+/// `HF_HUB_CACHE`, else `HF_HOME/hub`, else `~/.cache/huggingface/hub`
+/// under `home`. `var` reads the environment (an empty value is unset).
+pub fn hf_cache_dir(home: &Path, var: impl Fn(&str) -> Option<PathBuf>) -> PathBuf {
+    let var = |k: &str| var(k).filter(|v| !v.as_os_str().is_empty());
+    var("HF_HUB_CACHE")
+        .or_else(|| var("HF_HOME").map(|h| h.join("hub")))
+        .unwrap_or_else(|| home.join(".cache").join("huggingface").join("hub"))
+}
+
 /// A Hugging Face cache folder (`HF_HUB_CACHE`, `~/.cache/huggingface/hub`).
 #[derive(Debug, Clone)]
 pub struct HfCache {

@@ -21,10 +21,10 @@ mod quants;
 mod remote_facts;
 
 pub use api::{Hub, RepoDetails, RepoFile, RepoSummary, SearchSort};
-pub use cache::{repo_folder, HfCache};
+pub use cache::{hf_cache_dir, repo_folder, HfCache};
 pub use error::{HubError, Result};
 pub use fetch::{discard_partial, Control, DownloadProgress, FetchOptions, ToFetch};
-pub use on_disk::{default_places, scan, snapshots_main_first, FoundIn, FoundModel};
+pub use on_disk::{default_places, scan, snapshot_files, snapshots_main_first, FoundIn, FoundModel};
 pub use quants::{group_quants, Quant};
 pub use remote_facts::Fit;
 

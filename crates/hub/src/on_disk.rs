@@ -49,10 +49,7 @@ pub fn default_places(home: &Path, var: impl Fn(&str) -> Option<PathBuf>) -> Vec
         (FoundIn::Ollama, var("OLLAMA_MODELS").unwrap_or_else(|| home.join(".ollama").join("models"))),
         (FoundIn::Jan, home.join("jan").join("models")),
     ];
-    let hf = var("HF_HUB_CACHE")
-        .or_else(|| var("HF_HOME").map(|h| h.join("hub")))
-        .unwrap_or_else(|| home.join(".cache").join("huggingface").join("hub"));
-    places.push((FoundIn::HuggingFace, hf));
+    places.push((FoundIn::HuggingFace, crate::hf_cache_dir(home, &var)));
     let llama = var("LLAMA_CACHE");
     if cfg!(target_os = "macos") {
         places.push((FoundIn::LlamaCpp, llama.unwrap_or_else(|| home.join("Library/Caches/llama.cpp"))));
@@ -256,6 +253,20 @@ fn ollama(root: &Path) -> Vec<(String, PathBuf)> {
     out
 }
 
+/// Every file of a snapshot folder, by its path in the repo, with its size
+/// (through the snapshot's links to their blobs).
+pub fn snapshot_files(snapshot: &Path) -> Vec<crate::RepoFile> {
+    let mut files = Vec::new();
+    walk(snapshot, 0, &mut |path| {
+        if let Some(meta) = std::fs::metadata(path).ok().filter(|m| m.is_file()) {
+            let rel = path.strip_prefix(snapshot).unwrap_or(path).to_string_lossy().replace('\\', "/");
+            files.push(crate::RepoFile { path: rel, size: meta.len(), sha256: None });
+        }
+        true
+    });
+    files
+}
+
 /// The snapshots of repo folder `repo` in a Hugging Face cache, the one
 /// `refs/main` names first (older commits may hold quants `main` lacks).
 pub fn snapshots_main_first(repo: &Path) -> Vec<PathBuf> {
@@ -283,15 +294,7 @@ fn hf_cache(root: &Path) -> Vec<(String, PathBuf)> {
         let commits = snapshots_main_first(&repo);
         let mut named = HashSet::new();
         for snapshot in commits {
-            let mut files = Vec::new();
-            walk(&snapshot, 0, &mut |path| {
-                if path.is_file() && is_first_gguf(path) {
-                    let rel = path.strip_prefix(&snapshot).unwrap_or(path).to_string_lossy().replace('\\', "/");
-                    files.push(crate::RepoFile { path: rel, size: 0, sha256: None });
-                }
-                true
-            });
-            for file in files {
+            for file in snapshot_files(&snapshot).into_iter().filter(|f| is_first_gguf(Path::new(&f.path))) {
                 let name = format!("{repo_id}:{}", crate::quants::quant_of(&file.path));
                 // An older commit's copy of a quant `main` also has is not listed twice.
                 if named.insert(name.clone()) {

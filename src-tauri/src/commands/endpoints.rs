@@ -2,6 +2,7 @@
 //! URL or key is refused before anything is kept), its models, removing
 //! it, and which model a conversation runs on.
 
+use super::blocking;
 use hearth_store::{Backend, Endpoint};
 use serde::Serialize;
 use tauri::State;
@@ -21,12 +22,6 @@ pub struct AddedEndpoint {
 
 fn remote_error(e: hearth_remote::RemoteError) -> AppError {
     AppError::new(ErrorKind::Remote, e.to_string())
-}
-
-/// Runs `f` on a blocking thread: network calls and keychain calls (which
-/// can wait on an unlock prompt) never hold up the async runtime.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> AppResult<T> + Send + 'static) -> AppResult<T> {
-    tauri::async_runtime::spawn_blocking(f).await.map_err(|e| AppError::new(ErrorKind::Internal, e.to_string()))?
 }
 
 /// The endpoint's models.

@@ -8,16 +8,12 @@ use serde::{Deserialize, Serialize};
 use tauri::State;
 use ts_rs::TS;
 
+use super::blocking;
 use super::models::LibraryFacts;
 use crate::config::AppConfig;
 use crate::error::{AppError, AppResult, ErrorKind};
 use crate::hub::{hub_error, DownloadAction, HubDownload, HubState, HubTokenStorage};
 use crate::state::AppState;
-
-/// Runs `f` on a blocking thread: the Hub is a network call.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> AppResult<T> + Send + 'static) -> AppResult<T> {
-    tauri::async_runtime::spawn_blocking(f).await.map_err(|e| AppError::new(ErrorKind::Internal, e.to_string()))?
-}
 
 /// How search results are ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, TS)]

@@ -12,6 +12,16 @@ pub mod models;
 pub mod server;
 pub mod settings;
 
+/// Runs `f` on a blocking thread: network calls and keychain calls (which
+/// can wait on an unlock prompt) never hold up the async runtime.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> crate::error::AppResult<T> + Send + 'static,
+) -> crate::error::AppResult<T> {
+    tauri::async_runtime::spawn_blocking(f)
+        .await
+        .map_err(|e| crate::error::AppError::new(crate::error::ErrorKind::Internal, e.to_string()))?
+}
+
 /// The handler that routes every command.
 pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + Send + Sync + 'static {
     tauri::generate_handler![
