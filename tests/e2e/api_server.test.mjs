@@ -55,6 +55,8 @@ describe('local API server', () => {
     // A chat streams a long reply; an API request is answered meanwhile.
     await newChat(d);
     await setSetting(d, 'maxNewTokens', 1500);
+    // A seed whose story runs to the limit on every ISA: still streaming when the API answers.
+    await setSetting(d, 'seed', 3);
     await send(d, 'Write a very long story about a lighthouse keeper.');
     await d.waitFor(async () => (await (await lastReply(d)).attr('data-status')) === 'streaming', 'the chat to stream');
     const answer = await (await chat(url, key, {})).json();

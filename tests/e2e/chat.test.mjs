@@ -53,6 +53,8 @@ describe('Hearth end to end', () => {
     chats.b = await newChat(d);
     assert.notEqual(chats.a, chats.b);
     await setSetting(d, 'maxNewTokens', 1500);
+    // A seed whose story runs to the limit on every ISA, so Esc always finds it streaming.
+    await setSetting(d, 'seed', 3);
     await send(d, 'Write a very long story about a dragon who learns to bake bread.');
     // Tokens arrive while the reply is still streaming.
     const seen = [];
@@ -483,11 +485,18 @@ describe('Hearth end to end', () => {
   it('a reply cut off by SIGKILL comes back as interrupted, with everything before it', async () => {
     const id = await newChat(d);
     await setSetting(d, 'maxNewTokens', 1500);
+    // The seed whose story runs to the limit on every ISA (with a random one,
+    // a story may end before the 200 characters this test waits for).
+    await setSetting(d, 'seed', 3);
     await send(d, 'Tell me a long story about a lighthouse keeper.');
     let streamed = '';
     await d.waitFor(async () => {
-      streamed = await (await (await lastReply(d)).$('[data-testid=message-body]')).text();
-      return streamed.length > 200;
+      const reply = await lastReply(d);
+      streamed = await (await reply.$('[data-testid=message-body]')).text();
+      if (streamed.length > 200) return true;
+      const status = await reply.attr('data-status');
+      if (status !== 'streaming') throw new Error(`the reply is ${status} after ${streamed.length} characters: ${streamed}`);
+      return false;
     }, 'a good part of the reply', 60000, 50);
     // The reply is flushed at least every 250 ms.
     await sleep(700);
