@@ -216,6 +216,17 @@ class Api(unittest.TestCase):
             finish = chunk.choices[0].finish_reason or finish
         self.assertEqual((names, finish), (["get_weather"], "tool_calls"))
 
+    def test_identical_requests_reuse_one_cache(self):
+        # A short prompt (under the 64 tokens a shared beginning needs to be
+        # cloned): each repeat still reads all of it but its last token from
+        # the cache the one before left.
+        first = ask("Say hello.", max_tokens=8)
+        for _ in range(5):
+            again = ask("Say hello.", max_tokens=8)
+            self.assertEqual(again.usage.prompt_tokens, first.usage.prompt_tokens)
+            self.assertGreaterEqual(again.usage.prompt_tokens_details.cached_tokens, first.usage.prompt_tokens - 1)
+            self.assertEqual(again.choices[0].message.content, first.choices[0].message.content)
+
     def test_an_oversized_body_is_413(self):
         body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * (9 << 20)}]}).encode()
         status, answer = raw("/chat/completions", body)

@@ -51,6 +51,26 @@ impl ApiError {
         }
     }
 
+    /// Anthropic's error shape, for the Messages API.
+    pub fn anthropic_body(&self) -> Value {
+        let kind = match self.status.as_u16() {
+            400 | 422 => "invalid_request_error",
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 => "overloaded_error",
+            _ => "api_error",
+        };
+        json!({"type": "error", "error": {"type": kind, "message": self.message}})
+    }
+
+    /// This error as the Messages API answers it.
+    pub fn anthropic(self) -> Response {
+        (self.status, axum::Json(self.anthropic_body())).into_response()
+    }
+
     /// The body, as the last event of a stream that already began.
     pub fn body(&self) -> Value {
         json!({"error": {"message": self.message, "type": self.kind(), "param": self.param, "code": self.code}})

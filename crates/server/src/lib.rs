@@ -9,28 +9,29 @@
 //! does (`usage.prompt_tokens_details.cached_tokens` says how much). A
 //! client that disconnects cancels its job, which stops within one step.
 
+mod choice;
 mod error;
+mod messages;
 mod request;
 mod response;
+mod responses;
+mod run;
 
-use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Request as HttpRequest, State};
+use axum::extract::{Path, Request as HttpRequest, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use hearth_worker::events::{GenerationEvent, ModelStatus};
-use hearth_worker::{CompiledGrammar, ReplyJob, Request, Worker};
+use hearth_worker::events::ModelStatus;
+use hearth_worker::Worker;
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 pub use error::ApiError;
 pub use request::Generation;
@@ -105,6 +106,8 @@ struct Api {
     port: Option<u16>,
     /// Cancelled when the server stops: every request's job is its child.
     shutdown: hearth_worker::CancellationToken,
+    /// Responses kept for `previous_response_id`.
+    responses: Arc<Mutex<responses::ResponseStore>>,
 }
 
 /// The API's routes over `worker`, for a server on `port` (`None`: any
@@ -115,17 +118,22 @@ pub fn router(
     port: Option<u16>,
     shutdown: hearth_worker::CancellationToken,
 ) -> Router {
-    let api = Arc::new(Api { worker, api_key: api_key.filter(|k| !k.is_empty()), port, shutdown });
+    let responses = Arc::new(Mutex::new(responses::ResponseStore::new(responses::MAX_STORED, responses::STORED_FOR)));
+    let api = Arc::new(Api { worker, api_key: api_key.filter(|k| !k.is_empty()), port, shutdown, responses });
     Router::new()
         .route("/health", get(health))
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
+        .route("/v1/responses", post(create_response))
+        .route("/v1/responses/{id}", get(get_response).delete(delete_response))
+        .route("/v1/messages", post(messages))
+        .route("/v1/messages/count_tokens", post(count_tokens))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
                 "not_found",
-                "no such endpoint; Hearth serves /v1/models, /v1/chat/completions and /v1/completions",
+                "no such endpoint; Hearth serves /v1/models, /v1/chat/completions, /v1/completions, /v1/responses and /v1/messages",
             )
         })
         .layer(middleware::from_fn_with_state(api.clone(), authorize))
@@ -139,6 +147,15 @@ pub fn router(
 /// drive the model (a plain form POST needs no CORS preflight), and with
 /// DNS rebinding read its answers.
 async fn authorize(State(api): State<Arc<Api>>, request: HttpRequest, next: Next) -> Response {
+    let anthropic = request.uri().path().starts_with("/v1/messages");
+    match check(&api, &request) {
+        Ok(()) => next.run(request).await,
+        Err(e) if anthropic => e.anthropic(),
+        Err(e) => e.into_response(),
+    }
+}
+
+fn check(api: &Api, request: &HttpRequest) -> Result<(), ApiError> {
     if let Some(port) = api.port {
         let local = |value: Option<&str>, scheme: &str| {
             value.is_none_or(|v| {
@@ -149,39 +166,40 @@ async fn authorize(State(api): State<Arc<Api>>, request: HttpRequest, next: Next
         };
         let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok());
         if host.is_none() || !local(host, "") {
-            return ApiError::new(
+            return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "forbidden_host",
                 format!("this server answers only requests to 127.0.0.1:{port} or localhost:{port}"),
-            )
-            .into_response();
+            ));
         }
         let origin = request.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok());
         if !local(origin, "http://") {
-            return ApiError::new(
+            return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "forbidden_origin",
                 "requests from web pages of other origins are refused",
-            )
-            .into_response();
+            ));
         }
     }
     if let Some(key) = api.api_key.as_ref().filter(|_| request.uri().path() != "/health") {
-        let given = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+        let header = |name| request.headers().get(name).and_then(|v: &header::HeaderValue| v.to_str().ok());
+        // `Authorization: Bearer KEY` (the scheme in any case, RFC 7235), or
+        // Anthropic's `x-api-key: KEY`.
+        let bearer = header(header::AUTHORIZATION.as_str()).and_then(|v| {
+            let (scheme, token) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then_some(token)
+        });
+        let given = bearer.or(header("x-api-key"));
         if !given.is_some_and(|g| same_secret(g.trim().as_bytes(), key.as_bytes())) {
             let message = if given.is_some() {
                 "the API key is wrong"
             } else {
-                "this server needs an API key: send it as \"Authorization: Bearer KEY\""
+                "this server needs an API key: send it as \"Authorization: Bearer KEY\" (or \"x-api-key: KEY\")"
             };
-            return ApiError::new(StatusCode::UNAUTHORIZED, "invalid_api_key", message).into_response();
+            return Err(ApiError::new(StatusCode::UNAUTHORIZED, "invalid_api_key", message));
         }
     }
-    next.run(request).await
+    Ok(())
 }
 
 /// Compares without stopping at the first difference.
@@ -225,152 +243,87 @@ async fn completions(State(api): State<Arc<Api>>, body: Body) -> Response {
     generate(api, body, Endpoint::Completion).await.unwrap_or_else(IntoResponse::into_response)
 }
 
+async fn create_response(State(api): State<Arc<Api>>, body: Body) -> Response {
+    let run = async {
+        let request = responses::ResponsesRequest::parse(&read_body(body).await?, &api.responses)?;
+        let started = run::start(&api, &request.generation, true).await?;
+        let reply = responses::ResponseReply::new(&request, &started, &api.responses);
+        Ok::<_, ApiError>(run::respond(started, reply, request.generation.stream).await)
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+fn no_response(id: &str) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no stored response \"{id}\""))
+}
+
+async fn get_response(State(api): State<Arc<Api>>, Path(id): Path<String>) -> Response {
+    match api.responses.lock().unwrap_or_else(|e| e.into_inner()).object(&id) {
+        Some(object) => Json(object).into_response(),
+        None => no_response(&id).into_response(),
+    }
+}
+
+async fn delete_response(State(api): State<Arc<Api>>, Path(id): Path<String>) -> Response {
+    if api.responses.lock().unwrap_or_else(|e| e.into_inner()).delete(&id) {
+        Json(json!({"id": id, "object": "response", "deleted": true})).into_response()
+    } else {
+        no_response(&id).into_response()
+    }
+}
+
+async fn messages(State(api): State<Arc<Api>>, body: Body) -> Response {
+    let run = async {
+        let request = messages::MessagesRequest::parse(&read_body(body).await?, false)?;
+        let started = run::start(&api, &request.generation, true).await?;
+        let reply = messages::MessageReply::new(&request, &started);
+        Ok::<_, ApiError>(run::respond(started, reply, request.generation.stream).await)
+    };
+    run.await.unwrap_or_else(ApiError::anthropic)
+}
+
+/// The prompt's tokens for a Messages body, as the reply would read them.
+async fn count_tokens(State(api): State<Arc<Api>>, body: Body) -> Response {
+    let run = async {
+        let request = messages::MessagesRequest::parse(&read_body(body).await?, true)?;
+        let (_, engine) = loaded(&api.worker)?;
+        let g = request.generation;
+        let count = tokio::task::spawn_blocking(move || {
+            let mut job = hearth_worker::ReplyJob::for_request(
+                g.messages,
+                g.settings.clone(),
+                1,
+                hearth_worker::Request::default(),
+                Box::new(|_| {}),
+            );
+            job.tools = g.tools;
+            hearth_worker::prompt_ids(&engine, &job, &g.settings).map(|p| p.ids.len())
+        })
+        .await
+        .map_err(|_| worker_gone())??;
+        Ok::<_, ApiError>(Json(json!({"input_tokens": count})).into_response())
+    };
+    run.await.unwrap_or_else(ApiError::anthropic)
+}
+
 async fn generate(api: Arc<Api>, body: Body, endpoint: Endpoint) -> Result<Response, ApiError> {
     let body = read_body(body).await?;
     let g = match endpoint {
         Endpoint::Chat => Generation::chat(&body)?,
         Endpoint::Completion => Generation::completion(&body)?,
     };
-    let (model, engine) = loaded(&api.worker)?;
-    let (tx, mut events) = mpsc::unbounded_channel();
-    // A grammar is compiled for the loaded model before the job is queued,
-    // so that a bad one is a 400 naming what is wrong; the job keeps it.
-    let compile = |spec: &hearth_engine::GrammarSpec, field: &'static str| {
-        engine.compile_grammar(spec).map_err(|e| {
-            let message = match e {
-                hearth_engine::EngineError::InvalidSetting { reason, .. } => reason,
-                other => other.to_string(),
-            };
-            ApiError::field(field, message)
-        })
-    };
-    let asked = g.grammar.as_ref().map(|spec| compile(spec, g.grammar_field)).transpose()?;
-    let calls = g.tools.call_grammar(engine.tool_format()).map(|spec| compile(&spec, "tools")).transpose()?;
-    // The reply follows the grammar asked for where there is one (`job_config`).
-    let grammar = asked.or(calls);
-    let request = Request {
-        logprobs: g.logprobs,
-        raw_prompt: g.raw_prompt.clone().map(hearth_worker::RawPrompt::Text),
-        grammar: g.grammar.clone(),
-        compiled: grammar.map(|grammar| CompiledGrammar { engine: engine.clone(), grammar }),
-        ..Request::default()
-    };
-    let mut job = ReplyJob::for_request(
-        g.messages.clone(),
-        g.settings.clone(),
+    let started = run::start(&api, &g, endpoint == Endpoint::Chat).await?;
+    let reply = Reply::new(
+        endpoint,
+        started.model.clone(),
+        api.worker.clone(),
         g.n,
-        request,
-        Box::new(move |e| drop(tx.send(e))),
+        g.logprobs,
+        g.include_usage,
+        started.reasoning.clone(),
+        started.tools,
     );
-    job.tools = g.tools.clone();
-    // Dropped with the response (a client that goes away), it stops the
-    // job; so does the server stopping.
-    let guard = api.worker.submit_under(job, &api.shutdown)?.drop_guard();
-    // A chat reply's reasoning goes out as `reasoning_content`, as
-    // llama.cpp's server and vLLM send it.
-    let reasoning = match endpoint {
-        Endpoint::Chat => engine.reasoning().map(|format| {
-            let inside = format.opened_with(g.settings.thinking);
-            (format.clone(), inside)
-        }),
-        Endpoint::Completion => None,
-    };
-    let tools = match endpoint {
-        Endpoint::Chat if g.tools.offered() => Some(engine.tool_format()),
-        _ => None,
-    };
-    let mut reply = Reply::new(endpoint, model, api.worker.clone(), g.n, g.logprobs, g.include_usage, reasoning, tools);
-
-    // Until the prompt is known to fit, a failure is still an HTTP status.
-    let mut early = VecDeque::new();
-    loop {
-        match events.recv().await {
-            None => return Err(worker_gone()),
-            Some(GenerationEvent::Queued { .. } | GenerationEvent::Started { .. }) => {}
-            Some(GenerationEvent::Error { error }) => return Err(error.into()),
-            Some(event) => {
-                early.push_back(event);
-                break;
-            }
-        }
-    }
-
-    if !g.stream {
-        let ended = loop {
-            let event = match early.pop_front() {
-                Some(e) => Some(e),
-                None => events.recv().await,
-            };
-            match event {
-                None => return Err(worker_gone()),
-                Some(GenerationEvent::Tokens { text, variant, choices, .. }) => {
-                    drop(reply.tokens(text, variant as usize, choices))
-                }
-                Some(GenerationEvent::Finished { stats, others, .. }) => break reply.ended(&stats, &others),
-                Some(GenerationEvent::Error { error }) => return Err(error.into()),
-                Some(_) => {}
-            }
-        };
-        guard.disarm();
-        return Ok(Json(reply.response(&ended)).into_response());
-    }
-
-    let stream = Streaming { events, early, reply, out: VecDeque::new(), guard: Some(guard), done: false };
-    let chunks = futures_util::stream::unfold(stream, |mut s| async move {
-        s.next().await.map(|event| (Ok::<_, Infallible>(event), s))
-    });
-    Ok(Sse::new(chunks).keep_alive(KeepAlive::default()).into_response())
-}
-
-/// A streaming response between its chunks.
-struct Streaming {
-    events: mpsc::UnboundedReceiver<GenerationEvent>,
-    early: VecDeque<GenerationEvent>,
-    reply: Reply,
-    out: VecDeque<Event>,
-    guard: Option<hearth_worker::DropGuard>,
-    done: bool,
-}
-
-impl Streaming {
-    async fn next(&mut self) -> Option<Event> {
-        loop {
-            if let Some(event) = self.out.pop_front() {
-                return Some(event);
-            }
-            if self.done {
-                return None;
-            }
-            let event = match self.early.pop_front() {
-                Some(e) => Some(e),
-                None => self.events.recv().await,
-            };
-            let data = |v: Value| Event::default().data(v.to_string());
-            match event {
-                Some(GenerationEvent::Tokens { text, variant, choices, .. }) => {
-                    self.out.extend(self.reply.tokens(text, variant as usize, choices).into_iter().map(data));
-                }
-                Some(GenerationEvent::Finished { stats, others, .. }) => {
-                    let ended = self.reply.ended(&stats, &others);
-                    self.out.extend(self.reply.final_chunks(&ended).into_iter().map(data));
-                    self.out.push_back(Event::default().data("[DONE]"));
-                    self.done = true;
-                    if let Some(g) = self.guard.take() {
-                        g.disarm();
-                    }
-                }
-                Some(GenerationEvent::Error { error }) => {
-                    self.out.push_back(data(ApiError::from(error).body()));
-                    self.done = true;
-                }
-                None => {
-                    self.out.push_back(data(worker_gone().body()));
-                    self.done = true;
-                }
-                Some(_) => {}
-            }
-        }
-    }
+    Ok(run::respond(started, reply, g.stream).await)
 }
 
 /// The body, up to `BODY_LIMIT`. A larger one is read on (and dropped) up

@@ -104,10 +104,10 @@ impl Generation {
 }
 
 /// A body's top-level fields.
-struct Fields(Map<String, Value>);
+pub(crate) struct Fields(pub(crate) Map<String, Value>);
 
 impl Fields {
-    fn parse(body: &[u8]) -> Result<Self, ApiError> {
+    pub(crate) fn parse(body: &[u8]) -> Result<Self, ApiError> {
         match serde_json::from_slice::<Value>(body) {
             Ok(Value::Object(map)) => Ok(Self(map)),
             Ok(_) => Err(ApiError { param: None, ..ApiError::field("body", "must be a JSON object") }),
@@ -116,15 +116,15 @@ impl Fields {
     }
 
     /// A field, `null` counting as absent (as OpenAI's clients send it).
-    fn get(&self, name: &str) -> Option<&Value> {
+    pub(crate) fn get(&self, name: &str) -> Option<&Value> {
         self.0.get(name).filter(|v| !v.is_null())
     }
 
-    fn has(&self, name: &str) -> bool {
+    pub(crate) fn has(&self, name: &str) -> bool {
         self.get(name).is_some()
     }
 
-    fn bool(&self, name: &str, default: bool) -> Result<bool, ApiError> {
+    pub(crate) fn bool(&self, name: &str, default: bool) -> Result<bool, ApiError> {
         match self.get(name) {
             None => Ok(default),
             Some(Value::Bool(b)) => Ok(*b),
@@ -132,7 +132,7 @@ impl Fields {
         }
     }
 
-    fn number(&self, name: &str, range: std::ops::RangeInclusive<f64>) -> Result<Option<f32>, ApiError> {
+    pub(crate) fn number(&self, name: &str, range: std::ops::RangeInclusive<f64>) -> Result<Option<f32>, ApiError> {
         match self.get(name) {
             None => Ok(None),
             Some(Value::Number(n)) => match n.as_f64() {
@@ -143,7 +143,7 @@ impl Fields {
         }
     }
 
-    fn uint(&self, name: &str, min: u64, max: u64) -> Result<Option<u64>, ApiError> {
+    pub(crate) fn uint(&self, name: &str, min: u64, max: u64) -> Result<Option<u64>, ApiError> {
         match self.get(name) {
             None => Ok(None),
             Some(Value::Number(n)) => match n.as_u64() {
@@ -288,6 +288,32 @@ impl Fields {
         if include_usage && !stream {
             return Err(ApiError::field("stream_options", "is only allowed when stream is true"));
         }
+        let settings = self.settings(max_tokens, self.stop()?, 2.0)?;
+        let n = self.uint("n", 1, MAX_N as u64)?.unwrap_or(1) as usize;
+        Ok(Generation {
+            messages,
+            raw_prompt,
+            settings,
+            n,
+            logprobs,
+            stream,
+            include_usage,
+            grammar,
+            grammar_field,
+            tools,
+        })
+    }
+
+    /// The sampler's fields every endpoint spells alike (`temperature` up
+    /// to `max_temperature`, `top_p`, and `top_k`, `min_p`, `repeat_penalty`,
+    /// `seed`, `reasoning_effort`), with the endpoint's token limit (`None`:
+    /// until the context is full) and stop strings.
+    pub(crate) fn settings(
+        &self,
+        max_tokens: Option<u64>,
+        stop_strings: Vec<String>,
+        max_temperature: f64,
+    ) -> Result<ConversationSettings, ApiError> {
         let defaults = ConversationSettings::default();
         let seed = match self.get("seed") {
             None => None,
@@ -300,7 +326,7 @@ impl Fields {
         };
         let settings = ConversationSettings {
             system_prompt: String::new(),
-            temperature: self.number("temperature", 0.0..=2.0)?.unwrap_or(defaults.temperature),
+            temperature: self.number("temperature", 0.0..=max_temperature)?.unwrap_or(defaults.temperature),
             top_p: match self.number("top_p", 0.0..=1.0)? {
                 Some(p) if p <= 0.0 => return Err(ApiError::field("top_p", "must be above 0")),
                 Some(p) => p,
@@ -321,7 +347,7 @@ impl Fields {
             // Until the context is full when not given.
             max_new_tokens: max_tokens.unwrap_or(1_000_000) as u32,
             seed,
-            stop_strings: self.stop()?,
+            stop_strings,
             context_length: 0,
             overflow: OverflowPolicy::StopAtLimit,
             thinking: defaults.thinking,
@@ -344,19 +370,7 @@ impl Fields {
         if let Some(bad) = settings.validate().first() {
             return Err(ApiError::field(&bad.field, bad.message.clone()));
         }
-        let n = self.uint("n", 1, MAX_N as u64)?.unwrap_or(1) as usize;
-        Ok(Generation {
-            messages,
-            raw_prompt,
-            settings,
-            n,
-            logprobs,
-            stream,
-            include_usage,
-            grammar,
-            grammar_field,
-            tools,
-        })
+        Ok(settings)
     }
 
     /// `tools`, `tool_choice` and `parallel_tool_calls`, as OpenAI takes them.
@@ -375,34 +389,9 @@ impl Fields {
                     let Some(f) = t.get("function").and_then(Value::as_object) else {
                         return Err(ApiError::field(&at("function"), "must be an object"));
                     };
-                    let name = match f.get("name").and_then(Value::as_str) {
-                        Some(n)
-                            if !n.is_empty()
-                                && n.len() <= 64
-                                && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') =>
-                        {
-                            n.to_string()
-                        }
-                        _ => {
-                            return Err(ApiError::field(
-                                &at("function.name"),
-                                "must be 1 to 64 letters, digits, underscores or dashes",
-                            ))
-                        }
-                    };
-                    let parameters = match f.get("parameters") {
-                        None | Some(Value::Null) => serde_json::json!({"type": "object", "properties": {}}),
-                        Some(p @ Value::Object(_)) => p.clone(),
-                        Some(_) => {
-                            return Err(ApiError::field(&at("function.parameters"), "must be a JSON schema object"))
-                        }
-                    };
-                    let description = match f.get("description") {
-                        None | Some(Value::Null) => None,
-                        Some(Value::String(d)) => Some(d.clone()),
-                        Some(_) => return Err(ApiError::field(&at("function.description"), "must be a string")),
-                    };
-                    Ok(ToolSpec { name, description, parameters })
+                    function_tool(f.get("name"), f.get("description"), f.get("parameters"), &|w| {
+                        at(&format!("function.{w}"))
+                    })
                 })
                 .collect::<Result<Vec<_>, _>>()?,
             Some(_) => return Err(ApiError::field("tools", "must be a list")),
@@ -426,17 +415,8 @@ impl Fields {
             },
             Some(_) => return Err(ApiError::field("tool_choice", "must be a string or an object")),
         };
-        match &choice {
-            ToolChoice::Required | ToolChoice::Function(_) if specs.is_empty() => {
-                return Err(ApiError::field("tool_choice", "needs tools"))
-            }
-            ToolChoice::Function(n) if !specs.iter().any(|t| &t.name == n) => {
-                return Err(ApiError::field("tool_choice", format!("names \"{n}\", which is not among the tools")))
-            }
-            _ => {}
-        }
         let parallel = self.bool("parallel_tool_calls", true)?;
-        Ok(Tools { specs, choice, parallel })
+        checked_tools(specs, choice, parallel, "tool_choice")
     }
 
     /// `response_format` (OpenAI's `text`, `json_object`, and `json_schema`
@@ -544,4 +524,56 @@ mod tests {
         let c = Generation::completion(br#"{"prompt":"Once","max_tokens":5,"logprobs":2}"#).unwrap();
         assert_eq!((c.raw_prompt.as_deref(), c.settings.max_new_tokens, c.logprobs), (Some("Once"), 5, Some(2)));
     }
+}
+
+/// A function tool: its name (1 to 64 letters, digits, `_` or `-`), its
+/// description and its parameters' JSON schema (none: no parameters);
+/// `at` spells a field's name in the endpoint's words.
+pub(crate) fn function_tool(
+    name: Option<&Value>,
+    description: Option<&Value>,
+    parameters: Option<&Value>,
+    at: &dyn Fn(&str) -> String,
+) -> Result<ToolSpec, ApiError> {
+    let name = match name.and_then(Value::as_str) {
+        Some(n)
+            if !n.is_empty()
+                && n.len() <= 64
+                && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') =>
+        {
+            n.to_string()
+        }
+        _ => return Err(ApiError::field(&at("name"), "must be 1 to 64 letters, digits, underscores or dashes")),
+    };
+    let parameters = match parameters {
+        None | Some(Value::Null) => serde_json::json!({"type": "object", "properties": {}}),
+        Some(p @ Value::Object(_)) => p.clone(),
+        Some(_) => return Err(ApiError::field(&at("parameters"), "must be a JSON schema object")),
+    };
+    let description = match description {
+        None | Some(Value::Null) => None,
+        Some(Value::String(d)) => Some(d.clone()),
+        Some(_) => return Err(ApiError::field(&at("description"), "must be a string")),
+    };
+    Ok(ToolSpec { name, description, parameters })
+}
+
+/// The tools offered, their choice checked against them (`field` names the
+/// choice in the endpoint's words).
+pub(crate) fn checked_tools(
+    specs: Vec<ToolSpec>,
+    choice: ToolChoice,
+    parallel: bool,
+    field: &str,
+) -> Result<Tools, ApiError> {
+    match &choice {
+        ToolChoice::Required | ToolChoice::Function(_) if specs.is_empty() => {
+            return Err(ApiError::field(field, "needs tools"))
+        }
+        ToolChoice::Function(n) if !specs.iter().any(|t| &t.name == n) => {
+            return Err(ApiError::field(field, format!("names \"{n}\", which is not among the tools")))
+        }
+        _ => {}
+    }
+    Ok(Tools { specs, choice, parallel })
 }

@@ -3,10 +3,15 @@
 
 use std::sync::Arc;
 
-use hearth_engine::{ReasoningFormat, ReplySplitter, SplitText, ToolCall, ToolFormat};
+use hearth_engine::{ReasoningFormat, ToolCall, ToolFormat};
 use hearth_store::{ReplyStats, TokenChoice};
 use hearth_worker::Worker;
 use serde_json::{json, Value};
+
+use axum::response::sse::Event;
+
+use crate::choice::ChoiceText;
+use crate::run::data;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
@@ -31,20 +36,9 @@ pub struct Reply {
     offsets: Vec<usize>,
     /// Whether a choice's first chunk (the chat role) went out.
     opened: Vec<bool>,
-    /// A reasoning model's chat replies: each choice's text taken apart
-    /// into reasoning and answer as it streams.
-    splitters: Option<Vec<ReplySplitter>>,
-    /// Each choice's reasoning and answer so far (with `splitters`).
-    split: Vec<SplitText>,
-    /// Where tools were offered: the form their calls take in a reply.
-    tools: Option<ToolFormat>,
-    /// With `tools`: each choice's answer so far, and how much of it went
-    /// out as content (a call's text never does: it goes out as `tool_calls`).
-    answers: Vec<String>,
-    sent: Vec<usize>,
-    /// With Harmony's tools: each choice's whole text, its call being a
-    /// commentary message the reasoning splitter keeps out of the answer.
-    raw: Vec<String>,
+    /// Each chat choice's text taken apart into reasoning, content and
+    /// calls as it streams.
+    parts: Vec<ChoiceText>,
     /// Each call's id starts with this.
     call_prefix: String,
 }
@@ -88,69 +82,32 @@ impl Reply {
             choices: vec![Vec::new(); n],
             offsets: vec![0; n],
             opened: vec![false; n],
-            splitters: reasoning.map(|(format, inside)| vec![ReplySplitter::new(format, inside); n]),
-            split: vec![SplitText::default(); n],
-            tools,
-            answers: vec![String::new(); n],
-            raw: vec![String::new(); n],
-            sent: vec![0; n],
+            parts: vec![ChoiceText::new(reasoning, tools); n],
             call_prefix: format!("call_{}_", random_hex()),
         }
     }
 
-    /// With tools offered: the part of `answer` (the choice's new answer
-    /// text) that can go out as content now; what may be a call waits.
-    fn gate(&mut self, variant: usize, answer: String) -> String {
-        let Some(format) = self.tools else { return answer };
-        self.answers[variant].push_str(&answer);
-        let all = &self.answers[variant];
-        let end = format.content_end(all);
-        if end <= self.sent[variant] {
-            return String::new();
-        }
-        let out = all[self.sent[variant]..end].to_string();
-        self.sent[variant] = end;
-        out
-    }
-
     /// A choice's calls, and its content without them (with tools offered).
     fn calls(&self, variant: usize) -> Option<(String, Vec<ToolCall>)> {
-        let format = self.tools?;
-        let prefix = format!("{}{variant}_", self.call_prefix);
-        if format == ToolFormat::Harmony {
-            let (_, calls) = format.parse(&self.raw[variant], &prefix);
-            return (!calls.is_empty()).then(|| (self.answers[variant].trim().to_string(), calls));
-        }
-        let (content, calls) = format.parse(&self.answers[variant], &prefix);
-        (!calls.is_empty()).then_some((content, calls))
+        self.parts[variant].calls(&format!("{}{variant}_", self.call_prefix))
     }
 
     /// A chat delta for `text`: with a reasoning model, its reasoning and
     /// answer apart (`reasoning_content`, `content`); `None` when all of it
     /// is markup or waits.
     fn delta(&mut self, variant: usize, text: &str, end: bool) -> Option<Value> {
-        if self.tools == Some(ToolFormat::Harmony) {
-            self.raw[variant].push_str(text);
+        let part = &mut self.parts[variant];
+        let piece = if end { part.push_last(text) } else { part.push(text) };
+        if !part.splits() {
+            let open = !end && !part.has_tools();
+            return (!piece.content.is_empty() || open).then(|| json!({"content": piece.content}));
         }
-        let Some(splitters) = self.splitters.as_mut() else {
-            let text = self.gate(variant, text.to_string());
-            return (!text.is_empty() || (!end && self.tools.is_none())).then(|| json!({"content": text}));
-        };
-        let mut out = splitters[variant].push(text);
-        if end {
-            let rest = splitters[variant].finish();
-            out.reasoning.push_str(&rest.reasoning);
-            out.answer.push_str(&rest.answer);
-        }
-        self.split[variant].reasoning.push_str(&out.reasoning);
-        self.split[variant].answer.push_str(&out.answer);
-        out.answer = self.gate(variant, out.answer);
         let mut delta = serde_json::Map::new();
-        if !out.reasoning.is_empty() {
-            delta.insert("reasoning_content".into(), out.reasoning.into());
+        if !piece.reasoning.is_empty() {
+            delta.insert("reasoning_content".into(), piece.reasoning.into());
         }
-        if !out.answer.is_empty() {
-            delta.insert("content".into(), out.answer.into());
+        if !piece.content.is_empty() {
+            delta.insert("content".into(), piece.content.into());
         }
         (!delta.is_empty()).then_some(Value::Object(delta))
     }
@@ -213,7 +170,7 @@ impl Reply {
                 self.opened[i] = true;
                 chunks.push(self.chunk(json!({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null})));
             }
-            if self.endpoint == Endpoint::Chat && self.splitters.is_some() {
+            if self.endpoint == Endpoint::Chat && self.parts[i].splits() {
                 // What waited for more text (a tag that never came) goes out.
                 if let Some(delta) = self.delta(i, "", true) {
                     chunks
@@ -221,7 +178,7 @@ impl Reply {
                 }
             }
             let mut reason = *reason;
-            if self.endpoint == Endpoint::Chat && self.tools.is_some() {
+            if self.endpoint == Endpoint::Chat && self.parts[i].has_tools() {
                 match self.calls(i) {
                     Some((_, calls)) => {
                         let deltas: Vec<Value> = calls.iter().enumerate().map(|(k, c)| call_json(c, Some(k))).collect();
@@ -232,8 +189,7 @@ impl Reply {
                     }
                     None => {
                         // No call after all: what waited is content.
-                        let rest = self.answers[i][self.sent[i]..].to_string();
-                        self.sent[i] = self.answers[i].len();
+                        let rest = self.parts[i].unsent();
                         if !rest.is_empty() {
                             chunks.push(self.chunk(json!({"index": i, "delta": {"content": rest}, "logprobs": null, "finish_reason": null})));
                         }
@@ -259,9 +215,9 @@ impl Reply {
 
     /// The whole response, for a request that did not stream.
     pub fn response(&mut self, ended: &Ended) -> Value {
-        if self.endpoint == Endpoint::Chat && self.splitters.is_some() {
-            for i in 0..self.texts.len() {
-                self.delta(i, "", true);
+        if self.endpoint == Endpoint::Chat {
+            for part in &mut self.parts {
+                part.finish();
             }
         }
         let choices: Vec<Value> = (0..self.texts.len())
@@ -269,11 +225,10 @@ impl Reply {
                 let logprobs = self.logprobs.map(|_| self.logprobs_json(&self.choices[i], 0));
                 let mut reason = ended.reasons.get(i).copied().unwrap_or("stop");
                 let mut message = json!({"role": "assistant", "content": self.texts[i], "refusal": null});
-                if self.splitters.is_some() {
-                    let SplitText { reasoning, answer } = &self.split[i];
-                    message["content"] = answer.clone().into();
-                    if !reasoning.is_empty() {
-                        message["reasoning_content"] = reasoning.clone().into();
+                if self.parts[i].splits() {
+                    message["content"] = self.parts[i].answer().into();
+                    if !self.parts[i].reasoning().is_empty() {
+                        message["reasoning_content"] = self.parts[i].reasoning().into();
                     }
                 }
                 if self.endpoint == Endpoint::Chat {
@@ -387,4 +342,27 @@ pub(crate) fn random_hex() -> String {
         h.finish()
     };
     format!("{:016x}{:08x}", word(), word() as u32)
+}
+
+/// Chat completions and completions stream `data:` chunks and end with `[DONE]`.
+impl crate::run::Shape for Reply {
+    fn tokens(&mut self, text: String, variant: usize, choices: Vec<TokenChoice>) -> Vec<Event> {
+        Reply::tokens(self, text, variant, choices).iter().map(data).collect()
+    }
+
+    fn finished(&mut self, stats: &ReplyStats, others: &[ReplyStats]) -> Vec<Event> {
+        let ended = self.ended(stats, others);
+        let mut events: Vec<Event> = self.final_chunks(&ended).iter().map(data).collect();
+        events.push(Event::default().data("[DONE]"));
+        events
+    }
+
+    fn whole(&mut self, stats: &ReplyStats, others: &[ReplyStats]) -> Value {
+        let ended = self.ended(stats, others);
+        self.response(&ended)
+    }
+
+    fn failed(&mut self, error: crate::ApiError) -> Vec<Event> {
+        vec![data(&error.body())]
+    }
 }

@@ -78,3 +78,83 @@ fn a_harmony_reply_comes_as_reasoning_content_and_content() {
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("reasoning_effort"), "{text}");
 }
+
+/// SSE events as (name, data).
+fn events(text: &str) -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    let mut name = String::new();
+    for line in text.lines() {
+        if let Some(n) = line.strip_prefix("event: ") {
+            name = n.to_string();
+        } else if let Some(d) = line.strip_prefix("data: ") {
+            out.push((name.clone(), serde_json::from_str(d).unwrap()));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_reasoning_comes_as_thinking_blocks_and_reasoning_items() {
+    let peer = Peer::start(|dir| {
+        let model = dir.join("scripted-gpt-oss.gguf");
+        o200k::write_scripted_gpt_oss(&model, THINKING, ANSWER);
+        model
+    });
+    // Messages, whole: a thinking block, then the text.
+    let hi = json!({"max_tokens": 200, "messages": [{"role": "user", "content": "Hi"}], "thinking": {"type": "enabled", "budget_tokens": 100}});
+    let (status, text) = peer.post("/messages", hi.clone());
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        v["content"],
+        json!([{"type": "thinking", "thinking": THINKING, "signature": ""}, {"type": "text", "text": ANSWER}])
+    );
+    assert_eq!(v["stop_reason"], "end_turn");
+
+    // Streamed: thinking deltas in block 0, text deltas in block 1.
+    let mut streamed = hi.clone();
+    streamed["stream"] = true.into();
+    let (status, text) = peer.post("/messages", streamed);
+    assert_eq!(status, 200, "{text}");
+    let (mut thinking, mut answer) = (String::new(), String::new());
+    for (name, data) in events(&text) {
+        assert_eq!(data["type"], name.as_str(), "{data}");
+        if name == "content_block_delta" {
+            match (data["index"].as_u64(), data["delta"]["type"].as_str()) {
+                (Some(0), Some("thinking_delta")) => thinking.push_str(data["delta"]["thinking"].as_str().unwrap()),
+                (Some(1), Some("text_delta")) => answer.push_str(data["delta"]["text"].as_str().unwrap()),
+                other => panic!("unexpected delta {other:?}: {data}"),
+            }
+        }
+    }
+    assert_eq!((thinking.as_str(), answer.as_str()), (THINKING, ANSWER));
+
+    // The thinking given back in the next turn is taken.
+    let (status, text) = peer.post("/messages", json!({"max_tokens": 200, "messages": [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": THINKING, "signature": ""}, {"type": "text", "text": ANSWER}]},
+        {"role": "user", "content": "Thanks"},
+    ]}));
+    assert_eq!(status, 200, "{text}");
+
+    // Responses: a reasoning item, then the message; streamed, numbered events.
+    let (status, text) = peer.post("/responses", json!({"input": "Hi", "reasoning": {"effort": "low"}}));
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["output"][0]["type"], "reasoning", "{text}");
+    assert_eq!(v["output"][0]["content"][0]["text"], THINKING);
+    assert_eq!(v["output"][1]["content"][0]["text"], ANSWER);
+    let (status, text) = peer.post("/responses", json!({"input": "Hi", "stream": true}));
+    assert_eq!(status, 200, "{text}");
+    let events = events(&text);
+    let reasoning: String = events
+        .iter()
+        .filter(|(n, _)| n == "response.reasoning_text.delta")
+        .map(|(_, d)| d["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasoning, THINKING);
+    for (i, (_, data)) in events.iter().enumerate() {
+        assert_eq!(data["sequence_number"], i as u64);
+    }
+    assert_eq!(events.last().unwrap().0, "response.completed");
+}

@@ -31,6 +31,12 @@ const KEEP_ALTERNATES: usize = 7;
 /// (a chat template's opening is shorter).
 const MIN_SHARED_TO_CLONE: usize = 64;
 
+/// API clients' caches kept at most, and their share of the memory budget:
+/// several agents each keep theirs, and API traffic cannot push the app's
+/// chats out.
+const MAX_REQUEST_CACHES: usize = 16;
+const REQUEST_SHARE_OF_BUDGET: usize = 2;
+
 /// The worker thread's caches, one main cache per conversation.
 pub(super) struct Caches {
     shared: Arc<Shared>,
@@ -107,10 +113,14 @@ impl Caches {
         match best {
             Some((shared, _, key)) if shared > 0 => {
                 let whole = self.sessions.get(&key).is_some_and(|(s, _)| s.tokens().len() == shared);
-                if !whole && shared < MIN_SHARED_TO_CLONE {
+                // The prompt whole (all but the token a reply must run):
+                // the same request again, taken over however short, so
+                // repeats reuse one cache rather than each leaving its own.
+                let again = shared + 1 >= prompt.len();
+                if !whole && !again && shared < MIN_SHARED_TO_CLONE {
                     return (fresh(), None);
                 }
-                if whole {
+                if whole || again {
                     let taken = self.sessions.remove(&key).map(|(s, _)| s);
                     self.publish_resident();
                     (key, taken)
@@ -354,6 +364,18 @@ impl Caches {
     /// budget; the most recent one always stays.
     fn evict(&mut self) {
         let budget = self.shared.budgets().memory_mb as usize * (1 << 20);
+        // API clients' caches within their count and share, oldest first.
+        loop {
+            let requests = self.sessions.iter().filter(|(k, _)| **k < 0);
+            let (count, bytes) = requests.fold((0, 0), |(n, b), (_, (s, _))| (n + 1, b + s.cache().allocated_bytes()));
+            if count <= 1 || (count <= MAX_REQUEST_CACHES && bytes <= budget / REQUEST_SHARE_OF_BUDGET) {
+                break;
+            }
+            let oldest = self.sessions.iter().filter(|(k, _)| **k < 0).min_by_key(|(_, (_, t))| *t).map(|(k, _)| *k);
+            if let Some(k) = oldest {
+                self.sessions.remove(&k);
+            }
+        }
         let sum = |w: &Caches| -> usize {
             w.sessions.values().map(|(s, _)| s.cache().allocated_bytes()).sum::<usize>()
                 + w.alternates.values().flatten().map(|s| s.cache().allocated_bytes()).sum::<usize>()

@@ -37,7 +37,12 @@ impl Peer {
 
     /// `POST /v1/chat/completions`: the status and the body's text.
     pub fn chat(&self, body: Value) -> (u16, String) {
-        let url = format!("{}/chat/completions", self.server.as_ref().unwrap().url());
+        self.post("/chat/completions", body)
+    }
+
+    /// `POST /v1{path}`: the status and the body's text.
+    pub fn post(&self, path: &str, body: Value) -> (u16, String) {
+        let url = format!("{}{path}", self.server.as_ref().unwrap().url());
         let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
         let mut r = agent
             .post(&url)

@@ -1,0 +1,677 @@
+//! OpenAI's Responses API (`POST /v1/responses`, `GET` and `DELETE
+//! /v1/responses/{id}`), as Codex and the `openai` SDK's `responses` call
+//! it: the body becomes a `Generation` like a chat completion's, and the
+//! reply goes out as output items (`reasoning`, `message`, `function_call`)
+//! with the documented stream events, each numbered.
+//!
+//! A stored response (`store`, on by default) keeps its conversation, so a
+//! request with `previous_response_id` sends only what is new; its prompt
+//! then extends the one before, and the worker continues that one's cache.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::response::sse::Event;
+use hearth_engine::{ChatMessage, GrammarSpec, Role, ToolCall, ToolChoice};
+use hearth_store::{ReasoningEffort, ReplyStats, TokenChoice};
+use serde_json::{json, Value};
+
+use crate::choice::{ChoiceText, Piece};
+use crate::request::{checked_tools, function_tool, Fields};
+use crate::response::random_hex;
+use crate::run::{named, Shape, Started};
+use crate::{ApiError, Generation};
+
+/// Stored responses kept at most: the oldest go first.
+pub const MAX_STORED: usize = 512;
+/// How long a stored response is kept.
+pub const STORED_FOR: Duration = Duration::from_secs(24 * 3600);
+
+/// Responses kept for `previous_response_id` and `GET`, within a count and an age.
+pub struct ResponseStore {
+    max: usize,
+    age: Duration,
+    kept: VecDeque<Stored>,
+}
+
+#[derive(Clone)]
+struct Stored {
+    id: String,
+    at: Instant,
+    /// The response object, as `GET` returns it.
+    object: Value,
+    /// The conversation through this response's output, without its
+    /// `instructions` (which a next response does not inherit).
+    history: Vec<ChatMessage>,
+}
+
+impl ResponseStore {
+    pub fn new(max: usize, age: Duration) -> Self {
+        Self { max, age, kept: VecDeque::new() }
+    }
+
+    fn expire(&mut self, now: Instant) {
+        while self.kept.front().is_some_and(|s| now.duration_since(s.at) > self.age) {
+            self.kept.pop_front();
+        }
+        while self.kept.len() > self.max {
+            self.kept.pop_front();
+        }
+    }
+
+    fn put(&mut self, stored: Stored, now: Instant) {
+        self.kept.push_back(stored);
+        self.expire(now);
+    }
+
+    fn get(&mut self, id: &str, now: Instant) -> Option<&Stored> {
+        self.expire(now);
+        self.kept.iter().find(|s| s.id == id)
+    }
+
+    /// The response object with `id`.
+    pub fn object(&mut self, id: &str) -> Option<Value> {
+        self.get(id, Instant::now()).map(|s| s.object.clone())
+    }
+
+    /// Forgets `id`; whether it was kept.
+    pub fn delete(&mut self, id: &str) -> bool {
+        let before = self.kept.len();
+        self.kept.retain(|s| s.id != id);
+        self.kept.len() < before
+    }
+}
+
+/// A Responses body, read.
+pub struct ResponsesRequest {
+    pub generation: Generation,
+    /// The conversation without `instructions`, to keep with the response.
+    history: Vec<ChatMessage>,
+    store: bool,
+    /// The request's fields the response object echoes.
+    echo: Value,
+}
+
+impl ResponsesRequest {
+    /// A `/v1/responses` body; `previous` looks a stored response up.
+    pub fn parse(body: &[u8], store: &Mutex<ResponseStore>) -> Result<Self, ApiError> {
+        let fields = Fields::parse(body)?;
+        if let Some(m) = fields.get("model") {
+            if !m.is_string() {
+                return Err(ApiError::field("model", "must be a string"));
+            }
+        }
+        let mut history = match fields.get("previous_response_id") {
+            None => Vec::new(),
+            Some(Value::String(id)) => {
+                let mut kept = store.lock().unwrap_or_else(|e| e.into_inner());
+                match kept.get(id, Instant::now()) {
+                    Some(s) => s.history.clone(),
+                    None => {
+                        return Err(ApiError::field(
+                            "previous_response_id",
+                            format!("no stored response \"{id}\" (never stored, deleted, or expired)"),
+                        ))
+                    }
+                }
+            }
+            Some(_) => return Err(ApiError::field("previous_response_id", "must be a string")),
+        };
+        let known: Vec<String> =
+            history.iter().flat_map(|m| m.tool_calls.iter().flatten()).map(|c| c.id.clone()).collect();
+        history.extend(input(fields.get("input"), known)?);
+        let mut messages = match fields.get("instructions") {
+            None => Vec::new(),
+            Some(Value::String(s)) if s.is_empty() => Vec::new(),
+            Some(Value::String(s)) => vec![ChatMessage::new(Role::System, s.clone())],
+            Some(_) => return Err(ApiError::field("instructions", "must be a string")),
+        };
+        messages.extend(history.iter().cloned());
+        let max_tokens = fields.uint("max_output_tokens", 1, 1_000_000)?;
+        let mut settings = fields.settings(max_tokens, Vec::new(), 2.0)?;
+        match fields.get("reasoning") {
+            None => {}
+            Some(Value::Object(r)) => match r.get("effort") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(e)) => {
+                    settings.reasoning_effort = match e.as_str() {
+                        "none" | "minimal" | "low" => ReasoningEffort::Low,
+                        "medium" => ReasoningEffort::Medium,
+                        "high" | "xhigh" => ReasoningEffort::High,
+                        _ => return Err(ApiError::field("reasoning.effort", "must be minimal, low, medium or high")),
+                    };
+                    // Where the template has a thinking switch, "none" is off.
+                    settings.thinking = e != "none";
+                }
+                Some(_) => return Err(ApiError::field("reasoning.effort", "must be a string")),
+            },
+            Some(_) => return Err(ApiError::field("reasoning", "must be an object")),
+        }
+        let grammar = format(fields.get("text"))?;
+        let tools = tools(&fields)?;
+        if grammar.is_some() && tools.call_grammar(hearth_engine::ToolFormat::Fallback).is_some() {
+            return Err(ApiError::field("tool_choice", "a required tool call cannot be given with text.format"));
+        }
+        let store = fields.bool("store", true)?;
+        let stream = fields.bool("stream", false)?;
+        let echo = json!({
+            "instructions": fields.get("instructions"),
+            "max_output_tokens": max_tokens,
+            "previous_response_id": fields.get("previous_response_id"),
+            "parallel_tool_calls": tools.parallel,
+            "reasoning": {"effort": fields.get("reasoning").and_then(|r| r.get("effort")), "summary": null},
+            "temperature": settings.temperature,
+            "top_p": settings.top_p,
+            "text": fields.get("text").cloned().unwrap_or_else(|| json!({"format": {"type": "text"}})),
+            "tool_choice": fields.get("tool_choice").cloned().unwrap_or_else(|| json!("auto")),
+            "tools": fields.get("tools").cloned().unwrap_or_else(|| json!([])),
+            "metadata": fields.get("metadata").cloned().unwrap_or_else(|| json!({})),
+            "store": store,
+            "truncation": "disabled",
+        });
+        Ok(Self {
+            generation: Generation {
+                messages,
+                raw_prompt: None,
+                settings,
+                n: 1,
+                logprobs: None,
+                stream,
+                include_usage: false,
+                grammar,
+                grammar_field: "text.format",
+                tools,
+            },
+            history,
+            store,
+            echo,
+        })
+    }
+}
+
+/// `input`: a string (one user message) or items. `known`: call ids of
+/// earlier calls, which a `function_call_output` must answer.
+fn input(value: Option<&Value>, mut known: Vec<String>) -> Result<Vec<ChatMessage>, ApiError> {
+    let items = match value {
+        Some(Value::String(s)) => return Ok(vec![ChatMessage::new(Role::User, s.clone())]),
+        Some(Value::Array(items)) if !items.is_empty() => items,
+        Some(Value::Array(_)) => return Err(ApiError::field("input", "must hold at least one item")),
+        None => return Err(ApiError::field("input", "is required: a string or a list of items")),
+        Some(_) => return Err(ApiError::field("input", "must be a string or a list of items")),
+    };
+    let mut out: Vec<ChatMessage> = Vec::new();
+    // Reasoning items go with the assistant message that follows them.
+    let mut thinking: Option<String> = None;
+    for (i, item) in items.iter().enumerate() {
+        let at = |what: &str| format!("input[{i}]{what}");
+        let kind = item.get("type").and_then(Value::as_str).unwrap_or("message");
+        match kind {
+            "message" => {
+                let role = match item.get("role").and_then(Value::as_str) {
+                    Some("user") => Role::User,
+                    Some("system" | "developer") => Role::System,
+                    Some("assistant") => Role::Assistant,
+                    _ => return Err(ApiError::field(&at(".role"), "must be user, system, developer or assistant")),
+                };
+                let content = match item.get("content") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Array(parts)) => {
+                        let mut text = String::new();
+                        for (j, p) in parts.iter().enumerate() {
+                            match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
+                                (Some("input_text" | "output_text" | "text"), Some(t)) => text.push_str(t),
+                                (Some("refusal"), _) => {
+                                    text.push_str(p.get("refusal").and_then(Value::as_str).unwrap_or_default())
+                                }
+                                (Some(other), _) => {
+                                    return Err(ApiError::field(
+                                        &at(&format!(".content[{j}].type")),
+                                        format!("\"{other}\" parts are not supported (input_text and output_text are)"),
+                                    ))
+                                }
+                                (None, _) => return Err(ApiError::field(&at(&format!(".content[{j}].type")), "is required")),
+                            }
+                        }
+                        text
+                    }
+                    _ => return Err(ApiError::field(&at(".content"), "must be a string or a list of parts")),
+                };
+                let mut message = ChatMessage::new(role, content);
+                if role == Role::Assistant {
+                    message.thinking = thinking.take();
+                }
+                out.push(message);
+            }
+            "function_call" => {
+                let text = |name: &str| item.get(name).and_then(Value::as_str);
+                let (Some(call_id), Some(name), Some(arguments)) = (text("call_id"), text("name"), text("arguments"))
+                else {
+                    return Err(ApiError::field(&at(""), "a function_call item needs call_id, name and arguments"));
+                };
+                let call = ToolCall { id: call_id.to_string(), name: name.to_string(), arguments: arguments.to_string() };
+                known.push(call_id.to_string());
+                // Calls of one reply follow its message (or each other).
+                match out.last_mut() {
+                    Some(m) if m.role == Role::Assistant => m.tool_calls.get_or_insert_with(Vec::new).push(call),
+                    _ => {
+                        let mut m = ChatMessage::new(Role::Assistant, String::new());
+                        m.thinking = thinking.take();
+                        m.tool_calls = Some(vec![call]);
+                        out.push(m);
+                    }
+                }
+            }
+            "function_call_output" => {
+                let Some(call_id) = item.get("call_id").and_then(Value::as_str) else {
+                    return Err(ApiError::field(&at(".call_id"), "is required"));
+                };
+                if !known.iter().any(|k| k == call_id) {
+                    return Err(ApiError::field(
+                        &at(".call_id"),
+                        format!("\"{call_id}\" answers no function_call of this conversation"),
+                    ));
+                }
+                let output = match item.get("output") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Array(parts)) => parts
+                        .iter()
+                        .map(|p| p.get("text").and_then(Value::as_str).ok_or(()))
+                        .collect::<Result<String, _>>()
+                        .map_err(|_| ApiError::field(&at(".output"), "only text parts are supported"))?,
+                    _ => return Err(ApiError::field(&at(".output"), "must be a string")),
+                };
+                let mut m = ChatMessage::new(Role::Tool, output);
+                m.tool_call_id = Some(call_id.to_string());
+                out.push(m);
+            }
+            "reasoning" => {
+                let texts = |name: &str| -> String {
+                    item.get(name)
+                        .and_then(Value::as_array)
+                        .map(|parts| parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect())
+                        .unwrap_or_default()
+                };
+                let text = match texts("content") {
+                    t if t.is_empty() => texts("summary"),
+                    t => t,
+                };
+                thinking.get_or_insert_with(String::new).push_str(&text);
+            }
+            other => {
+                return Err(ApiError::field(
+                    &at(".type"),
+                    format!("\"{other}\" items are not supported (message, function_call, function_call_output and reasoning are)"),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `tools` (function tools only), `tool_choice` and `parallel_tool_calls`.
+fn tools(fields: &Fields) -> Result<hearth_engine::Tools, ApiError> {
+    let specs = match fields.get("tools") {
+        None => Vec::new(),
+        Some(Value::Array(list)) => list
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let at = |what: &str| format!("tools[{i}].{what}");
+                match t.get("type").and_then(Value::as_str) {
+                    Some("function") => function_tool(t.get("name"), t.get("description"), t.get("parameters"), &at),
+                    Some(other) => Err(ApiError::field(
+                        &at("type"),
+                        format!("\"{other}\" tools are not supported; Hearth runs function tools"),
+                    )),
+                    None => Err(ApiError::field(&at("type"), "is required")),
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(_) => return Err(ApiError::field("tools", "must be a list")),
+    };
+    let choice = match fields.get("tool_choice") {
+        None => ToolChoice::Auto,
+        Some(Value::String(c)) => match c.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            _ => return Err(ApiError::field("tool_choice", "must be auto, none, required or a named function")),
+        },
+        Some(Value::Object(o)) => {
+            match (o.get("type").and_then(Value::as_str), o.get("name").and_then(Value::as_str)) {
+                (Some("function"), Some(name)) => ToolChoice::Function(name.to_string()),
+                _ => return Err(ApiError::field("tool_choice", "must be {\"type\": \"function\", \"name\": …}")),
+            }
+        }
+        Some(_) => return Err(ApiError::field("tool_choice", "must be a string or an object")),
+    };
+    let parallel = fields.bool("parallel_tool_calls", true)?;
+    checked_tools(specs, choice, parallel, "tool_choice")
+}
+
+/// `text.format`: `text`, `json_object`, or `json_schema` with its `schema`.
+fn format(text: Option<&Value>) -> Result<Option<GrammarSpec>, ApiError> {
+    let Some(text) = text else { return Ok(None) };
+    let Some(format) = text.get("format").filter(|f| !f.is_null()) else { return Ok(None) };
+    match format.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(GrammarSpec::JsonObject)),
+        Some("json_schema") => match format.get("schema") {
+            Some(schema @ Value::Object(_)) => Ok(Some(GrammarSpec::JsonSchema(schema.clone()))),
+            _ => Err(ApiError::field("text.format.schema", "is required: a JSON schema object")),
+        },
+        _ => Err(ApiError::field("text.format.type", "must be text, json_object or json_schema")),
+    }
+}
+
+/// The item being streamed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Item {
+    Reasoning,
+    Message,
+}
+
+/// A reply as a Response: output items, streamed with numbered events.
+pub struct ResponseReply {
+    id: String,
+    created: u64,
+    model: String,
+    text: ChoiceText,
+    echo: Value,
+    store: Option<(Arc<Mutex<ResponseStore>>, Vec<ChatMessage>)>,
+    /// Items done, and the one open with its id and text.
+    output: Vec<Value>,
+    open: Option<(Item, String, String)>,
+    sequence: u64,
+    call_prefix: String,
+}
+
+impl ResponseReply {
+    pub fn new(request: &ResponsesRequest, started: &Started, store: &Arc<Mutex<ResponseStore>>) -> Self {
+        Self {
+            id: format!("resp_{}", random_hex()),
+            created: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            model: started.model.clone(),
+            text: ChoiceText::new(started.reasoning.clone(), started.tools),
+            echo: request.echo.clone(),
+            store: request.store.then(|| (store.clone(), request.history.clone())),
+            output: Vec::new(),
+            open: None,
+            sequence: 0,
+            call_prefix: format!("call_{}_", random_hex()),
+        }
+    }
+
+    fn event(&mut self, kind: &str, mut body: Value) -> Event {
+        body["type"] = kind.into();
+        body["sequence_number"] = self.sequence.into();
+        self.sequence += 1;
+        named(kind, &body)
+    }
+
+    /// The response object: `status`, with the output so far and `usage`.
+    fn object(&self, status: &str, stats: Option<&ReplyStats>) -> Value {
+        let mut o = json!({
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "model": self.model,
+            "output": self.output,
+            "error": null,
+            "incomplete_details": null,
+            "usage": null,
+        });
+        if let Some(fields) = self.echo.as_object() {
+            for (k, v) in fields {
+                o[k] = v.clone();
+            }
+        }
+        if let Some(s) = stats {
+            if status == "incomplete" {
+                o["incomplete_details"] = json!({"reason": "max_output_tokens"});
+            }
+            o["usage"] = json!({
+                "input_tokens": s.prompt_tokens,
+                "input_tokens_details": {"cached_tokens": s.prompt_tokens.saturating_sub(s.processed_tokens)},
+                "output_tokens": s.generated_tokens,
+                "output_tokens_details": {"reasoning_tokens": s.thinking_tokens.unwrap_or(0)},
+                "total_tokens": s.prompt_tokens + s.generated_tokens,
+            });
+        }
+        o
+    }
+
+    fn item_json(&self, item: Item, id: &str, text: &str, status: &str) -> Value {
+        match item {
+            Item::Reasoning => {
+                json!({"type": "reasoning", "id": id, "summary": [], "content": [{"type": "reasoning_text", "text": text}], "status": status})
+            }
+            Item::Message => json!({"type": "message", "id": id, "role": "assistant", "status": status,
+                "content": if status == "in_progress" { json!([]) } else { json!([{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]) }}),
+        }
+    }
+
+    /// Events that put `piece` in the right items.
+    fn stream_piece(&mut self, piece: Piece, out: &mut Vec<Event>) {
+        for (item, text) in [(Item::Reasoning, piece.reasoning), (Item::Message, piece.content)] {
+            if text.is_empty() {
+                continue;
+            }
+            if self.open.as_ref().map(|o| o.0) != Some(item) {
+                self.close(out);
+                let id = match item {
+                    Item::Reasoning => format!("rs_{}", random_hex()),
+                    Item::Message => format!("msg_{}", random_hex()),
+                };
+                let index = self.output.len();
+                let added = self.item_json(item, &id, "", "in_progress");
+                out.push(self.event("response.output_item.added", json!({"output_index": index, "item": added})));
+                if item == Item::Message {
+                    let part = json!({"type": "output_text", "text": "", "annotations": []});
+                    out.push(self.event(
+                        "response.content_part.added",
+                        json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}),
+                    ));
+                }
+                self.open = Some((item, id, String::new()));
+            }
+            let index = self.output.len();
+            let Some((_, id, so_far)) = self.open.as_mut() else { continue };
+            so_far.push_str(&text);
+            let id = id.clone();
+            let kind = match item {
+                Item::Reasoning => "response.reasoning_text.delta",
+                Item::Message => "response.output_text.delta",
+            };
+            let mut body = json!({"item_id": id, "output_index": index, "content_index": 0, "delta": text});
+            if item == Item::Message {
+                body["logprobs"] = json!([]);
+            }
+            out.push(self.event(kind, body));
+        }
+    }
+
+    fn close(&mut self, out: &mut Vec<Event>) {
+        let Some((item, id, text)) = self.open.take() else { return };
+        let index = self.output.len();
+        match item {
+            Item::Reasoning => out.push(self.event(
+                "response.reasoning_text.done",
+                json!({"item_id": id, "output_index": index, "content_index": 0, "text": text}),
+            )),
+            Item::Message => {
+                out.push(self.event(
+                    "response.output_text.done",
+                    json!({"item_id": id, "output_index": index, "content_index": 0, "text": text, "logprobs": []}),
+                ));
+                let part = json!({"type": "output_text", "text": text, "annotations": []});
+                out.push(self.event(
+                    "response.content_part.done",
+                    json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}),
+                ));
+            }
+        }
+        let done = self.item_json(item, &id, &text, "completed");
+        out.push(self.event("response.output_item.done", json!({"output_index": index, "item": done.clone()})));
+        self.output.push(done);
+    }
+
+    /// The calls as items, streamed (`out`) or not.
+    fn calls(&mut self, calls: &[ToolCall], mut out: Option<&mut Vec<Event>>) {
+        for call in calls {
+            let id = format!("fc_{}", random_hex());
+            let index = self.output.len();
+            let item = |arguments: &str, status: &str| json!({"type": "function_call", "id": id, "call_id": call.id, "name": call.name, "arguments": arguments, "status": status});
+            if let Some(out) = out.as_deref_mut() {
+                out.push(self.event(
+                    "response.output_item.added",
+                    json!({"output_index": index, "item": item("", "in_progress")}),
+                ));
+                out.push(self.event(
+                    "response.function_call_arguments.delta",
+                    json!({"item_id": id, "output_index": index, "delta": call.arguments}),
+                ));
+                out.push(self.event(
+                    "response.function_call_arguments.done",
+                    json!({"item_id": id, "output_index": index, "name": call.name, "arguments": call.arguments}),
+                ));
+                out.push(self.event(
+                    "response.output_item.done",
+                    json!({"output_index": index, "item": item(&call.arguments, "completed")}),
+                ));
+            }
+            self.output.push(item(&call.arguments, "completed"));
+        }
+    }
+
+    /// Ends the output; returns the status, and keeps the response when stored.
+    fn end(&mut self, stats: &ReplyStats, mut out: Option<&mut Vec<Event>>) -> &'static str {
+        let piece = self.text.finish();
+        let mut events = Vec::new();
+        self.stream_piece(piece, &mut events);
+        let calls = self.text.calls(&self.call_prefix);
+        match &calls {
+            Some((_, calls)) => {
+                self.close(&mut events);
+                self.calls(calls, out.as_deref_mut().map(|_| &mut events));
+            }
+            None => {
+                let rest = self.text.unsent();
+                self.stream_piece(Piece { reasoning: String::new(), content: rest }, &mut events);
+                self.close(&mut events);
+            }
+        }
+        if let Some(out) = out {
+            out.extend(events);
+        }
+        let status = match stats.finish_reason.as_str() {
+            "max_tokens" | "cache_full" => "incomplete",
+            _ => "completed",
+        };
+        if let Some((store, mut history)) = self.store.take() {
+            let (answer, calls) = match calls {
+                Some((content, calls)) => (content, Some(calls)),
+                None => (self.text.answer().to_string(), None),
+            };
+            let mut reply = ChatMessage::new(Role::Assistant, answer);
+            reply.thinking = Some(self.text.reasoning().to_string()).filter(|r| !r.is_empty());
+            reply.tool_calls = calls;
+            history.push(reply);
+            let object = self.object(status, Some(stats));
+            let stored = Stored { id: self.id.clone(), at: Instant::now(), object, history };
+            store.lock().unwrap_or_else(|e| e.into_inner()).put(stored, Instant::now());
+        }
+        status
+    }
+}
+
+impl Shape for ResponseReply {
+    fn opening(&mut self) -> Vec<Event> {
+        let created = self.object("in_progress", None);
+        vec![
+            self.event("response.created", json!({"response": created.clone()})),
+            self.event("response.in_progress", json!({"response": created})),
+        ]
+    }
+
+    fn tokens(&mut self, text: String, _variant: usize, _choices: Vec<TokenChoice>) -> Vec<Event> {
+        let piece = self.text.push(&text);
+        let mut out = Vec::new();
+        self.stream_piece(piece, &mut out);
+        out
+    }
+
+    fn finished(&mut self, stats: &ReplyStats, _others: &[ReplyStats]) -> Vec<Event> {
+        let mut out = Vec::new();
+        let status = self.end(stats, Some(&mut out));
+        let kind = if status == "incomplete" { "response.incomplete" } else { "response.completed" };
+        let object = self.object(status, Some(stats));
+        out.push(self.event(kind, json!({"response": object})));
+        out
+    }
+
+    fn whole(&mut self, stats: &ReplyStats, _others: &[ReplyStats]) -> Value {
+        let status = self.end(stats, None);
+        self.object(status, Some(stats))
+    }
+
+    fn failed(&mut self, error: ApiError) -> Vec<Event> {
+        let body = json!({"code": error.code, "message": error.message, "param": error.param});
+        vec![self.event("error", body)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(id: &str, at: Instant) -> Stored {
+        Stored { id: id.into(), at, object: json!({"id": id}), history: Vec::new() }
+    }
+
+    #[test]
+    fn the_store_keeps_a_bounded_count_for_a_bounded_time() {
+        let start = Instant::now();
+        let mut store = ResponseStore::new(3, Duration::from_secs(60));
+        for (i, id) in ["a", "b", "c", "d"].iter().enumerate() {
+            store.put(stored(id, start + Duration::from_secs(i as u64)), start + Duration::from_secs(i as u64));
+        }
+        assert!(store.get("a", start + Duration::from_secs(4)).is_none(), "the oldest goes past the count");
+        assert!(store.get("b", start + Duration::from_secs(4)).is_some());
+        assert!(store.get("b", start + Duration::from_secs(62)).is_none(), "b is over a minute old");
+        assert!(store.get("d", start + Duration::from_secs(62)).is_some());
+        assert!(store.delete("d"));
+        assert!(!store.delete("d"));
+    }
+
+    #[test]
+    fn items_become_messages() {
+        let input = json!([
+            {"role": "developer", "content": "Be brief."},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather?"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "Call it."}]},
+            {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "rain"},
+        ]);
+        let messages = super::input(Some(&input), Vec::new()).unwrap();
+        assert_eq!(messages.len(), 4);
+        assert_eq!(messages[0].role, Role::System);
+        assert_eq!(messages[2].thinking.as_deref(), Some("Call it."));
+        assert_eq!(messages[2].tool_calls.as_ref().unwrap()[0].name, "get_weather");
+        assert_eq!((messages[3].role, messages[3].tool_call_id.as_deref()), (Role::Tool, Some("c1")));
+        for (bad, param) in [
+            (json!([{"type": "function_call_output", "call_id": "nope", "output": "x"}]), "input[0].call_id"),
+            (json!([{"type": "web_search_call", "id": "w"}]), "input[0].type"),
+            (
+                json!([{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]),
+                "input[0].content[0].type",
+            ),
+            (json!([]), "input"),
+        ] {
+            let e = super::input(Some(&bad), Vec::new()).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(param), "{bad}");
+        }
+    }
+}
