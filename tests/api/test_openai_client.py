@@ -227,6 +227,26 @@ class Api(unittest.TestCase):
             self.assertGreaterEqual(again.usage.prompt_tokens_details.cached_tokens, first.usage.prompt_tokens - 1)
             self.assertEqual(again.choices[0].message.content, first.choices[0].message.content)
 
+    def test_a_required_call_with_parallel_calls_ends(self):
+        # parallel_tool_calls left at its default (true): the small model
+        # would repeat its call to the token limit; the reply ends after a
+        # few calls, each call made once, and no markup is left as content.
+        tools = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
+                  "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}},
+                                 "required": ["city"]}}}]
+        for kw in ({}, {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}):
+            r = ask("Is it raining in Paris?", tools=tools, max_tokens=300, **({"tool_choice": "required"} | kw))
+            choice = r.choices[0]
+            self.assertEqual(choice.finish_reason, "tool_calls", choice)
+            self.assertIsNone(choice.message.content, choice)
+            calls = [(c.function.name, c.function.arguments) for c in choice.message.tool_calls]
+            self.assertEqual(len(calls), len(set(calls)), calls)
+            self.assertLess(r.usage.completion_tokens, 300)
+        # Cut at the limit part way through a call: no markup as content.
+        r = ask("Is it raining in Paris?", tools=tools, tool_choice="required", max_tokens=6)
+        self.assertEqual(r.choices[0].finish_reason, "length")
+        self.assertNotIn("<tool_call>", r.choices[0].message.content or "")
+
     def test_an_oversized_body_is_413(self):
         body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * (9 << 20)}]}).encode()
         status, answer = raw("/chat/completions", body)

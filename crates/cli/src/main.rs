@@ -63,7 +63,8 @@ enum Command {
         model: ModelArgs,
     },
     /// Serves the OpenAI-compatible API (`/v1/models`, `/v1/chat/completions`,
-    /// `/v1/completions`) on 127.0.0.1 through the app's worker; prints the
+    /// `/v1/completions`, `/v1/responses`) and Anthropic's Messages API
+    /// (`/v1/messages`) on 127.0.0.1 through the app's worker; prints the
     /// base URL once the model is ready.
     Serve {
         #[command(flatten)]

@@ -111,21 +111,43 @@ impl ChoiceText {
 
     /// The calls made (ids `PREFIX0`, `PREFIX1`, …) and the answer without
     /// them; `None` when tools were not offered or none was called.
+    /// A call made again with the same arguments is made once.
     pub fn calls(&self, id_prefix: &str) -> Option<(String, Vec<ToolCall>)> {
         let format = self.tools?;
-        if format == ToolFormat::Harmony {
-            let (_, calls) = format.parse(&self.text, id_prefix);
-            return (!calls.is_empty()).then(|| (self.split.answer.trim().to_string(), calls));
-        }
-        let (content, calls) = format.parse(&self.split.answer, id_prefix);
+        let (content, mut calls) = if format == ToolFormat::Harmony {
+            (self.split.answer.trim().to_string(), format.parse(&self.text, id_prefix).1)
+        } else {
+            format.parse(&self.split.answer, id_prefix)
+        };
+        let mut seen = Vec::new();
+        calls.retain(|c| {
+            let key = (c.name.clone(), c.arguments.clone());
+            let first = !seen.contains(&key);
+            seen.push(key);
+            first
+        });
         (!calls.is_empty()).then_some((content, calls))
     }
 
-    /// With tools and no call after all: the answer that waited, as content.
-    pub fn unsent(&mut self) -> String {
+    /// With tools and no call after all: the answer that waited, as
+    /// content; nothing when the reply was `cut` at its limit, where what
+    /// waited is the start of a call the limit broke off.
+    pub fn unsent(&mut self, cut: bool) -> String {
+        if cut && self.tools.is_some() {
+            return String::new();
+        }
         let rest = self.split.answer[self.sent.min(self.split.answer.len())..].to_string();
         self.sent = self.split.answer.len();
         rest
+    }
+
+    /// The answer as content: with tools and a reply `cut` at its limit,
+    /// without the call it was writing.
+    pub fn content(&self, cut: bool) -> &str {
+        match self.tools {
+            Some(format) if cut => &self.split.answer[..format.content_end(&self.split.answer)],
+            _ => &self.split.answer,
+        }
     }
 
     /// The answer so far (all the text but reasoning).

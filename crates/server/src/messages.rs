@@ -486,7 +486,8 @@ impl Shape for MessageReply {
                 }
             }
             None => {
-                let rest = self.text.unsent();
+                let cut = matches!(stats.finish_reason.as_str(), "max_tokens" | "cache_full");
+                let rest = self.text.unsent(cut);
                 self.stream_piece(crate::choice::Piece { reasoning: String::new(), content: rest }, &mut out);
                 self.close(&mut out);
             }
@@ -509,7 +510,7 @@ impl Shape for MessageReply {
         let calls = self.calls();
         let answer = match &calls {
             Some((content, _)) => content.clone(),
-            None => self.text.answer().to_string(),
+            None => self.text.content(matches!(stats.finish_reason.as_str(), "max_tokens" | "cache_full")).to_string(),
         };
         if !answer.is_empty() {
             content.push(json!({"type": "text", "text": answer}));

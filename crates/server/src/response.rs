@@ -189,7 +189,7 @@ impl Reply {
                     }
                     None => {
                         // No call after all: what waited is content.
-                        let rest = self.parts[i].unsent();
+                        let rest = self.parts[i].unsent(reason == "length");
                         if !rest.is_empty() {
                             chunks.push(self.chunk(json!({"index": i, "delta": {"content": rest}, "logprobs": null, "finish_reason": null})));
                         }
@@ -232,6 +232,9 @@ impl Reply {
                     }
                 }
                 if self.endpoint == Endpoint::Chat {
+                    if self.parts[i].has_tools() {
+                        message["content"] = self.parts[i].content(reason == "length").into();
+                    }
                     if let Some((content, calls)) = self.calls(i) {
                         message["content"] = if content.is_empty() { Value::Null } else { content.into() };
                         message["tool_calls"] = calls.iter().map(|c| call_json(c, None)).collect();

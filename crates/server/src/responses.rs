@@ -548,6 +548,7 @@ impl ResponseReply {
 
     /// Ends the output; returns the status, and keeps the response when stored.
     fn end(&mut self, stats: &ReplyStats, mut out: Option<&mut Vec<Event>>) -> &'static str {
+        let cut = matches!(stats.finish_reason.as_str(), "max_tokens" | "cache_full");
         let piece = self.text.finish();
         let mut events = Vec::new();
         self.stream_piece(piece, &mut events);
@@ -558,7 +559,7 @@ impl ResponseReply {
                 self.calls(calls, out.as_deref_mut().map(|_| &mut events));
             }
             None => {
-                let rest = self.text.unsent();
+                let rest = self.text.unsent(cut);
                 self.stream_piece(Piece { reasoning: String::new(), content: rest }, &mut events);
                 self.close(&mut events);
             }
@@ -573,7 +574,7 @@ impl ResponseReply {
         if let Some((store, mut history)) = self.store.take() {
             let (answer, calls) = match calls {
                 Some((content, calls)) => (content, Some(calls)),
-                None => (self.text.answer().to_string(), None),
+                None => (self.text.content(cut).to_string(), None),
             };
             let mut reply = ChatMessage::new(Role::Assistant, answer);
             reply.thinking = Some(self.text.reasoning().to_string()).filter(|r| !r.is_empty());

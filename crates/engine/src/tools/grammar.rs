@@ -5,6 +5,23 @@ use serde_json::{json, Value};
 use super::{ToolChoice, ToolFormat, ToolSpec, Tools, GEMMA_CLOSE, HARMONY_TO, MISTRAL_ARGS, MISTRAL_CALLS};
 use crate::constraint::GrammarSpec;
 
+/// The most calls a reply that must call makes at once. Left open, a small
+/// model told to call tends to write the same call again and again until
+/// its token limit (the reply never ends, and an agent times out).
+pub const MAX_PARALLEL_CALLS: usize = 4;
+
+/// After a first call, up to `MAX_PARALLEL_CALLS - 1` more of `unit` (a
+/// separator and a call) with parallel calls; none without.
+fn more_calls(parallel: bool, unit: &str) -> String {
+    let mut more = String::new();
+    if parallel {
+        for _ in 1..MAX_PARALLEL_CALLS {
+            more = format!(" ({unit}{more})?");
+        }
+    }
+    more
+}
+
 impl Tools {
     /// The grammar of a reply that must call (`Required`, or a named
     /// function) in `format`: calls whose name is one of the tools (or the
@@ -41,7 +58,7 @@ impl Tools {
                 let calls = json_calls(&picked, |t| {
                     format!("{} {} {}", lark_str(MISTRAL_CALLS), lark_str(&t.name), lark_str(MISTRAL_ARGS))
                 });
-                let more = if self.parallel { " call*" } else { "" };
+                let more = more_calls(self.parallel, "call");
                 return Some(GrammarSpec::Lark(format!("start: call{more}\ncall: {calls}\n")));
             }
             _ => {}
@@ -61,9 +78,7 @@ impl Tools {
         if format == ToolFormat::MistralNemo {
             // `[TOOL_CALLS]` and one array of calls.
             let mut array = json!({"type": "array", "items": {"anyOf": calls}, "minItems": 1});
-            if !self.parallel {
-                array["maxItems"] = 1.into();
-            }
+            array["maxItems"] = if self.parallel { MAX_PARALLEL_CALLS } else { 1 }.into();
             return Some(GrammarSpec::Lark(format!("start: {:?} %json {}\n", MISTRAL_CALLS, compact(array))));
         }
         let schema = compact(json!({"anyOf": calls}));
@@ -71,7 +86,7 @@ impl Tools {
             // One call a reply, as its template allows.
             return Some(GrammarSpec::JsonSchema(schema));
         }
-        let more = if self.parallel { " (\"\\n\" block)*" } else { "" };
+        let more = more_calls(self.parallel, "\"\\n\" block");
         Some(GrammarSpec::Lark(format!(
             "start: block{more}\nblock: \"<tool_call>\" \"\\n\" call \"\\n\" \"</tool_call>\"\ncall: %json {schema}\n"
         )))
@@ -163,7 +178,7 @@ fn glm_call_grammar(tools: &[&ToolSpec], parallel: bool) -> String {
         rules.push(format!("call{i}: {} NL? {body}", lark_str(&t.name)));
         calls.push(format!("call{i}"));
     }
-    let more = if parallel { " (NL? block)*" } else { "" };
+    let more = more_calls(parallel, "NL? block");
     format!(
         "start: block{more}\nblock: \"<tool_call>\" ({}) \"</tool_call>\"\n{}\nKEY: /[A-Za-z_][A-Za-z0-9_]*/\nTEXT: /[^<]+/\nNL: \"\\n\"\n",
         calls.join(" | "),
@@ -206,7 +221,7 @@ fn gemma4_call_grammar(tools: &[&ToolSpec], parallel: bool) -> String {
         ));
         blocks.push(format!("block{i}"));
     }
-    let more = if parallel { " block*" } else { "" };
+    let more = more_calls(parallel, "block");
     format!(
         "start: block{more}\nblock: {}\n{}\nvalue: STRING | NUMBER | \"true\" | \"false\" | \"null\" | object | array\nobject: \"{{\" (KEY \":\" value (\",\" KEY \":\" value)*)? \"}}\"\narray: \"[\" (value (\",\" value)*)? \"]\"\nKEY: /[A-Za-z_][A-Za-z0-9_]*/\nSTRING: /<\\|\"\\|>[^<]*<\\|\"\\|>/\nNUMBER: /-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][-+]?[0-9]+)?/\n",
         blocks.join(" | "),
