@@ -114,6 +114,16 @@ class Responses(unittest.TestCase):
         args = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
         self.assertEqual(args, done[0].arguments)
 
+    def test_a_namespace_offers_its_functions(self):
+        # Codex groups some of its tools in a namespace; a call of one says which.
+        tools = [{"type": "namespace", "name": "weather_v1", "description": "Weather tools.",
+                  "tools": [{"type": "function", "name": WEATHER["name"], "description": WEATHER["description"],
+                             "parameters": WEATHER["schema"], "strict": False}]}]
+        r = oa.responses.create(model="default", input="Is it raining in Paris?", tools=tools, tool_choice="required",
+                                parallel_tool_calls=False, temperature=0, max_output_tokens=60)
+        call = [o for o in r.output if o.type == "function_call"][0]
+        self.assertEqual((call.name, call.to_dict().get("namespace")), ("get_weather", "weather_v1"))
+
     def test_a_json_schema_is_followed(self):
         schema = {"type": "object", "properties": {"colour": {"type": "string", "enum": ["red", "green", "blue"]}},
                   "required": ["colour"], "additionalProperties": False}

@@ -164,6 +164,7 @@ fn conversation(value: Option<&Value>) -> Result<Vec<ChatMessage>, ApiError> {
         return Err(ApiError::field("messages", "must hold at least one message"));
     }
     let mut out = Vec::new();
+    // The calls of the assistant turn before, each answered once.
     let mut call_ids: Vec<String> = Vec::new();
     for (i, m) in list.iter().enumerate() {
         let at = |what: &str| format!("messages[{i}].{what}");
@@ -178,6 +179,9 @@ fn conversation(value: Option<&Value>) -> Result<Vec<ChatMessage>, ApiError> {
             Some(Value::Array(blocks)) => blocks.clone(),
             _ => return Err(ApiError::field(&at("content"), "must be a string or a list of content blocks")),
         };
+        if role == Role::Assistant {
+            call_ids.clear();
+        }
         let mut text = String::new();
         let mut thinking: Option<String> = None;
         let mut calls = Vec::new();
@@ -193,12 +197,13 @@ fn conversation(value: Option<&Value>) -> Result<Vec<ChatMessage>, ApiError> {
                     let Some(id) = b.get("tool_use_id").and_then(Value::as_str) else {
                         return Err(ApiError::field(&at(".tool_use_id"), "is required"));
                     };
-                    if !call_ids.iter().any(|c| c == id) {
+                    let Some(k) = call_ids.iter().position(|c| c == id) else {
                         return Err(ApiError::field(
                             &at(".tool_use_id"),
-                            format!("\"{id}\" answers no tool_use block of an earlier assistant message"),
+                            format!("\"{id}\" answers no unanswered tool_use block of the assistant message before"),
                         ));
-                    }
+                    };
+                    call_ids.remove(k);
                     let mut result = match b.get("content") {
                         None | Some(Value::Null) => String::new(),
                         Some(Value::String(s)) => s.clone(),
@@ -524,6 +529,10 @@ impl Shape for MessageReply {
 
     fn failed(&mut self, error: ApiError) -> Vec<Event> {
         vec![named("error", &error.anthropic_body())]
+    }
+
+    fn error_response(&self, error: ApiError) -> axum::response::Response {
+        error.anthropic()
     }
 
     fn keep_alive(&self) -> KeepAlive {

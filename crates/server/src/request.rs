@@ -469,6 +469,58 @@ impl Fields {
     }
 }
 
+/// A function tool: its name (1 to 64 letters, digits, `_` or `-`), its
+/// description and its parameters' JSON schema (none: no parameters);
+/// `at` spells a field's name in the endpoint's words.
+pub(crate) fn function_tool(
+    name: Option<&Value>,
+    description: Option<&Value>,
+    parameters: Option<&Value>,
+    at: &dyn Fn(&str) -> String,
+) -> Result<ToolSpec, ApiError> {
+    let name = match name.and_then(Value::as_str) {
+        Some(n)
+            if !n.is_empty()
+                && n.len() <= 64
+                && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') =>
+        {
+            n.to_string()
+        }
+        _ => return Err(ApiError::field(&at("name"), "must be 1 to 64 letters, digits, underscores or dashes")),
+    };
+    let parameters = match parameters {
+        None | Some(Value::Null) => serde_json::json!({"type": "object", "properties": {}}),
+        Some(p @ Value::Object(_)) => p.clone(),
+        Some(_) => return Err(ApiError::field(&at("parameters"), "must be a JSON schema object")),
+    };
+    let description = match description {
+        None | Some(Value::Null) => None,
+        Some(Value::String(d)) => Some(d.clone()),
+        Some(_) => return Err(ApiError::field(&at("description"), "must be a string")),
+    };
+    Ok(ToolSpec { name, description, parameters })
+}
+
+/// The tools offered, their choice checked against them (`field` names the
+/// choice in the endpoint's words).
+pub(crate) fn checked_tools(
+    specs: Vec<ToolSpec>,
+    choice: ToolChoice,
+    parallel: bool,
+    field: &str,
+) -> Result<Tools, ApiError> {
+    match &choice {
+        ToolChoice::Required | ToolChoice::Function(_) if specs.is_empty() => {
+            return Err(ApiError::field(field, "needs tools"))
+        }
+        ToolChoice::Function(n) if !specs.iter().any(|t| &t.name == n) => {
+            return Err(ApiError::field(field, format!("names \"{n}\", which is not among the tools")))
+        }
+        _ => {}
+    }
+    Ok(Tools { specs, choice, parallel })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -524,56 +576,4 @@ mod tests {
         let c = Generation::completion(br#"{"prompt":"Once","max_tokens":5,"logprobs":2}"#).unwrap();
         assert_eq!((c.raw_prompt.as_deref(), c.settings.max_new_tokens, c.logprobs), (Some("Once"), 5, Some(2)));
     }
-}
-
-/// A function tool: its name (1 to 64 letters, digits, `_` or `-`), its
-/// description and its parameters' JSON schema (none: no parameters);
-/// `at` spells a field's name in the endpoint's words.
-pub(crate) fn function_tool(
-    name: Option<&Value>,
-    description: Option<&Value>,
-    parameters: Option<&Value>,
-    at: &dyn Fn(&str) -> String,
-) -> Result<ToolSpec, ApiError> {
-    let name = match name.and_then(Value::as_str) {
-        Some(n)
-            if !n.is_empty()
-                && n.len() <= 64
-                && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') =>
-        {
-            n.to_string()
-        }
-        _ => return Err(ApiError::field(&at("name"), "must be 1 to 64 letters, digits, underscores or dashes")),
-    };
-    let parameters = match parameters {
-        None | Some(Value::Null) => serde_json::json!({"type": "object", "properties": {}}),
-        Some(p @ Value::Object(_)) => p.clone(),
-        Some(_) => return Err(ApiError::field(&at("parameters"), "must be a JSON schema object")),
-    };
-    let description = match description {
-        None | Some(Value::Null) => None,
-        Some(Value::String(d)) => Some(d.clone()),
-        Some(_) => return Err(ApiError::field(&at("description"), "must be a string")),
-    };
-    Ok(ToolSpec { name, description, parameters })
-}
-
-/// The tools offered, their choice checked against them (`field` names the
-/// choice in the endpoint's words).
-pub(crate) fn checked_tools(
-    specs: Vec<ToolSpec>,
-    choice: ToolChoice,
-    parallel: bool,
-    field: &str,
-) -> Result<Tools, ApiError> {
-    match &choice {
-        ToolChoice::Required | ToolChoice::Function(_) if specs.is_empty() => {
-            return Err(ApiError::field(field, "needs tools"))
-        }
-        ToolChoice::Function(n) if !specs.iter().any(|t| &t.name == n) => {
-            return Err(ApiError::field(field, format!("names \"{n}\", which is not among the tools")))
-        }
-        _ => {}
-    }
-    Ok(Tools { specs, choice, parallel })
 }

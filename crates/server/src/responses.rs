@@ -91,6 +91,8 @@ pub struct ResponsesRequest {
     store: bool,
     /// The request's fields the response object echoes.
     echo: Value,
+    /// Functions offered within a namespace, and its name.
+    namespaces: Vec<(String, String)>,
 }
 
 impl ResponsesRequest {
@@ -149,7 +151,8 @@ impl ResponsesRequest {
             Some(_) => return Err(ApiError::field("reasoning", "must be an object")),
         }
         let grammar = format(fields.get("text"))?;
-        let tools = tools(&fields)?;
+        let mut namespaces = Vec::new();
+        let tools = tools(&fields, &mut namespaces)?;
         if grammar.is_some() && tools.call_grammar(hearth_engine::ToolFormat::Fallback).is_some() {
             return Err(ApiError::field("tool_choice", "a required tool call cannot be given with text.format"));
         }
@@ -186,6 +189,7 @@ impl ResponsesRequest {
             history,
             store,
             echo,
+            namespaces,
         })
     }
 }
@@ -296,7 +300,9 @@ fn input(value: Option<&Value>, mut known: Vec<String>) -> Result<Vec<ChatMessag
                     t if t.is_empty() => texts("summary"),
                     t => t,
                 };
-                thinking.get_or_insert_with(String::new).push_str(&text);
+                if !text.is_empty() {
+                    thinking.get_or_insert_with(String::new).push_str(&text);
+                }
             }
             other => {
                 return Err(ApiError::field(
@@ -310,26 +316,51 @@ fn input(value: Option<&Value>, mut known: Vec<String>) -> Result<Vec<ChatMessag
 }
 
 /// `tools` (function tools only), `tool_choice` and `parallel_tool_calls`.
-fn tools(fields: &Fields) -> Result<hearth_engine::Tools, ApiError> {
-    let specs = match fields.get("tools") {
-        None => Vec::new(),
-        Some(Value::Array(list)) => list
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
+/// `namespace` tools (Codex's groups of function tools) offer their
+/// functions; `namespaces` gets each one's namespace, for its calls.
+fn tools(fields: &Fields, namespaces: &mut Vec<(String, String)>) -> Result<hearth_engine::Tools, ApiError> {
+    let mut specs = Vec::new();
+    match fields.get("tools") {
+        None => {}
+        Some(Value::Array(list)) => {
+            for (i, t) in list.iter().enumerate() {
                 let at = |what: &str| format!("tools[{i}].{what}");
                 match t.get("type").and_then(Value::as_str) {
-                    Some("function") => function_tool(t.get("name"), t.get("description"), t.get("parameters"), &at),
-                    Some(other) => Err(ApiError::field(
-                        &at("type"),
-                        format!("\"{other}\" tools are not supported; Hearth runs function tools"),
-                    )),
-                    None => Err(ApiError::field(&at("type"), "is required")),
+                    Some("function") => {
+                        specs.push(function_tool(t.get("name"), t.get("description"), t.get("parameters"), &at)?)
+                    }
+                    Some("namespace") => {
+                        let Some(namespace) = t.get("name").and_then(Value::as_str) else {
+                            return Err(ApiError::field(&at("name"), "is required"));
+                        };
+                        let Some(inner) = t.get("tools").and_then(Value::as_array) else {
+                            return Err(ApiError::field(&at("tools"), "must be a list of function tools"));
+                        };
+                        for (j, f) in inner.iter().enumerate() {
+                            let at = |what: &str| format!("tools[{i}].tools[{j}].{what}");
+                            if f.get("type").and_then(Value::as_str) != Some("function") {
+                                return Err(ApiError::field(&at("type"), "must be \"function\""));
+                            }
+                            let spec = function_tool(f.get("name"), f.get("description"), f.get("parameters"), &at)?;
+                            namespaces.push((spec.name.clone(), namespace.to_string()));
+                            specs.push(spec);
+                        }
+                    }
+                    Some(other) => {
+                        return Err(ApiError::field(
+                            &at("type"),
+                            format!(
+                            "\"{other}\" tools run on OpenAI's servers, which Hearth is not; it runs function tools \
+                                 (in Codex, set web_search = \"disabled\")"
+                        ),
+                        ))
+                    }
+                    None => return Err(ApiError::field(&at("type"), "is required")),
                 }
-            })
-            .collect::<Result<Vec<_>, _>>()?,
+            }
+        }
         Some(_) => return Err(ApiError::field("tools", "must be a list")),
-    };
+    }
     let choice = match fields.get("tool_choice") {
         None => ToolChoice::Auto,
         Some(Value::String(c)) => match c.as_str() {
@@ -385,6 +416,7 @@ pub struct ResponseReply {
     open: Option<(Item, String, String)>,
     sequence: u64,
     call_prefix: String,
+    namespaces: Vec<(String, String)>,
 }
 
 impl ResponseReply {
@@ -400,6 +432,7 @@ impl ResponseReply {
             open: None,
             sequence: 0,
             call_prefix: format!("call_{}_", random_hex()),
+            namespaces: request.namespaces.clone(),
         }
     }
 
@@ -445,9 +478,8 @@ impl ResponseReply {
 
     fn item_json(&self, item: Item, id: &str, text: &str, status: &str) -> Value {
         match item {
-            Item::Reasoning => {
-                json!({"type": "reasoning", "id": id, "summary": [], "content": [{"type": "reasoning_text", "text": text}], "status": status})
-            }
+            Item::Reasoning => json!({"type": "reasoning", "id": id, "summary": [], "status": status,
+                "content": if status == "in_progress" { json!([]) } else { json!([{"type": "reasoning_text", "text": text}]) }}),
             Item::Message => json!({"type": "message", "id": id, "role": "assistant", "status": status,
                 "content": if status == "in_progress" { json!([]) } else { json!([{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]) }}),
         }
@@ -468,13 +500,14 @@ impl ResponseReply {
                 let index = self.output.len();
                 let added = self.item_json(item, &id, "", "in_progress");
                 out.push(self.event("response.output_item.added", json!({"output_index": index, "item": added})));
-                if item == Item::Message {
-                    let part = json!({"type": "output_text", "text": "", "annotations": []});
-                    out.push(self.event(
-                        "response.content_part.added",
-                        json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}),
-                    ));
-                }
+                let part = match item {
+                    Item::Reasoning => json!({"type": "reasoning_text", "text": ""}),
+                    Item::Message => json!({"type": "output_text", "text": "", "annotations": []}),
+                };
+                out.push(self.event(
+                    "response.content_part.added",
+                    json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}),
+                ));
                 self.open = Some((item, id, String::new()));
             }
             let index = self.output.len();
@@ -497,10 +530,17 @@ impl ResponseReply {
         let Some((item, id, text)) = self.open.take() else { return };
         let index = self.output.len();
         match item {
-            Item::Reasoning => out.push(self.event(
-                "response.reasoning_text.done",
-                json!({"item_id": id, "output_index": index, "content_index": 0, "text": text}),
-            )),
+            Item::Reasoning => {
+                out.push(self.event(
+                    "response.reasoning_text.done",
+                    json!({"item_id": id, "output_index": index, "content_index": 0, "text": text}),
+                ));
+                let part = json!({"type": "reasoning_text", "text": text});
+                out.push(self.event(
+                    "response.content_part.done",
+                    json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}),
+                ));
+            }
             Item::Message => {
                 out.push(self.event(
                     "response.output_text.done",
@@ -523,7 +563,14 @@ impl ResponseReply {
         for call in calls {
             let id = format!("fc_{}", random_hex());
             let index = self.output.len();
-            let item = |arguments: &str, status: &str| json!({"type": "function_call", "id": id, "call_id": call.id, "name": call.name, "arguments": arguments, "status": status});
+            let namespace = self.namespaces.iter().find(|(f, _)| *f == call.name).map(|(_, n)| n.clone());
+            let item = |arguments: &str, status: &str| {
+                let mut item = json!({"type": "function_call", "id": id, "call_id": call.id, "name": call.name, "arguments": arguments, "status": status});
+                if let Some(n) = &namespace {
+                    item["namespace"] = n.clone().into();
+                }
+                item
+            };
             if let Some(out) = out.as_deref_mut() {
                 out.push(self.event(
                     "response.output_item.added",
@@ -618,9 +665,13 @@ impl Shape for ResponseReply {
         self.object(status, Some(stats))
     }
 
+    /// An `error` event, then `response.failed` with the response so far,
+    /// which ends the stream for clients that wait for a terminal event.
     fn failed(&mut self, error: ApiError) -> Vec<Event> {
         let body = json!({"code": error.code, "message": error.message, "param": error.param});
-        vec![self.event("error", body)]
+        let mut object = self.object("failed", None);
+        object["error"] = json!({"code": error.code.unwrap_or("server_error"), "message": error.message});
+        vec![self.event("error", body), self.event("response.failed", json!({"response": object}))]
     }
 }
 

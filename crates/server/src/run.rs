@@ -46,6 +46,10 @@ pub(crate) trait Shape: Send + 'static {
     fn whole(&mut self, stats: &ReplyStats, others: &[ReplyStats]) -> Value;
     /// The event that ends a stream that fails after it began.
     fn failed(&mut self, error: ApiError) -> Vec<Event>;
+    /// A failure before anything was sent, in the API's error shape.
+    fn error_response(&self, error: ApiError) -> Response {
+        error.into_response()
+    }
     /// What keeps an idle stream open (SSE comments unless the API has its own).
     fn keep_alive(&self) -> KeepAlive {
         KeepAlive::default()
@@ -96,7 +100,8 @@ pub(crate) async fn start(api: &Api, g: &Generation, chat: bool) -> Result<Start
     } else {
         None
     };
-    let tools = (chat && g.tools.offered()).then(|| engine.tool_format());
+    // A reply held to a grammar asked for cannot hold a call: read as text.
+    let tools = (chat && g.tools.offered() && g.grammar.is_none()).then(|| engine.tool_format());
 
     let mut early = VecDeque::new();
     loop {
@@ -123,7 +128,7 @@ pub(crate) async fn respond<S: Shape>(started: Started, mut shape: S, stream: bo
                 None => events.recv().await,
             };
             match event {
-                None => return worker_gone().into_response(),
+                None => return shape.error_response(worker_gone()),
                 Some(GenerationEvent::Tokens { text, variant, choices, .. }) => {
                     drop(shape.tokens(text, variant as usize, choices))
                 }
@@ -132,7 +137,7 @@ pub(crate) async fn respond<S: Shape>(started: Started, mut shape: S, stream: bo
                     guard.disarm();
                     return Json(body).into_response();
                 }
-                Some(GenerationEvent::Error { error }) => return ApiError::from(error).into_response(),
+                Some(GenerationEvent::Error { error }) => return shape.error_response(error.into()),
                 Some(_) => {}
             }
         }

@@ -114,13 +114,15 @@ impl Caches {
             Some((shared, _, key)) if shared > 0 => {
                 let whole = self.sessions.get(&key).is_some_and(|(s, _)| s.tokens().len() == shared);
                 // The prompt whole (all but the token a reply must run):
-                // the same request again, taken over however short, so
-                // repeats reuse one cache rather than each leaving its own.
+                // the same request again, reused however short. It is
+                // cloned like a long shared beginning, so a client whose
+                // cache holds more keeps it; repeats leave at most
+                // `MAX_REQUEST_CACHES` caches.
                 let again = shared + 1 >= prompt.len();
                 if !whole && !again && shared < MIN_SHARED_TO_CLONE {
                     return (fresh(), None);
                 }
-                if whole || again {
+                if whole {
                     let taken = self.sessions.remove(&key).map(|(s, _)| s);
                     self.publish_resident();
                     (key, taken)
