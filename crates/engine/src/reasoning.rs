@@ -252,6 +252,9 @@ enum Part {
     Answer {
         started: bool,
     },
+    /// A Harmony message to a recipient (`to=functions.NAME`): a tool
+    /// call, which goes out as a call, neither reasoning nor answer.
+    Call,
 }
 
 /// Text that goes to a reply's reasoning and to its answer.
@@ -297,8 +300,8 @@ impl ReplySplitter {
             Part::Reasoning { .. } => out.reasoning.push_str(rest.trim_end()),
             Part::Answer { .. } if self.harmony() => out.answer.push_str(rest.trim_end()),
             Part::Answer { .. } => out.answer.push_str(&rest),
-            // A header that never finished.
-            Part::Start => {}
+            // A header that never finished, or a call.
+            Part::Start | Part::Call => {}
         }
         out
     }
@@ -313,9 +316,15 @@ impl ReplySplitter {
                     let header = &self.pending[..at];
                     let channel = header.rsplit("<|channel|>").next().unwrap_or("").trim();
                     let is_final = header.contains("<|channel|>") && channel.starts_with("final");
+                    let is_call = header.contains("to=");
                     self.pending.drain(..at + "<|message|>".len());
-                    self.state =
-                        if is_final { Part::Answer { started: false } } else { Part::Reasoning { started: false } };
+                    self.state = if is_call {
+                        Part::Call
+                    } else if is_final {
+                        Part::Answer { started: false }
+                    } else {
+                        Part::Reasoning { started: false }
+                    };
                 } else if !self.pending.starts_with("<|") && !"<|".starts_with(&*self.pending) {
                     self.state = Part::Answer { started: true };
                 }
@@ -359,6 +368,8 @@ impl ReplySplitter {
                 }
             }
             Part::Answer { started: true } => out.answer.push_str(&std::mem::take(&mut self.pending)),
+            // It ends the reply (`<|call|>` is an end token).
+            Part::Call => self.pending.clear(),
         }
     }
 }
@@ -412,6 +423,16 @@ mod tests {
             answer_start: Some(HARMONY_FINAL.into()),
             effort: Some("reasoning_effort".into()),
         }
+    }
+
+    #[test]
+    fn a_harmony_call_is_neither_reasoning_nor_answer() {
+        let mut s = ReplySplitter::new(harmony(), false);
+        let mut out = s.push("<|channel|>analysis<|message|>Need the file.<|end|><|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": 1}");
+        let rest = s.finish();
+        out.reasoning.push_str(&rest.reasoning);
+        out.answer.push_str(&rest.answer);
+        assert_eq!((out.reasoning.as_str(), out.answer.as_str()), ("Need the file.", ""));
     }
 
     #[test]

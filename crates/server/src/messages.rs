@@ -171,7 +171,11 @@ fn conversation(value: Option<&Value>) -> Result<Vec<ChatMessage>, ApiError> {
         let role = match m.get("role").and_then(Value::as_str) {
             Some("user") => Role::User,
             Some("assistant") => Role::Assistant,
-            Some(other) => return Err(ApiError::field(&at("role"), format!("\"{other}\" is not user or assistant"))),
+            // Claude Code sends instructions as system turns between the others.
+            Some("system") => Role::System,
+            Some(other) => {
+                return Err(ApiError::field(&at("role"), format!("\"{other}\" is not user, assistant or system")))
+            }
             None => return Err(ApiError::field(&at("role"), "is required")),
         };
         let blocks = match m.get("content") {
@@ -266,6 +270,7 @@ fn conversation(value: Option<&Value>) -> Result<Vec<ChatMessage>, ApiError> {
             }
         }
         match role {
+            Role::System => out.push(ChatMessage::new(Role::System, text)),
             Role::Assistant => {
                 let mut message = ChatMessage::new(Role::Assistant, text);
                 message.thinking = thinking;

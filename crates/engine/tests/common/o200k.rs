@@ -106,12 +106,6 @@ pub fn write_vocabulary_only(path: &Path) {
 /// margins are tens of logits, so sampling at the app's default
 /// temperature follows the script too.
 pub fn write_scripted_gpt_oss(path: &Path, thinking: &str, answer: &str) {
-    use candle_core::quantized::{GgmlDType, QTensor};
-    use hearth_engine::gguf_writer::TensorEntry;
-    use hearth_engine::GgmlType;
-
-    const E: usize = 64;
-    const HALF: usize = 32;
     const WINDOW: usize = 12;
     const CUR: f32 = 40.0;
     const SEEN: f32 = 25.0;
@@ -170,13 +164,26 @@ pub fn write_scripted_gpt_oss(path: &Path, thinking: &str, answer: &str) {
         row[slot(cur)] = CUR - BRANCH;
         row[HALF + slot(seen)] = SEEN;
     }
-    // Values: the normed one-hot (8 at its slot) as 1; out: `WINDOW` times
+    write_harmony_weights(path, embd, output, WINDOW, 8192);
+}
+
+/// Width of the made gpt-oss files: a "current" half and a "seen" half.
+const E: usize = 64;
+const HALF: usize = 32;
+
+/// A one-layer gpt-oss file of these embeddings and output rows, whose
+/// attention averages the values of the last `window` positions.
+fn write_harmony_weights(path: &Path, embd: Vec<f32>, output: Vec<f32>, window: usize, context: u32) {
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use hearth_engine::gguf_writer::TensorEntry;
+    use hearth_engine::GgmlType;
+    // Values: the normed one-hot (8 at its slot) as 1; out: `window` times
     // that into the "seen" half, so each token in the window counts 1.
     let mut wv = vec![0f32; E * E];
     let mut wo = vec![0f32; E * E];
     for k in 0..HALF {
         wv[k * E + k] = 1.0 / 8.0;
-        wo[(HALF + k) * E + k] = WINDOW as f32;
+        wo[(HALF + k) * E + k] = window as f32;
     }
 
     let layer = |n: &str| format!("blk.0.{n}");
@@ -224,7 +231,7 @@ pub fn write_scripted_gpt_oss(path: &Path, thinking: &str, answer: &str) {
         ("general.architecture".to_string(), Value::String("gpt-oss".into())),
         ("general.name".to_string(), Value::String("Hearth scripted Harmony".into())),
         u("block_count", 1),
-        u("context_length", 8192),
+        u("context_length", context),
         u("embedding_length", E as u32),
         u("feed_forward_length", ffn as u32),
         u("attention.head_count", 1),
@@ -234,7 +241,7 @@ pub fn write_scripted_gpt_oss(path: &Path, thinking: &str, answer: &str) {
         u("rope.dimension_count", E as u32),
         (k("rope.freq_base"), Value::F32(150_000.0)),
         (k("attention.layer_norm_rms_epsilon"), Value::F32(1e-5)),
-        u("attention.sliding_window", WINDOW as u32),
+        u("attention.sliding_window", window as u32),
         u("expert_count", experts as u32),
         u("expert_used_count", 2),
         u("expert_feed_forward_length", ffn as u32),
@@ -243,4 +250,84 @@ pub fn write_scripted_gpt_oss(path: &Path, thinking: &str, answer: &str) {
     let (entries, data): (Vec<TensorEntry>, Vec<Vec<u8>>) = tensors.into_iter().unzip();
     let mut data = data.into_iter();
     hearth_engine::gguf_writer::write(path, &md, &entries, |_| Ok(data.next().unwrap())).unwrap();
+}
+
+/// A one-layer gpt-oss file, as `write_scripted_gpt_oss` makes one, that
+/// works as an agent's model: asked anything, it calls the function `name`
+/// with `arguments` (JSON text) in Harmony's form,
+/// `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>ARGS<|call|>`;
+/// once the function's result holding the word `trigger` (with its
+/// leading space, as inside a sentence) has come back, it answers
+/// `<|channel|>final<|message|>{answer}<|return|>` instead. So the answer
+/// comes only after the agent ran its tool and sent the result back. The
+/// answer must not hold the trigger (say it in capitals).
+///
+/// The branch: after `<|channel|>`, `final` is asked for a little less than
+/// `commentary` but also by `trigger` seen within the last `window`
+/// positions (a result's end is that close to the reply); after
+/// `<|message|>`, the answer by `final` seen. The context is long enough
+/// for an agent's tools and instructions.
+pub fn write_scripted_gpt_oss_call(path: &Path, name: &str, arguments: &str, trigger: &str, answer: &str) {
+    const WINDOW: usize = 64;
+    const CUR: f32 = 40.0;
+    const SEEN: f32 = 25.0;
+    const BRANCH: f32 = 10.0;
+    let bpe = tiktoken_rs::o200k_base_singleton();
+    let special = |name: &str| SPECIALS.iter().find(|(_, n)| *n == name).map(|(i, _)| *i).unwrap();
+    let word = |w: &str| -> Vec<u32> { bpe.encode_ordinary(w) };
+    let (channel, message, constrain, call, ret) = (
+        special("<|channel|>"),
+        special("<|message|>"),
+        special("<|constrain|>"),
+        special("<|call|>"),
+        special("<|return|>"),
+    );
+    let assistant = word("assistant")[0];
+    let (commentary, fin) = (word("commentary")[0], word("final")[0]);
+    let trigger = word(&format!(" {trigger}"));
+    assert_eq!(trigger.len(), 1, "the trigger is one token");
+    let trigger = trigger[0];
+    let header = word(&format!(" to=functions.{name} "));
+    let (args, say) = (word(arguments), word(answer));
+    // Once the model wrote it, the trigger would be seen twice, and `final`
+    // asked for above every next token.
+    assert!(!say.contains(&trigger) && !args.contains(&trigger), "the answer and the call do not hold the trigger");
+    // The call, from the prompt's last token; then the answer's branch.
+    let mut first = vec![assistant, channel, commentary];
+    first.extend(&header);
+    first.extend([constrain]);
+    first.extend(word("json"));
+    first.push(message);
+    first.extend(&args);
+    first.push(call);
+    let mut then = vec![fin, message];
+    then.extend(&say);
+    then.push(ret);
+    let mut slots: Vec<u32> = Vec::new();
+    for &t in first.iter().chain(&then).chain([&trigger]) {
+        if !slots.contains(&t) {
+            slots.push(t);
+        }
+    }
+    assert!(slots.len() <= HALF, "the script has {} distinct tokens; at most {HALF}", slots.len());
+    let mut once = std::collections::HashSet::new();
+    for &t in first.iter().chain(&then[2..]) {
+        assert!(once.insert(t), "token {t} twice in the script: pick words that share no token");
+    }
+    let slot = |t: u32| slots.iter().position(|&s| s == t).unwrap();
+    let mut embd = vec![0f32; VOCAB * E];
+    for (k, &t) in slots.iter().enumerate() {
+        embd[t as usize * E + k] = 1.0;
+    }
+    let mut output = vec![0f32; VOCAB * E];
+    for pair in first.windows(2).chain(then.windows(2)) {
+        let (cur, next) = (pair[0], pair[1]);
+        output[next as usize * E + slot(cur)] = CUR;
+    }
+    for (next, cur, seen) in [(fin, channel, trigger), (say[0], message, fin)] {
+        let row = &mut output[next as usize * E..(next as usize + 1) * E];
+        row[slot(cur)] = CUR - BRANCH;
+        row[HALF + slot(seen)] = SEEN;
+    }
+    write_harmony_weights(path, embd, output, WINDOW, 131_072);
 }

@@ -30,6 +30,11 @@ impl Peer {
         Self { _dir: dir, runtime, server: Some(server) }
     }
 
+    /// The base URL (`…/v1`).
+    pub fn url(&self) -> String {
+        self.server.as_ref().unwrap().url()
+    }
+
     /// On the default model.
     pub fn on_default_model() -> Self {
         Self::start(|_| hearth_engine::paths::default_model_path(|k| std::env::var_os(k)))
