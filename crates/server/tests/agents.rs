@@ -1,5 +1,6 @@
-//! Real coding agents on Hearth: Codex (`codex exec`, the Responses API)
-//! and Claude Code (`claude -p`, the Messages API), as pinned npm packages
+//! Real coding agents on Hearth: Codex (`codex exec`, the Responses API),
+//! Claude Code (`claude -p`, the Messages API), opencode (`opencode run`)
+//! and Qwen Code (`qwen -p`, both chat completions), as pinned npm packages
 //! (`scripts/setup-agents.sh`), each against the API server on a made
 //! gpt-oss file that calls the agent's own shell tool to read a file and,
 //! once the file's text has come back, answers with its word. The answer
@@ -31,7 +32,7 @@ fn agents() -> Option<PathBuf> {
     let dir = std::env::var_os("HEARTH_AGENTS_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/hearth/agents"));
-    if dir.join("node_modules/.bin/codex").exists() {
+    if ["codex", "claude", "opencode", "qwen"].iter().all(|a| dir.join("node_modules/.bin").join(a).exists()) {
         return Some(dir);
     }
     assert!(
@@ -115,7 +116,7 @@ fn codex_runs_its_shell_tool_through_the_responses_api() {
         .current_dir(work.path())
         .env("CODEX_HOME", home.path())
         .env("HEARTH_TEST_KEY", "key");
-    let (ok, out, err) = run(codex, Duration::from_secs(300));
+    let (ok, out, err) = run(codex, Duration::from_secs(180));
     assert!(ok && out.contains(ANSWER), "codex exec: ok {ok}\nstdout:\n{out}\nstderr:\n{err}");
 }
 
@@ -135,6 +136,50 @@ fn claude_code_runs_its_bash_tool_through_the_messages_api() {
         .env("ANTHROPIC_API_KEY", "key")
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
         .env("DISABLE_AUTOUPDATER", "1");
-    let (ok, out, err) = run(claude, Duration::from_secs(300));
+    let (ok, out, err) = run(claude, Duration::from_secs(180));
     assert!(ok && out.contains(ANSWER), "claude -p: ok {ok}\nstdout:\n{out}\nstderr:\n{err}");
+}
+
+#[test]
+fn opencode_runs_its_bash_tool_through_chat_completions() {
+    let Some(agents) = agents() else { return };
+    let peer = Peer::start(|dir| model(dir, "bash", r#"{"command":"cat secret"}"#));
+    let work = workspace();
+    let home = tempfile::tempdir().unwrap();
+    let config = serde_json::json!({
+        "provider": {"hearth": {"npm": "@ai-sdk/openai-compatible", "name": "Hearth",
+            "options": {"baseURL": peer.url(), "apiKey": "key"}, "models": {"hearth": {"name": "Hearth"}}}},
+        "model": "hearth/hearth",
+        "permission": {"bash": "allow"},
+    });
+    std::fs::write(work.path().join("opencode.json"), config.to_string()).unwrap();
+    let mut opencode = Command::new(agents.join("node_modules/.bin/opencode"));
+    opencode
+        .args(["run", "--model", "hearth/hearth", "--dir"])
+        .arg(work.path())
+        .arg("Run cat on the file named secret here and tell me the word in it.")
+        .current_dir(work.path())
+        .env("HOME", home.path())
+        .env("OPENCODE_CONFIG", work.path().join("opencode.json"));
+    let (ok, out, err) = run(opencode, Duration::from_secs(180));
+    assert!(ok && out.contains(ANSWER), "opencode run: ok {ok}\nstdout:\n{out}\nstderr:\n{err}");
+}
+
+#[test]
+fn qwen_code_runs_its_shell_tool_through_chat_completions() {
+    let Some(agents) = agents() else { return };
+    let peer = Peer::start(|dir| model(dir, "run_shell_command", r#"{"command":"cat secret"}"#));
+    let work = workspace();
+    let home = tempfile::tempdir().unwrap();
+    let mut qwen = Command::new(agents.join("node_modules/.bin/qwen"));
+    qwen.args(["-p", "Run cat on the file named secret here and tell me the word in it."])
+        .args(["--approval-mode", "yolo"])
+        .current_dir(work.path())
+        .env("HOME", home.path())
+        .env("OPENAI_BASE_URL", peer.url())
+        .env("OPENAI_API_KEY", "key")
+        .env("OPENAI_MODEL", "hearth")
+        .env("QWEN_CODE_SUPPRESS_YOLO_WARNING", "1");
+    let (ok, out, err) = run(qwen, Duration::from_secs(180));
+    assert!(ok && out.contains(ANSWER), "qwen -p: ok {ok}\nstdout:\n{out}\nstderr:\n{err}");
 }
