@@ -20,8 +20,7 @@ fn endpoint(chunks: Vec<String>, gap: Duration) -> hearth_remote::Endpoint {
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
-            let mut buf = vec![0u8; 1 << 16];
-            let _ = stream.read(&mut buf);
+            read_request(&mut stream);
             let _ =
                 stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n");
             for c in &chunks {
@@ -33,6 +32,30 @@ fn endpoint(chunks: Vec<String>, gap: Duration) -> hearth_remote::Endpoint {
         }
     });
     hearth_remote::Endpoint { base_url: format!("http://127.0.0.1:{port}/v1"), api_key: None }
+}
+
+/// Reads a whole request (headers and `Content-Length` body) before the
+/// answer: answering and closing while the client still sends would reset
+/// the connection under it, which a loaded machine makes likely.
+fn read_request(stream: &mut std::net::TcpStream) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:").and_then(|v| v.trim().parse::<usize>().ok()))
+                .unwrap_or(0);
+            if got.len() >= end + 4 + length {
+                return;
+            }
+        }
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
 }
 
 fn delta(text: &str) -> String {
