@@ -49,12 +49,12 @@ SYSTEM = (
     "run the tests after every change; keep changes small and explain them briefly.\n\n# Tools\n"
     + "\n".join(f"## {n}\n{d}\nParameters: {json.dumps({k: {'type': t} for k, t in p.items()})}" for n, d, p in TOOLS)
     + "\n\nCall a tool by answering with one JSON object {\"tool\": NAME, \"arguments\": {...}} and nothing else.\n"
-    + "\n".join(f"Rule {i}: prefer the smallest change that makes test {i} pass, and never edit generated files." for i in range(1, 41))
+    + "\n".join(f"Rule {i}: prefer the smallest change that makes test {i} pass, and never edit generated files." for i in range(1, 36))
 )
 
 
 def tool_result(turn):
-    lines = [f"{i + 1:4d}  fn step_{turn}_{i}(x: u32) -> u32 {{ x.wrapping_mul({i + 3}).rotate_left({turn % 7}) }}" for i in range(14)]
+    lines = [f"{i + 1:4d}  fn step_{turn}_{i}(x: u32) -> u32 {{ x.wrapping_mul({i + 3}).rotate_left({turn % 7}) }}" for i in range(8)]
     return "\n".join(lines)
 
 
