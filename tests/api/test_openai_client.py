@@ -247,6 +247,36 @@ class Api(unittest.TestCase):
         self.assertEqual(r.choices[0].finish_reason, "length")
         self.assertNotIn("<tool_call>", r.choices[0].message.content or "")
 
+    def test_a_wrong_method_is_405_in_openais_shape(self):
+        request = urllib.request.Request(URL + "/chat/completions", method="GET", headers={"Authorization": f"Bearer {KEY}"})
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(request, timeout=10)
+        self.assertEqual(e.exception.code, 405)
+        self.assertEqual(json.loads(e.exception.read())["error"]["code"], "method_not_allowed")
+
+    def test_a_megabytes_prompt_is_refused_without_stalling_a_stream(self):
+        # 7 MB could not fit the context whatever its tokens: refused from its
+        # size, before the worker would spend seconds tokenizing it.
+        gaps, done = [], threading.Event()
+
+        def chat():
+            last = time.perf_counter()
+            for chunk in ask("Write a long story about a lighthouse.", max_tokens=400, stream=True, seed=3, temperature=0.8):
+                now = time.perf_counter()
+                if not done.is_set():
+                    gaps.append(now - last)
+                last = now
+
+        streaming = threading.Thread(target=chat)
+        streaming.start()
+        time.sleep(1.0)
+        status, body = raw("/chat/completions", json.dumps({"messages": [{"role": "user", "content": "x" * 7_000_000}]}).encode())
+        done.set()
+        streaming.join()
+        self.assertEqual(status, 400)
+        self.assertEqual(body["error"]["code"], "context_length_exceeded")
+        self.assertLessEqual(max(gaps[1:]), 0.2, f"the longest gap between chunks: {max(gaps[1:]):.3f} s")
+
     def test_an_oversized_body_is_413(self):
         body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * (9 << 20)}]}).encode()
         status, answer = raw("/chat/completions", body)

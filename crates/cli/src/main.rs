@@ -71,9 +71,14 @@ enum Command {
         model: ModelArgs,
         #[arg(long, default_value_t = 8080)]
         port: u16,
-        /// Every request must bear this key (`Authorization: Bearer KEY`).
+        /// Every request must bear this key (`Authorization: Bearer KEY`
+        /// or `x-api-key: KEY`). On the command line it shows in `ps`:
+        /// prefer `HEARTH_API_KEY` or `--api-key-file`.
         #[arg(long, env = "HEARTH_API_KEY")]
         api_key: Option<String>,
+        /// Reads the key from this file's first line (`-`: standard input).
+        #[arg(long, conflicts_with = "api_key")]
+        api_key_file: Option<std::path::PathBuf>,
     },
     /// Measures prefill and decode speed.
     Bench {
@@ -342,7 +347,13 @@ fn run(cli: Cli) -> CliResult {
         }
         Command::Chat { model, sampling, system } => chat(&model, &sampling, system)?,
         Command::Replay { record, model } => replay::run(&model, &record)?,
-        Command::Serve { model, port, api_key } => serve::run(&model, port, api_key)?,
+        Command::Serve { model, port, api_key, api_key_file } => {
+            let api_key = match api_key_file {
+                Some(path) => Some(read_key(&path)?),
+                None => api_key,
+            };
+            serve::run(&model, port, api_key)?
+        }
         Command::Bench { model, prompt_tokens, gen_tokens, repeats, batch, concurrent, json } => {
             bench::bench(&model, prompt_tokens, gen_tokens, repeats, batch, concurrent, json)?
         }
@@ -555,4 +566,20 @@ fn chat(model: &ModelArgs, sampling: &SamplingArgs, system: Option<String>) -> C
         eprint!("> ");
     }
     Ok(())
+}
+
+/// An API key from the first line of `path` (`-`: standard input).
+fn read_key(path: &std::path::Path) -> CliResult<String> {
+    let text = if path.as_os_str() == "-" {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line)?;
+        line
+    } else {
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read the key file {}: {e}", path.display()))?
+    };
+    let key = text.lines().next().unwrap_or_default().trim().to_string();
+    if key.is_empty() {
+        return Err(format!("the key file {} is empty", path.display()).into());
+    }
+    Ok(key)
 }

@@ -86,6 +86,13 @@ impl Grammars {
         if let Some(e) = matcher.get_error() {
             return Err(grammar_error(e));
         }
+        // A grammar no text can start (its first mask fails) is refused here,
+        // naming its field, rather than failing the reply at its first token.
+        if let Err(e) = matcher.deep_clone().compute_mask_or_eos() {
+            // Its first line: the parser's state dump follows.
+            let e = e.to_string();
+            return Err(grammar_error(format!("no reply can follow it: {}", e.lines().next().unwrap_or_default())));
+        }
         Ok(Grammar { prototype: Arc::new(matcher), end_tokens: self.end_tokens.clone() })
     }
 }

@@ -44,7 +44,7 @@ impl ApiError {
             401 => "authentication_error",
             403 => "permission_error",
             404 => "not_found_error",
-            413 | 400 | 422 => "invalid_request_error",
+            405 | 413 | 400 | 422 => "invalid_request_error",
             429 => "rate_limit_error",
             503 => "service_unavailable",
             _ => "server_error",

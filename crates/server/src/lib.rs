@@ -129,6 +129,9 @@ pub fn router(
         .route("/v1/responses/{id}", get(get_response).delete(delete_response))
         .route("/v1/messages", post(messages))
         .route("/v1/messages/count_tokens", post(count_tokens))
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this endpoint does not take that method")
+        })
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,

@@ -60,6 +60,7 @@ pub(crate) trait Shape: Send + 'static {
 /// reply is read for reasoning and tool calls.
 pub(crate) async fn start(api: &Api, g: &Generation, chat: bool) -> Result<Started, ApiError> {
     let (model, engine) = loaded(&api.worker)?;
+    too_long_to_read(g, &engine)?;
     let (tx, mut events) = mpsc::unbounded_channel();
     // A grammar is compiled for the loaded model before the job is queued,
     // so that a bad one is a 400 naming what is wrong; the job keeps it.
@@ -116,6 +117,34 @@ pub(crate) async fn start(api: &Api, g: &Generation, chat: bool) -> Result<Start
         }
     }
     Ok(Started { model, reasoning, tools, events, early, guard })
+}
+
+/// Refuses a prompt too long for the context whatever its tokens, from
+/// its size alone: more bytes than the context's worth of the vocabulary's
+/// longest token. Tokenizing a prompt of megabytes would hold the worker,
+/// and every chat's reply with it, for seconds only to refuse it then.
+fn too_long_to_read(g: &Generation, engine: &hearth_engine::Engine) -> Result<(), ApiError> {
+    let text = |m: &hearth_engine::ChatMessage| {
+        m.content.len()
+            + m.thinking.as_ref().map_or(0, String::len)
+            + m.tool_calls.iter().flatten().map(|c| c.name.len() + c.arguments.len()).sum::<usize>()
+    };
+    let bytes = g.messages.iter().map(text).sum::<usize>() + g.raw_prompt.as_ref().map_or(0, String::len);
+    let context = match g.settings.context_length {
+        0 => engine.model().config().context_length,
+        n => (n as usize).min(engine.model().config().context_length),
+    };
+    let tokenizer = engine.tokenizer();
+    let longest =
+        (0..tokenizer.vocab_size() as u32).map(|id| tokenizer.token_bytes(id).len()).max().unwrap_or(1).max(1);
+    if bytes > context.saturating_mul(longest) {
+        return Err(ApiError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "context_length_exceeded",
+            format!("the prompt is {bytes} bytes, more than the {context} tokens of the context can hold"),
+        ));
+    }
+    Ok(())
 }
 
 /// The reply in `shape`: streamed over SSE, or whole once it ends.
