@@ -13,7 +13,8 @@ if ! "$VENV/bin/python" -c "import openai, anthropic, sys; sys.exit(openai.__ver
 fi
 LOG=$(mktemp)
 KEY="test-key-$RANDOM"
-"$TARGET/debug/hearth-cli" serve --port 0 --api-key "$KEY" >"$LOG" 2>&1 &
+# Under a desktop's default descriptor limit, which idle connections must not exhaust.
+(ulimit -n 1024 && exec "$TARGET/debug/hearth-cli" serve --port 0 --api-key "$KEY") >"$LOG" 2>&1 &
 SERVER=$!
 # The tests' status, not the stopped server's, is the script's.
 trap 'status=$?; kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true; rm -f "$LOG"; exit $status' EXIT

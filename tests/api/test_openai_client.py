@@ -277,6 +277,50 @@ class Api(unittest.TestCase):
         self.assertEqual(body["error"]["code"], "context_length_exceeded")
         self.assertLessEqual(max(gaps[1:]), 0.2, f"the longest gap between chunks: {max(gaps[1:]):.3f} s")
 
+    def test_idle_connections_do_not_lock_clients_out(self):
+        # 1,100 connections that never send a request (more than a desktop's
+        # default of 1,024 descriptors): /health and a request still answer.
+        import resource
+        import socket
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < 1200 <= hard or hard == resource.RLIM_INFINITY:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+        host, port = ROOT.split("//")[1].split(":")
+        idle = []
+        try:
+            for _ in range(1100):
+                idle.append(socket.create_connection((host, int(port)), timeout=5))
+            t0 = time.perf_counter()
+            self.assertEqual(health()["status"], "ok")
+            self.assertTrue(client.models.list().data)
+            self.assertLess(time.perf_counter() - t0, 5)
+        finally:
+            for s in idle:
+                s.close()
+
+    def test_a_connection_trickling_headers_is_closed(self):
+        import socket
+        host, port = ROOT.split("//")[1].split(":")
+        s = socket.create_connection((host, int(port)), timeout=30)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: " + f"{host}:{port}".encode() + b"\r\n")
+        t0 = time.perf_counter()
+        closed = False
+        while time.perf_counter() - t0 < 25:
+            try:
+                s.sendall(b"X-Slow: 1\r\n")
+                s.settimeout(1)
+                if s.recv(4096) == b"":
+                    closed = True
+                    break
+            except socket.timeout:
+                continue
+            except OSError:
+                closed = True
+                break
+        s.close()
+        self.assertTrue(closed, "the server kept a connection that never finished its headers")
+        self.assertLess(time.perf_counter() - t0, 20)
+
     def test_an_oversized_body_is_413(self):
         body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * (9 << 20)}]}).encode()
         status, answer = raw("/chat/completions", body)

@@ -10,6 +10,7 @@
 //! client that disconnects cancels its job, which stops within one step.
 
 mod choice;
+mod connections;
 mod error;
 mod messages;
 mod request;
@@ -58,14 +59,13 @@ impl Server {
         let (stop, stopped) = oneshot::channel::<()>();
         let shutdown = hearth_worker::CancellationToken::new();
         let app = router(worker, api_key, Some(addr.port()), shutdown.clone());
-        let task = tokio::spawn(async move {
-            let serving = axum::serve(listener, app).with_graceful_shutdown(async {
-                let _ = stopped.await;
-            });
-            if let Err(e) = serving.await {
-                tracing::error!("the API server stopped: {e}");
-            }
+        let closing = hearth_worker::CancellationToken::new();
+        let close = closing.clone();
+        tokio::spawn(async move {
+            let _ = stopped.await;
+            close.cancel();
         });
+        let task = tokio::spawn(connections::serve(listener, app, closing));
         tracing::info!("OpenAI-compatible API on http://{addr}/v1");
         Ok(Self { addr, shutdown, stop: Some(stop), task })
     }
