@@ -321,6 +321,21 @@ class Api(unittest.TestCase):
         self.assertTrue(closed, "the server kept a connection that never finished its headers")
         self.assertLess(time.perf_counter() - t0, 20)
 
+    def test_a_second_host_or_a_foreign_absolute_target_is_refused(self):
+        import socket
+        host, port = ROOT.split("//")[1].split(":")
+
+        def status(head):
+            with socket.create_connection((host, int(port)), timeout=10) as s:
+                s.sendall(head.encode())
+                return int(s.recv(4096).split(b" ")[1])
+
+        auth = f"Authorization: Bearer {KEY}\r\n"
+        self.assertEqual(status(f"GET /v1/models HTTP/1.1\r\nHost: {host}:{port}\r\n{auth}Connection: close\r\n\r\n"), 200)
+        self.assertEqual(status(f"GET /v1/models HTTP/1.1\r\nHost: {host}:{port}\r\nHost: evil.example\r\n{auth}Connection: close\r\n\r\n"), 400)
+        self.assertEqual(status(f"GET http://evil.example/v1/models HTTP/1.1\r\nHost: {host}:{port}\r\n{auth}Connection: close\r\n\r\n"), 403)
+        self.assertEqual(status(f"GET http://{host}:{port}/v1/models HTTP/1.1\r\nHost: {host}:{port}\r\n{auth}Connection: close\r\n\r\n"), 200)
+
     def test_an_oversized_body_is_413(self):
         body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * (9 << 20)}]}).encode()
         status, answer = raw("/chat/completions", body)

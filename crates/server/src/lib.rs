@@ -167,8 +167,18 @@ fn check(api: &Api, request: &HttpRequest) -> Result<(), ApiError> {
                     .any(|h| v.eq_ignore_ascii_case(&format!("{scheme}{h}:{port}")))
             })
         };
+        if request.headers().get_all(header::HOST).iter().count() > 1 {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_host",
+                "the request has more than one Host header",
+            ));
+        }
+        // An absolute-form target (`POST http://host/v1/…`) names the host
+        // that counts (RFC 9112): it is held to the same rule.
+        let authority = request.uri().authority().map(|a| a.as_str());
         let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok());
-        if host.is_none() || !local(host, "") {
+        if host.is_none() || !local(host, "") || !local(authority, "") {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "forbidden_host",
