@@ -110,6 +110,14 @@ class Api(unittest.TestCase):
         # The tokens' bytes spell the reply.
         self.assertEqual(bytes(b for t in content for b in t.bytes).decode("utf-8"), r.choices[0].message.content)
 
+    def test_a_reply_ended_by_its_end_token_counts_and_lists_its_text_tokens_only(self):
+        r = ask("What is 2 + 2?", max_tokens=60, logprobs=True)
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        content = r.choices[0].logprobs.content
+        self.assertTrue(all(t.bytes for t in content), [t.token for t in content][-3:])
+        self.assertEqual(len(content), r.usage.completion_tokens)
+        self.assertEqual(bytes(b for t in content for b in t.bytes).decode("utf-8"), r.choices[0].message.content)
+
     def test_a_second_turn_reuses_the_first_turns_cache(self):
         first_q = "Tell me about the moon in one sentence. " + str(time.time())
         first = ask(first_q, max_tokens=20)

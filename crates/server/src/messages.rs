@@ -452,7 +452,7 @@ fn usage(stats: &ReplyStats) -> Value {
         "input_tokens": stats.processed_tokens,
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": stats.prompt_tokens.saturating_sub(stats.processed_tokens),
-        "output_tokens": stats.generated_tokens,
+        "output_tokens": crate::response::completion_tokens(stats),
     })
 }
 

@@ -116,6 +116,13 @@ impl Reply {
     /// stream for it.
     pub fn tokens(&mut self, text: String, variant: usize, choices: Vec<TokenChoice>) -> Vec<Value> {
         let Some(slot) = self.texts.get_mut(variant) else { return Vec::new() };
+        // The end token is no part of the reply: not among its log-probabilities.
+        let mut choices = choices;
+        if self.logprobs.is_some() {
+            if let Some(engine) = self.worker.engine() {
+                choices.retain(|c| !engine.end_tokens().contains(&c.id));
+            }
+        }
         slot.push_str(&text);
         let logprobs = self.logprobs.map(|_| self.logprobs_json(&choices, self.offsets[variant]));
         self.offsets[variant] += text.len();
@@ -144,7 +151,7 @@ impl Reply {
     /// The end, from a `finished` event's stats (variant 0's and the others').
     pub fn ended(&self, stats: &ReplyStats, others: &[ReplyStats]) -> Ended {
         let all: Vec<&ReplyStats> = std::iter::once(stats).chain(others).collect();
-        let completion: u32 = all.iter().map(|s| s.generated_tokens).sum();
+        let completion: u32 = all.iter().map(|s| completion_tokens(s)).sum();
         let usage = json!({
             "prompt_tokens": stats.prompt_tokens,
             "completion_tokens": completion,
@@ -327,6 +334,12 @@ fn call_json(c: &ToolCall, index: Option<usize>) -> Value {
         v["index"] = k.into();
     }
     v
+}
+
+/// A reply's tokens as the APIs count them: without the end token that
+/// finished it, which is no part of its text.
+pub(crate) fn completion_tokens(stats: &ReplyStats) -> u32 {
+    stats.generated_tokens.saturating_sub(u32::from(stats.finish_reason == "end_token"))
 }
 
 fn finish_reason(reason: &str) -> &'static str {

@@ -468,9 +468,9 @@ impl ResponseReply {
             o["usage"] = json!({
                 "input_tokens": s.prompt_tokens,
                 "input_tokens_details": {"cached_tokens": s.prompt_tokens.saturating_sub(s.processed_tokens)},
-                "output_tokens": s.generated_tokens,
+                "output_tokens": crate::response::completion_tokens(s),
                 "output_tokens_details": {"reasoning_tokens": s.thinking_tokens.unwrap_or(0)},
-                "total_tokens": s.prompt_tokens + s.generated_tokens,
+                "total_tokens": s.prompt_tokens + crate::response::completion_tokens(s),
             });
         }
         o
