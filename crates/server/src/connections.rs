@@ -62,7 +62,8 @@ pub async fn serve(listener: TcpListener, app: Router, stop: CancellationToken) 
                             idle.close.cancel();
                         }
                     }
-                    // Every one is a client's: this one waits its turn.
+                    // Every one is a client's: this one is closed (the
+                    // stream drops), and the client may try again.
                     None => continue,
                 }
             }
