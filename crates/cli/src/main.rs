@@ -76,8 +76,9 @@ enum Command {
         /// prefer `HEARTH_API_KEY` or `--api-key-file`.
         #[arg(long, env = "HEARTH_API_KEY")]
         api_key: Option<String>,
-        /// Reads the key from this file's first line (`-`: standard input).
-        #[arg(long, conflicts_with = "api_key")]
+        /// Reads the key from this file's first line (`-`: standard input),
+        /// over `--api-key` and `HEARTH_API_KEY`.
+        #[arg(long)]
         api_key_file: Option<std::path::PathBuf>,
     },
     /// Measures prefill and decode speed.

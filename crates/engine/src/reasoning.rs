@@ -325,8 +325,17 @@ impl ReplySplitter {
                     } else {
                         Part::Reasoning { started: false }
                     };
-                } else if !self.pending.starts_with("<|") && !"<|".starts_with(&*self.pending) {
-                    self.state = Part::Answer { started: true };
+                } else {
+                    // A call may be written in the role's header instead:
+                    // ` to=functions.NAME<|channel|>commentary json<|message|>`.
+                    let start = self.pending.trim_start();
+                    let header = start.starts_with("<|")
+                        || "<|".starts_with(start)
+                        || start.starts_with("to=")
+                        || "to=".starts_with(start);
+                    if !header {
+                        self.state = Part::Answer { started: true };
+                    }
                 }
             }
             Part::Start => {
@@ -427,6 +436,12 @@ mod tests {
 
     #[test]
     fn a_harmony_call_is_neither_reasoning_nor_answer() {
+        // A call written in the role's header, as the reply's first message.
+        let mut s = ReplySplitter::new(harmony(), false);
+        let mut out = s.push(" to=functions.f<|channel|>commentary json<|message|>{\"a\": 1}");
+        let rest = s.finish();
+        out.answer.push_str(&rest.answer);
+        assert_eq!((out.reasoning.as_str(), out.answer.as_str()), ("", ""));
         let mut s = ReplySplitter::new(harmony(), false);
         let mut out = s.push("<|channel|>analysis<|message|>Need the file.<|end|><|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": 1}");
         let rest = s.finish();

@@ -124,10 +124,9 @@ pub(crate) async fn start(api: &Api, g: &Generation, chat: bool) -> Result<Start
 /// longest token. Tokenizing a prompt of megabytes would hold the worker,
 /// and every chat's reply with it, for seconds only to refuse it then.
 fn too_long_to_read(g: &Generation, engine: &hearth_engine::Engine) -> Result<(), ApiError> {
+    // Not the replies' reasoning, which many templates leave out of earlier turns.
     let text = |m: &hearth_engine::ChatMessage| {
-        m.content.len()
-            + m.thinking.as_ref().map_or(0, String::len)
-            + m.tool_calls.iter().flatten().map(|c| c.name.len() + c.arguments.len()).sum::<usize>()
+        m.content.len() + m.tool_calls.iter().flatten().map(|c| c.name.len() + c.arguments.len()).sum::<usize>()
     };
     let bytes = g.messages.iter().map(text).sum::<usize>() + g.raw_prompt.as_ref().map_or(0, String::len);
     let context = match g.settings.context_length {
