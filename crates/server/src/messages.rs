@@ -108,26 +108,9 @@ impl MessagesRequest {
         let mut messages = system(fields.get("system"))?;
         messages.extend(conversation(fields.get("messages"))?);
         let tools = tools(&fields)?;
-        if grammar.is_some() && tools.call_grammar(hearth_engine::ToolFormat::Fallback).is_some() {
-            return Err(ApiError::field(
-                "tool_choice",
-                "a required tool call cannot be given with output_config.format",
-            ));
-        }
         let stream = fields.bool("stream", false)?;
         Ok(Self {
-            generation: Generation {
-                messages,
-                raw_prompt: None,
-                settings,
-                n: 1,
-                logprobs: None,
-                stream,
-                include_usage: false,
-                grammar,
-                grammar_field: "output_config.format",
-                tools,
-            },
+            generation: Generation::conversation(messages, settings, stream, grammar, "output_config.format", tools)?,
             stop_sequences,
         })
     }

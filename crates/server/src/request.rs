@@ -103,6 +103,39 @@ impl Generation {
     }
 }
 
+impl Generation {
+    /// One sequence of a conversation, without log-probabilities: what the
+    /// Responses and Messages APIs ask for. A required tool call cannot be
+    /// held to a grammar as well (`grammar_field` names the endpoint's).
+    pub(crate) fn conversation(
+        messages: Vec<ChatMessage>,
+        settings: ConversationSettings,
+        stream: bool,
+        grammar: Option<GrammarSpec>,
+        grammar_field: &'static str,
+        tools: Tools,
+    ) -> Result<Self, ApiError> {
+        if grammar.is_some() && tools.call_grammar(hearth_engine::ToolFormat::Fallback).is_some() {
+            return Err(ApiError::field(
+                "tool_choice",
+                format!("a required tool call cannot be given with {grammar_field}"),
+            ));
+        }
+        Ok(Self {
+            messages,
+            raw_prompt: None,
+            settings,
+            n: 1,
+            logprobs: None,
+            stream,
+            include_usage: false,
+            grammar,
+            grammar_field,
+            tools,
+        })
+    }
+}
+
 /// A body's top-level fields.
 pub(crate) struct Fields(pub(crate) Map<String, Value>);
 

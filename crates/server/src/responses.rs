@@ -153,9 +153,6 @@ impl ResponsesRequest {
         let grammar = format(fields.get("text"))?;
         let mut namespaces = Vec::new();
         let tools = tools(&fields, &mut namespaces)?;
-        if grammar.is_some() && tools.call_grammar(hearth_engine::ToolFormat::Fallback).is_some() {
-            return Err(ApiError::field("tool_choice", "a required tool call cannot be given with text.format"));
-        }
         let store = fields.bool("store", true)?;
         let stream = fields.bool("stream", false)?;
         let echo = json!({
@@ -174,18 +171,7 @@ impl ResponsesRequest {
             "truncation": "disabled",
         });
         Ok(Self {
-            generation: Generation {
-                messages,
-                raw_prompt: None,
-                settings,
-                n: 1,
-                logprobs: None,
-                stream,
-                include_usage: false,
-                grammar,
-                grammar_field: "text.format",
-                tools,
-            },
+            generation: Generation::conversation(messages, settings, stream, grammar, "text.format", tools)?,
             history,
             store,
             echo,

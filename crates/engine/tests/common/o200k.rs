@@ -107,12 +107,8 @@ pub fn write_vocabulary_only(path: &Path) {
 /// temperature follows the script too.
 pub fn write_scripted_gpt_oss(path: &Path, thinking: &str, answer: &str) {
     const WINDOW: usize = 12;
-    const CUR: f32 = 40.0;
-    const SEEN: f32 = 25.0;
-    const BRANCH: f32 = 10.0;
-    let bpe = tiktoken_rs::o200k_base_singleton();
-    let special = |name: &str| SPECIALS.iter().find(|(_, n)| *n == name).map(|(i, _)| *i).unwrap();
-    let word = |w: &str| -> Vec<u32> { bpe.encode_ordinary(w) };
+    let special = special_token;
+    let word = |w: &str| -> Vec<u32> { tiktoken_rs::o200k_base_singleton().encode_ordinary(w) };
     let (start, channel, message, end, ret) = (
         special("<|start|>"),
         special("<|channel|>"),
@@ -165,6 +161,18 @@ pub fn write_scripted_gpt_oss(path: &Path, thinking: &str, answer: &str) {
         row[HALF + slot(seen)] = SEEN;
     }
     write_harmony_weights(path, embd, output, WINDOW, 8192);
+}
+
+/// The made gpt-oss files' output weights: for the token the current one
+/// is followed by in the script, for a branch's later successor (that much
+/// less), and for a token seen in the window.
+const CUR: f32 = 40.0;
+const BRANCH: f32 = 10.0;
+const SEEN: f32 = 25.0;
+
+/// A Harmony special token's id.
+fn special_token(name: &str) -> u32 {
+    SPECIALS.iter().find(|(_, n)| *n == name).map(|(i, _)| *i).unwrap()
 }
 
 /// Width of the made gpt-oss files: a "current" half and a "seen" half.
@@ -269,12 +277,8 @@ fn write_harmony_weights(path: &Path, embd: Vec<f32>, output: Vec<f32>, window: 
 /// for an agent's tools and instructions.
 pub fn write_scripted_gpt_oss_call(path: &Path, name: &str, arguments: &str, trigger: &str, answer: &str) {
     const WINDOW: usize = 64;
-    const CUR: f32 = 40.0;
-    const SEEN: f32 = 25.0;
-    const BRANCH: f32 = 10.0;
-    let bpe = tiktoken_rs::o200k_base_singleton();
-    let special = |name: &str| SPECIALS.iter().find(|(_, n)| *n == name).map(|(i, _)| *i).unwrap();
-    let word = |w: &str| -> Vec<u32> { bpe.encode_ordinary(w) };
+    let special = special_token;
+    let word = |w: &str| -> Vec<u32> { tiktoken_rs::o200k_base_singleton().encode_ordinary(w) };
     let (channel, message, constrain, call, ret) = (
         special("<|channel|>"),
         special("<|message|>"),
