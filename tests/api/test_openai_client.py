@@ -275,10 +275,13 @@ class Api(unittest.TestCase):
                     gaps.append(now - last)
                 last = now
 
+        # Built before the stream starts: this client's own work must not
+        # hold the streaming thread up and count as the server's gap.
+        big = json.dumps({"messages": [{"role": "user", "content": "x" * 7_000_000}]}).encode()
         streaming = threading.Thread(target=chat)
         streaming.start()
         time.sleep(1.0)
-        status, body = raw("/chat/completions", json.dumps({"messages": [{"role": "user", "content": "x" * 7_000_000}]}).encode())
+        status, body = raw("/chat/completions", big)
         done.set()
         streaming.join()
         self.assertEqual(status, 400)
