@@ -26,6 +26,7 @@ pub mod sampler_loop;
 pub mod sampling;
 pub mod session;
 pub mod session_file;
+mod session_turn;
 mod spm;
 pub mod template;
 pub mod tokenizer;
@@ -52,7 +53,8 @@ pub use sampler_loop::{
 pub use sampling::{Rng, SamplingParams};
 pub use session::{PrefillStart, Session};
 pub use session_file::{CacheIdentity, Restored};
+pub use session_turn::SessionTurn;
 pub use template::{ChatMessage, ChatTemplate, Clock, Role, ToolCall};
 pub use tokenizer::Tokenizer;
 pub use tools::{ToolChoice, ToolFormat, ToolSpec, Tools};
-pub use turn::{Advance, DecodeInput, Ended, Progress, SessionTurn, StopFn, Turn, TurnOutput, TurnStats};
+pub use turn::{Advance, DecodeInput, Ended, Progress, StopFn, Turn, TurnOutput, TurnStats};

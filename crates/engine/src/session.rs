@@ -10,9 +10,6 @@ use crate::error::{EngineError, Result};
 use crate::kv_cache::KvCache;
 use crate::model::{Model, PREFILL_CHUNK};
 use crate::passes::{Pass, Passes};
-use crate::sampler_loop::{GenerationConfig, Sampler};
-use crate::tokenizer::Tokenizer;
-use crate::turn::{Advance, Progress, Reading, SessionTurn, Turn};
 
 /// One conversation's cache. Clone it to fork a branch: clones share the
 /// cache's memory until one of them writes (never the weights, which the
@@ -184,91 +181,11 @@ impl Session {
         Ok(logits)
     }
 
-    /// Starts a turn: reads what is new in `prompt`, then hands back a
-    /// turn to step. `variants > 1` samples that many variants of the reply.
-    pub fn start_turn<'a>(
-        &'a mut self,
-        model: &'a Model,
-        tokenizer: &'a Tokenizer,
-        prompt: &[u32],
-        config: GenerationConfig,
-        variants: usize,
-    ) -> Result<SessionTurn<'a>> {
-        let placeholder = Session::new(model, self.cache.max_len());
-        let session = std::mem::replace(self, placeholder);
-        let mut turn = match session.into_turn(model, prompt.to_vec(), config) {
-            Ok(turn) => turn,
-            Err((session, e)) => {
-                *self = session;
-                return Err(e);
-            }
-        };
-        let read = turn.set_variants(variants).and_then(|()| {
-            while turn.is_prefilling() {
-                turn.advance(model, tokenizer)?;
-            }
-            Ok(())
-        });
-        match read {
-            Ok(()) => Ok(SessionTurn::new(self, model, tokenizer, turn)),
-            Err(e) => {
-                *self = turn.end().session;
-                Err(e)
-            }
-        }
-    }
-
-    /// Starts a turn whose prompt is computed exactly as `passes` computed
-    /// it: the same forward passes over the same tokens, reusing only the
-    /// cache's passes that are those. The logits, and so with the same seed
-    /// the tokens, are then the bits of the turn that recorded `passes`,
-    /// whether this cache is cold, restored from disk or warm. `progress`
-    /// hears before each pass and may stop the reading.
-    pub fn start_replay<'a>(
-        &'a mut self,
-        model: &'a Model,
-        tokenizer: &'a Tokenizer,
-        prompt: &[u32],
-        passes: &Passes,
-        config: GenerationConfig,
-        progress: &mut dyn FnMut(Progress) -> bool,
-    ) -> Result<SessionTurn<'a>> {
-        let placeholder = Session::new(model, self.cache.max_len());
-        let session = std::mem::replace(self, placeholder);
-        let mut turn = match session.into_replay_turn(prompt.to_vec(), passes, config) {
-            Ok(turn) => turn,
-            Err((session, e)) => {
-                *self = session;
-                return Err(e);
-            }
-        };
-        let mut read = || {
-            let mut last = Progress { done: 0, total: 0 };
-            while let Some(p) = turn.prefill_progress() {
-                if !progress(p) {
-                    return Err(EngineError::Stopped);
-                }
-                if let Advance::Prefill(p) = turn.advance(model, tokenizer)? {
-                    last = p;
-                }
-            }
-            progress(last);
-            Ok(())
-        };
-        match read() {
-            Ok(()) => Ok(SessionTurn::new(self, model, tokenizer, turn)),
-            Err(e) => {
-                *self = turn.end().session;
-                Err(e)
-            }
-        }
-    }
-
     /// The passes still to run so that the cache covers `prompt` exactly as
     /// `passes` computed it, and where they start: the cache is cut back to
     /// the last of its own passes that are those (less at least the last,
     /// whose logits the first step needs).
-    fn plan_passes(&mut self, prompt: &[u32], passes: &Passes) -> Result<(usize, PlannedPasses)> {
+    pub(crate) fn plan_passes(&mut self, prompt: &[u32], passes: &Passes) -> Result<(usize, PlannedPasses)> {
         if passes.len() != prompt.len() {
             return Err(EngineError::setting(
                 "passes",
@@ -340,57 +257,6 @@ impl Session {
         Ok(Some(logits))
     }
 
-    /// A turn that owns this session, for a scheduler that runs several
-    /// conversations' turns in turn (`Turn::advance`): it reads what the
-    /// cache lacks of `prompt` in chunks. On failure the session comes
-    /// back with the error.
-    #[allow(clippy::result_large_err, reason = "the session comes back by value on failure, for the caller to keep")]
-    pub fn into_turn(
-        mut self,
-        model: &Model,
-        prompt: Vec<u32>,
-        config: GenerationConfig,
-    ) -> std::result::Result<Turn, (Session, EngineError)> {
-        // The sampler's settings are checked before the cache is touched.
-        let sampler = match Sampler::new(config) {
-            Ok(s) => s,
-            Err(e) => return Err((self, e)),
-        };
-        match self.prefill_begin(&prompt) {
-            Err(e) => Err((self, e)),
-            Ok(PrefillStart::From(from)) => Ok(Turn::new(self, sampler, prompt, Some(Reading::Chunks { from }))),
-            Ok(PrefillStart::Cached(logits)) => {
-                let mut turn = Turn::new(self, sampler, prompt, None);
-                turn.begin_sampling(model, logits);
-                Ok(turn)
-            }
-        }
-    }
-
-    /// A turn whose prompt is computed exactly as `passes` computed it (see
-    /// [`Session::start_replay`]), a pass per `advance`: the logits, and so
-    /// with the same seed the tokens, are the bits of the turn that
-    /// recorded `passes`, whether this cache is cold, restored or warm.
-    #[allow(clippy::result_large_err, reason = "the session comes back by value on failure, for the caller to keep")]
-    pub fn into_replay_turn(
-        mut self,
-        prompt: Vec<u32>,
-        passes: &Passes,
-        config: GenerationConfig,
-    ) -> std::result::Result<Turn, (Session, EngineError)> {
-        let sampler = match Sampler::new(config) {
-            Ok(s) => s,
-            Err(e) => return Err((self, e)),
-        };
-        match self.plan_passes(&prompt, passes) {
-            Err(e) => Err((self, e)),
-            Ok((from, planned)) => {
-                let reading = Reading::Planned { from, passes: planned.into() };
-                Ok(Turn::new(self, sampler, prompt, Some(reading)))
-            }
-        }
-    }
-
     /// Swaps in `cache` and returns the one it replaces: a turn's sequences
     /// hold the keys and values while they sample.
     pub(crate) fn take_cache(&mut self, cache: KvCache) -> KvCache {
@@ -414,7 +280,7 @@ impl Session {
 }
 
 /// Passes to run, `(start, rows, kept)` each.
-type PlannedPasses = Vec<(usize, u32, u32)>;
+pub(crate) type PlannedPasses = Vec<(usize, u32, u32)>;
 
 /// Where a prefill in steps begins.
 #[derive(Debug, Clone, PartialEq)]

@@ -20,9 +20,10 @@ use serde_json::Value;
 use crate::error::{McpError, Result};
 
 /// How Hearth reaches a server.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(tag = "type", rename_all = "snake_case")]
-#[ts(export, export_to = "bindings/", rename = "McpTransport")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/", rename = "McpTransport"))]
 pub enum Transport {
     /// A program Hearth starts, speaking JSON-RPC on its stdin and stdout.
     /// `env` is added to Hearth's own environment (so `PATH` still finds
@@ -34,7 +35,7 @@ pub enum Transport {
         #[serde(default)]
         env: BTreeMap<String, String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        #[ts(optional)]
+        #[cfg_attr(feature = "ipc", ts(optional))]
         cwd: Option<String>,
     },
     /// A server already running, reached by Streamable HTTP.
@@ -47,8 +48,9 @@ pub enum Transport {
 
 /// One server: its name (unique; the name tools are shown under) and how
 /// to reach it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
-#[ts(export, export_to = "bindings/", rename = "McpServerConfig")]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/", rename = "McpServerConfig"))]
 pub struct ServerConfig {
     pub name: String,
     pub transport: Transport,

@@ -25,14 +25,15 @@ use crate::error::{McpError, Result};
 use crate::result::{CallOutcome, ResultText};
 
 /// One tool a server offers, as Hearth shows and offers it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, ts_rs::TS)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/", rename = "McpTool")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/", rename = "McpTool"))]
 pub struct ToolInfo {
     pub name: String,
     pub description: Option<String>,
     /// The arguments' JSON schema (`inputSchema`).
-    #[ts(type = "unknown")]
+    #[cfg_attr(feature = "ipc", ts(type = "unknown"))]
     pub input_schema: Value,
     /// Why the model is not offered this tool (its schema is not one a
     /// grammar can be built from), or `None` when it is.

@@ -19,8 +19,9 @@ use crate::error::{McpError, Result};
 use crate::result::CallOutcome;
 
 /// What Settings shows of a server.
-#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
-#[ts(export, export_to = "bindings/", rename = "McpServerState")]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/", rename = "McpServerState"))]
 pub struct ServerState {
     pub name: String,
     /// The command line or the URL.

@@ -12,6 +12,7 @@
 mod choice;
 mod connections;
 mod error;
+mod fields;
 mod messages;
 mod request;
 mod response;

@@ -10,7 +10,7 @@ use hearth_store::{ReplyStats, TokenChoice};
 use serde_json::{json, Value};
 
 use crate::choice::ChoiceText;
-use crate::request::{checked_tools, function_tool, Fields};
+use crate::fields::{checked_tools, function_tool, Fields};
 use crate::response::random_hex;
 use crate::run::{named, Shape};
 use crate::{ApiError, Generation};

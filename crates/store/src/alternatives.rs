@@ -15,8 +15,9 @@ pub struct TokenChoices {
 }
 
 /// One generated token: what was sampled and what the model found likeliest.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, ts_rs::TS)]
-#[ts(export, export_to = "bindings/")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub struct TokenChoice {
     pub id: u32,
     pub logprob: f32,

@@ -4,15 +4,15 @@
 
 use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
-use ts_rs::TS;
 
 use crate::error::{Result, StoreError};
 use crate::settings::{ConversationSettings, Preset};
 use crate::store::{now_ms, Store};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub struct Conversation {
     pub id: i64,
     /// Empty until the first user message names it.
@@ -24,9 +24,10 @@ pub struct Conversation {
 }
 
 /// A conversation that matches a search, with where it matched.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub struct SearchHit {
     pub conversation: Conversation,
     /// Text around the first match in a message, if the title did not match.

@@ -5,14 +5,14 @@
 
 use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
-use ts_rs::TS;
 
 use crate::error::{Result, StoreError};
 use crate::store::{now_ms, Store};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub struct Endpoint {
     pub id: i64,
     pub name: String,
@@ -22,9 +22,10 @@ pub struct Endpoint {
 }
 
 /// Where an endpoint's API key is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub enum KeyStorage {
     /// The endpoint takes no key.
     None,
@@ -58,9 +59,10 @@ impl KeyStorage {
 }
 
 /// Where a conversation runs: the local model, or an endpoint's model.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(tag = "kind", rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub enum Backend {
     Local,
     #[serde(rename_all = "camelCase")]

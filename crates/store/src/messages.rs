@@ -6,23 +6,24 @@ use std::collections::HashMap;
 
 use rusqlite::{params, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
-use ts_rs::TS;
 
 use crate::error::{Result, StoreError};
 use crate::store::{now_ms, Store};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(rename_all = "lowercase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub enum Role {
     System,
     User,
     Assistant,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(rename_all = "lowercase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub enum MessageStatus {
     Complete,
     /// Being written now, or the app died while it was.
@@ -33,9 +34,10 @@ pub enum MessageStatus {
 }
 
 /// How a reply was produced.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(default, rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub struct ReplyStats {
     /// Tokens in the whole prompt, history included.
     pub prompt_tokens: u32,
@@ -62,9 +64,10 @@ pub struct ReplyStats {
 }
 
 /// Everything a reply was computed from, and the tokens it gave.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(default, rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub struct ReplayRecord {
     /// SHA-256 of the whole model file; `None` if it was still being hashed.
     pub model_sha256: Option<String>,
@@ -122,9 +125,10 @@ impl ReplayExport {
     pub const VERSION: u32 = 1;
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub struct Message {
     pub id: i64,
     pub conversation_id: i64,
@@ -137,9 +141,10 @@ pub struct Message {
 }
 
 /// A message on the shown branch, with its versions (itself included).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub struct ThreadMessage {
     pub message: Message,
     /// Messages with the same parent, oldest first.

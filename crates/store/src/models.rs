@@ -1,14 +1,14 @@
 //! Models the user has opened, most recent first.
 
 use serde::{Deserialize, Serialize};
-use ts_rs::TS;
 
 use crate::error::Result;
 use crate::store::{now_ms, Store};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub struct RecentModel {
     pub path: String,
     pub name: String,

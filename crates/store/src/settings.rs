@@ -1,12 +1,12 @@
 //! Per-conversation generation settings, their validation, and named presets.
 
 use serde::{Deserialize, Serialize};
-use ts_rs::TS;
 
 /// Everything the user can set for a conversation's replies.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(default, rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub struct ConversationSettings {
     pub system_prompt: String,
     /// 0 samples greedily.
@@ -39,9 +39,10 @@ pub struct ConversationSettings {
 }
 
 /// Whether a chat's model may call the tools of its servers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub enum ToolUse {
     /// The model decides.
     #[default]
@@ -57,9 +58,10 @@ pub enum ToolUse {
 pub const MAX_TOOL_SERVERS: usize = 32;
 
 /// How hard a model that takes a reasoning effort thinks (gpt-oss).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub enum ReasoningEffort {
     Low,
     /// The templates' own default.
@@ -69,9 +71,10 @@ pub enum ReasoningEffort {
 }
 
 /// What happens when a conversation no longer fits the context.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub enum OverflowPolicy {
     /// Refuse to go on, with the reason "context full".
     StopAtLimit,
@@ -105,8 +108,9 @@ impl Default for ConversationSettings {
 }
 
 /// One invalid field, named as the UI names it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
-#[ts(export, export_to = "bindings/")]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub struct FieldError {
     pub field: String,
     pub message: String,
@@ -211,8 +215,9 @@ fn message(field: &str) -> &'static str {
 }
 
 /// A named set of settings the user saved.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
-#[ts(export, export_to = "bindings/")]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub struct Preset {
     pub name: String,
     pub settings: ConversationSettings,

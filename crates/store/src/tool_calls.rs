@@ -6,16 +6,16 @@
 
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
-use ts_rs::TS;
 
 use crate::error::{Result, StoreError};
 use crate::messages::enum_text;
 use crate::store::Store;
 
 /// How a call ended, or that it has not yet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(rename_all = "lowercase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub enum ToolCallStatus {
     /// Waiting for approval, or running.
     Pending,
@@ -32,9 +32,10 @@ pub enum ToolCallStatus {
 }
 
 /// One call as stored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub struct ToolCallRecord {
     /// The id the model's next prompt answers it by.
     pub call_id: String,

@@ -6,9 +6,10 @@ use crate::error::{AppError, AppResult, ErrorKind};
 /// How much memory and disk conversation caches may take. Past either, the
 /// least recently used caches go first (from memory they go only to disk,
 /// where every finished turn is already saved).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub struct CacheBudgets {
     pub memory_mb: u32,
     /// 0 saves nothing to disk.

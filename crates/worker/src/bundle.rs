@@ -62,7 +62,8 @@ const MAX_CONVERSATION: u64 = hearth_store::MAX_IMPORT_BYTES as u64;
 const MAX_CACHE: u64 = 64 << 30;
 
 /// What became of a bundle's cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub enum CacheImport {
     /// Installed: the next turn runs only its new tokens.
@@ -99,7 +100,7 @@ pub fn export(store: &Store, caches_dir: Option<&Path>, cache_files: &Mutex<()>,
     let conversation = store.export_conversation(id)?;
     let cache_file = caches_dir.map(|d| d.join(format!("{id}.session")));
     let cached = cache_file.and_then(|p| {
-        let _saves = crate::shared::lock(cache_files);
+        let _saves = crate::locks::lock(cache_files);
         // The cache goes in only under an identity another machine can check.
         let identity = hearth_engine::session_file::read_identity(&p).ok().filter(|i| i.model_sha256.is_some())?;
         let file = File::open(&p).ok()?;

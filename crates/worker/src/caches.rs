@@ -14,9 +14,10 @@ use crate::config::WorkerConfig;
 
 /// Where a conversation's KV cache is: the next turn is instant (warm),
 /// reads it from disk (saved), or prefills the whole history (cold).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, ts_rs::TS)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub enum CacheState {
     Warm,
     Saved,
@@ -255,7 +256,7 @@ impl Caches {
     }
 
     pub fn publish_resident(&self) {
-        *crate::shared::lock(&self.shared.resident) = self.sessions.keys().copied().collect();
+        *crate::locks::lock(&self.shared.resident) = self.sessions.keys().copied().collect();
     }
 
     fn cache_path(&self, conversation_id: i64) -> Option<PathBuf> {
@@ -300,7 +301,7 @@ impl Caches {
     fn save(&mut self, engine: &Engine, conversation_id: i64, session: &Session, context: usize) {
         let Some(path) = self.cache_path(conversation_id) else { return };
         let shared = self.shared.clone();
-        let _files = crate::shared::lock(&shared.cache_files);
+        let _files = crate::locks::lock(&shared.cache_files);
         if self.shared.budgets().disk_mb == 0 {
             let _ = std::fs::remove_file(&path);
             self.saved.remove(&conversation_id);

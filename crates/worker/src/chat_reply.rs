@@ -8,7 +8,7 @@ use hearth_store::{Message, MessageStatus, Role, Store};
 use crate::error::AppResult;
 use crate::history::prompt_messages;
 use crate::shared;
-use crate::tool_rounds::{Offer, ToolRound};
+use crate::tool_offer::{Offer, ToolRound};
 use crate::{EventSink, RemoteTarget, ReplyJob, Worker};
 
 /// A chat reply to start.

@@ -5,19 +5,20 @@
 use hearth_engine::EngineError;
 use hearth_store::StoreError;
 use serde::Serialize;
-use ts_rs::TS;
 
-#[derive(Debug, Clone, PartialEq, Serialize, TS, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Serialize, thiserror::Error)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[error("{message}")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub struct AppError {
     pub kind: ErrorKind,
     pub message: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, TS)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub enum ErrorKind {
     /// No model is loaded yet.
     NoModel,

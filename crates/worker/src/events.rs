@@ -3,15 +3,15 @@
 
 use hearth_store::{ReplyStats, TokenChoice, ToolCallRecord};
 use serde::Serialize;
-use ts_rs::TS;
 
 use crate::error::AppError;
 
 /// One reply's progress, in order: `queued`* `started` `prefill`* `token`*
 /// then `finished` or `error`.
-#[derive(Debug, Clone, PartialEq, Serialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(tag = "event", content = "data", rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 #[allow(
     clippy::large_enum_variant,
     reason = "sent a few times a second and serialised at once: boxing the large variants would save nothing worth an allocation"
@@ -41,7 +41,7 @@ pub enum GenerationEvent {
         ids: Vec<u32>,
         variant: u32,
         #[serde(skip_serializing_if = "Vec::is_empty")]
-        #[ts(optional, as = "Option<Vec<TokenChoice>>")]
+        #[cfg_attr(feature = "ipc", ts(optional, as = "Option<Vec<TokenChoice>>"))]
         choices: Vec<TokenChoice>,
     },
     /// `stats`: the reply's (variant 0's); `others`: the other variants'.
@@ -50,12 +50,12 @@ pub enum GenerationEvent {
         reason: String,
         stats: ReplyStats,
         #[serde(skip_serializing_if = "Vec::is_empty")]
-        #[ts(optional, as = "Option<Vec<ReplyStats>>")]
+        #[cfg_attr(feature = "ipc", ts(optional, as = "Option<Vec<ReplyStats>>"))]
         others: Vec<ReplyStats>,
         /// The calls the reply made (its `reason` is then `tool_calls`),
         /// pending: the app runs them and replies again with their results.
         #[serde(skip_serializing_if = "Vec::is_empty")]
-        #[ts(optional, as = "Option<Vec<ToolCallRecord>>")]
+        #[cfg_attr(feature = "ipc", ts(optional, as = "Option<Vec<ToolCallRecord>>"))]
         tool_calls: Vec<ToolCallRecord>,
     },
     /// One of reply `reply_id`'s tool calls changed: it waits for the
@@ -77,9 +77,10 @@ pub enum GenerationEvent {
 }
 
 /// How a replay of a recorded reply went.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, TS)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub struct ReplayOutcome {
     /// Every recorded token came again, in order, and nothing more.
     pub matched: bool,
@@ -100,9 +101,10 @@ pub struct ReplayOutcome {
 
 /// How the loaded model's chat template marks thinking
 /// (`hearth_engine::ReasoningFormat`), for the UI to fold it away.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, TS)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub struct ReasoningFormat {
     pub open: String,
     pub close: String,
@@ -132,9 +134,10 @@ impl From<&hearth_engine::ReasoningFormat> for ReasoningFormat {
 }
 
 /// The app's model, as the UI shows it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, TS)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(tag = "state", rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub enum ModelStatus {
     /// Nothing loaded and nothing to load: the first-run screen.
     #[default]
@@ -157,9 +160,10 @@ pub enum ModelStatus {
 }
 
 /// The default model's download, as it goes.
-#[derive(Debug, Clone, PartialEq, Serialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(tag = "event", content = "data", rename_all = "camelCase")]
-#[ts(export, export_to = "bindings/")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
 pub enum DownloadEvent {
     #[serde(rename_all = "camelCase")]
     Progress { downloaded: u64, total: Option<u64> },

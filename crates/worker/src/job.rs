@@ -40,7 +40,7 @@ pub struct ReplyJob {
     /// A chat reply whose calls run when it ends (`tool_rounds`), and the
     /// reply that reads their results is queued; `None`: its calls, if
     /// any, are recorded and left pending.
-    pub tool_round: Option<crate::tool_rounds::ToolRound>,
+    pub tool_round: Option<crate::tool_offer::ToolRound>,
 }
 
 /// A reply to an API request: nothing is stored (its reply ids are 0), its

@@ -7,9 +7,11 @@
 //! reply's tool calls run on the binary's async runtime (`tool_rounds`),
 //! and the reply that reads them is queued from there.
 //!
-//! `shared` is what the thread and the command handles share (the queue,
-//! the model's status, one policy for a poisoned lock); `job` is what a
-//! reply is asked to do; `reply` is what every reply shares (its prompt,
+//! `thread` is the worker thread's loop; `shared` is what the thread and
+//! the command handles share (the queue, the model's status), each lock
+//! taken by `locks`' one policy for a poisoned lock; `job` is what a reply
+//! is asked to do; `tool_offer` is what a reply's tools are and
+//! `tool_rounds` runs their calls; `reply` is what every reply shares (its prompt,
 //! what it has written, how its end is recorded); `replay` starts a replay;
 //! `caches` keeps every conversation's KV cache within its `budgets`;
 //! `config` is what the binary decided (this crate reads no environment).
@@ -34,22 +36,23 @@ mod budgets;
 mod caches;
 mod chat_reply;
 mod job;
+mod locks;
 mod remote;
 mod replay;
 mod reply;
 mod running;
 mod shared;
-pub mod tool_rounds;
+mod thread;
+pub mod tool_offer;
+mod tool_rounds;
 
 use std::any::Any;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use hearth_engine::{Engine, EngineError};
+use hearth_engine::Engine;
 use hearth_store::Store;
 
 pub use budgets::{total_memory_bytes, CacheBudgets};
@@ -60,13 +63,14 @@ pub use job::{CompiledGrammar, RawPrompt, ReplyJob, Request};
 pub use remote::RemoteTarget;
 pub use reply::{prompt_ids, Prompt};
 pub use tokio_util::sync::{CancellationToken, DropGuard};
-pub use tool_rounds::{Offer, ToolDecision, ToolHost, ToolRound};
+pub use tool_offer::{Offer, ToolDecision, ToolHost, ToolRound};
 
 use crate::error::{AppError, AppResult, ErrorKind};
 use crate::events::{GenerationEvent, ModelStatus};
 use caches::Caches;
-use running::RunningReply;
-use shared::{lock, Owner, Queued, Shared};
+use locks::lock;
+use shared::{Owner, Shared};
+use thread::WorkerThread;
 
 /// Replies that run side by side, taking turns (each with any number of
 /// sequences: variants, an API request's choices).
@@ -348,231 +352,6 @@ impl Drop for Worker {
         }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
-        }
-    }
-}
-
-enum Work {
-    Load(PathBuf),
-    ClearCaches,
-    Reply(Box<Queued>),
-}
-
-struct WorkerThread {
-    shared: Arc<Shared>,
-    store: Store,
-    on_status: StatusSink,
-    engine: Option<Arc<Engine>>,
-    caches: Caches,
-    /// Tells the thread hashing the loaded model's file to give up.
-    stop_hashing: Arc<AtomicBool>,
-    config: WorkerConfig,
-}
-
-impl WorkerThread {
-    /// Runs work until shutdown. Nothing a job does stops the loop: a panic
-    /// fails that job alone (see `reply`, `RunningReply` and `load`), and
-    /// this catch is the last resort for one outside them.
-    ///
-    /// Replies run side by side, up to `MAX_RUNNING`, each advancing one
-    /// prefill chunk or one token of each of its sequences in turn; a model
-    /// load or clearing the caches waits until none runs.
-    fn run(mut self) {
-        let mut running: Vec<RunningReply> = Vec::new();
-        loop {
-            let work = if running.is_empty() {
-                match self.next() {
-                    Some(w) => Some(w),
-                    None => break,
-                }
-            } else {
-                self.next_beside(running.len())
-            };
-            if let Some(work) = work {
-                let (loading, clearing) = (matches!(work, Work::Load(_)), matches!(work, Work::ClearCaches));
-                let outcome = catch_unwind(AssertUnwindSafe(|| match work {
-                    Work::Load(path) => self.load(path),
-                    Work::ClearCaches => self.caches.clear_all(),
-                    Work::Reply(queued) => running.extend(self.admit(*queued)),
-                }));
-                if let Err(panic) = outcome {
-                    tracing::error!("the worker recovered from a panic: {}", panic_message(&*panic));
-                }
-                // A reply's `ActiveJob` frees its conversation, even on a panic.
-                let mut q = lock(&self.shared.queue);
-                if loading {
-                    q.model.loading = None;
-                }
-                if clearing {
-                    q.clear_caches = false;
-                }
-            }
-            // One step each; decode steps as one pass.
-            self.advance_all(&mut running);
-        }
-    }
-
-    /// The next work, waiting for it.
-    fn next(&self) -> Option<Work> {
-        let mut q = lock(&self.shared.queue);
-        loop {
-            if q.shutdown {
-                return None;
-            }
-            if let Some(path) = q.model.requested.take() {
-                q.model.loading = Some(path.clone());
-                return Some(Work::Load(path));
-            }
-            if q.clear_caches {
-                return Some(Work::ClearCaches);
-            }
-            if !q.jobs.is_empty() {
-                return Self::pop(q).map(|queued| Work::Reply(Box::new(queued)));
-            }
-            q = self.shared.wake.wait(q).unwrap_or_else(|e| e.into_inner());
-        }
-    }
-
-    /// A reply that can start beside the `running` ones now, if there is
-    /// one: never past a model load or a clearing of the caches, which wait
-    /// for the running replies to end.
-    fn next_beside(&self, running: usize) -> Option<Work> {
-        let q = lock(&self.shared.queue);
-        if q.shutdown || q.model.requested.is_some() || q.clear_caches || running >= MAX_RUNNING {
-            return None;
-        }
-        Self::pop(q).map(|queued| Work::Reply(Box::new(queued)))
-    }
-
-    /// Takes the next reply off the queue `q` guards, then (the lock
-    /// released) tells each reply still waiting its new place.
-    fn pop(mut q: MutexGuard<'_, shared::Queue>) -> Option<Queued> {
-        let queued = q.jobs.pop_front()?;
-        q.active.push((queued.owner, queued.cancel.clone()));
-        let waiting: Vec<_> = q.jobs.iter().map(|j| j.job.events.clone()).collect();
-        drop(q);
-        for (i, events) in waiting.iter().enumerate() {
-            events(GenerationEvent::Queued { position: i as u32 + 1 });
-        }
-        Some(queued)
-    }
-
-    /// The model replies run on, or why there is none.
-    fn loaded_engine(&self) -> AppResult<Arc<Engine>> {
-        self.engine
-            .clone()
-            .ok_or_else(|| AppError::new(ErrorKind::NoModel, "no model is loaded; open a GGUF model first"))
-    }
-
-    /// Records the model's status, then (the lock released) tells the UI.
-    fn set_status(&self, status: ModelStatus) {
-        lock(&self.shared.queue).model.status = status.clone();
-        (self.on_status)(&status);
-    }
-
-    fn load(&mut self, path: PathBuf) {
-        self.stop_hashing.store(true, Ordering::Relaxed);
-        self.stop_hashing = Arc::default();
-        let shown = path.display().to_string();
-        self.set_status(ModelStatus::Loading { path: shown.clone() });
-        // Free the old model first: two in memory at once may not fit.
-        self.engine = None;
-        lock(&self.shared.queue).model.engine = None;
-        self.caches.clear_memory();
-        // The run's device, else the app setting `device`, else auto.
-        let choice = self
-            .config
-            .device
-            .clone()
-            .or_else(|| self.store.app_setting(DEVICE_KEY).ok().flatten())
-            .unwrap_or_default();
-        let hooks = &self.config.test_hooks;
-        let opened = catch_unwind(|| {
-            hooks.panic_if(path.file_name().and_then(|n| n.to_str()).unwrap_or(""));
-            choice
-                .parse::<hearth_engine::DeviceChoice>()
-                .and_then(|c| c.open())
-                .and_then(|device| Engine::open_with(&path, &device, self.config.kernels))
-        })
-        .unwrap_or_else(|panic| {
-            Err(EngineError::CorruptModel {
-                path: path.clone(),
-                reason: format!("opening it failed inside Hearth: {}", panic_message(&*panic)),
-            })
-        });
-        match opened {
-            Ok(engine) => {
-                let config = engine.model().config();
-                let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| shown.clone());
-                let status = ModelStatus::Ready {
-                    path: shown.clone(),
-                    name: name.clone(),
-                    architecture: config.architecture.gguf_name().to_string(),
-                    context_length: config.context_length as u32,
-                    device: hearth_engine::device::describe(engine.model().device()),
-                    reasoning: engine.reasoning().map(Into::into),
-                };
-                let size = engine.file_fingerprint().map_or(0, |(size, _)| size as i64);
-                if let Err(e) = self
-                    .store
-                    .record_model(&shown, &name, size)
-                    .and_then(|_| self.store.set_app_setting(LAST_MODEL_KEY, &shown))
-                {
-                    tracing::warn!("cannot record the model as recent: {e}");
-                }
-                let engine = Arc::new(engine);
-                lock(&self.shared.queue).model.engine = Some(engine.clone());
-                if self.config.hash_model_files {
-                    self.hash_file(&engine, &shown);
-                }
-                self.engine = Some(engine);
-                self.set_status(status);
-            }
-            Err(e) => self.set_status(ModelStatus::Failed { path: shown, error: e.into() }),
-        }
-    }
-
-    /// Gives the engine its file's whole hash, which saved caches need
-    /// before they are reused: remembered from an earlier run while the
-    /// file's size and time are the same, else computed on a thread of its
-    /// own (below the model in priority, given up if another model is
-    /// opened) and remembered if the file did not change meanwhile. Until
-    /// then caches are written but not read back.
-    fn hash_file(&mut self, engine: &Arc<Engine>, path: &str) {
-        let Ok(fingerprint) = engine.file_fingerprint() else { return };
-        match self.store.model_sha256(path, fingerprint.0, fingerprint.1) {
-            Ok(Some(known)) => return engine.set_file_sha256(known),
-            Ok(None) => {}
-            Err(e) => tracing::warn!("cannot look up the model's hash: {e}"),
-        }
-        let store = match self.store.reopen() {
-            Ok(s) => s,
-            Err(e) => return tracing::warn!("cannot hash the model file: {e}"),
-        };
-        let (engine, stop, shared, path) =
-            (engine.clone(), self.stop_hashing.clone(), self.shared.clone(), path.to_string());
-        lock(&shared.queue).hashing += 1;
-        let hashing = move || {
-            crate::priority::lower_this_thread();
-            let t = Instant::now();
-            match engine.hash_file(&|| stop.load(Ordering::Relaxed)) {
-                Ok(Some(sha256)) if engine.file_fingerprint().ok() == Some(fingerprint) => {
-                    tracing::info!("hashed the model file in {:.1} s", t.elapsed().as_secs_f64());
-                    if let Err(e) = store.set_model_sha256(&path, fingerprint.0, fingerprint.1, &sha256) {
-                        tracing::warn!("cannot remember the model's hash: {e}");
-                    }
-                }
-                Ok(Some(_)) => tracing::warn!("the model file changed while it was hashed; not remembering its hash"),
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!("cannot hash the model file (its caches will not be reused after a restart): {e}")
-                }
-            }
-            lock(&shared.queue).hashing -= 1;
-        };
-        if let Err(e) = std::thread::Builder::new().name("hearth-hash".into()).spawn(hashing) {
-            tracing::warn!("cannot start hashing the model file: {e}");
-            lock(&self.shared.queue).hashing -= 1;
         }
     }
 }

@@ -77,7 +77,7 @@ struct RemoteActive {
 
 impl Drop for RemoteActive {
     fn drop(&mut self) {
-        let mut q = crate::shared::lock(&self.shared.queue);
+        let mut q = crate::locks::lock(&self.shared.queue);
         q.remote.retain(|(c, _)| *c != self.conversation_id);
     }
 }
@@ -104,7 +104,7 @@ pub(crate) fn run(
             ErrorKind::Internal,
             format!("this reply stopped on an internal error ({message}); other conversations are unaffected"),
         );
-        let text = crate::shared::lock(&written).clone();
+        let text = crate::locks::lock(&written).clone();
         let status = if text.is_empty() { MessageStatus::Error } else { MessageStatus::Interrupted };
         let stats =
             ReplyStats { finish_reason: "error".into(), error: Some(error.message.clone()), ..Default::default() };
@@ -130,7 +130,7 @@ fn stream(
     let mut last_flush = Instant::now();
     let started = Instant::now();
     let result = hearth_remote::stream_chat(&target.endpoint, &request, &|| cancel.is_cancelled(), &mut |piece| {
-        let mut text = crate::shared::lock(written);
+        let mut text = crate::locks::lock(written);
         text.push_str(piece);
         unsent.text.push_str(piece);
         unsent.send_if_due(&*job.events, 0);
@@ -142,7 +142,7 @@ fn stream(
         }
     });
     unsent.send(&*job.events, 0);
-    let text = crate::shared::lock(written).clone();
+    let text = crate::locks::lock(written).clone();
     let settings = &job.settings;
     let (status, stats, error) = match result {
         Ok(done) => {

@@ -15,9 +15,9 @@ use tokio_util::sync::CancellationToken;
 use super::job::ReplyJob;
 use super::reply::{generation_config, prompt_ids, Prompt};
 use super::running::{ReplayRun, ReplyRun};
-use super::WorkerThread;
 use crate::error::{AppError, ErrorKind};
 use crate::events::{GenerationEvent, ReplayOutcome};
+use crate::thread::WorkerThread;
 
 impl WorkerThread {
     /// A replay's turn: the record checked against the loaded model and the

@@ -9,11 +9,12 @@ use hearth_engine::sampler_loop::PAD;
 use hearth_engine::{FinishReason, SamplingParams, Thinking, ThinkingTracker, TokenEvent};
 use hearth_store::{ConversationSettings, MessageStatus, ReplayRecord, ReplyStats, TokenChoice, TokenChoices};
 
-use super::{panic_message, WorkerThread};
 use crate::error::{AppError, ErrorKind};
 use crate::events::GenerationEvent;
 use crate::job::ReplyJob;
+use crate::panic_message;
 use crate::shared::ActiveJob;
+use crate::thread::WorkerThread;
 use crate::tool_rounds::PendingCalls;
 use tokio_util::sync::CancellationToken;
 

@@ -26,9 +26,11 @@ use super::reply::{
     FLUSH_INTERVAL, FLUSH_TOKENS,
 };
 use super::shared::{ActiveJob, Queued};
-use super::WorkerThread;
 use crate::error::AppError;
 use crate::events::{GenerationEvent, ReplayOutcome};
+use crate::locks::lock;
+use crate::panic_message;
+use crate::thread::{Work, WorkerThread};
 
 /// Prompt tokens read per turn while other replies are running: about a
 /// second of prefill here, so their tokens keep coming. Alone, a reply
@@ -82,6 +84,48 @@ impl RunningReply {
 }
 
 impl WorkerThread {
+    /// Runs work until shutdown. Nothing a job does stops the loop: a panic
+    /// fails that job alone (see `reply`, `RunningReply` and `load`), and
+    /// this catch is the last resort for one outside them.
+    ///
+    /// Replies run side by side, up to `MAX_RUNNING`, each advancing one
+    /// prefill chunk or one token of each of its sequences in turn; a model
+    /// load or clearing the caches waits until none runs.
+    pub(crate) fn run(mut self) {
+        let mut running: Vec<RunningReply> = Vec::new();
+        loop {
+            let work = if running.is_empty() {
+                match self.next() {
+                    Some(w) => Some(w),
+                    None => break,
+                }
+            } else {
+                self.next_beside(running.len())
+            };
+            if let Some(work) = work {
+                let (loading, clearing) = (matches!(work, Work::Load(_)), matches!(work, Work::ClearCaches));
+                let outcome = catch_unwind(AssertUnwindSafe(|| match work {
+                    Work::Load(path) => self.load(path),
+                    Work::ClearCaches => self.caches.clear_all(),
+                    Work::Reply(queued) => running.extend(self.admit(*queued)),
+                }));
+                if let Err(panic) = outcome {
+                    tracing::error!("the worker recovered from a panic: {}", panic_message(&*panic));
+                }
+                // A reply's `ActiveJob` frees its conversation, even on a panic.
+                let mut q = lock(&self.shared.queue);
+                if loading {
+                    q.model.loading = None;
+                }
+                if clearing {
+                    q.clear_caches = false;
+                }
+            }
+            // One step each; decode steps as one pass.
+            self.advance_all(&mut running);
+        }
+    }
+
     /// Starts a reply beside the others; `None` if it ended at once (stopped
     /// while queued, no model, a prompt that does not fit, a panic).
     pub(super) fn admit(&mut self, queued: Queued) -> Option<RunningReply> {

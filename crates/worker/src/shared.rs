@@ -1,33 +1,25 @@
 //! What the worker thread and the command handles share: the queue of
-//! replies, the model's status, and the caches' budgets.
-//!
-//! **One policy for a poisoned lock:** every lock here is taken through
-//! [`lock`], which recovers the data. A panic inside the worker is caught
-//! per job and leaves this bookkeeping consistent between statements, so a
-//! lock poisoned by it must not take every later command down with it.
+//! replies, the model's status, and the caches' budgets. Every lock here is
+//! taken through [`lock`] (see `locks.rs` for why).
 
 use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 
 use hearth_engine::Engine;
 use tokio_util::sync::CancellationToken;
 
 use super::budgets::CacheBudgets;
 use super::job::ReplyJob;
-use super::tool_rounds::ToolRounds;
+use super::tool_offer::ToolRounds;
 use super::MAX_RUNNING;
 use crate::error::{AppError, AppResult, ErrorKind};
 use crate::events::{GenerationEvent, ModelStatus};
+use crate::locks::lock;
 
 /// The error for a second reply in a conversation that is writing one.
 pub(crate) fn busy() -> AppError {
     AppError::new(ErrorKind::Busy, "this conversation is already writing a reply; stop it first")
-}
-
-/// Takes `m`, recovering it if a panic poisoned it (see the module's doc).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Who a reply is for: a conversation, or an API client's request (which

@@ -13,7 +13,7 @@ use hearth_engine::ChatMessage;
 use hearth_mcp::{Limits, ServerConfig, Servers, Transport};
 use hearth_store::{ConversationSettings, MessageStatus, Role, Store, ToolCallStatus, ToolUse};
 use hearth_worker::events::{GenerationEvent, ModelStatus};
-use hearth_worker::tool_rounds::{offer, ToolDecision, ToolHost, ToolRound};
+use hearth_worker::tool_offer::{offer, ToolDecision, ToolHost, ToolRound};
 use hearth_worker::{ReplyJob, Worker, WorkerConfig};
 
 struct Chat {

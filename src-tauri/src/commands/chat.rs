@@ -13,7 +13,7 @@ use crate::error::{AppError, AppResult, ErrorKind};
 use crate::events::GenerationEvent;
 use crate::state::AppState;
 use crate::worker::history::prompt_messages;
-use crate::worker::tool_rounds::{self, Offer, ToolDecision};
+use crate::worker::tool_offer::{self, Offer, ToolDecision};
 use crate::worker::{ChatReply, ReplyJob};
 
 /// The messages a command added: the user's (or edited) message and, when
@@ -58,7 +58,7 @@ async fn tool_offer(
         };
         (store.conversation_settings(conversation_id)?, round)
     };
-    Ok(tool_rounds::offer(&state.mcp, &settings, round).await)
+    Ok(tool_offer::offer(&state.mcp, &settings, round).await)
 }
 
 /// Refuses, in a conversation on a remote endpoint, what only the local
