@@ -121,7 +121,9 @@ impl AppConfig {
     pub fn other_apps_places(&self) -> Vec<(hearth_hub::FoundIn, PathBuf)> {
         let Some(home) = &self.other_apps.home else { return Vec::new() };
         let vars = &self.other_apps.vars;
-        hearth_hub::default_places(home, |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+        hearth_hub::default_places(hearth_hub::Platform::this(), home, |k| {
+            vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+        })
     }
 
     /// The default model's file.

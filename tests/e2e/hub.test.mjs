@@ -48,7 +48,15 @@ describe('get models from the Hub', () => {
     // Other bytes (a tail no tensor reads), so not the same blob as Q4_1.
     copyFileSync(defaultModel, join(smol, 'SmolLM2-135M-Instruct-Q8_0.gguf'));
     appendFileSync(join(smol, 'SmolLM2-135M-Instruct-Q8_0.gguf'), Buffer.alloc(1 << 20));
-    writeFileSync(join(smol, 'README.md'), '# SmolLM2 135M\n\nA small model. <script>window.__hacked = 1</script>\n');
+    // What a hostile README tries: a script, an image's error handler, a
+    // javascript: link. innerHTML never runs a <script>, so the other two
+    // are what would get through a renderer that did not sanitise.
+    writeFileSync(
+      join(smol, 'README.md'),
+      '# SmolLM2 135M\n\nA small model. <script>window.__hacked = 1</script>\n\n' +
+        '<img src="data:," onerror="window.__hacked = 2">\n\n' +
+        '[docs](javascript:window.__hacked=3)\n',
+    );
     writeFileSync(join(smol, '.repo.json'), JSON.stringify({ downloads: 1000, likes: 40, license: 'apache-2.0' }));
     const gated = join(repos, 'test-org/Gated-GGUF');
     mkdirSync(gated, { recursive: true });
@@ -88,8 +96,16 @@ describe('get models from the Hub', () => {
     const q4 = '[data-testid=hub-quant][data-quant=Q4_1]';
     await d.find(q4);
     await d.waitFor(async () => (await (await d.find(`${q4} [data-testid=hub-quant-fit]`)).attr('data-fit')) === 'fits', 'the fit label');
-    // The README is shown as text: its script is not run.
+    // The README is shown sanitised: nothing in it runs.
     assert.match(await (await d.find('[data-testid=hub-readme]')).text(), /A small model/);
+    assert.equal(
+      await d.execute(
+        "return [...document.querySelectorAll('[data-testid=hub-readme] [onerror], [data-testid=hub-readme] a[href^=javascript]')].length",
+      ),
+      0,
+    );
+    const docs = await d.execute("return [...document.querySelectorAll('[data-testid=hub-readme] a')].find((a) => a.textContent === 'docs') ?? null");
+    if (docs) await d.execute("[...document.querySelectorAll('[data-testid=hub-readme] a')].find((a) => a.textContent === 'docs').click()");
     assert.equal(await d.execute('return window.__hacked ?? null'), null);
 
     // 1 MB/s a connection (four 32 MiB chunks): ~25 s, so Pause always finds it running.

@@ -283,7 +283,13 @@ def make_handler(state, role):
             key = {"downloads": "downloads", "likes": "likes", "lastModified": "lastModified", "trendingScore": "trendingScore"}.get(sort, "downloads")
             repos.sort(key=lambda r: (r.meta[key], r.id), reverse=query.get("direction", ["-1"])[0] == "-1")
             limit = int(query.get("limit", ["30"])[0])
-            self.send_json(200, [r.summary() for r in repos[:limit]])
+            # As the Hub does: with expand[] a result holds its ids and only
+            # the properties named, so a client that forgets one sees it missing.
+            expand = query.get("expand[]", [])
+            results = [r.summary() for r in repos[:limit]]
+            if expand:
+                results = [{k: v for k, v in d.items() if k in ("_id", "id") or k in expand} for d in results]
+            self.send_json(200, results)
 
         def resolve(self, repo_id, file_path):
             repo = self.repo(repo_id)

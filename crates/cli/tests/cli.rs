@@ -378,8 +378,9 @@ fn device_check_runs_its_checks_against_the_graph_pass_on_the_cpu() {
 }
 
 /// `pull` fetches a model from a Hub-compatible server on 127.0.0.1
-/// (`tests/hub/hub_server.py`) into the Hugging Face cache, and
-/// `--model hf:` then opens it from the cache, the server gone.
+/// (`tests/hub/hub_server.py`) into the Hugging Face cache, `--model hf:`
+/// fetches one the cache lacks with a progress bar, and then opens it from
+/// the cache, the server gone.
 #[test]
 fn pull_fetches_into_the_hf_cache_and_hf_models_open_from_it() {
     use std::io::BufRead;
@@ -417,11 +418,11 @@ fn pull_fetches_into_the_hf_cache_and_hf_models_open_from_it() {
     std::io::BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
     let hub = line.split_whitespace().nth(1).unwrap().to_string();
     let cache = dir.path().join("hf");
-    let run = |args: &[&str]| {
+    let run_with = |cache: &std::path::Path, args: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_hearth-cli"))
             .args(args)
             .env("HF_ENDPOINT", &hub)
-            .env("HF_HUB_CACHE", &cache)
+            .env("HF_HUB_CACHE", cache)
             .env_remove("HF_TOKEN")
             .output()
             .unwrap();
@@ -431,8 +432,18 @@ fn pull_fetches_into_the_hf_cache_and_hf_models_open_from_it() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
+    let run = |args: &[&str]| run_with(&cache, args);
     let (ok, out, err) = run(&["pull", "test-org/tiny-GGUF:Q4_K_M"]);
     assert!(!ok && err.contains("has no Q4_K_M file (it has: Q8_0)"), "{err}");
+    // A model the cache lacks is fetched where it is named, with a progress
+    // bar on stderr (a line per tenth where stderr is no terminal).
+    let other_cache = dir.path().join("hf-other");
+    let (ok, out, err) = run_with(&other_cache, &["tokenize", "--model", "hf:test-org/tiny-GGUF:Q8_0", "--text", "Hi"]);
+    assert!(ok, "{out}{err}");
+    let mb = std::fs::metadata(&model).unwrap().len() as f64 / 1e6;
+    let done = format!("test-org/tiny-GGUF:Q8_0 {mb:.1}/{mb:.1} MB");
+    assert!(err.lines().any(|l| l.starts_with(&done)), "no progress line {done:?} in {err}");
+    assert!(other_cache.join("models--test-org--tiny-GGUF/refs/main").is_file());
     let (ok, out_json, err) = run(&["pull", "test-org/tiny-GGUF", "--json"]);
     assert!(ok, "{out}{err}");
     let path: serde_json::Value = serde_json::from_str(out_json.trim()).unwrap();

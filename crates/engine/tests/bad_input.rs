@@ -404,6 +404,38 @@ fn a_split_model_with_a_part_of_another_model_is_refused() {
     assert!(err.contains("n-00002-of-00003.gguf") && err.contains("part 3 of 3"), "{err}");
 }
 
+/// A split model is one model to its caches: its size is the parts' sum,
+/// its hash is of every part's bytes in order, and a byte changed in its
+/// last part changes its identity, so no saved cache outlives an edit of
+/// any part.
+#[test]
+fn a_split_models_identity_covers_every_part() {
+    use sha2::{Digest, Sha256};
+    let dir = tempfile::tempdir().unwrap();
+    let parts = split_in_three(dir.path(), "m", &TinySpec::new(Family::Llama));
+    let engine = Engine::open(&parts[0]).unwrap();
+    assert_eq!(engine.part_paths(), &parts[..]);
+    let sizes: u64 = parts.iter().map(|p| std::fs::metadata(p).unwrap().len()).sum();
+    assert_eq!(engine.file_fingerprint().unwrap().0, sizes);
+    let mut all = Sha256::new();
+    for part in &parts {
+        all.update(std::fs::read(part).unwrap());
+    }
+    let expected: String = all.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(engine.hash_file(&|| false).unwrap().as_deref(), Some(expected.as_str()));
+    let before = engine.cache_identity(256).unwrap();
+    // The last part's last byte (tensor data) changed, its size kept.
+    let mut last = std::fs::read(&parts[2]).unwrap();
+    *last.last_mut().unwrap() ^= 1;
+    std::fs::write(&parts[2], &last).unwrap();
+    let engine = Engine::open(&parts[0]).unwrap();
+    engine.hash_file(&|| false).unwrap();
+    let after = engine.cache_identity(256).unwrap();
+    assert_eq!(before.model_size, after.model_size);
+    assert_ne!(before.model_sha256, after.model_sha256);
+    assert_ne!(before, after);
+}
+
 #[test]
 fn a_split_part_renamed_by_hand_says_its_parts_cannot_be_found() {
     let dir = tempfile::tempdir().unwrap();

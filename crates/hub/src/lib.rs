@@ -24,7 +24,7 @@ pub use api::{Hub, RepoDetails, RepoFile, RepoSummary, SearchSort};
 pub use cache::{hf_cache_dir, repo_folder, HfCache};
 pub use error::{HubError, Result};
 pub use fetch::{discard_partial, Control, DownloadProgress, FetchOptions, ToFetch};
-pub use on_disk::{default_places, scan, snapshot_files, snapshots_main_first, FoundIn, FoundModel};
+pub use on_disk::{default_places, scan, snapshot_files, snapshots_main_first, FoundIn, FoundModel, Platform};
 pub use quants::{group_quants, Quant};
 pub use remote_facts::Fit;
 

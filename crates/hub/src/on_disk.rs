@@ -39,10 +39,35 @@ pub struct FoundModel {
     pub unusable: Option<String>,
 }
 
-/// Where each app keeps its models, for a user whose home folder is
-/// `home`, on this platform; `var` reads the environment (`OLLAMA_MODELS`,
+/// The systems whose apps keep their models in different folders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Platform {
+    Linux,
+    MacOs,
+    Windows,
+}
+
+impl Platform {
+    /// The system this was built for.
+    pub fn this() -> Self {
+        if cfg!(target_os = "macos") {
+            Self::MacOs
+        } else if cfg!(windows) {
+            Self::Windows
+        } else {
+            Self::Linux
+        }
+    }
+}
+
+/// Where each app keeps its models on `platform`, for a user whose home
+/// folder is `home`; `var` reads the environment (`OLLAMA_MODELS`,
 /// `LLAMA_CACHE`, `HF_HUB_CACHE`, `HF_HOME`, `LOCALAPPDATA`, `APPDATA`).
-pub fn default_places(home: &Path, var: impl Fn(&str) -> Option<PathBuf>) -> Vec<(FoundIn, PathBuf)> {
+pub fn default_places(
+    platform: Platform,
+    home: &Path,
+    var: impl Fn(&str) -> Option<PathBuf>,
+) -> Vec<(FoundIn, PathBuf)> {
     let mut places = vec![
         (FoundIn::LmStudio, home.join(".lmstudio").join("models")),
         (FoundIn::LmStudio, home.join(".cache").join("lm-studio").join("models")),
@@ -51,19 +76,26 @@ pub fn default_places(home: &Path, var: impl Fn(&str) -> Option<PathBuf>) -> Vec
     ];
     places.push((FoundIn::HuggingFace, crate::hf_cache_dir(home, &var)));
     let llama = var("LLAMA_CACHE");
-    if cfg!(target_os = "macos") {
-        places.push((FoundIn::LlamaCpp, llama.unwrap_or_else(|| home.join("Library/Caches/llama.cpp"))));
-        places.push((FoundIn::Jan, home.join("Library/Application Support/Jan/data/llamacpp/models")));
-    } else if cfg!(windows) {
-        let local = var("LOCALAPPDATA").unwrap_or_else(|| home.join("AppData").join("Local"));
-        let roaming = var("APPDATA").unwrap_or_else(|| home.join("AppData").join("Roaming"));
-        places.push((FoundIn::LlamaCpp, llama.unwrap_or_else(|| local.join("llama.cpp"))));
-        places.push((FoundIn::Jan, roaming.join("Jan").join("data").join("llamacpp").join("models")));
-    } else {
-        places.push((FoundIn::LlamaCpp, llama.unwrap_or_else(|| home.join(".cache").join("llama.cpp"))));
-        places.push((FoundIn::Jan, home.join(".local/share/Jan/data/llamacpp/models")));
-        // Ollama's Linux service keeps its models under its own user.
-        places.push((FoundIn::Ollama, PathBuf::from("/usr/share/ollama/.ollama/models")));
+    match platform {
+        Platform::MacOs => {
+            let library = home.join("Library");
+            places.push((FoundIn::LlamaCpp, llama.unwrap_or_else(|| library.join("Caches").join("llama.cpp"))));
+            let jan = library.join("Application Support").join("Jan");
+            places.push((FoundIn::Jan, jan.join("data").join("llamacpp").join("models")));
+        }
+        Platform::Windows => {
+            let local = var("LOCALAPPDATA").unwrap_or_else(|| home.join("AppData").join("Local"));
+            let roaming = var("APPDATA").unwrap_or_else(|| home.join("AppData").join("Roaming"));
+            places.push((FoundIn::LlamaCpp, llama.unwrap_or_else(|| local.join("llama.cpp"))));
+            places.push((FoundIn::Jan, roaming.join("Jan").join("data").join("llamacpp").join("models")));
+        }
+        Platform::Linux => {
+            places.push((FoundIn::LlamaCpp, llama.unwrap_or_else(|| home.join(".cache").join("llama.cpp"))));
+            let jan = home.join(".local").join("share").join("Jan");
+            places.push((FoundIn::Jan, jan.join("data").join("llamacpp").join("models")));
+            // Ollama's Linux service keeps its models under its own user.
+            places.push((FoundIn::Ollama, PathBuf::from("/usr/share/ollama/.ollama/models")));
+        }
     }
     places
 }

@@ -85,15 +85,23 @@ fn start() -> Server {
     hearth_engine::gguf_writer::write_split(&mut source, &tiny.join("tiny-F16-00001-of-00002.gguf"), 2).unwrap();
     std::fs::copy(tiny.join("tiny-F16-00002-of-00002.gguf"), tiny.join("mmproj-tiny-F16.gguf")).unwrap();
     std::fs::write(tiny.join("README.md"), "# Tiny\n\nA <b>test</b> model.\n").unwrap();
-    std::fs::write(tiny.join(".repo.json"), r#"{"downloads": 100, "likes": 5, "license": "mit"}"#).unwrap();
+    std::fs::write(tiny.join(".repo.json"), r#"{"downloads": 100, "likes": 5, "license": "mit", "trendingScore": 3, "lastModified": "2026-11-01T00:00:00.000Z"}"#).unwrap();
     let gated = repos.path().join("test-org/gated-GGUF");
     std::fs::create_dir_all(&gated).unwrap();
     std::fs::copy(tiny.join("tiny-F16-00002-of-00002.gguf"), gated.join("gated-Q4_K_M.gguf")).unwrap();
-    std::fs::write(gated.join(".repo.json"), r#"{"downloads": 50, "gated": "manual"}"#).unwrap();
+    std::fs::write(
+        gated.join(".repo.json"),
+        r#"{"downloads": 50, "gated": "manual", "trendingScore": 9, "lastModified": "2026-10-01T00:00:00.000Z"}"#,
+    )
+    .unwrap();
     let popular = repos.path().join("other-org/popular-GGUF");
     std::fs::create_dir_all(&popular).unwrap();
     std::fs::copy(tiny.join("tiny-F16-00002-of-00002.gguf"), popular.join("popular-Q2_K.gguf")).unwrap();
-    std::fs::write(popular.join(".repo.json"), r#"{"downloads": 500, "likes": 1}"#).unwrap();
+    std::fs::write(
+        popular.join(".repo.json"),
+        r#"{"downloads": 500, "likes": 1, "trendingScore": 1, "lastModified": "2026-06-01T00:00:00.000Z"}"#,
+    )
+    .unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/hub/hub_server.py");
     let mut child = Command::new("python3")
         .arg(&script)
@@ -117,16 +125,25 @@ fn small_chunks() -> FetchOptions {
     FetchOptions { connections: 4, chunk: 1 << 20, ..FetchOptions::default() }
 }
 
+/// Search in each order, with the facts a result shows. The test Hub, as
+/// the real one, returns only the properties a search expands, so a fact
+/// the client forgets to ask for is missing here too.
 #[test]
-fn search_lists_gguf_repos_by_downloads_with_their_facts() {
+fn search_lists_gguf_repos_in_each_order_with_their_facts() {
     let server = start();
     let hub = Hub::new(&server.hub, None);
+    let ids = |sort| -> Vec<String> { hub.search("", sort, 10).unwrap().into_iter().map(|r| r.id).collect() };
+    let (popular, tiny, gated) = ("other-org/popular-GGUF", "test-org/tiny-GGUF", "test-org/gated-GGUF");
+    assert_eq!(ids(SearchSort::Downloads), [popular, tiny, gated]);
+    assert_eq!(ids(SearchSort::Trending), [gated, tiny, popular]);
+    assert_eq!(ids(SearchSort::Recent), [tiny, gated, popular]);
+    assert_eq!(ids(SearchSort::Likes), [tiny, popular, gated]);
     let found = hub.search("", SearchSort::Downloads, 10).unwrap();
-    let ids: Vec<&str> = found.iter().map(|r| r.id.as_str()).collect();
-    assert_eq!(ids, ["other-org/popular-GGUF", "test-org/tiny-GGUF", "test-org/gated-GGUF"]);
     let tiny = &found[1];
     assert_eq!((tiny.downloads, tiny.likes, tiny.license.as_deref(), tiny.gated), (100, 5, Some("mit"), false));
+    assert_eq!(tiny.last_modified.as_deref(), Some("2026-11-01T00:00:00.000Z"));
     assert!(found[2].gated);
+    assert_eq!(hub.search("", SearchSort::Downloads, 2).unwrap().len(), 2, "the limit is the Hub's");
     let found = hub.search("tiny", SearchSort::Likes, 10).unwrap();
     assert_eq!(found.len(), 1);
 }
@@ -398,8 +415,18 @@ fn bad_transfers_resume_or_fail_clearly() {
             &Control::default(),
             |_| {},
         );
-        let left = walk(cache_dir.path()).into_iter().filter(|p| p.is_file()).count();
-        (got.map(|p| std::fs::read(&p[0]).unwrap()), left)
+        let files: Vec<String> = walk(cache_dir.path())
+            .into_iter()
+            .filter(|p| p.is_file() || p.is_symlink())
+            .map(|p| p.strip_prefix(cache_dir.path()).unwrap().to_string_lossy().into_owned())
+            .collect();
+        // A failed download leaves nothing a reader could open: no blob, no
+        // link in a snapshot; only its part file, to resume from.
+        if got.is_err() {
+            let openable: Vec<&String> = files.iter().filter(|f| !f.contains(".hearth-part")).collect();
+            assert!(openable.is_empty(), "a failed download left {openable:?}");
+        }
+        (got.map(|p| std::fs::read(&p[0]).unwrap()), files.len())
     };
     // Cut mid-chunk, twice: resumed from where each stopped.
     let (got, _) = fetch(&[json!({"kind": "cut", "after": 300_000, "times": 2})]);
@@ -519,8 +546,10 @@ fn models_in_other_apps_folders_are_found_in_place_under_their_names() {
     std::fs::create_dir_all(home.path().join(".cache/llama.cpp")).unwrap();
     std::fs::write(home.path().join(".cache/llama.cpp/org_Odd-GGUF_odd.gguf"), unknown).unwrap();
     std::fs::write(home.path().join(".cache/llama.cpp/notes.gguf"), b"not a model").unwrap();
+    // Jan: a folder per model, named by it.
+    let jan = put(".local/share/Jan/data/llamacpp/models/Tiny-Q4_0/model.gguf");
 
-    let places = hearth_hub::default_places(home.path(), |_| None);
+    let places = hearth_hub::default_places(hearth_hub::Platform::Linux, home.path(), |_| None);
     let found = scan(&places);
     let by_name =
         |name: &str| found.iter().find(|m| m.name == name).unwrap_or_else(|| panic!("{name} not found in {found:#?}"));
@@ -538,7 +567,50 @@ fn models_in_other_apps_folders_are_found_in_place_under_their_names() {
     assert!(odd.unusable.as_deref().is_some_and(|r| r.contains("llaxa")), "{odd:?}");
     let notes = by_name("notes");
     assert_eq!(notes.unusable.as_deref(), Some("not a GGUF file"));
-    assert_eq!(found.len(), 6, "{found:#?}");
+    let jan_model = by_name("Tiny-Q4_0");
+    assert_eq!((jan_model.found_in, &jan_model.path, jan_model.unusable.as_deref()), (FoundIn::Jan, &jan, None));
+    assert_eq!(found.len(), 7, "{found:#?}");
+}
+
+/// The apps' folders where macOS and Windows keep them (Windows' from
+/// `APPDATA` and `LOCALAPPDATA`): each platform finds its own and not the
+/// other's.
+#[test]
+fn other_apps_folders_are_found_where_macos_and_windows_keep_them() {
+    use hearth_hub::{default_places, scan, FoundIn, Platform};
+    let home = tempfile::tempdir().unwrap();
+    let model = home.path().join("source.gguf");
+    write_model(&model, 1);
+    let put = |rel: &str| {
+        let path = home.path().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::copy(&model, &path).unwrap();
+    };
+    put("Library/Caches/llama.cpp/org_Mac-GGUF_mac.gguf");
+    put("Library/Application Support/Jan/data/llamacpp/models/Mac-Q4_0/model.gguf");
+    put("Local/llama.cpp/org_Win-GGUF_win.gguf");
+    put("Roaming/Jan/data/llamacpp/models/Win-Q8_0/model.gguf");
+    put(".lmstudio/models/org/Both-GGUF/Both-Q8_0.gguf");
+    let listed = |platform, var: &dyn Fn(&str) -> Option<PathBuf>| {
+        let mut found: Vec<(FoundIn, String)> =
+            scan(&default_places(platform, home.path(), var)).into_iter().map(|m| (m.found_in, m.name)).collect();
+        found.sort_by(|a, b| a.1.cmp(&b.1));
+        found
+    };
+    let both = (FoundIn::LmStudio, "org/Both-GGUF/Both-Q8_0".to_string());
+    assert_eq!(
+        listed(Platform::MacOs, &|_| None),
+        [(FoundIn::Jan, "Mac-Q4_0".into()), both.clone(), (FoundIn::LlamaCpp, "org_Mac-GGUF_mac".into())]
+    );
+    let windows_vars = |k: &str| match k {
+        "APPDATA" => Some(home.path().join("Roaming")),
+        "LOCALAPPDATA" => Some(home.path().join("Local")),
+        _ => None,
+    };
+    assert_eq!(
+        listed(Platform::Windows, &windows_vars),
+        [(FoundIn::Jan, "Win-Q8_0".into()), both, (FoundIn::LlamaCpp, "org_Win-GGUF_win".into())]
+    );
 }
 
 /// A disk that fills while a file downloads: the download stops with a
