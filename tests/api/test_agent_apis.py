@@ -171,6 +171,21 @@ class Messages(unittest.TestCase):
         # The same prompt again: its tokens but the last came from the cache.
         self.assertGreaterEqual(final.usage.cache_read_input_tokens, m.usage.input_tokens - 1)
 
+    def test_message_start_tells_the_prompts_tokens(self):
+        # As Anthropic's API does: the usage in message_start already counts
+        # the prompt (read now, and served by the cache), as the end does.
+        for _ in range(2):
+            events = list(an.messages.create(model="default", max_tokens=3, extra_body=GREEDY, stream=True,
+                                             messages=[{"role": "user", "content": "Name four animals."}]))
+            self.assertEqual(events[0].type, "message_start")
+            start = events[0].message.usage
+            end = next(e for e in events if e.type == "message_delta").usage
+            self.assertGreater(start.input_tokens + start.cache_read_input_tokens, 5)
+            self.assertEqual((start.input_tokens, start.cache_read_input_tokens),
+                             (end.input_tokens, end.cache_read_input_tokens))
+        # The second time, the cache served the prompt.
+        self.assertGreater(start.cache_read_input_tokens, 0)
+
     def test_a_stop_sequence_is_named(self):
         m = an.messages.create(model="default", max_tokens=40, extra_body=GREEDY, stop_sequences=["4"],
                                messages=[{"role": "user", "content": "What is 2 + 2?"}])

@@ -433,7 +433,7 @@ fn pull_fetches_into_the_hf_cache_and_hf_models_open_from_it() {
         )
     };
     let run = |args: &[&str]| run_with(&cache, args);
-    let (ok, out, err) = run(&["pull", "test-org/tiny-GGUF:Q4_K_M"]);
+    let (ok, _, err) = run(&["pull", "test-org/tiny-GGUF:Q4_K_M"]);
     assert!(!ok && err.contains("has no Q4_K_M file (it has: Q8_0)"), "{err}");
     // A model the cache lacks is fetched where it is named, with a progress
     // bar on stderr (a line per tenth where stderr is no terminal).

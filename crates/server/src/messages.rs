@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::choice::ChoiceText;
 use crate::fields::{checked_tools, function_tool, Fields};
 use crate::response::random_hex;
-use crate::run::{named, Shape};
+use crate::run::{named, PromptSize, Shape};
 use crate::{ApiError, Generation};
 
 /// A Messages body, read.
@@ -440,8 +440,16 @@ fn usage(stats: &ReplyStats) -> Value {
 }
 
 impl Shape for MessageReply {
-    fn opening(&mut self) -> Vec<Event> {
-        let usage = json!({"input_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 0});
+    fn opening(&mut self, prompt: Option<PromptSize>) -> Vec<Event> {
+        // As Anthropic's: the prompt's tokens are known before the first
+        // token (those read now, and those the cache served).
+        let PromptSize { tokens, cached } = prompt.unwrap_or_default();
+        let usage = json!({
+            "input_tokens": tokens - cached,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": cached,
+            "output_tokens": 0,
+        });
         vec![named(
             "message_start",
             &json!({"type": "message_start", "message": self.message(Vec::new(), None, usage)}),

@@ -25,6 +25,8 @@ pub(crate) struct Started {
     pub reasoning: Option<(ReasoningFormat, bool)>,
     /// Where tools were offered: the form their calls take.
     pub tools: Option<ToolFormat>,
+    /// The prompt's size, once the worker has fitted it.
+    prompt: Option<PromptSize>,
     events: mpsc::UnboundedReceiver<GenerationEvent>,
     /// Events read while waiting for the prompt to fit.
     early: VecDeque<GenerationEvent>,
@@ -32,10 +34,18 @@ pub(crate) struct Started {
     guard: hearth_worker::DropGuard,
 }
 
+/// A prompt's tokens, and how many of them the cache already held.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PromptSize {
+    pub tokens: u32,
+    pub cached: u32,
+}
+
 /// An endpoint's form of a reply.
 pub(crate) trait Shape: Send + 'static {
-    /// Events before any token.
-    fn opening(&mut self) -> Vec<Event> {
+    /// Events before any token; `prompt` is the prompt's size where the
+    /// worker told it (a remote reply's is not known).
+    fn opening(&mut self, _prompt: Option<PromptSize>) -> Vec<Event> {
         Vec::new()
     }
     /// Takes new text of sequence `variant`; the events to stream for it.
@@ -105,10 +115,12 @@ pub(crate) async fn start(api: &Api, g: &Generation, chat: bool) -> Result<Start
     let tools = (chat && g.tools.offered() && g.grammar.is_none()).then(|| engine.tool_format());
 
     let mut early = VecDeque::new();
+    let mut prompt = None;
     loop {
         match events.recv().await {
             None => return Err(worker_gone()),
             Some(GenerationEvent::Queued { .. } | GenerationEvent::Started { .. }) => {}
+            Some(GenerationEvent::Prompt { tokens, cached }) => prompt = Some(PromptSize { tokens, cached }),
             Some(GenerationEvent::Error { error }) => return Err(error.into()),
             Some(event) => {
                 early.push_back(event);
@@ -116,7 +128,7 @@ pub(crate) async fn start(api: &Api, g: &Generation, chat: bool) -> Result<Start
             }
         }
     }
-    Ok(Started { model, reasoning, tools, events, early, guard })
+    Ok(Started { model, reasoning, tools, prompt, events, early, guard })
 }
 
 /// Refuses a prompt too long for the context whatever its tokens, from
@@ -148,7 +160,7 @@ fn too_long_to_read(g: &Generation, engine: &hearth_engine::Engine) -> Result<()
 
 /// The reply in `shape`: streamed over SSE, or whole once it ends.
 pub(crate) async fn respond<S: Shape>(started: Started, mut shape: S, stream: bool) -> Response {
-    let Started { mut events, mut early, guard, .. } = started;
+    let Started { mut events, mut early, guard, prompt, .. } = started;
     if !stream {
         loop {
             let event = match early.pop_front() {
@@ -171,7 +183,7 @@ pub(crate) async fn respond<S: Shape>(started: Started, mut shape: S, stream: bo
         }
     }
     let keep_alive = shape.keep_alive();
-    let out = VecDeque::from(shape.opening());
+    let out = VecDeque::from(shape.opening(prompt));
     let stream = Streaming { events, early, shape, out, guard: Some(guard), done: false };
     let chunks = futures_util::stream::unfold(stream, |mut s| async move {
         s.next().await.map(|event| (Ok::<_, Infallible>(event), s))

@@ -22,6 +22,11 @@ pub enum GenerationEvent {
     Queued { position: u32 },
     #[serde(rename_all = "camelCase")]
     Started { reply_id: i64 },
+    /// The prompt, once fitted to the context: `tokens` in all, of which
+    /// `cached` were already in the conversation's cache (the rest are read
+    /// now). An API reports it before the first token, as its usage.
+    #[serde(rename_all = "camelCase")]
+    Prompt { tokens: u32, cached: u32 },
     /// Reading the prompt: `done` of the `total` tokens not already in the
     /// conversation's cache; sent before each chunk and at the end.
     #[serde(rename_all = "camelCase")]

@@ -14,7 +14,7 @@ use super::store::{ResponseStore, Stored};
 use super::ResponsesRequest;
 use crate::choice::{ChoiceText, Piece};
 use crate::response::random_hex;
-use crate::run::{named, Shape, Started};
+use crate::run::{named, PromptSize, Shape, Started};
 use crate::ApiError;
 
 /// The item being streamed.
@@ -257,7 +257,7 @@ impl ResponseReply {
 }
 
 impl Shape for ResponseReply {
-    fn opening(&mut self) -> Vec<Event> {
+    fn opening(&mut self, _prompt: Option<PromptSize>) -> Vec<Event> {
         let created = self.object("in_progress", None);
         vec![
             self.event("response.created", json!({"response": created.clone()})),

@@ -9,7 +9,7 @@ import type { ToolCallRecord } from "./ToolCallRecord";
  * One reply's progress, in order: `queued`* `started` `prefill`* `token`*
  * then `finished` or `error`.
  */
-export type GenerationEvent = { "event": "queued", "data": { position: number, } } | { "event": "started", "data": { replyId: number, } } | { "event": "prefill", "data": { done: number, total: number, } } | { "event": "tokens", "data": { text: string, ids: Array<number>, variant: number, choices?: Array<TokenChoice>, } } | { "event": "finished", "data": { reason: string, stats: ReplyStats, others?: Array<ReplyStats>, 
+export type GenerationEvent = { "event": "queued", "data": { position: number, } } | { "event": "started", "data": { replyId: number, } } | { "event": "prompt", "data": { tokens: number, cached: number, } } | { "event": "prefill", "data": { done: number, total: number, } } | { "event": "tokens", "data": { text: string, ids: Array<number>, variant: number, choices?: Array<TokenChoice>, } } | { "event": "finished", "data": { reason: string, stats: ReplyStats, others?: Array<ReplyStats>, 
 /**
  * The calls the reply made (its `reason` is then `tool_calls`),
  * pending: the app runs them and replies again with their results.
