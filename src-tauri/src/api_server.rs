@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
 use crate::error::{AppError, AppResult, ErrorKind};
-use crate::worker::Worker;
+use crate::worker::{RequestCache, Worker};
 
 /// The app-setting key that keeps `ApiServerSettings`.
 pub const API_SERVER_KEY: &str = "api_server";
@@ -41,6 +41,8 @@ pub struct ApiServerState {
     pub settings: ApiServerSettings,
     /// The base URL clients take (`http://127.0.0.1:PORT/v1`) while it runs.
     pub url: Option<String>,
+    /// Each client's cache, most recently used first.
+    pub caches: Vec<RequestCache>,
 }
 
 /// The server, while it runs.
@@ -60,9 +62,9 @@ impl ApiServer {
         Ok(fresh)
     }
 
-    pub async fn state(&self, settings: ApiServerSettings) -> ApiServerState {
+    pub async fn state(&self, settings: ApiServerSettings, worker: &Worker) -> ApiServerState {
         let url = self.running.lock().await.as_ref().map(hearth_server::Server::url);
-        ApiServerState { settings, url }
+        ApiServerState { settings, url, caches: worker.request_caches() }
     }
 
     /// Stops the server if it runs, then starts it with `settings` if they

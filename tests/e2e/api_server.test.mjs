@@ -63,6 +63,9 @@ describe('local API server', () => {
     assert.ok(answer.choices[0].message.content.length > 0, JSON.stringify(answer));
     assert.equal(await (await lastReply(d)).attr('data-status'), 'streaming', 'the chat kept streaming while the API answered');
     await (await d.find('[data-testid=stop]')).click();
+    // The panel lists that client's cache (it reads the server's state again every few seconds).
+    await d.waitFor(async () => (await d.$$('[data-testid=api-server-cache]')).length === 1, "the client's cache in the panel");
+    assert.match(await (await d.find('[data-testid=api-server-cache]')).text(), /^\d+ tokens · \d+\.\d MB · used \d+ s ago$/);
   });
 
   it('comes back on after a restart, and off it is gone', async () => {

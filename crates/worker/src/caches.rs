@@ -24,6 +24,23 @@ pub enum CacheState {
     Cold,
 }
 
+/// An API client's cache as the Local API server panel lists it: each
+/// holds one client's conversation so far, reused by its next request.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
+pub struct RequestCache {
+    /// The positions it holds.
+    pub tokens: u32,
+    /// Its keys and values (and a hybrid's recurrent states) in memory.
+    #[cfg_attr(feature = "ipc", ts(type = "number"))]
+    pub bytes: u64,
+    /// When a request last gave it back, in ms since the Unix epoch.
+    #[cfg_attr(feature = "ipc", ts(type = "number"))]
+    pub last_used_ms: u64,
+}
+
 /// Caches of other versions kept per conversation: enough for every
 /// variant of "Generate 8" beside the main cache.
 const KEEP_ALTERNATES: usize = 7;
@@ -58,6 +75,8 @@ pub(super) struct Caches {
     /// The key the next request cache gets (request caches have negative
     /// keys, conversations their positive ids).
     next_request_key: i64,
+    /// When each request cache was last given back (ms since the epoch).
+    request_used_ms: HashMap<i64, u64>,
 }
 
 impl Caches {
@@ -73,6 +92,7 @@ impl Caches {
             alternates: HashMap::new(),
             pending_save: None,
             next_request_key: -1,
+            request_used_ms: HashMap::new(),
         }
     }
 
@@ -167,6 +187,10 @@ impl Caches {
             self.pending_save = Some((conversation_id, context));
         }
         self.sessions.insert(conversation_id, (session, self.tick));
+        if conversation_id < 0 {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            self.request_used_ms.insert(conversation_id, now.map_or(0, |d| d.as_millis() as u64));
+        }
         self.evict();
         self.publish_resident();
     }
@@ -255,8 +279,23 @@ impl Caches {
         }
     }
 
-    pub fn publish_resident(&self) {
+    /// Tells the handles which conversations' caches are in memory, and
+    /// the API clients' caches, most recently used first.
+    pub fn publish_resident(&mut self) {
         *crate::locks::lock(&self.shared.resident) = self.sessions.keys().copied().collect();
+        self.request_used_ms.retain(|k, _| self.sessions.contains_key(k));
+        let mut requests: Vec<RequestCache> = self
+            .sessions
+            .iter()
+            .filter(|(k, _)| **k < 0)
+            .map(|(k, (s, _))| RequestCache {
+                tokens: s.tokens().len() as u32,
+                bytes: s.cache().allocated_bytes() as u64,
+                last_used_ms: self.request_used_ms.get(k).copied().unwrap_or(0),
+            })
+            .collect();
+        requests.sort_by_key(|c| std::cmp::Reverse(c.last_used_ms));
+        *crate::locks::lock(&self.shared.request_caches) = requests;
     }
 
     fn cache_path(&self, conversation_id: i64) -> Option<PathBuf> {

@@ -56,7 +56,7 @@ use hearth_engine::Engine;
 use hearth_store::Store;
 
 pub use budgets::{total_memory_bytes, CacheBudgets};
-pub use caches::CacheState;
+pub use caches::{CacheState, RequestCache};
 pub use chat_reply::ChatReply;
 pub use config::{TestHooks, WorkerConfig};
 pub use job::{CompiledGrammar, RawPrompt, ReplyJob, Request};
@@ -119,6 +119,11 @@ impl Worker {
             })
             .expect("the worker thread starts");
         Self { shared, remote_store, thread: Some(thread), config }
+    }
+
+    /// The API clients' caches in memory, most recently used first.
+    pub fn request_caches(&self) -> Vec<RequestCache> {
+        lock(&self.shared.request_caches).clone()
     }
 
     /// Each conversation's cache state.

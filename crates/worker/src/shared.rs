@@ -36,6 +36,8 @@ pub(super) struct Shared {
     pub wake: Condvar,
     /// Conversations whose cache is in memory now.
     pub resident: Mutex<HashSet<i64>>,
+    /// API clients' caches in memory now, most recently used first.
+    pub request_caches: Mutex<Vec<crate::caches::RequestCache>>,
     pub budgets: Mutex<CacheBudgets>,
     /// Held while a cache file is written and while one is copied into a
     /// bundle: a reply's cache is saved just after its conversation is free
@@ -51,6 +53,7 @@ impl Shared {
             queue: Mutex::default(),
             wake: Condvar::new(),
             resident: Mutex::default(),
+            request_caches: Mutex::default(),
             budgets: Mutex::default(),
             cache_files: Mutex::default(),
             tools: ToolRounds::default(),

@@ -9,7 +9,7 @@ use crate::state::AppState;
 #[tauri::command]
 pub async fn api_server_get(state: State<'_, AppState>) -> AppResult<ApiServerState> {
     let settings = ApiServer::settings(&*state.store()?)?;
-    Ok(state.api_server.state(settings).await)
+    Ok(state.api_server.state(settings, &state.worker).await)
 }
 
 /// Turns the server on or off, or moves it to another port; saved only
@@ -28,7 +28,7 @@ pub async fn api_server_set(state: State<'_, AppState>, enabled: bool, port: u16
     }
     api_server::save(&*state.store()?, &settings)?;
     applied?;
-    Ok(state.api_server.state(settings).await)
+    Ok(state.api_server.state(settings, &state.worker).await)
 }
 
 /// Replaces the key; clients holding the old one are refused from now on.
@@ -38,5 +38,5 @@ pub async fn api_server_new_key(state: State<'_, AppState>) -> AppResult<ApiServ
     settings.key = hearth_server::new_api_key();
     api_server::save(&*state.store()?, &settings)?;
     state.api_server.apply(state.worker.clone(), &settings).await?;
-    Ok(state.api_server.state(settings).await)
+    Ok(state.api_server.state(settings, &state.worker).await)
 }

@@ -1,8 +1,18 @@
 import { describe, expect, it } from 'vitest';
 import type { ImportResult } from './bindings/ImportResult';
-import { backupFileName, fileNameOf, finishInWords, importInWords, replayInWords, statsInWords, thinkingInWords, titleOf, waitingInWords } from './format';
+import { backupFileName, fileNameOf, finishInWords, importInWords, replayInWords, requestCacheInWords, statsInWords, thinkingInWords, titleOf, waitingInWords } from './format';
 
 describe('format', () => {
+  it("says what an API client's cache holds and when it was last used", () => {
+    const at = 1_000_000_000;
+    const cache = { tokens: 3412, bytes: 41_234_567, lastUsedMs: at };
+    expect(requestCacheInWords(cache, at + 12_400)).toBe('3,412 tokens · 41.2 MB · used 12 s ago');
+    expect(requestCacheInWords({ ...cache, tokens: 1 }, at + 5 * 60_000)).toBe('1 token · 41.2 MB · used 5 min ago');
+    expect(requestCacheInWords(cache, at + 3 * 3_600_000)).toBe('3,412 tokens · 41.2 MB · used 3 h ago');
+    // A clock behind the worker's never says "-1 s".
+    expect(requestCacheInWords(cache, at - 5_000)).toBe('3,412 tokens · 41.2 MB · used 0 s ago');
+  });
+
   it('says what a reply is waiting for, with the prompt read so far', () => {
     const base = { tokens: 0, queuePosition: 0, started: true, prefill: null };
     expect(waitingInWords({ ...base, started: false, queuePosition: 2 })).toBe('Waiting for other chats (position 2)…');

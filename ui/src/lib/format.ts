@@ -1,6 +1,7 @@
 // Words for what the engine reports.
 import type { ImportResult } from './bindings/ImportResult';
 import type { ReplyStats } from './bindings/ReplyStats';
+import type { RequestCache } from './bindings/RequestCache';
 import type { Replay } from './streams.svelte';
 
 export function finishInWords(reason: string, error?: string | null): string {
@@ -121,4 +122,14 @@ export function fileNameOf(title: string, extension: string): string {
 export function backupFileName(date: Date): string {
   const two = (n: number) => String(n).padStart(2, '0');
   return `hearth-backup-${date.getFullYear()}-${two(date.getMonth() + 1)}-${two(date.getDate())}.json`;
+}
+
+/** An API client's cache: "3,412 tokens · 41.2 MB · used 12 s ago", its
+ *  age counted from `nowMs` (the caller's clock, so tests give their own). */
+export function requestCacheInWords(c: RequestCache, nowMs: number): string {
+  const seconds = Math.max(0, Math.round((nowMs - c.lastUsedMs) / 1000));
+  const age =
+    seconds < 60 ? `${seconds} s` : seconds < 3600 ? `${Math.round(seconds / 60)} min` : `${Math.round(seconds / 3600)} h`;
+  const tokens = `${c.tokens.toLocaleString('en-US')} token${c.tokens === 1 ? '' : 's'}`;
+  return `${tokens} · ${(c.bytes / 1e6).toFixed(1)} MB · used ${age} ago`;
 }

@@ -100,6 +100,15 @@ export class SettingsStore {
     });
   }
 
+  /** The API server's state again (its clients' caches change with each request). */
+  async refreshApiServer() {
+    try {
+      this.apiServer = await api.settings.apiServer();
+    } catch {
+      // The panel keeps what it showed.
+    }
+  }
+
   /** Turns the local API server on or off, or moves it to `port`; says
    * why not, if it cannot (a port in use leaves it off). */
   async setApiServer(enabled: boolean, port: number): Promise<string | null> {
