@@ -207,30 +207,7 @@ pub async fn chat_continue(
     let store = state.store()?;
     local_only(&store, conversation_id, "continuing a reply")?;
     let (reply, parent) = reply_of(&store, conversation_id, reply_id)?;
-    if reply.status == MessageStatus::Streaming {
-        return Err(AppError::new(ErrorKind::Busy, "this reply is still being written"));
-    }
-    let (messages, settings) = prompt_messages(&store, conversation_id, Some(parent))?;
-    // The tokens that wrote the text so far, when kept and still what the
-    // text says (a failed or cut-off run may have written more): the prompt
-    // is then exactly what the cache holds, and the choices stay aligned.
-    let mut kept = store.token_choices(reply_id)?.map(|c| c.tokens).unwrap_or_default();
-    let ids: Vec<u32> = kept.iter().map(|t| t.id).collect();
-    if state.worker.engine().is_none_or(|e| e.tokenizer().decode(&ids) != reply.content) {
-        kept.clear();
-    }
-    store.update_reply(reply.id, &reply.content, MessageStatus::Streaming, None)?;
-    let job = ReplyJob {
-        prefix: reply.content.clone(),
-        prefix_ids: (!kept.is_empty()).then(|| kept.iter().map(|t| t.id).collect()),
-        prefix_choices: kept,
-        ..ReplyJob::new(conversation_id, reply_id, messages, settings, sink(on_event))
-    };
-    if let Err(e) = state.worker.enqueue(job) {
-        store.update_reply(reply.id, &reply.content, reply.status, None)?;
-        return Err(e);
-    }
-    Ok(store.message(reply_id)?)
+    state.worker.continue_chat_reply(&store, conversation_id, &reply, parent, sink(on_event))
 }
 
 /// A reply's record, and the job that runs it again (its conversation up
@@ -426,20 +403,7 @@ pub async fn chat_continue_with(
     kept.push(hearth_store::TokenChoice { id: token, logprob, top: at.top.clone() });
     let ids: Vec<u32> = kept.iter().map(|t| t.id).collect();
     let prefix = engine.tokenizer().decode(&ids);
-    let (messages, settings) = prompt_messages(&store, conversation_id, Some(parent))?;
-    let branch =
-        store.add_message(conversation_id, Some(parent), Role::Assistant, &prefix, MessageStatus::Streaming)?;
-    let job = ReplyJob {
-        prefix,
-        prefix_ids: Some(ids),
-        prefix_choices: kept,
-        ..ReplyJob::new(conversation_id, branch.id, messages, settings, sink(on_event))
-    };
-    if let Err(e) = state.worker.enqueue(job) {
-        store.update_reply(branch.id, &branch.content, MessageStatus::Error, None)?;
-        return Err(e);
-    }
-    Ok(branch)
+    state.worker.branch_chat_reply(&store, conversation_id, parent, prefix, kept, sink(on_event))
 }
 
 /// Stops the conversation's reply within one step. False if none was running.
