@@ -18,8 +18,10 @@ if ! installed @openai/codex $CODEX || ! installed @anthropic-ai/claude-code $CL
   || ! installed opencode-ai $OPENCODE || ! installed @qwen-code/qwen-code $QWEN_CODE; then
   mkdir -p "$dir"
   [ -f "$dir/package.json" ] || echo '{"name": "hearth-agents", "private": true}' >"$dir/package.json"
-  (cd "$dir" && npm install --no-audit --no-fund --save-exact "@openai/codex@$CODEX" "@anthropic-ai/claude-code@$CLAUDE_CODE" \
-    "opencode-ai@$OPENCODE" "@qwen-code/qwen-code@$QWEN_CODE" >&2)
+  # A cache of its own, apart from the MCP servers' install running beside it.
+  install() { (cd "$dir" && npm install --loglevel=error --no-audit --no-fund --cache "$dir/npm-cache" --save-exact \
+    "@openai/codex@$CODEX" "@anthropic-ai/claude-code@$CLAUDE_CODE" "opencode-ai@$OPENCODE" "@qwen-code/qwen-code@$QWEN_CODE" >&2); }
+  install || { echo "npm install failed; trying again" >&2; sleep 5; install; }
 fi
 # Claude Code's installer replaces its stub with the native binary; a stub left means it failed.
 "$dir/node_modules/.bin/claude" --version >/dev/null

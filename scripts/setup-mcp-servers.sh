@@ -15,6 +15,11 @@ fi
 everything="$dir/npm/node_modules/@modelcontextprotocol/server-everything"
 if ! grep -q "\"version\": \"$EVERYTHING_VERSION\"" "$everything/package.json" 2>/dev/null; then
   mkdir -p "$dir/npm"
-  (cd "$dir/npm" && npm install --silent --no-audit --no-fund --prefix . "@modelcontextprotocol/server-everything@$EVERYTHING_VERSION" >&2)
+  # A cache of its own: on a fresh machine the agents' install (scripts/setup-agents.sh)
+  # fills the shared one at the same time, and npm failed here then. Errors are shown,
+  # and a failed install is tried once more.
+  install() { (cd "$dir/npm" && npm install --loglevel=error --no-audit --no-fund --cache "$dir/npm-cache" --prefix . \
+    "@modelcontextprotocol/server-everything@$EVERYTHING_VERSION" >&2); }
+  install || { echo "npm install failed; trying again" >&2; sleep 5; install; }
 fi
 echo "$dir"

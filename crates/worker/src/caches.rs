@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use hearth_engine::{Engine, Passes, Session};
 
-use super::shared::Shared;
+use super::shared::{RequestCache, Shared};
 use crate::config::WorkerConfig;
 
 /// Where a conversation's KV cache is: the next turn is instant (warm),
@@ -22,23 +22,6 @@ pub enum CacheState {
     Warm,
     Saved,
     Cold,
-}
-
-/// An API client's cache as the Local API server panel lists it: each
-/// holds one client's conversation so far, reused by its next request.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
-#[serde(rename_all = "camelCase")]
-#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
-pub struct RequestCache {
-    /// The positions it holds.
-    pub tokens: u32,
-    /// Its keys and values (and a hybrid's recurrent states) in memory.
-    #[cfg_attr(feature = "ipc", ts(type = "number"))]
-    pub bytes: u64,
-    /// When a request last gave it back, in ms since the Unix epoch.
-    #[cfg_attr(feature = "ipc", ts(type = "number"))]
-    pub last_used_ms: u64,
 }
 
 /// Caches of other versions kept per conversation: enough for every
@@ -267,6 +250,7 @@ impl Caches {
             alts.drain(..alts.len() - KEEP_ALTERNATES);
         }
         self.evict();
+        self.publish_resident();
     }
 
     /// Saves the cache of the turn that just finished (see `put`).
@@ -284,18 +268,22 @@ impl Caches {
     pub fn publish_resident(&mut self) {
         *crate::locks::lock(&self.shared.resident) = self.sessions.keys().copied().collect();
         self.request_used_ms.retain(|k, _| self.sessions.contains_key(k));
-        let mut requests: Vec<RequestCache> = self
+        let mut requests: Vec<(u64, RequestCache)> = self
             .sessions
             .iter()
             .filter(|(k, _)| **k < 0)
-            .map(|(k, (s, _))| RequestCache {
-                tokens: s.tokens().len() as u32,
-                bytes: s.cache().allocated_bytes() as u64,
-                last_used_ms: self.request_used_ms.get(k).copied().unwrap_or(0),
+            .map(|(k, (s, tick))| {
+                let cache = RequestCache {
+                    tokens: s.tokens().len() as u32,
+                    bytes: s.cache().allocated_bytes() as u64,
+                    last_used_ms: self.request_used_ms.get(k).copied().unwrap_or(0),
+                };
+                (*tick, cache)
             })
             .collect();
-        requests.sort_by_key(|c| std::cmp::Reverse(c.last_used_ms));
-        *crate::locks::lock(&self.shared.request_caches) = requests;
+        // Most recent first; the tick orders two given back in the same millisecond.
+        requests.sort_by_key(|(tick, c)| std::cmp::Reverse((c.last_used_ms, *tick)));
+        *crate::locks::lock(&self.shared.request_caches) = requests.into_iter().map(|(_, c)| c).collect();
     }
 
     fn cache_path(&self, conversation_id: i64) -> Option<PathBuf> {

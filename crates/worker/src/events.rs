@@ -6,8 +6,8 @@ use serde::Serialize;
 
 use crate::error::AppError;
 
-/// One reply's progress, in order: `queued`* `started` `prefill`* `token`*
-/// then `finished` or `error`.
+/// One reply's progress, in order: `queued`* `started` `prompt` `prefill`*
+/// `token`* then `finished` or `error` (a remote reply sends no `prompt`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
 #[serde(tag = "event", content = "data", rename_all = "camelCase")]

@@ -56,12 +56,13 @@ use hearth_engine::Engine;
 use hearth_store::Store;
 
 pub use budgets::{total_memory_bytes, CacheBudgets};
-pub use caches::{CacheState, RequestCache};
+pub use caches::CacheState;
 pub use chat_reply::ChatReply;
 pub use config::{TestHooks, WorkerConfig};
 pub use job::{CompiledGrammar, RawPrompt, ReplyJob, Request};
 pub use remote::RemoteTarget;
 pub use reply::{prompt_ids, Prompt};
+pub use shared::RequestCache;
 pub use tokio_util::sync::{CancellationToken, DropGuard};
 pub use tool_offer::{Offer, ToolDecision, ToolHost, ToolRound};
 

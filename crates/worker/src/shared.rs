@@ -30,6 +30,23 @@ pub(crate) enum Owner {
     Request(u64),
 }
 
+/// An API client's cache as the Local API server panel lists it: each
+/// holds one client's conversation so far, reused by its next request.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
+pub struct RequestCache {
+    /// The positions it holds.
+    pub tokens: u32,
+    /// Its keys and values (and a hybrid's recurrent states) in memory.
+    #[cfg_attr(feature = "ipc", ts(type = "number"))]
+    pub bytes: u64,
+    /// When a request last gave it back, in ms since the Unix epoch.
+    #[cfg_attr(feature = "ipc", ts(type = "number"))]
+    pub last_used_ms: u64,
+}
+
 /// State shared between the `Worker` handle and its thread.
 pub(super) struct Shared {
     pub queue: Mutex<Queue>,
@@ -37,7 +54,7 @@ pub(super) struct Shared {
     /// Conversations whose cache is in memory now.
     pub resident: Mutex<HashSet<i64>>,
     /// API clients' caches in memory now, most recently used first.
-    pub request_caches: Mutex<Vec<crate::caches::RequestCache>>,
+    pub request_caches: Mutex<Vec<RequestCache>>,
     pub budgets: Mutex<CacheBudgets>,
     /// Held while a cache file is written and while one is copied into a
     /// bundle: a reply's cache is saved just after its conversation is free

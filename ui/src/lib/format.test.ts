@@ -9,6 +9,7 @@ describe('format', () => {
     expect(requestCacheInWords(cache, at + 12_400)).toBe('3,412 tokens · 41.2 MB · used 12 s ago');
     expect(requestCacheInWords({ ...cache, tokens: 1 }, at + 5 * 60_000)).toBe('1 token · 41.2 MB · used 5 min ago');
     expect(requestCacheInWords(cache, at + 3 * 3_600_000)).toBe('3,412 tokens · 41.2 MB · used 3 h ago');
+    expect(requestCacheInWords(cache, at + 3_599_000)).toBe('3,412 tokens · 41.2 MB · used 59 min ago');
     // A clock behind the worker's never says "-1 s".
     expect(requestCacheInWords(cache, at - 5_000)).toBe('3,412 tokens · 41.2 MB · used 0 s ago');
   });

@@ -129,7 +129,7 @@ export function backupFileName(date: Date): string {
 export function requestCacheInWords(c: RequestCache, nowMs: number): string {
   const seconds = Math.max(0, Math.round((nowMs - c.lastUsedMs) / 1000));
   const age =
-    seconds < 60 ? `${seconds} s` : seconds < 3600 ? `${Math.round(seconds / 60)} min` : `${Math.round(seconds / 3600)} h`;
+    seconds < 60 ? `${seconds} s` : seconds < 3600 ? `${Math.floor(seconds / 60)} min` : `${Math.floor(seconds / 3600)} h`;
   const tokens = `${c.tokens.toLocaleString('en-US')} token${c.tokens === 1 ? '' : 's'}`;
   return `${tokens} · ${(c.bytes / 1e6).toFixed(1)} MB · used ${age} ago`;
 }

@@ -100,10 +100,16 @@ export class SettingsStore {
     });
   }
 
+  /** Counts changes to the API server, so a refresh read before one
+   *  does not put back what it replaced. */
+  private apiServerChanges = 0;
+
   /** The API server's state again (its clients' caches change with each request). */
   async refreshApiServer() {
+    const changes = this.apiServerChanges;
     try {
-      this.apiServer = await api.settings.apiServer();
+      const state = await api.settings.apiServer();
+      if (changes === this.apiServerChanges) this.apiServer = state;
     } catch {
       // The panel keeps what it showed.
     }
@@ -112,6 +118,7 @@ export class SettingsStore {
   /** Turns the local API server on or off, or moves it to `port`; says
    * why not, if it cannot (a port in use leaves it off). */
   async setApiServer(enabled: boolean, port: number): Promise<string | null> {
+    this.apiServerChanges++;
     const refused = await refusal(async () => {
       this.apiServer = await api.settings.setApiServer(enabled, port);
     });
@@ -121,6 +128,7 @@ export class SettingsStore {
 
   /** Replaces the API key (clients with the old one are refused). */
   async newApiKey(): Promise<string | null> {
+    this.apiServerChanges++;
     return refusal(async () => {
       this.apiServer = await api.settings.newApiKey();
     });

@@ -6,8 +6,8 @@ import type { TokenChoice } from "./TokenChoice";
 import type { ToolCallRecord } from "./ToolCallRecord";
 
 /**
- * One reply's progress, in order: `queued`* `started` `prefill`* `token`*
- * then `finished` or `error`.
+ * One reply's progress, in order: `queued`* `started` `prompt` `prefill`*
+ * `token`* then `finished` or `error` (a remote reply sends no `prompt`).
  */
 export type GenerationEvent = { "event": "queued", "data": { position: number, } } | { "event": "started", "data": { replyId: number, } } | { "event": "prompt", "data": { tokens: number, cached: number, } } | { "event": "prefill", "data": { done: number, total: number, } } | { "event": "tokens", "data": { text: string, ids: Array<number>, variant: number, choices?: Array<TokenChoice>, } } | { "event": "finished", "data": { reason: string, stats: ReplyStats, others?: Array<ReplyStats>, 
 /**
