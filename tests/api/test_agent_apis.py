@@ -191,6 +191,10 @@ class Messages(unittest.TestCase):
                                messages=[{"role": "user", "content": "What is 2 + 2?"}])
         self.assertEqual((m.stop_reason, m.stop_sequence), ("stop_sequence", "4"))
         self.assertNotIn("4", m.content[0].text)
+        # Of several, the one met is named.
+        m = an.messages.create(model="default", max_tokens=40, extra_body=GREEDY, stop_sequences=["never here", "4", "zz"],
+                               messages=[{"role": "user", "content": "What is 2 + 2?"}])
+        self.assertEqual((m.stop_reason, m.stop_sequence), ("stop_sequence", "4"))
 
     def test_a_tool_use_and_its_result_round_trip(self):
         tools = [{"name": WEATHER["name"], "description": WEATHER["description"], "input_schema": WEATHER["schema"]}]

@@ -322,7 +322,8 @@ impl Sampler {
             let piece = ts.decoder.push(tokenizer.token_bytes(token));
             ts.text.push_str(&piece);
             match find_stop(&ts.text, ts.emitted, &config.stop_strings) {
-                Some(at) => {
+                Some((at, which)) => {
+                    ts.stopped_by = Some(which);
                     ts.text.truncate(at);
                     text = ts.text[ts.emitted.min(at)..].to_string();
                     ts.emitted = at;
@@ -368,6 +369,7 @@ impl Sampler {
         SequenceOutput {
             tokens: seq.generated.clone(),
             text: seq.text.text.clone(),
+            stop_string: seq.text.stopped_by.and_then(|i| self.config.stop_strings.get(i).cloned()),
             finish: match seq.state {
                 SequenceState::Done(f) => f,
                 SequenceState::Decoding => FinishReason::Cancelled,
@@ -385,6 +387,8 @@ struct TextState {
     decoder: StreamDecoder,
     text: String,
     emitted: usize,
+    /// The stop string that ended it, if one did (of several, the first in the text).
+    stopped_by: Option<usize>,
 }
 
 /// One token one sequence produced in a step, with the text it completed.
@@ -459,6 +463,8 @@ pub struct SequenceOutput {
     /// The text, without end tokens or a matched stop string.
     pub text: String,
     pub finish: FinishReason,
+    /// The stop string that ended it (`FinishReason::StopString`).
+    pub stop_string: Option<String>,
     /// From its first sampled token to its last.
     pub decode_time: Duration,
 }
@@ -480,12 +486,13 @@ fn flush(ts: &mut TextState) -> String {
 }
 
 /// Byte offset of the earliest stop string that ends after `emitted`.
-fn find_stop(text: &str, emitted: usize, stops: &[String]) -> Option<usize> {
+fn find_stop(text: &str, emitted: usize, stops: &[String]) -> Option<(usize, usize)> {
     stops
         .iter()
-        .filter_map(|s| {
+        .enumerate()
+        .filter_map(|(which, s)| {
             let from = floor_char_boundary(text, emitted.saturating_sub(s.len()));
-            text[from..].find(s.as_str()).map(|i| from + i)
+            text[from..].find(s.as_str()).map(|i| (from + i, which))
         })
         .min()
 }
@@ -536,8 +543,10 @@ mod tests {
         assert_eq!(held_back("hello ##", &stops), 2);
         assert_eq!(held_back("hello Us", &stops), 2);
         assert_eq!(held_back("hello", &stops), 0);
-        assert_eq!(find_stop("a ### b", 0, &stops), Some(2));
-        assert_eq!(find_stop("a User: b", 3, &stops), Some(2));
+        assert_eq!(find_stop("a ### b", 0, &stops), Some((2, 0)));
+        assert_eq!(find_stop("a User: b", 3, &stops), Some((2, 1)));
+        // Of several, the one that comes first in the text.
+        assert_eq!(find_stop("a User: ### b", 0, &stops), Some((2, 1)));
     }
 
     #[test]

@@ -290,7 +290,7 @@ async fn messages(State(api): State<Arc<Api>>, body: Body) -> Response {
     let run = async {
         let request = messages::MessagesRequest::parse(&read_body(body).await?, false)?;
         let started = run::start(&api, &request.generation, true).await?;
-        let reply = messages::MessageReply::new(&request, &started);
+        let reply = messages::MessageReply::new(&started);
         Ok::<_, ApiError>(run::respond(started, reply, request.generation.stream).await)
     };
     run.await.unwrap_or_else(ApiError::anthropic)

@@ -18,8 +18,6 @@ use crate::{ApiError, Generation};
 /// A Messages body, read.
 pub struct MessagesRequest {
     pub generation: Generation,
-    /// Its `stop_sequences`, to name the one that ended a reply.
-    stop_sequences: Vec<String>,
 }
 
 impl MessagesRequest {
@@ -49,7 +47,7 @@ impl MessagesRequest {
         if fields.get("metadata").is_some_and(|m| !m.is_object()) {
             return Err(ApiError::field("metadata", "must be an object"));
         }
-        let mut settings = fields.settings(max_tokens, stop_sequences.clone(), 1.0)?;
+        let mut settings = fields.settings(max_tokens, stop_sequences, 1.0)?;
         match fields.get("thinking") {
             None => {}
             Some(Value::Object(t)) => match t.get("type").and_then(Value::as_str) {
@@ -111,7 +109,6 @@ impl MessagesRequest {
         let stream = fields.bool("stream", false)?;
         Ok(Self {
             generation: Generation::conversation(messages, settings, stream, grammar, "output_config.format", tools)?,
-            stop_sequences,
         })
     }
 }
@@ -336,7 +333,6 @@ pub struct MessageReply {
     id: String,
     model: String,
     text: ChoiceText,
-    stop_sequences: Vec<String>,
     /// The blocks started so far, and the one open.
     blocks: usize,
     open: Option<Block>,
@@ -344,12 +340,11 @@ pub struct MessageReply {
 }
 
 impl MessageReply {
-    pub fn new(request: &MessagesRequest, started: &crate::run::Started) -> Self {
+    pub fn new(started: &crate::run::Started) -> Self {
         Self {
             id: format!("msg_{}", random_hex()),
             model: started.model.clone(),
             text: ChoiceText::new(started.reasoning.clone(), started.tools),
-            stop_sequences: request.stop_sequences.clone(),
             blocks: 0,
             open: None,
             tool_prefix: format!("toolu_{}_", random_hex()),
@@ -370,13 +365,10 @@ impl MessageReply {
     }
 
     /// Why the reply ended, in Anthropic's words, and the stop sequence met.
-    fn stop(&self, stats: &ReplyStats, called: bool) -> (&'static str, Option<&str>) {
+    fn stop(stats: &ReplyStats, called: bool) -> (&'static str, Option<&str>) {
         match stats.finish_reason.as_str() {
             "max_tokens" | "cache_full" => ("max_tokens", None),
-            // The sampler does not say which; with one, it is that one.
-            "stop_string" => {
-                ("stop_sequence", (self.stop_sequences.len() == 1).then(|| self.stop_sequences[0].as_str()))
-            }
+            "stop_string" => ("stop_sequence", stats.stop_string.as_deref()),
             _ if called => ("tool_use", None),
             _ => ("end_turn", None),
         }
@@ -493,7 +485,7 @@ impl Shape for MessageReply {
                 self.close(&mut out);
             }
         }
-        let (reason, sequence) = self.stop(stats, calls.is_some());
+        let (reason, sequence) = Self::stop(stats, calls.is_some());
         out.push(named(
             "message_delta",
             &json!({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence}, "usage": usage(stats)}),
@@ -519,7 +511,7 @@ impl Shape for MessageReply {
         for call in calls.iter().flat_map(|(_, c)| c) {
             content.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input(call)}));
         }
-        let stop = self.stop(stats, calls.is_some());
+        let stop = Self::stop(stats, calls.is_some());
         self.message(content, Some(stop), usage(stats))
     }
 

@@ -48,6 +48,10 @@ pub struct ReplyStats {
     pub tokens_per_s: f64,
     /// end_token, max_tokens, cache_full, stop_string, cancelled, interrupted or error.
     pub finish_reason: String,
+    /// The stop string that ended the reply, when one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ipc", ts(optional))]
+    pub stop_string: Option<String>,
     pub seed: Option<u32>,
     pub temperature: Option<f32>,
     /// Why the reply failed, in words, when it did.

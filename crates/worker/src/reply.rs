@@ -266,6 +266,7 @@ pub(super) fn finished_replies(
                     ttft_ms: st.time_to_first_token.as_secs_f64() * 1e3,
                     tokens_per_s: if decode_s > 0.0 { generated.saturating_sub(1) as f64 / decode_s } else { 0.0 },
                     finish_reason: seq.finish.as_str().to_string(),
+                    stop_string: seq.stop_string.clone(),
                     // Shown as the seed this variant sampled with.
                     seed: Some(run.seed.wrapping_add(b as u32)),
                     temperature: Some(s.temperature),

@@ -16,7 +16,11 @@ processedTokens: number, generatedTokens: number, ttftMs: number, tokensPerS: nu
 /**
  * end_token, max_tokens, cache_full, stop_string, cancelled, interrupted or error.
  */
-finishReason: string, seed: number | null, temperature: number | null, 
+finishReason: string, 
+/**
+ * The stop string that ended the reply, when one did.
+ */
+stopString?: string, seed: number | null, temperature: number | null, 
 /**
  * Why the reply failed, in words, when it did.
  */
