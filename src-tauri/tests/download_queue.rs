@@ -39,18 +39,7 @@ impl TestHub {
         let split = repos.path().join("test-org/split-GGUF");
         std::fs::create_dir_all(&one).unwrap();
         std::fs::create_dir_all(&split).unwrap();
-        let shape = hearth_engine::random_model::Shape {
-            layers: 16,
-            embd: 256,
-            ffn: 512,
-            heads: 4,
-            kv_heads: 2,
-            head_dim: None,
-            experts: None,
-            recurrent: None,
-            gpt_oss: false,
-            gemma4: None,
-        };
+        let shape = hearth_engine::random_model::Shape::dense(16, 256, 512, 4, 2);
         let default_model = hearth_engine::paths::default_model_path(|k| std::env::var_os(k));
         let whole = one.join("one-Q8_0.gguf");
         hearth_engine::random_model::write(&whole, &default_model, &shape, "q8_0").unwrap();

@@ -45,6 +45,24 @@ pub struct Shape {
     pub gemma4: Option<Gemma4>,
 }
 
+impl Shape {
+    /// A dense llama file: no experts, recurrence or family of its own.
+    pub fn dense(layers: usize, embd: usize, ffn: usize, heads: usize, kv_heads: usize) -> Self {
+        Self {
+            layers,
+            embd,
+            ffn,
+            heads,
+            kv_heads,
+            head_dim: None,
+            experts: None,
+            recurrent: None,
+            gpt_oss: false,
+            gemma4: None,
+        }
+    }
+}
+
 /// Gemma 4's choices: four sliding layers to each full one (the last
 /// layer full), full layers whose keys serve as values, the last
 /// `shared_kv_layers` reading the last layers before them of their kind.

@@ -58,18 +58,7 @@ fn default_model() -> PathBuf {
 
 /// A random-weight model with the default model's vocabulary (~13 MB).
 fn write_model(path: &Path, layers: usize) {
-    let shape = hearth_engine::random_model::Shape {
-        layers,
-        embd: 256,
-        ffn: 512,
-        heads: 4,
-        kv_heads: 2,
-        head_dim: None,
-        experts: None,
-        recurrent: None,
-        gpt_oss: false,
-        gemma4: None,
-    };
+    let shape = hearth_engine::random_model::Shape::dense(layers, 256, 512, 4, 2);
     hearth_engine::random_model::write(path, &default_model(), &shape, "q8_0").unwrap();
 }
 
@@ -504,21 +493,41 @@ fn a_gated_repo_needs_the_token_which_never_reaches_the_cdn() {
     assert!(!cdn_saw_a_token(&server), "the token reached the CDN: {log:?}");
 }
 
+/// A home folder with a model file in it, to copy where another app keeps its models.
+struct Home {
+    dir: tempfile::TempDir,
+    model: PathBuf,
+}
+
+impl Home {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("source.gguf");
+        write_model(&model, 1);
+        Self { dir, model }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The model copied to `rel`, its folders made.
+    fn put(&self, rel: &str) -> PathBuf {
+        let path = self.path().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::copy(&self.model, &path).unwrap();
+        path
+    }
+}
+
 /// Other apps' folders, shaped as each app writes them: every model is
 /// listed in place under its app's name, and what Hearth cannot run is
 /// listed with the reason.
 #[test]
 fn models_in_other_apps_folders_are_found_in_place_under_their_names() {
     use hearth_hub::{scan, FoundIn};
-    let home = tempfile::tempdir().unwrap();
-    let model = home.path().join("source.gguf");
-    write_model(&model, 1);
-    let put = |rel: &str| {
-        let path = home.path().join(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::copy(&model, &path).unwrap();
-        path
-    };
+    let home = Home::new();
+    let put = |rel: &str| home.put(rel);
     // LM Studio: publisher/repo/file, and an MLX model (a folder of safetensors).
     let lm = put(".lmstudio/models/lmstudio-community/Tiny-GGUF/Tiny-Q8_0.gguf");
     std::fs::create_dir_all(home.path().join(".lmstudio/models/mlx-community/Tiny-4bit")).unwrap();
@@ -540,7 +549,7 @@ fn models_in_other_apps_folders_are_found_in_place_under_their_names() {
     std::fs::create_dir_all(home.path().join(".cache/huggingface/hub/models--org--Tiny-GGUF/refs")).unwrap();
     std::fs::write(home.path().join(".cache/huggingface/hub/models--org--Tiny-GGUF/refs/main"), "c0ffee").unwrap();
     // llama.cpp's cache: a model of an unknown family, and a file that is no GGUF.
-    let mut unknown = std::fs::read(&model).unwrap();
+    let mut unknown = std::fs::read(&home.model).unwrap();
     let at = unknown.windows(5).position(|w| w == b"llama").unwrap();
     unknown[at + 3] = b'x';
     std::fs::create_dir_all(home.path().join(".cache/llama.cpp")).unwrap();
@@ -578,14 +587,8 @@ fn models_in_other_apps_folders_are_found_in_place_under_their_names() {
 #[test]
 fn other_apps_folders_are_found_where_macos_and_windows_keep_them() {
     use hearth_hub::{default_places, scan, FoundIn, Platform};
-    let home = tempfile::tempdir().unwrap();
-    let model = home.path().join("source.gguf");
-    write_model(&model, 1);
-    let put = |rel: &str| {
-        let path = home.path().join(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::copy(&model, &path).unwrap();
-    };
+    let home = Home::new();
+    let put = |rel: &str| drop(home.put(rel));
     put("Library/Caches/llama.cpp/org_Mac-GGUF_mac.gguf");
     put("Library/Application Support/Jan/data/llamacpp/models/Mac-Q4_0/model.gguf");
     put("Local/llama.cpp/org_Win-GGUF_win.gguf");

@@ -201,10 +201,11 @@ impl WorkerThread {
             Ok(mut turn) => {
                 turn.set_variants(1 + job.variant_ids.len()).expect("a turn that has not sampled takes variants");
                 turn.set_checkpoint_at(reply_start);
-                let to_read = turn.prefill_progress().map_or(0, |p| p.total);
+                let reading = turn.prefill_progress();
                 let tokens = prompt.len() as u32;
-                (job.events)(GenerationEvent::Prompt { tokens, cached: tokens - to_read as u32 });
-                if let Some(p) = turn.prefill_progress() {
+                let cached = tokens - reading.map_or(0, |p| p.total as u32);
+                (job.events)(GenerationEvent::Prompt { tokens, cached });
+                if let Some(p) = reading {
                     (job.events)(GenerationEvent::Prefill { done: p.done as u32, total: p.total as u32 });
                 }
                 Ok((ReplyRun { engine, cache_key, prompt, context, dropped, seed, replay: None }, turn))

@@ -380,7 +380,6 @@ pub async fn chat_continue_with(
     token: u32,
     on_event: Channel<GenerationEvent>,
 ) -> AppResult<Message> {
-    check_idle(&state, conversation_id)?;
     let store = state.store()?;
     local_only(&store, conversation_id, "branching from a token")?;
     let (reply, parent) = reply_of(&store, conversation_id, reply_id)?;
