@@ -94,10 +94,30 @@ pub(crate) fn bench(
     repeats: usize,
     batch: usize,
     concurrent: usize,
+    speculative: Option<&crate::bench_speculative::SpeculativeRun>,
     json_out: bool,
 ) -> CliResult {
     let local = LocalWorker::open(model, hearth_engine::Kernels::Hearth)?;
-    let figures = bench_figures(&local, prompt_tokens, gen_tokens, repeats, batch, concurrent)?;
+    let mut figures = bench_figures(&local, prompt_tokens, gen_tokens, repeats, batch, concurrent)?;
+    if let Some(run) = speculative {
+        let ids: Vec<u32> =
+            serde_json::from_value(figures["prompt_token_ids"].clone()).expect("the bench's prompt ids");
+        let s = crate::bench_speculative::speculative_figures(&local, run, &ids, gen_tokens, repeats)?;
+        if !json_out {
+            println!(
+                "speculative ({}, drafts of at most {}): {:.1} tok/s against {:.1} plain ({:.2}x), {} of {} drafted tokens taken, the same {} tokens",
+                s["mode"].as_str().unwrap_or(""),
+                s["draft_tokens"],
+                s["decode_tokens_per_s"].as_f64().unwrap_or(0.0),
+                s["plain_decode_tokens_per_s"].as_f64().unwrap_or(0.0),
+                s["ratio"].as_f64().unwrap_or(0.0),
+                s["accepted"],
+                s["drafted"],
+                s["tokens"],
+            );
+        }
+        figures["speculative"] = s;
+    }
     let f = |k: &str| figures[k].as_f64().unwrap_or(0.0);
     if let (false, Some(c)) = (json_out, figures["concurrent"].as_object()) {
         println!(

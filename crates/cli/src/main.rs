@@ -5,6 +5,7 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
 mod bench;
+mod bench_speculative;
 mod device_check;
 mod local;
 mod replay;
@@ -101,6 +102,17 @@ enum Command {
         /// pass for all) and compare each one's speed with one alone.
         #[arg(long, default_value_t = 1)]
         concurrent: usize,
+        /// Also decode greedily with drafts (`auto` or `ngram`) and without,
+        /// and compare (the two replies must be the same tokens).
+        #[arg(long, value_parser = ["off", "auto", "ngram"])]
+        speculative: Option<String>,
+        /// At most this many drafted tokens per pass (1 to 32).
+        #[arg(long, default_value_t = 8)]
+        draft_tokens: u32,
+        /// `--speculative` replies to this file's text as a chat message
+        /// (through the model's template), not to the fixed token ids.
+        #[arg(long)]
+        prompt_file: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -355,8 +367,36 @@ fn run(cli: Cli) -> CliResult {
             };
             serve::run(&model, port, api_key)?
         }
-        Command::Bench { model, prompt_tokens, gen_tokens, repeats, batch, concurrent, json } => {
-            bench::bench(&model, prompt_tokens, gen_tokens, repeats, batch, concurrent, json)?
+        Command::Bench {
+            model,
+            prompt_tokens,
+            gen_tokens,
+            repeats,
+            batch,
+            concurrent,
+            speculative,
+            draft_tokens,
+            prompt_file,
+            json,
+        } => {
+            let prompt_text = match &prompt_file {
+                Some(p) => Some(std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?),
+                None => None,
+            };
+            let mode = match speculative.as_deref() {
+                None | Some("off") => None,
+                Some("ngram") => Some(hearth_store::SpeculationMode::Ngram),
+                Some(_) => Some(hearth_store::SpeculationMode::Auto),
+            };
+            if !(1..=hearth_store::MAX_DRAFT_TOKENS).contains(&draft_tokens) {
+                return Err("--draft-tokens: between 1 and 32".into());
+            }
+            let speculative = mode.map(|mode| bench_speculative::SpeculativeRun {
+                mode,
+                draft_tokens,
+                prompt_text: prompt_text.as_deref(),
+            });
+            bench::bench(&model, prompt_tokens, gen_tokens, repeats, batch, concurrent, speculative.as_ref(), json)?
         }
         Command::BenchCache { model, history_tokens, json } => bench_cache::run(&model, history_tokens, json)?,
         Command::Pull { spec, json } => {

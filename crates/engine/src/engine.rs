@@ -495,6 +495,7 @@ impl Engine {
             sampling,
             top_logprobs: 0,
             grammar: None,
+            speculation: crate::Speculation::Off,
         }
     }
 

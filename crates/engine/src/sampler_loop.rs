@@ -23,6 +23,7 @@ use crate::error::Result;
 use crate::kv_cache::KvCache;
 use crate::model::Model;
 use crate::sampling::{sample, Rng, SamplingParams};
+use crate::speculation::{Drafter, Speculation};
 use crate::tokenizer::Tokenizer;
 
 /// Why a sequence stopped.
@@ -69,6 +70,9 @@ pub struct GenerationConfig {
     /// tokens it forbids are never sampled, and the end tokens only where
     /// it may end.
     pub grammar: Option<Grammar>,
+    /// Whether each step drafts tokens for its pass to verify
+    /// (`speculation.rs`): never a different reply, only fewer passes.
+    pub speculation: Speculation,
 }
 
 /// Where a sequence is. A turn's sequences exist once its prompt is read
@@ -97,6 +101,9 @@ pub struct Sequence {
     generated: Vec<u32>,
     /// The input of the next step: the prompt's last token, then the last sampled.
     last_token: u32,
+    /// The rows of its next pass: `last_token`, then a draft (`plan_pass`).
+    feed: Vec<u32>,
+    drafter: Drafter,
     /// Cache length when sampling began: the prompt and earlier turns.
     pub(crate) init_cache_length: usize,
     /// The prompt's last logits, for step 0 (no forward pass).
@@ -144,11 +151,46 @@ impl Sequence {
         !self.is_done() && self.pending_logits.is_none()
     }
 
-    /// The token its next pass feeds, the cache it feeds it to and, under a
-    /// grammar, the slot of the step's mask: all borrowed at once.
-    pub(crate) fn pass_input(&mut self) -> (u32, &mut KvCache, Option<MaskSlot<'_>>) {
+    /// Sets the rows of its next pass: its last token, then up to what
+    /// `mode` drafts from `prompt` and its own tokens, as far as its cache
+    /// and `max_new_tokens` leave room for.
+    /// Planned once per pass: a scheduler's `decode_inputs` plans it, and
+    /// the turn's own step then keeps that plan.
+    pub(crate) fn plan_pass(&mut self, mode: Speculation, prompt: &[u32], max_new_tokens: usize) {
+        if !self.feed.is_empty() {
+            return;
+        }
+        self.feed.push(self.last_token);
+        if mode.is_off() || self.cache.is_hybrid() {
+            return;
+        }
+        // The pass writes the draft's positions after the last token's; a
+        // draft token past `max_new_tokens` could never be taken.
+        let room = (self.cache.max_len().saturating_sub(self.cache.len() + 1))
+            .min(max_new_tokens.saturating_sub(self.generated.len() + 1));
+        let draft = self.drafter.propose(mode, prompt, &self.generated, room);
+        self.feed.extend(draft);
+    }
+
+    /// The tokens its next pass feeds (`plan_pass`'s, or its last token),
+    /// the cache it feeds them to and, under a grammar, the slot of the
+    /// first row's mask: all borrowed at once.
+    pub(crate) fn pass_input(&mut self) -> (&[u32], &mut KvCache, Option<MaskSlot<'_>>) {
+        if self.feed.is_empty() {
+            self.feed.push(self.last_token);
+        }
         let slot = self.constraint.as_mut().map(|constraint| MaskSlot { constraint, out: &mut self.precomputed });
-        (self.last_token, &mut self.cache, slot)
+        (&self.feed, &mut self.cache, slot)
+    }
+
+    /// Draft tokens its passes scored, and how many it took.
+    pub(crate) fn draft_counts(&self) -> (usize, usize) {
+        (self.drafter.drafted, self.drafter.accepted)
+    }
+
+    /// Rows its next pass feeds.
+    pub(crate) fn pass_rows(&self) -> usize {
+        self.feed.len().max(1)
     }
 
     /// The prompt's logits, where its next step takes them rather than a pass.
@@ -233,6 +275,8 @@ impl Sampler {
             rng: Rng::new(seed),
             generated: Vec::new(),
             last_token,
+            feed: Vec::new(),
+            drafter: Drafter::default(),
             pending_logits: Some(prompt_logits),
             penalty_context: penalty_context[penalty_context.len().saturating_sub(window)..].to_vec(),
             text: TextState::default(),
@@ -353,6 +397,48 @@ impl Sampler {
         Ok(TokenEvent { sequence: b, token, text, finish, logprobs })
     }
 
+    /// The steps one pass of `seq` (sequence `b`) scored: `rows[i]` are the
+    /// logits after its feed's row `i` (`plan_pass`). Takes row 0, then
+    /// each next row while the token taken equals the draft's next and the
+    /// sequence runs on; the cache keeps the rows fed up to there (the
+    /// loop's invariant: every token fed, never the last sampled). Each
+    /// take is the one a pass of one row would give. One event per token.
+    pub(crate) fn take_pass(
+        &self,
+        tokenizer: &Tokenizer,
+        seq: &mut Sequence,
+        b: usize,
+        rows: Vec<Choice>,
+    ) -> Result<Vec<TokenEvent>> {
+        let feed = std::mem::take(&mut seq.feed);
+        let n = rows.len();
+        if n > 1 {
+            debug_assert_eq!(feed.len(), n, "a pass of several rows is a planned one");
+            // The pass stored every row; a draft token counts as fed once
+            // the token before it was taken as it.
+            let start = seq.cache.len() - n;
+            seq.cache.truncate(start + 1);
+        }
+        let mut events = Vec::with_capacity(n);
+        let mut accepted = 0;
+        for (i, choice) in rows.into_iter().enumerate() {
+            if i > 0 {
+                seq.cache.advance(1);
+            }
+            let event = self.take(tokenizer, seq, b, choice)?;
+            let kept = feed.get(i + 1) == Some(&event.token);
+            accepted += usize::from(kept);
+            events.push(event);
+            if !kept || seq.is_done() {
+                break;
+            }
+        }
+        if n > 1 {
+            seq.drafter.record(self.config.speculation, n - 1, accepted);
+        }
+        Ok(events)
+    }
+
     /// Stops `seq` (sequence `b`) from outside (the user pressed Stop): it
     /// finishes as `Cancelled`; the event carries the text it held back.
     pub(crate) fn cancel(&self, seq: &mut Sequence, b: usize) -> Option<TokenEvent> {
@@ -375,6 +461,8 @@ impl Sampler {
                 SequenceState::Decoding => FinishReason::Cancelled,
             },
             decode_time: seq.sampled_at.map_or(Duration::ZERO, |(first, last)| last - first),
+            drafted: seq.drafter.drafted,
+            accepted: seq.drafter.accepted,
         }
     }
 }
@@ -467,6 +555,10 @@ pub struct SequenceOutput {
     pub stop_string: Option<String>,
     /// From its first sampled token to its last.
     pub decode_time: Duration,
+    /// Draft tokens its verify passes scored, and how many of them it took
+    /// (`speculation.rs`).
+    pub drafted: usize,
+    pub accepted: usize,
 }
 
 fn recent_tokens(context: &[u32], generated: &[u32], window: usize) -> Vec<u32> {

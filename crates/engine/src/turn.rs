@@ -28,6 +28,7 @@ use crate::model::{Model, PREFILL_CHUNK};
 use crate::passes::Passes;
 use crate::sampler_loop::{Choice, MaskSlot, Sampler, Sequence, SequenceOutput, TokenEvent};
 use crate::session::Session;
+use crate::speculation::Speculation;
 use crate::tokenizer::Tokenizer;
 
 /// One assistant reply in progress: its prompt, then its sequences.
@@ -55,6 +56,9 @@ pub struct Turn {
     /// the sampler's settings, what replays this turn exactly.
     prompt_passes: Passes,
     stats: TurnStats,
+    /// How its steps draft: the settings', off where passes run as the
+    /// graph (whose bits depend on the rows a pass has).
+    speculation: Speculation,
     started: Instant,
     first_token_at: Option<Instant>,
 }
@@ -90,11 +94,13 @@ pub enum Advance {
     Done,
 }
 
-/// One decode step a scheduler runs for a turn, in a pass with others'.
+/// One decode step a scheduler runs for a turn, in a pass with others':
+/// the sequence's last token, then any draft for the pass to verify
+/// (`Model::decode_rows_many` takes these rows as they are).
 pub struct DecodeInput<'a> {
-    pub token: u32,
+    pub tokens: &'a [u32],
     pub cache: &'a mut KvCache,
-    /// Under a grammar, where the step's mask goes: compute it beside the pass.
+    /// Under a grammar, where the first row's mask goes: compute it beside the pass.
     pub mask: Option<MaskSlot<'a>>,
 }
 
@@ -133,6 +139,10 @@ pub struct TurnStats {
     /// From the first sampled token of any sequence to the last (each
     /// sequence's own: `SequenceOutput::decode_time`).
     pub decode_time: Duration,
+    /// Draft tokens the verify passes scored, and how many were taken,
+    /// summed over the sequences.
+    pub drafted_tokens: usize,
+    pub accepted_tokens: usize,
 }
 
 /// The result of a finished turn.
@@ -157,6 +167,7 @@ impl Turn {
             stop: Arc::new(|| false),
             prompt_passes: Passes::default(),
             stats,
+            speculation: Speculation::Off,
             started: Instant::now(),
             first_token_at: None,
         }
@@ -171,6 +182,7 @@ impl Turn {
         let seed = self.sampler.config().sampling.seed;
         self.sequences = vec![self.sampler.begin(cache, last, logits, &self.prompt, seed)];
         self.prompt_passes = self.session.passes().clone();
+        self.speculation = if model.runs_graph() { Speculation::Off } else { self.sampler.config().speculation };
         self.fork_variants();
     }
 
@@ -297,19 +309,31 @@ impl Turn {
         if self.reading.is_some() {
             return Vec::new();
         }
-        let sampler = &self.sampler;
+        self.plan_passes();
         self.sequences
             .iter_mut()
-            .filter_map(|s| (!sampler.check_stop(s) && s.needs_pass()).then_some(s))
+            .filter(|s| s.needs_pass())
             .map(|s| {
-                let (token, cache, mask) = s.pass_input();
-                DecodeInput { token, cache, mask }
+                let (tokens, cache, mask) = s.pass_input();
+                DecodeInput { tokens, cache, mask }
             })
             .collect()
     }
 
+    /// Marks the sequences that must stop done, and sets the rows of each
+    /// running one's next pass (its last token, then any draft).
+    fn plan_passes(&mut self) {
+        let (sampler, prompt) = (&self.sampler, &self.prompt);
+        let max_new = sampler.config().max_new_tokens;
+        for s in &mut self.sequences {
+            if !sampler.check_stop(s) && s.needs_pass() {
+                s.plan_pass(self.speculation, prompt, max_new);
+            }
+        }
+    }
+
     /// The decode step `decode_inputs` asked for, with the logits of its
-    /// passes in that order.
+    /// rows in that order.
     pub fn advance_given(&mut self, model: &Model, tokenizer: &Tokenizer, logits: Vec<Vec<f32>>) -> Result<Advance> {
         self.decode(model, tokenizer, Some(logits))
     }
@@ -318,39 +342,45 @@ impl Turn {
     /// take theirs from `given` or run one together, the others take the
     /// prompt's logits.
     fn decode(&mut self, model: &Model, tokenizer: &Tokenizer, given: Option<Vec<Vec<f32>>>) -> Result<Advance> {
-        let sampler = &self.sampler;
-        // Given logits are for the sequences `decode_inputs` found running,
-        // before their pass filled any cache: those are the ones to step.
-        let live: Vec<usize> = match given {
-            Some(_) => (0..self.sequences.len()).filter(|&b| !self.sequences[b].is_done()).collect(),
-            None => (0..self.sequences.len()).filter(|&b| !sampler.check_stop(&mut self.sequences[b])).collect(),
-        };
+        // Given logits are for the sequences `decode_inputs` found running
+        // and planned, before their pass filled any cache: those are the
+        // ones to step.
+        if given.is_none() {
+            self.plan_passes();
+        }
+        let live: Vec<usize> = (0..self.sequences.len()).filter(|&b| !self.sequences[b].is_done()).collect();
         if live.is_empty() {
             return Ok(Advance::Done);
         }
         let passed: Vec<usize> = live.iter().copied().filter(|&b| self.sequences[b].needs_pass()).collect();
-        let mut choices: Vec<Option<Choice>> = (0..self.sequences.len()).map(|_| None).collect();
+        let mut choices: Vec<Vec<Choice>> = (0..self.sequences.len()).map(|_| Vec::new()).collect();
         for &b in &live {
-            choices[b] = self.sequences[b].take_pending();
+            choices[b].extend(self.sequences[b].take_pending());
         }
-        let ran = match given {
-            Some(given) if given.len() == passed.len() => given.into_iter().map(Choice::Logits).collect(),
+        let rows: usize = passed.iter().map(|&b| self.sequences[b].pass_rows()).sum();
+        let mut ran = match given {
+            Some(given) if given.len() == rows => given.into_iter().map(Choice::Logits).collect(),
             Some(given) => {
                 return Err(EngineError::setting(
                     "logits",
-                    format!("{} rows of logits for {} decode steps", given.len(), passed.len()),
+                    format!("{} rows of logits for {rows} decode rows", given.len()),
                 ))
             }
             None => self.run_passes(model, &passed)?,
-        };
-        for (b, choice) in passed.iter().zip(ran) {
-            choices[*b] = Some(choice);
         }
-        let mut events = Vec::with_capacity(live.len());
+        .into_iter();
+        for &b in &passed {
+            choices[b].extend(ran.by_ref().take(self.sequences[b].pass_rows()));
+        }
+        let mut events = Vec::with_capacity(rows.max(live.len()));
+        let (drafted, accepted) = self.draft_counts();
         for b in live {
-            let choice = choices[b].take().expect("each running sequence has its logits");
-            events.push(self.sampler.take(tokenizer, &mut self.sequences[b], b, choice)?);
+            let rows = std::mem::take(&mut choices[b]);
+            events.extend(self.sampler.take_pass(tokenizer, &mut self.sequences[b], b, rows)?);
         }
+        let (drafted_now, accepted_now) = self.draft_counts();
+        self.stats.drafted_tokens += drafted_now - drafted;
+        self.stats.accepted_tokens += accepted_now - accepted;
         let now = Instant::now();
         let first = *self.first_token_at.get_or_insert_with(|| {
             self.stats.time_to_first_token = now - self.started;
@@ -361,26 +391,32 @@ impl Turn {
         Ok(Advance::Tokens(events))
     }
 
-    /// The forward pass of sequences `passed`: one `forward` for one (its
-    /// token picked on the device where nothing needs the host), one
-    /// `decode_step_many` for several. A grammar's masks are computed
-    /// beside it, a thread each.
+    /// Draft tokens scored and taken so far, over the sequences.
+    fn draft_counts(&self) -> (usize, usize) {
+        let counts = self.sequences.iter().map(Sequence::draft_counts);
+        counts.fold((0, 0), |(d, a), (sd, sa)| (d + sd, a + sa))
+    }
+
+    /// The forward pass of sequences `passed`, logits per row: one
+    /// `forward` for one row (its token picked on the device where nothing
+    /// needs the host), one `decode_rows_many` for several. A grammar's
+    /// masks are computed beside it, a thread each.
     fn run_passes(&mut self, model: &Model, passed: &[usize]) -> Result<Vec<Choice>> {
         if passed.is_empty() {
             return Ok(Vec::new());
         }
-        let on_device = passed.len() == 1 && self.sampler.picks_on_device(model);
-        let mut tokens = Vec::with_capacity(passed.len());
+        let mut tokens: Vec<&[u32]> = Vec::with_capacity(passed.len());
         let mut caches = Vec::with_capacity(passed.len());
         let mut masks = Vec::new();
         for (b, s) in self.sequences.iter_mut().enumerate() {
             if passed.contains(&b) {
-                let (token, cache, mask) = s.pass_input();
-                tokens.push(token);
+                let (feed, cache, mask) = s.pass_input();
+                tokens.push(feed);
                 caches.push(cache);
                 masks.extend(mask);
             }
         }
+        let on_device = tokens.len() == 1 && tokens[0].len() == 1 && self.sampler.picks_on_device(model);
         let forbidden = &self.sampler.config().forbidden_tokens;
         std::thread::scope(|s| {
             for mask in masks {
@@ -388,15 +424,15 @@ impl Turn {
                 s.spawn(move || drop(catch_unwind(AssertUnwindSafe(|| mask.compute()))));
             }
             match caches.as_mut_slice() {
-                [cache] => {
-                    let logits = model.forward(&[vec![tokens[0]]], cache)?;
+                [cache] if tokens[0].len() == 1 => {
+                    let logits = model.forward(&[vec![tokens[0][0]]], cache)?;
                     if on_device {
                         let picked = crate::sampling::greedy_on_device(&logits, forbidden)?;
                         return Ok(picked.into_iter().map(Choice::Picked).collect());
                     }
                     Ok(logits.to_vec2::<f32>()?.into_iter().map(Choice::Logits).collect())
                 }
-                caches => Ok(model.decode_step_many(&tokens, caches)?.into_iter().map(Choice::Logits).collect()),
+                caches => Ok(model.decode_rows_many(&tokens, caches)?.into_iter().map(Choice::Logits).collect()),
             }
         })
     }
@@ -426,6 +462,7 @@ impl Turn {
         turn.sequences = vec![self.sequences[0].fork(seed)];
         turn.prompt_passes = self.prompt_passes.clone();
         turn.stats = self.stats.clone();
+        turn.speculation = self.speculation;
         turn.started = self.started;
         turn.prefill_rows = self.prefill_rows;
         turn.stop = self.stop.clone();

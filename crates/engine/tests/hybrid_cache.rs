@@ -269,8 +269,8 @@ fn run_together(engine: &Engine, turns: &mut [hearth_engine::Turn]) -> Vec<Vec<u
             if inputs.is_empty() {
                 others.push(i);
             }
-            for DecodeInput { token, cache, .. } in inputs {
-                ids.push(token);
+            for DecodeInput { tokens, cache, .. } in inputs {
+                ids.push(tokens[0]);
                 which.push(i);
                 caches.push(cache);
             }

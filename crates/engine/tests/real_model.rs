@@ -236,8 +236,8 @@ fn owned_turns_decoding_in_one_pass_give_what_each_gives_alone() {
             }
             let mut ready = t.decode_inputs();
             match ready.pop().filter(|_| ready.is_empty()) {
-                Some(hearth_engine::DecodeInput { token, cache, .. }) => {
-                    inputs.push((i, token));
+                Some(hearth_engine::DecodeInput { tokens, cache, .. }) => {
+                    inputs.push((i, tokens[0]));
                     caches.push(cache);
                 }
                 None => alone_now.push(i),

@@ -519,7 +519,7 @@ fn variants_that_fill_the_context_in_a_shared_pass_end_as_cache_full() {
             turn.advance(m, tok).unwrap()
         } else {
             let (ids, mut caches): (Vec<u32>, Vec<&mut KvCache>) =
-                inputs.into_iter().map(|d| (d.token, d.cache)).unzip();
+                inputs.into_iter().map(|d| (d.tokens[0], d.cache)).unzip();
             let logits = m.decode_step_many(&ids, &mut caches).unwrap();
             shared_passes += 1;
             turn.advance_given(m, tok, logits).unwrap()

@@ -3,7 +3,7 @@
 //! shares, and a function tool's checks.
 
 use hearth_engine::{ToolChoice, ToolSpec, Tools};
-use hearth_store::{ConversationSettings, OverflowPolicy, ReasoningEffort};
+use hearth_store::{ConversationSettings, OverflowPolicy, ReasoningEffort, SpeculationMode, MAX_DRAFT_TOKENS};
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
@@ -121,7 +121,27 @@ impl Fields {
             // servers are for its chats.
             tool_servers: Vec::new(),
             tool_use: Default::default(),
+            // Hearth's own fields: how replies draft tokens to verify.
+            speculation: match self.get("speculation") {
+                None => defaults.speculation,
+                Some(Value::String(m)) => match m.as_str() {
+                    "off" => SpeculationMode::Off,
+                    "auto" => SpeculationMode::Auto,
+                    "ngram" => SpeculationMode::Ngram,
+                    _ => return Err(ApiError::field("speculation", "must be off, auto or ngram")),
+                },
+                Some(_) => return Err(ApiError::field("speculation", "must be a string")),
+            },
+            draft_tokens: self
+                .uint("draft_tokens", 1, MAX_DRAFT_TOKENS.into())?
+                .map_or(defaults.draft_tokens, |k| k as u32),
         };
+        if self.has("draft_model") {
+            return Err(ApiError::field(
+                "draft_model",
+                "draft models are not supported yet; `speculation` drafts from the conversation itself",
+            ));
+        }
         if let Some(bad) = settings.validate().first() {
             return Err(ApiError::field(&bad.field, bad.message.clone()));
         }

@@ -26,9 +26,12 @@ pub use export::{
     Backup, ConversationExport, ExportedMessage, Import, ImportReport, MAX_IMPORT_BYTES, MAX_IMPORT_MESSAGES,
 };
 pub use mcp_servers::StoredMcpServer;
-pub use messages::{Message, MessageStatus, ReplayExport, ReplayRecord, ReplyStats, Role, ThreadMessage};
+pub use messages::{DraftStats, Message, MessageStatus, ReplayExport, ReplayRecord, ReplyStats, Role, ThreadMessage};
 pub use migrations::SCHEMA_VERSION;
 pub use models::RecentModel;
-pub use settings::{ConversationSettings, FieldError, OverflowPolicy, Preset, ReasoningEffort, ToolUse};
+pub use settings::{
+    ConversationSettings, FieldError, OverflowPolicy, Preset, ReasoningEffort, SpeculationMode, ToolUse,
+    MAX_DRAFT_TOKENS,
+};
 pub use store::Store;
 pub use tool_calls::{ToolCallRecord, ToolCallStatus};

@@ -65,6 +65,24 @@ pub struct ReplyStats {
     pub thinking_tokens: Option<u32>,
     /// From the first token to the one that closed the thinking block.
     pub thinking_ms: Option<f64>,
+    /// What speculative decoding drafted for the reply, where it was on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ipc", ts(optional))]
+    pub drafts: Option<DraftStats>,
+}
+
+/// A reply's drafts: how it drafted, and how many drafted tokens its verify
+/// passes scored and took (each taken one saved a pass).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
+#[serde(default, rename_all = "camelCase")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
+pub struct DraftStats {
+    pub mode: crate::SpeculationMode,
+    /// The most drafted tokens a pass could check.
+    pub draft_tokens: u32,
+    pub drafted: u32,
+    pub accepted: u32,
 }
 
 /// Everything a reply was computed from, and the tokens it gave.

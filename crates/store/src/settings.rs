@@ -36,7 +36,42 @@ pub struct ConversationSettings {
     pub tool_servers: Vec<String>,
     /// Whether the model may call those tools.
     pub tool_use: ToolUse,
+    /// Whether replies draft tokens for one pass to check several at once
+    /// (speculative decoding): never another reply, only a faster one.
+    pub speculation: SpeculationMode,
+    /// At most this many drafted tokens per pass (1 to 32).
+    pub draft_tokens: u32,
 }
+
+/// How a chat's replies draft tokens to verify in one pass.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ipc", derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "ipc", ts(export, export_to = "bindings/"))]
+pub enum SpeculationMode {
+    /// One token per pass.
+    Off,
+    /// Drafts from the conversation's own text, backing off while they
+    /// are rejected.
+    #[default]
+    Auto,
+    /// Drafts from the conversation's own text whenever it offers one.
+    Ngram,
+}
+
+impl SpeculationMode {
+    /// The engine's name for it (`Speculation::parse`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Auto => "auto",
+            Self::Ngram => "ngram",
+        }
+    }
+}
+
+/// The most drafted tokens a pass may check.
+pub const MAX_DRAFT_TOKENS: u32 = 32;
 
 /// Whether a chat's model may call the tools of its servers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,6 +138,8 @@ impl Default for ConversationSettings {
             reasoning_effort: ReasoningEffort::Medium,
             tool_servers: Vec::new(),
             tool_use: ToolUse::Auto,
+            speculation: SpeculationMode::Auto,
+            draft_tokens: 8,
         }
     }
 }
@@ -180,6 +217,7 @@ impl ConversationSettings {
         check(self.stop_strings.iter().all(|s| !s.is_empty()) && self.stop_strings.len() <= 16, "stopStrings");
         check(self.context_length == 0 || (16..=MAX_CONTEXT).contains(&self.context_length), "contextLength");
         check(self.system_prompt.len() <= 1 << 20, "systemPrompt");
+        check((1..=MAX_DRAFT_TOKENS).contains(&self.draft_tokens), "draftTokens");
         let unique: std::collections::HashSet<&String> = self.tool_servers.iter().collect();
         check(
             self.tool_servers.len() <= MAX_TOOL_SERVERS
@@ -198,6 +236,8 @@ fn message(field: &str) -> &'static str {
         "temperature" => "must be between 0 and 5",
         "topK" => "must be a whole number between 0 (off) and 100000",
         "topP" => "must be above 0 and at most 1",
+        "draftTokens" => "must be a whole number between 1 and 32",
+        "speculation" => "must be off, auto or ngram",
         "minP" => "must be at least 0 and below 1",
         "repeatPenalty" => "must be above 0 and at most 10 (1 is off)",
         "penaltyWindow" => "must be a whole number between 0 and 1000000",

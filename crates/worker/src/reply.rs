@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use hearth_engine::sampler_loop::PAD;
 use hearth_engine::{FinishReason, SamplingParams, Thinking, ThinkingTracker, TokenEvent};
-use hearth_store::{ConversationSettings, MessageStatus, ReplayRecord, ReplyStats, TokenChoice, TokenChoices};
+use hearth_store::{
+    ConversationSettings, DraftStats, MessageStatus, ReplayRecord, ReplyStats, TokenChoice, TokenChoices,
+};
 
 use crate::error::{AppError, ErrorKind};
 use crate::events::GenerationEvent;
@@ -169,6 +171,9 @@ pub(super) fn generation_config(
     };
     let mut config = engine.generation_config(sampling, s.max_new_tokens as usize);
     config.stop_strings = s.stop_strings.clone();
+    // Validated settings parse; anything else drafts nothing.
+    config.speculation =
+        hearth_engine::Speculation::parse(s.speculation.as_str(), s.draft_tokens as usize).unwrap_or_default();
     config.top_logprobs = hearth_store::KEPT_ALTERNATIVES;
     (config, seed)
 }
@@ -275,6 +280,12 @@ pub(super) fn finished_replies(
                     replay: Some(replay),
                     thinking_tokens: thought.map(|t| t.0),
                     thinking_ms: thought.map(|t| t.1),
+                    drafts: (s.speculation != hearth_store::SpeculationMode::Off).then_some(DraftStats {
+                        mode: s.speculation,
+                        draft_tokens: s.draft_tokens,
+                        drafted: seq.drafted as u32,
+                        accepted: seq.accepted as u32,
+                    }),
                 },
             }
         })

@@ -226,16 +226,17 @@ impl WorkerThread {
         let mut given: Vec<Given> = running.iter().map(|_| None).collect();
         if let Some(engine) = running.first().map(|r| r.run.engine.clone()) {
             let model = engine.model();
-            // Per step: the reply it is of.
+            // Per step: the reply it is of, and its rows (the last token,
+            // then any draft to verify).
             let mut ready = Vec::new();
-            let mut tokens = Vec::new();
+            let mut tokens: Vec<&[u32]> = Vec::new();
             let mut caches = Vec::new();
             let mut masks = Vec::new();
             for (i, r) in running.iter_mut().enumerate() {
                 let Some(turn) = r.turn.as_mut().filter(|_| !r.cancel.is_cancelled()) else { continue };
-                for DecodeInput { token, cache, mask } in turn.decode_inputs() {
+                for DecodeInput { tokens: rows, cache, mask } in turn.decode_inputs() {
                     ready.push(i);
-                    tokens.push(token);
+                    tokens.push(rows);
                     caches.push(cache);
                     masks.extend(mask);
                 }
@@ -248,17 +249,19 @@ impl WorkerThread {
                         // A panic leaves no mask; the step computes it again.
                         s.spawn(move || drop(catch_unwind(AssertUnwindSafe(|| mask.compute()))));
                     }
-                    catch_unwind(AssertUnwindSafe(|| model.decode_step_many(&tokens, &mut caches)))
+                    catch_unwind(AssertUnwindSafe(|| model.decode_rows_many(&tokens, &mut caches)))
                 });
-                drop(caches);
+                let rows: Vec<usize> = tokens.iter().map(|t| t.len()).collect();
+                drop((tokens, caches));
                 match pass {
                     Ok(Ok(logits)) => {
-                        for (&i, l) in ready.iter().zip(logits) {
+                        let mut logits = logits.into_iter();
+                        for (&i, &n) in ready.iter().zip(&rows) {
                             given[i]
                                 .get_or_insert_with(|| Ok(Vec::new()))
                                 .as_mut()
                                 .expect("only logits so far")
-                                .push(l);
+                                .extend(logits.by_ref().take(n));
                         }
                     }
                     Ok(Err(e)) => {

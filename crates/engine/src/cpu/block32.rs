@@ -334,12 +334,14 @@ pub(crate) fn eight_rows<B: Block32>(pairs: &RowPairs, row: usize, isa: Isa) -> 
 /// `out[i][g][a]` = weight row `cols.start + i` · activation row `row + 4g + a`,
 /// where `eight_rows` holds: each unpacked weight block serves eight rows,
 /// each product computed exactly as `column_range` computes it.
+/// `decoding` as `column_range`'s.
 pub(crate) fn column_range8<B: Block32>(
     blocks: &[B],
     kb: usize,
     cols: Range<usize>,
     (pairs, row): (&RowPairs, usize),
     isa: Isa,
+    decoding: bool,
     out: &mut [[[f32; 4]; 2]],
 ) {
     assert!(eight_rows::<B>(pairs, row, isa));
@@ -352,8 +354,8 @@ pub(crate) fn column_range8<B: Block32>(
     // lays out rows `row..row + 8` (`covers`, asserted) with `kb` blocks each
     // (asserted), and every weight row is sliced `kb` long (checked).
     unsafe {
-        x86::columns_pairs_avx512::<B, 2>(blocks, kb, cols, (pairs, row / 4 * kb * 2), false, out)
+        x86::columns_pairs_avx512::<B, 2>(blocks, kb, cols, (pairs, row / 4 * kb * 2), decoding, out)
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (blocks, kb, cols, out);
+    let _ = (blocks, kb, cols, decoding, out);
 }

@@ -466,6 +466,9 @@ impl QuantMatrix {
     }
 }
 
+/// The most rows a pass has that streams its weights as a decode step does.
+const DECODE_ROWS: usize = 33;
+
 /// A 32-value format: eight or four activation rows per tile when prefilling, one when decoding.
 ///
 /// # Safety
@@ -487,9 +490,13 @@ unsafe fn cols32<B: Block32>(
     let mut tile = vec![[0f32; 4]; cols.len()];
     let mut tile8 = Vec::new();
     while row < rows {
+        // A pass of a few rows (decode steps, a verify pass) reads each
+        // weight row from memory once, in its first tile, which asks for
+        // rows ahead; the tiles after find them in cache.
+        let streaming = row == 0 && rows <= DECODE_ROWS;
         if block32::eight_rows::<B>(pairs, row, isa) {
             tile8.resize(cols.len(), [[0f32; 4]; 2]);
-            block32::column_range8::<B>(blocks, kb, cols.clone(), (pairs, row), isa, &mut tile8);
+            block32::column_range8::<B>(blocks, kb, cols.clone(), (pairs, row), isa, streaming, &mut tile8);
             write_rows(out, ld, &cols, row, 8, &tile8, |t, a| t[a / 4][a % 4]);
             row += 8;
             continue;
@@ -499,7 +506,17 @@ unsafe fn cols32<B: Block32>(
             let a = row + a.min(r - 1);
             &acts[a * kb..(a + 1) * kb]
         });
-        block32::column_range::<B>(blocks, kb, cols.clone(), r, y, (pairs, row), isa, rows <= 4, &mut tile);
+        block32::column_range::<B>(
+            blocks,
+            kb,
+            cols.clone(),
+            r,
+            y,
+            (pairs, row),
+            isa,
+            streaming || rows <= 4,
+            &mut tile,
+        );
         write_rows(out, ld, &cols, row, r, &tile, |t, a| t[a]);
         row += r;
     }

@@ -108,23 +108,39 @@ impl Model {
         Ok(logits)
     }
 
-    /// One decode step for several sequences that each have their own
-    /// cache (conversations at different lengths): the matmuls read each
-    /// weight once for all rows, each row summed as it would be alone, and
-    /// each sequence attends to its own cache. Logits per sequence.
-    pub(super) fn forward_host_caches(&self, tokens: &[u32], caches: &mut [&mut KvCache]) -> Result<Vec<Vec<f32>>> {
+    /// Decode rows over several caches (conversations at different
+    /// lengths, each with one row, or a verify pass's several): `tokens[r]`
+    /// goes to cache `owners[r]` at that cache's next free position, rows of
+    /// one cache consecutive and in order. The matmuls read each weight once
+    /// for all rows, each row summed as it would be alone, and each row
+    /// attends to its own cache up to its own position, so every row's
+    /// logits and keys are the bits a one-row step at its position gives.
+    /// Logits per row.
+    pub(super) fn forward_host_caches(
+        &self,
+        tokens: &[u32],
+        owners: &[usize],
+        caches: &mut [&mut KvCache],
+    ) -> Result<Vec<Vec<f32>>> {
         let c = &self.config;
         let pool = WorkerPool::global();
         let rows = tokens.len();
         let e = c.n_embd;
-        for cache in caches.iter_mut() {
-            cache.reserve(1, 1)?;
+        let mut counts = vec![0usize; caches.len()];
+        owners.iter().for_each(|&o| counts[o] += 1);
+        for (cache, &n) in caches.iter_mut().zip(&counts) {
+            cache.reserve(n, 1)?;
         }
-        for cache in caches.iter_mut() {
-            cache.begin_pass(1);
+        for (cache, &n) in caches.iter_mut().zip(&counts) {
+            cache.begin_pass(n);
         }
-        let positions: Vec<usize> = caches.iter().map(|c| c.len()).collect();
-        let contexts: Vec<usize> = caches.iter().map(|c| c.max_len()).collect();
+        let starts: Vec<usize> = caches.iter().map(|c| c.len()).collect();
+        let positions: Vec<usize> = owners
+            .iter()
+            .enumerate()
+            .map(|(r, &o)| starts[o] + owners[..r].iter().filter(|&&x| x == o).count())
+            .collect();
+        let contexts: Vec<usize> = owners.iter().map(|&o| caches[o].max_len()).collect();
         let mut x = self.embed(tokens);
         if let Some(s) = self.embed_scale {
             vec_ops::scale(&mut x, s as f32);
@@ -133,8 +149,8 @@ impl Model {
             Some(p) => p.inputs(pool, tokens, &x, 1)?,
             None => Vec::new(),
         };
-        // One table row per sequence, at its own position (and, for
-        // LongRoPE, by its own session's length).
+        // One table row per row, at its own position (and, for LongRoPE, by
+        // its own session's length).
         let tables = |ropes: &[&super::RopeFreqs]| {
             let mut out = (Vec::new(), Vec::new());
             for (rope, &p) in ropes.iter().zip(&positions) {
@@ -152,7 +168,7 @@ impl Model {
             Default::default()
         };
         let mut buf = Buffers::new(self, rows);
-        let mut kv = KvRows::Caches { caches, positions };
+        let mut kv = KvRows::Caches { caches, positions, owners };
         let mut layers = || -> Result<()> {
             for (layer, block) in self.layers.iter().enumerate() {
                 let rope = if block.sliding { &rope_local } else { &rope_global };
@@ -161,17 +177,17 @@ impl Model {
             Ok(())
         };
         let run = layers();
-        let KvRows::Caches { caches, positions } = kv else { unreachable!("built over caches") };
+        let KvRows::Caches { caches, .. } = kv else { unreachable!("built over caches") };
         if let Err(e) = run {
             // As in `forward_host_rows`: no half-written recurrent state survives.
-            for (cache, p) in caches.iter_mut().zip(positions) {
+            for (cache, &p) in caches.iter_mut().zip(&starts) {
                 cache.truncate(p);
             }
             return Err(e);
         }
-        for cache in caches.iter_mut() {
-            cache.advance(1);
-            cache.end_pass(1);
+        for (cache, &n) in caches.iter_mut().zip(&counts) {
+            cache.advance(n);
+            cache.end_pass(n);
         }
         let mut last = vec![0f32; rows * e];
         for r in 0..rows {
@@ -239,9 +255,16 @@ impl Model {
             Mixer::DeltaNet(_) | Mixer::ShortConv(_) => {
                 let mut sequences: Vec<SequenceRows> = match kv {
                     KvRows::Batch { cache, seq, .. } => vec![SequenceRows { rows: 0..*seq, cache }],
-                    KvRows::Caches { caches, .. } => {
-                        caches.iter_mut().enumerate().map(|(r, cache)| SequenceRows { rows: r..r + 1, cache }).collect()
-                    }
+                    KvRows::Caches { caches, owners, .. } => caches
+                        .iter_mut()
+                        .enumerate()
+                        .map(|(i, cache)| {
+                            // A cache's rows are consecutive (`forward_host_caches`).
+                            let first = owners.iter().position(|&o| o == i).expect("each cache has a row");
+                            let n = owners[first..].iter().take_while(|&&o| o == i).count();
+                            SequenceRows { rows: first..first + n, cache }
+                        })
+                        .collect(),
                 };
                 match &b.mixer {
                     Mixer::DeltaNet(d) => {
@@ -375,8 +398,9 @@ enum KvRows<'a, 'c> {
     /// `batch` sequences of `seq` rows each, in the rows of one cache, all
     /// from position `pos0`.
     Batch { cache: &'a mut KvCache, batch: usize, seq: usize, pos0: usize },
-    /// One decode row per cache, each at its own position.
-    Caches { caches: &'a mut [&'c mut KvCache], positions: Vec<usize> },
+    /// Decode rows over several caches, each at its own position: row `r`
+    /// belongs to `caches[owners[r]]`, a cache's rows consecutive.
+    Caches { caches: &'a mut [&'c mut KvCache], positions: Vec<usize>, owners: &'a [usize] },
 }
 
 impl KvRows<'_, '_> {

@@ -394,19 +394,43 @@ impl Model {
     /// GPU candle picks its matmul kernels by the number of rows, so a
     /// row's bits there may depend on how many conversations share the step.
     pub fn decode_step_many(&self, tokens: &[u32], caches: &mut [&mut KvCache]) -> Result<Vec<Vec<f32>>> {
-        if tokens.len() != caches.len() || caches.iter().any(|c| c.batch() != 1) {
+        if tokens.len() != caches.len() {
             return Err(crate::EngineError::setting("caches", "one token for each cache of one sequence"));
         }
-        if tokens.is_empty() {
+        let rows: Vec<&[u32]> = tokens.iter().map(std::slice::from_ref).collect();
+        self.decode_rows_many(&rows, caches)
+    }
+
+    /// Decode rows for sequences that each have their own cache (of batch
+    /// 1): `rows[i]` fed to `caches[i]` at its next positions, logits of
+    /// every row in order (`rows[0]`'s first). Several rows of one cache
+    /// are a speculative verify pass: on the CPU row `j` of a cache gets
+    /// the logits and keys a one-row step at its position gives, bit for
+    /// bit, whatever else shares the pass. The graph pass, and a cache
+    /// with recurrent state, take one row per cache.
+    pub fn decode_rows_many(&self, rows: &[&[u32]], caches: &mut [&mut KvCache]) -> Result<Vec<Vec<f32>>> {
+        if rows.len() != caches.len() || caches.iter().any(|c| c.batch() != 1) || rows.iter().any(|r| r.is_empty()) {
+            return Err(crate::EngineError::setting("caches", "one or more tokens for each cache of one sequence"));
+        }
+        if rows.is_empty() {
             return Ok(Vec::new());
         }
-        self.check_tokens(&tokens.iter().map(|&t| vec![t]).collect::<Vec<_>>())?;
+        self.check_tokens(&rows.iter().flat_map(|r| r.iter().map(|&t| vec![t])).collect::<Vec<_>>())?;
+        let several = rows.iter().any(|r| r.len() > 1);
+        if several && (self.graph || caches.iter().any(|c| c.is_hybrid())) {
+            return Err(crate::EngineError::setting(
+                "speculation",
+                "several rows of one cache run on the CPU's pass over attention caches",
+            ));
+        }
         self.passes_run.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if self.graph {
-            self.forward_graph_caches(tokens, caches)
-        } else {
-            self.forward_host_caches(tokens, caches)
+            let tokens: Vec<u32> = rows.iter().map(|r| r[0]).collect();
+            return self.forward_graph_caches(&tokens, caches);
         }
+        let tokens: Vec<u32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+        let owners: Vec<usize> = rows.iter().enumerate().flat_map(|(i, r)| std::iter::repeat_n(i, r.len())).collect();
+        self.forward_host_caches(&tokens, &owners, caches)
     }
 
     /// Forward passes run so far (`forward`, `decode_step_many`); a pass

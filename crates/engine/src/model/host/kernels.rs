@@ -62,9 +62,11 @@ impl Model {
                     }
                 }
             }
-            KvRows::Caches { caches, positions } => {
-                for (r, cache) in caches.iter_mut().enumerate() {
-                    let mut store = cache.host_mut(layer);
+            KvRows::Caches { caches, positions, owners } => {
+                // Every row's keys are stored before any row attends: a
+                // verify pass's later rows see its earlier ones.
+                for (r, &o) in owners.iter().enumerate() {
+                    let mut store = caches[o].host_mut(layer);
                     for h in 0..nkv {
                         let src = r * kd + h * hd;
                         let v: &[f32] = if vd == 0 { &[] } else { &buf.v[src..src + vd] };
@@ -86,16 +88,25 @@ impl Model {
             KvRows::Batch { cache, batch, seq, pos0 } => {
                 self.attention(pool, cache, layer, &buf.q, &mut buf.attn, (*batch, *seq, *pos0), (window, sinks), scale)
             }
-            KvRows::Caches { caches, positions } if positions.iter().all(|&p| p < LONG_HISTORY) => {
-                self.attention_caches(pool, caches, positions, layer, &buf.q, &mut buf.attn, (window, sinks), scale)
-            }
-            KvRows::Caches { caches, positions } => {
-                // Each sequence against its own cache, as it would alone.
-                for (r, cache) in caches.iter().enumerate() {
+            KvRows::Caches { caches, positions, owners } if positions.iter().all(|&p| p < LONG_HISTORY) => self
+                .attention_caches(
+                    pool,
+                    caches,
+                    (positions, owners),
+                    layer,
+                    &buf.q,
+                    &mut buf.attn,
+                    (window, sinks),
+                    scale,
+                ),
+            KvRows::Caches { caches, positions, owners } => {
+                // Each row against its own cache up to its own position, as
+                // it would alone.
+                for (r, &o) in owners.iter().enumerate() {
                     let range = r * qd..(r + 1) * qd;
                     self.attention(
                         pool,
-                        cache,
+                        caches[o],
                         layer,
                         &buf.q[range.clone()],
                         &mut buf.attn[range],
@@ -197,10 +208,11 @@ impl Model {
         });
     }
 
-    /// One decode row per cache, none of them over a long history: a task
-    /// per (row, head) in one region, each computed as `attention` computes
-    /// it for that row alone (one region per row would leave a thread idle
-    /// at the end of each).
+    /// Decode rows over caches (row `r` in `caches[owners[r]]` at
+    /// `positions[r]`), none of them over a long history: a task per (row,
+    /// head) in one region, each computed as `attention` computes it for
+    /// that row alone (one region per row would leave a thread idle at the
+    /// end of each).
     #[allow(
         clippy::too_many_arguments,
         reason = "a kernel's operands: the caches and positions, the queries and outputs, the window and the scale"
@@ -209,7 +221,7 @@ impl Model {
         &self,
         pool: &WorkerPool,
         caches: &[&mut KvCache],
-        positions: &[usize],
+        (positions, owners): (&[usize], &[usize]),
         layer: usize,
         q: &[f32],
         out: &mut [f32],
@@ -221,12 +233,21 @@ impl Model {
         let (hd, nh, nkv) = (shape.head_dim, shape.n_heads, shape.n_kv_heads);
         let (n_rep, qd) = (nh / nkv, nh * hd);
         let views: Vec<_> = caches.iter().map(|cache| cache.host(c.kv_source[layer])).collect();
-        let values: Vec<_> =
-            views.iter().zip(positions).map(|(kv, &p)| kv.values_t(pool, self.values_lead(), p + 1)).collect();
+        // A cache's values up to its last row's position (read only as far
+        // as each row's own).
+        let values: Vec<_> = views
+            .iter()
+            .enumerate()
+            .map(|(i, kv)| {
+                let end = owners.iter().zip(positions).filter(|(&o, _)| o == i).map(|(_, &p)| p + 1).max();
+                kv.values_t(pool, self.values_lead(), end.unwrap_or(0))
+            })
+            .collect();
         let out = DisjointSlice::new(out);
-        pool.run(caches.len() * nh, &|t| {
+        pool.run(positions.len() * nh, &|t| {
             let (r, qh) = (t / nh, t % nh);
-            let (kv, p) = (&views[r], positions[r]);
+            let (o, p) = (owners[r], positions[r]);
+            let kv = &views[o];
             let at = (qh / n_rep) * kv.capacity * hd;
             let range = r * qd + qh * hd..r * qd + (qh + 1) * hd;
             // SAFETY: each task writes only its own (row, head) slice.
@@ -238,7 +259,7 @@ impl Model {
                 &bounds,
                 &[sink_of(sinks, qh)],
                 &kv.k[at..at + kv.capacity * hd],
-                (values[r].run(qh / n_rep), values[r].stride, values[r].dims),
+                (values[o].run(qh / n_rep), values[o].stride, values[o].dims),
                 scale,
                 Order::Decode,
             );

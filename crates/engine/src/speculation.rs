@@ -1,0 +1,207 @@
+//! Speculative decoding's drafts: tokens guessed for a sequence's next
+//! positions, which one verify pass then scores (`Model::decode_rows_many`)
+//! beside the step it would run anyway.
+//!
+//! A draft never changes what is sampled. The sampler takes the verify
+//! pass's rows in order, each exactly as a plain step would (same logits,
+//! bit for bit, and the same draw from the sequence's generator), and stops
+//! at the first token that differs from the draft. With a drafter that
+//! proposes one token per position (a point mass), that is the standard
+//! acceptance rule — accept `d` with probability `min(1, p(d)/1)`, else
+//! sample from the normalised `(p − q)+`, which is `p` without `d` — and
+//! more: each token is the one plain decoding gives for that seed. A draft
+//! only decides how many of those tokens one pass yields.
+//!
+//! The drafter here looks the conversation up in itself (prompt lookup):
+//! the longest earlier match of the tokens just before the next position,
+//! and what followed it.
+
+/// How a reply drafts. Fixed for the reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Speculation {
+    /// No drafts: one token per pass.
+    #[default]
+    Off,
+    /// Draft up to `max_draft` tokens from the conversation's own tokens
+    /// whenever an earlier occurrence of the last one offers a continuation.
+    Ngram { max_draft: usize },
+    /// As `Ngram`, from a match of at least two tokens, with the length
+    /// following how much of the last draft was kept, and drafting paused
+    /// (for longer after each miss) while drafts are rejected outright: text
+    /// that does not repeat its context costs next to nothing.
+    Auto { max_draft: usize },
+}
+
+/// The longest draft a reply may ask for.
+pub const MAX_DRAFT: usize = 32;
+
+/// What `Auto` and `Ngram` draft at most unless told.
+pub const DEFAULT_DRAFT: usize = 8;
+
+impl Speculation {
+    /// The mode a setting names (`off`, `auto`, `ngram`), with at most
+    /// `max_draft` tokens per draft (1 to [`MAX_DRAFT`]).
+    pub fn parse(mode: &str, max_draft: usize) -> crate::Result<Self> {
+        if !(1..=MAX_DRAFT).contains(&max_draft) {
+            return Err(crate::EngineError::setting(
+                "draft_tokens",
+                format!("{max_draft} is outside 1 to {MAX_DRAFT}"),
+            ));
+        }
+        match mode {
+            "off" => Ok(Self::Off),
+            "auto" => Ok(Self::Auto { max_draft }),
+            "ngram" => Ok(Self::Ngram { max_draft }),
+            other => {
+                Err(crate::EngineError::setting("speculation", format!("'{other}' is not one of off, auto, ngram")))
+            }
+        }
+    }
+
+    /// The setting's name: `off`, `auto` or `ngram`.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Auto { .. } => "auto",
+            Self::Ngram { .. } => "ngram",
+        }
+    }
+
+    pub fn is_off(&self) -> bool {
+        matches!(self, Self::Off)
+    }
+}
+
+/// Matches longer than this count as this long: enough to rank them.
+const MAX_MATCH: usize = 32;
+
+/// `Auto`'s longest pause after drafts rejected outright, in steps.
+const MAX_PAUSE: u32 = 64;
+
+/// One sequence's drafting: where `Auto` stands, and the counts.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Drafter {
+    /// `Auto`'s next draft length (0 before the first draft: the most).
+    next_len: usize,
+    /// `Auto`: steps left before the next draft.
+    pause: u32,
+    /// `Auto`: drafts rejected outright in a row.
+    misses: u32,
+    /// Tokens drafted, and how many of them the sampler took.
+    pub drafted: usize,
+    pub accepted: usize,
+}
+
+impl Drafter {
+    /// A draft of at most `room` tokens to follow `history` (the prompt,
+    /// then what was sampled; its last token is the next pass's first row).
+    pub(crate) fn propose(&mut self, mode: Speculation, prompt: &[u32], generated: &[u32], room: usize) -> Vec<u32> {
+        let (max, min_match) = match mode {
+            Speculation::Off => return Vec::new(),
+            Speculation::Ngram { max_draft } => (max_draft, 1),
+            Speculation::Auto { max_draft } => {
+                if self.pause > 0 {
+                    self.pause -= 1;
+                    return Vec::new();
+                }
+                let len = if self.next_len == 0 { max_draft } else { self.next_len };
+                (len.min(max_draft), 2)
+            }
+        };
+        let max = max.min(room);
+        if max == 0 {
+            return Vec::new();
+        }
+        let mut history = Vec::with_capacity(prompt.len() + generated.len());
+        history.extend_from_slice(prompt);
+        history.extend_from_slice(generated);
+        lookup(&history, max, min_match)
+    }
+
+    /// After a verify pass: `drafted` tokens were proposed and the first
+    /// `accepted` of them sampled.
+    pub(crate) fn record(&mut self, mode: Speculation, drafted: usize, accepted: usize) {
+        self.drafted += drafted;
+        self.accepted += accepted;
+        let Speculation::Auto { max_draft } = mode else { return };
+        if accepted == drafted {
+            self.next_len = (drafted * 2).clamp(1, max_draft);
+            self.misses = 0;
+        } else if accepted > 0 {
+            self.next_len = (accepted + 1).min(max_draft);
+            self.misses = 0;
+        } else {
+            self.next_len = 1;
+            self.misses += 1;
+            self.pause = (1u32 << self.misses.min(6)).min(MAX_PAUSE) - 1;
+        }
+    }
+}
+
+/// Prompt lookup: the earlier position whose tokens match the longest
+/// suffix of `history` (at least `min_match` of them; of equal matches the
+/// latest), and up to `max` of the tokens that followed it.
+pub(crate) fn lookup(history: &[u32], max: usize, min_match: usize) -> Vec<u32> {
+    let n = history.len();
+    if n < 2 || max == 0 {
+        return Vec::new();
+    }
+    let last = history[n - 1];
+    let (mut best, mut best_len) = (None, 0);
+    for j in 0..n - 1 {
+        if history[j] != last {
+            continue;
+        }
+        let len = (0..=j.min(MAX_MATCH - 1)).take_while(|&i| history[j - i] == history[n - 1 - i]).count();
+        if len >= best_len {
+            (best, best_len) = (Some(j), len);
+        }
+    }
+    match best {
+        Some(j) if best_len >= min_match => history[j + 1..(j + 1 + max).min(n)].to_vec(),
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_takes_the_longest_match_then_the_latest() {
+        // "1 2 3" is followed by 4 once and by 9 later; the tail "1 2 3"
+        // matches both by three: the latest wins.
+        assert_eq!(lookup(&[1, 2, 3, 4, 5, 1, 2, 3, 9, 7, 1, 2, 3], 2, 1), vec![9, 7]);
+        // A longer match wins over a later one.
+        assert_eq!(lookup(&[0, 1, 2, 3, 4, 5, 8, 2, 3, 9, 0, 1, 2, 3], 3, 1), vec![4, 5, 8]);
+        // Too short a match, or none.
+        assert_eq!(lookup(&[5, 1, 6, 7, 1], 4, 2), Vec::<u32>::new());
+        assert_eq!(lookup(&[5, 1, 6, 7, 1], 4, 1), vec![6, 7, 1]);
+        assert_eq!(lookup(&[1, 2, 3], 4, 1), Vec::<u32>::new());
+        // A continuation runs at most to the end of the history.
+        assert_eq!(lookup(&[7, 7, 7], 5, 1), vec![7]);
+    }
+
+    #[test]
+    fn auto_pauses_longer_after_each_outright_miss_and_resumes_on_a_hit() {
+        let mode = Speculation::Auto { max_draft: 8 };
+        let mut d = Drafter::default();
+        let history = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2];
+        assert_eq!(d.propose(mode, &history, &[], 16), vec![3, 4, 5, 6, 7, 8, 9, 10]);
+        d.record(mode, 8, 0);
+        assert_eq!(d.propose(mode, &history, &[], 16), Vec::<u32>::new(), "paused one step");
+        assert_eq!(d.propose(mode, &history, &[], 16), vec![3], "then one token");
+        d.record(mode, 1, 0);
+        for _ in 0..3 {
+            assert!(d.propose(mode, &history, &[], 16).is_empty(), "paused three steps");
+        }
+        assert_eq!(d.propose(mode, &history, &[], 16), vec![3]);
+        d.record(mode, 1, 1);
+        assert_eq!(d.propose(mode, &history, &[], 16), vec![3, 4], "a hit doubles the length");
+        d.record(mode, 2, 1);
+        assert_eq!(d.propose(mode, &history, &[], 1), vec![3], "the room bounds it");
+        assert_eq!((d.drafted, d.accepted), (12, 2));
+        assert!(Speculation::parse("auto", 0).unwrap_err().to_string().contains("draft_tokens"));
+        assert!(Speculation::parse("fast", 4).is_err());
+    }
+}

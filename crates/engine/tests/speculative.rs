@@ -1,0 +1,377 @@
+//! Speculative decoding (`speculation.rs`): a verify pass gives each row the
+//! bits of a one-row step, so replies with drafts are the replies without
+//! them, token for token and cache bit for cache bit, greedy or sampled,
+//! alone or beside other conversations and variants.
+
+mod common;
+
+use common::{tiny, Family, TinySpec};
+use hearth_engine::{
+    session_file, Advance, Engine, FinishReason, GenerationConfig, KvCache, Model, SamplingParams, Session,
+    Speculation, Turn,
+};
+
+/// Every family whose cache is attention only (the recurrent ones draft
+/// nothing yet).
+const ATTENTION_FAMILIES: [Family; 18] = [
+    Family::Llama,
+    Family::Deepseek2,
+    Family::Glm4Moe,
+    Family::Granite,
+    Family::GraniteMoe,
+    Family::Olmo2,
+    Family::Gemma2,
+    Family::SmolLm3,
+    Family::Mistral3,
+    Family::Phi3,
+    Family::Qwen2,
+    Family::Qwen3,
+    Family::Gemma3,
+    Family::Qwen3Moe,
+    Family::Qwen3Vl,
+    Family::Qwen3VlMoe,
+    Family::GptOss,
+    Family::Gemma4,
+];
+
+fn spec(family: Family) -> TinySpec {
+    match family {
+        Family::Gemma4 => TinySpec::gemma4(false),
+        f => TinySpec::new(f),
+    }
+}
+
+fn tokens(n: usize) -> Vec<u32> {
+    (0..n).map(|i| (3 + (i * 37) % 300) as u32).collect()
+}
+
+/// A prompt that repeats itself: what prompt lookup drafts from.
+fn repetitive(n: usize) -> Vec<u32> {
+    (0..n).map(|i| (5 + (i % 23) * 7) as u32).collect()
+}
+
+fn step(m: &Model, token: u32, cache: &mut KvCache) -> Vec<f32> {
+    m.forward(&[vec![token]], cache).unwrap().to_vec2::<f32>().unwrap().remove(0)
+}
+
+fn prefilled(m: &Model, history: &[u32]) -> KvCache {
+    let mut cache = m.new_cache(1024);
+    m.forward(&[history.to_vec()], &mut cache).unwrap();
+    cache
+}
+
+/// One pass over three caches of 5, 1 and 9 rows (histories of 5, 40 and
+/// `long` positions) gives every row the logits of a one-row step at its
+/// position; cut back to what a sampler would keep, each cache then
+/// continues as the stepped one does.
+fn verify_rows_equal_steps(m: &Model, what: &str, long: usize) {
+    let histories = [tokens(5), tokens(40), tokens(long)];
+    let drafts: [Vec<u32>; 3] = [vec![11, 12, 13, 14, 15], vec![21], (30..39).collect()];
+    let mut stepped: Vec<KvCache> = histories.iter().map(|h| prefilled(m, h)).collect();
+    let mut verified = stepped.clone();
+    let want: Vec<Vec<f32>> = stepped
+        .iter_mut()
+        .zip(&drafts)
+        .flat_map(|(c, d)| d.iter().map(|&t| step(m, t, c)).collect::<Vec<_>>())
+        .collect();
+    let rows: Vec<&[u32]> = drafts.iter().map(Vec::as_slice).collect();
+    let mut refs: Vec<&mut KvCache> = verified.iter_mut().collect();
+    let got = m.decode_rows_many(&rows, &mut refs).unwrap();
+    assert_eq!(got.len(), want.len(), "{what}: a row of logits per row");
+    for (r, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(g == w, "{what}: row {r} differs from its step");
+    }
+    // Keep 3 of the first cache's rows, its one, and 6 of the third's: the
+    // next steps read the kept keys and see none of the cut ones.
+    for ((v, s), (h, keep)) in verified.iter_mut().zip(&mut stepped).zip(histories.iter().zip([3, 1, 6])) {
+        v.truncate(h.len() + keep);
+        s.truncate(h.len() + keep);
+        for t in [40, 41] {
+            assert!(step(m, t, v) == step(m, t, s), "{what}: a step after the cut differs");
+        }
+    }
+}
+
+#[test]
+fn a_verify_pass_gives_each_row_the_bits_of_a_step_for_every_attention_family() {
+    for family in ATTENTION_FAMILIES {
+        let (_dir, path) = tiny(&spec(family));
+        let engine = Engine::open(&path).unwrap();
+        verify_rows_equal_steps(engine.model(), &format!("{family:?}"), 60);
+    }
+    // Every weight type's kernels, and histories past the long-decode
+    // threshold (512 positions) and Gemma 3's window.
+    use candle_core::quantized::GgmlDType;
+    for dtype in [GgmlDType::Q4K, GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q6K, GgmlDType::F16] {
+        for family in [Family::Llama, Family::Gemma3] {
+            let spec = TinySpec { n_embd: 256, head_dim: 64, ffn: 512, dtype, context: 2048, ..TinySpec::new(family) };
+            let (_dir, path) = tiny(&spec);
+            let engine = Engine::open(&path).unwrap();
+            verify_rows_equal_steps(engine.model(), &format!("{family:?} {dtype:?}"), 600);
+        }
+    }
+}
+
+fn config(engine: &Engine, sampling: SamplingParams, max: usize, speculation: Speculation) -> GenerationConfig {
+    let mut c = engine.generation_config(sampling, max);
+    c.end_tokens.clear();
+    c.speculation = speculation;
+    c
+}
+
+fn ngram() -> Speculation {
+    Speculation::Ngram { max_draft: 6 }
+}
+
+/// A whole turn of `prompt` over `session`: the output and the session after.
+fn reply(
+    engine: &Engine,
+    session: Session,
+    prompt: &[u32],
+    config: GenerationConfig,
+) -> (hearth_engine::TurnOutput, Session) {
+    let mut turn = session.into_turn(engine.model(), prompt.to_vec(), config).map_err(|(_, e)| e).unwrap();
+    common::run_to_end(engine, &mut turn);
+    let ended = turn.end();
+    (ended.output.unwrap(), ended.session)
+}
+
+fn session_bytes(engine: &Engine, session: &Session, dir: &std::path::Path, name: &str) -> Vec<u8> {
+    let file = dir.join(name);
+    let identity = engine.cache_identity(session.cache().max_len()).unwrap();
+    session_file::write(&file, &identity, session).unwrap();
+    std::fs::read(file).unwrap()
+}
+
+#[test]
+fn greedy_replies_with_drafts_equal_plain_ones_for_every_attention_family() {
+    let (mut drafted, mut accepted) = (0, 0);
+    for family in ATTENTION_FAMILIES {
+        let (dir, path) = tiny(&spec(family));
+        let engine = Engine::open(&path).unwrap();
+        engine.hash_file(&|| false).unwrap();
+        let prompt = repetitive(60);
+        let run = |speculation| {
+            // Cold, then a second turn on the warm cache.
+            let (first, session) = reply(
+                &engine,
+                engine.new_session(Some(512)),
+                &prompt,
+                config(&engine, SamplingParams::greedy(), 40, speculation),
+            );
+            let mut next: Vec<u32> = prompt.iter().chain(&first.sequences[0].tokens).copied().collect();
+            next.extend(repetitive(30));
+            let (second, session) =
+                reply(&engine, session, &next, config(&engine, SamplingParams::greedy(), 40, speculation));
+            (first, second, session)
+        };
+        let (p1, p2, plain) = run(Speculation::Off);
+        let passes = engine.model().passes_run();
+        let (s1, s2, spec) = run(ngram());
+        let spec_passes = engine.model().passes_run() - passes;
+        for (p, s, which) in [(&p1, &s1, "cold"), (&p2, &s2, "warm")] {
+            assert_eq!(s.sequences[0].tokens, p.sequences[0].tokens, "{family:?}, {which}");
+            assert_eq!(s.sequences[0].finish, FinishReason::MaxTokens);
+            assert_eq!(p.stats.drafted_tokens, 0);
+            assert_eq!(s.stats.drafted_tokens, s.sequences[0].drafted);
+            assert!(s.stats.accepted_tokens <= s.stats.drafted_tokens);
+            drafted += s.stats.drafted_tokens;
+            accepted += s.stats.accepted_tokens;
+        }
+        assert!(s1.stats.drafted_tokens > 0, "{family:?}: the repeating prompt offers drafts");
+        assert_eq!(spec.passes(), plain.passes(), "{family:?}: the same passes recorded");
+        assert!(
+            session_bytes(&engine, &spec, dir.path(), "spec") == session_bytes(&engine, &plain, dir.path(), "plain"),
+            "{family:?}: the caches are the same bits"
+        );
+        // Each draft token taken saves the pass that would have run it.
+        let taken = s1.stats.accepted_tokens + s2.stats.accepted_tokens;
+        assert_eq!(spec_passes, passes - taken as u64, "{family:?}: a pass fewer per draft token taken");
+    }
+    assert!(accepted * 4 > drafted, "drafts are mostly useful on repeating text: {accepted} of {drafted}");
+}
+
+#[test]
+fn seeded_sampled_replies_with_drafts_equal_plain_ones_from_a_restored_cache() {
+    let (dir, path) = tiny(&TinySpec::new(Family::Qwen3));
+    let engine = Engine::open(&path).unwrap();
+    engine.hash_file(&|| false).unwrap();
+    let prompt = repetitive(80);
+    let (_, session) = reply(
+        &engine,
+        engine.new_session(Some(512)),
+        &prompt[..50],
+        config(&engine, SamplingParams::greedy(), 4, Speculation::Off),
+    );
+    let file = dir.path().join("saved.session");
+    let identity = engine.cache_identity(512).unwrap();
+    session_file::write(&file, &identity, &session).unwrap();
+    let mut next: Vec<u32> = prompt[..50].to_vec();
+    next.extend(&session.tokens()[50..]);
+    next.extend(&prompt[50..]);
+    for seed in 0..8 {
+        let sampling = SamplingParams { temperature: 0.7, top_k: Some(20), seed, ..SamplingParams::default() };
+        let restored = || session_file::read(&file, &identity, engine.model()).unwrap().session;
+        let (plain, _) = reply(&engine, restored(), &next, config(&engine, sampling.clone(), 48, Speculation::Off));
+        let (spec, _) =
+            reply(&engine, restored(), &next, config(&engine, sampling, 48, Speculation::Auto { max_draft: 8 }));
+        assert_eq!(spec.sequences[0].tokens, plain.sequences[0].tokens, "seed {seed}");
+    }
+}
+
+/// Turns run as the worker's scheduler runs them: every decode row of every
+/// turn (drafts too) in one `decode_rows_many` pass per step.
+fn run_together(engine: &Engine, turns: &mut [Turn]) {
+    let (m, tk) = (engine.model(), engine.tokenizer());
+    let mut done = vec![false; turns.len()];
+    while done.iter().any(|d| !d) {
+        let (mut rows, mut which, mut caches, mut alone) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (i, t) in turns.iter_mut().enumerate().filter(|(i, _)| !done[*i]) {
+            let inputs = t.decode_inputs();
+            if inputs.is_empty() {
+                alone.push(i);
+            }
+            for d in inputs {
+                which.push((i, d.tokens.len()));
+                rows.push(d.tokens);
+                caches.push(d.cache);
+            }
+        }
+        let logits = if rows.is_empty() { Vec::new() } else { m.decode_rows_many(&rows, &mut caches).unwrap() };
+        drop((rows, caches));
+        let mut logits = logits.into_iter();
+        let mut given: Vec<Vec<Vec<f32>>> = vec![Vec::new(); turns.len()];
+        for (i, n) in which {
+            given[i].extend(logits.by_ref().take(n));
+        }
+        for (i, g) in given.into_iter().enumerate().filter(|(_, g)| !g.is_empty()) {
+            done[i] = matches!(turns[i].advance_given(m, tk, g).unwrap(), Advance::Done);
+        }
+        for i in alone {
+            done[i] = matches!(turns[i].advance(m, tk).unwrap(), Advance::Done);
+        }
+    }
+}
+
+#[test]
+fn four_variants_and_two_conversations_with_drafts_in_shared_passes_are_their_plain_runs_alone() {
+    let (_dir, path) = tiny(&TinySpec::new(Family::Llama));
+    let engine = Engine::open(&path).unwrap();
+    let m = engine.model();
+    let sampled = |seed| SamplingParams { temperature: 0.8, seed, ..SamplingParams::default() };
+    let prompts = [repetitive(70), tokens(40).into_iter().chain(repetitive(46)).collect::<Vec<_>>()];
+    let start = |prompt: &[u32], sampling: SamplingParams, speculation| {
+        engine
+            .new_session(Some(512))
+            .into_turn(m, prompt.to_vec(), config(&engine, sampling, 36, speculation))
+            .map_err(|(_, e)| e)
+            .unwrap()
+    };
+    let mut together =
+        vec![start(&prompts[0], sampled(5), ngram()), start(&prompts[1], SamplingParams::greedy(), ngram())];
+    together[0].set_variants(4).unwrap();
+    run_together(&engine, &mut together);
+    let outs: Vec<_> = together.into_iter().map(|t| t.end().output.unwrap()).collect();
+    for b in 0..4 {
+        let mut alone = start(&prompts[0], sampled(5 + b as u64), Speculation::Off);
+        let tokens = common::run_to_end(&engine, &mut alone);
+        assert_eq!(outs[0].sequences[b].tokens, tokens, "variant {b}");
+    }
+    let mut alone = start(&prompts[1], SamplingParams::greedy(), Speculation::Off);
+    assert_eq!(outs[1].sequences[0].tokens, common::run_to_end(&engine, &mut alone), "the other conversation");
+    assert!(outs.iter().map(|o| o.stats.accepted_tokens).sum::<usize>() > 0, "some drafts were taken");
+}
+
+#[test]
+fn a_reply_stopped_after_a_verify_pass_keeps_what_it_took_and_continues_as_a_plain_one() {
+    let (_dir, path) = tiny(&TinySpec::new(Family::Qwen2));
+    let engine = Engine::open(&path).unwrap();
+    let (m, tk) = (engine.model(), engine.tokenizer());
+    let prompt = repetitive(90);
+    let mut turn = engine
+        .new_session(Some(512))
+        .into_turn(m, prompt.clone(), config(&engine, SamplingParams::greedy(), 64, ngram()))
+        .map_err(|(_, e)| e)
+        .unwrap();
+    // Run until a pass takes more than one token, then stop.
+    let mut taken = Vec::new();
+    loop {
+        match turn.advance(m, tk).unwrap() {
+            Advance::Tokens(events) => {
+                taken.extend(events.iter().map(|e| e.token));
+                if events.len() > 1 {
+                    break;
+                }
+            }
+            Advance::Prefill(_) => {}
+            Advance::Done => panic!("no pass took several tokens"),
+        }
+    }
+    turn.cancel();
+    let ended = turn.end();
+    let out = ended.output.unwrap();
+    assert_eq!(out.sequences[0].tokens, taken);
+    assert_eq!(out.sequences[0].finish, FinishReason::Cancelled);
+    // The session holds the prompt and every token fed: all but the last.
+    let session = ended.session;
+    assert_eq!(session.tokens().len(), prompt.len() + taken.len() - 1);
+    assert_eq!(session.cache().len(), session.tokens().len());
+    // Its next turn is the plain run's from the same tokens.
+    let mut plain_prompt = prompt.clone();
+    plain_prompt.extend(&taken);
+    plain_prompt.extend(repetitive(10));
+    let (after, _) =
+        reply(&engine, session, &plain_prompt, config(&engine, SamplingParams::greedy(), 20, Speculation::Off));
+    let mut plain = engine
+        .new_session(Some(512))
+        .into_turn(m, prompt, config(&engine, SamplingParams::greedy(), taken.len(), Speculation::Off))
+        .map_err(|(_, e)| e)
+        .unwrap();
+    assert_eq!(common::run_to_end(&engine, &mut plain), taken, "the stopped tokens are the plain ones");
+    let (plain_after, _) = reply(
+        &engine,
+        plain.end().session,
+        &plain_prompt,
+        config(&engine, SamplingParams::greedy(), 20, Speculation::Off),
+    );
+    assert_eq!(after.sequences[0].tokens, plain_after.sequences[0].tokens);
+}
+
+#[test]
+fn a_reply_whose_context_fills_mid_draft_ends_as_cache_full_like_a_plain_one() {
+    let (_dir, path) = tiny(&TinySpec::new(Family::Llama));
+    let engine = Engine::open(&path).unwrap();
+    let prompt = repetitive(60);
+    let run = |speculation| {
+        reply(
+            &engine,
+            engine.new_session(Some(75)),
+            &prompt,
+            config(&engine, SamplingParams::greedy(), 64, speculation),
+        )
+        .0
+    };
+    let (plain, spec) = (run(Speculation::Off), run(ngram()));
+    assert_eq!(plain.sequences[0].finish, FinishReason::CacheFull);
+    assert_eq!(spec.sequences[0].finish, FinishReason::CacheFull);
+    assert_eq!(spec.sequences[0].tokens, plain.sequences[0].tokens);
+}
+
+#[test]
+fn a_hybrid_with_drafts_on_replies_as_without_them() {
+    let (_dir, path) = tiny(&TinySpec::new(Family::Qwen35));
+    let engine = Engine::open(&path).unwrap();
+    let prompt = repetitive(60);
+    let run = |speculation| {
+        reply(
+            &engine,
+            engine.new_session(Some(512)),
+            &prompt,
+            config(&engine, SamplingParams::greedy(), 30, speculation),
+        )
+        .0
+    };
+    let (plain, spec) = (run(Speculation::Off), run(ngram()));
+    assert_eq!(spec.sequences[0].tokens, plain.sequences[0].tokens);
+    assert_eq!(spec.stats.drafted_tokens, 0, "a recurrent cache drafts nothing yet");
+}
