@@ -103,6 +103,9 @@ pub struct Sequence {
     last_token: u32,
     /// The rows of its next pass: `last_token`, then a draft (`plan_pass`).
     feed: Vec<u32>,
+    /// Tokens a recurrent cache must read again after a verify pass it
+    /// was rewound from (`take_pass`).
+    refeed: Vec<u32>,
     drafter: Drafter,
     /// Cache length when sampling began: the prompt and earlier turns.
     pub(crate) init_cache_length: usize,
@@ -161,12 +164,15 @@ impl Sequence {
             return;
         }
         self.feed.push(self.last_token);
-        if mode.is_off() || self.cache.is_hybrid() {
+        if mode.is_off() {
             return;
         }
         // The pass writes the draft's positions after the last token's; a
-        // draft token past `max_new_tokens` could never be taken.
-        let room = (self.cache.max_len().saturating_sub(self.cache.len() + 1))
+        // draft token past `max_new_tokens` could never be taken. A
+        // recurrent cache keeps every row's position until `take_pass` is
+        // done, so a draft leaves it one position short of full throughout.
+        let spare = if self.cache.is_hybrid() { 2 } else { 1 };
+        let room = (self.cache.max_len().saturating_sub(self.cache.len() + spare))
             .min(max_new_tokens.saturating_sub(self.generated.len() + 1));
         let draft = self.drafter.propose(mode, prompt, &self.generated, room);
         self.feed.extend(draft);
@@ -181,6 +187,11 @@ impl Sequence {
         }
         let slot = self.constraint.as_mut().map(|constraint| MaskSlot { constraint, out: &mut self.precomputed });
         (&self.feed, &mut self.cache, slot)
+    }
+
+    /// Tokens its recurrent cache must read again, now (see `take_pass`).
+    pub(crate) fn take_refeed(&mut self) -> Option<(Vec<u32>, &mut KvCache)> {
+        (!self.refeed.is_empty()).then(|| (std::mem::take(&mut self.refeed), &mut self.cache))
     }
 
     /// Draft tokens its passes scored, and how many it took.
@@ -276,6 +287,7 @@ impl Sampler {
             generated: Vec::new(),
             last_token,
             feed: Vec::new(),
+            refeed: Vec::new(),
             drafter: Drafter::default(),
             pending_logits: Some(prompt_logits),
             penalty_context: penalty_context[penalty_context.len().saturating_sub(window)..].to_vec(),
@@ -412,17 +424,21 @@ impl Sampler {
     ) -> Result<Vec<TokenEvent>> {
         let feed = std::mem::take(&mut seq.feed);
         let n = rows.len();
+        let start = seq.cache.len().saturating_sub(n);
+        // A recurrent state has read every row; keys and values are cut.
+        let recurrent = seq.cache.is_hybrid();
         if n > 1 {
             debug_assert_eq!(feed.len(), n, "a pass of several rows is a planned one");
             // The pass stored every row; a draft token counts as fed once
             // the token before it was taken as it.
-            let start = seq.cache.len() - n;
-            seq.cache.truncate(start + 1);
+            if !recurrent {
+                seq.cache.truncate(start + 1);
+            }
         }
         let mut events = Vec::with_capacity(n);
         let mut accepted = 0;
         for (i, choice) in rows.into_iter().enumerate() {
-            if i > 0 {
+            if i > 0 && !recurrent {
                 seq.cache.advance(1);
             }
             let event = self.take(tokenizer, seq, b, choice)?;
@@ -435,6 +451,15 @@ impl Sampler {
         }
         if n > 1 {
             seq.drafter.record(self.config.speculation, n - 1, accepted);
+            let kept = events.len();
+            if recurrent && kept < n {
+                // Back to the checkpoint the pass took before its rows
+                // (`RecurrentState::begin_pass`); the kept rows are read
+                // again, as steps would read them, before the next pass.
+                seq.cache.truncate(start);
+                debug_assert_eq!(seq.cache.len(), start, "a verify pass keeps a checkpoint where it starts");
+                seq.refeed = feed[..kept].to_vec();
+            }
         }
         Ok(events)
     }

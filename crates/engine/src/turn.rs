@@ -378,6 +378,7 @@ impl Turn {
             let rows = std::mem::take(&mut choices[b]);
             events.extend(self.sampler.take_pass(tokenizer, &mut self.sequences[b], b, rows)?);
         }
+        self.refeed(model)?;
         let (drafted_now, accepted_now) = self.draft_counts();
         self.stats.drafted_tokens += drafted_now - drafted;
         self.stats.accepted_tokens += accepted_now - accepted;
@@ -389,6 +390,19 @@ impl Turn {
         self.stats.decode_time = now - first;
         self.stats.generated_tokens += events.len();
         Ok(Advance::Tokens(events))
+    }
+
+    /// Brings every recurrent cache that a verify pass ran past its kept
+    /// rows back to them: one pass of those rows for them all.
+    fn refeed(&mut self, model: &Model) -> Result<()> {
+        let (rows, mut caches): (Vec<Vec<u32>>, Vec<&mut KvCache>) =
+            self.sequences.iter_mut().filter_map(Sequence::take_refeed).unzip();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<&[u32]> = rows.iter().map(Vec::as_slice).collect();
+        model.decode_rows_many(&rows, &mut caches)?;
+        Ok(())
     }
 
     /// Draft tokens scored and taken so far, over the sequences.

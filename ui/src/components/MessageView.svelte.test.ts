@@ -3,6 +3,7 @@
 import { flushSync, mount, unmount } from 'svelte';
 import { describe, expect, it } from 'vitest';
 import type { Stream } from '../lib/app.svelte';
+import type { DraftStats } from '../lib/bindings/DraftStats';
 import type { ThreadMessage } from '../lib/bindings/ThreadMessage';
 import MessageView from './MessageView.svelte';
 
@@ -189,5 +190,39 @@ describe('the token view', () => {
     expect(calls.find((c) => c.cmd === 'chat_continue_with')).toMatchObject({ conversationId: 1, replyId: 7, index: 1, token: 4 });
     unmount(view);
     clearMocks();
+  });
+});
+
+describe('reply stats', () => {
+  const stats = {
+    promptTokens: 5, processedTokens: 5, generatedTokens: 80, ttftMs: 12, tokensPerS: 50, finishReason: 'end_token', seed: 1, temperature: 0,
+    error: null, droppedMessages: 0, replay: null, thinkingTokens: null, thinkingMs: null,
+  };
+  const statsText = (drafts?: DraftStats) => {
+    const done: ThreadMessage = { ...item, message: { ...item.message, status: 'complete', content: 'Done.', stats: { ...stats, drafts } } };
+    const target = document.createElement('div');
+    const view = mount(MessageView, { target, props: { item: done } });
+    flushSync();
+    const el = target.querySelector<HTMLElement>('[data-testid=reply-stats]')!;
+    const out = { text: el.textContent!, drafted: el.dataset.drafted, accepted: el.dataset.accepted };
+    unmount(view);
+    return out;
+  };
+
+  it('says how many drafted tokens a reply took', () => {
+    const shown = statsText({ mode: 'auto', draftTokens: 8, drafted: 60, accepted: 45 });
+    expect(shown.text).toBe('prompt 5 tok · processed 5 this turn · first token 12 ms · 50.0 tok/s · drafts: 45 of 60 taken (75%) · seed 1 · temp 0 · finished');
+    expect(shown).toMatchObject({ drafted: '60', accepted: '45' });
+    expect(statsText({ mode: 'ngram', draftTokens: 4, drafted: 3, accepted: 2 }).text).toContain('drafts: 2 of 3 taken (67%)');
+    expect(statsText({ mode: 'ngram', draftTokens: 4, drafted: 7, accepted: 0 }).text).toContain('drafts: 0 of 7 taken (0%)');
+  });
+
+  it('says nothing of drafts where none ran or none were drafted', () => {
+    for (const drafts of [undefined, { mode: 'auto', draftTokens: 8, drafted: 0, accepted: 0 } as const]) {
+      const shown = statsText(drafts);
+      expect(shown.text).toBe('prompt 5 tok · processed 5 this turn · first token 12 ms · 50.0 tok/s · seed 1 · temp 0 · finished');
+      expect(shown.text).not.toContain('draft');
+    }
+    expect(statsText(undefined).drafted).toBeUndefined();
   });
 });

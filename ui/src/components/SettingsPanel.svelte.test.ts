@@ -1,4 +1,5 @@
-// The thinking switch shows only for a model whose template has one.
+// The thinking switch shows only for a model whose template has one; the
+// speculation settings are sent like the others, with their errors beside them.
 import { clearMocks, mockIPC } from '@tauri-apps/api/mocks';
 import { flushSync, mount, unmount } from 'svelte';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -9,7 +10,7 @@ import SettingsPanel from './SettingsPanel.svelte';
 const settings: ConversationSettings = {
   systemPrompt: '', temperature: 0.7, topK: 40, topP: 0.95, minP: 0.05, repeatPenalty: 1, penaltyWindow: 64,
   maxNewTokens: 512, seed: null, stopStrings: [], contextLength: 0, overflow: 'stopAtLimit', thinking: true,
-  reasoningEffort: 'medium', toolServers: [], toolUse: 'auto',
+  reasoningEffort: 'medium', toolServers: [], toolUse: 'auto', speculation: 'auto', draftTokens: 8,
 };
 const ready = { state: 'ready', path: '/q.gguf', name: 'Qwen3', architecture: 'qwen3', contextLength: 4096, device: 'cpu' } as const;
 
@@ -86,6 +87,108 @@ describe('SettingsPanel', () => {
     await new Promise((r) => setTimeout(r, 20));
     expect(app.error).toBeNull();
     expect(saved).toEqual([{ ...settings, reasoningEffort: 'high' }]);
+    unmount(view);
+    target.remove();
+  });
+
+  it('shows the speculation mode and draft tokens, and sends changes like the other settings', async () => {
+    const saved: ConversationSettings[] = [];
+    mockIPC((cmd, args) => {
+      if (cmd === 'settings_validate') return [];
+      if (cmd === 'settings_set') {
+        saved.push((args as { settings: ConversationSettings }).settings);
+        return null;
+      }
+      throw new Error(`unexpected ${cmd}`);
+    });
+    app.activeId = 1;
+    app.settings.show(1, settings);
+    app.models.status = { ...ready, reasoning: null };
+    const target = document.createElement('div');
+    document.body.append(target);
+    const view = mount(SettingsPanel, { target });
+    flushSync();
+    const select = target.querySelector<HTMLSelectElement>('[data-testid=setting-speculation]')!;
+    expect(select.value).toBe('auto');
+    expect([...select.options].map((o) => [o.value, o.textContent])).toEqual([
+      ['off', 'Off'], ['auto', 'Auto (backs off when drafts miss)'], ['ngram', 'Always draft (n-gram)'],
+    ]);
+    expect(select.closest('label')!.textContent).toContain('Speculative decoding');
+    expect(target.querySelector('[data-testid=speculation-help]')!.textContent).toContain('the reply is the same, only faster');
+    const draft = target.querySelector<HTMLInputElement>('[data-testid=setting-draftTokens]')!;
+    expect(draft.value).toBe('8');
+    expect(draft.title).toBe('Most drafted tokens checked per step.');
+
+    select.value = 'ngram';
+    select.dispatchEvent(new Event('change', { bubbles: true }));
+    await new Promise((r) => setTimeout(r, 20));
+    expect(app.error).toBeNull();
+    expect(saved).toEqual([{ ...settings, speculation: 'ngram' }]);
+
+    draft.value = '16';
+    draft.dispatchEvent(new Event('input', { bubbles: true }));
+    await new Promise((r) => setTimeout(r, 20));
+    expect(saved[saved.length - 1]).toEqual({ ...settings, speculation: 'ngram', draftTokens: 16 });
+
+    select.value = 'off';
+    select.dispatchEvent(new Event('change', { bubbles: true }));
+    await new Promise((r) => setTimeout(r, 20));
+    expect(saved[saved.length - 1]).toEqual({ ...settings, speculation: 'off', draftTokens: 16 });
+    unmount(view);
+    target.remove();
+  });
+
+  it('shows an out-of-range draft tokens error beside its field, and saves nothing', async () => {
+    const saved: ConversationSettings[] = [];
+    let validated = 0;
+    mockIPC((cmd, args) => {
+      const s = (args as { settings: ConversationSettings }).settings;
+      if (cmd === 'settings_validate') {
+        validated++;
+        return s.draftTokens >= 1 && s.draftTokens <= 32 ? [] : [{ field: 'draftTokens', message: 'must be a whole number between 1 and 32' }];
+      }
+      if (cmd === 'settings_set') {
+        saved.push(s);
+        return null;
+      }
+      throw new Error(`unexpected ${cmd}`);
+    });
+    app.activeId = 1;
+    app.settings.show(1, settings);
+    app.models.status = { ...ready, reasoning: null };
+    const target = document.createElement('div');
+    document.body.append(target);
+    const view = mount(SettingsPanel, { target });
+    flushSync();
+    const draft = target.querySelector<HTMLInputElement>('[data-testid=setting-draftTokens]')!;
+    const error = () => target.querySelector('[data-testid=error-draftTokens]')?.textContent ?? null;
+    expect(error()).toBeNull();
+
+    draft.value = '40';
+    draft.dispatchEvent(new Event('input', { bubbles: true }));
+    await new Promise((r) => setTimeout(r, 20));
+    flushSync();
+    expect(error()).toBe('Draft tokens must be a whole number between 1 and 32');
+    expect(draft.closest('label')!.classList.contains('invalid')).toBe(true);
+    // The text typed stays as typed.
+    expect(draft.value).toBe('40');
+    expect(saved).toEqual([]);
+
+    // Not a whole number: refused here, before the backend sees it.
+    draft.value = '2.5';
+    draft.dispatchEvent(new Event('input', { bubbles: true }));
+    await new Promise((r) => setTimeout(r, 20));
+    flushSync();
+    expect(validated).toBe(1);
+    expect(error()).toBe('Draft tokens must be a whole number, 0 or more');
+
+    draft.value = '4';
+    draft.dispatchEvent(new Event('input', { bubbles: true }));
+    await new Promise((r) => setTimeout(r, 20));
+    flushSync();
+    expect(error()).toBeNull();
+    expect(draft.closest('label')!.classList.contains('invalid')).toBe(false);
+    expect(saved).toEqual([{ ...settings, draftTokens: 4 }]);
     unmount(view);
     target.remove();
   });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { ImportResult } from './bindings/ImportResult';
-import { backupFileName, fileNameOf, finishInWords, importInWords, replayInWords, requestCacheInWords, statsInWords, thinkingInWords, titleOf, waitingInWords } from './format';
+import { backupFileName, draftsInWords, fileNameOf, finishInWords, importInWords, replayInWords, requestCacheInWords, statsInWords, thinkingInWords, titleOf, waitingInWords } from './format';
 
 describe('format', () => {
   it("says what an API client's cache holds and when it was last used", () => {
@@ -38,6 +38,14 @@ describe('format', () => {
       thinkingTokens: null, thinkingMs: null,
     });
     expect(words).toEqual(['prompt 62 tok', 'processed 18 this turn', 'first token 42 ms', '80.0 tok/s', 'seed 7', 'temp 0.7', 'finished']);
+  });
+
+  it("says how many of a reply's drafted tokens were taken", () => {
+    const d = { mode: 'auto' as const, draftTokens: 8, drafted: 60, accepted: 45 };
+    expect(draftsInWords(d)).toBe('drafts: 45 of 60 taken (75%)');
+    expect(draftsInWords({ ...d, drafted: 3, accepted: 2 })).toBe('drafts: 2 of 3 taken (67%)');
+    expect(draftsInWords({ ...d, drafted: 9, accepted: 9 })).toBe('drafts: 9 of 9 taken (100%)');
+    expect(draftsInWords({ ...d, drafted: 0, accepted: 0 })).toBe('');
   });
 
   it('says how a replay went', () => {

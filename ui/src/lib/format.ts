@@ -1,4 +1,5 @@
 // Words for what the engine reports.
+import type { DraftStats } from './bindings/DraftStats';
 import type { ImportResult } from './bindings/ImportResult';
 import type { ReplyStats } from './bindings/ReplyStats';
 import type { RequestCache } from './bindings/RequestCache';
@@ -35,11 +36,20 @@ export function statsInWords(s: ReplyStats): string[] {
     parts.push(`first token ${Math.round(s.ttftMs)} ms`);
     parts.push(`${s.tokensPerS.toFixed(1)} tok/s`);
   }
+  const drafts = s.drafts ? draftsInWords(s.drafts) : '';
+  if (drafts) parts.push(drafts);
   if (s.seed !== null && s.seed !== undefined) parts.push(`seed ${s.seed}`);
   if (s.temperature !== null && s.temperature !== undefined) parts.push(`temp ${+s.temperature.toFixed(3)}`);
   if (s.droppedMessages) parts.push(`left out ${s.droppedMessages} earlier messages`);
   parts.push(finishInWords(s.finishReason, s.error));
   return parts;
+}
+
+/** How many of a reply's drafted tokens its verify passes took; '' when
+ *  none were drafted (speculation on, but nothing in the text to draft from). */
+export function draftsInWords(d: DraftStats): string {
+  if (d.drafted <= 0) return '';
+  return `drafts: ${d.accepted} of ${d.drafted} taken (${Math.round((100 * d.accepted) / d.drafted)}%)`;
 }
 
 export function titleOf(title: string): string {

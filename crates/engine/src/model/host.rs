@@ -187,7 +187,9 @@ impl Model {
         }
         for (cache, &n) in caches.iter_mut().zip(&counts) {
             cache.advance(n);
-            cache.end_pass(n);
+            // No checkpoint after a verify pass: it may be cut back to the
+            // one `begin_pass` took before it, which must stay the newest.
+            cache.end_pass(1);
         }
         let mut last = vec![0f32; rows * e];
         for r in 0..rows {

@@ -406,8 +406,8 @@ impl Model {
     /// every row in order (`rows[0]`'s first). Several rows of one cache
     /// are a speculative verify pass: on the CPU row `j` of a cache gets
     /// the logits and keys a one-row step at its position gives, bit for
-    /// bit, whatever else shares the pass. The graph pass, and a cache
-    /// with recurrent state, take one row per cache.
+    /// bit, whatever else shares the pass (a recurrent state runs the rows
+    /// in order, as steps). The graph pass takes one row per cache.
     pub fn decode_rows_many(&self, rows: &[&[u32]], caches: &mut [&mut KvCache]) -> Result<Vec<Vec<f32>>> {
         if rows.len() != caches.len() || caches.iter().any(|c| c.batch() != 1) || rows.iter().any(|r| r.is_empty()) {
             return Err(crate::EngineError::setting("caches", "one or more tokens for each cache of one sequence"));
@@ -416,12 +416,8 @@ impl Model {
             return Ok(Vec::new());
         }
         self.check_tokens(&rows.iter().flat_map(|r| r.iter().map(|&t| vec![t])).collect::<Vec<_>>())?;
-        let several = rows.iter().any(|r| r.len() > 1);
-        if several && (self.graph || caches.iter().any(|c| c.is_hybrid())) {
-            return Err(crate::EngineError::setting(
-                "speculation",
-                "several rows of one cache run on the CPU's pass over attention caches",
-            ));
+        if self.graph && rows.iter().any(|r| r.len() > 1) {
+            return Err(crate::EngineError::setting("speculation", "several rows of one cache run on the CPU's pass"));
         }
         self.passes_run.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if self.graph {
