@@ -99,6 +99,8 @@ fn a_verify_pass_gives_each_row_the_bits_of_a_step_for_every_attention_family() 
         let engine = Engine::open(&path).unwrap();
         verify_rows_equal_steps(engine.model(), &format!("{family:?}"), 60);
     }
+    // Real weights and head sizes, past the long-decode threshold.
+    verify_rows_equal_steps(common::open_default().model(), "the default model", 700);
     // Every weight type's kernels, and histories past the long-decode
     // threshold (512 positions) and Gemma 3's window.
     use candle_core::quantized::GgmlDType;
