@@ -69,8 +69,8 @@ The river itself has been part of the argument. The Sell floods most springs, an
 Work is due to begin in March. The council will publish the contract in January, and says it will hold a public meeting every three months while the bridge is closed."""
 
 PROMPTS = {
-    "code edit": (f"Here is a Python file:\n\n```python\n{source_file()}\n```\n\n"
-                  "Repeat the whole file exactly, with the function parse_record renamed to read_record everywhere."),
+    "code edit": (f"```python\n{source_file()}\n```\n\nRewrite the file above with parse_record renamed to read_record. "
+                  "Output the full file, unchanged otherwise, in one code block."),
     "summary with quotes": f"{ARTICLE}\n\nSummarise this article in a few paragraphs, quoting the key sentences word for word.",
     "free chat": "Write a short story about a lighthouse keeper who finds a strange map in a bottle.",
 }

@@ -85,6 +85,20 @@ class Api(unittest.TestCase):
         second = ask("Tell me a fact about cats.", **kw).choices[0].message.content
         self.assertEqual(first, second)
 
+    def test_speculation_gives_the_same_text_as_without(self):
+        # A reply that repeats its context, where drafts are taken: greedy
+        # and seeded, with drafts (always, or auto) and without.
+        text = "Repeat exactly, twice: the quick brown fox jumps over the lazy dog near the river bank."
+        for kw in (dict(temperature=0), dict(temperature=1.0, top_p=1.0, seed=77)):
+            replies = [ask(text, max_tokens=60, extra_body={"speculation": mode, "draft_tokens": 6}, **kw).choices[0].message.content
+                       for mode in ("off", "ngram", "auto")]
+            self.assertEqual(replies[1], replies[0], kw)
+            self.assertEqual(replies[2], replies[0], kw)
+        status, body = raw("/chat/completions", json.dumps({"messages": [{"role": "user", "content": "hi"}], "draft_tokens": 33}).encode())
+        self.assertEqual((status, body["error"]["param"]), (400, "draft_tokens"))
+        status, body = raw("/chat/completions", json.dumps({"messages": [{"role": "user", "content": "hi"}], "draft_model": "other.gguf"}).encode())
+        self.assertEqual((status, body["error"]["param"]), (400, "draft_model"))
+
     def test_n_samples_variants_each_with_its_seed(self):
         kw = dict(temperature=1.0, top_p=1.0, max_tokens=16)
         both = ask("Invent a name for a boat.", n=2, seed=50, **kw)

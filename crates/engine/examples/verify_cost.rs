@@ -5,13 +5,15 @@ fn main() {
         std::env::args().nth(2).unwrap_or("128,2000".into()).split(',').map(|x| x.parse().unwrap()).collect();
     let engine = hearth_engine::Engine::open(std::path::Path::new(&path)).unwrap();
     let m = engine.model();
-    let rows_list = [1usize, 2, 3, 4, 5, 6, 8, 9, 12, 16, 17];
+    let rows_list: Vec<usize> = std::env::var("ROWS")
+        .map(|r| r.split(',').map(|x| x.parse().unwrap()).collect())
+        .unwrap_or(vec![1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 17]);
     for ctx in ctxs {
         let hist: Vec<u32> = (0..ctx).map(|i| (100 + (i * 37) % 5000) as u32).collect();
         let mut base = m.new_cache(4096);
         m.forward(&[hist.clone()], &mut base).unwrap();
         let mut best = vec![f64::MAX; rows_list.len()];
-        for _round in 0..6 {
+        for _round in 0..std::env::var("ROUNDS").map(|r| r.parse().unwrap()).unwrap_or(6) {
             for (k, &rows) in rows_list.iter().enumerate() {
                 let feed: Vec<u32> = (0..rows).map(|i| 200 + i as u32).collect();
                 for _ in 0..4 {

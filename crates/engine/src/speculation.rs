@@ -25,10 +25,11 @@ pub enum Speculation {
     /// Draft up to `max_draft` tokens from the conversation's own tokens
     /// whenever an earlier occurrence of the last one offers a continuation.
     Ngram { max_draft: usize },
-    /// As `Ngram`, from a match of at least two tokens, with the length
-    /// following how much of the last draft was kept, and drafting paused
-    /// (for longer after each miss) while drafts are rejected outright: text
-    /// that does not repeat its context costs next to nothing.
+    /// As `Ngram`, from a match of at least two tokens, each draft as long
+    /// as the recent share of drafted tokens taken makes worth its rows
+    /// (`Drafter::auto_len`), and drafting paused (for longer after each
+    /// miss) while drafts are rejected outright: text that does not repeat
+    /// its context costs next to nothing.
     Auto { max_draft: usize },
 }
 
@@ -78,11 +79,31 @@ const MAX_MATCH: usize = 32;
 /// `Auto`'s longest pause after drafts rejected outright, in steps.
 const MAX_PAUSE: u32 = 64;
 
+/// What each row a verify pass adds costs, as a share of a one-row step:
+/// on the 2-core development VM, a pass of 2 to 17 rows on the default
+/// model takes about 1 + 0.35 per added row at a few hundred positions of
+/// history (more past 1,000, where each row's attention grows): see
+/// BENCHMARKS.md. Where rows are cheaper (more cores, larger models) the
+/// drafts `Auto` picks are only shorter than they could be.
+const ROW_COST: f64 = 0.35;
+
+/// The least gain (tokens per step's cost) for which `Auto` drafts.
+const MIN_GAIN: f64 = 1.02;
+
+/// How much of `Auto`'s evidence each verify pass keeps: recent drafts
+/// count most, so a reply that starts or stops quoting is followed soon.
+const DECAY: f64 = 0.8;
+
+/// `Auto`'s prior: as if one of two drafted positions had been taken.
+const PRIOR: (f64, f64) = (1.0, 2.0);
+
 /// One sequence's drafting: where `Auto` stands, and the counts.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Drafter {
-    /// `Auto`'s next draft length (0 before the first draft: the most).
-    next_len: usize,
+    /// `Auto`: recent drafted positions the sampler reached (each taken
+    /// one, and the first refused), and how many of them it took, decayed.
+    checked: f64,
+    taken: f64,
     /// `Auto`: steps left before the next draft.
     pause: u32,
     /// `Auto`: drafts rejected outright in a row.
@@ -104,8 +125,8 @@ impl Drafter {
                     self.pause -= 1;
                     return Vec::new();
                 }
-                let len = if self.next_len == 0 { max_draft } else { self.next_len };
-                (len.min(max_draft), 2)
+                // A probe after a pause drafts one token.
+                (self.auto_len(max_draft).max(1), 2)
             }
         };
         let max = max.min(room);
@@ -118,20 +139,35 @@ impl Drafter {
         lookup(&history, max, min_match)
     }
 
+    /// `Auto`'s draft length: with `a` the recent share of drafted
+    /// positions taken, a draft of `k` gives `(1 − a^(k+1)) / (1 − a)`
+    /// tokens for a pass that costs `1 + ROW_COST · k` steps; the `k` up to
+    /// `max` that gives the most per step, or 0 where none gains `MIN_GAIN`.
+    fn auto_len(&self, max: usize) -> usize {
+        let a = ((self.taken + PRIOR.0) / (self.checked + PRIOR.1)).min(0.999);
+        let gain = |k: usize| (1.0 - a.powi(k as i32 + 1)) / (1.0 - a) / (1.0 + ROW_COST * k as f64);
+        let best = (1..=max).max_by(|&x, &y| gain(x).total_cmp(&gain(y))).unwrap_or(0);
+        if best > 0 && gain(best) >= MIN_GAIN {
+            best
+        } else {
+            0
+        }
+    }
+
     /// After a verify pass: `drafted` tokens were proposed and the first
     /// `accepted` of them sampled.
     pub(crate) fn record(&mut self, mode: Speculation, drafted: usize, accepted: usize) {
         self.drafted += drafted;
         self.accepted += accepted;
         let Speculation::Auto { max_draft } = mode else { return };
-        if accepted == drafted {
-            self.next_len = (drafted * 2).clamp(1, max_draft);
-            self.misses = 0;
-        } else if accepted > 0 {
-            self.next_len = (accepted + 1).min(max_draft);
+        let reached = accepted + usize::from(accepted < drafted);
+        self.checked = self.checked * DECAY + reached as f64;
+        self.taken = self.taken * DECAY + accepted as f64;
+        if accepted > 0 && self.auto_len(max_draft) > 0 {
             self.misses = 0;
         } else {
-            self.next_len = 1;
+            // Rejected outright, or taken too rarely to pay: pause, longer
+            // each time, and probe again with one token.
             self.misses += 1;
             self.pause = (1u32 << self.misses.min(6)).min(MAX_PAUSE) - 1;
         }
@@ -183,24 +219,35 @@ mod tests {
     }
 
     #[test]
-    fn auto_pauses_longer_after_each_outright_miss_and_resumes_on_a_hit() {
+    fn auto_drafts_as_long_as_recent_acceptance_pays_and_pauses_longer_after_each_miss() {
         let mode = Speculation::Auto { max_draft: 8 };
         let mut d = Drafter::default();
         let history = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2];
-        assert_eq!(d.propose(mode, &history, &[], 16), vec![3, 4, 5, 6, 7, 8, 9, 10]);
-        d.record(mode, 8, 0);
+        // No evidence yet: half taken, one token pays best.
+        assert_eq!(d.propose(mode, &history, &[], 16), vec![3]);
+        d.record(mode, 1, 0);
         assert_eq!(d.propose(mode, &history, &[], 16), Vec::<u32>::new(), "paused one step");
-        assert_eq!(d.propose(mode, &history, &[], 16), vec![3], "then one token");
+        assert_eq!(d.propose(mode, &history, &[], 16), vec![3], "then a probe of one token");
         d.record(mode, 1, 0);
         for _ in 0..3 {
             assert!(d.propose(mode, &history, &[], 16).is_empty(), "paused three steps");
         }
-        assert_eq!(d.propose(mode, &history, &[], 16), vec![3]);
-        d.record(mode, 1, 1);
-        assert_eq!(d.propose(mode, &history, &[], 16), vec![3, 4], "a hit doubles the length");
-        d.record(mode, 2, 1);
-        assert_eq!(d.propose(mode, &history, &[], 1), vec![3], "the room bounds it");
-        assert_eq!((d.drafted, d.accepted), (12, 2));
+        // Drafts taken whole: longer ones pay, up to the most.
+        let mut lens = Vec::new();
+        for _ in 0..20 {
+            let draft = d.propose(mode, &history, &[], 16);
+            lens.push(draft.len());
+            d.record(mode, draft.len(), draft.len());
+        }
+        assert_eq!(lens.first(), Some(&1));
+        assert!(lens.windows(2).all(|w| w[0] <= w[1]), "lengths grow with the evidence: {lens:?}");
+        assert!(lens.last().is_some_and(|&n| n >= 6), "{lens:?}");
+        assert_eq!(d.propose(mode, &history, &[], 3), vec![3, 4, 5], "the room bounds it");
+        // A run of half-taken drafts shortens them again.
+        for _ in 0..6 {
+            d.record(mode, 4, 1);
+        }
+        assert!(d.auto_len(8) <= 2, "{}", d.auto_len(8));
         assert!(Speculation::parse("auto", 0).unwrap_err().to_string().contains("draft_tokens"));
         assert!(Speculation::parse("fast", 4).is_err());
     }

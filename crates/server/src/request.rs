@@ -410,6 +410,9 @@ mod tests {
             (r#"{"messages":[{"role":"user","content":"hi"}],"presence_penalty":0.5}"#, "presence_penalty"),
             (r#"{"messages":[{"role":"function","content":"hi"}]}"#, "messages[0].role"),
             (r#"{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#, "messages[0].content"),
+            (r#"{"messages":[{"role":"user","content":"hi"}],"speculation":"fast"}"#, "speculation"),
+            (r#"{"messages":[{"role":"user","content":"hi"}],"draft_tokens":0}"#, "draft_tokens"),
+            (r#"{"messages":[{"role":"user","content":"hi"}],"draft_model":"small.gguf"}"#, "draft_model"),
             (r#"{"messages":[]}"#, "messages"),
             (r#"{"model":"m"}"#, "messages"),
         ] {
@@ -426,7 +429,8 @@ mod tests {
         let g = chat(
             r#"{"model":"x","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],
                 "temperature":0,"top_p":0.5,"top_k":7,"min_p":0.1,"repeat_penalty":1.1,"max_completion_tokens":12,"stop":"\n","seed":42,
-                "n":3,"logprobs":true,"top_logprobs":4,"stream":true,"stream_options":{"include_usage":true},"frequency_penalty":0,"user":"ignored"}"#,
+                "n":3,"logprobs":true,"top_logprobs":4,"stream":true,"stream_options":{"include_usage":true},"frequency_penalty":0,"user":"ignored",
+                "speculation":"ngram","draft_tokens":12}"#,
         )
         .unwrap();
         assert_eq!(g.messages, vec![ChatMessage::new(Role::System, "s"), ChatMessage::new(Role::User, "ab")]);
@@ -436,6 +440,7 @@ mod tests {
             (0.0, 0.5, 7, 0.1, 1.1, 12, Some(42))
         );
         assert_eq!(s.stop_strings, vec!["\n".to_string()]);
+        assert_eq!((s.speculation, s.draft_tokens), (hearth_store::SpeculationMode::Ngram, 12));
         assert_eq!((g.n, g.logprobs, g.stream, g.include_usage), (3, Some(4), true, true));
         let c = Generation::completion(br#"{"prompt":"Once","max_tokens":5,"logprobs":2}"#).unwrap();
         assert_eq!((c.raw_prompt.as_deref(), c.settings.max_new_tokens, c.logprobs), (Some("Once"), 5, Some(2)));

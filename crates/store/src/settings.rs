@@ -282,12 +282,22 @@ mod tests {
             max_new_tokens: 0,
             stop_strings: vec![String::new()],
             context_length: 3,
+            draft_tokens: 33,
             ..Default::default()
         };
         let fields: Vec<_> = s.validate().into_iter().map(|e| e.field).collect();
         assert_eq!(
             fields,
-            ["temperature", "topP", "minP", "repeatPenalty", "maxNewTokens", "stopStrings", "contextLength"]
+            [
+                "temperature",
+                "topP",
+                "minP",
+                "repeatPenalty",
+                "maxNewTokens",
+                "stopStrings",
+                "contextLength",
+                "draftTokens"
+            ]
         );
     }
 
@@ -305,6 +315,8 @@ mod tests {
             "contextLength": 1e300,
             "overflow": "sideways",
             "systemPrompt": 7,
+            "speculation": "fast",
+            "draftTokens": 0,
             "minP": 0.1,
             "unknown": true,
         }))
@@ -315,10 +327,12 @@ mod tests {
             fields,
             [
                 "contextLength",
+                "draftTokens",
                 "maxNewTokens",
                 "overflow",
                 "penaltyWindow",
                 "seed",
+                "speculation",
                 "stopStrings",
                 "systemPrompt",
                 "temperature",
