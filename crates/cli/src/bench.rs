@@ -87,6 +87,7 @@ pub(crate) fn bench_grammar(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments, reason = "the bench command's options, each one figure's")]
 pub(crate) fn bench(
     model: &ModelArgs,
     prompt_tokens: usize,

@@ -1,3 +1,11 @@
+//! What a speculative verify pass costs by its rows: the best time of a
+//! `decode_rows_many` pass of 1 to 17 rows over one cache, after histories
+//! of the given lengths (BENCHMARKS.md, issue 48).
+//!
+//!     cargo run --release -p hearth-engine --example verify_cost -- MODEL [300,2000]
+//!
+//! `ROWS=1,4` and `ROUNDS=60` narrow it (to profile one row count).
+
 use std::time::Instant;
 fn main() {
     let path = std::env::args().nth(1).unwrap();
@@ -11,7 +19,7 @@ fn main() {
     for ctx in ctxs {
         let hist: Vec<u32> = (0..ctx).map(|i| (100 + (i * 37) % 5000) as u32).collect();
         let mut base = m.new_cache(4096);
-        m.forward(&[hist.clone()], &mut base).unwrap();
+        m.forward(std::slice::from_ref(&hist), &mut base).unwrap();
         let mut best = vec![f64::MAX; rows_list.len()];
         for _round in 0..std::env::var("ROUNDS").map(|r| r.parse().unwrap()).unwrap_or(6) {
             for (k, &rows) in rows_list.iter().enumerate() {

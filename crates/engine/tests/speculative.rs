@@ -400,3 +400,63 @@ fn hybrids_cut_back_inside_a_verify_pass_and_reply_as_without_drafts() {
         assert!(next_step(&spec) == next_step(&plain), "{family:?}: the same keys, values and recurrent state");
     }
 }
+
+/// A reply under a grammar drafts too: the first row's mask is computed
+/// beside the pass, each later row's after the tokens before it, so a
+/// drafted token the grammar forbids is never taken. A JSON object that
+/// echoes its prompt's keys, greedy and seeded, four variants at once.
+#[test]
+fn constrained_replies_with_drafts_equal_plain_ones() {
+    use hearth_engine::{ChatMessage, GrammarSpec};
+    let engine = common::open_default();
+    let ask = "Copy this JSON object exactly: {\"name\": \"Ada\", \"city\": \"London\", \"tags\": [\"maths\", \"engines\", \"poetry\"], \"year\": 1843}";
+    let prompt = engine.encode_chat(&[ChatMessage::user(ask)]).unwrap();
+    let grammar = engine.compile_grammar(&GrammarSpec::JsonObject).unwrap();
+    let run = |sampling: SamplingParams, speculation| {
+        let mut c = engine.generation_config(sampling, 80);
+        c.grammar = Some(grammar.clone());
+        c.speculation = speculation;
+        let mut session = engine.new_session(Some(1024));
+        session.start_turn(engine.model(), engine.tokenizer(), &prompt, c, 4).unwrap().run().unwrap()
+    };
+    let hot = SamplingParams { temperature: 1.2, top_k: None, top_p: 1.0, min_p: 0.0, seed: 11, ..Default::default() };
+    let mut accepted = 0;
+    for sampling in [SamplingParams::greedy(), hot] {
+        let plain = run(sampling.clone(), Speculation::Off);
+        let spec = run(sampling, Speculation::Ngram { max_draft: 8 });
+        for (p, s) in plain.sequences.iter().zip(&spec.sequences) {
+            assert_eq!(s.tokens, p.tokens);
+            assert_eq!(s.text, p.text);
+        }
+        accepted += spec.stats.accepted_tokens;
+    }
+    assert!(accepted > 0, "the echoed keys are drafted and taken");
+}
+
+/// A speculative reply replays bit for bit, with drafts or without: its
+/// tokens and its cache are those of the recorded passes.
+#[test]
+fn a_speculative_reply_replays_bit_for_bit() {
+    let engine = common::open_default();
+    engine.hash_file(&|| false).unwrap();
+    let text = include_str!("../../../README.md");
+    let words = engine.tokenizer().encode(text, false, false).unwrap();
+    let mut prompt = words[..300].to_vec();
+    prompt.extend_from_slice(&words[..120]);
+    let sampling = SamplingParams { temperature: 0.8, seed: 5, ..SamplingParams::default() };
+    let make = |speculation| config(&engine, sampling.clone(), 48, speculation);
+    let mut session = engine.new_session(Some(1024));
+    let mut turn = session.start_turn(engine.model(), engine.tokenizer(), &prompt, make(ngram()), 1).unwrap();
+    let passes = turn.prompt_passes().clone();
+    while turn.step().unwrap().is_some() {}
+    let recorded = turn.finish(0);
+    assert!(recorded.stats.accepted_tokens > 0, "the reply took drafts");
+    for speculation in [Speculation::Off, ngram()] {
+        let mut cold = engine.new_session(Some(1024));
+        let mut replay = cold
+            .start_replay(engine.model(), engine.tokenizer(), &prompt, &passes, make(speculation), &mut |_| true)
+            .unwrap();
+        while replay.step().unwrap().is_some() {}
+        assert_eq!(replay.finish(0).sequences[0].tokens, recorded.sequences[0].tokens, "{speculation:?}");
+    }
+}
