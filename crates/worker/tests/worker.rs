@@ -26,6 +26,8 @@ mod requests;
 mod side_by_side;
 #[path = "worker/single_reply.rs"]
 mod single_reply;
+#[path = "worker/speculation.rs"]
+mod speculation;
 #[path = "worker/tool_use.rs"]
 mod tool_use;
 

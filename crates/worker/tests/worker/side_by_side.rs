@@ -238,7 +238,14 @@ fn two_conversations_on_a_hybrid_moe_share_decode_passes_and_each_writes_what_it
     let files = tempfile::tempdir().unwrap();
     let (_dir, store, worker) = start_on(Some(hybrid_moe_file(files.path())));
     let passes = |w: &Worker| w.engine().unwrap().model().passes_run();
-    let settings = ConversationSettings { temperature: 1.0, seed: Some(5), max_new_tokens: 40, ..Default::default() };
+    // Without drafts, which would save passes of their own.
+    let settings = ConversationSettings {
+        temperature: 1.0,
+        seed: Some(5),
+        max_new_tokens: 40,
+        speculation: hearth_store::SpeculationMode::Off,
+        ..Default::default()
+    };
     let prompts = ["Tell me about the sea.", "And about the mountains, at length?"];
     let run = |text: &str| {
         let c = store.create_conversation().unwrap().id;
