@@ -113,19 +113,6 @@ describe('Hearth end to end', () => {
     assert.match(await stats.text(), new RegExp(`processed ${processed} this turn`));
   });
 
-  it('drafts tokens from the conversation and shows what the drafts did', async () => {
-    chats.s = await newChat(d);
-    assert.equal(await (await d.find('[data-testid=setting-speculation]')).prop('value'), 'auto');
-    await setSetting(d, 'temperature', 0);
-    await setSetting(d, 'maxNewTokens', 60);
-    await send(d, 'Repeat exactly, twice: the quick brown fox jumps over the lazy dog near the river bank.');
-    const stats = await waitForReply(d);
-    const drafted = await num(stats, 'data-drafted');
-    const accepted = await num(stats, 'data-accepted');
-    assert.ok(drafted > 0 && accepted > 0 && accepted <= drafted, `${accepted} of ${drafted} drafted tokens taken`);
-    assert.match(await stats.text(), new RegExp(`drafts: ${accepted} of ${drafted} taken`));
-  });
-
   it('uses the temperature and seed from the settings panel', async () => {
     chats.c = await newChat(d);
     await setSetting(d, 'temperature', '1.3');
@@ -529,5 +516,18 @@ describe('Hearth end to end', () => {
     await openChat(d, chats.a);
     assert.equal((await messages(d)).length, 4);
     assert.ok(await activeConversationId(d));
+  });
+
+  it('drafts tokens from the conversation and shows what the drafts did', async () => {
+    chats.s = await newChat(d);
+    assert.equal(await (await d.find('[data-testid=setting-speculation]')).prop('value'), 'auto');
+    await setSetting(d, 'temperature', 0);
+    await setSetting(d, 'maxNewTokens', 60);
+    await send(d, 'Repeat exactly, twice: the quick brown fox jumps over the lazy dog near the river bank.');
+    const stats = await waitForReply(d);
+    const drafted = await num(stats, 'data-drafted');
+    const accepted = await num(stats, 'data-accepted');
+    assert.ok(drafted > 0 && accepted > 0 && accepted <= drafted, `${accepted} of ${drafted} drafted tokens taken`);
+    assert.match(await stats.text(), new RegExp(`drafts: ${accepted} of ${drafted} taken`));
   });
 });
