@@ -1,0 +1,26 @@
+// A reply that drafted, with its drafts in the stats line, and the settings
+// panel's speculation controls (looked at before calling the UI done). Run
+// under Xvfb with the app built:
+//   Xvfb :98 -screen 0 1200x780x24 & DISPLAY=:98 node tests/e2e/screenshot_speculation.mjs OUT.png
+import { execFileSync } from 'node:child_process';
+import { Harness, newChat, send, setSetting, waitForReply } from './harness.mjs';
+
+const out = process.argv[2] ?? '/tmp/speculation.png';
+const h = new Harness();
+await h.startDriver();
+try {
+  const d = await h.openApp();
+  await newChat(d);
+  await setSetting(d, 'temperature', 0);
+  await setSetting(d, 'maxNewTokens', 80);
+  await send(d, 'Repeat exactly, twice: the quick brown fox jumps over the lazy dog near the river bank.');
+  await waitForReply(d);
+  await d.find('[data-testid=setting-speculation]');
+  await d.execute('document.querySelector("[data-testid=setting-speculation]").scrollIntoView({block: "center"})');
+  await new Promise((r) => setTimeout(r, 500));
+  execFileSync('/usr/bin/import', ['-window', 'root', out]);
+  console.log(out);
+} finally {
+  await h.stop();
+  process.exit(0);
+}
