@@ -318,6 +318,14 @@ struct SamplingArgs {
     /// Stop when the text contains this string (repeatable).
     #[arg(long = "stop")]
     stop: Vec<String>,
+    /// Speculative decoding: drafts from the conversation checked several
+    /// per step (auto: while they are taken; ngram: always; off). The reply
+    /// is the same either way.
+    #[arg(long, default_value = "auto", value_parser = ["off", "auto", "ngram"])]
+    speculation: String,
+    /// At most this many drafted tokens per step.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=32))]
+    draft_tokens: u32,
 }
 
 #[derive(Args)]
@@ -525,6 +533,12 @@ fn settings(a: &SamplingArgs) -> ConversationSettings {
         seed: a.seed,
         max_new_tokens: a.max_tokens.min(u32::MAX as usize) as u32,
         stop_strings: a.stop.clone(),
+        speculation: match a.speculation.as_str() {
+            "off" => hearth_store::SpeculationMode::Off,
+            "ngram" => hearth_store::SpeculationMode::Ngram,
+            _ => hearth_store::SpeculationMode::Auto,
+        },
+        draft_tokens: a.draft_tokens,
         ..d
     }
 }
