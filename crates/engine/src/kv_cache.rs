@@ -204,6 +204,23 @@ impl KvCache {
         }
     }
 
+    /// Before a speculative verify pass of `rows` rows (more than one)
+    /// writes this cache: a recurrent state keeps where it was, to cut back
+    /// to (`truncate`), apart from its checkpoints.
+    pub(crate) fn begin_verify_pass(&mut self, rows: usize) {
+        match &mut self.recurrent {
+            Some(r) if rows > 1 => r.begin_verify_pass(self.len),
+            _ => self.begin_pass(rows),
+        }
+    }
+
+    /// Forgets where a verify pass began (`begin_verify_pass`).
+    pub(crate) fn release_rollback(&mut self) {
+        if let Some(r) = &mut self.recurrent {
+            r.release_rollback();
+        }
+    }
+
     /// After a pass of `rows` rows advanced this cache.
     pub(crate) fn end_pass(&mut self, rows: usize) {
         if let Some(r) = &mut self.recurrent {

@@ -48,6 +48,10 @@ pub(crate) struct RecurrentState {
     at: Option<usize>,
     /// Copies of the state at earlier positions, in order; `None` is zeros.
     checkpoints: Vec<(usize, Option<Arc<StateBits>>)>,
+    /// The state where a speculative verify pass began, to cut back to
+    /// when its drafts are refused: kept apart from the checkpoints, so
+    /// that verify passes leave the checkpoints plain decoding leaves.
+    rollback: Option<(usize, Option<Arc<StateBits>>)>,
 }
 
 impl RecurrentState {
@@ -59,6 +63,7 @@ impl RecurrentState {
             current: None,
             at: Some(0),
             checkpoints: Vec::new(),
+            rollback: None,
         }
     }
 
@@ -94,6 +99,21 @@ impl RecurrentState {
         self.at = None;
     }
 
+    /// Before a verify pass (several rows of one sequence's decode) at
+    /// position `len`: keeps the state there to cut back to, and takes the
+    /// checkpoint a decode step at `len` would take.
+    pub(crate) fn begin_verify_pass(&mut self, len: usize) {
+        if self.at == Some(len) {
+            self.rollback = Some((len, self.current.clone()));
+        }
+        self.begin_pass(len, 1);
+    }
+
+    /// Forgets the verify pass's state (its rows were kept, or read again).
+    pub(crate) fn release_rollback(&mut self) {
+        self.rollback = None;
+    }
+
     /// After a pass of `rows` rows brought the state to position `len`.
     pub(crate) fn end_pass(&mut self, len: usize, rows: usize) {
         self.at = Some(len);
@@ -121,8 +141,17 @@ impl RecurrentState {
     /// can (a checkpoint, or the start), and returns that position.
     pub(crate) fn rewind(&mut self, len: usize) -> usize {
         self.checkpoints.retain(|(p, _)| *p <= len);
+        if self.rollback.as_ref().is_some_and(|(p, _)| *p > len) {
+            self.rollback = None;
+        }
         if self.at == Some(len) {
             return len;
+        }
+        let latest = self.checkpoints.last().map(|(p, _)| *p);
+        if let Some((p, bits)) = self.rollback.take().filter(|(p, _)| latest.is_none_or(|c| c < *p)) {
+            self.current = bits;
+            self.at = Some(p);
+            return p;
         }
         match self.checkpoints.last() {
             Some((p, bits)) => {

@@ -453,12 +453,14 @@ impl Sampler {
             seq.drafter.record(self.config.speculation, n - 1, accepted);
             let kept = events.len();
             if recurrent && kept < n {
-                // Back to the checkpoint the pass took before its rows
-                // (`RecurrentState::begin_pass`); the kept rows are read
-                // again, as steps would read them, before the next pass.
+                // Back to the state the pass began from (`begin_verify_pass`);
+                // the kept rows are read again, as steps would read them,
+                // before the next pass.
                 seq.cache.truncate(start);
-                debug_assert_eq!(seq.cache.len(), start, "a verify pass keeps a checkpoint where it starts");
+                debug_assert_eq!(seq.cache.len(), start, "a verify pass keeps the state where it starts");
                 seq.refeed = feed[..kept].to_vec();
+            } else {
+                seq.cache.release_rollback();
             }
         }
         Ok(events)

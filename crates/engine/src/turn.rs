@@ -402,6 +402,7 @@ impl Turn {
         }
         let rows: Vec<&[u32]> = rows.iter().map(Vec::as_slice).collect();
         model.decode_rows_many(&rows, &mut caches)?;
+        caches.iter_mut().for_each(|c| c.release_rollback());
         Ok(())
     }
 

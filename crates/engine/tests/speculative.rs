@@ -391,6 +391,13 @@ fn hybrids_cut_back_inside_a_verify_pass_and_reply_as_without_drafts() {
         );
         assert_eq!(spec.tokens(), plain.tokens());
         assert_eq!(spec.cache().len(), plain.cache().len());
+        // Verify passes cut back to a state of their own, not to checkpoints:
+        // the prompts' checkpoints stay, and the replies add no more than
+        // plain steps do (at most one per 256 positions, and the turn's end).
+        let (spec_at, plain_at) = (spec.cache().checkpoint_positions(), plain.cache().checkpoint_positions());
+        let in_prompts = |at: &[usize]| at.iter().filter(|&&p| p <= prompt.len()).count();
+        assert_eq!(in_prompts(&spec_at), in_prompts(&plain_at), "{family:?}: {spec_at:?} against {plain_at:?}");
+        assert!(spec_at.len() <= plain_at.len() + 1, "{family:?}: {spec_at:?} against {plain_at:?}");
         // The checkpoints kept differ (verify passes take their own), the
         // state does not: the next step's logits are the same bits.
         let next_step = |s: &Session| {

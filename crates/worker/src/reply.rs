@@ -280,12 +280,14 @@ pub(super) fn finished_replies(
                     replay: Some(replay),
                     thinking_tokens: thought.map(|t| t.0),
                     thinking_ms: thought.map(|t| t.1),
-                    drafts: (s.speculation != hearth_store::SpeculationMode::Off).then_some(DraftStats {
-                        mode: s.speculation,
-                        draft_tokens: s.draft_tokens,
-                        drafted: seq.drafted as u32,
-                        accepted: seq.accepted as u32,
-                    }),
+                    // The graph pass (a GPU's) drafts nothing (`Turn::begin_sampling`).
+                    drafts: (s.speculation != hearth_store::SpeculationMode::Off && !engine.model().runs_graph())
+                        .then_some(DraftStats {
+                            mode: s.speculation,
+                            draft_tokens: s.draft_tokens,
+                            drafted: seq.drafted as u32,
+                            accepted: seq.accepted as u32,
+                        }),
                 },
             }
         })

@@ -132,7 +132,7 @@ impl Model {
             cache.reserve(n, 1)?;
         }
         for (cache, &n) in caches.iter_mut().zip(&counts) {
-            cache.begin_pass(n);
+            cache.begin_verify_pass(n);
         }
         let starts: Vec<usize> = caches.iter().map(|c| c.len()).collect();
         let positions: Vec<usize> = owners
@@ -187,8 +187,8 @@ impl Model {
         }
         for (cache, &n) in caches.iter_mut().zip(&counts) {
             cache.advance(n);
-            // No checkpoint after a verify pass: it may be cut back to the
-            // one `begin_pass` took before it, which must stay the newest.
+            // Checkpoints as after a decode step: a verify pass is cut back
+            // to where it began (`begin_verify_pass`), not to a checkpoint.
             cache.end_pass(1);
         }
         let mut last = vec![0f32; rows * e];
