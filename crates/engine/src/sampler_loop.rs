@@ -174,7 +174,8 @@ impl Sequence {
         let spare = if self.cache.is_hybrid() { 2 } else { 1 };
         let room = (self.cache.max_len().saturating_sub(self.cache.len() + spare))
             .min(max_new_tokens.saturating_sub(self.generated.len() + 1));
-        let draft = self.drafter.propose(mode, prompt, &self.generated, room);
+        let recurrent = self.cache.is_hybrid();
+        let draft = self.drafter.propose(mode, (prompt, &self.generated), room, recurrent);
         self.feed.extend(draft);
     }
 

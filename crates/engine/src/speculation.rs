@@ -108,6 +108,9 @@ pub(crate) struct Drafter {
     pause: u32,
     /// `Auto`: drafts rejected outright in a row.
     misses: u32,
+    /// Whether the sequence's cache has a recurrent state, which reads a
+    /// refused draft's kept rows again in a pass of their own.
+    recurrent: bool,
     /// Tokens drafted, and how many of them the sampler took.
     pub drafted: usize,
     pub accepted: usize,
@@ -116,7 +119,15 @@ pub(crate) struct Drafter {
 impl Drafter {
     /// A draft of at most `room` tokens to follow `history` (the prompt,
     /// then what was sampled; its last token is the next pass's first row).
-    pub(crate) fn propose(&mut self, mode: Speculation, prompt: &[u32], generated: &[u32], room: usize) -> Vec<u32> {
+    /// `recurrent`: the cache has a recurrent state (see `auto_len`).
+    pub(crate) fn propose(
+        &mut self,
+        mode: Speculation,
+        (prompt, generated): (&[u32], &[u32]),
+        room: usize,
+        recurrent: bool,
+    ) -> Vec<u32> {
+        self.recurrent = recurrent;
         let (max, min_match) = match mode {
             Speculation::Off => return Vec::new(),
             Speculation::Ngram { max_draft } => (max_draft, 1),
@@ -140,12 +151,19 @@ impl Drafter {
     }
 
     /// `Auto`'s draft length: with `a` the recent share of drafted
-    /// positions taken, a draft of `k` gives `(1 − a^(k+1)) / (1 − a)`
-    /// tokens for a pass that costs `1 + ROW_COST · k` steps; the `k` up to
+    /// positions taken, a draft of `k` gives `E = (1 − a^(k+1)) / (1 − a)`
+    /// tokens for a pass that costs `1 + ROW_COST · k` steps, and on a
+    /// recurrent cache, when a drafted token is refused (`1 − a^k`), a pass
+    /// more for the kept rows (`1 + ROW_COST · (E − 1)`); the `k` up to
     /// `max` that gives the most per step, or 0 where none gains `MIN_GAIN`.
     fn auto_len(&self, max: usize) -> usize {
         let a = ((self.taken + PRIOR.0) / (self.checked + PRIOR.1)).min(0.999);
-        let gain = |k: usize| (1.0 - a.powi(k as i32 + 1)) / (1.0 - a) / (1.0 + ROW_COST * k as f64);
+        let gain = |k: usize| {
+            let tokens = (1.0 - a.powi(k as i32 + 1)) / (1.0 - a);
+            let refeed =
+                if self.recurrent { (1.0 - a.powi(k as i32)) * (1.0 + ROW_COST * (tokens - 1.0)) } else { 0.0 };
+            tokens / (1.0 + ROW_COST * k as f64 + refeed)
+        };
         let best = (1..=max).max_by(|&x, &y| gain(x).total_cmp(&gain(y))).unwrap_or(0);
         if best > 0 && gain(best) >= MIN_GAIN {
             best
@@ -224,30 +242,36 @@ mod tests {
         let mut d = Drafter::default();
         let history = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2];
         // No evidence yet: half taken, one token pays best.
-        assert_eq!(d.propose(mode, &history, &[], 16), vec![3]);
+        assert_eq!(d.propose(mode, (&history, &[]), 16, false), vec![3]);
         d.record(mode, 1, 0);
-        assert_eq!(d.propose(mode, &history, &[], 16), Vec::<u32>::new(), "paused one step");
-        assert_eq!(d.propose(mode, &history, &[], 16), vec![3], "then a probe of one token");
+        assert_eq!(d.propose(mode, (&history, &[]), 16, false), Vec::<u32>::new(), "paused one step");
+        assert_eq!(d.propose(mode, (&history, &[]), 16, false), vec![3], "then a probe of one token");
         d.record(mode, 1, 0);
         for _ in 0..3 {
-            assert!(d.propose(mode, &history, &[], 16).is_empty(), "paused three steps");
+            assert!(d.propose(mode, (&history, &[]), 16, false).is_empty(), "paused three steps");
         }
         // Drafts taken whole: longer ones pay, up to the most.
         let mut lens = Vec::new();
         for _ in 0..20 {
-            let draft = d.propose(mode, &history, &[], 16);
+            let draft = d.propose(mode, (&history, &[]), 16, false);
             lens.push(draft.len());
             d.record(mode, draft.len(), draft.len());
         }
         assert_eq!(lens.first(), Some(&1));
         assert!(lens.windows(2).all(|w| w[0] <= w[1]), "lengths grow with the evidence: {lens:?}");
         assert!(lens.last().is_some_and(|&n| n >= 6), "{lens:?}");
-        assert_eq!(d.propose(mode, &history, &[], 3), vec![3, 4, 5], "the room bounds it");
+        assert_eq!(d.propose(mode, (&history, &[]), 3, false), vec![3, 4, 5], "the room bounds it");
         // A run of half-taken drafts shortens them again.
         for _ in 0..6 {
             d.record(mode, 4, 1);
         }
         assert!(d.auto_len(8) <= 2, "{}", d.auto_len(8));
+        // A recurrent cache pays a pass more for each refused draft: at the
+        // same evidence, its drafts are no longer, and at 70% it drafts less.
+        let mut r = Drafter { taken: 7.0, checked: 10.0, ..Drafter::default() };
+        let attention = r.auto_len(8);
+        r.recurrent = true;
+        assert!(r.auto_len(8) < attention, "{} against {attention}", r.auto_len(8));
         assert!(Speculation::parse("auto", 0).unwrap_err().to_string().contains("draft_tokens"));
         assert!(Speculation::parse("fast", 4).is_err());
     }
