@@ -145,6 +145,23 @@ fn session_bytes(engine: &Engine, session: &Session, dir: &std::path::Path, name
     std::fs::read(file).unwrap()
 }
 
+/// Two greedy turns of at most `max` tokens in a context of `context`:
+/// `prompt` cold, then the first reply and more of the pattern on the warm
+/// cache. Both outputs and the session after them.
+fn two_turns(
+    engine: &Engine,
+    prompt: &[u32],
+    (context, max): (usize, usize),
+    speculation: Speculation,
+) -> (hearth_engine::TurnOutput, hearth_engine::TurnOutput, Session) {
+    let greedy = || config(engine, SamplingParams::greedy(), max, speculation);
+    let (first, session) = reply(engine, engine.new_session(Some(context)), prompt, greedy());
+    let mut next: Vec<u32> = prompt.iter().chain(&first.sequences[0].tokens).copied().collect();
+    next.extend(repetitive(30));
+    let (second, session) = reply(engine, session, &next, greedy());
+    (first, second, session)
+}
+
 #[test]
 fn greedy_replies_with_drafts_equal_plain_ones_for_every_attention_family() {
     let (mut drafted, mut accepted) = (0, 0);
@@ -153,20 +170,7 @@ fn greedy_replies_with_drafts_equal_plain_ones_for_every_attention_family() {
         let engine = Engine::open(&path).unwrap();
         engine.hash_file(&|| false).unwrap();
         let prompt = repetitive(60);
-        let run = |speculation| {
-            // Cold, then a second turn on the warm cache.
-            let (first, session) = reply(
-                &engine,
-                engine.new_session(Some(512)),
-                &prompt,
-                config(&engine, SamplingParams::greedy(), 40, speculation),
-            );
-            let mut next: Vec<u32> = prompt.iter().chain(&first.sequences[0].tokens).copied().collect();
-            next.extend(repetitive(30));
-            let (second, session) =
-                reply(&engine, session, &next, config(&engine, SamplingParams::greedy(), 40, speculation));
-            (first, second, session)
-        };
+        let run = |speculation| two_turns(&engine, &prompt, (512, 40), speculation);
         let (p1, p2, plain) = run(Speculation::Off);
         let passes = engine.model().passes_run();
         let (s1, s2, spec) = run(ngram());
@@ -366,19 +370,7 @@ fn hybrids_cut_back_inside_a_verify_pass_and_reply_as_without_drafts() {
         let engine = Engine::open(&path).unwrap();
         engine.hash_file(&|| false).unwrap();
         let prompt = repetitive(60);
-        let run = |speculation| {
-            let (first, session) = reply(
-                &engine,
-                engine.new_session(Some(1024)),
-                &prompt,
-                config(&engine, SamplingParams::greedy(), 200, speculation),
-            );
-            let mut next: Vec<u32> = prompt.iter().chain(&first.sequences[0].tokens).copied().collect();
-            next.extend(repetitive(30));
-            let (second, session) =
-                reply(&engine, session, &next, config(&engine, SamplingParams::greedy(), 200, speculation));
-            (first, second, session)
-        };
+        let run = |speculation| two_turns(&engine, &prompt, (1024, 200), speculation);
         let (p1, p2, plain) = run(Speculation::Off);
         let (s1, s2, spec) = run(ngram());
         assert_eq!(s1.sequences[0].tokens, p1.sequences[0].tokens, "{family:?}, cold");
