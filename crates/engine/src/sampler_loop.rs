@@ -171,10 +171,10 @@ impl Sequence {
         // draft token past `max_new_tokens` could never be taken. A
         // recurrent cache keeps every row's position until `take_pass` is
         // done, so a draft leaves it one position short of full throughout.
-        let spare = if self.cache.is_hybrid() { 2 } else { 1 };
+        let recurrent = self.cache.is_hybrid();
+        let spare = if recurrent { 2 } else { 1 };
         let room = (self.cache.max_len().saturating_sub(self.cache.len() + spare))
             .min(max_new_tokens.saturating_sub(self.generated.len() + 1));
-        let recurrent = self.cache.is_hybrid();
         let draft = self.drafter.propose(mode, (prompt, &self.generated), room, recurrent);
         self.feed.extend(draft);
     }
@@ -193,11 +193,6 @@ impl Sequence {
     /// Tokens its recurrent cache must read again, now (see `take_pass`).
     pub(crate) fn take_refeed(&mut self) -> Option<(Vec<u32>, &mut KvCache)> {
         (!self.refeed.is_empty()).then(|| (std::mem::take(&mut self.refeed), &mut self.cache))
-    }
-
-    /// Draft tokens its passes scored, and how many it took.
-    pub(crate) fn draft_counts(&self) -> (usize, usize) {
-        (self.drafter.drafted, self.drafter.accepted)
     }
 
     /// Rows its next pass feeds.

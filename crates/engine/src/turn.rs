@@ -140,7 +140,8 @@ pub struct TurnStats {
     /// sequence's own: `SequenceOutput::decode_time`).
     pub decode_time: Duration,
     /// Draft tokens the verify passes scored, and how many were taken,
-    /// summed over the sequences.
+    /// summed over the sequences when the turn ends (each sequence's own:
+    /// `SequenceOutput::drafted`, `accepted`).
     pub drafted_tokens: usize,
     pub accepted_tokens: usize,
 }
@@ -373,15 +374,11 @@ impl Turn {
             choices[b].extend(ran.by_ref().take(self.sequences[b].pass_rows()));
         }
         let mut events = Vec::with_capacity(rows.max(live.len()));
-        let (drafted, accepted) = self.draft_counts();
         for b in live {
             let rows = std::mem::take(&mut choices[b]);
             events.extend(self.sampler.take_pass(tokenizer, &mut self.sequences[b], b, rows)?);
         }
         self.refeed(model)?;
-        let (drafted_now, accepted_now) = self.draft_counts();
-        self.stats.drafted_tokens += drafted_now - drafted;
-        self.stats.accepted_tokens += accepted_now - accepted;
         let now = Instant::now();
         let first = *self.first_token_at.get_or_insert_with(|| {
             self.stats.time_to_first_token = now - self.started;
@@ -404,12 +401,6 @@ impl Turn {
         model.decode_rows_many(&rows, &mut caches)?;
         caches.iter_mut().for_each(|c| c.release_rollback());
         Ok(())
-    }
-
-    /// Draft tokens scored and taken so far, over the sequences.
-    fn draft_counts(&self) -> (usize, usize) {
-        let counts = self.sequences.iter().map(Sequence::draft_counts);
-        counts.fold((0, 0), |(d, a), (sd, sa)| (d + sd, a + sa))
     }
 
     /// The forward pass of sequences `passed`, logits per row: one
@@ -503,10 +494,13 @@ impl Turn {
         if self.sequences.is_empty() {
             return Ended { session: self.session, others: Vec::new(), output: None };
         }
-        let output = TurnOutput {
-            sequences: self.sequences.iter().map(|s| self.sampler.output(s)).collect(),
-            stats: self.stats.clone(),
+        let sequences: Vec<SequenceOutput> = self.sequences.iter().map(|s| self.sampler.output(s)).collect();
+        let stats = TurnStats {
+            drafted_tokens: sequences.iter().map(|s| s.drafted).sum(),
+            accepted_tokens: sequences.iter().map(|s| s.accepted).sum(),
+            ..self.stats.clone()
         };
+        let output = TurnOutput { sequences, stats };
         let keep = keep.min(self.sequences.len() - 1);
         let mut session = None;
         let mut others = Vec::new();

@@ -135,10 +135,14 @@ impl Model {
             cache.begin_verify_pass(n);
         }
         let starts: Vec<usize> = caches.iter().map(|c| c.len()).collect();
+        // Each cache's rows take its next positions in turn.
+        let mut next = starts.clone();
         let positions: Vec<usize> = owners
             .iter()
-            .enumerate()
-            .map(|(r, &o)| starts[o] + owners[..r].iter().filter(|&&x| x == o).count())
+            .map(|&o| {
+                next[o] += 1;
+                next[o] - 1
+            })
             .collect();
         let contexts: Vec<usize> = owners.iter().map(|&o| caches[o].max_len()).collect();
         let mut x = self.embed(tokens);
