@@ -99,6 +99,25 @@ class Api(unittest.TestCase):
         status, body = raw("/chat/completions", json.dumps({"messages": [{"role": "user", "content": "hi"}], "draft_model": "other.gguf"}).encode())
         self.assertEqual((status, body["error"]["param"]), (400, "draft_model"))
 
+    def test_a_draft_model_gives_the_same_text_and_one_of_another_vocabulary_is_refused(self):
+        request = urllib.request.Request(URL + "/models", headers={"Authorization": f"Bearer {KEY}"})
+        with urllib.request.urlopen(request, timeout=30) as r:
+            model = json.loads(r.read())["data"][0]["path"]
+        text = "Repeat exactly, twice: the quick brown fox jumps over the lazy dog near the river bank."
+        plain = ask(text, max_tokens=40, extra_body={"speculation": "off"}).choices[0].message.content
+        # The model's own file as its draft model: the same vocabulary, token by token.
+        drafted = ask(text, max_tokens=40, extra_body={"draft_model": model, "draft_tokens": 4}).choices[0].message.content
+        self.assertEqual(drafted, plain)
+        gemma = os.path.join(os.path.dirname(model), "gemma-3-270m-q4_k_m.gguf")
+        status, body = raw("/chat/completions", json.dumps({"messages": [{"role": "user", "content": "hi"}], "draft_model": gemma}).encode())
+        self.assertEqual(status, 400, body)
+        self.assertIn("cannot draft for", body["error"]["message"])
+        self.assertIn("token", body["error"]["message"])
+        status, body = raw("/chat/completions", json.dumps({"messages": [{"role": "user", "content": "hi"}], "speculation": "draft"}).encode())
+        self.assertEqual((status, body["error"]["param"]), (400, "draft_model"))
+        # The server goes on answering.
+        self.assertEqual(ask(text, max_tokens=40, extra_body={"speculation": "off"}).choices[0].message.content, plain)
+
     def test_n_samples_variants_each_with_its_seed(self):
         kw = dict(temperature=1.0, top_p=1.0, max_tokens=16)
         both = ask("Invent a name for a boat.", n=2, seed=50, **kw)

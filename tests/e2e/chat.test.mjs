@@ -529,5 +529,24 @@ describe('Hearth end to end', () => {
     const accepted = await num(stats, 'data-accepted');
     assert.ok(drafted > 0 && accepted > 0 && accepted <= drafted, `${accepted} of ${drafted} drafted tokens taken`);
     assert.match(await stats.text(), new RegExp(`drafts: ${accepted} of ${drafted} taken`));
+
+    // A draft model picked from the library (the loaded model's own file:
+    // the same vocabulary): the next reply drafts with it.
+    const pick = (testid, value) => d.execute(
+      'const s = document.querySelector(`[data-testid=${arguments[0]}]`); s.value = arguments[1]; s.dispatchEvent(new Event("change", { bubbles: true }));',
+      [testid, value]);
+    await pick('setting-speculation', 'draft');
+    const choices = await d.waitFor(async () => {
+      const values = await d.execute('return [...document.querySelectorAll("[data-testid=setting-draftModel] option")].map((o) => o.value).filter(Boolean);');
+      return values.length > 0 && values;
+    }, 'the library listed as draft models');
+    const loaded = await d.executeAsync('const cb = arguments[0]; window.__TAURI_INTERNALS__.invoke("models_library").then((r) => cb(JSON.stringify(r)), (e) => cb("[]"));');
+    const model = choices.find((c) => c.endsWith('SmolLM2-135M-Instruct.Q4_1.gguf')) ?? choices[0];
+    assert.ok(JSON.parse(loaded).some((m) => m.path === model), `${model} is in the library`);
+    await pick('setting-draftModel', model);
+    await send(d, 'Now repeat it once more, exactly.');
+    const withModel = await waitForReply(d);
+    assert.ok(await num(withModel, 'data-drafted') > 0, 'the draft model drafted');
+    assert.match(await withModel.text(), /drafts: \d+ of \d+ taken/);
   });
 });

@@ -13,6 +13,8 @@ use crate::CliResult;
 pub(crate) struct SpeculativeRun<'a> {
     pub mode: SpeculationMode,
     pub draft_tokens: u32,
+    /// The draft model `SpeculationMode::Draft` drafts with.
+    pub draft_model: Option<&'a str>,
     /// A chat message to reply to (through the model's template), in
     /// place of the bench's fixed token ids.
     pub prompt_text: Option<&'a str>,
@@ -33,6 +35,7 @@ pub(crate) fn speculative_figures(
         max_new_tokens: (gen_tokens + 1).min(u32::MAX as usize) as u32,
         speculation,
         draft_tokens: run.draft_tokens,
+        draft_model: run.draft_model.map(str::to_string),
         ..ConversationSettings::default()
     };
     let ask = |speculation| match run.prompt_text {

@@ -102,13 +102,17 @@ enum Command {
         /// pass for all) and compare each one's speed with one alone.
         #[arg(long, default_value_t = 1)]
         concurrent: usize,
-        /// Also decode greedily with drafts (`auto` or `ngram`) and without,
-        /// and compare (the two replies must be the same tokens).
-        #[arg(long, value_parser = ["off", "auto", "ngram"])]
+        /// Also decode greedily with drafts (`auto`, `ngram`, or `draft`
+        /// with `--draft-model`) and without, and compare (the two replies
+        /// must be the same tokens).
+        #[arg(long, value_parser = ["off", "auto", "ngram", "draft"])]
         speculative: Option<String>,
         /// At most this many drafted tokens per pass (1 to 32).
         #[arg(long, default_value_t = 8)]
         draft_tokens: u32,
+        /// The draft model `--speculative draft` drafts with.
+        #[arg(long)]
+        draft_model: Option<PathBuf>,
         /// `--speculative` replies to this file's text as a chat message
         /// (through the model's template), not to the fixed token ids.
         #[arg(long)]
@@ -318,14 +322,18 @@ struct SamplingArgs {
     /// Stop when the text contains this string (repeatable).
     #[arg(long = "stop")]
     stop: Vec<String>,
-    /// Speculative decoding: drafts from the conversation checked several
-    /// per step (auto: while they are taken; ngram: always; off). The reply
-    /// is the same either way.
-    #[arg(long, default_value = "auto", value_parser = ["off", "auto", "ngram"])]
+    /// Speculative decoding: drafts checked several per step (auto: from
+    /// the conversation, while they are taken; ngram: from it always;
+    /// draft: by `--draft-model`; off). The reply is the same either way.
+    #[arg(long, default_value = "auto", value_parser = ["off", "auto", "ngram", "draft"])]
     speculation: String,
     /// At most this many drafted tokens per step.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=32))]
     draft_tokens: u32,
+    /// A smaller model with the same vocabulary that drafts the tokens
+    /// (`--speculation draft`, which naming one implies).
+    #[arg(long)]
+    draft_model: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -384,6 +392,7 @@ fn run(cli: Cli) -> CliResult {
             concurrent,
             speculative,
             draft_tokens,
+            draft_model,
             prompt_file,
             json,
         } => {
@@ -394,14 +403,21 @@ fn run(cli: Cli) -> CliResult {
             let mode = match speculative.as_deref() {
                 None | Some("off") => None,
                 Some("ngram") => Some(hearth_store::SpeculationMode::Ngram),
+                Some("draft") if draft_model.is_none() => return Err("--speculative draft needs --draft-model".into()),
+                Some("draft") => Some(hearth_store::SpeculationMode::Draft),
                 Some(_) => Some(hearth_store::SpeculationMode::Auto),
             };
             if !(1..=hearth_store::MAX_DRAFT_TOKENS).contains(&draft_tokens) {
                 return Err("--draft-tokens: between 1 and 32".into());
             }
+            let draft_model = draft_model
+                .map(|p| std::path::absolute(&p).map(|p| p.display().to_string()))
+                .transpose()
+                .map_err(|e| format!("--draft-model: {e}"))?;
             let speculative = mode.map(|mode| bench_speculative::SpeculativeRun {
                 mode,
                 draft_tokens,
+                draft_model: draft_model.as_deref(),
                 prompt_text: prompt_text.as_deref(),
             });
             bench::bench(&model, prompt_tokens, gen_tokens, repeats, batch, concurrent, speculative.as_ref(), json)?
@@ -534,11 +550,14 @@ fn settings(a: &SamplingArgs) -> ConversationSettings {
         max_new_tokens: a.max_tokens.min(u32::MAX as usize) as u32,
         stop_strings: a.stop.clone(),
         speculation: match a.speculation.as_str() {
+            _ if a.draft_model.is_some() => hearth_store::SpeculationMode::Draft,
             "off" => hearth_store::SpeculationMode::Off,
             "ngram" => hearth_store::SpeculationMode::Ngram,
+            "draft" => hearth_store::SpeculationMode::Draft,
             _ => hearth_store::SpeculationMode::Auto,
         },
         draft_tokens: a.draft_tokens,
+        draft_model: a.draft_model.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()).display().to_string()),
         ..d
     }
 }

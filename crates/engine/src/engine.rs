@@ -496,6 +496,7 @@ impl Engine {
             top_logprobs: 0,
             grammar: None,
             speculation: crate::Speculation::Off,
+            draft_model: None,
         }
     }
 

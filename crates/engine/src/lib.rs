@@ -7,6 +7,7 @@
 pub mod constraint;
 pub mod cpu;
 pub mod detok;
+pub mod draft_model;
 pub mod device;
 pub mod engine;
 pub mod error;
@@ -38,6 +39,7 @@ pub mod worker_pool;
 pub use candle_core::Device;
 pub use constraint::{Grammar, GrammarSpec, Grammars};
 pub use detok::StreamDecoder;
+pub use draft_model::DraftModel;
 pub use device::DeviceChoice;
 pub use engine::{Engine, PromptOptions, BUILD_ID};
 pub use error::{EngineError, Result};

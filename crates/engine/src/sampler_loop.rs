@@ -19,10 +19,12 @@ use std::time::{Duration, Instant};
 
 use crate::constraint::{Constraint, Grammar, Mask};
 use crate::detok::StreamDecoder;
+use crate::draft_model::DraftModel;
 use crate::error::Result;
 use crate::kv_cache::KvCache;
 use crate::model::Model;
 use crate::sampling::{sample, Rng, SamplingParams};
+use crate::session::Session;
 use crate::speculation::{Drafter, Speculation};
 use crate::tokenizer::Tokenizer;
 
@@ -73,6 +75,8 @@ pub struct GenerationConfig {
     /// Whether each step drafts tokens for its pass to verify
     /// (`speculation.rs`): never a different reply, only fewer passes.
     pub speculation: Speculation,
+    /// The model `Speculation::Draft` drafts with.
+    pub draft_model: Option<DraftModel>,
 }
 
 /// Where a sequence is. A turn's sequences exist once its prompt is read
@@ -107,6 +111,11 @@ pub struct Sequence {
     /// was rewound from (`take_pass`).
     refeed: Vec<u32>,
     drafter: Drafter,
+    /// The draft model's session (`Speculation::Draft`): its keys and
+    /// values of the history, which it drafts after.
+    draft: Option<Session>,
+    /// Why its draft model failed, until the turn reports it.
+    draft_failure: Option<String>,
     /// Cache length when sampling began: the prompt and earlier turns.
     pub(crate) init_cache_length: usize,
     /// The prompt's last logits, for step 0 (no forward pass).
@@ -159,7 +168,15 @@ impl Sequence {
     /// and `max_new_tokens` leave room for.
     /// Planned once per pass: a scheduler's `decode_inputs` plans it, and
     /// the turn's own step then keeps that plan.
-    pub(crate) fn plan_pass(&mut self, mode: Speculation, prompt: &[u32], max_new_tokens: usize) {
+    /// A draft model that fails drafts nothing, and the turn's step then
+    /// reports its error (`take_draft_failure`).
+    pub(crate) fn plan_pass(
+        &mut self,
+        mode: Speculation,
+        draft_model: Option<&DraftModel>,
+        prompt: &[u32],
+        max_new_tokens: usize,
+    ) {
         if !self.feed.is_empty() {
             return;
         }
@@ -175,7 +192,19 @@ impl Sequence {
         let spare = if recurrent { 2 } else { 1 };
         let room = (self.cache.max_len().saturating_sub(self.cache.len() + spare))
             .min(max_new_tokens.saturating_sub(self.generated.len() + 1));
-        let draft = self.drafter.propose(mode, (prompt, &self.generated), room, recurrent);
+        let draft = match (mode, draft_model, &mut self.draft) {
+            (Speculation::Draft { max_draft }, Some(model), Some(session)) => {
+                let history = (prompt, self.generated.as_slice());
+                let draft_with = |history: &[u32], k| model.propose(session, history, k);
+                let cost = (recurrent, model.cost());
+                self.drafter.propose_with_model(history, max_draft.min(room), cost, draft_with).unwrap_or_else(|e| {
+                    self.draft = None;
+                    self.draft_failure = Some(e.to_string());
+                    Vec::new()
+                })
+            }
+            _ => self.drafter.propose(mode, (prompt, &self.generated), room, recurrent),
+        };
         self.feed.extend(draft);
     }
 
@@ -188,6 +217,26 @@ impl Sequence {
         }
         let slot = self.constraint.as_mut().map(|constraint| MaskSlot { constraint, out: &mut self.precomputed });
         (&self.feed, &mut self.cache, slot)
+    }
+
+    /// Drafts with `draft`, whose `session` first reads what it lacks of
+    /// the prompt. A failure is reported by the next step.
+    pub(crate) fn begin_draft(&mut self, draft: &DraftModel, mut session: Session, prompt: &[u32]) {
+        match session.prefill(draft.engine().model(), prompt) {
+            Ok(_) => self.draft = Some(session),
+            Err(e) => self.draft_failure = Some(e.to_string()),
+        }
+    }
+
+    /// Its draft model's session, to keep with the conversation's.
+    pub(crate) fn take_draft(&mut self) -> Option<Session> {
+        self.draft.take()
+    }
+
+    /// The error its draft model failed with, once.
+    pub(crate) fn take_draft_failure(&mut self) -> Option<crate::EngineError> {
+        let why = self.draft_failure.take()?;
+        Some(crate::EngineError::setting("draft_model", format!("the draft model failed: {why}")))
     }
 
     /// Tokens its recurrent cache must read again, now (see `take_pass`).
@@ -255,6 +304,9 @@ impl Sampler {
         if config.stop_strings.iter().any(String::is_empty) {
             return Err(crate::EngineError::setting("stop_strings", "a stop string is empty"));
         }
+        if matches!(config.speculation, Speculation::Draft { .. }) && config.draft_model.is_none() {
+            return Err(crate::EngineError::setting("draft_model", "drafting with a draft model needs one"));
+        }
         Ok(Self { config })
     }
 
@@ -285,6 +337,8 @@ impl Sampler {
             feed: Vec::new(),
             refeed: Vec::new(),
             drafter: Drafter::default(),
+            draft: None,
+            draft_failure: None,
             pending_logits: Some(prompt_logits),
             penalty_context: penalty_context[penalty_context.len().saturating_sub(window)..].to_vec(),
             text: TextState::default(),

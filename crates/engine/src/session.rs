@@ -4,6 +4,7 @@
 //! prefix with the new prompt is kept, the rest of the cache is truncated
 //! (the history was edited or regenerated), and only the remainder is prefilled.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::{EngineError, Result};
@@ -27,11 +28,21 @@ pub struct Session {
     /// which would batch it differently, move the last bits, and so change
     /// what the same seed samples.
     prefill_logits: Option<(usize, Arc<Vec<f32>>)>,
+    /// The draft model's own session for this conversation
+    /// (`draft_model.rs`), and the draft model's file: never part of what
+    /// this cache computes, only what lets the next turn draft at once.
+    draft: Option<(PathBuf, Box<Session>)>,
 }
 
 impl Session {
     pub fn new(model: &Model, max_len: usize) -> Self {
-        Self { cache: model.new_cache(max_len), tokens: Vec::new(), passes: Passes::default(), prefill_logits: None }
+        Self {
+            cache: model.new_cache(max_len),
+            tokens: Vec::new(),
+            passes: Passes::default(),
+            prefill_logits: None,
+            draft: None,
+        }
     }
 
     /// A session around a cache restored from disk, covering `tokens`,
@@ -45,7 +56,7 @@ impl Session {
                 tokens.len()
             )));
         }
-        Ok(Self { cache, tokens, passes, prefill_logits: None })
+        Ok(Self { cache, tokens, passes, prefill_logits: None, draft: None })
     }
 
     pub fn cache(&self) -> &KvCache {
@@ -60,6 +71,28 @@ impl Session {
     /// The forward passes that computed the cache.
     pub fn passes(&self) -> &Passes {
         &self.passes
+    }
+
+    /// The memory its cache holds, and its draft session's.
+    pub fn allocated_bytes(&self) -> usize {
+        self.cache.allocated_bytes() + self.draft.as_ref().map_or(0, |(_, d)| d.allocated_bytes())
+    }
+
+    /// The draft model's session kept with this one, and the draft model's file.
+    pub fn draft(&self) -> Option<(&Path, &Session)> {
+        self.draft.as_ref().map(|(path, s)| (path.as_path(), &**s))
+    }
+
+    /// Keeps `session`, the draft model `path`'s, with this one (a saved
+    /// one restored), in place of any other.
+    pub fn set_draft(&mut self, path: &Path, session: Session) {
+        self.draft = Some((path.to_path_buf(), Box::new(session)));
+    }
+
+    /// The draft session kept with this one, if it is draft model `path`'s;
+    /// another model's is dropped.
+    pub(crate) fn take_draft(&mut self, path: &Path) -> Option<Session> {
+        self.draft.take().filter(|(p, _)| p == path).map(|(_, s)| *s)
     }
 
     pub fn context_length(&self) -> usize {

@@ -31,6 +31,10 @@ pub enum Speculation {
     /// miss) while drafts are rejected outright: text that does not repeat
     /// its context costs next to nothing.
     Auto { max_draft: usize },
+    /// Draft up to `max_draft` tokens with a draft model
+    /// (`GenerationConfig::draft_model`, `draft_model.rs`), each its most
+    /// likely next token while it is confident of it.
+    Draft { max_draft: usize },
 }
 
 /// The longest draft a reply may ask for.
@@ -40,7 +44,7 @@ pub const MAX_DRAFT: usize = 32;
 pub const DEFAULT_DRAFT: usize = 8;
 
 impl Speculation {
-    /// The mode a setting names (`off`, `auto`, `ngram`), with at most
+    /// The mode a setting names (`off`, `auto`, `ngram`, `draft`), with at most
     /// `max_draft` tokens per draft (1 to [`MAX_DRAFT`]).
     pub fn parse(mode: &str, max_draft: usize) -> crate::Result<Self> {
         if !(1..=MAX_DRAFT).contains(&max_draft) {
@@ -53,18 +57,21 @@ impl Speculation {
             "off" => Ok(Self::Off),
             "auto" => Ok(Self::Auto { max_draft }),
             "ngram" => Ok(Self::Ngram { max_draft }),
-            other => {
-                Err(crate::EngineError::setting("speculation", format!("'{other}' is not one of off, auto, ngram")))
-            }
+            "draft" => Ok(Self::Draft { max_draft }),
+            other => Err(crate::EngineError::setting(
+                "speculation",
+                format!("'{other}' is not one of off, auto, ngram, draft"),
+            )),
         }
     }
 
-    /// The setting's name: `off`, `auto` or `ngram`.
+    /// The setting's name: `off`, `auto`, `ngram` or `draft`.
     pub fn mode(&self) -> &'static str {
         match self {
             Self::Off => "off",
             Self::Auto { .. } => "auto",
             Self::Ngram { .. } => "ngram",
+            Self::Draft { .. } => "draft",
         }
     }
 
@@ -75,6 +82,11 @@ impl Speculation {
 
 /// Matches longer than this count as this long: enough to rank them.
 const MAX_MATCH: usize = 32;
+
+/// The shortest earlier match whose continuation `Speculation::Draft`
+/// drafts without its draft model: text that copies its context (code
+/// edits, quotes) drafts for free.
+const LOOKUP_MATCH: usize = 4;
 
 /// `Auto`'s longest pause after drafts rejected outright, in steps.
 const MAX_PAUSE: u32 = 64;
@@ -111,6 +123,9 @@ pub(crate) struct Drafter {
     /// Whether the sequence's cache has a recurrent state, which reads a
     /// refused draft's kept rows again in a pass of their own.
     recurrent: bool,
+    /// What drafting one token costs, as a share of a step: a draft
+    /// model's step (`DraftModel::cost`); nothing for a lookup.
+    draft_cost: f64,
     /// Tokens drafted, and how many of them the sampler took.
     pub drafted: usize,
     pub accepted: usize,
@@ -129,7 +144,8 @@ impl Drafter {
     ) -> Vec<u32> {
         self.recurrent = recurrent;
         let (max, min_match) = match mode {
-            Speculation::Off => return Vec::new(),
+            // A draft model's drafts are the sequence's (`Sequence::plan_pass`).
+            Speculation::Off | Speculation::Draft { .. } => return Vec::new(),
             Speculation::Ngram { max_draft } => (max_draft, 1),
             Speculation::Auto { max_draft } => {
                 if self.pause > 0 {
@@ -150,9 +166,47 @@ impl Drafter {
         lookup(&history, max, min_match)
     }
 
+    /// A draft for `Speculation::Draft`: the continuation of an earlier
+    /// match of at least `LOOKUP_MATCH` tokens, which costs nothing to
+    /// draft; else, unless paused as `Auto` pauses, up to `max` tokens
+    /// from `draft_model` (given the history and how many to draft at
+    /// most), as many as its `draft_cost` a token (a share of a step) and
+    /// the recent acceptance make worth it. A draft model that drafts
+    /// nothing counts as a draft refused outright: its step cost as much.
+    pub(crate) fn propose_with_model(
+        &mut self,
+        (prompt, generated): (&[u32], &[u32]),
+        max: usize,
+        (recurrent, draft_cost): (bool, f64),
+        draft_model: impl FnOnce(&[u32], usize) -> crate::Result<Vec<u32>>,
+    ) -> crate::Result<Vec<u32>> {
+        (self.recurrent, self.draft_cost) = (recurrent, draft_cost);
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let mut history = Vec::with_capacity(prompt.len() + generated.len());
+        history.extend_from_slice(prompt);
+        history.extend_from_slice(generated);
+        let found = lookup(&history, max, LOOKUP_MATCH);
+        if found.len() > 1 {
+            return Ok(found);
+        }
+        if self.pause > 0 {
+            self.pause -= 1;
+            return Ok(Vec::new());
+        }
+        let k = self.auto_len(max).max(1);
+        let draft = draft_model(&history, k)?;
+        if draft.is_empty() {
+            self.record(Speculation::Draft { max_draft: max }, 0, 0);
+        }
+        Ok(draft)
+    }
+
     /// `Auto`'s draft length: with `a` the recent share of drafted
     /// positions taken, a draft of `k` gives `E = (1 − a^(k+1)) / (1 − a)`
-    /// tokens for a pass that costs `1 + ROW_COST · k` steps, and on a
+    /// tokens for a pass that costs `1 + ROW_COST · k` steps (plus a draft
+    /// model's `k` steps at `draft_cost` each), and on a
     /// recurrent cache, when a drafted token is refused (`1 − a^k`), a pass
     /// more for the kept rows (`1 + ROW_COST · (E − 1)`); the `k` up to
     /// `max` that gives the most per step, or 0 where none gains `MIN_GAIN`.
@@ -162,7 +216,7 @@ impl Drafter {
             let tokens = (1.0 - a.powi(k as i32 + 1)) / (1.0 - a);
             let refeed =
                 if self.recurrent { (1.0 - a.powi(k as i32)) * (1.0 + ROW_COST * (tokens - 1.0)) } else { 0.0 };
-            tokens / (1.0 + ROW_COST * k as f64 + refeed)
+            tokens / (1.0 + (ROW_COST + self.draft_cost) * k as f64 + refeed)
         };
         let best = (1..=max).max_by(|&x, &y| gain(x).total_cmp(&gain(y))).unwrap_or(0);
         if best > 0 && gain(best) >= MIN_GAIN {
@@ -177,7 +231,7 @@ impl Drafter {
     pub(crate) fn record(&mut self, mode: Speculation, drafted: usize, accepted: usize) {
         self.drafted += drafted;
         self.accepted += accepted;
-        let Speculation::Auto { max_draft } = mode else { return };
+        let (Speculation::Auto { max_draft } | Speculation::Draft { max_draft }) = mode else { return };
         let reached = accepted + usize::from(accepted < drafted);
         self.checked = self.checked * DECAY + reached as f64;
         self.taken = self.taken * DECAY + accepted as f64;
@@ -237,6 +291,32 @@ mod tests {
     }
 
     #[test]
+    fn a_draft_model_drafts_where_no_long_match_does_and_pauses_after_drafting_nothing() {
+        let mut d = Drafter::default();
+        let asked = std::cell::Cell::new(0);
+        let model = |tokens: Vec<u32>| {
+            let asked = &asked;
+            move |_: &[u32], k: usize| {
+                asked.set(asked.get() + 1);
+                Ok(tokens.into_iter().take(k).collect::<Vec<u32>>())
+            }
+        };
+        // A match of four tokens drafts its continuation, without the model.
+        let copying = [1, 2, 3, 4, 5, 6, 9, 1, 2, 3, 4];
+        assert_eq!(d.propose_with_model((&copying, &[]), 2, (false, 0.3), model(vec![7])).unwrap(), vec![5, 6]);
+        assert_eq!(asked.get(), 0);
+        // A shorter match asks the model, for as many as pay.
+        let fresh = [1, 2, 3, 4, 5, 6, 9, 3, 4];
+        assert_eq!(d.propose_with_model((&fresh, &[]), 8, (false, 0.3), model(vec![7, 8])).unwrap(), vec![7]);
+        assert_eq!(asked.get(), 1);
+        // A model that drafts nothing is a miss: the next step pauses.
+        assert!(d.propose_with_model((&fresh, &[]), 8, (false, 0.3), model(vec![])).unwrap().is_empty());
+        assert!(d.propose_with_model((&fresh, &[]), 8, (false, 0.3), model(vec![7])).unwrap().is_empty());
+        assert_eq!(asked.get(), 2, "paused: the model is not asked");
+        assert_eq!(d.propose_with_model((&fresh, &[]), 8, (false, 0.3), model(vec![7])).unwrap(), vec![7]);
+    }
+
+    #[test]
     fn auto_drafts_as_long_as_recent_acceptance_pays_and_pauses_longer_after_each_miss() {
         let mode = Speculation::Auto { max_draft: 8 };
         let mut d = Drafter::default();
@@ -273,6 +353,10 @@ mod tests {
         r.recurrent = true;
         assert!(r.auto_len(8) < attention, "{} against {attention}", r.auto_len(8));
         assert!(Speculation::parse("auto", 0).unwrap_err().to_string().contains("draft_tokens"));
+        // A draft model's steps cost: at the same evidence, its drafts are shorter.
+        let mut m = Drafter { taken: 7.0, checked: 10.0, ..Drafter::default() };
+        m.draft_cost = 0.4;
+        assert!(m.auto_len(8) < attention, "{} against {attention}", m.auto_len(8));
         assert!(Speculation::parse("fast", 4).is_err());
     }
 }

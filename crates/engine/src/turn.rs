@@ -184,6 +184,13 @@ impl Turn {
         self.sequences = vec![self.sampler.begin(cache, last, logits, &self.prompt, seed)];
         self.prompt_passes = self.session.passes().clone();
         self.speculation = if model.runs_graph() { Speculation::Off } else { self.sampler.config().speculation };
+        // The draft model's session of this conversation, if it kept one
+        // (another draft model's is dropped), else a new one, reads the
+        // prompt now, as part of reading it, before the variants fork.
+        if let (Speculation::Draft { .. }, Some(draft)) = (self.speculation, &self.sampler.config().draft_model) {
+            let kept = self.session.take_draft(draft.path());
+            self.sequences[0].begin_draft(draft, kept.unwrap_or_else(|| draft.new_session(max_len)), &self.prompt);
+        }
         self.fork_variants();
     }
 
@@ -325,10 +332,10 @@ impl Turn {
     /// running one's next pass (its last token, then any draft).
     fn plan_passes(&mut self) {
         let (sampler, prompt) = (&self.sampler, &self.prompt);
-        let max_new = sampler.config().max_new_tokens;
+        let (max_new, draft_model) = (sampler.config().max_new_tokens, sampler.config().draft_model.as_ref());
         for s in &mut self.sequences {
             if !sampler.check_stop(s) && s.needs_pass() {
-                s.plan_pass(self.speculation, prompt, max_new);
+                s.plan_pass(self.speculation, draft_model, prompt, max_new);
             }
         }
     }
@@ -348,6 +355,9 @@ impl Turn {
         // ones to step.
         if given.is_none() {
             self.plan_passes();
+        }
+        if let Some(e) = self.sequences.iter_mut().find_map(Sequence::take_draft_failure) {
+            return Err(e);
         }
         let live: Vec<usize> = (0..self.sequences.len()).filter(|&b| !self.sequences[b].is_done()).collect();
         if live.is_empty() {
@@ -516,7 +526,8 @@ impl Turn {
 
     /// A sequence's session: the prompt's tokens and passes, and each token
     /// it fed.
-    fn sequence_session(&self, seq: Sequence) -> Session {
+    fn sequence_session(&self, mut seq: Sequence) -> Session {
+        let draft = seq.take_draft();
         let fed = seq.fed();
         let generated = seq.tokens()[..fed].to_vec();
         let mut cache = seq.cache;
@@ -527,6 +538,12 @@ impl Turn {
         session.take_cache(cache);
         // Each sequence decodes in its own order (see `matmul_cols`).
         session.extend_decoded(&generated);
+        if let (Some(mut draft), Some(model)) = (draft, &self.sampler.config().draft_model) {
+            // Only what the conversation holds: refused drafts are dropped,
+            // so its saved copy grows as the conversation's does.
+            draft.truncate(session.tokens().len());
+            session.set_draft(model.path(), draft);
+        }
         session
     }
 }

@@ -79,7 +79,7 @@ impl Fields {
             },
             Some(_) => return Err(ApiError::field("seed", "must be a whole number")),
         };
-        let settings = ConversationSettings {
+        let mut settings = ConversationSettings {
             system_prompt: String::new(),
             temperature: self.number("temperature", 0.0..=max_temperature)?.unwrap_or(defaults.temperature),
             top_p: match self.number("top_p", 0.0..=1.0)? {
@@ -128,22 +128,33 @@ impl Fields {
                     "off" => SpeculationMode::Off,
                     "auto" => SpeculationMode::Auto,
                     "ngram" => SpeculationMode::Ngram,
-                    _ => return Err(ApiError::field("speculation", "must be off, auto or ngram")),
+                    "draft" => SpeculationMode::Draft,
+                    _ => return Err(ApiError::field("speculation", "must be off, auto, ngram or draft")),
                 },
                 Some(_) => return Err(ApiError::field("speculation", "must be a string")),
             },
             draft_tokens: self
                 .uint("draft_tokens", 1, MAX_DRAFT_TOKENS.into())?
                 .map_or(defaults.draft_tokens, |k| k as u32),
+            draft_model: defaults.draft_model.clone(),
         };
-        if self.has("draft_model") {
-            return Err(ApiError::field(
-                "draft_model",
-                "draft models are not supported yet; `speculation` drafts from the conversation itself",
-            ));
+        // A draft model: the path of a GGUF file on this machine. Naming
+        // one drafts with it unless `speculation` says otherwise.
+        match self.get("draft_model") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(path)) if std::path::Path::new(path).is_absolute() => {
+                settings.draft_model = Some(path.clone());
+                if !self.has("speculation") {
+                    settings.speculation = SpeculationMode::Draft;
+                }
+            }
+            Some(_) => return Err(ApiError::field("draft_model", "must be the absolute path of a GGUF file")),
         }
         if let Some(bad) = settings.validate().first() {
-            return Err(ApiError::field(&bad.field, bad.message.clone()));
+            // The settings' names are the UI's (`draftModel`); the API's are snake case.
+            let field: String =
+                bad.field.chars().flat_map(|c| [Some('_').filter(|_| c.is_uppercase()), Some(c.to_ascii_lowercase())]).flatten().collect();
+            return Err(ApiError::field(&field, bad.message.clone()));
         }
         Ok(settings)
     }

@@ -413,6 +413,8 @@ mod tests {
             (r#"{"messages":[{"role":"user","content":"hi"}],"speculation":"fast"}"#, "speculation"),
             (r#"{"messages":[{"role":"user","content":"hi"}],"draft_tokens":0}"#, "draft_tokens"),
             (r#"{"messages":[{"role":"user","content":"hi"}],"draft_model":"small.gguf"}"#, "draft_model"),
+            (r#"{"messages":[{"role":"user","content":"hi"}],"draft_model":7}"#, "draft_model"),
+            (r#"{"messages":[{"role":"user","content":"hi"}],"speculation":"draft"}"#, "draft_model"),
             (r#"{"messages":[]}"#, "messages"),
             (r#"{"model":"m"}"#, "messages"),
         ] {
@@ -442,6 +444,10 @@ mod tests {
         assert_eq!(s.stop_strings, vec!["\n".to_string()]);
         assert_eq!((s.speculation, s.draft_tokens), (hearth_store::SpeculationMode::Ngram, 12));
         assert_eq!((g.n, g.logprobs, g.stream, g.include_usage), (3, Some(4), true, true));
+        // Naming a draft model drafts with it.
+        let d = chat(r#"{"messages":[{"role":"user","content":"hi"}],"draft_model":"/models/small.gguf"}"#).unwrap();
+        let s = &d.settings;
+        assert_eq!((s.speculation, s.draft_model.as_deref()), (hearth_store::SpeculationMode::Draft, Some("/models/small.gguf")));
         let c = Generation::completion(br#"{"prompt":"Once","max_tokens":5,"logprobs":2}"#).unwrap();
         assert_eq!((c.raw_prompt.as_deref(), c.settings.max_new_tokens, c.logprobs), (Some("Once"), 5, Some(2)));
     }

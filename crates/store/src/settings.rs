@@ -41,6 +41,9 @@ pub struct ConversationSettings {
     pub speculation: SpeculationMode,
     /// At most this many drafted tokens per pass (1 to 32).
     pub draft_tokens: u32,
+    /// The GGUF file `SpeculationMode::Draft` drafts with: a smaller model
+    /// with the same vocabulary as the chat's.
+    pub draft_model: Option<String>,
 }
 
 /// How a chat's replies draft tokens to verify in one pass.
@@ -57,6 +60,8 @@ pub enum SpeculationMode {
     Auto,
     /// Drafts from the conversation's own text whenever it offers one.
     Ngram,
+    /// Drafts with a draft model (`draft_model`).
+    Draft,
 }
 
 impl SpeculationMode {
@@ -66,6 +71,7 @@ impl SpeculationMode {
             Self::Off => "off",
             Self::Auto => "auto",
             Self::Ngram => "ngram",
+            Self::Draft => "draft",
         }
     }
 }
@@ -140,6 +146,7 @@ impl Default for ConversationSettings {
             tool_use: ToolUse::Auto,
             speculation: SpeculationMode::Auto,
             draft_tokens: 8,
+            draft_model: None,
         }
     }
 }
@@ -218,6 +225,9 @@ impl ConversationSettings {
         check(self.context_length == 0 || (16..=MAX_CONTEXT).contains(&self.context_length), "contextLength");
         check(self.system_prompt.len() <= 1 << 20, "systemPrompt");
         check((1..=MAX_DRAFT_TOKENS).contains(&self.draft_tokens), "draftTokens");
+        let draft_model = self.draft_model.as_deref().map(str::trim);
+        check(draft_model.is_none_or(|p| !p.is_empty() && p.len() <= 4096), "draftModel");
+        check(self.speculation != SpeculationMode::Draft || draft_model.is_some(), "draftModel");
         let unique: std::collections::HashSet<&String> = self.tool_servers.iter().collect();
         check(
             self.tool_servers.len() <= MAX_TOOL_SERVERS
@@ -237,7 +247,8 @@ fn message(field: &str) -> &'static str {
         "topK" => "must be a whole number between 0 (off) and 100000",
         "topP" => "must be above 0 and at most 1",
         "draftTokens" => "must be a whole number between 1 and 32",
-        "speculation" => "must be off, auto or ngram",
+        "speculation" => "must be off, auto, ngram or draft",
+        "draftModel" => "must be the path of a model file when drafting with a draft model",
         "minP" => "must be at least 0 and below 1",
         "repeatPenalty" => "must be above 0 and at most 10 (1 is off)",
         "penaltyWindow" => "must be a whole number between 0 and 1000000",
@@ -299,6 +310,15 @@ mod tests {
                 "draftTokens"
             ]
         );
+        // Drafting with a draft model needs one; a path, if given, is not blank.
+        let draft = |speculation, draft_model: Option<&str>| {
+            let s = ConversationSettings { speculation, draft_model: draft_model.map(Into::into), ..Default::default() };
+            s.validate().into_iter().map(|e| e.field).collect::<Vec<_>>()
+        };
+        assert_eq!(draft(SpeculationMode::Draft, None), ["draftModel"]);
+        assert_eq!(draft(SpeculationMode::Auto, Some("  ")), ["draftModel"]);
+        assert!(draft(SpeculationMode::Draft, Some("/models/small.gguf")).is_empty());
+        assert!(draft(SpeculationMode::Off, None).is_empty());
     }
 
     #[test]

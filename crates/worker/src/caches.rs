@@ -38,6 +38,9 @@ const MIN_SHARED_TO_CLONE: usize = 64;
 const MAX_REQUEST_CACHES: usize = 16;
 const REQUEST_SHARE_OF_BUDGET: usize = 2;
 
+/// What a draft session's file name adds to its conversation's id.
+const DRAFT_SUFFIX: &str = ".draft";
+
 /// The worker thread's caches, one main cache per conversation.
 pub(super) struct Caches {
     shared: Arc<Shared>,
@@ -51,6 +54,9 @@ pub(super) struct Caches {
     /// The tokens each conversation's cache file holds, and the passes that
     /// computed them, as written by this process.
     saved: HashMap<i64, (Vec<u32>, Passes)>,
+    /// The tokens each conversation's draft-session file holds, as written
+    /// or read by this process.
+    saved_drafts: HashMap<i64, Vec<u32>>,
     /// Caches of other versions of each conversation.
     alternates: HashMap<i64, Vec<Session>>,
     /// A conversation whose cache to save once its reply has been reported.
@@ -72,6 +78,7 @@ impl Caches {
             disk_reserve: config.disk_reserve_bytes,
             append_pause: config.test_hooks.append_pause,
             saved: HashMap::new(),
+            saved_drafts: HashMap::new(),
             alternates: HashMap::new(),
             pending_save: None,
             next_request_key: -1,
@@ -82,11 +89,25 @@ impl Caches {
     /// The cache to continue `conversation_id` from for `prompt`: the one in
     /// memory, else the saved one, whichever version shares most of the
     /// prompt. The caller runs the turn on it and gives it back with `put`.
-    pub fn take(&mut self, engine: &Engine, conversation_id: i64, prompt: &[u32], context: usize) -> Option<Session> {
+    /// `draft`: the draft model the turn drafts with, whose saved session
+    /// is restored with the conversation's.
+    pub fn take(
+        &mut self,
+        engine: &Engine,
+        conversation_id: i64,
+        prompt: &[u32],
+        context: usize,
+        draft: Option<&Engine>,
+    ) -> Option<Session> {
         let mut entry =
             self.sessions.remove(&conversation_id).filter(|(s, _)| s.context_length() == context).map(|(s, _)| s);
         if entry.is_none() {
             entry = self.restore(engine, conversation_id, context);
+        }
+        if let (Some(session), Some(draft)) = (&mut entry, draft) {
+            if session.draft().is_none_or(|(path, _)| path != draft.path()) {
+                self.restore_draft(draft, conversation_id, context, session);
+            }
         }
         self.pick_branch(conversation_id, &mut entry, prompt, context);
         entry
@@ -147,10 +168,11 @@ impl Caches {
         job: &super::ReplyJob,
         prompt: &[u32],
         context: usize,
+        draft: Option<&Engine>,
     ) -> (i64, Option<Session>) {
         match job.request {
             Some(_) => self.take_request(prompt, context),
-            None => (job.conversation_id, self.take(engine, job.conversation_id, prompt, context)),
+            None => (job.conversation_id, self.take(engine, job.conversation_id, prompt, context, draft)),
         }
     }
 
@@ -183,6 +205,7 @@ impl Caches {
         self.sessions.clear();
         self.alternates.clear();
         self.saved.clear();
+        self.saved_drafts.clear();
         self.pending_save = None;
         self.publish_resident();
     }
@@ -203,7 +226,8 @@ impl Caches {
         if self.pending_save.is_some_and(|(c, _)| c == conversation_id) {
             self.pending_save = None;
         }
-        if let Some(path) = self.cache_path(conversation_id) {
+        self.saved_drafts.remove(&conversation_id);
+        for path in [self.cache_path(conversation_id), self.draft_path(conversation_id)].into_iter().flatten() {
             let _ = std::fs::remove_file(path);
         }
         self.publish_resident();
@@ -253,11 +277,17 @@ impl Caches {
         self.publish_resident();
     }
 
-    /// Saves the cache of the turn that just finished (see `put`).
-    pub fn save_pending(&mut self, engine: &Engine) {
+    /// Saves the cache of the turn that just finished (see `put`), and its
+    /// draft session where it is `draft`'s.
+    pub fn save_pending(&mut self, engine: &Engine, draft: Option<&Engine>) {
         if let Some((conversation, context)) = self.pending_save.take() {
             if let Some((session, tick)) = self.sessions.remove(&conversation) {
                 self.save(engine, conversation, &session, context);
+                if let (Some(draft), Some((path, kept))) = (draft, session.draft()) {
+                    if path == draft.path() && self.saved.contains_key(&conversation) {
+                        self.save_draft(draft, conversation, kept, context);
+                    }
+                }
                 self.sessions.insert(conversation, (session, tick));
             }
         }
@@ -275,7 +305,7 @@ impl Caches {
             .map(|(k, (s, tick))| {
                 let cache = RequestCache {
                     tokens: s.tokens().len() as u32,
-                    bytes: s.cache().allocated_bytes() as u64,
+                    bytes: s.allocated_bytes() as u64,
                     last_used_ms: self.request_used_ms.get(k).copied().unwrap_or(0),
                 };
                 (*tick, cache)
@@ -288,6 +318,62 @@ impl Caches {
 
     fn cache_path(&self, conversation_id: i64) -> Option<PathBuf> {
         self.dir.as_ref().map(|d| d.join(format!("{conversation_id}.session")))
+    }
+
+    /// Where a conversation's draft session is saved: beside its cache, and
+    /// under the same disk budget.
+    fn draft_path(&self, conversation_id: i64) -> Option<PathBuf> {
+        self.dir.as_ref().map(|d| d.join(format!("{conversation_id}{DRAFT_SUFFIX}.session")))
+    }
+
+    /// Keeps the conversation's saved draft session, if it is `draft`'s and
+    /// of this context length, with `session`; anything else is deleted (the
+    /// draft model then reads the history again, which changes no reply).
+    fn restore_draft(&mut self, draft: &Engine, conversation_id: i64, context: usize, session: &mut Session) {
+        let Some(path) = self.draft_path(conversation_id).filter(|p| p.exists()) else { return };
+        let restored =
+            draft.cache_identity(context).and_then(|id| hearth_engine::session_file::read(&path, &id, draft.model()));
+        match restored {
+            Ok(r) => {
+                let tokens = r.session.tokens().to_vec();
+                session.set_draft(draft.path(), r.session);
+                match r.complete {
+                    true => self.saved_drafts.insert(conversation_id, tokens),
+                    false => self.saved_drafts.remove(&conversation_id),
+                };
+            }
+            Err(e) => {
+                tracing::info!("discarding the draft cache of conversation {conversation_id}: {e}");
+                let _ = std::fs::remove_file(&path);
+                self.saved_drafts.remove(&conversation_id);
+            }
+        }
+    }
+
+    /// Saves a conversation's draft session: appended to its file where the
+    /// file holds the start of it, else written whole.
+    fn save_draft(&mut self, draft: &Engine, conversation_id: i64, session: &Session, context: usize) {
+        let Some(path) = self.draft_path(conversation_id) else { return };
+        let shared = self.shared.clone();
+        let _files = crate::locks::lock(&shared.cache_files);
+        let tokens = session.tokens();
+        let prev = self.saved_drafts.get(&conversation_id).filter(|p| path.exists() && tokens.starts_with(p));
+        let result = match prev {
+            Some(p) if p.len() == tokens.len() => Ok(()),
+            Some(p) => hearth_engine::session_file::append(&path, session, p.len()),
+            None => draft.cache_identity(context).and_then(|id| hearth_engine::session_file::write(&path, &id, session)),
+        };
+        match result {
+            Ok(()) => {
+                self.saved_drafts.insert(conversation_id, tokens.to_vec());
+                self.enforce_disk_budget();
+            }
+            Err(e) => {
+                tracing::warn!("cannot save the draft cache of conversation {conversation_id}: {e}");
+                let _ = std::fs::remove_file(&path);
+                self.saved_drafts.remove(&conversation_id);
+            }
+        }
     }
 
     /// The conversation's saved cache, if there is one made with this model
@@ -397,7 +483,7 @@ impl Caches {
         // API clients' caches within their count and share, oldest first.
         loop {
             let requests = self.sessions.iter().filter(|(k, _)| **k < 0);
-            let (count, bytes) = requests.fold((0, 0), |(n, b), (_, (s, _))| (n + 1, b + s.cache().allocated_bytes()));
+            let (count, bytes) = requests.fold((0, 0), |(n, b), (_, (s, _))| (n + 1, b + s.allocated_bytes()));
             if count <= 1 || (count <= MAX_REQUEST_CACHES && bytes <= budget / REQUEST_SHARE_OF_BUDGET) {
                 break;
             }
@@ -407,8 +493,8 @@ impl Caches {
             }
         }
         let sum = |w: &Caches| -> usize {
-            w.sessions.values().map(|(s, _)| s.cache().allocated_bytes()).sum::<usize>()
-                + w.alternates.values().flatten().map(|s| s.cache().allocated_bytes()).sum::<usize>()
+            w.sessions.values().map(|(s, _)| s.allocated_bytes()).sum::<usize>()
+                + w.alternates.values().flatten().map(|s| s.allocated_bytes()).sum::<usize>()
         };
         // Other versions go first, oldest conversation first.
         while sum(self) > budget {
@@ -426,7 +512,7 @@ impl Caches {
             }
         }
         loop {
-            let used: usize = self.sessions.values().map(|(s, _)| s.cache().allocated_bytes()).sum();
+            let used: usize = self.sessions.values().map(|(s, _)| s.allocated_bytes()).sum();
             if used <= budget || self.sessions.len() <= 1 {
                 break;
             }
@@ -463,8 +549,10 @@ impl Caches {
                 break;
             }
             let _ = std::fs::remove_file(&path);
-            let id = path.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse::<i64>().ok());
-            if let Some(id) = id {
+            let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+            if let Some(id) = stem.strip_suffix(DRAFT_SUFFIX).and_then(|s| s.parse::<i64>().ok()) {
+                self.saved_drafts.remove(&id);
+            } else if let Ok(id) = stem.parse::<i64>() {
                 self.saved.remove(&id);
             }
             total -= len;

@@ -35,6 +35,7 @@ pub mod priority;
 mod budgets;
 mod caches;
 mod chat_reply;
+mod draft_models;
 mod job;
 mod locks;
 mod remote;
@@ -113,6 +114,7 @@ impl Worker {
                     on_status,
                     engine: None,
                     caches,
+                    drafts: Default::default(),
                     stop_hashing: Arc::default(),
                     config: thread_config,
                 }

@@ -93,7 +93,7 @@ impl WorkerThread {
         let (mut config, _) = generation_config(&engine, &settings);
         config.sampling.seed = record.seed as u64 + record.variant as u64;
 
-        let original = self.caches.take(&engine, job.conversation_id, &prompt, context);
+        let original = self.caches.take(&engine, job.conversation_id, &prompt, context, None);
         // A copy: the conversation's own cache stays as it was.
         let session = original.clone().unwrap_or_else(|| engine.new_session(Some(context)));
         let turn = match session.into_replay_turn(prompt.clone(), &passes, config) {

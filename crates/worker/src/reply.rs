@@ -87,7 +87,7 @@ impl WorkerThread {
                 // Saved before the reply is reported done, so an app closed
                 // right after still finds its cache.
                 if let Some(engine) = self.engine.clone() {
-                    self.caches.save_pending(&engine);
+                    self.caches.save_pending(&engine, self.drafts.engine());
                 }
                 let calls_run = match (&job.tool_round, saved.is_ok() && !calls.is_empty()) {
                     (Some(round), true) => Some(PendingCalls::mark_busy(&self.shared, &self.store, job, round, cancel)),

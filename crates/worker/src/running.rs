@@ -188,15 +188,25 @@ impl WorkerThread {
         (job.events)(GenerationEvent::Started { reply_id: job.reply_id });
         self.config.test_hooks.panic_if(job.messages.last().map_or("", |m| m.content.as_str()));
         let Prompt { ids: prompt, context, dropped, reply_start } = prompt_ids(&engine, job, &job.settings)?;
-        let (cache_key, session) = self.caches.take_for(&engine, job, &prompt, context);
-        let session = session.unwrap_or_else(|| engine.new_session(Some(context)));
-        let (config, seed) = match job_config(&engine, job) {
-            Ok(c) => c,
-            Err(e) => {
-                self.caches.put(cache_key, session, context, false);
-                return Err(e);
+        let (mut config, seed) = job_config(&engine, job)?;
+        // A draft model is opened and checked before any cache is taken:
+        // one that cannot draft fails the reply with the reason, and the
+        // conversation keeps its cache.
+        if let (hearth_engine::Speculation::Draft { .. }, Some(path)) =
+            (config.speculation, job.settings.draft_model.as_deref())
+        {
+            // The graph pass (a GPU's) drafts nothing (`Turn::begin_sampling`).
+            match engine.model().runs_graph() {
+                true => config.speculation = hearth_engine::Speculation::Off,
+                false => {
+                    let hashing = self.config.hash_model_files.then_some(&self.store);
+                    config.draft_model = Some(self.drafts.get(&engine, path, hashing)?);
+                }
             }
-        };
+        }
+        let draft_engine = config.draft_model.as_ref().map(|d| &**d.engine());
+        let (cache_key, session) = self.caches.take_for(&engine, job, &prompt, context, draft_engine);
+        let session = session.unwrap_or_else(|| engine.new_session(Some(context)));
         match session.into_turn(engine.model(), prompt.clone(), config) {
             Ok(mut turn) => {
                 turn.set_variants(1 + job.variant_ids.len()).expect("a turn that has not sampled takes variants");
@@ -457,7 +467,7 @@ impl WorkerThread {
         }
         r.active = None;
         if let Some(engine) = self.engine.clone() {
-            self.caches.save_pending(&engine);
+            self.caches.save_pending(&engine, self.drafts.engine());
         }
         (r.job.events)(match result {
             Ok(()) => GenerationEvent::Replayed { outcome: replay.outcome },

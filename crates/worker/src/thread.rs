@@ -34,6 +34,8 @@ pub(crate) struct WorkerThread {
     pub(crate) on_status: StatusSink,
     pub(crate) engine: Option<Arc<Engine>>,
     pub(crate) caches: Caches,
+    /// The draft model replies draft with, once one names it.
+    pub(crate) drafts: crate::draft_models::DraftModels,
     /// Tells the thread hashing the loaded model's file to give up.
     pub(crate) stop_hashing: Arc<AtomicBool>,
     pub(crate) config: WorkerConfig,

@@ -215,6 +215,7 @@ describe('reply stats', () => {
     expect(shown).toMatchObject({ drafted: '60', accepted: '45' });
     expect(statsText({ mode: 'ngram', draftTokens: 4, drafted: 3, accepted: 2 }).text).toContain('drafts: 2 of 3 taken (67%)');
     expect(statsText({ mode: 'ngram', draftTokens: 4, drafted: 7, accepted: 0 }).text).toContain('drafts: 0 of 7 taken (0%)');
+    expect(statsText({ mode: 'draft', draftTokens: 8, drafted: 40, accepted: 30 }).text).toContain('drafts: 30 of 40 taken (75%)');
   });
 
   it('says nothing of drafts where none ran or none were drafted', () => {

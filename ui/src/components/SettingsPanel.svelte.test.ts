@@ -1,5 +1,6 @@
 // The thinking switch shows only for a model whose template has one; the
-// speculation settings are sent like the others, with their errors beside them.
+// speculation settings (a draft model among them) are sent like the others,
+// with their errors beside them.
 import { clearMocks, mockIPC } from '@tauri-apps/api/mocks';
 import { flushSync, mount, unmount } from 'svelte';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -10,7 +11,7 @@ import SettingsPanel from './SettingsPanel.svelte';
 const settings: ConversationSettings = {
   systemPrompt: '', temperature: 0.7, topK: 40, topP: 0.95, minP: 0.05, repeatPenalty: 1, penaltyWindow: 64,
   maxNewTokens: 512, seed: null, stopStrings: [], contextLength: 0, overflow: 'stopAtLimit', thinking: true,
-  reasoningEffort: 'medium', toolServers: [], toolUse: 'auto', speculation: 'auto', draftTokens: 8,
+  reasoningEffort: 'medium', toolServers: [], toolUse: 'auto', speculation: 'auto', draftTokens: 8, draftModel: null,
 };
 const ready = { state: 'ready', path: '/q.gguf', name: 'Qwen3', architecture: 'qwen3', contextLength: 4096, device: 'cpu' } as const;
 
@@ -111,13 +112,15 @@ describe('SettingsPanel', () => {
     const select = target.querySelector<HTMLSelectElement>('[data-testid=setting-speculation]')!;
     expect(select.value).toBe('auto');
     expect([...select.options].map((o) => [o.value, o.textContent])).toEqual([
-      ['off', 'Off'], ['auto', 'Auto (backs off when drafts miss)'], ['ngram', 'Always draft (n-gram)'],
+      ['off', 'Off'], ['auto', 'Auto (backs off when drafts miss)'], ['ngram', 'Always draft (n-gram)'], ['draft', 'Draft model'],
     ]);
     expect(select.closest('label')!.textContent).toContain('Speculative decoding');
     expect(target.querySelector('[data-testid=speculation-help]')!.textContent).toContain('the reply is the same, only faster');
     const draft = target.querySelector<HTMLInputElement>('[data-testid=setting-draftTokens]')!;
     expect(draft.value).toBe('8');
     expect(draft.title).toBe('Most drafted tokens checked per step.');
+    // The draft model is asked for only when drafting with one.
+    expect(target.querySelector('[data-testid=setting-draftModel]')).toBeNull();
 
     select.value = 'ngram';
     select.dispatchEvent(new Event('change', { bubbles: true }));
@@ -134,6 +137,100 @@ describe('SettingsPanel', () => {
     select.dispatchEvent(new Event('change', { bubbles: true }));
     await new Promise((r) => setTimeout(r, 20));
     expect(saved[saved.length - 1]).toEqual({ ...settings, speculation: 'off', draftTokens: 16 });
+    unmount(view);
+    target.remove();
+  });
+
+  it('drafts with a model from the library, with its error beside it', async () => {
+    const saved: ConversationSettings[] = [];
+    let libraryReads = 0;
+    const library = [
+      { path: '/models/qwen3-0.6b.gguf', name: 'Qwen3 0.6B' },
+      { path: '/models/qwen3-8b.gguf', name: 'Qwen3 8B' },
+    ].map((m) => ({ ...m, sizeBytes: 1, lastOpenedAt: 0, exists: true, source: null, facts: null, error: null }));
+    mockIPC((cmd, args) => {
+      if (cmd === 'models_library') {
+        libraryReads++;
+        return library;
+      }
+      const s = (args as { settings: ConversationSettings }).settings;
+      if (cmd === 'settings_validate') {
+        return s.speculation === 'draft' && !s.draftModel
+          ? [{ field: 'draftModel', message: 'must be the path of a model file when drafting with a draft model' }]
+          : [];
+      }
+      if (cmd === 'settings_set') {
+        saved.push(s);
+        return null;
+      }
+      throw new Error(`unexpected ${cmd}`);
+    });
+    app.activeId = 1;
+    app.settings.show(1, settings);
+    app.models.status = { ...ready, reasoning: null };
+    app.models.library = null;
+    const target = document.createElement('div');
+    document.body.append(target);
+    const view = mount(SettingsPanel, { target });
+    flushSync();
+    const model = () => target.querySelector<HTMLSelectElement>('[data-testid=setting-draftModel]');
+    const error = () => target.querySelector('[data-testid=error-draftModel]')?.textContent ?? null;
+    expect(model()).toBeNull();
+    expect(libraryReads).toBe(0);
+
+    const select = target.querySelector<HTMLSelectElement>('[data-testid=setting-speculation]')!;
+    select.value = 'draft';
+    select.dispatchEvent(new Event('change', { bubbles: true }));
+    await new Promise((r) => setTimeout(r, 20));
+    flushSync();
+    expect(app.error).toBeNull();
+    expect(libraryReads).toBe(1);
+    expect(model()!.closest('label')!.textContent).toContain('Draft model');
+    expect([...model()!.options].map((o) => [o.value, o.textContent])).toEqual([
+      ['', 'Choose a model…'], ['/models/qwen3-0.6b.gguf', 'Qwen3 0.6B'], ['/models/qwen3-8b.gguf', 'Qwen3 8B'],
+    ]);
+    expect(model()!.value).toBe('');
+    // No model yet: refused, with the reason beside the field.
+    expect(error()).toBe('Draft model must be the path of a model file when drafting with a draft model');
+    expect(model()!.closest('label')!.classList.contains('invalid')).toBe(true);
+    expect(saved).toEqual([]);
+
+    model()!.value = '/models/qwen3-0.6b.gguf';
+    model()!.dispatchEvent(new Event('change', { bubbles: true }));
+    await new Promise((r) => setTimeout(r, 20));
+    flushSync();
+    expect(error()).toBeNull();
+    expect(model()!.closest('label')!.classList.contains('invalid')).toBe(false);
+    expect(saved).toEqual([{ ...settings, speculation: 'draft', draftModel: '/models/qwen3-0.6b.gguf' }]);
+
+    // Back to "Choose a model…": no model again.
+    model()!.value = '';
+    model()!.dispatchEvent(new Event('change', { bubbles: true }));
+    await new Promise((r) => setTimeout(r, 20));
+    flushSync();
+    expect(app.activeSettings?.draftModel).toBeNull();
+    expect(error()).toBe('Draft model must be the path of a model file when drafting with a draft model');
+    expect(saved).toHaveLength(1);
+    unmount(view);
+    target.remove();
+  });
+
+  it('keeps a draft model that is no longer in the library', () => {
+    mockIPC((cmd) => {
+      if (cmd === 'models_library') return [];
+      throw new Error(`unexpected ${cmd}`);
+    });
+    app.activeId = 1;
+    app.settings.show(1, { ...settings, speculation: 'draft', draftModel: '/gone/tiny-draft.gguf' });
+    app.models.status = { ...ready, reasoning: null };
+    app.models.library = [];
+    const target = document.createElement('div');
+    document.body.append(target);
+    const view = mount(SettingsPanel, { target });
+    flushSync();
+    const model = target.querySelector<HTMLSelectElement>('[data-testid=setting-draftModel]')!;
+    expect([...model.options].map((o) => [o.value, o.textContent])).toEqual([['', 'Choose a model…'], ['/gone/tiny-draft.gguf', 'tiny-draft']]);
+    expect(model.value).toBe('/gone/tiny-draft.gguf');
     unmount(view);
     target.remove();
   });

@@ -9,7 +9,7 @@ import type { ThreadMessage } from './bindings/ThreadMessage';
 
 const defaults: ConversationSettings = {
   systemPrompt: '', temperature: 0.7, topK: 40, topP: 0.95, minP: 0.05, repeatPenalty: 1, penaltyWindow: 64,
-  maxNewTokens: 512, seed: null, stopStrings: [], contextLength: 0, overflow: 'stopAtLimit', thinking: true, reasoningEffort: 'medium', toolServers: [], toolUse: 'auto', speculation: 'auto', draftTokens: 8,
+  maxNewTokens: 512, seed: null, stopStrings: [], contextLength: 0, overflow: 'stopAtLimit', thinking: true, reasoningEffort: 'medium', toolServers: [], toolUse: 'auto', speculation: 'auto', draftTokens: 8, draftModel: null,
 };
 
 /** A fake shell: conversations in memory; chat_send streams through the channel. */

@@ -45,3 +45,95 @@ fn two_conversations_drafting_in_shared_passes_write_what_each_writes_alone_with
     }
     assert!(accepted > 0, "replies that copy their prompt take drafts");
 }
+
+/// The session file a conversation's draft model's keys and values are
+/// saved in, read back: the tokens of the pass that began at position 0
+/// (how much of the conversation it first read in one go).
+fn draft_first_read(dir: &std::path::Path, conversation: i64, draft: &std::path::Path, context: usize) -> u32 {
+    let engine = hearth_engine::Engine::open(draft).unwrap();
+    engine.hash_file(&|| false).unwrap();
+    let file = dir.join("caches").join(format!("{conversation}.draft.session"));
+    let identity = engine.cache_identity(context).unwrap();
+    let restored = hearth_engine::session_file::read(&file, &identity, engine.model()).unwrap();
+    assert!(restored.complete);
+    let first = restored.session.passes().each().find(|&(start, _, _)| start == 0);
+    first.map_or(0, |(_, _, kept)| kept)
+}
+
+#[test]
+fn a_draft_model_drafts_replies_its_cache_is_saved_and_restored_and_one_that_cannot_draft_is_refused() {
+    let (dir, store, worker) = start();
+    let default = hearth_engine::paths::default_model_path(|k| std::env::var_os(k));
+    // The default model's weights in another file: a draft model that
+    // agrees with the model on every token.
+    let draft = dir.path().join("draft.gguf");
+    std::fs::copy(&default, &draft).unwrap();
+    let drafting = ConversationSettings {
+        speculation: SpeculationMode::Draft,
+        draft_model: Some(draft.display().to_string()),
+        context_length: 1024,
+        ..settings(SpeculationMode::Draft)
+    };
+    let plain = ConversationSettings { context_length: 1024, ..settings(SpeculationMode::Off) };
+    let ask = "Write the numbers from one to twenty in words, separated by commas.";
+    let first_turn = |settings: &ConversationSettings| {
+        let c = store.create_conversation().unwrap();
+        let r = reply_row(&store, c.id, ask);
+        let (j, rx) = job(c.id, r, vec![ChatMessage::user(ask)], settings.clone());
+        worker.enqueue(j).unwrap();
+        let (reason, stats) = finished(&collect(&rx));
+        (c.id, r, reason, stats)
+    };
+    let tokens = |s: &hearth_store::ReplyStats| s.replay.as_ref().unwrap().tokens.clone();
+    let (_, _, plain_reason, plain_stats) = first_turn(&plain);
+    let (c, r, reason, stats) = first_turn(&drafting);
+    assert_eq!((&reason, tokens(&stats)), (&plain_reason, tokens(&plain_stats)), "the plain reply's tokens");
+    let drafts = stats.drafts.expect("a drafting reply reports its drafts");
+    assert_eq!(drafts.mode, SpeculationMode::Draft);
+    assert!(drafts.accepted > 0 && drafts.accepted <= drafts.drafted, "{drafts:?}");
+    assert!(worker.wait_idle(Duration::from_secs(10)));
+    let first_prompt = stats.prompt_tokens;
+    assert_eq!(draft_first_read(dir.path(), c, &draft, 1024), first_prompt, "the draft cache is saved");
+
+    // As after a restart: the next turn restores both caches, and the draft
+    // model reads only what is new (the file keeps the first turn's read).
+    drop(worker);
+    let worker = Worker::start(
+        store.reopen().unwrap(),
+        WorkerConfig::saving_caches_in(dir.path().join("caches")),
+        Box::new(|_| {}),
+    );
+    worker.load_model(default.clone());
+    let next = "Now from twenty-one to thirty.";
+    let r2 = reply_row(&store, c, next);
+    let history =
+        vec![ChatMessage::user(ask), ChatMessage::assistant(store.message(r).unwrap().content), ChatMessage::user(next)];
+    let (j, rx) = job(c, r2, history, drafting.clone());
+    worker.enqueue(j).unwrap();
+    let (_, second) = finished(&collect(&rx));
+    assert!(second.processed_tokens < second.prompt_tokens - first_prompt + 4, "restored: {second:?}");
+    assert!(second.drafts.is_some_and(|d| d.accepted > 0));
+    assert!(worker.wait_idle(Duration::from_secs(10)));
+    assert_eq!(draft_first_read(dir.path(), c, &draft, 1024), first_prompt, "appended to, not read again");
+
+    // A draft model of another vocabulary: the reply fails saying why, and
+    // the chat goes on (its cache kept) once drafting is off.
+    let gemma = default.with_file_name("gemma-3-270m-q4_k_m.gguf");
+    let wrong = ConversationSettings { draft_model: Some(gemma.display().to_string()), ..drafting.clone() };
+    let r3 = reply_row(&store, c, "And thirty-one?");
+    let (j, rx) = job(c, r3, vec![ChatMessage::user("And thirty-one?")], wrong);
+    worker.enqueue(j).unwrap();
+    match collect(&rx).last() {
+        Some(GenerationEvent::Error { error }) => {
+            assert_eq!(error.kind, hearth_worker::error::ErrorKind::InvalidSettings, "{error:?}");
+            for part in ["gemma-3-270m-q4_k_m.gguf (Gemma 3) cannot draft for", "token"] {
+                assert!(error.message.contains(part), "{}", error.message);
+            }
+        }
+        other => panic!("expected the draft model refused, got {other:?}"),
+    }
+    let r4 = reply_row(&store, c, "And thirty-two?");
+    let (j, rx) = job(c, r4, vec![ChatMessage::user("And thirty-two?")], plain);
+    worker.enqueue(j).unwrap();
+    assert_eq!(finished(&collect(&rx)).0, "max_tokens");
+}

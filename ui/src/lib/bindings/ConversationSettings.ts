@@ -58,4 +58,9 @@ speculation: SpeculationMode,
 /**
  * At most this many drafted tokens per pass (1 to 32).
  */
-draftTokens: number, };
+draftTokens: number, 
+/**
+ * The GGUF file `SpeculationMode::Draft` drafts with: a smaller model
+ * with the same vocabulary as the chat's.
+ */
+draftModel: string | null, };
