@@ -112,7 +112,10 @@ class Api(unittest.TestCase):
         status, body = raw("/chat/completions", json.dumps({"messages": [{"role": "user", "content": "hi"}], "draft_model": gemma}).encode())
         self.assertEqual(status, 400, body)
         self.assertIn("cannot draft for", body["error"]["message"])
-        self.assertIn("token", body["error"]["message"])
+        self.assertIn("its vocabulary has", body["error"]["message"])
+        status, body = raw("/chat/completions", json.dumps({"messages": [{"role": "user", "content": "hi"}], "draft_model": gemma + ".missing"}).encode())
+        self.assertEqual(status, 400, body)
+        self.assertIn("cannot open the draft model", body["error"]["message"])
         status, body = raw("/chat/completions", json.dumps({"messages": [{"role": "user", "content": "hi"}], "speculation": "draft"}).encode())
         self.assertEqual((status, body["error"]["param"]), (400, "draft_model"))
         # The server goes on answering.

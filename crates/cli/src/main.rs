@@ -538,9 +538,12 @@ pub(crate) fn set_threads(args: &ModelArgs) -> Result<(), EngineError> {
 /// The app's settings for a reply as the flags set them, the app's
 /// defaults elsewhere: the sampler's mapping from them is the worker's, as
 /// for the app's replies and the API's.
-fn settings(a: &SamplingArgs) -> ConversationSettings {
+fn settings(a: &SamplingArgs) -> CliResult<ConversationSettings> {
+    if a.speculation == "draft" && a.draft_model.is_none() {
+        return Err("--speculation draft needs --draft-model".into());
+    }
     let d = ConversationSettings::default();
-    ConversationSettings {
+    Ok(ConversationSettings {
         temperature: a.temperature.unwrap_or(d.temperature),
         top_k: a.top_k.map_or(d.top_k, |k| k.min(u32::MAX as usize) as u32),
         top_p: a.top_p.unwrap_or(d.top_p),
@@ -549,17 +552,18 @@ fn settings(a: &SamplingArgs) -> ConversationSettings {
         seed: a.seed,
         max_new_tokens: a.max_tokens.min(u32::MAX as usize) as u32,
         stop_strings: a.stop.clone(),
+        // Naming a draft model drafts with it unless another mode is asked for.
         speculation: match a.speculation.as_str() {
-            _ if a.draft_model.is_some() => hearth_store::SpeculationMode::Draft,
             "off" => hearth_store::SpeculationMode::Off,
             "ngram" => hearth_store::SpeculationMode::Ngram,
             "draft" => hearth_store::SpeculationMode::Draft,
+            _ if a.draft_model.is_some() => hearth_store::SpeculationMode::Draft,
             _ => hearth_store::SpeculationMode::Auto,
         },
         draft_tokens: a.draft_tokens,
         draft_model: a.draft_model.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()).display().to_string()),
         ..d
-    }
+    })
 }
 
 fn generate(args: GenerateArgs) -> CliResult {
@@ -569,7 +573,7 @@ fn generate(args: GenerateArgs) -> CliResult {
         messages.push(ChatMessage::system(s));
     }
     messages.push(ChatMessage::user(args.prompt));
-    let ask = Ask::chat(messages, settings(&args.sampling));
+    let ask = Ask::chat(messages, settings(&args.sampling)?);
     // The prompt as the worker builds it, for the JSON.
     let prompt = local.prompt_ids(ask.clone())?;
     let mut stdout = std::io::stdout().lock();
@@ -614,6 +618,7 @@ fn per_second(n: usize, ms: f64) -> f64 {
 /// sends it: the worker's request cache gives the last turn's back, so a
 /// turn reads only its new tokens.
 fn chat(model: &ModelArgs, sampling: &SamplingArgs, system: Option<String>) -> CliResult {
+    let settings = settings(sampling)?;
     let local = LocalWorker::open(model, hearth_engine::Kernels::Hearth)?;
     let mut messages: Vec<ChatMessage> = system.into_iter().map(ChatMessage::system).collect();
     let stdin = std::io::stdin();
@@ -626,7 +631,7 @@ fn chat(model: &ModelArgs, sampling: &SamplingArgs, system: Option<String>) -> C
         }
         messages.push(ChatMessage::user(line));
         let mut stdout = std::io::stdout().lock();
-        let reply = local.reply(Ask::chat(messages.clone(), settings(sampling)), |_, text| {
+        let reply = local.reply(Ask::chat(messages.clone(), settings.clone()), |_, text| {
             let _ = stdout.write_all(text.as_bytes());
             let _ = stdout.flush();
         })?;

@@ -15,6 +15,7 @@
 //! the last sampled one; the next step feeds it. This is what lets the next
 //! chat turn start from the cache without re-reading anything.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use crate::constraint::{Constraint, Grammar, Mask};
@@ -114,7 +115,7 @@ pub struct Sequence {
     /// The draft model's session (`Speculation::Draft`): its keys and
     /// values of the history, which it drafts after.
     draft: Option<Session>,
-    /// Why its draft model failed, until the turn reports it.
+    /// Why its draft model stopped drafting, if it failed.
     draft_failure: Option<String>,
     /// Cache length when sampling began: the prompt and earlier turns.
     pub(crate) init_cache_length: usize,
@@ -168,8 +169,8 @@ impl Sequence {
     /// and `max_new_tokens` leave room for.
     /// Planned once per pass: a scheduler's `decode_inputs` plans it, and
     /// the turn's own step then keeps that plan.
-    /// A draft model that fails drafts nothing, and the turn's step then
-    /// reports its error (`take_draft_failure`).
+    /// A draft model that fails (or panics) drafts no more for this reply,
+    /// which goes on as plain decoding; the failure is in its output.
     pub(crate) fn plan_pass(
         &mut self,
         mode: Speculation,
@@ -197,11 +198,15 @@ impl Sequence {
                 let history = (prompt, self.generated.as_slice());
                 let draft_with = |history: &[u32], k| model.propose(session, history, k);
                 let cost = (recurrent, model.cost());
-                self.drafter.propose_with_model(history, max_draft.min(room), cost, draft_with).unwrap_or_else(|e| {
-                    self.draft = None;
-                    self.draft_failure = Some(e.to_string());
-                    Vec::new()
-                })
+                let drafter = &mut self.drafter;
+                let drafted = catch_unwind(AssertUnwindSafe(|| {
+                    drafter.propose_with_model(history, max_draft.min(room), cost, draft_with)
+                }));
+                match drafted {
+                    Ok(Ok(draft)) => draft,
+                    Ok(Err(e)) => self.stop_drafting(e.to_string()),
+                    Err(panic) => self.stop_drafting(format!("it panicked: {}", panic_text(&*panic))),
+                }
             }
             _ => self.drafter.propose(mode, (prompt, &self.generated), room, recurrent),
         };
@@ -220,12 +225,39 @@ impl Sequence {
     }
 
     /// Drafts with `draft`, whose `session` first reads what it lacks of
-    /// the prompt. A failure is reported by the next step.
-    pub(crate) fn begin_draft(&mut self, draft: &DraftModel, mut session: Session, prompt: &[u32]) {
-        match session.prefill(draft.engine().model(), prompt) {
-            Ok(_) => self.draft = Some(session),
-            Err(e) => self.draft_failure = Some(e.to_string()),
+    /// the prompt (`stop`, asked between its layers, ends that). A prompt
+    /// longer than the draft model's context, a stop or a failure leaves
+    /// the reply without drafts.
+    pub(crate) fn begin_draft(
+        &mut self,
+        draft: &DraftModel,
+        mut session: Session,
+        prompt: &[u32],
+        stop: &dyn Fn() -> bool,
+    ) {
+        if prompt.len() > session.context_length() {
+            return;
         }
+        let model = draft.engine().model();
+        let read = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
+            if let crate::session::PrefillStart::From(_) = session.prefill_begin(prompt)? {
+                while session.prefill_rows(model, prompt, crate::model::PREFILL_CHUNK, stop)?.is_none() {}
+            }
+            Ok(())
+        }));
+        match read {
+            Ok(Ok(())) => self.draft = Some(session),
+            Ok(Err(crate::EngineError::Stopped)) => {}
+            Ok(Err(e)) => _ = self.stop_drafting(e.to_string()),
+            Err(panic) => _ = self.stop_drafting(format!("it panicked: {}", panic_text(&*panic))),
+        }
+    }
+
+    /// Drafts no more with the draft model this reply: nothing, and why.
+    fn stop_drafting(&mut self, why: String) -> Vec<u32> {
+        self.draft = None;
+        self.draft_failure = Some(why);
+        Vec::new()
     }
 
     /// Its draft model's session, to keep with the conversation's.
@@ -233,11 +265,6 @@ impl Sequence {
         self.draft.take()
     }
 
-    /// The error its draft model failed with, once.
-    pub(crate) fn take_draft_failure(&mut self) -> Option<crate::EngineError> {
-        let why = self.draft_failure.take()?;
-        Some(crate::EngineError::setting("draft_model", format!("the draft model failed: {why}")))
-    }
 
     /// Tokens its recurrent cache must read again, now (see `take_pass`).
     pub(crate) fn take_refeed(&mut self) -> Option<(Vec<u32>, &mut KvCache)> {
@@ -540,6 +567,7 @@ impl Sampler {
             decode_time: seq.sampled_at.map_or(Duration::ZERO, |(first, last)| last - first),
             drafted: seq.drafter.drafted,
             accepted: seq.drafter.accepted,
+            draft_failure: seq.draft_failure.clone(),
         }
     }
 }
@@ -636,6 +664,9 @@ pub struct SequenceOutput {
     /// (`speculation.rs`).
     pub drafted: usize,
     pub accepted: usize,
+    /// Why the draft model stopped drafting part way, if it failed: the
+    /// reply went on without it.
+    pub draft_failure: Option<String>,
 }
 
 fn recent_tokens(context: &[u32], generated: &[u32], window: usize) -> Vec<u32> {
@@ -724,4 +755,9 @@ mod tests {
         assert_eq!(recent_tokens(&[1, 2, 3], &[4, 5], 10), vec![1, 2, 3, 4, 5]);
         assert_eq!(recent_tokens(&[1], &[4, 5, 6], 2), vec![5, 6]);
     }
+}
+
+/// A panic's message, as far as it has one.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic.downcast_ref::<&str>().copied().or_else(|| panic.downcast_ref::<String>().map(String::as_str)).unwrap_or("")
 }

@@ -189,7 +189,8 @@ impl Turn {
         // prompt now, as part of reading it, before the variants fork.
         if let (Speculation::Draft { .. }, Some(draft)) = (self.speculation, &self.sampler.config().draft_model) {
             let kept = self.session.take_draft(draft.path());
-            self.sequences[0].begin_draft(draft, kept.unwrap_or_else(|| draft.new_session(max_len)), &self.prompt);
+            let session = kept.unwrap_or_else(|| draft.new_session(max_len));
+            self.sequences[0].begin_draft(draft, session, &self.prompt, self.stop.as_ref());
         }
         self.fork_variants();
     }
@@ -355,9 +356,6 @@ impl Turn {
         // ones to step.
         if given.is_none() {
             self.plan_passes();
-        }
-        if let Some(e) = self.sequences.iter_mut().find_map(Sequence::take_draft_failure) {
-            return Err(e);
         }
         let live: Vec<usize> = (0..self.sequences.len()).filter(|&b| !self.sequences[b].is_done()).collect();
         if live.is_empty() {
@@ -539,9 +537,10 @@ impl Turn {
         // Each sequence decodes in its own order (see `matmul_cols`).
         session.extend_decoded(&generated);
         if let (Some(mut draft), Some(model)) = (draft, &self.sampler.config().draft_model) {
-            // Only what the conversation holds: refused drafts are dropped,
-            // so its saved copy grows as the conversation's does.
-            draft.truncate(session.tokens().len());
+            // Only what it shares with the conversation: refused drafts are
+            // dropped, so its saved copy grows as the conversation's does.
+            let shared = draft.tokens().iter().zip(session.tokens()).take_while(|(a, b)| a == b).count();
+            draft.truncate(shared);
             session.set_draft(model.path(), draft);
         }
         session

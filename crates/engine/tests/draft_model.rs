@@ -108,6 +108,34 @@ fn replies_drafted_by_a_draft_model_are_plain_ones_and_its_session_carries_over_
 }
 
 #[test]
+fn a_regenerated_reply_and_a_prompt_longer_than_the_draft_models_context_reply_as_plain_ones() {
+    use candle_core::quantized::GgmlDType;
+    let ((_dir, target), (_d, draft_engine)) = pair();
+    let draft = DraftModel::new(&target, draft_engine).unwrap().with_min_probability(0.0);
+    let greedy = |d| config(&target, SamplingParams::greedy(), d);
+    let first = prompt(60);
+    let (plain, _) = reply(&target, target.new_session(Some(512)), &first, greedy(None));
+    // The same prompt again on the session that replied (a regeneration):
+    // the draft session's reply tokens are cut back, as the target's are.
+    let (_, session) = reply(&target, target.new_session(Some(512)), &first, greedy(Some(&draft)));
+    let (again, after) = reply(&target, session, &first, greedy(Some(&draft)));
+    assert_eq!(again.sequences[0].tokens, plain.sequences[0].tokens);
+    let (_, kept) = after.draft().unwrap();
+    assert!(kept.tokens().len() <= after.tokens().len() && after.tokens().starts_with(kept.tokens()));
+
+    // A draft model whose context (64) the prompt outgrows drafts nothing
+    // itself, and the reply is still the plain one.
+    let (_s, short) = tiny(&TinySpec { dtype: GgmlDType::Q8_0, context: 64, ..TinySpec::new(Family::Llama) });
+    let short = DraftModel::new(&target, Arc::new(Engine::open(&short).unwrap())).unwrap().with_min_probability(0.0);
+    let long = prompt(100);
+    let (plain, _) = reply(&target, target.new_session(Some(512)), &long, greedy(None));
+    let (out, session) = reply(&target, target.new_session(Some(512)), &long, greedy(Some(&short)));
+    assert_eq!(out.sequences[0].tokens, plain.sequences[0].tokens);
+    assert_eq!(out.sequences[0].draft_failure, None, "not a failure: the draft model just cannot see that far");
+    assert!(session.draft().is_none(), "no draft session kept");
+}
+
+#[test]
 fn seeded_variants_drafted_by_a_draft_model_are_the_plain_runs() {
     let ((_dir, target), (_d, draft_engine)) = pair();
     let draft = DraftModel::new(&target, draft_engine).unwrap().with_min_probability(0.0);

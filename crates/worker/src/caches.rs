@@ -10,6 +10,7 @@ use std::sync::Arc;
 use hearth_engine::{Engine, Passes, Session};
 
 use super::shared::{RequestCache, Shared};
+use crate::draft_models::DraftModels;
 use crate::config::WorkerConfig;
 
 /// Where a conversation's KV cache is: the next turn is instant (warm),
@@ -54,9 +55,10 @@ pub(super) struct Caches {
     /// The tokens each conversation's cache file holds, and the passes that
     /// computed them, as written by this process.
     saved: HashMap<i64, (Vec<u32>, Passes)>,
-    /// The tokens each conversation's draft-session file holds, as written
-    /// or read by this process.
-    saved_drafts: HashMap<i64, Vec<u32>>,
+    /// What each conversation's draft-session file holds, as written or
+    /// read by this process: the draft model's file, the context length and
+    /// the tokens.
+    saved_drafts: HashMap<i64, (PathBuf, usize, Vec<u32>)>,
     /// Caches of other versions of each conversation.
     alternates: HashMap<i64, Vec<Session>>,
     /// A conversation whose cache to save once its reply has been reported.
@@ -226,8 +228,8 @@ impl Caches {
         if self.pending_save.is_some_and(|(c, _)| c == conversation_id) {
             self.pending_save = None;
         }
-        self.saved_drafts.remove(&conversation_id);
-        for path in [self.cache_path(conversation_id), self.draft_path(conversation_id)].into_iter().flatten() {
+        self.forget_draft_file(conversation_id);
+        if let Some(path) = self.cache_path(conversation_id) {
             let _ = std::fs::remove_file(path);
         }
         self.publish_resident();
@@ -278,15 +280,17 @@ impl Caches {
     }
 
     /// Saves the cache of the turn that just finished (see `put`), and its
-    /// draft session where it is `draft`'s.
-    pub fn save_pending(&mut self, engine: &Engine, draft: Option<&Engine>) {
+    /// draft session where its draft model is open in `drafts`.
+    pub fn save_pending(&mut self, engine: &Engine, drafts: &DraftModels) {
         if let Some((conversation, context)) = self.pending_save.take() {
             if let Some((session, tick)) = self.sessions.remove(&conversation) {
                 self.save(engine, conversation, &session, context);
-                if let (Some(draft), Some((path, kept))) = (draft, session.draft()) {
-                    if path == draft.path() && self.saved.contains_key(&conversation) {
-                        self.save_draft(draft, conversation, kept, context);
-                    }
+                let draft = session.draft().and_then(|(path, kept)| Some((drafts.engine(path)?, kept)));
+                match (draft, self.saved.contains_key(&conversation)) {
+                    (Some((draft, kept)), true) => self.save_draft(draft, conversation, kept, context),
+                    // A draft cache is never kept without the conversation's.
+                    (_, false) => self.forget_draft_file(conversation),
+                    (None, true) => {}
                 }
                 self.sessions.insert(conversation, (session, tick));
             }
@@ -335,10 +339,10 @@ impl Caches {
             draft.cache_identity(context).and_then(|id| hearth_engine::session_file::read(&path, &id, draft.model()));
         match restored {
             Ok(r) => {
-                let tokens = r.session.tokens().to_vec();
+                let saved = (draft.path().to_path_buf(), context, r.session.tokens().to_vec());
                 session.set_draft(draft.path(), r.session);
                 match r.complete {
-                    true => self.saved_drafts.insert(conversation_id, tokens),
+                    true => self.saved_drafts.insert(conversation_id, saved),
                     false => self.saved_drafts.remove(&conversation_id),
                 };
             }
@@ -351,28 +355,49 @@ impl Caches {
     }
 
     /// Saves a conversation's draft session: appended to its file where the
-    /// file holds the start of it, else written whole.
+    /// file holds the start of it (the same draft model and context, and a
+    /// pass starting where it ends), else written whole; not at all where
+    /// the disk's reserve would be touched.
     fn save_draft(&mut self, draft: &Engine, conversation_id: i64, session: &Session, context: usize) {
         let Some(path) = self.draft_path(conversation_id) else { return };
         let shared = self.shared.clone();
         let _files = crate::locks::lock(&shared.cache_files);
         let tokens = session.tokens();
-        let prev = self.saved_drafts.get(&conversation_id).filter(|p| path.exists() && tokens.starts_with(p));
+        let prev = self.saved_drafts.get(&conversation_id).filter(|(model, c, prev)| {
+            path.exists()
+                && model == draft.path()
+                && *c == context
+                && tokens.starts_with(prev)
+                && (prev.len() == tokens.len() || session.passes().after(prev.len()).is_some())
+        });
+        let appended = prev.map_or(0, |(_, _, p)| p.len());
+        let needed = ((tokens.len() - appended) * session.cache().bytes_per_position()) as u64 + (1 << 20);
+        let probe = path.parent().map(Path::to_path_buf).filter(|d| d.exists()).or_else(|| self.dir.clone());
+        if probe.and_then(|d| fs4::available_space(&d).ok()).is_some_and(|free| free < needed + self.disk_reserve) {
+            return self.forget_draft_file(conversation_id);
+        }
         let result = match prev {
-            Some(p) if p.len() == tokens.len() => Ok(()),
-            Some(p) => hearth_engine::session_file::append(&path, session, p.len()),
+            Some(_) if appended == tokens.len() => Ok(()),
+            Some(_) => hearth_engine::session_file::append(&path, session, appended),
             None => draft.cache_identity(context).and_then(|id| hearth_engine::session_file::write(&path, &id, session)),
         };
         match result {
             Ok(()) => {
-                self.saved_drafts.insert(conversation_id, tokens.to_vec());
+                self.saved_drafts.insert(conversation_id, (draft.path().to_path_buf(), context, tokens.to_vec()));
                 self.enforce_disk_budget();
             }
             Err(e) => {
                 tracing::warn!("cannot save the draft cache of conversation {conversation_id}: {e}");
-                let _ = std::fs::remove_file(&path);
-                self.saved_drafts.remove(&conversation_id);
+                self.forget_draft_file(conversation_id);
             }
+        }
+    }
+
+    /// Deletes a conversation's draft-session file.
+    fn forget_draft_file(&mut self, conversation_id: i64) {
+        self.saved_drafts.remove(&conversation_id);
+        if let Some(path) = self.draft_path(conversation_id) {
+            let _ = std::fs::remove_file(path);
         }
     }
 
@@ -543,19 +568,29 @@ impl Caches {
             })
             .collect();
         let mut total: u64 = files.iter().map(|f| f.1).sum();
-        files.sort();
+        let is_draft = |p: &Path| p.file_stem().and_then(|s| s.to_str()).is_some_and(|s| s.ends_with(DRAFT_SUFFIX));
+        // Draft caches go first, oldest first: each only speeds a
+        // conversation up, and is never kept without its conversation's.
+        files.sort_by_key(|(time, _, path)| (!is_draft(path), *time));
         for (_, len, path) in files {
             if total <= budget {
                 break;
             }
+            if !path.exists() {
+                continue;
+            }
             let _ = std::fs::remove_file(&path);
+            total -= len;
             let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
             if let Some(id) = stem.strip_suffix(DRAFT_SUFFIX).and_then(|s| s.parse::<i64>().ok()) {
                 self.saved_drafts.remove(&id);
             } else if let Ok(id) = stem.parse::<i64>() {
                 self.saved.remove(&id);
+                if let Some(draft) = self.draft_path(id).filter(|d| d.exists()) {
+                    total = total.saturating_sub(draft.metadata().map_or(0, |m| m.len()));
+                    self.forget_draft_file(id);
+                }
             }
-            total -= len;
         }
     }
 }

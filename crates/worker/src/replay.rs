@@ -91,6 +91,9 @@ impl WorkerThread {
         let passes = Passes::try_from(record.passes.iter().map(|&p| Pass::from(p)).collect::<Vec<_>>())
             .map_err(|e| cannot(format!("the record's passes are damaged: {e}")))?;
         let (mut config, _) = generation_config(&engine, &settings);
+        // A replay drafts nothing: drafts never change the tokens, and a
+        // draft model would only have to be opened for it.
+        config.speculation = hearth_engine::Speculation::Off;
         config.sampling.seed = record.seed as u64 + record.variant as u64;
 
         let original = self.caches.take(&engine, job.conversation_id, &prompt, context, None);

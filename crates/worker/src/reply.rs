@@ -87,7 +87,7 @@ impl WorkerThread {
                 // Saved before the reply is reported done, so an app closed
                 // right after still finds its cache.
                 if let Some(engine) = self.engine.clone() {
-                    self.caches.save_pending(&engine, self.drafts.engine());
+                    self.caches.save_pending(&engine, &self.drafts);
                 }
                 let calls_run = match (&job.tool_round, saved.is_ok() && !calls.is_empty()) {
                     (Some(round), true) => Some(PendingCalls::mark_busy(&self.shared, &self.store, job, round, cancel)),
@@ -233,6 +233,9 @@ pub(super) fn finished_replies(
         .iter()
         .enumerate()
         .map(|(b, seq)| {
+            if let Some(why) = &seq.draft_failure {
+                tracing::warn!("the draft model stopped drafting for reply {}: {why}", job.reply_id);
+            }
             let decode_s = seq.decode_time.as_secs_f64();
             let replay = ReplayRecord {
                 model_sha256: engine.file_sha256().map(str::to_string),

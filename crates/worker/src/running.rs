@@ -192,16 +192,15 @@ impl WorkerThread {
         // A draft model is opened and checked before any cache is taken:
         // one that cannot draft fails the reply with the reason, and the
         // conversation keeps its cache.
-        if let (hearth_engine::Speculation::Draft { .. }, Some(path)) =
-            (config.speculation, job.settings.draft_model.as_deref())
-        {
-            // The graph pass (a GPU's) drafts nothing (`Turn::begin_sampling`).
-            match engine.model().runs_graph() {
-                true => config.speculation = hearth_engine::Speculation::Off,
-                false => {
+        if let hearth_engine::Speculation::Draft { .. } = config.speculation {
+            // The graph pass (a GPU's) drafts nothing (`Turn::begin_sampling`);
+            // validated settings name a draft model.
+            match (engine.model().runs_graph(), job.settings.draft_model.as_deref()) {
+                (false, Some(path)) => {
                     let hashing = self.config.hash_model_files.then_some(&self.store);
                     config.draft_model = Some(self.drafts.get(&engine, path, hashing)?);
                 }
+                _ => config.speculation = hearth_engine::Speculation::Off,
             }
         }
         let draft_engine = config.draft_model.as_ref().map(|d| &**d.engine());
@@ -467,7 +466,7 @@ impl WorkerThread {
         }
         r.active = None;
         if let Some(engine) = self.engine.clone() {
-            self.caches.save_pending(&engine, self.drafts.engine());
+            self.caches.save_pending(&engine, &self.drafts);
         }
         (r.job.events)(match result {
             Ok(()) => GenerationEvent::Replayed { outcome: replay.outcome },

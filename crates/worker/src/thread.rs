@@ -109,6 +109,7 @@ impl WorkerThread {
         self.engine = None;
         lock(&self.shared.queue).model.engine = None;
         self.caches.clear_memory();
+        self.drafts.clear();
         // The run's device, else the app setting `device`, else auto.
         let choice = self
             .config

@@ -48,8 +48,8 @@ fn two_conversations_drafting_in_shared_passes_write_what_each_writes_alone_with
 
 /// The session file a conversation's draft model's keys and values are
 /// saved in, read back: the tokens of the pass that began at position 0
-/// (how much of the conversation it first read in one go).
-fn draft_first_read(dir: &std::path::Path, conversation: i64, draft: &std::path::Path, context: usize) -> u32 {
+/// (how much of the conversation it first read in one go), and how many it holds.
+fn draft_file(dir: &std::path::Path, conversation: i64, draft: &std::path::Path, context: usize) -> (u32, u32) {
     let engine = hearth_engine::Engine::open(draft).unwrap();
     engine.hash_file(&|| false).unwrap();
     let file = dir.join("caches").join(format!("{conversation}.draft.session"));
@@ -57,7 +57,7 @@ fn draft_first_read(dir: &std::path::Path, conversation: i64, draft: &std::path:
     let restored = hearth_engine::session_file::read(&file, &identity, engine.model()).unwrap();
     assert!(restored.complete);
     let first = restored.session.passes().each().find(|&(start, _, _)| start == 0);
-    first.map_or(0, |(_, _, kept)| kept)
+    (first.map_or(0, |(_, _, kept)| kept), restored.session.tokens().len() as u32)
 }
 
 #[test]
@@ -93,7 +93,7 @@ fn a_draft_model_drafts_replies_its_cache_is_saved_and_restored_and_one_that_can
     assert!(drafts.accepted > 0 && drafts.accepted <= drafts.drafted, "{drafts:?}");
     assert!(worker.wait_idle(Duration::from_secs(10)));
     let first_prompt = stats.prompt_tokens;
-    assert_eq!(draft_first_read(dir.path(), c, &draft, 1024), first_prompt, "the draft cache is saved");
+    assert_eq!(draft_file(dir.path(), c, &draft, 1024).0, first_prompt, "the draft cache is saved");
 
     // As after a restart: the next turn restores both caches, and the draft
     // model reads only what is new (the file keeps the first turn's read).
@@ -108,32 +108,45 @@ fn a_draft_model_drafts_replies_its_cache_is_saved_and_restored_and_one_that_can
     let r2 = reply_row(&store, c, next);
     let history =
         vec![ChatMessage::user(ask), ChatMessage::assistant(store.message(r).unwrap().content), ChatMessage::user(next)];
-    let (j, rx) = job(c, r2, history, drafting.clone());
+    let (j, rx) = job(c, r2, history.clone(), drafting.clone());
     worker.enqueue(j).unwrap();
     let (_, second) = finished(&collect(&rx));
     assert!(second.processed_tokens < second.prompt_tokens - first_prompt + 4, "restored: {second:?}");
     assert!(second.drafts.is_some_and(|d| d.accepted > 0));
     assert!(worker.wait_idle(Duration::from_secs(10)));
-    assert_eq!(draft_first_read(dir.path(), c, &draft, 1024), first_prompt, "appended to, not read again");
+    let (first_read, saved) = draft_file(dir.path(), c, &draft, 1024);
+    assert_eq!(first_read, first_prompt, "appended to, not read again");
+    assert!(saved > second.prompt_tokens, "the draft model read the second turn and its reply: {saved} tokens");
 
-    // A draft model of another vocabulary: the reply fails saying why, and
-    // the chat goes on (its cache kept) once drafting is off.
+    // A draft model of another vocabulary, or none at that path: the reply
+    // fails saying why, and the chat goes on from its cache once drafting
+    // is off.
+    let mut history = history;
+    history.push(ChatMessage::assistant(store.message(r2).unwrap().content));
+    history.push(ChatMessage::user("And thirty-one?"));
     let gemma = default.with_file_name("gemma-3-270m-q4_k_m.gguf");
-    let wrong = ConversationSettings { draft_model: Some(gemma.display().to_string()), ..drafting.clone() };
-    let r3 = reply_row(&store, c, "And thirty-one?");
-    let (j, rx) = job(c, r3, vec![ChatMessage::user("And thirty-one?")], wrong);
-    worker.enqueue(j).unwrap();
-    match collect(&rx).last() {
-        Some(GenerationEvent::Error { error }) => {
-            assert_eq!(error.kind, hearth_worker::error::ErrorKind::InvalidSettings, "{error:?}");
-            for part in ["gemma-3-270m-q4_k_m.gguf (Gemma 3) cannot draft for", "token"] {
-                assert!(error.message.contains(part), "{}", error.message);
+    let missing = dir.path().join("missing.gguf");
+    for (bad, parts) in [
+        (&gemma, ["gemma-3-270m-q4_k_m.gguf (Gemma 3) cannot draft for", "its vocabulary has 262144 tokens"]),
+        (&missing, ["cannot open the draft model", "missing.gguf"]),
+    ] {
+        let wrong = ConversationSettings { draft_model: Some(bad.display().to_string()), ..drafting.clone() };
+        let r3 = reply_row(&store, c, "And thirty-one?");
+        let (j, rx) = job(c, r3, history.clone(), wrong);
+        worker.enqueue(j).unwrap();
+        match collect(&rx).last() {
+            Some(GenerationEvent::Error { error }) => {
+                assert_eq!(error.kind, hearth_worker::error::ErrorKind::InvalidSettings, "{error:?}");
+                for part in parts {
+                    assert!(error.message.contains(part), "{}", error.message);
+                }
             }
+            other => panic!("expected the draft model refused, got {other:?}"),
         }
-        other => panic!("expected the draft model refused, got {other:?}"),
     }
-    let r4 = reply_row(&store, c, "And thirty-two?");
-    let (j, rx) = job(c, r4, vec![ChatMessage::user("And thirty-two?")], plain);
+    let r4 = reply_row(&store, c, "And thirty-one?");
+    let (j, rx) = job(c, r4, history, plain);
     worker.enqueue(j).unwrap();
-    assert_eq!(finished(&collect(&rx)).0, "max_tokens");
+    let (_, fourth) = finished(&collect(&rx));
+    assert!(fourth.processed_tokens < 30, "the conversation's cache was kept: {fourth:?}");
 }
