@@ -669,6 +669,11 @@ pub struct SequenceOutput {
     pub draft_failure: Option<String>,
 }
 
+/// A panic's message, as far as it has one.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic.downcast_ref::<&str>().copied().or_else(|| panic.downcast_ref::<String>().map(String::as_str)).unwrap_or("")
+}
+
 fn recent_tokens(context: &[u32], generated: &[u32], window: usize) -> Vec<u32> {
     let from_gen = generated.len().min(window);
     let from_ctx = (window - from_gen).min(context.len());
@@ -755,9 +760,4 @@ mod tests {
         assert_eq!(recent_tokens(&[1, 2, 3], &[4, 5], 10), vec![1, 2, 3, 4, 5]);
         assert_eq!(recent_tokens(&[1], &[4, 5, 6], 2), vec![5, 6]);
     }
-}
-
-/// A panic's message, as far as it has one.
-fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
-    panic.downcast_ref::<&str>().copied().or_else(|| panic.downcast_ref::<String>().map(String::as_str)).unwrap_or("")
 }
