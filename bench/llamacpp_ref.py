@@ -41,9 +41,9 @@ llama_cpp.llama_model_default_params = _patched_defaults
 FILE_YARN = dict(yarn_beta_fast=-1.0, yarn_beta_slow=-1.0)
 
 
-def load(model, threads, n_ctx=4096, f32_cache=False, logits_all=False):
+def load(model, threads, n_ctx=4096, f32_cache=False, logits_all=False, flash_attn=False):
     kw = dict(model_path=model, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, n_batch=512, verbose=False, logits_all=logits_all,
-              **FILE_YARN)
+              flash_attn=flash_attn, **FILE_YARN)
     if f32_cache:
         kw.update(type_k=0, type_v=0)
     return llama_cpp.Llama(**kw)

@@ -26,6 +26,7 @@ ap.add_argument("--gen-tokens", type=int, default=64)
 ap.add_argument("--repeats", type=int, default=3)
 ap.add_argument("--rounds", type=int, default=3, help="alternate the engines this many times; each figure is the best over all rounds")
 ap.add_argument("--busy", type=int, default=0, help="busy-loop processes to run alongside (a desktop is never idle)")
+ap.add_argument("--flash-attn", action="store_true", help="llama.cpp with flash attention on (its tiled attention, as long contexts are run)")
 ap.add_argument("--cli", default=os.environ.get("HEARTH_CLI", os.path.join(ROOT, "target/release/hearth-cli")))
 args = ap.parse_args()
 
@@ -33,7 +34,7 @@ busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in ra
 rows = []
 try:
     for threads in args.threads:
-        llm = llamacpp_ref.load(args.model, threads, n_ctx=args.prompt_tokens + args.gen_tokens + 16)
+        llm = llamacpp_ref.load(args.model, threads, n_ctx=args.prompt_tokens + args.gen_tokens + 16, flash_attn=args.flash_attn)
         hp = hd = lp = ld = 0.0
         for _ in range(args.rounds):
             h = json.loads(subprocess.check_output([
@@ -48,7 +49,7 @@ finally:
     for p in busy:
         p.kill()
 
-print(f"model {os.path.basename(args.model)}, prompt {args.prompt_tokens} tokens, {args.gen_tokens} generated, best of {args.repeats} x {args.rounds} alternating rounds, {args.busy} busy loops alongside")
+print(f"model {os.path.basename(args.model)}, prompt {args.prompt_tokens} tokens, {args.gen_tokens} generated, best of {args.repeats} x {args.rounds} alternating rounds, {args.busy} busy loops alongside, llama.cpp flash attention {'on' if args.flash_attn else 'off'}")
 print("| threads | prefill hearth | prefill llama.cpp | ratio | decode hearth | decode llama.cpp | ratio | hearth peak RSS |")
 print("|---|---|---|---|---|---|---|---|")
 for t, hp, lp, hd, ld, rss in rows:

@@ -561,7 +561,10 @@ fn settings(a: &SamplingArgs) -> CliResult<ConversationSettings> {
             _ => hearth_store::SpeculationMode::Auto,
         },
         draft_tokens: a.draft_tokens,
-        draft_model: a.draft_model.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()).display().to_string()),
+        draft_model: a
+            .draft_model
+            .as_ref()
+            .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()).display().to_string()),
         ..d
     })
 }

@@ -82,7 +82,8 @@ impl DraftModel {
             .min(draft.tokenizer().vocab_size())
             .min(target.model().vocab_size())
             .min(draft.model().vocab_size());
-        let cost = draft.model().weight_bytes_per_token() as f64 / target.model().weight_bytes_per_token().max(1) as f64;
+        let cost =
+            draft.model().weight_bytes_per_token() as f64 / target.model().weight_bytes_per_token().max(1) as f64;
         Ok(Self { engine: draft, vocab, min_probability: P_MIN, cost })
     }
 

@@ -265,7 +265,6 @@ impl Sequence {
         self.draft.take()
     }
 
-
     /// Tokens its recurrent cache must read again, now (see `take_pass`).
     pub(crate) fn take_refeed(&mut self) -> Option<(Vec<u32>, &mut KvCache)> {
         (!self.refeed.is_empty()).then(|| (std::mem::take(&mut self.refeed), &mut self.cache))

@@ -10,8 +10,7 @@ use std::sync::Arc;
 
 use common::{tiny, Family, TinySpec};
 use hearth_engine::{
-    session_file, DraftModel, Engine, FinishReason, GenerationConfig, SamplingParams, Session, Speculation,
-    TurnOutput,
+    session_file, DraftModel, Engine, FinishReason, GenerationConfig, SamplingParams, Session, Speculation, TurnOutput,
 };
 
 /// A prompt that the tiny models continue in many ways.

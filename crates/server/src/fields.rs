@@ -152,8 +152,12 @@ impl Fields {
         }
         if let Some(bad) = settings.validate().first() {
             // The settings' names are the UI's (`draftModel`); the API's are snake case.
-            let field: String =
-                bad.field.chars().flat_map(|c| [Some('_').filter(|_| c.is_uppercase()), Some(c.to_ascii_lowercase())]).flatten().collect();
+            let field: String = bad
+                .field
+                .chars()
+                .flat_map(|c| [Some('_').filter(|_| c.is_uppercase()), Some(c.to_ascii_lowercase())])
+                .flatten()
+                .collect();
             return Err(ApiError::field(&field, bad.message.clone()));
         }
         Ok(settings)

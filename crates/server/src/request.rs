@@ -447,7 +447,10 @@ mod tests {
         // Naming a draft model drafts with it.
         let d = chat(r#"{"messages":[{"role":"user","content":"hi"}],"draft_model":"/models/small.gguf"}"#).unwrap();
         let s = &d.settings;
-        assert_eq!((s.speculation, s.draft_model.as_deref()), (hearth_store::SpeculationMode::Draft, Some("/models/small.gguf")));
+        assert_eq!(
+            (s.speculation, s.draft_model.as_deref()),
+            (hearth_store::SpeculationMode::Draft, Some("/models/small.gguf"))
+        );
         let c = Generation::completion(br#"{"prompt":"Once","max_tokens":5,"logprobs":2}"#).unwrap();
         assert_eq!((c.raw_prompt.as_deref(), c.settings.max_new_tokens, c.logprobs), (Some("Once"), 5, Some(2)));
     }

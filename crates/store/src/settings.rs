@@ -312,7 +312,8 @@ mod tests {
         );
         // Drafting with a draft model needs one; a path, if given, is not blank.
         let draft = |speculation, draft_model: Option<&str>| {
-            let s = ConversationSettings { speculation, draft_model: draft_model.map(Into::into), ..Default::default() };
+            let s =
+                ConversationSettings { speculation, draft_model: draft_model.map(Into::into), ..Default::default() };
             s.validate().into_iter().map(|e| e.field).collect::<Vec<_>>()
         };
         assert_eq!(draft(SpeculationMode::Draft, None), ["draftModel"]);

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use hearth_engine::{Engine, Passes, Session};
 
 use super::shared::{RequestCache, Shared};
-use crate::draft_models::DraftModels;
 use crate::config::WorkerConfig;
+use crate::draft_models::DraftModels;
 
 /// Where a conversation's KV cache is: the next turn is instant (warm),
 /// reads it from disk (saved), or prefills the whole history (cold).
@@ -379,7 +379,9 @@ impl Caches {
         let result = match prev {
             Some(_) if appended == tokens.len() => Ok(()),
             Some(_) => hearth_engine::session_file::append(&path, session, appended),
-            None => draft.cache_identity(context).and_then(|id| hearth_engine::session_file::write(&path, &id, session)),
+            None => {
+                draft.cache_identity(context).and_then(|id| hearth_engine::session_file::write(&path, &id, session))
+            }
         };
         match result {
             Ok(()) => {

@@ -106,8 +106,11 @@ fn a_draft_model_drafts_replies_its_cache_is_saved_and_restored_and_one_that_can
     worker.load_model(default.clone());
     let next = "Now from twenty-one to thirty.";
     let r2 = reply_row(&store, c, next);
-    let history =
-        vec![ChatMessage::user(ask), ChatMessage::assistant(store.message(r).unwrap().content), ChatMessage::user(next)];
+    let history = vec![
+        ChatMessage::user(ask),
+        ChatMessage::assistant(store.message(r).unwrap().content),
+        ChatMessage::user(next),
+    ];
     let (j, rx) = job(c, r2, history.clone(), drafting.clone());
     worker.enqueue(j).unwrap();
     let (_, second) = finished(&collect(&rx));
