@@ -119,6 +119,9 @@ pub struct TinySpec {
     /// GLM-4.5: Q and K normed per head (`attn_q_norm`, `attn_k_norm`), as
     /// GLM-4.5's converter writes them where the model has `use_qk_norm`.
     pub qk_norm: bool,
+    /// Qwen 3.5 and GLM-4.5: one multi-token-prediction block after the
+    /// layers (`nextn_predict_layers` = 1), as their converters write it.
+    pub mtp: bool,
 }
 
 /// What a Gemma 4 file adds to `TinySpec` (its `head_dim`, `n_kv_heads`
@@ -202,6 +205,7 @@ impl TinySpec {
             metadata: Vec::new(),
             retype: None,
             qk_norm: false,
+            mtp: false,
         }
     }
 

@@ -82,13 +82,21 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         put("rope_factors_long.weight".into(), factors(&mut rng, 6.0), GgmlDType::F32);
     }
     let (sd, hk, hv, interval) = spec.recurrent;
-    for i in 0..spec.n_layers {
+    // The MTP block, where there is one, is a layer more: full attention,
+    // then its own projection of the embedding and the hidden state.
+    for i in 0..spec.n_layers + usize::from(spec.mtp) {
         let p = format!("blk.{i}");
+        if i == spec.n_layers {
+            put(format!("{p}.nextn.eh_proj.weight"), random(&mut rng, &[e, 2 * e], 0.2), spec.dtype);
+            for norm in ["enorm", "hnorm", "shared_head_norm"] {
+                put(format!("{p}.nextn.{norm}.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
+            }
+        }
         let olmo2 = spec.family == Family::Olmo2;
         if !olmo2 {
             put(format!("{p}.attn_norm.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
         }
-        let recurrent = spec.family.is_hybrid() && (i + 1) % interval != 0;
+        let recurrent = spec.family.is_hybrid() && (i + 1) % interval != 0 && i < spec.n_layers;
         if recurrent {
             let channels = (2 * hk + hv) * sd;
             put(format!("{p}.attn_qkv.weight"), random(&mut rng, &[channels, e], 0.2), spec.dtype);
@@ -226,7 +234,7 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
     let k = |s: &str| format!("{arch}.{s}");
     let mut md: Vec<(String, Value)> = vec![
         ("general.architecture".into(), Value::String(arch.into())),
-        (k("block_count"), Value::U32(spec.n_layers as u32)),
+        (k("block_count"), Value::U32((spec.n_layers + usize::from(spec.mtp)) as u32)),
         (k("embedding_length"), Value::U32(e as u32)),
         // Granite MoE's experts are `feed_forward_length` wide.
         (
@@ -256,6 +264,9 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
     }
     if spec.family == Family::GptOss {
         md.push((k("attention.sliding_window"), Value::U32(spec.sliding_window as u32)));
+    }
+    if spec.mtp {
+        md.push((k("nextn_predict_layers"), Value::U32(1)));
     }
     if let Some(n) = spec.original_context {
         md.push((k("rope.scaling.original_context_length"), Value::U32(n)));

@@ -1,0 +1,38 @@
+//! Files that carry a multi-token-prediction block after their layers, as
+//! Qwen 3.5/3.6's and GLM-4.5's converters write them by default
+//! (`nextn_predict_layers` = 1, `blk.{n_layer}.nextn.*`): they open, and
+//! reply exactly as the same weights without the block. Hearth does not run
+//! the block yet (`docs/research/mtp.md`).
+
+mod common;
+
+use common::{tiny, Family, TinySpec};
+use hearth_engine::{Engine, KvCache, Model};
+
+fn logits_of(m: &Model, prompt: &[u32]) -> Vec<Vec<f32>> {
+    let mut cache: KvCache = m.new_cache(256);
+    let mut out = vec![m.forward(&[prompt.to_vec()], &mut cache).unwrap().to_vec2::<f32>().unwrap().remove(0)];
+    for t in [5, 9, 13] {
+        out.push(m.forward(&[vec![t]], &mut cache).unwrap().to_vec2::<f32>().unwrap().remove(0));
+    }
+    out
+}
+
+#[test]
+fn a_file_with_an_mtp_block_replies_as_the_same_weights_without_it() {
+    let prompt: Vec<u32> = (0..40).map(|i| (3 + (i * 37) % 300) as u32).collect();
+    for family in [Family::Qwen35, Family::Qwen35Moe, Family::Glm4Moe] {
+        let (_a, plain) = tiny(&TinySpec::new(family));
+        let (_b, with) = tiny(&TinySpec { mtp: true, ..TinySpec::new(family) });
+        let facts = |path| hearth_engine::ModelFacts::read(path).unwrap();
+        assert_eq!(facts(&with).n_layers, facts(&plain).n_layers + 1, "{family:?}: the file has the block");
+        let kv = |path| facts(path).kv_bytes_per_token;
+        assert_eq!(kv(&with), kv(&plain), "{family:?}: the memory planned for the cache");
+        let (plain, with) = (Engine::open(&plain).unwrap(), Engine::open(&with).unwrap());
+        let (p, w) = (plain.model(), with.model());
+        assert_eq!(w.config().n_layers, p.config().n_layers, "{family:?}: the block is not a layer");
+        assert_eq!(w.weight_bytes_per_token(), p.weight_bytes_per_token(), "{family:?}: nor read per token");
+        assert_eq!(w.new_cache(64).bytes_per_position(), p.new_cache(64).bytes_per_position(), "{family:?}");
+        assert!(logits_of(w, &prompt) == logits_of(p, &prompt), "{family:?}: the same logits, bit for bit");
+    }
+}
