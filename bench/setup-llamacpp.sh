@@ -18,8 +18,12 @@ else
 fi
 # The server's packages (the `[server]` extra) for bench/api_vs_llamacpp.py and the remote-endpoint tests.
 server_packages=(fastapi uvicorn sse-starlette pydantic-settings starlette-context)
+# The gguf package reads the test files' tensors for references computed
+# without llama.cpp (crates/engine/tests/reference/).
+gguf_package=gguf==0.19.0
 if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import llama_cpp" 2>/dev/null; then
   "$venv/bin/python" -c "import llama_cpp.server.app" 2>/dev/null || "$venv/bin/pip" install --quiet "${server_packages[@]}" >&2
+  "$venv/bin/python" -c "import gguf" 2>/dev/null || "$venv/bin/pip" install --quiet "$gguf_package" >&2
   echo "$venv"
   exit 0
 fi
@@ -27,5 +31,5 @@ python3 -m venv "$venv"
 # Every core: cmake's default for a Makefile build is one job at a time.
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
 # --no-cache-dir: pip would otherwise reuse a wheel built with the other flags.
-CMAKE_ARGS="$cmake_args" "$venv/bin/pip" install --quiet --no-cache-dir llama-cpp-python==0.3.36 numpy jinja2 "${server_packages[@]}" >&2
+CMAKE_ARGS="$cmake_args" "$venv/bin/pip" install --quiet --no-cache-dir llama-cpp-python==0.3.36 numpy jinja2 "$gguf_package" "${server_packages[@]}" >&2
 echo "$venv"

@@ -102,10 +102,11 @@ enum Command {
         /// pass for all) and compare each one's speed with one alone.
         #[arg(long, default_value_t = 1)]
         concurrent: usize,
-        /// Also decode greedily with drafts (`auto`, `ngram`, or `draft`
-        /// with `--draft-model`) and without, and compare (the two replies
+        /// Also decode greedily with drafts (`auto`, `ngram`, `draft` with
+        /// `--draft-model`, or `mtp` with the model's own MTP head) and
+        /// without, and compare (the two replies
         /// must be the same tokens).
-        #[arg(long, value_parser = ["off", "auto", "ngram", "draft"])]
+        #[arg(long, value_parser = ["off", "auto", "ngram", "draft", "mtp"])]
         speculative: Option<String>,
         /// At most this many drafted tokens per pass (1 to 32).
         #[arg(long, default_value_t = 8)]
@@ -205,6 +206,10 @@ enum Command {
         /// The shared expert's width (default: --expert-ffn).
         #[arg(long)]
         shared_ffn: Option<usize>,
+        /// With --hybrid: a multi-token-prediction block after the layers,
+        /// as Qwen 3.5's converter writes by default.
+        #[arg(long)]
+        mtp: bool,
         /// A gpt-oss file (needs --experts): attention biases and sinks, a
         /// 128-position window on even layers, YaRN, biased experts.
         #[arg(long)]
@@ -324,8 +329,9 @@ struct SamplingArgs {
     stop: Vec<String>,
     /// Speculative decoding: drafts checked several per step (auto: from
     /// the conversation, while they are taken; ngram: from it always;
-    /// draft: by `--draft-model`; off). The reply is the same either way.
-    #[arg(long, default_value = "auto", value_parser = ["off", "auto", "ngram", "draft"])]
+    /// draft: by `--draft-model`; mtp: by the model's own MTP head, which
+    /// Qwen 3.5/3.6 files carry; off). The reply is the same either way.
+    #[arg(long, default_value = "auto", value_parser = ["off", "auto", "ngram", "draft", "mtp"])]
     speculation: String,
     /// At most this many drafted tokens per step.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=32))]
@@ -405,6 +411,7 @@ fn run(cli: Cli) -> CliResult {
                 Some("ngram") => Some(hearth_store::SpeculationMode::Ngram),
                 Some("draft") if draft_model.is_none() => return Err("--speculative draft needs --draft-model".into()),
                 Some("draft") => Some(hearth_store::SpeculationMode::Draft),
+                Some("mtp") => Some(hearth_store::SpeculationMode::Mtp),
                 Some(_) => Some(hearth_store::SpeculationMode::Auto),
             };
             if !(1..=hearth_store::MAX_DRAFT_TOKENS).contains(&draft_tokens) {
@@ -461,6 +468,7 @@ fn run(cli: Cli) -> CliResult {
             ssm_v_heads,
             rope_dims,
             shared_ffn,
+            mtp,
             gpt_oss,
             gemma4,
             per_layer_embd,
@@ -484,6 +492,7 @@ fn run(cli: Cli) -> CliResult {
                 interval: full_attention_interval,
                 rope_dims,
                 shared_ffn: shared_ffn.unwrap_or(expert_ffn),
+                mtp,
             });
             let gemma4 = gemma4.then_some(random_model::Gemma4 {
                 per_layer: per_layer_embd,
@@ -557,6 +566,7 @@ fn settings(a: &SamplingArgs) -> CliResult<ConversationSettings> {
             "off" => hearth_store::SpeculationMode::Off,
             "ngram" => hearth_store::SpeculationMode::Ngram,
             "draft" => hearth_store::SpeculationMode::Draft,
+            "mtp" => hearth_store::SpeculationMode::Mtp,
             _ if a.draft_model.is_some() => hearth_store::SpeculationMode::Draft,
             _ => hearth_store::SpeculationMode::Auto,
         },

@@ -141,7 +141,7 @@ impl DraftModel {
 }
 
 /// The likeliest token under `logits` and its probability.
-fn most_likely(logits: &[f32]) -> (u32, f32) {
+pub(crate) fn most_likely(logits: &[f32]) -> (u32, f32) {
     let (mut best, mut top) = (0, f32::NEG_INFINITY);
     for (i, &l) in logits.iter().enumerate() {
         if l > top {

@@ -79,10 +79,28 @@ pub struct KvCache {
     /// Gemma 4's layers that read an earlier layer's).
     kv_layers: Arc<Vec<Option<KvShape>>>,
     recurrent: Option<RecurrentState>,
+    /// The model's last hidden states, which its MTP head reads one
+    /// position behind (`model/mtp.rs`); empty for a model without one.
+    mtp_hidden: MtpHidden,
     device: Device,
     /// Buffers as candle tensors (`LayerKv::Device`) rather than plain
     /// host vectors: on a GPU, and for the graph pass on the CPU.
     tensors: bool,
+}
+
+/// Final hidden states (after the output norm) of the last positions a
+/// pass ran, as the MTP head reads them: position `p`'s with token `p + 1`.
+/// Kept for a verify pass's every row (and the position before it), so a
+/// cut-back finds the one at its new end; for a prefill chunk, its last.
+/// Not saved: a restored cache's head reads zeros for the first position
+/// after it, which changes only how well it drafts.
+#[derive(Clone, Default)]
+struct MtpHidden {
+    /// The position of the first row.
+    first: usize,
+    /// `[batch, rows, width]`.
+    rows: Vec<f32>,
+    width: usize,
 }
 
 enum LayerKv {
@@ -103,11 +121,11 @@ impl KvCache {
             capacity: 0,
             max_len,
             batch: 1,
-            n_layers: config.n_layers,
+            n_layers: config.cache_layers(),
             n_kv_heads: config.n_kv_heads,
             head_dim: config.head_dim,
             kv_layers: Arc::new(
-                (0..config.n_layers)
+                (0..config.cache_layers())
                     .map(|i| {
                         let a = config.attention_shape(i);
                         let value_dim = if config.values_in_keys() { 0 } else { a.head_dim };
@@ -116,6 +134,7 @@ impl KvCache {
                     .collect(),
             ),
             recurrent: config.recurrent.as_ref().map(RecurrentState::new),
+            mtp_hidden: MtpHidden::default(),
             device: device.clone(),
             tensors: !device.is_cpu(),
         }
@@ -493,5 +512,44 @@ impl KvCache {
 
     pub(crate) fn advance(&mut self, n: usize) {
         self.len += n;
+    }
+
+    /// Sequence `b`'s final hidden state at position `len - 1`, where a
+    /// pass kept it (`keep_mtp_hidden`).
+    pub(crate) fn mtp_hidden(&self, b: usize) -> Option<&[f32]> {
+        self.mtp_hidden_at(b, self.len.checked_sub(1)?)
+    }
+
+    fn mtp_hidden_at(&self, b: usize, pos: usize) -> Option<&[f32]> {
+        let h = &self.mtp_hidden;
+        if h.width == 0 || b >= self.batch || pos >= self.len {
+            return None;
+        }
+        let at = pos.checked_sub(h.first)?;
+        let per_sequence = h.rows.len() / (self.batch * h.width);
+        if at >= per_sequence {
+            return None;
+        }
+        let start = (b * per_sequence + at) * h.width;
+        Some(&h.rows[start..start + h.width])
+    }
+
+    /// Keeps the final hidden states of positions `first..` (`[batch,
+    /// rows, width]`) after a pass that wrote positions from `pass_start`:
+    /// the MTP head reads them (`mtp_hidden`). For one sequence whose pass
+    /// kept every row (`first == pass_start`), the state before the pass,
+    /// where known, is kept before them, so a cut-back to where the pass
+    /// began finds it. (A state the pass overwrote may be another text's.)
+    pub(crate) fn keep_mtp_hidden(&mut self, (pass_start, first): (usize, usize), rows: &[f32], width: usize) {
+        let previous = match first.checked_sub(1) {
+            Some(p) if self.batch == 1 && first == pass_start => self.mtp_hidden_at(0, p).map(<[f32]>::to_vec),
+            _ => None,
+        };
+        if let Some(mut all) = previous {
+            all.extend_from_slice(rows);
+            self.mtp_hidden = MtpHidden { first: first - 1, rows: all, width };
+            return;
+        }
+        self.mtp_hidden = MtpHidden { first, rows: rows.to_vec(), width };
     }
 }

@@ -102,6 +102,9 @@ pub struct Recurrent {
     pub rope_dims: usize,
     /// The shared expert's width, with experts.
     pub shared_ffn: usize,
+    /// A multi-token-prediction block after the layers, as Qwen 3.5's
+    /// converter writes it (`model/mtp.rs`).
+    pub mtp: bool,
 }
 
 /// Experts per layer, used per token, each one's width, and their type.

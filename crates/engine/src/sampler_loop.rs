@@ -173,7 +173,7 @@ impl Sequence {
     /// which goes on as plain decoding; the failure is in its output.
     pub(crate) fn plan_pass(
         &mut self,
-        mode: Speculation,
+        (mode, target): (Speculation, &Model),
         draft_model: Option<&DraftModel>,
         prompt: &[u32],
         max_new_tokens: usize,
@@ -198,6 +198,22 @@ impl Sequence {
                 let history = (prompt, self.generated.as_slice());
                 let draft_with = |history: &[u32], k| model.propose(session, history, k);
                 let cost = (recurrent, model.cost());
+                let drafter = &mut self.drafter;
+                let drafted = catch_unwind(AssertUnwindSafe(|| {
+                    drafter.propose_with_model(history, max_draft.min(room), cost, draft_with)
+                }));
+                match drafted {
+                    Ok(Ok(draft)) => draft,
+                    Ok(Err(e)) => self.stop_drafting(e.to_string()),
+                    Err(panic) => self.stop_drafting(format!("it panicked: {}", panic_text(&*panic))),
+                }
+            }
+            (Speculation::Mtp { .. }, ..) if self.draft_failure.is_some() => Vec::new(),
+            (Speculation::Mtp { max_draft }, ..) => {
+                let history = (prompt, self.generated.as_slice());
+                let (cache, next) = (&mut self.cache, self.last_token);
+                let draft_with = |_: &[u32], k| target.mtp_draft(cache, next, k, crate::draft_model::P_MIN);
+                let cost = (recurrent, target.mtp_cost());
                 let drafter = &mut self.drafter;
                 let drafted = catch_unwind(AssertUnwindSafe(|| {
                     drafter.propose_with_model(history, max_draft.min(room), cost, draft_with)
@@ -253,7 +269,7 @@ impl Sequence {
         }
     }
 
-    /// Drafts no more with the draft model this reply: nothing, and why.
+    /// Drafts no more with the draft model (or MTP head) this reply: nothing, and why.
     fn stop_drafting(&mut self, why: String) -> Vec<u32> {
         self.draft = None;
         self.draft_failure = Some(why);

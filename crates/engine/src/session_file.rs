@@ -54,6 +54,10 @@ pub struct CacheIdentity {
     pub context_length: usize,
     pub engine_version: String,
     pub format_version: u32,
+    /// Layers the cache keeps (`ModelConfig::cache_layers`): the model's,
+    /// and its MTP head's where the pass runs one (the CPU's, not a GPU's).
+    #[serde(default)]
+    pub cache_layers: usize,
 }
 
 /// What `read` recovered.
@@ -239,7 +243,7 @@ pub fn read(path: &Path, identity: &CacheIdentity, model: &Model) -> Result<Rest
     let mut tokens: Vec<u32> = Vec::new();
     let mut passes = Passes::default();
     let widths: Vec<(usize, usize)> =
-        (0..config.n_layers).map(|i| (config.kv_width(i), config.value_width(i))).collect();
+        (0..config.cache_layers()).map(|i| (config.kv_width(i), config.value_width(i))).collect();
     let shape = ChunkShape { widths: &widths };
     let mut prev: [u8; 32] = digest;
     let complete = loop {

@@ -108,6 +108,11 @@ impl Session {
         config: GenerationConfig,
     ) -> std::result::Result<Turn, (Session, EngineError)> {
         // The sampler's settings are checked before the cache is touched.
+        if matches!(config.speculation, crate::Speculation::Mtp { .. }) && !model.runs_graph() {
+            if let Err(e) = model.check_mtp_head() {
+                return Err((self, e));
+            }
+        }
         let sampler = match Sampler::new(config) {
             Ok(s) => s,
             Err(e) => return Err((self, e)),

@@ -35,6 +35,9 @@ pub enum Speculation {
     /// (`GenerationConfig::draft_model`, `draft_model.rs`), each its most
     /// likely next token while it is confident of it.
     Draft { max_draft: usize },
+    /// As `Draft`, with the model's own multi-token-prediction head
+    /// (`model/mtp.rs`) in place of a draft model: Qwen 3.5/3.6 files.
+    Mtp { max_draft: usize },
 }
 
 /// The longest draft a reply may ask for.
@@ -44,7 +47,7 @@ pub const MAX_DRAFT: usize = 32;
 pub const DEFAULT_DRAFT: usize = 8;
 
 impl Speculation {
-    /// The mode a setting names (`off`, `auto`, `ngram`, `draft`), with at most
+    /// The mode a setting names (`off`, `auto`, `ngram`, `draft`, `mtp`), with at most
     /// `max_draft` tokens per draft (1 to [`MAX_DRAFT`]).
     pub fn parse(mode: &str, max_draft: usize) -> crate::Result<Self> {
         if !(1..=MAX_DRAFT).contains(&max_draft) {
@@ -58,20 +61,22 @@ impl Speculation {
             "auto" => Ok(Self::Auto { max_draft }),
             "ngram" => Ok(Self::Ngram { max_draft }),
             "draft" => Ok(Self::Draft { max_draft }),
+            "mtp" => Ok(Self::Mtp { max_draft }),
             other => Err(crate::EngineError::setting(
                 "speculation",
-                format!("'{other}' is not one of off, auto, ngram, draft"),
+                format!("'{other}' is not one of off, auto, ngram, draft, mtp"),
             )),
         }
     }
 
-    /// The setting's name: `off`, `auto`, `ngram` or `draft`.
+    /// The setting's name: `off`, `auto`, `ngram`, `draft` or `mtp`.
     pub fn mode(&self) -> &'static str {
         match self {
             Self::Off => "off",
             Self::Auto { .. } => "auto",
             Self::Ngram { .. } => "ngram",
             Self::Draft { .. } => "draft",
+            Self::Mtp { .. } => "mtp",
         }
     }
 
@@ -144,8 +149,9 @@ impl Drafter {
     ) -> Vec<u32> {
         self.recurrent = recurrent;
         let (max, min_match) = match mode {
-            // A draft model's drafts are the sequence's (`Sequence::plan_pass`).
-            Speculation::Off | Speculation::Draft { .. } => return Vec::new(),
+            // A draft model's and an MTP head's drafts are the sequence's
+            // (`Sequence::plan_pass`).
+            Speculation::Off | Speculation::Draft { .. } | Speculation::Mtp { .. } => return Vec::new(),
             Speculation::Ngram { max_draft } => (max_draft, 1),
             Speculation::Auto { max_draft } => {
                 if self.pause > 0 {
@@ -166,7 +172,7 @@ impl Drafter {
         lookup(&history, max, min_match)
     }
 
-    /// A draft for `Speculation::Draft`: the continuation of an earlier
+    /// A draft for `Speculation::Draft` and `Mtp`: the continuation of an earlier
     /// match of at least `LOOKUP_MATCH` tokens, which costs nothing to
     /// draft; else, unless paused as `Auto` pauses, up to `max` tokens
     /// from `draft_model` (given the history and how many to draft at
@@ -231,7 +237,11 @@ impl Drafter {
     pub(crate) fn record(&mut self, mode: Speculation, drafted: usize, accepted: usize) {
         self.drafted += drafted;
         self.accepted += accepted;
-        let (Speculation::Auto { max_draft } | Speculation::Draft { max_draft }) = mode else { return };
+        let (Speculation::Auto { max_draft } | Speculation::Draft { max_draft } | Speculation::Mtp { max_draft }) =
+            mode
+        else {
+            return;
+        };
         let reached = accepted + usize::from(accepted < drafted);
         self.checked = self.checked * DECAY + reached as f64;
         self.taken = self.taken * DECAY + accepted as f64;

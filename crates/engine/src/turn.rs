@@ -314,11 +314,11 @@ impl Turn {
     /// (`Model::decode_step_many`) and gives the logits back, in this
     /// order, to `advance_given`. Empty while the prompt is read, and for
     /// a step that takes the prompt's own logits.
-    pub fn decode_inputs(&mut self) -> Vec<DecodeInput<'_>> {
+    pub fn decode_inputs(&mut self, model: &Model) -> Vec<DecodeInput<'_>> {
         if self.reading.is_some() {
             return Vec::new();
         }
-        self.plan_passes();
+        self.plan_passes(model);
         self.sequences
             .iter_mut()
             .filter(|s| s.needs_pass())
@@ -331,12 +331,12 @@ impl Turn {
 
     /// Marks the sequences that must stop done, and sets the rows of each
     /// running one's next pass (its last token, then any draft).
-    fn plan_passes(&mut self) {
+    fn plan_passes(&mut self, model: &Model) {
         let (sampler, prompt) = (&self.sampler, &self.prompt);
         let (max_new, draft_model) = (sampler.config().max_new_tokens, sampler.config().draft_model.as_ref());
         for s in &mut self.sequences {
             if !sampler.check_stop(s) && s.needs_pass() {
-                s.plan_pass(self.speculation, draft_model, prompt, max_new);
+                s.plan_pass((self.speculation, model), draft_model, prompt, max_new);
             }
         }
     }
@@ -355,7 +355,7 @@ impl Turn {
         // and planned, before their pass filled any cache: those are the
         // ones to step.
         if given.is_none() {
-            self.plan_passes();
+            self.plan_passes(model);
         }
         let live: Vec<usize> = (0..self.sequences.len()).filter(|&b| !self.sequences[b].is_done()).collect();
         if live.is_empty() {

@@ -265,7 +265,7 @@ fn run_together(engine: &Engine, turns: &mut [hearth_engine::Turn]) -> Vec<Vec<u
         let (mut ids, mut which, mut caches) = (Vec::new(), Vec::new(), Vec::new());
         let mut others = Vec::new();
         for (i, t) in turns.iter_mut().enumerate().filter(|(i, _)| !done[*i]) {
-            let inputs = t.decode_inputs();
+            let inputs = t.decode_inputs(m);
             if inputs.is_empty() {
                 others.push(i);
             }

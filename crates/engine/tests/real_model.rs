@@ -234,7 +234,7 @@ fn owned_turns_decoding_in_one_pass_give_what_each_gives_alone() {
             if done[i] {
                 continue;
             }
-            let mut ready = t.decode_inputs();
+            let mut ready = t.decode_inputs(m);
             match ready.pop().filter(|_| ready.is_empty()) {
                 Some(hearth_engine::DecodeInput { tokens, cache, .. }) => {
                     inputs.push((i, tokens[0]));

@@ -233,7 +233,7 @@ fn run_together(engine: &Engine, turns: &mut [Turn]) {
     while done.iter().any(|d| !d) {
         let (mut rows, mut which, mut caches, mut alone) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (i, t) in turns.iter_mut().enumerate().filter(|(i, _)| !done[*i]) {
-            let inputs = t.decode_inputs();
+            let inputs = t.decode_inputs(m);
             if inputs.is_empty() {
                 alone.push(i);
             }

@@ -514,7 +514,7 @@ fn variants_that_fill_the_context_in_a_shared_pass_end_as_cache_full() {
     turn.set_variants(2).unwrap();
     let mut shared_passes = 0;
     loop {
-        let inputs = turn.decode_inputs();
+        let inputs = turn.decode_inputs(m);
         let advance = if inputs.is_empty() {
             turn.advance(m, tok).unwrap()
         } else {

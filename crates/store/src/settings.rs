@@ -62,6 +62,9 @@ pub enum SpeculationMode {
     Ngram,
     /// Drafts with a draft model (`draft_model`).
     Draft,
+    /// Drafts with the model's own multi-token-prediction head (Qwen
+    /// 3.5/3.6 files carry one); a model without one refuses the reply.
+    Mtp,
 }
 
 impl SpeculationMode {
@@ -72,6 +75,7 @@ impl SpeculationMode {
             Self::Auto => "auto",
             Self::Ngram => "ngram",
             Self::Draft => "draft",
+            Self::Mtp => "mtp",
         }
     }
 }
@@ -247,7 +251,7 @@ fn message(field: &str) -> &'static str {
         "topK" => "must be a whole number between 0 (off) and 100000",
         "topP" => "must be above 0 and at most 1",
         "draftTokens" => "must be a whole number between 1 and 32",
-        "speculation" => "must be off, auto, ngram or draft",
+        "speculation" => "must be off, auto, ngram, draft or mtp",
         "draftModel" => "must be the path of a model file when drafting with a draft model",
         "minP" => "must be at least 0 and below 1",
         "repeatPenalty" => "must be above 0 and at most 10 (1 is off)",

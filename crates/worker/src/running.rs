@@ -243,7 +243,7 @@ impl WorkerThread {
             let mut masks = Vec::new();
             for (i, r) in running.iter_mut().enumerate() {
                 let Some(turn) = r.turn.as_mut().filter(|_| !r.cancel.is_cancelled()) else { continue };
-                for DecodeInput { tokens: rows, cache, mask } in turn.decode_inputs() {
+                for DecodeInput { tokens: rows, cache, mask } in turn.decode_inputs(model) {
                     ready.push(i);
                     tokens.push(rows);
                     caches.push(cache);

@@ -145,7 +145,15 @@ fn a_hybrid_moe_bundle_resumes_in_another_data_folder_with_no_prefill_and_the_to
         kv_heads: 2,
         head_dim: Some(64),
         experts: Some(Experts { count: 8, used: 2, ffn: 128, dtype: "q8_0".into() }),
-        recurrent: Some(Recurrent { state: 64, k_heads: 2, v_heads: 4, interval: 2, rope_dims: 16, shared_ffn: 128 }),
+        recurrent: Some(Recurrent {
+            state: 64,
+            k_heads: 2,
+            v_heads: 4,
+            interval: 2,
+            rope_dims: 16,
+            shared_ffn: 128,
+            mtp: false,
+        }),
         gpt_oss: false,
         gemma4: None,
     };

@@ -64,7 +64,7 @@ impl KvCache {
         if version != FORMAT_VERSION as usize {
             return Err(bad(format!("format version {version}, expected {FORMAT_VERSION}")));
         }
-        if (n_layers, n_kv_heads, head_dim) != (config.n_layers, config.n_kv_heads, config.head_dim)
+        if (n_layers, n_kv_heads, head_dim) != (config.cache_layers(), config.n_kv_heads, config.head_dim)
             || batch == 0
             || batch > 64
         {

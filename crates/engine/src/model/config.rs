@@ -281,9 +281,33 @@ pub struct ModelConfig {
     /// Gemma 4's per-layer token embeddings: values per layer
     /// (`embedding_length_per_layer_input`), 0 for none.
     pub per_layer_embd: usize,
+    /// Qwen 3.5's multi-token-prediction head (`model/mtp.rs`): 1 where it
+    /// runs, as layer `n_layers` of the per-layer fields above and of the
+    /// KV cache (a full-attention layer after the last), 0 where it does
+    /// not (no head in the file, another family, or the graph pass).
+    pub mtp_layers: usize,
 }
 
 impl ModelConfig {
+    /// Layers the KV cache keeps: the model's, then the MTP head's.
+    pub fn cache_layers(&self) -> usize {
+        self.n_layers + self.mtp_layers
+    }
+
+    /// This config without its MTP head, for a pass that does not run it.
+    pub(crate) fn without_mtp(mut self) -> Self {
+        let n = self.n_layers;
+        if self.mtp_layers > 0 {
+            self.attention.truncate(n);
+            self.kv_source.truncate(n);
+            if let Some(r) = &mut self.recurrent {
+                r.layers.truncate(n);
+            }
+            self.mtp_layers = 0;
+        }
+        self
+    }
+
     /// Layer `layer`'s heads.
     pub fn attention_shape(&self, layer: usize) -> AttentionShape {
         self.attention[layer]

@@ -12,6 +12,7 @@
 
 mod attention;
 mod kernels;
+mod mtp;
 
 use std::ops::Range;
 
@@ -70,6 +71,7 @@ impl Model {
         let mut buf = Buffers::new(self, rows);
         cache.begin_pass(seq);
         let mut kv = KvRows::Batch { cache, batch, seq, pos0 };
+        let mut head_read = None;
         let mut layers = || -> Result<()> {
             for (layer, block) in self.layers.iter().enumerate() {
                 let rope = if block.sliding { &rope_local } else { &rope_global };
@@ -80,6 +82,11 @@ impl Model {
                 if seq > 1 && layer + 1 < self.layers.len() && stop() {
                     return Err(crate::EngineError::Stopped);
                 }
+            }
+            if let Some(head) = &self.mtp {
+                let hidden = self.final_norm(&x);
+                self.mtp_after_pass(pool, head, &flat, &hidden, &mut buf, &rope_global, &mut kv)?;
+                head_read = Some(hidden);
             }
             Ok(())
         };
@@ -93,12 +100,27 @@ impl Model {
         }
         cache.advance(seq);
         cache.end_pass(seq);
+        if let Some(hidden) = &head_read {
+            // Each sequence's last row, which the head reads with the next token.
+            let last: Vec<f32> =
+                (0..batch).flat_map(|b| hidden[(b * seq + seq - 1) * e..(b * seq + seq) * e].iter().copied()).collect();
+            cache.keep_mtp_hidden((pos0, pos0 + seq - 1), &last, e);
+        }
 
         let out_rows: Vec<usize> =
             if all { (0..rows).collect() } else { (0..batch).map(|b| b * seq + seq - 1).collect() };
         let mut last = vec![0f32; out_rows.len() * e];
         for (i, &r) in out_rows.iter().enumerate() {
-            vec_ops::rms_norm(&mut last[i * e..(i + 1) * e], &x[r * e..(r + 1) * e], &self.norm.host, self.norm.eps);
+            match &head_read {
+                // Normed already, for the MTP head.
+                Some(hidden) => last[i * e..(i + 1) * e].copy_from_slice(&hidden[r * e..(r + 1) * e]),
+                None => vec_ops::rms_norm(
+                    &mut last[i * e..(i + 1) * e],
+                    &x[r * e..(r + 1) * e],
+                    &self.norm.host,
+                    self.norm.eps,
+                ),
+            }
         }
         let mut logits = vec![0f32; out_rows.len() * self.vocab_size];
         let sequence_rows = if all { seq } else { 1 };
@@ -173,10 +195,16 @@ impl Model {
         };
         let mut buf = Buffers::new(self, rows);
         let mut kv = KvRows::Caches { caches, positions, owners };
+        let mut head_read = None;
         let mut layers = || -> Result<()> {
             for (layer, block) in self.layers.iter().enumerate() {
                 let rope = if block.sliding { &rope_local } else { &rope_global };
                 self.block_host(pool, block, layer, &mut x, &mut buf, rope, &per_layer, &mut kv)?;
+            }
+            if let Some(head) = &self.mtp {
+                let hidden = self.final_norm(&x);
+                self.mtp_after_pass(pool, head, tokens, &hidden, &mut buf, &rope_global, &mut kv)?;
+                head_read = Some(hidden);
             }
             Ok(())
         };
@@ -189,16 +217,19 @@ impl Model {
             }
             return Err(e);
         }
-        for (cache, &n) in caches.iter_mut().zip(&counts) {
+        let mut first_row = 0;
+        for ((cache, &n), &start) in caches.iter_mut().zip(&counts).zip(&starts) {
             cache.advance(n);
             // Checkpoints as after a decode step: a verify pass is cut back
             // to where it began (`begin_verify_pass`), not to a checkpoint.
             cache.end_pass(1);
+            if let Some(hidden) = &head_read {
+                // Every row: a cut-back after a verify pass finds its new end's.
+                cache.keep_mtp_hidden((start, start), &hidden[first_row * e..(first_row + n) * e], e);
+            }
+            first_row += n;
         }
-        let mut last = vec![0f32; rows * e];
-        for r in 0..rows {
-            vec_ops::rms_norm(&mut last[r * e..(r + 1) * e], &x[r * e..(r + 1) * e], &self.norm.host, self.norm.eps);
-        }
+        let last = head_read.unwrap_or_else(|| self.final_norm(&x));
         let mut logits = vec![0f32; rows * self.vocab_size];
         matmuls(pool, &last, rows, 1, &mut [(&self.output, &mut logits)])?;
         self.soft_cap(&mut logits);

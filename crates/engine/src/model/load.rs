@@ -8,7 +8,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::rope::{RopeFreqs, YarnRamp};
 use super::{
-    check_shape, delta_net, experts, families, graph_experts, host_vector, mla, per_layer, short_conv, Attention,
+    check_shape, delta_net, experts, families, graph_experts, host_vector, mla, mtp, per_layer, short_conv, Attention,
     Block, DenseAndExperts, Embeddings, ExpertsConfig, Ffn, Kernels, LayerExperts, Linear, Matrix, Mixer, Model,
     ModelConfig, Norm, SharedExpert,
 };
@@ -23,9 +23,11 @@ impl Model {
     }
 
     pub fn load_with(file: &mut GgufFile, device: &Device, kernels: Kernels) -> Result<Self> {
-        let config = ModelConfig::from_gguf(file)?;
-        let family = config.architecture.family();
         let graph = !device.is_cpu() || kernels == Kernels::Graph;
+        // The graph pass (a GPU's) runs no MTP head.
+        let config = ModelConfig::from_gguf(file)?;
+        let config = if graph { config.without_mtp() } else { config };
+        let family = config.architecture.family();
         let norm = |file: &mut GgufFile, name: &str| -> Result<Norm> {
             Norm::new(file.tensor(name, device)?, config.rms_eps, device)
         };
@@ -127,8 +129,13 @@ impl Model {
                 _ => matmul(file, "token_embd.weight", vocab_size, config.n_embd)?,
             }
         };
-        let mut layers = Vec::with_capacity(config.n_layers);
-        for i in 0..config.n_layers {
+        // The model's layers, then the MTP head's where it runs one.
+        let mut layers = Vec::with_capacity(config.cache_layers());
+        let mut head_bytes = 0;
+        for i in 0..config.cache_layers() {
+            if i == config.n_layers {
+                head_bytes = weight_bytes.get();
+            }
             let shape = config.attention_shape(i);
             let (q_dim, kv_dim) = (shape.q_width(), shape.kv_width());
             let p = format!("blk.{i}");
@@ -337,6 +344,44 @@ impl Model {
                 },
             });
         }
+        let mtp = if config.mtp_layers > 0 {
+            let block = layers.pop().expect("the head's layer was loaded last");
+            let p = format!("blk.{}.nextn", config.n_layers);
+            let e = config.n_embd;
+            let head = mtp::MtpHead {
+                eh_proj: matmul(file, &format!("{p}.eh_proj.weight"), e, 2 * e)?,
+                enorm: norm(file, &format!("{p}.enorm.weight"))?,
+                hnorm: norm(file, &format!("{p}.hnorm.weight"))?,
+                block,
+                norm: norm_opt(file, &format!("{p}.shared_head_norm.weight"))?,
+                embeddings: match file.has_tensor(&format!("{p}.embed_tokens.weight")) {
+                    true => {
+                        let name = format!("{p}.embed_tokens.weight");
+                        check_shape(file, &name, &[vocab_size, e])?;
+                        let Matrix::Own(m) = Matrix::load(file, &name, device, true)? else {
+                            unreachable!("loaded with Hearth's own kernels")
+                        };
+                        Some(m)
+                    }
+                    false => None,
+                },
+                output: match file.has_tensor(&format!("{p}.shared_head_head.weight")) {
+                    true => Some(matmul(file, &format!("{p}.shared_head_head.weight"), vocab_size, e)?),
+                    false => None,
+                },
+            };
+            // A draft step reads the head's layer and projection (counted
+            // since `head_bytes`) and an output matrix.
+            let output_bytes = head.output.as_ref().unwrap_or(&output).stored_bytes();
+            head_bytes = weight_bytes.get() - head_bytes + if head.output.is_some() { 0 } else { output_bytes };
+            if head.output.is_some() {
+                // Read by drafts only, not by the model's passes.
+                weight_bytes.set(weight_bytes.get() - output_bytes);
+            }
+            Some(head)
+        } else {
+            None
+        };
         let per_layer_embeddings = if config.per_layer_embd > 0 {
             let n = config.per_layer_embd * config.n_layers;
             Some(per_layer::PerLayerEmbeddings {
@@ -410,6 +455,8 @@ impl Model {
             rope_global_long,
             rope_local,
             per_layer_embeddings,
+            mtp,
+            mtp_bytes_per_step: head_bytes,
             vocab_size,
             device: device.clone(),
             graph,

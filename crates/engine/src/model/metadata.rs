@@ -298,6 +298,30 @@ impl ModelConfig {
                 })
             }
         };
+        // Qwen 3.5's MTP head, a full-attention layer after the last, where
+        // the file has one (`model/mtp.rs`).
+        let mut attention = attention;
+        let mut kv_source = kv_source;
+        let mut recurrent = recurrent;
+        // A file whose head lacks its layer or has no heads for it opens
+        // without one: the model's own layers do not need it.
+        let (heads, kv_heads) = (head_counts.get(n_layers), kv_counts.get(n_layers));
+        let mtp_layers = usize::from(
+            family.mixers == Mixers::DeltaNet
+                && nextn > 0
+                && ["nextn.eh_proj", "attn_q", "attn_k", "attn_v", "attn_output"]
+                    .iter()
+                    .all(|t| file.has_tensor(&format!("blk.{n_layers}.{t}.weight")))
+                && matches!((heads, kv_heads), (Some(&h), Some(&k)) if h > 0 && k > 0 && h.is_multiple_of(k)),
+        );
+        if mtp_layers > 0 {
+            let (heads, kv_heads) = (head_counts[n_layers], kv_counts[n_layers]);
+            attention.push(AttentionShape { n_heads: heads, n_kv_heads: kv_heads, head_dim, rope_dims });
+            kv_source.push(n_layers);
+            if let Some(r) = &mut recurrent {
+                r.layers.push(false);
+            }
+        }
         let mla = if family.latent_attention {
             Some(mla(file, &key, head_dim, rope_dims, &kv_counts[..n_layers])?)
         } else {
@@ -376,6 +400,7 @@ impl ModelConfig {
                 true => file.u32(&key("embedding_length_per_layer_input"))? as usize,
                 false => 0,
             },
+            mtp_layers,
         })
     }
 }

@@ -125,12 +125,13 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
     }
     let (mut md, vocab) = tokenizer_of(tokenizer_from)?;
     let head_dim = shape.head_dim.unwrap_or(shape.embd / shape.heads);
+    let mtp = usize::from(shape.recurrent.as_ref().is_some_and(|r| r.mtp));
     let u = |k: &str, v: usize| (format!("{arch}.{k}"), Value::U32(v as u32));
     let f = |k: &str, v: f32| (format!("{arch}.{k}"), Value::F32(v));
     md.extend([
         ("general.architecture".to_string(), Value::String(arch.into())),
         ("general.name".to_string(), Value::String(format!("hearth random {arch}"))),
-        u("block_count", shape.layers),
+        u("block_count", shape.layers + mtp),
         u("embedding_length", shape.embd),
         u("feed_forward_length", shape.ffn),
         u("attention.head_count", shape.heads),
@@ -191,6 +192,7 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
             u("ssm.time_step_rank", r.v_heads),
             u("ssm.inner_size", r.state * r.v_heads),
             u("full_attention_interval", r.interval),
+            u("nextn_predict_layers", mtp),
             (
                 format!("{arch}.rope.dimension_sections"),
                 Value::Array(sections.iter().map(|&s| Value::I32(s as i32)).collect()),
@@ -215,12 +217,20 @@ pub fn write(out: &Path, tokenizer_from: &Path, shape: &Shape, dtype: &str) -> R
     if let Some(g) = &shape.gemma4 {
         gemma4_tensors(&mut add, shape, g, vocab, dtype, experts_dtype);
     }
-    for i in 0..shape.layers {
+    // The MTP block, where there is one, is a full-attention layer more,
+    // with its own projection of the embedding and the hidden state.
+    for i in 0..shape.layers + mtp {
         if shape.gemma4.is_some() {
             break;
         }
         let p = |n: &str| format!("blk.{i}.{n}");
-        let recurrent = shape.recurrent.as_ref().filter(|r| (i + 1) % r.interval != 0);
+        if i == shape.layers {
+            add(p("nextn.eh_proj.weight"), vec![shape.embd, 2 * shape.embd], dtype, Fill::Random(scale));
+            for norm in ["enorm", "hnorm", "shared_head_norm"] {
+                add(p(&format!("nextn.{norm}.weight")), vec![shape.embd], GgmlType::F32, Fill::Ones);
+            }
+        }
+        let recurrent = shape.recurrent.as_ref().filter(|r| (i + 1) % r.interval != 0 && i < shape.layers);
         let mut matrices = match recurrent {
             Some(r) => {
                 let (channels, inner) = ((2 * r.k_heads + r.v_heads) * r.state, r.v_heads * r.state);

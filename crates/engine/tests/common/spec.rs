@@ -122,6 +122,9 @@ pub struct TinySpec {
     /// Qwen 3.5 and GLM-4.5: one multi-token-prediction block after the
     /// layers (`nextn_predict_layers` = 1), as their converters write it.
     pub mtp: bool,
+    /// What the MTP head's output norm is multiplied by: above 1 its
+    /// logits are sharper, so it is confident enough to draft.
+    pub mtp_sharpness: f64,
 }
 
 /// What a Gemma 4 file adds to `TinySpec` (its `head_dim`, `n_kv_heads`
@@ -206,6 +209,7 @@ impl TinySpec {
             retype: None,
             qk_norm: false,
             mtp: false,
+            mtp_sharpness: 1.0,
         }
     }
 

@@ -89,7 +89,11 @@ pub fn write_tiny(path: &Path, spec: &TinySpec) {
         if i == spec.n_layers {
             put(format!("{p}.nextn.eh_proj.weight"), random(&mut rng, &[e, 2 * e], 0.2), spec.dtype);
             for norm in ["enorm", "hnorm", "shared_head_norm"] {
-                put(format!("{p}.nextn.{norm}.weight"), ones_ish(&mut rng, e), GgmlDType::F32);
+                let mut w = ones_ish(&mut rng, e);
+                if norm == "shared_head_norm" {
+                    w = (w * spec.mtp_sharpness).unwrap();
+                }
+                put(format!("{p}.nextn.{norm}.weight"), w, GgmlDType::F32);
             }
         }
         let olmo2 = spec.family == Family::Olmo2;

@@ -225,7 +225,15 @@ fn hybrid_moe_file(dir: &std::path::Path) -> PathBuf {
         kv_heads: 2,
         head_dim: Some(64),
         experts: Some(Experts { count: 8, used: 2, ffn: 128, dtype: "q8_0".into() }),
-        recurrent: Some(Recurrent { state: 64, k_heads: 2, v_heads: 4, interval: 2, rope_dims: 16, shared_ffn: 128 }),
+        recurrent: Some(Recurrent {
+            state: 64,
+            k_heads: 2,
+            v_heads: 4,
+            interval: 2,
+            rope_dims: 16,
+            shared_ffn: 128,
+            mtp: false,
+        }),
         gpt_oss: false,
         gemma4: None,
     };

@@ -3,4 +3,4 @@
 /**
  * How a chat's replies draft tokens to verify in one pass.
  */
-export type SpeculationMode = "off" | "auto" | "ngram" | "draft";
+export type SpeculationMode = "off" | "auto" | "ngram" | "draft" | "mtp";
