@@ -118,6 +118,10 @@ class Api(unittest.TestCase):
         self.assertIn("cannot open the draft model", body["error"]["message"])
         status, body = raw("/chat/completions", json.dumps({"messages": [{"role": "user", "content": "hi"}], "speculation": "draft"}).encode())
         self.assertEqual((status, body["error"]["param"]), (400, "draft_model"))
+        # The default model carries no MTP head to draft with.
+        status, body = raw("/chat/completions", json.dumps({"messages": [{"role": "user", "content": "hi"}], "speculation": "mtp"}).encode())
+        self.assertEqual(status, 400, body)
+        self.assertIn("no MTP head", body["error"]["message"])
         # The server goes on answering.
         self.assertEqual(ask(text, max_tokens=40, extra_body={"speculation": "off"}).choices[0].message.content, plain)
 

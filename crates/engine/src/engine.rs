@@ -464,7 +464,7 @@ impl Engine {
 
     /// What a cache computed now, for a context of `context_length`, depends
     /// on: this file (size, time, whole-file hash once known), the
-    /// architecture, the dtype, the engine's build, the layers it keeps. A saved cache is used
+    /// architecture, the dtype, the engine's build. (A file also names the layers it holds: `CacheIdentity::cache_layers`.) A saved cache is used
     /// only when its identity equals this, and never while the hash is unknown.
     pub fn cache_identity(&self, context_length: usize) -> Result<CacheIdentity> {
         let (size, mtime) = self.file_fingerprint()?;
@@ -477,7 +477,7 @@ impl Engine {
             context_length,
             engine_version: BUILD_ID.into(),
             format_version: crate::session_file::FORMAT_VERSION,
-            cache_layers: self.model.config().cache_layers(),
+            cache_layers: self.model.config().n_layers,
         })
     }
 

@@ -171,14 +171,14 @@ impl ModelFacts {
         let recurrent_state_bytes = recurrent.as_ref().map_or(0, |r| {
             (recurrent_layers as u64).saturating_mul(((r.conv_state_len() + r.delta_state_len()) * 4) as u64)
         });
-        // A hybrid's layers that keep keys and values: its attention layers,
-        // and its multi-token-prediction head's where it runs one.
+        // A hybrid's multi-token-prediction blocks (after its trunk) keep no
+        // cache unless a chat drafts with them.
         let attention_layers = match &recurrent {
             Some(r) => (r.layers.len() as u32).saturating_sub(recurrent_layers),
             None => n_layers,
         };
         let kv_bytes_per_token = match &config {
-            Some(c) => (0..c.cache_layers()).map(|i| 2 * (c.kv_width(i) + c.value_width(i)) as u64).sum(),
+            Some(c) => (0..c.n_layers).map(|i| 2 * (c.kv_width(i) + c.value_width(i)) as u64).sum(),
             None => {
                 [attention_layers, n_kv_heads, head_dim].iter().fold(2 * 2u64, |acc, &n| acc.saturating_mul(n as u64))
             }

@@ -79,8 +79,12 @@ pub struct KvCache {
     /// Gemma 4's layers that read an earlier layer's).
     kv_layers: Arc<Vec<Option<KvShape>>>,
     recurrent: Option<RecurrentState>,
+    /// The MTP head's layer and what it keeps, for a model with one
+    /// (`model/mtp.rs`): `kv_layers` holds it once the head runs for this
+    /// cache (`start_mtp`).
+    mtp_head: Option<(usize, KvShape)>,
     /// The model's last hidden states, which its MTP head reads one
-    /// position behind (`model/mtp.rs`); empty for a model without one.
+    /// position behind; empty where the head does not run.
     mtp_hidden: MtpHidden,
     device: Device,
     /// Buffers as candle tensors (`LayerKv::Device`) rather than plain
@@ -115,6 +119,11 @@ enum LayerKv {
 impl KvCache {
     /// An empty cache for `config`, holding at most `max_len` positions.
     pub fn new(config: &ModelConfig, max_len: usize, device: &Device) -> Self {
+        let shape = |i: usize| {
+            let a = config.attention_shape(i);
+            let value_dim = if config.values_in_keys() { 0 } else { a.head_dim };
+            config.stores_kv(i).then_some(KvShape { heads: a.n_kv_heads, key_dim: a.head_dim, value_dim })
+        };
         Self {
             layers: Arc::new(Vec::new()),
             len: 0,
@@ -124,16 +133,10 @@ impl KvCache {
             n_layers: config.cache_layers(),
             n_kv_heads: config.n_kv_heads,
             head_dim: config.head_dim,
-            kv_layers: Arc::new(
-                (0..config.cache_layers())
-                    .map(|i| {
-                        let a = config.attention_shape(i);
-                        let value_dim = if config.values_in_keys() { 0 } else { a.head_dim };
-                        config.stores_kv(i).then_some(KvShape { heads: a.n_kv_heads, key_dim: a.head_dim, value_dim })
-                    })
-                    .collect(),
-            ),
+            // The MTP head's layer keeps nothing until the head starts (`start_mtp`).
+            kv_layers: Arc::new((0..config.cache_layers()).map(|i| shape(i).filter(|_| i < config.n_layers)).collect()),
             recurrent: config.recurrent.as_ref().map(RecurrentState::new),
+            mtp_head: (config.mtp_layers > 0).then(|| shape(config.n_layers).map(|s| (config.n_layers, s))).flatten(),
             mtp_hidden: MtpHidden::default(),
             device: device.clone(),
             tensors: !device.is_cpu(),
@@ -512,6 +515,37 @@ impl KvCache {
 
     pub(crate) fn advance(&mut self, n: usize) {
         self.len += n;
+    }
+
+    /// Whether the model's MTP head runs for this cache: every pass writes
+    /// its layer, which then holds every position the cache holds.
+    pub fn mtp_live(&self) -> bool {
+        self.mtp_head.is_some_and(|(i, _)| self.kv_layers[i].is_some())
+    }
+
+    /// Starts the model's MTP head for this cache, which must then be empty
+    /// (the head must read every position it later attends to); whether
+    /// it runs now. From here on every pass runs the head for it, whatever
+    /// the reply's drafting: a turn without drafts keeps its layer whole.
+    pub fn start_mtp(&mut self) -> bool {
+        match self.mtp_head {
+            Some(_) if self.mtp_live() => true,
+            Some((i, shape)) if self.len == 0 => {
+                Arc::make_mut(&mut self.kv_layers)[i] = Some(shape);
+                // Buffers made before had no room for the head's layer.
+                self.layers = Arc::new(Vec::new());
+                self.capacity = 0;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Layers whose keys and values this cache holds, counted as a saved
+    /// cache's header counts them: the model's, and its MTP head's where
+    /// it runs.
+    pub(crate) fn layers_kept(&self) -> usize {
+        self.n_layers - usize::from(self.mtp_head.is_some() && !self.mtp_live())
     }
 
     /// Sequence `b`'s final hidden state at position `len - 1`, where a

@@ -99,6 +99,19 @@ impl Session {
         self.cache.max_len()
     }
 
+    /// Starts the model's MTP head for this conversation (`KvCache::start_mtp`).
+    /// A cache that has read tokens without it starts over, so the next
+    /// turn reads the conversation again, once; its draft session stays.
+    pub(crate) fn start_mtp(&mut self, model: &Model) {
+        if !self.cache.start_mtp() {
+            self.cache = model.new_cache(self.cache.max_len());
+            self.cache.start_mtp();
+            self.tokens.clear();
+            self.passes = Passes::default();
+            self.prefill_logits = None;
+        }
+    }
+
     /// Forgets everything from token `len` on. A hybrid model's cache goes
     /// back to its latest checkpoint at or before `len`, so the session may
     /// then cover fewer tokens: read `tokens()` after.

@@ -54,8 +54,9 @@ pub struct CacheIdentity {
     pub context_length: usize,
     pub engine_version: String,
     pub format_version: u32,
-    /// Layers the cache keeps (`ModelConfig::cache_layers`): the model's,
-    /// and its MTP head's where the pass runs one (the CPU's, not a GPU's).
+    /// Layers whose keys and values the file holds: the model's, and its
+    /// MTP head's where the head ran for the cache (`KvCache::mtp_live`).
+    /// `Engine::cache_identity` names the model's; `write` the cache's.
     #[serde(default)]
     pub cache_layers: usize,
 }
@@ -112,7 +113,8 @@ pub fn write(path: &Path, identity: &CacheIdentity, session: &Session) -> Result
     let io = |e: std::io::Error| corrupt(&tmp, format!("cannot write: {e}"));
     let result = (|| {
         let mut w = BufWriter::new(File::create(&tmp).map_err(io)?);
-        let json = serde_json::to_vec(identity).map_err(|e| corrupt(path, e))?;
+        let identity = CacheIdentity { cache_layers: session.cache().layers_kept(), ..identity.clone() };
+        let json = serde_json::to_vec(&identity).map_err(|e| corrupt(path, e))?;
         let mut header = Vec::with_capacity(16 + json.len());
         header.extend_from_slice(MAGIC);
         header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -150,6 +152,11 @@ pub fn append(path: &Path, session: &Session, from: usize) -> Result<()> {
 pub fn append_observed(path: &Path, session: &Session, from: usize, mid_write: &dyn Fn()) -> Result<()> {
     if from >= session.tokens().len() {
         return Ok(());
+    }
+    // A cache whose MTP head started after the file was written keeps a
+    // layer more than the file's chunks: it is written whole instead.
+    if read_identity(path)?.cache_layers != session.cache().layers_kept() {
+        return Err(corrupt(path, "holds another set of layers than the cache"));
     }
     let io = |e: std::io::Error| corrupt(path, format!("cannot append: {e}"));
     let mut file = OpenOptions::new().read(true).append(true).open(path).map_err(io)?;
@@ -234,16 +241,24 @@ pub fn read(path: &Path, identity: &CacheIdentity, model: &Model) -> Result<Rest
     let file = File::open(path).map_err(|e| corrupt(path, format!("cannot open: {e}")))?;
     let mut r = BufReader::new(file);
     let (saved, digest) = read_header(path, &mut r)?;
-    if &saved != identity {
+    if saved != (CacheIdentity { cache_layers: saved.cache_layers, ..identity.clone() }) {
         return Err(corrupt(path, "saved for another model, context length or engine version"));
     }
-
     let config = model.config();
+    // The model's layers, and its MTP head's where it ran for the cache.
+    let head = config.mtp_layers > 0 && saved.cache_layers == config.cache_layers();
+    if saved.cache_layers != config.n_layers && !head {
+        return Err(corrupt(path, format!("holds {} layers, not {}", saved.cache_layers, config.n_layers)));
+    }
     let mut cache = model.new_cache(identity.context_length);
+    if head {
+        cache.start_mtp();
+    }
     let mut tokens: Vec<u32> = Vec::new();
     let mut passes = Passes::default();
-    let widths: Vec<(usize, usize)> =
-        (0..config.cache_layers()).map(|i| (config.kv_width(i), config.value_width(i))).collect();
+    let widths: Vec<(usize, usize)> = (0..config.cache_layers())
+        .map(|i| if i < saved.cache_layers { (config.kv_width(i), config.value_width(i)) } else { (0, 0) })
+        .collect();
     let shape = ChunkShape { widths: &widths };
     let mut prev: [u8; 32] = digest;
     let complete = loop {

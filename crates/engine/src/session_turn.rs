@@ -112,6 +112,7 @@ impl Session {
             if let Err(e) = model.check_mtp_head() {
                 return Err((self, e));
             }
+            self.start_mtp(model);
         }
         let sampler = match Sampler::new(config) {
             Ok(s) => s,

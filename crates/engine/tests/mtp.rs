@@ -87,6 +87,7 @@ fn the_heads_cache_follows_the_conversation_through_chunks_steps_and_cut_backs()
         // of which two are kept, as the sampler keeps them: a hybrid's cache
         // goes back to where the pass began and reads the kept rows again.
         let mut stepped = m.new_cache(128);
+        assert!(stepped.start_mtp());
         m.forward(&[prompt[..20].to_vec()], &mut stepped).unwrap();
         m.forward(&[prompt[20..].to_vec()], &mut stepped).unwrap();
         m.decode_step_many(&[7], &mut [&mut stepped]).unwrap();
@@ -99,6 +100,7 @@ fn the_heads_cache_follows_the_conversation_through_chunks_steps_and_cut_backs()
         }
         // The same tokens read at once.
         let mut read = m.new_cache(128);
+        assert!(read.start_mtp());
         let all: Vec<u32> = prompt.iter().copied().chain([7, 8, 9]).collect();
         m.forward(&[all], &mut read).unwrap();
         assert_eq!(stepped.len(), read.len());
@@ -108,14 +110,26 @@ fn the_heads_cache_follows_the_conversation_through_chunks_steps_and_cut_backs()
         let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
         let worst = a.iter().zip(&b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
         assert!(worst <= 1e-4 * scale, "{family:?}: the head's logits differ by {worst} (largest {scale})");
+        // A pass shared with a conversation the head does not run for.
+        let (mut shared, mut other) = (m.new_cache(128), m.new_cache(128));
+        assert!(shared.start_mtp());
+        m.forward(std::slice::from_ref(&prompt), &mut shared).unwrap();
+        m.forward(&[vec![4, 5, 6]], &mut other).unwrap();
+        m.decode_rows_many(&[&[5], &[7, 8, 9]], &mut [&mut other, &mut shared]).unwrap();
+        assert!(!other.mtp_live());
+        let d = m.mtp_step_logits(&mut shared, 12).unwrap();
+        let apart = d.iter().zip(&b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(apart <= 1e-4 * scale, "{family:?}: beside another cache, the head's logits differ by {apart}");
         // A head that had lost one position's hidden state would be off by
         // more: a restored cache keeps none, and its head reads zeros once.
         let mut saved = Vec::new();
         let mut before = m.new_cache(128);
+        before.start_mtp();
         m.forward(std::slice::from_ref(&prompt), &mut before).unwrap();
         before.write_to(&mut saved).unwrap();
         let mut restored =
             hearth_engine::KvCache::read_from(&mut saved.as_slice(), m.config(), 128, m.device()).unwrap();
+        assert!(restored.mtp_live(), "{family:?}: the saved cache names the head's layer");
         m.forward(&[vec![7, 8, 9]], &mut restored).unwrap();
         let c = m.mtp_step_logits(&mut restored, 12).unwrap();
         let off = c.iter().zip(&b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
@@ -177,4 +191,57 @@ fn mtp_on_a_model_without_a_head_is_refused_with_the_reason() {
     // The session is as it was, and plain decoding goes on.
     assert!(s.start_turn(m, tk, &[3, 4, 5], greedy(&engine, 4, Speculation::Off), 1).unwrap().run().is_ok());
     assert_eq!(Speculation::parse("mtp", 4).unwrap(), Speculation::Mtp { max_draft: 4 });
+}
+
+#[test]
+fn the_head_runs_only_for_conversations_that_draft_with_it_and_starts_with_one_reread() {
+    let (dir, path) = tiny(&TinySpec { mtp: true, mtp_sharpness: 30.0, ..TinySpec::new(Family::Qwen35) });
+    let engine = Engine::open(&path).unwrap();
+    let (m, tk) = (engine.model(), engine.tokenizer());
+    let prompt: Vec<u32> = (0..24).map(|i| (3 + (i * 41) % 300) as u32).collect();
+    let mut s = engine.new_session(Some(256));
+    let first = s.start_turn(m, tk, &prompt, greedy(&engine, 8, Speculation::Auto { max_draft: 4 }), 1).unwrap();
+    let first = first.run().unwrap();
+    assert!(!s.cache().mtp_live(), "no head without MTP drafts");
+    let plain_bytes = s.cache().bytes_per_position();
+    // The next turn drafts with the head: it reads the conversation again, once.
+    let mut next = prompt.clone();
+    next.extend(&first.sequences[0].tokens);
+    next.extend([21, 22]);
+    let mtp = Speculation::Mtp { max_draft: 4 };
+    let second = s.start_turn(m, tk, &next, greedy(&engine, 8, mtp), 1).unwrap().run().unwrap();
+    assert_eq!(second.stats.processed_tokens, next.len(), "read again from the start");
+    assert!(s.cache().mtp_live() && s.cache().bytes_per_position() > plain_bytes);
+    // Then only what is new, with the head or without.
+    let mut third = next.clone();
+    third.extend(&second.sequences[0].tokens);
+    third.extend([23]);
+    let out = s.start_turn(m, tk, &third, greedy(&engine, 8, Speculation::Off), 1).unwrap().run().unwrap();
+    assert!(out.stats.processed_tokens <= 2, "{}", out.stats.processed_tokens);
+    assert!(s.cache().mtp_live(), "the head keeps reading once it started");
+
+    // Saved and read back, the cache keeps its head's layer, and a reply
+    // drafting with it is the plain one.
+    let file = dir.path().join("conversation.session");
+    let identity = engine.cache_identity(256).map(|mut i| {
+        i.model_sha256 = Some("test".into());
+        i
+    });
+    let identity = identity.unwrap();
+    hearth_engine::session_file::write(&file, &identity, &s).unwrap();
+    let restored = hearth_engine::session_file::read(&file, &identity, m).unwrap();
+    assert!(restored.complete && restored.session.cache().mtp_live());
+    let mut restored = restored.session;
+    let mut fourth = third.clone();
+    fourth.extend(&out.sequences[0].tokens);
+    fourth.extend([24, 25]);
+    let drafted = restored.start_turn(m, tk, &fourth, greedy(&engine, 12, mtp), 1).unwrap().run().unwrap();
+    let plain = s.start_turn(m, tk, &fourth, greedy(&engine, 12, Speculation::Off), 1).unwrap().run().unwrap();
+    assert_eq!(drafted.stats.processed_tokens, 3, "only the new tokens");
+    assert_eq!(drafted.sequences[0].tokens, plain.sequences[0].tokens);
+    // A file saved without the head's layer cannot take chunks with it.
+    let mut without = engine.new_session(Some(256));
+    without.prefill(m, &prompt).unwrap();
+    hearth_engine::session_file::write(&file, &identity, &without).unwrap();
+    assert!(hearth_engine::session_file::append(&file, &s, prompt.len()).is_err());
 }

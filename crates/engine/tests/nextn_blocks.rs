@@ -1,9 +1,10 @@
 //! Files that carry a multi-token-prediction block after their layers, as
 //! Qwen 3.5/3.6's and GLM-4.5's converters write them by default
 //! (`nextn_predict_layers` = 1, `blk.{n_layer}.nextn.*`): they open, and
-//! reply exactly as the same weights without the block. Qwen 3.5's head
-//! runs beside the model as a drafter (`tests/mtp.rs`), its keys and
-//! values a layer more of the cache; GLM-4.5's is not read.
+//! reply exactly as the same weights without the block, at the same cost.
+//! Qwen 3.5's head runs beside the model only for a conversation that
+//! drafts with it (`tests/mtp.rs`), its keys and values a layer more of
+//! that cache; GLM-4.5's is not read.
 
 mod common;
 
@@ -34,15 +35,14 @@ fn a_file_with_an_mtp_block_replies_as_the_same_weights_without_it() {
         let (p, w) = (plain.model(), with.model());
         assert_eq!(w.has_mtp_head(), head, "{family:?}");
         assert_eq!(w.config().n_layers, p.config().n_layers, "{family:?}: the block is not a layer");
-        // The head's keys and values: one full-attention layer's more.
+        assert_eq!(kv(&with_path), kv(&plain_path), "{family:?}: the memory planned for the cache");
+        assert_eq!(w.new_cache(64).bytes_per_position(), p.new_cache(64).bytes_per_position(), "{family:?}");
+        assert_eq!(w.weight_bytes_per_token(), p.weight_bytes_per_token(), "{family:?}: nor read per token");
+        // A cache the head runs for keeps one full-attention layer's more.
+        let mut drafting = w.new_cache(64);
         let head_kv = if head { 4 * w.config().attention_shape(w.config().n_layers).kv_width() } else { 0 };
-        assert_eq!(kv(&with_path), kv(&plain_path) + head_kv as u64, "{family:?}: the memory planned for the cache");
-        assert_eq!(w.new_cache(64).bytes_per_position(), p.new_cache(64).bytes_per_position() + head_kv, "{family:?}");
-        assert_eq!(
-            w.weight_bytes_per_token() > p.weight_bytes_per_token(),
-            head,
-            "{family:?}: the head runs per token"
-        );
+        assert_eq!(drafting.start_mtp(), head, "{family:?}");
+        assert_eq!(drafting.bytes_per_position(), p.new_cache(64).bytes_per_position() + head_kv, "{family:?}");
         assert!(logits_of(w, &prompt) == logits_of(p, &prompt), "{family:?}: the same logits, bit for bit");
     }
 }

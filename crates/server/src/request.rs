@@ -451,6 +451,8 @@ mod tests {
             (s.speculation, s.draft_model.as_deref()),
             (hearth_store::SpeculationMode::Draft, Some("/models/small.gguf"))
         );
+        let m = chat(r#"{"messages":[{"role":"user","content":"hi"}],"speculation":"mtp"}"#).unwrap();
+        assert_eq!(m.settings.speculation, hearth_store::SpeculationMode::Mtp);
         let c = Generation::completion(br#"{"prompt":"Once","max_tokens":5,"logprobs":2}"#).unwrap();
         assert_eq!((c.raw_prompt.as_deref(), c.settings.max_new_tokens, c.logprobs), (Some("Once"), 5, Some(2)));
     }

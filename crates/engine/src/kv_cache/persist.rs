@@ -20,7 +20,7 @@ impl KvCache {
         w.write_all(MAGIC).map_err(io)?;
         for n in [
             FORMAT_VERSION as u64,
-            self.n_layers as u64,
+            self.layers_kept() as u64,
             self.batch as u64,
             self.n_kv_heads as u64,
             self.head_dim as u64,
@@ -64,7 +64,10 @@ impl KvCache {
         if version != FORMAT_VERSION as usize {
             return Err(bad(format!("format version {version}, expected {FORMAT_VERSION}")));
         }
-        if (n_layers, n_kv_heads, head_dim) != (config.cache_layers(), config.n_kv_heads, config.head_dim)
+        // The model's layers, and its MTP head's where it ran for the cache.
+        let head = n_layers == config.cache_layers() && config.mtp_layers > 0;
+        if (n_layers != config.n_layers && !head)
+            || (n_kv_heads, head_dim) != (config.n_kv_heads, config.head_dim)
             || batch == 0
             || batch > 64
         {
@@ -74,6 +77,9 @@ impl KvCache {
             return Err(bad(format!("cache holds {len} positions, more than the context of {max_len}")));
         }
         let mut cache = KvCache::new(config, max_len, device);
+        if head {
+            cache.start_mtp();
+        }
         if len == 0 {
             return Ok(cache);
         }

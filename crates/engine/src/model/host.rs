@@ -70,6 +70,7 @@ impl Model {
             if c.sliding_window.is_some() { self.rope_local.tables(pos0, seq) } else { Default::default() };
         let mut buf = Buffers::new(self, rows);
         cache.begin_pass(seq);
+        let head = self.mtp.as_ref().filter(|_| cache.mtp_live());
         let mut kv = KvRows::Batch { cache, batch, seq, pos0 };
         let mut head_read = None;
         let mut layers = || -> Result<()> {
@@ -83,7 +84,7 @@ impl Model {
                     return Err(crate::EngineError::Stopped);
                 }
             }
-            if let Some(head) = &self.mtp {
+            if let Some(head) = head {
                 let hidden = self.final_norm(&x);
                 self.mtp_after_pass(pool, head, &flat, &hidden, &mut buf, &rope_global, &mut kv)?;
                 head_read = Some(hidden);
@@ -202,9 +203,7 @@ impl Model {
                 self.block_host(pool, block, layer, &mut x, &mut buf, rope, &per_layer, &mut kv)?;
             }
             if let Some(head) = &self.mtp {
-                let hidden = self.final_norm(&x);
-                self.mtp_after_pass(pool, head, tokens, &hidden, &mut buf, &rope_global, &mut kv)?;
-                head_read = Some(hidden);
+                head_read = self.mtp_after_caches_pass(pool, head, tokens, &x, &rope_global, &mut kv)?;
             }
             Ok(())
         };
@@ -223,7 +222,7 @@ impl Model {
             // Checkpoints as after a decode step: a verify pass is cut back
             // to where it began (`begin_verify_pass`), not to a checkpoint.
             cache.end_pass(1);
-            if let Some(hidden) = &head_read {
+            if let (Some(hidden), true) = (&head_read, cache.mtp_live()) {
                 // Every row: a cut-back after a verify pass finds its new end's.
                 cache.keep_mtp_hidden((start, start), &hidden[first_row * e..(first_row + n) * e], e);
             }

@@ -373,11 +373,11 @@ impl Model {
             // A draft step reads the head's layer and projection (counted
             // since `head_bytes`) and an output matrix.
             let output_bytes = head.output.as_ref().unwrap_or(&output).stored_bytes();
-            head_bytes = weight_bytes.get() - head_bytes + if head.output.is_some() { 0 } else { output_bytes };
-            if head.output.is_some() {
-                // Read by drafts only, not by the model's passes.
-                weight_bytes.set(weight_bytes.get() - output_bytes);
-            }
+            // The head's bytes are not the model's: a pass reads them only
+            // for a cache the head runs for.
+            let own = weight_bytes.get() - head_bytes;
+            weight_bytes.set(head_bytes);
+            head_bytes = own + if head.output.is_some() { 0 } else { output_bytes };
             Some(head)
         } else {
             None

@@ -85,6 +85,59 @@ impl Model {
         Ok(())
     }
 
+    /// The head over a pass over several caches (`x`: the model's residual
+    /// stream after its last layer), for the rows of the caches it runs for
+    /// (`KvCache::mtp_live`); the normed hidden states of every row, where
+    /// it ran for any.
+    pub(super) fn mtp_after_caches_pass(
+        &self,
+        pool: &WorkerPool,
+        head: &MtpHead,
+        tokens: &[u32],
+        x: &[f32],
+        rope: &(Vec<f32>, Vec<f32>),
+        kv: &mut KvRows,
+    ) -> Result<Option<Vec<f32>>> {
+        let live: Vec<bool> = match &*kv {
+            KvRows::Caches { caches, .. } => caches.iter().map(|c| c.mtp_live()).collect(),
+            KvRows::Batch { .. } => unreachable!("a pass over caches"),
+        };
+        if !live.contains(&true) {
+            return Ok(None);
+        }
+        let hidden = self.final_norm(x);
+        let e = self.config.n_embd;
+        if !live.contains(&false) {
+            let mut buf = Buffers::new(self, tokens.len());
+            self.mtp_after_pass(pool, head, tokens, &hidden, &mut buf, rope, kv)?;
+            return Ok(Some(hidden));
+        }
+        // Only the rows of the caches it runs for, with their RoPE rows.
+        let KvRows::Caches { caches, positions, owners } = kv else { unreachable!("a pass over caches") };
+        let rows: Vec<usize> = (0..owners.len()).filter(|&r| live[owners[r]]).collect();
+        let mut index = vec![0; caches.len()];
+        let mut running: Vec<&mut KvCache> = Vec::new();
+        for (i, cache) in caches.iter_mut().enumerate().filter(|(i, _)| live[*i]) {
+            index[i] = running.len();
+            running.push(&mut **cache);
+        }
+        let half = rope.0.len() / owners.len();
+        let pick = |v: &[f32], width: usize| -> Vec<f32> {
+            rows.iter().flat_map(|&r| v[r * width..(r + 1) * width].iter().copied()).collect()
+        };
+        let sub_rope = (pick(&rope.0, half), pick(&rope.1, half));
+        let sub_owners: Vec<usize> = rows.iter().map(|&r| index[owners[r]]).collect();
+        let sub_tokens: Vec<u32> = rows.iter().map(|&r| tokens[r]).collect();
+        let mut sub = KvRows::Caches {
+            caches: &mut running,
+            positions: rows.iter().map(|&r| positions[r]).collect(),
+            owners: &sub_owners,
+        };
+        let mut buf = Buffers::new(self, rows.len());
+        self.mtp_after_pass(pool, head, &sub_tokens, &pick(&hidden, e), &mut buf, &sub_rope, &mut sub)?;
+        Ok(Some(hidden))
+    }
+
     /// The normed final hidden state of each of `x`'s rows.
     pub(super) fn final_norm(&self, x: &[f32]) -> Vec<f32> {
         let e = self.config.n_embd;
@@ -114,8 +167,11 @@ impl Model {
     /// the cache's length only, which stays as it was.
     pub fn mtp_draft(&self, cache: &mut KvCache, token: u32, max: usize, min_probability: f32) -> Result<Vec<u32>> {
         let head = self.mtp_head()?;
-        if cache.batch() != 1 {
-            return Err(EngineError::setting("speculation", "an MTP draft is for a cache of one sequence"));
+        if cache.batch() != 1 || !cache.mtp_live() {
+            return Err(EngineError::setting(
+                "speculation",
+                "an MTP draft is for a cache of one sequence whose head has read it (`KvCache::start_mtp`)",
+            ));
         }
         let start = cache.len();
         let n = max.min(cache.max_len().saturating_sub(start));
@@ -147,8 +203,11 @@ impl Model {
     /// for its next token `token`: the first step of a draft.
     pub fn mtp_step_logits(&self, cache: &mut KvCache, token: u32) -> Result<Vec<f32>> {
         let head = self.mtp_head()?;
-        if cache.batch() != 1 || cache.is_empty() || cache.is_full() {
-            return Err(EngineError::setting("cache", "one sequence's cache, neither empty nor full"));
+        if cache.batch() != 1 || cache.is_empty() || cache.is_full() || !cache.mtp_live() {
+            return Err(EngineError::setting(
+                "cache",
+                "one sequence's cache, neither empty nor full, its head started",
+            ));
         }
         self.check_tokens(&[vec![token]])?;
         cache.reserve(1, 1)?;
@@ -200,6 +259,9 @@ impl Model {
             return Err(EngineError::setting("previous", "one hidden state of the model's width per token"));
         }
         self.check_tokens(&[tokens.to_vec()])?;
+        if !cache.start_mtp() {
+            return Err(EngineError::setting("cache", "an empty cache, or one whose head has read it"));
+        }
         cache.reserve(tokens.len(), 1)?;
         let pool = WorkerPool::global();
         let start = cache.len();
