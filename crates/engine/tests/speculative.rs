@@ -459,3 +459,83 @@ fn a_speculative_reply_replays_bit_for_bit() {
         assert_eq!(replay.finish(0).sequences[0].tokens, recorded.sequences[0].tokens, "{speculation:?}");
     }
 }
+
+fn softmax(logits: &[f32]) -> Vec<f64> {
+    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
+    let e: Vec<f64> = logits.iter().map(|&l| (l as f64 - max).exp()).collect();
+    let sum: f64 = e.iter().sum();
+    e.into_iter().map(|x| x / sum).collect()
+}
+
+/// Sampled tokens with drafts follow the model's own distribution. Over
+/// 6,000 seeds, replies of three tokens from four allowed ones (the rest
+/// forbidden): the second pass verifies a drafted token (the prompt holds
+/// every allowed token, so lookup always drafts), and where the second
+/// token is the draft, the third comes from the draft's row. The counts of
+/// each (t₀, t₁, t₂) match by a chi-square test the exact probabilities
+/// `p(t₀) · p(t₁ | t₀) · p(t₂ | t₀, t₁)` computed from the model's logits.
+/// (Each seed's reply is also the plain one, token for token: above.)
+#[test]
+fn sampled_tokens_with_drafts_follow_the_models_distribution_by_a_chi_square_test() {
+    let (_dir, path) = tiny(&TinySpec::new(Family::Llama));
+    let engine = Engine::open(&path).unwrap();
+    let m = engine.model();
+    let allowed: [u32; 4] = [11, 57, 123, 201];
+    let prompt: Vec<u32> = (0..120u64).map(|i| allowed[((i * 2_654_435_761) >> 7) as usize % 4]).collect();
+    let temperature = 1.0f32;
+    // The sampler's distribution: softmax over the allowed tokens.
+    let p = |logits: &[f32]| -> Vec<f64> {
+        let l: Vec<f64> = allowed.iter().map(|&t| (logits[t as usize] / temperature) as f64).collect();
+        softmax(&l.iter().map(|&x| x as f32).collect::<Vec<_>>())
+    };
+    let mut cache = m.new_cache(256);
+    let p0 = p(&m.forward(std::slice::from_ref(&prompt), &mut cache).unwrap().to_vec2::<f32>().unwrap()[0]);
+    let mut expected = vec![0f64; 64];
+    for (a, &ta) in allowed.iter().enumerate() {
+        let mut after_a = cache.clone();
+        let p1 = p(&step(m, ta, &mut after_a));
+        for (b, &tb) in allowed.iter().enumerate() {
+            let p2 = p(&step(m, tb, &mut after_a.clone()));
+            for c in 0..4 {
+                expected[a * 16 + b * 4 + c] = p0[a] * p1[b] * p2[c];
+            }
+        }
+    }
+
+    let mut session = engine.new_session(Some(256));
+    session.prefill(m, &prompt).unwrap();
+    let samples = 6000;
+    let (mut counts, mut drafted, mut accepted) = (vec![0usize; 64], 0, 0);
+    for seed in 0..samples as u64 {
+        let sampling =
+            SamplingParams { temperature, top_k: None, top_p: 1.0, min_p: 0.0, seed, ..SamplingParams::default() };
+        let mut c = config(&engine, sampling, 3, ngram());
+        c.forbidden_tokens = (0..m.vocab_size() as u32).filter(|t| !allowed.contains(t)).collect();
+        let (out, _) = reply(&engine, session.clone(), &prompt, c);
+        let at = |t: u32| allowed.iter().position(|&x| x == t).unwrap();
+        let t = &out.sequences[0].tokens;
+        counts[at(t[0]) * 16 + at(t[1]) * 4 + at(t[2])] += 1;
+        drafted += out.sequences[0].drafted;
+        accepted += out.sequences[0].accepted;
+    }
+    assert!(drafted >= samples, "every reply's second pass verifies a draft: {drafted} drafted");
+    assert!(accepted >= samples / 20, "a third token from a draft's row often enough to tell: {accepted}");
+
+    // Outcomes in bins expecting at least 10 samples each.
+    let mut bins: Vec<(f64, usize)> = Vec::new();
+    let mut open = (0f64, 0usize);
+    for (e, &o) in expected.iter().zip(&counts) {
+        open = (open.0 + e * samples as f64, open.1 + o);
+        if open.0 >= 10.0 {
+            bins.push(std::mem::take(&mut open));
+        }
+    }
+    let last = bins.last_mut().unwrap();
+    (last.0, last.1) = (last.0 + open.0, last.1 + open.1);
+    let statistic: f64 = bins.iter().map(|&(e, o)| (o as f64 - e).powi(2) / e).sum();
+    // The chi-square quantile at 1 − 0.001 (Wilson–Hilferty).
+    let df = (bins.len() - 1) as f64;
+    let critical = df * (1.0 - 2.0 / (9.0 * df) + 3.09 * (2.0 / (9.0 * df)).sqrt()).powi(3);
+    assert!(bins.len() >= 16, "{} bins", bins.len());
+    assert!(statistic < critical, "chi-square {statistic:.1} over {df} degrees of freedom (critical {critical:.1})");
+}
