@@ -1,8 +1,9 @@
 // A reply that drafted, with its drafts in the stats line, and the settings
 // panel's speculation controls (looked at before calling the UI done). Run
-// under Xvfb with the app built; `--draft` drafts with a draft model (the
+// under Xvfb with the app built; `--mtp` asks for the MTP head, which the
+// default model lacks (the reply's error shows); `--draft` drafts with a draft model (the
 // loaded model's own file, picked from the library):
-//   Xvfb :98 -screen 0 1200x780x24 & DISPLAY=:98 node tests/e2e/screenshot_speculation.mjs OUT.png [--draft]
+//   Xvfb :98 -screen 0 1200x780x24 & DISPLAY=:98 node tests/e2e/screenshot_speculation.mjs OUT.png [--draft | --mtp]
 import { execFileSync } from 'node:child_process';
 import { Harness, newChat, send, setSetting, waitForReply } from './harness.mjs';
 
@@ -24,8 +25,17 @@ try {
       'the library listed as draft models');
     await pick('setting-draftModel', model);
   }
+  const mtp = process.argv.includes('--mtp');
+  if (mtp) {
+    await d.execute(
+      'const s = document.querySelector("[data-testid=setting-speculation]"); s.value = "mtp"; s.dispatchEvent(new Event("change", { bubbles: true }));');
+  }
   await send(d, 'Repeat exactly, twice: the quick brown fox jumps over the lazy dog near the river bank.');
-  await waitForReply(d);
+  if (mtp) {
+    await new Promise((r) => setTimeout(r, 4000));
+  } else {
+    await waitForReply(d);
+  }
   await d.find('[data-testid=setting-speculation]');
   await d.execute('document.querySelector("[data-testid=setting-speculation]").scrollIntoView({block: "center"})');
   await new Promise((r) => setTimeout(r, 500));

@@ -96,6 +96,8 @@ pub struct KvCache {
 /// pass ran, as the MTP head reads them: position `p`'s with token `p + 1`.
 /// Kept for a verify pass's every row (and the position before it), so a
 /// cut-back finds the one at its new end; for a prefill chunk, its last.
+/// Also each checkpoint's (`KvCache::checkpoint`: a prompt's end, a
+/// turn's), where a regeneration, an edit or a hybrid's rewind lands.
 /// Not saved: a restored cache's head reads zeros for the first position
 /// after it, which changes only how well it drafts.
 #[derive(Clone, Default)]
@@ -105,7 +107,12 @@ struct MtpHidden {
     /// `[batch, rows, width]`.
     rows: Vec<f32>,
     width: usize,
+    /// `(len, state at len - 1)` at the latest checkpoints of one sequence.
+    anchors: Vec<(usize, Vec<f32>)>,
 }
+
+/// Checkpoints whose hidden state the MTP head keeps.
+const MTP_ANCHORS: usize = 16;
 
 enum LayerKv {
     /// `k`: `[batch, kv_heads, capacity, key_dim]`; `v`: `[batch, kv_heads, value_dim, capacity]`
@@ -189,6 +196,15 @@ impl KvCache {
     pub fn checkpoint(&mut self) {
         if let Some(r) = &mut self.recurrent {
             r.checkpoint(self.len);
+        }
+        if let Some(h) = self.mtp_hidden(0).filter(|_| self.batch == 1).map(<[f32]>::to_vec) {
+            let len = self.len;
+            let anchors = &mut self.mtp_hidden.anchors;
+            anchors.retain(|(at, _)| *at != len);
+            anchors.push((len, h));
+            if anchors.len() > MTP_ANCHORS {
+                anchors.remove(0);
+            }
         }
     }
 
@@ -295,6 +311,9 @@ impl KvCache {
         if let Some(r) = &mut self.recurrent {
             self.len = r.rewind(self.len);
         }
+        // A checkpoint past the end is of positions that will be written again.
+        let len = self.len;
+        self.mtp_hidden.anchors.retain(|(at, _)| *at <= len);
     }
 
     /// Makes room for `n_new` positions and ensures the buffers are not shared,
@@ -559,13 +578,14 @@ impl KvCache {
         if h.width == 0 || b >= self.batch || pos >= self.len {
             return None;
         }
-        let at = pos.checked_sub(h.first)?;
         let per_sequence = h.rows.len() / (self.batch * h.width);
-        if at >= per_sequence {
-            return None;
+        match pos.checked_sub(h.first) {
+            Some(at) if at < per_sequence => {
+                let start = (b * per_sequence + at) * h.width;
+                Some(&h.rows[start..start + h.width])
+            }
+            _ => h.anchors.iter().find(|(at, _)| *at == pos + 1 && b == 0).map(|(_, v)| v.as_slice()),
         }
-        let start = (b * per_sequence + at) * h.width;
-        Some(&h.rows[start..start + h.width])
     }
 
     /// Keeps the final hidden states of positions `first..` (`[batch,
@@ -579,11 +599,13 @@ impl KvCache {
             Some(p) if self.batch == 1 && first == pass_start => self.mtp_hidden_at(0, p).map(<[f32]>::to_vec),
             _ => None,
         };
-        if let Some(mut all) = previous {
-            all.extend_from_slice(rows);
-            self.mtp_hidden = MtpHidden { first: first - 1, rows: all, width };
-            return;
-        }
-        self.mtp_hidden = MtpHidden { first, rows: rows.to_vec(), width };
+        let anchors = std::mem::take(&mut self.mtp_hidden.anchors);
+        self.mtp_hidden = match previous {
+            Some(mut all) => {
+                all.extend_from_slice(rows);
+                MtpHidden { first: first - 1, rows: all, width, anchors }
+            }
+            None => MtpHidden { first, rows: rows.to_vec(), width, anchors },
+        };
     }
 }

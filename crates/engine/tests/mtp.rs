@@ -102,7 +102,7 @@ fn the_heads_cache_follows_the_conversation_through_chunks_steps_and_cut_backs()
         let mut read = m.new_cache(128);
         assert!(read.start_mtp());
         let all: Vec<u32> = prompt.iter().copied().chain([7, 8, 9]).collect();
-        m.forward(&[all], &mut read).unwrap();
+        m.forward(std::slice::from_ref(&all), &mut read).unwrap();
         assert_eq!(stepped.len(), read.len());
 
         let a = m.mtp_step_logits(&mut stepped, 12).unwrap();
@@ -110,6 +110,17 @@ fn the_heads_cache_follows_the_conversation_through_chunks_steps_and_cut_backs()
         let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
         let worst = a.iter().zip(&b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
         assert!(worst <= 1e-4 * scale, "{family:?}: the head's logits differ by {worst} (largest {scale})");
+        // Back to a checkpoint (a regeneration, an edit): the hidden state
+        // there is kept, so the head reads on as if it had just got there.
+        let mut back = m.new_cache(128);
+        assert!(back.start_mtp());
+        m.forward(std::slice::from_ref(&all), &mut back).unwrap();
+        back.checkpoint();
+        m.decode_step_many(&[12], &mut [&mut back]).unwrap();
+        m.decode_rows_many(&[&[13, 14, 15]], &mut [&mut back]).unwrap();
+        back.truncate(all.len());
+        assert_eq!(back.len(), all.len());
+        assert!(m.mtp_step_logits(&mut back, 12).unwrap() == b, "{family:?}: after going back to a checkpoint");
         // A pass shared with a conversation the head does not run for.
         let (mut shared, mut other) = (m.new_cache(128), m.new_cache(128));
         assert!(shared.start_mtp());

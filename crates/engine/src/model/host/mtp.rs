@@ -289,8 +289,8 @@ impl Model {
         self.mtp.as_ref().ok_or_else(|| {
             EngineError::setting(
                 "speculation",
-                "this model has no MTP head Hearth drafts with: Qwen 3.5/3.6 files carry one (unless converted \
-                 with --no-mtp), run on the CPU",
+                "this model has no MTP head to draft with (Qwen 3.5 and 3.6 files carry one unless converted \
+                 with --no-mtp; it runs on the CPU only)",
             )
         })
     }
