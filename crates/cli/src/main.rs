@@ -330,7 +330,7 @@ struct SamplingArgs {
     /// Speculative decoding: drafts checked several per step (auto: from
     /// the conversation, while they are taken; ngram: from it always;
     /// draft: by `--draft-model`; mtp: by the model's own MTP head, which
-    /// Qwen 3.5/3.6 files carry; off). The reply is the same either way.
+    /// Qwen 3.5/3.6 and GLM files carry; off). The reply is the same either way.
     #[arg(long, default_value = "auto", value_parser = ["off", "auto", "ngram", "draft", "mtp"])]
     speculation: String,
     /// At most this many drafted tokens per step.

@@ -36,7 +36,8 @@ pub enum Speculation {
     /// likely next token while it is confident of it.
     Draft { max_draft: usize },
     /// As `Draft`, with the model's own multi-token-prediction head
-    /// (`model/mtp.rs`) in place of a draft model: Qwen 3.5/3.6 files.
+    /// (`model/mtp.rs`) in place of a draft model: Qwen 3.5/3.6, GLM-4.5 and
+    /// GLM-4.7-Flash files.
     Mtp { max_draft: usize },
 }
 

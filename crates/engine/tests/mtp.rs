@@ -78,7 +78,7 @@ fn the_heads_logits_match_a_reference_computed_from_the_file_alone() {
 
 #[test]
 fn the_heads_cache_follows_the_conversation_through_chunks_steps_and_cut_backs() {
-    for family in [Family::Qwen35, Family::Qwen35Moe] {
+    for family in [Family::Qwen35, Family::Qwen35Moe, Family::Glm4Moe, Family::Deepseek2] {
         let (_dir, path) = tiny(&TinySpec { mtp: true, ..TinySpec::new(family) });
         let engine = Engine::open(&path).unwrap();
         let m = engine.model();
@@ -157,7 +157,7 @@ fn greedy(engine: &Engine, n: usize, speculation: Speculation) -> hearth_engine:
 
 #[test]
 fn mtp_drafts_leave_greedy_replies_as_plain_decoding_gives_them() {
-    for family in [Family::Qwen35, Family::Qwen35Moe] {
+    for family in [Family::Qwen35, Family::Qwen35Moe, Family::Glm4Moe, Family::Deepseek2] {
         // A sharp head is confident enough to draft.
         let (_dir, path) = tiny(&TinySpec { mtp: true, mtp_sharpness: 30.0, ..TinySpec::new(family) });
         let engine = Engine::open(&path).unwrap();

@@ -63,7 +63,8 @@ pub enum SpeculationMode {
     /// Drafts with a draft model (`draft_model`).
     Draft,
     /// Drafts with the model's own multi-token-prediction head (Qwen
-    /// 3.5/3.6 files carry one); a model without one refuses the reply.
+    /// 3.5/3.6, GLM-4.5 and GLM-4.7-Flash files carry one); a model
+    /// without one refuses the reply.
     Mtp,
 }
 

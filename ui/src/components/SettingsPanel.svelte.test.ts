@@ -113,7 +113,7 @@ describe('SettingsPanel', () => {
     expect(select.value).toBe('auto');
     expect([...select.options].map((o) => [o.value, o.textContent])).toEqual([
       ['off', 'Off'], ['auto', 'Auto (backs off when drafts miss)'], ['ngram', 'Always draft (n-gram)'], ['draft', 'Draft model'],
-      ['mtp', 'MTP head (Qwen 3.5/3.6 files)'],
+      ['mtp', 'MTP head (Qwen 3.5/3.6, GLM files)'],
     ]);
     expect(select.closest('label')!.textContent).toContain('Speculative decoding');
     expect(target.querySelector('[data-testid=speculation-help]')!.textContent).toContain('the reply is the same, only faster');

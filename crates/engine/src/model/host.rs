@@ -70,7 +70,7 @@ impl Model {
             if c.sliding_window.is_some() { self.rope_local.tables(pos0, seq) } else { Default::default() };
         let mut buf = Buffers::new(self, rows);
         cache.begin_pass(seq);
-        let head = self.mtp.as_ref().filter(|_| cache.mtp_live());
+        let head = if cache.mtp_live() { Some(self.mtp_head()?) } else { None };
         let mut kv = KvRows::Batch { cache, batch, seq, pos0 };
         let mut head_read = None;
         let mut layers = || -> Result<()> {
@@ -202,8 +202,8 @@ impl Model {
                 let rope = if block.sliding { &rope_local } else { &rope_global };
                 self.block_host(pool, block, layer, &mut x, &mut buf, rope, &per_layer, &mut kv)?;
             }
-            if let Some(head) = &self.mtp {
-                head_read = self.mtp_after_caches_pass(pool, head, tokens, &x, &rope_global, &mut kv)?;
+            if self.mtp_source.is_some() {
+                head_read = self.mtp_after_caches_pass(pool, tokens, &x, &rope_global, &mut kv)?;
             }
             Ok(())
         };

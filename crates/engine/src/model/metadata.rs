@@ -298,19 +298,28 @@ impl ModelConfig {
                 })
             }
         };
-        // Qwen 3.5's MTP head, a full-attention layer after the last, where
-        // the file has one (`model/mtp.rs`).
+        // The MTP head, a layer after the last, where the file has one
+        // (`model/mtp.rs`).
         let mut attention = attention;
         let mut kv_source = kv_source;
         let mut recurrent = recurrent;
         // A file whose head lacks its layer or has no heads for it opens
         // without one: the model's own layers do not need it.
         let (heads, kv_heads) = (head_counts.get(n_layers), kv_counts.get(n_layers));
+        // Qwen 3.5's (gated attention), GLM-4.5's and DeepSeek's (their
+        // own layer: attention or latent attention, then experts).
+        let attention_tensors: &[&str] = if family.latent_attention {
+            &["attn_kv_a_mqa", "attn_output"]
+        } else {
+            &["attn_q", "attn_k", "attn_output"]
+        };
         let mtp_layers = usize::from(
-            family.mixers == Mixers::DeltaNet
-                && nextn > 0
-                && ["nextn.eh_proj", "attn_q", "attn_k", "attn_v", "attn_output"]
-                    .iter()
+            matches!(
+                architecture,
+                Architecture::Qwen35 | Architecture::Qwen35Moe | Architecture::Glm4Moe | Architecture::Deepseek2
+            ) && nextn > 0
+                && std::iter::once(&"nextn.eh_proj")
+                    .chain(attention_tensors)
                     .all(|t| file.has_tensor(&format!("blk.{n_layers}.{t}.weight")))
                 && matches!((heads, kv_heads), (Some(&h), Some(&k)) if h > 0 && k > 0 && h.is_multiple_of(k)),
         );

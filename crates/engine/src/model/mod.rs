@@ -75,12 +75,12 @@ pub struct Model {
     rope_local: RopeFreqs,
     /// Gemma 4's per-layer token embeddings (E2B, E4B).
     per_layer_embeddings: Option<per_layer::PerLayerEmbeddings>,
-    /// Qwen 3.5's multi-token-prediction head, run on the CPU (`mtp.rs`).
-    mtp: Option<mtp::MtpHead>,
+    /// The multi-token-prediction head (`mtp.rs`), loaded when a
+    /// conversation first drafts with it: until then its weights take no
+    /// memory. `mtp_source` is the file it loads from and how.
+    mtp: std::sync::OnceLock<mtp::MtpHead>,
+    mtp_source: Option<(std::path::PathBuf, Kernels)>,
     weight_bytes_per_token: usize,
-    /// Bytes one draft step of the MTP head reads: its layer, its
-    /// projection and the output matrix.
-    mtp_bytes_per_step: usize,
     vocab_size: usize,
     device: Device,
     /// Whether passes run as the tensor graph (`forward_graph`): on a GPU,

@@ -1,7 +1,9 @@
-//! Qwen 3.5/3.6's multi-token-prediction (MTP) head: the block their
-//! converter writes after the last layer (`blk.{n_layer}.nextn.*`; what the
-//! files carry and how llama.cpp runs it: `docs/research/mtp.md`), run as a
-//! drafter for speculative decoding (`Speculation::Mtp`).
+//! The multi-token-prediction (MTP) head that Qwen 3.5/3.6's, GLM-4.5's
+//! and GLM-4.7-Flash's converters write after the last layer
+//! (`blk.{n_layer}.nextn.*`; what the files carry and how llama.cpp runs
+//! it: `docs/research/mtp.md`), run as a drafter for speculative decoding
+//! (`Speculation::Mtp`). Its weights load when a conversation first
+//! drafts with it (`Model::mtp_head`): until then they take no memory.
 //!
 //! The head guesses the token after the next one. At position `p` it reads
 //! the token there, `x_p`, and the model's final hidden state (after the
@@ -11,8 +13,10 @@
 //! (`shared_head_norm`) and the output matrix give its logits.
 //!
 //! Its keys and values are layer `n_layers` of the conversation's cache
-//! (`ModelConfig::mtp_layers`), and every pass of the CPU's forward runs
-//! the head over the pass's rows after the model's layers, reading the
+//! (`ModelConfig::mtp_layers`), kept once the cache starts the head
+//! (`KvCache::start_mtp`, on an empty cache); from then on every pass of
+//! the CPU's forward runs the head over that cache's rows after the
+//! model's layers, reading the
 //! hidden states one row behind (the previous pass's last one from the
 //! cache, `KvCache::mtp_hidden`). So the head's cache covers the
 //! conversation exactly as the model's does, and is cut back, branched,
@@ -32,8 +36,8 @@ pub(super) struct MtpHead {
     pub(super) eh_proj: Matrix,
     pub(super) enorm: Norm,
     pub(super) hnorm: Norm,
-    /// A full-attention layer, as the model's are (Qwen 3.5's gated one,
-    /// with a dense FFN or experts).
+    /// A layer as the model's attention layers are (Qwen 3.5's gated one,
+    /// GLM's, DeepSeek's latent attention; a dense FFN or experts).
     pub(super) block: Block,
     /// `shared_head_norm`, else the model's output norm.
     pub(super) norm: Option<Norm>,
@@ -41,4 +45,6 @@ pub(super) struct MtpHead {
     /// (Qwen's converters write neither: the head shares the model's).
     pub(super) embeddings: Option<Arc<QuantMatrix>>,
     pub(super) output: Option<Matrix>,
+    /// Bytes one draft step reads: the layer, `eh_proj`, an output matrix.
+    pub(super) bytes_per_step: usize,
 }

@@ -92,7 +92,6 @@ impl Model {
     pub(super) fn mtp_after_caches_pass(
         &self,
         pool: &WorkerPool,
-        head: &MtpHead,
         tokens: &[u32],
         x: &[f32],
         rope: &(Vec<f32>, Vec<f32>),
@@ -105,6 +104,7 @@ impl Model {
         if !live.contains(&true) {
             return Ok(None);
         }
+        let head = self.mtp_head()?;
         let hidden = self.final_norm(x);
         let e = self.config.n_embd;
         if !live.contains(&false) {
@@ -148,16 +148,22 @@ impl Model {
         out
     }
 
-    /// Whether the model runs an MTP head, which `Speculation::Mtp` drafts with.
+    /// Whether the model has an MTP head, which `Speculation::Mtp` drafts with.
     pub fn has_mtp_head(&self) -> bool {
-        self.mtp.is_some()
+        self.config.mtp_layers > 0
+    }
+
+    /// Whether the MTP head is loaded (the first conversation to draft with
+    /// it loads it; until then its weights take no memory).
+    pub fn mtp_head_loaded(&self) -> bool {
+        self.mtp.get().is_some()
     }
 
     /// What one draft step of the MTP head costs, as a share of a decode
     /// step: the bytes it reads (its layer and the output matrix) over the
     /// model's.
     pub fn mtp_cost(&self) -> f64 {
-        self.mtp_bytes_per_step as f64 / self.weight_bytes_per_token.max(1) as f64
+        self.mtp.get().map_or(0, |h| h.bytes_per_step) as f64 / self.weight_bytes_per_token.max(1) as f64
     }
 
     /// A draft of up to `max` tokens from the MTP head, after `cache`
@@ -285,14 +291,21 @@ impl Model {
         self.mtp_head().map(|_| ())
     }
 
-    fn mtp_head(&self) -> Result<&MtpHead> {
-        self.mtp.as_ref().ok_or_else(|| {
-            EngineError::setting(
-                "speculation",
-                "this model has no MTP head to draft with (Qwen 3.5 and 3.6 files carry one unless converted \
-                 with --no-mtp; it runs on the CPU only)",
-            )
-        })
+    /// The MTP head, loaded now if it is not yet.
+    pub(super) fn mtp_head(&self) -> Result<&MtpHead> {
+        if let Some(head) = self.mtp.get() {
+            return Ok(head);
+        }
+        if self.mtp_source.is_some() {
+            // Two threads starting at once would both load it; one is kept.
+            let head = self.load_mtp_head()?;
+            return Ok(self.mtp.get_or_init(|| head));
+        }
+        Err(EngineError::setting(
+            "speculation",
+            "this model has no MTP head to draft with (Qwen 3.5/3.6, GLM-4.5 and GLM-4.7-Flash files carry one \
+             unless converted without it; it runs on the CPU only)",
+        ))
     }
 
     /// The head's logits for one row of its residual stream `x`; `normed`
