@@ -202,11 +202,7 @@ impl Sequence {
                 let drafted = catch_unwind(AssertUnwindSafe(|| {
                     drafter.propose_with_model(history, max_draft.min(room), cost, draft_with)
                 }));
-                match drafted {
-                    Ok(Ok(draft)) => draft,
-                    Ok(Err(e)) => self.stop_drafting(e.to_string()),
-                    Err(panic) => self.stop_drafting(format!("it panicked: {}", panic_text(&*panic))),
-                }
+                self.drafted_or_stop(drafted)
             }
             (Speculation::Mtp { .. }, ..) if self.draft_failure.is_some() => Vec::new(),
             (Speculation::Mtp { max_draft }, ..) => {
@@ -218,11 +214,7 @@ impl Sequence {
                 let drafted = catch_unwind(AssertUnwindSafe(|| {
                     drafter.propose_with_model(history, max_draft.min(room), cost, draft_with)
                 }));
-                match drafted {
-                    Ok(Ok(draft)) => draft,
-                    Ok(Err(e)) => self.stop_drafting(e.to_string()),
-                    Err(panic) => self.stop_drafting(format!("it panicked: {}", panic_text(&*panic))),
-                }
+                self.drafted_or_stop(drafted)
             }
             _ => self.drafter.propose(mode, (prompt, &self.generated), room, recurrent),
         };
@@ -266,6 +258,16 @@ impl Sequence {
             Ok(Err(crate::EngineError::Stopped)) => {}
             Ok(Err(e)) => _ = self.stop_drafting(e.to_string()),
             Err(panic) => _ = self.stop_drafting(format!("it panicked: {}", panic_text(&*panic))),
+        }
+    }
+
+    /// A draft model's (or MTP head's) draft, or nothing if it failed or
+    /// panicked, after which it drafts no more this reply.
+    fn drafted_or_stop(&mut self, drafted: std::thread::Result<Result<Vec<u32>>>) -> Vec<u32> {
+        match drafted {
+            Ok(Ok(draft)) => draft,
+            Ok(Err(e)) => self.stop_drafting(e.to_string()),
+            Err(panic) => self.stop_drafting(format!("it panicked: {}", panic_text(&*panic))),
         }
     }
 
