@@ -155,8 +155,9 @@ pub fn append_observed(path: &Path, session: &Session, from: usize, mid_write: &
     }
     // A cache whose MTP head started after the file was written keeps a
     // layer more than the file's chunks: it is written whole instead.
-    if read_identity(path)?.cache_layers != session.cache().layers_kept() {
-        return Err(corrupt(path, "holds another set of layers than the cache"));
+    let identity = read_identity(path)?;
+    if identity.cache_layers != session.cache().layers_kept() {
+        return write(path, &identity, session);
     }
     let io = |e: std::io::Error| corrupt(path, format!("cannot append: {e}"));
     let mut file = OpenOptions::new().read(true).append(true).open(path).map_err(io)?;

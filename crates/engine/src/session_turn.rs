@@ -108,16 +108,17 @@ impl Session {
         config: GenerationConfig,
     ) -> std::result::Result<Turn, (Session, EngineError)> {
         // The sampler's settings are checked before the cache is touched.
-        if matches!(config.speculation, crate::Speculation::Mtp { .. }) && !model.runs_graph() {
+        let mtp = matches!(config.speculation, crate::Speculation::Mtp { .. }) && !model.runs_graph();
+        let sampler = match Sampler::new(config) {
+            Ok(s) => s,
+            Err(e) => return Err((self, e)),
+        };
+        if mtp {
             if let Err(e) = model.check_mtp_head() {
                 return Err((self, e));
             }
             self.start_mtp(model);
         }
-        let sampler = match Sampler::new(config) {
-            Ok(s) => s,
-            Err(e) => return Err((self, e)),
-        };
         match self.prefill_begin(&prompt) {
             Err(e) => Err((self, e)),
             Ok(PrefillStart::From(from)) => Ok(Turn::new(self, sampler, prompt, Some(Reading::Chunks { from }))),

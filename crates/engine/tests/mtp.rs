@@ -250,9 +250,13 @@ fn the_head_runs_only_for_conversations_that_draft_with_it_and_starts_with_one_r
     let plain = s.start_turn(m, tk, &fourth, greedy(&engine, 12, Speculation::Off), 1).unwrap().run().unwrap();
     assert_eq!(drafted.stats.processed_tokens, 3, "only the new tokens");
     assert_eq!(drafted.sequences[0].tokens, plain.sequences[0].tokens);
-    // A file saved without the head's layer cannot take chunks with it.
     let mut without = engine.new_session(Some(256));
     without.prefill(m, &prompt).unwrap();
     hearth_engine::session_file::write(&file, &identity, &without).unwrap();
-    assert!(hearth_engine::session_file::append(&file, &s, prompt.len()).is_err());
+    // A file saved without the head's layer is written whole rather than
+    // appended to with it.
+    hearth_engine::session_file::append(&file, &s, prompt.len()).unwrap();
+    let again = hearth_engine::session_file::read(&file, &identity, m).unwrap();
+    assert!(again.complete && again.session.cache().mtp_live());
+    assert_eq!(again.session.tokens(), s.tokens());
 }

@@ -69,8 +69,9 @@ impl Model {
         let rope_local =
             if c.sliding_window.is_some() { self.rope_local.tables(pos0, seq) } else { Default::default() };
         let mut buf = Buffers::new(self, rows);
-        cache.begin_pass(seq);
+        // Before the pass begins: a head that fails to load leaves the cache as it was.
         let head = if cache.mtp_live() { Some(self.mtp_head()?) } else { None };
+        cache.begin_pass(seq);
         let mut kv = KvRows::Batch { cache, batch, seq, pos0 };
         let mut head_read = None;
         let mut layers = || -> Result<()> {

@@ -149,6 +149,7 @@ impl Model {
             per_layer_embeddings,
             mtp: Default::default(),
             mtp_source,
+            mtp_loading: Default::default(),
             vocab_size,
             device: device.clone(),
             graph,

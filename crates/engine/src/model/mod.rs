@@ -80,6 +80,7 @@ pub struct Model {
     /// memory. `mtp_source` is the file it loads from and how.
     mtp: std::sync::OnceLock<mtp::MtpHead>,
     mtp_source: Option<(std::path::PathBuf, Kernels)>,
+    mtp_loading: std::sync::Mutex<()>,
     weight_bytes_per_token: usize,
     vocab_size: usize,
     device: Device,

@@ -297,7 +297,11 @@ impl Model {
             return Ok(head);
         }
         if self.mtp_source.is_some() {
-            // Two threads starting at once would both load it; one is kept.
+            // One load at a time: a head can be gigabytes.
+            let _loading = self.mtp_loading.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(head) = self.mtp.get() {
+                return Ok(head);
+            }
             let head = self.load_mtp_head()?;
             return Ok(self.mtp.get_or_init(|| head));
         }
